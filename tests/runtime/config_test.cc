@@ -1,0 +1,120 @@
+#include "runtime/config.h"
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, DefaultIsValidWithTwoPartitionsOnLoopback) {
+  const node::config::NodeConfig config = DefaultNodeConfig();
+  EXPECT_TRUE(ValidateNodeConfig(config).empty());
+  ASSERT_EQ(config.partitions_size(), 2);
+  EXPECT_EQ(config.partitions(0).name(), "hot");
+  EXPECT_EQ(config.partitions(1).name(), "steady");
+  EXPECT_TRUE(absl::StartsWith(config.client_listen(), "127.0.0.1:"));
+  EXPECT_TRUE(absl::StartsWith(config.admin_listen(), "127.0.0.1:"));
+  EXPECT_EQ(config.data_dir(), "./data");
+  EXPECT_EQ(config.partitions(0).interceptor().stages_size(), 4);
+}
+
+TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
+  absl::StatusOr<node::config::NodeConfig> config = ParseConfig(R"pb(
+    data_dir: "/tmp/n1"
+    partitions { id: 7 name: "payments" pool { max_txs: 5000 } }
+  )pb", "n1.conf", false);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->partitions_size(), 1);
+  EXPECT_EQ(config->partitions(0).pool().max_txs(), 5000u);
+  EXPECT_EQ(config->partitions(0).pool().max_per_sender(), 1000u);  // default
+  EXPECT_EQ(config->key_file(), "/tmp/n1/node.key");
+}
+
+TEST(ConfigTest, ErrorsNameFieldAndLine) {
+  const std::string text =
+      "data_dir: \"/tmp/x\"\n"                                   // line 1
+      "partitions {\n"                                           // line 2
+      "  id: 1\n"                                                // line 3
+      "  name: \"a\"\n"                                          // line 4
+      "  consensus { checkpoint_interval: 10\n"                  // line 5
+      "              watermark_window: 15 }\n"                   // line 6
+      "}\n"                                                      // line 7
+      "partitions {\n"                                           // line 8
+      "  id: 1\n"                                                // line 9
+      "  name: \"b\"\n"                                          // line 10
+      "  share { weight: -2 }\n"                                 // line 11
+      "}\n";
+  absl::StatusOr<node::config::NodeConfig> config = ParseConfig(text, "bad.conf", false);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string msg(config.status().message());
+  EXPECT_THAT(msg, HasSubstr("bad.conf:6: partitions[0].consensus.watermark_window: must be a "
+                             "multiple of checkpoint_interval (10)"));
+  EXPECT_THAT(msg, HasSubstr("bad.conf:9: partitions[1].id: repeats partition id 1"));
+  EXPECT_THAT(msg, HasSubstr("bad.conf:11: partitions[1].share.weight: must be > 0, got -2"));
+}
+
+TEST(ConfigTest, SyntaxErrorsGiveLineAndColumn) {
+  absl::StatusOr<node::config::NodeConfig> config =
+      ParseConfig("data_dir: \"x\"\nno_such_field: 3\n", "typo.conf", false);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("typo.conf:2:"));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("no_such_field"));
+}
+
+TEST(ConfigTest, JsonIsAccepted) {
+  absl::StatusOr<node::config::NodeConfig> config = ParseConfig(
+      R"({"dataDir": "/tmp/j", "partitions": [{"id": 3, "name": "j"}]})", "c.json", true);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->partitions(0).id(), 3u);
+  absl::StatusOr<node::config::NodeConfig> bad =
+      ParseConfig(R"({"partitions": [{"id": 0, "name": "j"}]})", "c.json", true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("c.json: partitions[0].id: must be >= 1"));
+  EXPECT_FALSE(ParseConfig("{not json", "c.json", true).ok());
+}
+
+TEST(ConfigTest, EachRuleRefuses) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"client_listen: \"nohost\"", "client_listen: must be host:port"},
+      {"client_listen: \"127.0.0.1:7\" admin_listen: \"127.0.0.1:7\"", "admin_listen: must differ"},
+      {"peers { address: \"127.0.0.1:1\" public_key_hex: \"zz\" }", "peers[0].public_key_hex"},
+      {"resources { cpu_workers: 5000 }", "resources.cpu_workers: must be <= 1024"},
+      {"resources { egress_bytes_per_second: 10 tx_forward_floor_bytes_per_second: 20 }",
+       "tx_forward_floor_bytes_per_second: must be <= egress_bytes_per_second"},
+      {"partitions { id: 1 name: \"a b\" }", "partitions[0].name: may hold only"},
+      {"partitions { id: 1 name: \"a\" share { guarantee_fraction: 0.5 ceiling_fraction: 0.2 } }",
+       "ceiling_fraction: must be >= guarantee_fraction"},
+      {"partitions { id: 1 name: \"a\" share { guarantee_fraction: 0.7 } } "
+       "partitions { id: 2 name: \"b\" share { guarantee_fraction: 0.7 } }",
+       "guarantee_fraction sums to 1.4"},
+      {"partitions { id: 1 name: \"a\" pool { forward_reserve_fraction: 0.9 } }",
+       "forward_reserve_fraction: must be in [0, 0.5]"},
+      {"partitions { id: 1 name: \"a\" lossless { enabled: true } }",
+       "lossless.drain_bytes_per_second: must be >= 1"},
+      {"partitions { id: 1 name: \"a\" interceptor { stages { name: \"x\" } } }",
+       "interceptor.stages[0]: names no stage kind"},
+      {"partitions { id: 1 name: \"a\" dispatcher { lane_weights { bulk: -1 } } }",
+       "lane_weights.bulk: must be > 0"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<node::config::NodeConfig> config = ParseConfig(c.text, "t.conf", false);
+    ASSERT_FALSE(config.ok()) << c.text;
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.expect)) << c.text;
+  }
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  EXPECT_EQ(LoadConfigFile("/nonexistent/noded.conf").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace runtime
