@@ -1,0 +1,178 @@
+// Dispatcher: a partition's weighted message dispatcher. Peer messages are offered to lanes (one
+// per module kind: consensus, sync, tx forwarding, bulk, ... configured by name, weight, handler);
+// each lane is a bounded FIFO whose handler runs serially, and lanes run in parallel on a shared
+// WorkerPool (the Dispatcher owns no threads).
+//
+// Admission. The dispatcher has a budget in messages and in bytes (payload sizes). A lane's
+// capacity is its weight's share of that budget: capacity = budget * weight / sum of weights
+// (at least 1 message and 1 byte). Offer() never blocks and is O(1): it stamps the message,
+// and appends it if the lane has room in both messages and bytes; otherwise it drops the *new*
+// message and counts the reason. A message counts against its lane from Offer until its handler
+// returns, so queued plus in-progress messages never exceed the capacity. A message larger than
+// its lane's byte capacity is always dropped (kLaneBytesFull): size the budget for the largest
+// message of each kind.
+//
+// Scheduling. The dispatcher is one WorkerPool group with share `cpu_share`; each lane is a task
+// with the lane's weight, so when partitions compete, CPU splits by cpu_share, and inside a
+// partition by lane weight (see worker_pool.h). A slow lane (bulk) fills up and drops its own
+// messages; it holds at most one worker at a time and yields after each quantum, so it never
+// delays the consensus lane by more than one quantum (or one message, if a message takes longer).
+//
+// Live changes (SetLaneWeight, SetCpuShare, SetBudget) never lose queued messages: lowering a
+// capacity below the current depth keeps what is queued and refuses new messages until it drains.
+//
+// Lifecycle. Create() registers with the pool. Drain() waits until every admitted message has been
+// handled. Stop() stops admission (later Offers drop with kStopped), waits for running handlers,
+// discards what is still queued (counted as dropped kStopped, so offered == processed + dropped
+// always holds after Stop), and leaves the pool. The destructor calls Stop(). The pool must
+// outlive the dispatcher.
+//
+// Thread-safety: every method is thread-safe. Handlers run on pool workers with no dispatcher lock
+// held; they may call Offer (even to their own lane) and the Set* methods, but not Stop() or
+// Drain() of their own dispatcher.
+//
+//   auto dispatcher = flowctl::Dispatcher::Create(&pool, {
+//       .name = "partition-1", .cpu_share = 1.0,
+//       .budget = {.max_messages = 10000, .max_bytes = 64 << 20},
+//       .lanes = {{"consensus", 8, HandleConsensus}, {"bulk", 1, HandleBulk}}});
+//   int consensus = (*dispatcher)->FindLane("consensus");
+//   (*dispatcher)->Offer(consensus, {.payload = std::move(bytes), .peer = peer_id});
+#ifndef FLOWCTL_DISPATCHER_H_
+#define FLOWCTL_DISPATCHER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "flowctl/clock.h"
+#include "flowctl/histogram.h"
+#include "flowctl/worker_pool.h"
+
+namespace flowctl {
+
+// One peer message. Offer() moves it in; the handler receives it by value.
+struct Message {
+  std::string payload;
+  uint32_t peer = 0;          // sender's id, opaque to the dispatcher
+  int64_t enqueue_nanos = 0;  // set by Offer() from the dispatcher's clock
+};
+
+class Dispatcher {
+ public:
+  using Handler = std::function<void(Message message)>;
+
+  struct LaneConfig {
+    std::string name;  // unique within the dispatcher, non-empty
+    int weight = 1;    // >= 1: share of the budget and of the dispatcher's CPU
+    Handler handler;   // non-null; runs serially, FIFO
+  };
+
+  struct Budget {
+    int64_t max_messages = 0;  // >= 1, across all lanes
+    int64_t max_bytes = 0;     // >= 1, payload bytes across all lanes
+  };
+
+  struct Options {
+    std::string name;          // for stats and logs (e.g. the partition id)
+    double cpu_share = 1.0;    // > 0, the group share in the WorkerPool
+    Budget budget;
+    std::vector<LaneConfig> lanes;  // at least one
+    const Clock* clock = Clock::Real();  // enqueue stamps, delays, quantum time; outlives us
+  };
+
+  enum class OfferResult {
+    kAccepted,
+    kLaneFull,       // dropped: the lane holds its capacity in messages
+    kLaneBytesFull,  // dropped: the message would exceed the lane's capacity in bytes
+    kStopped,        // dropped: the dispatcher is stopped
+  };
+
+  struct LaneStats {
+    std::string name;
+    int weight = 0;
+    int64_t capacity_messages = 0;
+    int64_t capacity_bytes = 0;
+    int64_t depth_messages = 0;  // admitted and not yet handled (queued or in progress)
+    int64_t depth_bytes = 0;
+    int64_t offered = 0;
+    int64_t processed = 0;       // handlers that returned
+    int64_t dropped_full = 0;    // kLaneFull
+    int64_t dropped_bytes = 0;   // kLaneBytesFull
+    int64_t dropped_stopped = 0; // kStopped: offered after Stop, or discarded by Stop
+    int64_t cpu_nanos = 0;       // CPU the pool charged to this lane
+    HistogramSnapshot queueing_delay;  // ns from Offer to handler start
+
+    int64_t dropped() const { return dropped_full + dropped_bytes + dropped_stopped; }
+  };
+
+  // Validates `options` (InvalidArgument naming the field) and registers with `pool`.
+  static absl::StatusOr<std::unique_ptr<Dispatcher>> Create(WorkerPool* pool, Options options);
+  static absl::Status ValidateOptions(const Options& options);
+
+  ~Dispatcher();  // Stop()
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // Admits `message` into lane `lane` or drops it (see the file comment). Never blocks on
+  // handlers; O(1). REQUIRES: 0 <= lane < num_lanes(). Thread-safe.
+  OfferResult Offer(int lane, Message message);
+
+  // The index of the lane called `name`, or -1. Lane indices follow Options::lanes.
+  int FindLane(absl::string_view name) const;
+  int num_lanes() const { return static_cast<int>(lanes_.size()); }
+  const std::string& name() const { return name_; }
+
+  // Live changes; InvalidArgument on bad values (then nothing changes).
+  absl::Status SetLaneWeight(int lane, int weight);
+  absl::Status SetCpuShare(double share);
+  absl::Status SetBudget(Budget budget);
+
+  // Waits until every admitted message has been handled (all lanes empty and idle), or `timeout`
+  // passes (DeadlineExceeded). Messages offered meanwhile are waited for too. Needs a started
+  // pool. REQUIRES: not called from one of this dispatcher's handlers.
+  absl::Status Drain(absl::Duration timeout);
+
+  // See the file comment. Idempotent; a concurrent second call returns when the first is done.
+  // REQUIRES: not called from one of this dispatcher's handlers.
+  void Stop();
+
+  LaneStats GetLaneStats(int lane) const;
+  std::vector<LaneStats> GetStats() const;
+  // CPU the pool charged to all lanes (kept after Stop). Thread-safe.
+  int64_t CpuNanos() const;
+  double cpu_share() const;
+
+ private:
+  class Lane;
+
+  Dispatcher(WorkerPool* pool, Options options);
+  // Recomputes every lane's capacity from budget_ and the weights.
+  void ApplyCapacitiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+
+  // Constant after construction.
+  WorkerPool* const pool_;
+  const std::string name_;
+  const Clock* const clock_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+
+  // Serializes configuration changes and Stop. Lock order: config_mu_, then a lane's mutex, then
+  // the pool's.
+  mutable absl::Mutex config_mu_;
+  Budget budget_ ABSL_GUARDED_BY(config_mu_);
+  double cpu_share_ ABSL_GUARDED_BY(config_mu_);
+  std::vector<int> weights_ ABSL_GUARDED_BY(config_mu_);
+  bool stopped_ ABSL_GUARDED_BY(config_mu_) = false;
+  WorkerPool::Group* group_ ABSL_GUARDED_BY(config_mu_);  // null once Stop() has finished
+};
+
+}  // namespace flowctl
+
+#endif  // FLOWCTL_DISPATCHER_H_

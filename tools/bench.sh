@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs the Google Benchmark binaries (tests/bench/*_bench.cc) on a Release build and keeps their
+# output under bench-results/<date>/ (text and JSON). The figures in docs/BENCHMARKS.md come
+# from this script.
+#   tools/bench.sh                    # every benchmark
+#   tools/bench.sh token_bucket spill # only bench_token_bucket and bench_spill_fifo...
+# Environment: BUILD_DIR (default build-release), BENCH_ARGS (extra benchmark flags).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+tools/install-deps.sh
+build_dir=${BUILD_DIR:-build-release}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build_dir" -j "$(nproc)"
+
+out="bench-results/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+{
+  echo "date: $(date -u)"
+  echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') x $(nproc)"
+  echo "kernel: $(uname -r)"
+  echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+  echo "disk: $(df -h . | awk 'NR==2 {print $1, $2}')"
+} | tee "$out/machine.txt"
+
+shopt -s nullglob
+for bin in "$build_dir"/tests/bench/bench_*; do
+  name=$(basename "$bin")
+  if [ $# -gt 0 ]; then
+    match=0
+    for want in "$@"; do [[ "$name" == *"$want"* ]] && match=1; done
+    [ $match -eq 1 ] || continue
+  fi
+  echo "== $name"
+  # shellcheck disable=SC2086
+  "$bin" --benchmark_out="$out/$name.json" --benchmark_out_format=json ${BENCH_ARGS:-} \
+    | tee "$out/$name.txt"
+done
+echo "results in $out"
