@@ -8,6 +8,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# Let ccache hit across clones in other folders (CI builds a fresh clone).
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
 
 tools/install-deps.sh
 build_dir=${BUILD_DIR:-build-release}
