@@ -1,0 +1,391 @@
+#include "p2p/egress_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace p2p {
+namespace {
+
+constexpr int kTxIndex = 2;  // ChannelIndex(TX_FORWARD)
+constexpr double kTxBurstChunks = 8;
+
+bool IsUnlimited(double cap) { return cap == 0 || std::isinf(cap); }
+
+double CapOrUnlimited(double cap) {
+  return IsUnlimited(cap) ? flowctl::TokenBucket::kUnlimited : cap;
+}
+
+}  // namespace
+
+size_t ChunkBytesForCap(double cap_bytes_per_second, int64_t chunk_time_nanos) {
+  if (IsUnlimited(cap_bytes_per_second)) return kMaxChunkBytes;
+  const double bytes = cap_bytes_per_second * static_cast<double>(chunk_time_nanos) / 1e9;
+  return static_cast<size_t>(
+      std::clamp(bytes, static_cast<double>(kMinChunkBytes), static_cast<double>(kMaxChunkBytes)));
+}
+
+EgressScheduler::EgressScheduler(const EgressOptions& options, const flowctl::Clock* clock)
+    : options_(options),
+      clock_(clock),
+      cap_(CapOrUnlimited(options.cap_bytes_per_second)),
+      floor_(std::max(0.0, options.tx_forward_floor_bytes_per_second)),
+      chunk_bytes_(ChunkBytesForCap(options.cap_bytes_per_second, options.chunk_time_nanos)),
+      tx_rate_(cap_),
+      global_bucket_(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes), clock),
+      tx_bucket_(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes), clock) {
+  absl::MutexLock l(&mu_);
+  slot_start_ = clock_->NowNanos();
+  UpdateDerivedRate();
+}
+
+void EgressScheduler::SetWakeup(std::function<void()> wakeup) {
+  absl::MutexLock l(&wakeup_mu_);
+  wakeup_ = std::move(wakeup);
+}
+
+void EgressScheduler::Wake() {
+  absl::ReaderMutexLock l(&wakeup_mu_);
+  if (wakeup_) wakeup_();
+}
+
+absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
+                                      std::shared_ptr<const std::string> payload) {
+  if (!IsValidChannel(channel)) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid channel ", static_cast<int>(channel)));
+  }
+  const int idx = ChannelIndex(channel);
+  const size_t size = payload->size();
+  {
+    absl::MutexLock l(&mu_);
+    if (size > options_.max_frame_bytes) {
+      ++oversized_refused_;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "frame of ", size, " bytes on ", ChannelName(channel), " exceeds max_frame_bytes ",
+          options_.max_frame_bytes));
+    }
+    ChannelState& cs = channels_[idx];
+    const size_t limit = options_.queue_bytes[idx];
+    if (cs.queued_bytes + size > limit) {
+      if (channel == node::p2p::CONSENSUS || channel == node::p2p::SYNC) {
+        ++cs.stats.messages_refused;
+        LOG_EVERY_N(WARNING, 100) << "egress " << ChannelName(channel) << " queue full ("
+                                  << cs.queued_bytes << " bytes queued, limit " << limit
+                                  << "): message refused, " << cs.stats.messages_refused
+                                  << " refused so far";
+        return absl::ResourceExhaustedError(
+            absl::StrCat("egress ", ChannelName(channel), " queue full"));
+      }
+      if (size > limit) {
+        ++cs.stats.messages_dropped;
+        cs.stats.bytes_dropped += size;
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "message of ", size, " bytes exceeds the ", ChannelName(channel), " queue bound"));
+      }
+      // Drop oldest first; if only messages already on the wire remain, overshoot by one.
+      while (cs.queued_bytes + size > limit && DropOldest(cs)) {
+      }
+    }
+    Message m;
+    m.id = next_id_++;
+    m.peer = peer;
+    m.partition = partition;
+    m.channel = channel;
+    m.data = std::move(payload);
+    m.enqueued_at = clock_->NowNanos();
+    if (options_.fifo_mode) {
+      fifo_.push_back(std::move(m));
+    } else {
+      auto [it, inserted] = cs.partitions.try_emplace(partition);
+      if (inserted) cs.active.push_back(partition);
+      it->second.messages.push_back(std::move(m));
+    }
+    cs.queued_bytes += size;
+    ++cs.queued_messages;
+    ++cs.stats.messages_enqueued;
+  }
+  Wake();
+  return absl::OkStatus();
+}
+
+size_t EgressScheduler::ChunkCost(const Message& m) const {
+  const size_t chunk = m.started() ? m.chunk_size : chunk_bytes_;
+  return std::min(chunk, m.data->size() - m.offset) + kFrameOverheadBytes;
+}
+
+EgressScheduler::PartitionQueue* EgressScheduler::SelectPartition(ChannelState& cs) {
+  // Deficit round robin. Each visit without enough deficit grants one quantum, and the quantum is
+  // at least the current chunk cost, so this ends within a few rounds (a message whose chunk size
+  // was fixed under a larger cap may need several quanta).
+  for (;;) {
+    const PartitionId p = cs.active.front();
+    PartitionQueue& pq = cs.partitions.at(p);
+    const int64_t cost = static_cast<int64_t>(ChunkCost(pq.messages.front()));
+    if (pq.deficit >= cost) return &pq;
+    if (!pq.quantum_given) {
+      auto w = weights_.find(p);
+      const int64_t weight = w == weights_.end() ? 1 : w->second;
+      pq.deficit += weight * static_cast<int64_t>(chunk_bytes_ + kFrameOverheadBytes);
+      pq.quantum_given = true;
+      continue;
+    }
+    pq.quantum_given = false;
+    cs.active.pop_front();
+    cs.active.push_back(p);
+  }
+}
+
+EgressFrame EgressScheduler::CutChunk(Message& m, int64_t now) {
+  ChannelState& cs = channels_[ChannelIndex(m.channel)];
+  const size_t total = m.data->size();
+  if (!m.started()) {
+    m.chunk_size = static_cast<uint32_t>(chunk_bytes_);
+    cs.delay.Record(now - m.enqueued_at);
+  }
+  const uint32_t count =
+      total == 0 ? 1 : static_cast<uint32_t>((total + m.chunk_size - 1) / m.chunk_size);
+  EgressFrame f;
+  f.peer = m.peer;
+  f.partition = m.partition;
+  f.channel = m.channel;
+  f.message_id = m.id;
+  f.message_length = static_cast<uint32_t>(total);
+  f.chunk_index = m.next_chunk;
+  f.chunk_count = count;
+  f.data = m.data;
+  f.offset = m.offset;
+  f.length = std::min<size_t>(m.chunk_size, total - m.offset);
+  f.enqueued_at = m.enqueued_at;
+  m.offset += f.length;
+  ++m.next_chunk;
+  cs.queued_bytes -= f.length;
+  if (m.next_chunk == count) --cs.queued_messages;
+  return f;
+}
+
+void EgressScheduler::Account(const EgressFrame& f, int64_t now) {
+  ChannelState& cs = channels_[ChannelIndex(f.channel)];
+  const size_t wire = f.wire_bytes();
+  cs.stats.bytes_sent += wire;
+  ++cs.stats.frames_sent;
+  PartitionEgressStats& ps = partition_stats_[{f.partition, f.channel}];
+  ps.bytes_sent += wire;
+  ++ps.frames_sent;
+  if (f.channel == node::p2p::CONSENSUS || f.channel == node::p2p::SYNC) {
+    usage_slots_[usage_slot_] += wire;
+  }
+}
+
+void EgressScheduler::RemovePartitionIfEmpty(ChannelState& cs, PartitionId p) {
+  auto it = cs.partitions.find(p);
+  if (it == cs.partitions.end() || !it->second.messages.empty()) return;
+  cs.partitions.erase(it);
+  cs.active.erase(std::find(cs.active.begin(), cs.active.end(), p));
+}
+
+bool EgressScheduler::DropOldest(ChannelState& cs) {
+  const Channel channel = kChannelsByPriority[&cs - channels_.data()];
+  Message victim;
+  if (options_.fifo_mode) {
+    auto it = std::find_if(fifo_.begin(), fifo_.end(), [channel](const Message& m) {
+      return m.channel == channel && !m.started();
+    });
+    if (it == fifo_.end()) return false;
+    victim = std::move(*it);
+    fifo_.erase(it);
+  } else {
+    // The oldest message not yet on the wire, across partitions (ids grow with enqueue time).
+    PartitionQueue* best = nullptr;
+    size_t best_pos = 0;
+    for (auto& [p, pq] : cs.partitions) {
+      const size_t pos = pq.messages.front().started() ? 1 : 0;
+      if (pos >= pq.messages.size()) continue;
+      if (best == nullptr || pq.messages[pos].id < best->messages[best_pos].id) {
+        best = &pq;
+        best_pos = pos;
+      }
+    }
+    if (best == nullptr) return false;
+    victim = std::move(best->messages[best_pos]);
+    best->messages.erase(best->messages.begin() + best_pos);
+    RemovePartitionIfEmpty(cs, victim.partition);
+  }
+  cs.queued_bytes -= victim.data->size();
+  --cs.queued_messages;
+  ++cs.stats.messages_dropped;
+  cs.stats.bytes_dropped += victim.data->size();
+  return true;
+}
+
+size_t EgressScheduler::DropPeer(const NodeId& peer) {
+  absl::MutexLock l(&mu_);
+  size_t dropped = 0;
+  auto drop = [&](Message& m) {
+    ChannelState& cs = channels_[ChannelIndex(m.channel)];
+    cs.queued_bytes -= m.data->size() - m.offset;
+    --cs.queued_messages;
+    ++cs.stats.messages_dropped;
+    cs.stats.bytes_dropped += m.data->size() - m.offset;
+    ++dropped;
+  };
+  auto is_peer = [&](const Message& m) { return m.peer == peer; };
+  for (Message& m : fifo_) {
+    if (is_peer(m)) drop(m);
+  }
+  std::erase_if(fifo_, is_peer);
+  for (ChannelState& cs : channels_) {
+    std::vector<PartitionId> parts;
+    for (auto& [p, pq] : cs.partitions) {
+      for (Message& m : pq.messages) {
+        if (is_peer(m)) drop(m);
+      }
+      std::erase_if(pq.messages, is_peer);
+      parts.push_back(p);
+    }
+    for (PartitionId p : parts) RemovePartitionIfEmpty(cs, p);
+  }
+  return dropped;
+}
+
+void EgressScheduler::AdvanceUsageWindow(int64_t now) {
+  const int64_t slot_len = std::max<int64_t>(1, options_.usage_window_nanos / kUsageSlots);
+  if (now - slot_start_ < slot_len) return;
+  const int64_t slots = (now - slot_start_) / slot_len;
+  for (int64_t i = 0; i < std::min<int64_t>(slots, kUsageSlots); ++i) {
+    usage_slot_ = (usage_slot_ + 1) % kUsageSlots;
+    usage_slots_[usage_slot_] = 0;
+  }
+  slot_start_ += slots * slot_len;
+  UpdateDerivedRate();
+}
+
+double EgressScheduler::PriorityUsage() const {
+  // The completed slots only; the current one is still filling.
+  uint64_t sum = 0;
+  for (int i = 0; i < kUsageSlots; ++i) {
+    if (i != usage_slot_) sum += usage_slots_[i];
+  }
+  const double seconds =
+      static_cast<double>(options_.usage_window_nanos / kUsageSlots * (kUsageSlots - 1)) / 1e9;
+  return seconds > 0 ? static_cast<double>(sum) / seconds : 0;
+}
+
+void EgressScheduler::UpdateDerivedRate() {
+  double rate = flowctl::TokenBucket::kUnlimited;
+  if (!std::isinf(cap_)) rate = std::max(floor_, cap_ - PriorityUsage());
+  // A few chunks of burst: with a single chunk, the two buckets waiting on each other lose
+  // tokens and forwarding falls short of its derived rate. The global bucket still caps the sum.
+  const double burst = kTxBurstChunks * static_cast<double>(chunk_bytes_ + kFrameOverheadBytes);
+  if (rate != tx_rate_ || burst != tx_bucket_.burst()) {
+    tx_rate_ = rate;
+    CHECK(tx_bucket_.SetRate(rate, burst).ok());
+  }
+}
+
+DequeueResult EgressScheduler::Dequeue() {
+  absl::MutexLock l(&mu_);
+  const int64_t now = clock_->NowNanos();
+  AdvanceUsageWindow(now);
+  return options_.fifo_mode ? DequeueFifo(now) : DequeuePriority(now);
+}
+
+DequeueResult EgressScheduler::DequeuePriority(int64_t now) {
+  int64_t wait = kNever;
+  for (int i = 0; i < kNumChannels; ++i) {
+    ChannelState& cs = channels_[i];
+    if (cs.active.empty()) continue;
+    PartitionQueue* pq = SelectPartition(cs);
+    Message& m = pq->messages.front();
+    const size_t cost = ChunkCost(m);
+    if (i == kTxIndex && tx_bucket_.NanosUntilAt(cost, now) > 0) {
+      // Held to its derived rate; a lower channel may use the budget meanwhile.
+      wait = std::min(wait, tx_bucket_.NanosUntilAt(cost, now));
+      continue;
+    }
+    if (!global_bucket_.TryAcquireAt(cost, now)) {
+      // Strict priority: nothing lower may take the budget this channel is waiting for.
+      return {std::nullopt, std::min(wait, std::max<int64_t>(1, global_bucket_.NanosUntilAt(cost, now)))};
+    }
+    if (i == kTxIndex) tx_bucket_.ConsumeAt(cost, now);
+    pq->deficit -= static_cast<int64_t>(cost);
+    EgressFrame f = CutChunk(m, now);
+    if (m.next_chunk == f.chunk_count) {
+      pq->messages.pop_front();
+      RemovePartitionIfEmpty(cs, f.partition);
+    }
+    Account(f, now);
+    return {std::move(f), 0};
+  }
+  return {std::nullopt, wait};
+}
+
+DequeueResult EgressScheduler::DequeueFifo(int64_t now) {
+  if (fifo_.empty()) return {std::nullopt, kNever};
+  Message& m = fifo_.front();
+  const size_t cost = ChunkCost(m);
+  if (!global_bucket_.TryAcquireAt(cost, now)) {
+    return {std::nullopt, std::max<int64_t>(1, global_bucket_.NanosUntilAt(cost, now))};
+  }
+  EgressFrame f = CutChunk(m, now);
+  if (m.next_chunk == f.chunk_count) fifo_.pop_front();
+  Account(f, now);
+  return {std::move(f), 0};
+}
+
+absl::Status EgressScheduler::SetCap(double cap_bytes_per_second) {
+  if (!(cap_bytes_per_second >= 0)) {
+    return absl::InvalidArgumentError("egress cap must be >= 0 (0 = unlimited)");
+  }
+  {
+    absl::MutexLock l(&mu_);
+    cap_ = CapOrUnlimited(cap_bytes_per_second);
+    chunk_bytes_ = ChunkBytesForCap(cap_bytes_per_second, options_.chunk_time_nanos);
+    CHECK(global_bucket_.SetRate(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes)).ok());
+    UpdateDerivedRate();
+  }
+  Wake();
+  return absl::OkStatus();
+}
+
+absl::Status EgressScheduler::SetTxForwardFloor(double floor_bytes_per_second) {
+  if (!(floor_bytes_per_second >= 0) || std::isinf(floor_bytes_per_second)) {
+    return absl::InvalidArgumentError("tx_forward floor must be finite and >= 0");
+  }
+  {
+    absl::MutexLock l(&mu_);
+    floor_ = floor_bytes_per_second;
+    UpdateDerivedRate();
+  }
+  Wake();
+  return absl::OkStatus();
+}
+
+absl::Status EgressScheduler::SetPartitionWeight(PartitionId partition, uint32_t weight) {
+  if (weight == 0) return absl::InvalidArgumentError("partition weight must be >= 1");
+  absl::MutexLock l(&mu_);
+  weights_[partition] = weight;
+  return absl::OkStatus();
+}
+
+EgressStats EgressScheduler::Stats() const {
+  absl::MutexLock l(&mu_);
+  EgressStats s;
+  for (int i = 0; i < kNumChannels; ++i) {
+    s.channels[i] = channels_[i].stats;
+    s.channels[i].queued_bytes = channels_[i].queued_bytes;
+    s.channels[i].queued_messages = channels_[i].queued_messages;
+    s.channels[i].queue_delay_nanos = channels_[i].delay.Snapshot();
+  }
+  s.partitions = partition_stats_;
+  s.oversized_refused = oversized_refused_;
+  s.cap_bytes_per_second = cap_;
+  s.tx_forward_rate = tx_rate_;
+  s.priority_usage_bytes_per_second = PriorityUsage();
+  s.chunk_bytes = chunk_bytes_;
+  return s;
+}
+
+}  // namespace p2p

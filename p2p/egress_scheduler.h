@@ -1,0 +1,238 @@
+// EgressScheduler: the third valve. Decides which frame leaves the node next, for all peers.
+//
+// - One global token bucket in bytes/s (payload + kFrameOverheadBytes per frame) for the whole
+//   node; cap 0 in the options means unlimited.
+// - Strict priority between channels: CONSENSUS > SYNC > TX_FORWARD > BULK.
+// - TX_FORWARD is also held to a derived rate: cap minus what CONSENSUS + SYNC used over the last
+//   `usage_window_nanos` (a sliding window of 10 slots), never below the floor. BULK may use
+//   budget that TX_FORWARD leaves idle because of that rate (it is still under the global cap).
+// - Within a channel, partitions share by deficit round robin on bytes (quantum = weight x the
+//   chunk cost), weights set live (by the arbiter).
+// - Messages above the chunk size are cut into chunks (chunk = ~2 ms of the cap, clamped to
+//   [1 KiB, 64 KiB]; 64 KiB when unlimited), cut when each chunk is dequeued, so a
+//   higher-priority frame goes out between two chunks. A message's chunk size is fixed when its
+//   first chunk leaves. Messages over max_frame_bytes are refused (InvalidArgument) and counted.
+// - Bounded queues, per channel, in bytes. CONSENSUS and SYNC refuse a message that does not fit
+//   (ResourceExhausted; counted and logged: never dropped silently). TX_FORWARD and BULK drop
+//   their oldest not-yet-started messages to make room (counted).
+// - fifo_mode: one queue in arrival order, global bucket only (for comparison).
+//
+// The scheduler keeps no thread and reads time from the injected clock, so tests drive it with a
+// FakeClock: Enqueue(...) then Dequeue(), which returns the next frame to hand to the transport or
+// how long to wait. EgressSender (p2p/egress_sender.h) runs it on a thread for the transport.
+//
+// Thread-safety: every method is thread-safe (one internal mutex).
+//
+//   EgressScheduler sched(EgressOptions{.cap_bytes_per_second = 2e6}, clock);
+//   RETURN_IF_ERROR(sched.Enqueue("peer", /*partition=*/1, node::p2p::CONSENSUS, payload));
+//   DequeueResult r = sched.Dequeue();
+//   if (r.frame) transport.Write(*r.frame); else WaitFor(r.wait_nanos);
+#ifndef P2P_EGRESS_SCHEDULER_H_
+#define P2P_EGRESS_SCHEDULER_H_
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "flowctl/clock.h"
+#include "flowctl/histogram.h"
+#include "flowctl/token_bucket.h"
+#include "p2p/network.h"
+
+namespace p2p {
+
+// Bytes charged per frame for its header (an upper estimate of the encoded FrameHeader and its
+// framing), so the cap covers what really goes on the wire.
+inline constexpr size_t kFrameOverheadBytes = 32;
+inline constexpr size_t kMinChunkBytes = 1024;
+inline constexpr size_t kMaxChunkBytes = 64 * 1024;
+
+struct EgressOptions {
+  // Global egress cap in bytes/s; 0 = unlimited.
+  double cap_bytes_per_second = 0;
+  // TX_FORWARD's derived rate never goes below this (bytes/s).
+  double tx_forward_floor_bytes_per_second = 64 * 1024;
+  // Largest message accepted (payload bytes).
+  size_t max_frame_bytes = 16 << 20;
+  // Queue bound per channel (payload bytes queued), in priority order.
+  std::array<size_t, kNumChannels> queue_bytes = {8 << 20, 32 << 20, 16 << 20, 32 << 20};
+  // Window of the CONSENSUS + SYNC usage average behind TX_FORWARD's derived rate.
+  int64_t usage_window_nanos = 1'000'000'000;
+  // Time worth of cap one chunk carries.
+  int64_t chunk_time_nanos = 2'000'000;
+  // Plain FIFO instead of priorities and round robin (comparison only).
+  bool fifo_mode = false;
+};
+
+// The chunk size for a cap (bytes/s; 0 or kUnlimited = unlimited).
+size_t ChunkBytesForCap(double cap_bytes_per_second, int64_t chunk_time_nanos = 2'000'000);
+
+// One frame to write: a chunk of a queued message. Shares the message's bytes.
+struct EgressFrame {
+  NodeId peer;
+  PartitionId partition = 0;
+  Channel channel = node::p2p::CONSENSUS;
+  uint64_t message_id = 0;
+  uint32_t message_length = 0;  // whole message
+  uint32_t chunk_index = 0;
+  uint32_t chunk_count = 1;
+  std::shared_ptr<const std::string> data;  // whole message
+  size_t offset = 0;                        // of this chunk in data
+  size_t length = 0;                        // of this chunk
+  int64_t enqueued_at = 0;                  // clock nanos when the message was enqueued
+
+  absl::string_view payload() const { return absl::string_view(*data).substr(offset, length); }
+  size_t wire_bytes() const { return length + kFrameOverheadBytes; }
+};
+
+struct DequeueResult {
+  std::optional<EgressFrame> frame;
+  // When no frame: nanos until one may be ready (kNever: queues empty or cap closed).
+  int64_t wait_nanos = 0;
+};
+
+struct ChannelEgressStats {
+  uint64_t bytes_sent = 0;   // payload + kFrameOverheadBytes per frame
+  uint64_t frames_sent = 0;
+  uint64_t messages_enqueued = 0;
+  uint64_t messages_dropped = 0;  // TX_FORWARD/BULK drop-oldest
+  uint64_t bytes_dropped = 0;
+  uint64_t messages_refused = 0;  // CONSENSUS/SYNC overflow (Enqueue returned ResourceExhausted)
+  uint64_t queued_bytes = 0;
+  uint64_t queued_messages = 0;
+  flowctl::HistogramSnapshot queue_delay_nanos;  // enqueue -> first chunk dequeued
+};
+
+struct PartitionEgressStats {
+  uint64_t bytes_sent = 0;
+  uint64_t frames_sent = 0;
+};
+
+struct EgressStats {
+  std::array<ChannelEgressStats, kNumChannels> channels;  // in priority order
+  std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partitions;
+  uint64_t oversized_refused = 0;
+  double cap_bytes_per_second = 0;  // kUnlimited when unlimited
+  double tx_forward_rate = 0;       // current derived rate; kUnlimited when unlimited
+  double priority_usage_bytes_per_second = 0;  // CONSENSUS + SYNC moving average
+  size_t chunk_bytes = 0;
+};
+
+class EgressScheduler {
+ public:
+  static constexpr int64_t kNever = flowctl::TokenBucket::kNever;
+
+  // REQUIRES: clock outlives the scheduler.
+  EgressScheduler(const EgressOptions& options, const flowctl::Clock* clock);
+  EgressScheduler(const EgressScheduler&) = delete;
+  EgressScheduler& operator=(const EgressScheduler&) = delete;
+
+  // Queues a message. Errors: InvalidArgument (bad channel; payload over max_frame_bytes, counted),
+  // ResourceExhausted (CONSENSUS/SYNC queue full; counted and logged).
+  absl::Status Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
+                       std::shared_ptr<const std::string> payload);
+  absl::Status Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
+                       std::string payload) {
+    return Enqueue(peer, partition, channel,
+                   std::make_shared<const std::string>(std::move(payload)));
+  }
+
+  // The next frame to write now (its bytes are charged to the buckets), or how long to wait.
+  DequeueResult Dequeue();
+
+  // Drops every queued message for `peer` (its connection went away). Returns messages dropped.
+  size_t DropPeer(const NodeId& peer);
+
+  // Live changes. InvalidArgument for negative values / weight 0.
+  absl::Status SetCap(double cap_bytes_per_second);  // 0 = unlimited
+  absl::Status SetTxForwardFloor(double floor_bytes_per_second);
+  absl::Status SetPartitionWeight(PartitionId partition, uint32_t weight);  // default 1
+
+  // Called (with no scheduler lock held) after each successful Enqueue and each cap change, so a
+  // sender waiting on a previous wait_nanos can look again. nullptr removes it.
+  void SetWakeup(std::function<void()> wakeup);
+
+  EgressStats Stats() const;
+  bool fifo_mode() const { return options_.fifo_mode; }
+
+ private:
+  struct Message {
+    uint64_t id = 0;
+    NodeId peer;
+    PartitionId partition = 0;
+    Channel channel = node::p2p::CONSENSUS;
+    std::shared_ptr<const std::string> data;
+    int64_t enqueued_at = 0;
+    size_t offset = 0;        // bytes already dequeued
+    uint32_t chunk_size = 0;  // fixed at the first chunk
+    uint32_t next_chunk = 0;
+    bool started() const { return next_chunk > 0; }
+  };
+  struct PartitionQueue {
+    std::deque<Message> messages;
+    int64_t deficit = 0;
+    bool quantum_given = false;
+  };
+  struct ChannelState {
+    std::map<PartitionId, PartitionQueue> partitions;  // only non-empty ones
+    std::deque<PartitionId> active;                     // round-robin order
+    uint64_t queued_bytes = 0;
+    uint64_t queued_messages = 0;
+    ChannelEgressStats stats;
+    flowctl::Histogram delay;
+  };
+
+  size_t ChunkCost(const Message& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PartitionQueue* SelectPartition(ChannelState& cs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  EgressFrame CutChunk(Message& m, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Account(const EgressFrame& f, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DropOldest(ChannelState& cs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemovePartitionIfEmpty(ChannelState& cs, PartitionId p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdvanceUsageWindow(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateDerivedRate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double PriorityUsage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  DequeueResult DequeuePriority(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  DequeueResult DequeueFifo(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  static constexpr int kUsageSlots = 10;
+
+  // Constant after construction.
+  const EgressOptions options_;
+  const flowctl::Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  double cap_ ABSL_GUARDED_BY(mu_);  // kUnlimited when unlimited
+  double floor_ ABSL_GUARDED_BY(mu_);
+  size_t chunk_bytes_ ABSL_GUARDED_BY(mu_);
+  double tx_rate_ ABSL_GUARDED_BY(mu_);
+  flowctl::TokenBucket global_bucket_;  // its own synchronization; reconfigured under mu_
+  flowctl::TokenBucket tx_bucket_;
+  std::array<ChannelState, kNumChannels> channels_ ABSL_GUARDED_BY(mu_);
+  std::deque<Message> fifo_ ABSL_GUARDED_BY(mu_);  // fifo_mode only
+  std::map<PartitionId, uint32_t> weights_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partition_stats_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t oversized_refused_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // CONSENSUS + SYNC bytes per slot of the usage window; slot_start_ is the current slot's start.
+  std::array<uint64_t, kUsageSlots> usage_slots_ ABSL_GUARDED_BY(mu_) = {};
+  int usage_slot_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t slot_start_ ABSL_GUARDED_BY(mu_) = 0;
+  void Wake() ABSL_LOCKS_EXCLUDED(mu_, wakeup_mu_);
+  absl::Mutex wakeup_mu_;
+  std::function<void()> wakeup_ ABSL_GUARDED_BY(wakeup_mu_);
+};
+
+}  // namespace p2p
+
+#endif  // P2P_EGRESS_SCHEDULER_H_

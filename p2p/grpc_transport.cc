@@ -1,0 +1,505 @@
+#include "p2p/grpc_transport.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "p2p/handshake.h"
+#include "p2p/peer_connection.h"
+#include "p2p/reassembler.h"
+
+namespace p2p {
+
+using node::p2p::StreamMessage;
+
+struct GrpcTransport::Counters {
+  std::atomic<uint64_t> frames_received{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> messages_delivered{0};
+  std::atomic<uint64_t> frames_refused{0};
+  std::atomic<uint64_t> handshakes_accepted{0};
+  std::atomic<uint64_t> handshakes_refused{0};
+  std::atomic<uint64_t> frames_dropped_no_peer{0};
+  std::atomic<uint64_t> frames_dropped_peer_queue{0};
+  std::atomic<uint64_t> streams_written{0};
+};
+
+// The accepting side: handshake, then the connection runs on the gRPC handler thread.
+class GrpcTransport::Service final : public node::p2p::PeerService::Service {
+ public:
+  explicit Service(GrpcTransport* t) : t_(t) {}
+
+  grpc::Status Connect(grpc::ServerContext* ctx,
+                       grpc::ServerReaderWriter<StreamMessage, StreamMessage>* stream) override {
+    {
+      absl::MutexLock l(&t_->mu_);
+      if (t_->stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "node stopping");
+    }
+    return Serve(ctx, stream);
+  }
+
+ private:
+  // The handshake, then (when it succeeds) the connection until it ends.
+  grpc::Status Serve(grpc::ServerContext* ctx,
+                     grpc::ServerReaderWriter<StreamMessage, StreamMessage>* stream) {
+    const uint64_t watch = t_->WatchHandshake([ctx] { ctx->TryCancel(); });
+    struct Unwatch {
+      GrpcTransport* t;
+      uint64_t id;
+      ~Unwatch() { t->UnwatchHandshake(id); }
+    } unwatch{t_, watch};
+    StreamMessage msg;
+    if (!stream->Read(&msg)) return grpc::Status(grpc::StatusCode::CANCELLED, "no handshake");
+    if (!msg.has_client_hello()) return Refuse(ctx, "expected ClientHello");
+    const node::p2p::ClientHello hello = msg.client_hello();
+    const NodeId& claimed = hello.node_id();
+    if (NodeIdFromPublicKey(hello.public_key()) != claimed) {
+      return Refuse(ctx, absl::StrCat("node id ", claimed, " does not match its public key"));
+    }
+    {
+      absl::MutexLock l(&t_->mu_);
+      auto it = t_->peers_.find(claimed);
+      if (it == t_->peers_.end() || it->second.public_key != hello.public_key()) {
+        return Refuse(ctx, absl::StrCat("unknown peer ", claimed,
+                                        ": its key is not in the configured peer set"));
+      }
+    }
+    if (hello.expected_peer_id() != t_->self_) {
+      return Refuse(ctx, absl::StrCat("dialed ", hello.expected_peer_id(), " but this node is ",
+                                      t_->self_));
+    }
+    const std::string server_nonce = NewHandshakeNonce();
+    StreamMessage reply;
+    node::p2p::ServerHello* sh = reply.mutable_server_hello();
+    sh->set_public_key(t_->key_.public_key().bytes());
+    sh->set_node_id(t_->self_);
+    sh->set_nonce(server_nonce);
+    sh->set_signature(t_->key_.Sign(HandshakeTranscript(HandshakeRole::kServer, claimed, t_->self_,
+                                                        hello.nonce(), server_nonce)));
+    if (!stream->Write(reply)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
+    if (!stream->Read(&msg)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
+    if (!msg.has_client_auth()) return Refuse(ctx, "expected ClientAuth");
+    absl::Status ok = VerifyHandshake(HandshakeRole::kClient, hello.public_key(), claimed, claimed,
+                                      t_->self_, hello.nonce(), server_nonce,
+                                      msg.client_auth().signature());
+    if (!ok.ok()) return Refuse(ctx, std::string(ok.message()));
+    reply.mutable_server_accept();
+    if (!stream->Write(reply)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
+    t_->counters_->handshakes_accepted.fetch_add(1);
+    t_->UnwatchHandshake(watch);
+    auto conn = std::make_shared<PeerConnection>(
+        claimed, [stream](const StreamMessage& m) { return stream->Write(m); },
+        [stream](StreamMessage* m) { return stream->Read(m); }, [ctx] { ctx->TryCancel(); },
+        t_->options_.peer_queue_bytes, t_->options_.max_batch_bytes,
+        t_->options_.egress.max_frame_bytes, &t_->counters_->streams_written);
+    t_->RunConnection(conn);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Refuse(grpc::ServerContext* ctx, const std::string& why) {
+    LOG(WARNING) << "p2p " << t_->self_ << ": refused stream from " << ctx->peer() << ": " << why;
+    t_->counters_->handshakes_refused.fetch_add(1);
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
+  }
+
+  GrpcTransport* const t_;
+};
+
+GrpcTransport::GrpcTransport(PrivateKey key, GrpcTransportOptions options,
+                             const flowctl::Clock* clock)
+    : key_(std::move(key)),
+      self_(NodeIdFromPublicKey(key_.public_key().bytes())),
+      options_(std::move(options)),
+      clock_(clock),
+      scheduler_(options_.egress, clock),
+      sender_(&scheduler_, [this](EgressFrame f) { OnEgressFrame(std::move(f)); }),
+      counters_(std::make_unique<Counters>()),
+      service_(std::make_unique<Service>(this)) {
+  absl::MutexLock l(&mu_);
+  for (const PeerSpec& spec : options_.peers) {
+    const NodeId id = NodeIdFromPublicKey(spec.public_key);
+    if (id != self_) peers_[id] = Peer{spec.public_key, spec.address, nullptr};
+  }
+}
+
+GrpcTransport::~GrpcTransport() { Stop(); }
+
+absl::Status GrpcTransport::Start() {
+  {
+    absl::MutexLock l(&mu_);
+    CHECK(!started_) << "GrpcTransport started twice";
+    for (const PeerSpec& spec : options_.peers) {
+      if (!PublicKey::FromBytes(spec.public_key).ok()) {
+        return absl::InvalidArgumentError("peer public key is not a 32-byte Ed25519 key");
+      }
+    }
+    started_ = true;
+  }
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service_.get());
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             static_cast<int>(options_.keepalive_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             static_cast<int>(options_.keepalive_time_ms / 2));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));
+  }
+  port_.store(port);
+  sender_.Start();
+  watchdog_ = std::thread([this] { WatchdogLoop(); });
+  absl::MutexLock l(&mu_);
+  for (const auto& [id, peer] : peers_) {
+    if (self_ < id) dialers_.emplace_back([this, id = id] { DialLoop(id); });
+  }
+  LOG(INFO) << "p2p " << self_ << ": listening on port " << port << ", " << peers_.size()
+            << " peers";
+  return absl::OkStatus();
+}
+
+void GrpcTransport::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    if (!started_) return;
+  }
+  sender_.Stop();
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& [id, ctx] : dialing_) ctx->TryCancel();
+    for (auto& [id, peer] : peers_) {
+      if (peer.conn) peer.conn->Close();
+    }
+  }
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(options_.shutdown_grace_ms));
+    server_->Wait();
+  }
+  for (std::thread& t : dialers_) t.join();
+  dialers_.clear();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+uint64_t GrpcTransport::WatchHandshake(std::function<void()> cancel) {
+  absl::MutexLock l(&mu_);
+  const uint64_t id = next_watch_id_++;
+  handshakes_[id] =
+      HandshakeWatch{absl::Now() + absl::Milliseconds(options_.handshake_timeout_ms),
+                     std::move(cancel)};
+  return id;
+}
+
+void GrpcTransport::UnwatchHandshake(uint64_t id) {
+  absl::MutexLock l(&mu_);
+  handshakes_.erase(id);
+}
+
+void GrpcTransport::WatchdogLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
+    absl::Time next = now + absl::Seconds(1);
+    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+      if (it->second.deadline <= now) {
+        LOG(WARNING) << "p2p " << self_ << ": handshake timed out; stream cancelled";
+        it->second.cancel();  // TryCancel: does not block or call back into us
+        it = handshakes_.erase(it);
+      } else {
+        next = std::min(next, it->second.deadline);
+        ++it;
+      }
+    }
+    // Wakes at the earliest deadline, on a new watch (ids grow), or on stop.
+    const uint64_t seen = next_watch_id_;
+    auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || next_watch_id_ != seen;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&changed), next);
+  }
+}
+
+void GrpcTransport::SetPeerAddress(const NodeId& peer, const std::string& address) {
+  absl::MutexLock l(&mu_);
+  auto it = peers_.find(peer);
+  if (it != peers_.end()) it->second.address = address;
+}
+
+void GrpcTransport::Register(const std::shared_ptr<PeerConnection>& conn) {
+  absl::MutexLock el(&event_mu_);
+  std::shared_ptr<PeerConnection> old;
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) {
+      conn->Close();
+      return;
+    }
+    Peer& p = peers_[conn->peer()];
+    old = std::move(p.conn);
+    p.conn = conn;
+  }
+  if (old) {
+    old->Close();
+    scheduler_.DropPeer(conn->peer());
+    if (on_peer_event_) on_peer_event_(conn->peer(), PeerEvent::kDown);
+  }
+  LOG(INFO) << "p2p " << self_ << ": peer " << conn->peer() << " up";
+  if (on_peer_event_) on_peer_event_(conn->peer(), PeerEvent::kUp);
+}
+
+void GrpcTransport::Unregister(const std::shared_ptr<PeerConnection>& conn) {
+  absl::MutexLock el(&event_mu_);
+  {
+    absl::MutexLock l(&mu_);
+    auto it = peers_.find(conn->peer());
+    if (it == peers_.end() || it->second.conn != conn) return;  // replaced: no event
+    it->second.conn.reset();
+  }
+  scheduler_.DropPeer(conn->peer());
+  LOG(INFO) << "p2p " << self_ << ": peer " << conn->peer() << " down";
+  if (on_peer_event_) on_peer_event_(conn->peer(), PeerEvent::kDown);
+}
+
+void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
+  conn->StartWriter();
+  Register(conn);
+  StreamMessage msg;
+  while (conn->Read(&msg)) {
+    if (!msg.has_frames()) {
+      LOG(WARNING) << "p2p " << self_ << ": peer " << conn->peer()
+                   << " sent a handshake message on an open stream; closing it";
+      break;
+    }
+    for (node::p2p::Frame& f : *msg.mutable_frames()->mutable_frames()) {
+      counters_->frames_received.fetch_add(1, std::memory_order_relaxed);
+      counters_->bytes_received.fetch_add(f.payload().size(), std::memory_order_relaxed);
+      absl::StatusOr<std::optional<Reassembler::Message>> m =
+          conn->reassembler().Add(f.header(), std::move(*f.mutable_payload()));
+      if (!m.ok()) {
+        counters_->frames_refused.fetch_add(1, std::memory_order_relaxed);
+        LOG_EVERY_N(WARNING, 100) << "p2p " << self_ << ": frame from " << conn->peer()
+                                  << " refused: " << m.status().message();
+        continue;
+      }
+      if (!m->has_value()) continue;
+      counters_->messages_delivered.fetch_add(1, std::memory_order_relaxed);
+      if (on_message_) {
+        on_message_(conn->peer(), (*m)->partition, (*m)->channel, std::move((*m)->payload));
+      }
+    }
+  }
+  conn->Detach();
+  Unregister(conn);
+}
+
+void GrpcTransport::OnEgressFrame(EgressFrame frame) {
+  std::shared_ptr<PeerConnection> conn;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    auto it = peers_.find(frame.peer);
+    if (it != peers_.end()) conn = it->second.conn;
+  }
+  if (conn == nullptr) {
+    counters_->frames_dropped_no_peer.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!conn->Push(std::move(frame))) {
+    counters_->frames_dropped_peer_queue.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+bool GrpcTransport::WaitBackoff(int64_t ms) {
+  absl::MutexLock l(&mu_);
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+  mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(ms));
+  return !stopping_;
+}
+
+void GrpcTransport::DialLoop(NodeId peer) {
+  std::mt19937_64 rng(std::hash<std::string>()(self_ + peer));
+  std::uniform_real_distribution<double> jitter(0.8, 1.2);
+  int64_t backoff = options_.initial_backoff_ms;
+  std::shared_ptr<grpc::Channel> channel;
+  std::string channel_address;
+  for (;;) {
+    std::string address, key;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this, &peer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !peers_[peer].address.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      address = peers_[peer].address;
+      key = peers_[peer].public_key;
+    }
+    if (channel == nullptr || address != channel_address) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time_ms));
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options_.keepalive_timeout_ms));
+      args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+      args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options_.initial_backoff_ms));
+      args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options_.initial_backoff_ms));
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.max_backoff_ms));
+      // Our own stream per peer; do not share a TCP connection with other channels.
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      channel_address = address;
+    }
+    auto stub = node::p2p::PeerService::NewStub(channel);
+    bool authenticated = false;
+    {
+      grpc::ClientContext ctx;
+      {
+        absl::MutexLock l(&mu_);
+        if (stopping_) return;
+        dialing_[peer] = &ctx;
+      }
+      authenticated = DialOnce(peer, key, &ctx, stub.get());
+      absl::MutexLock l(&mu_);
+      dialing_.erase(peer);
+    }
+    backoff = authenticated ? options_.initial_backoff_ms
+                            : std::min(backoff * 2, options_.max_backoff_ms);
+    if (!WaitBackoff(static_cast<int64_t>(static_cast<double>(backoff) * jitter(rng)))) return;
+  }
+}
+
+bool GrpcTransport::DialOnce(const NodeId& peer, const std::string& expected_key,
+                             grpc::ClientContext* ctx, node::p2p::PeerService::Stub* stub) {
+  const uint64_t watch = WatchHandshake([ctx] { ctx->TryCancel(); });
+  struct Unwatch {
+    GrpcTransport* t;
+    uint64_t id;
+    ~Unwatch() { t->UnwatchHandshake(id); }
+  } unwatch{this, watch};
+  auto stream = stub->Connect(ctx);
+  auto fail = [&](const std::string& why) {
+    ctx->TryCancel();
+    grpc::Status st = stream->Finish();
+    if (!why.empty()) {
+      counters_->handshakes_refused.fetch_add(1);
+      LOG(WARNING) << "p2p " << self_ << ": refused peer " << peer << ": " << why;
+    } else if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      LOG(WARNING) << "p2p " << self_ << ": peer " << peer << " refused us: " << st.error_message();
+    } else {
+      VLOG(1) << "p2p " << self_ << ": dial " << peer << " failed: " << st.error_message();
+    }
+    return false;
+  };
+  const std::string client_nonce = NewHandshakeNonce();
+  StreamMessage msg;
+  node::p2p::ClientHello* hello = msg.mutable_client_hello();
+  hello->set_public_key(key_.public_key().bytes());
+  hello->set_node_id(self_);
+  hello->set_expected_peer_id(peer);
+  hello->set_nonce(client_nonce);
+  if (!stream->Write(msg)) return fail("");
+  if (!stream->Read(&msg)) return fail("");
+  if (!msg.has_server_hello()) return fail("expected ServerHello");
+  const node::p2p::ServerHello sh = msg.server_hello();
+  if (sh.node_id() != peer || sh.public_key() != expected_key) {
+    return fail(absl::StrCat("the node at this address is ", sh.node_id(), ", not ", peer));
+  }
+  absl::Status ok = VerifyHandshake(HandshakeRole::kServer, sh.public_key(), sh.node_id(), self_,
+                                    peer, client_nonce, sh.nonce(), sh.signature());
+  if (!ok.ok()) return fail(std::string(ok.message()));
+  msg.mutable_client_auth()->set_signature(key_.Sign(
+      HandshakeTranscript(HandshakeRole::kClient, self_, peer, client_nonce, sh.nonce())));
+  if (!stream->Write(msg)) return fail("");
+  if (!stream->Read(&msg)) return fail("");
+  if (!msg.has_server_accept()) return fail("expected ServerAccept");
+  counters_->handshakes_accepted.fetch_add(1);
+  UnwatchHandshake(watch);
+  auto* s = stream.get();
+  auto conn = std::make_shared<PeerConnection>(
+      peer, [s](const StreamMessage& m) { return s->Write(m); },
+      [s](StreamMessage* m) { return s->Read(m); }, [ctx] { ctx->TryCancel(); },
+      options_.peer_queue_bytes, options_.max_batch_bytes, options_.egress.max_frame_bytes,
+      &counters_->streams_written);
+  RunConnection(conn);
+  ctx->TryCancel();
+  stream->Finish();
+  return true;
+}
+
+std::vector<NodeId> GrpcTransport::peers() const {
+  std::vector<NodeId> out;
+  absl::ReaderMutexLock l(&mu_);
+  for (const auto& [id, peer] : peers_) out.push_back(id);
+  return out;
+}
+
+std::vector<NodeId> GrpcTransport::connected_peers() const {
+  std::vector<NodeId> out;
+  absl::ReaderMutexLock l(&mu_);
+  for (const auto& [id, peer] : peers_) {
+    if (peer.conn) out.push_back(id);
+  }
+  return out;
+}
+
+absl::Status GrpcTransport::Send(const NodeId& peer, PartitionId partition, Channel channel,
+                                 std::string payload) {
+  {
+    absl::ReaderMutexLock l(&mu_);
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown peer ", peer));
+    if (it->second.conn == nullptr) {
+      return absl::UnavailableError(absl::StrCat("peer ", peer, " not connected"));
+    }
+  }
+  return scheduler_.Enqueue(peer, partition, channel, std::move(payload));
+}
+
+absl::Status GrpcTransport::Broadcast(PartitionId partition, Channel channel,
+                                      std::string payload) {
+  if (payload.size() > options_.egress.max_frame_bytes) {
+    // Let the scheduler produce (and count) the error.
+    return scheduler_.Enqueue(self_, partition, channel, std::move(payload));
+  }
+  auto shared = std::make_shared<const std::string>(std::move(payload));
+  absl::Status first_error;
+  for (const NodeId& peer : connected_peers()) {
+    absl::Status s = scheduler_.Enqueue(peer, partition, channel, shared);
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  return first_error;
+}
+
+void GrpcTransport::SetHandlers(MessageHandler on_message, PeerEventHandler on_peer_event) {
+  on_message_ = std::move(on_message);
+  on_peer_event_ = std::move(on_peer_event);
+}
+
+TransportStats GrpcTransport::Stats() const {
+  TransportStats s;
+  s.egress = scheduler_.Stats();
+  s.frames_received = counters_->frames_received.load();
+  s.bytes_received = counters_->bytes_received.load();
+  s.messages_delivered = counters_->messages_delivered.load();
+  s.frames_refused = counters_->frames_refused.load();
+  s.handshakes_accepted = counters_->handshakes_accepted.load();
+  s.handshakes_refused = counters_->handshakes_refused.load();
+  s.frames_dropped_no_peer = counters_->frames_dropped_no_peer.load();
+  s.frames_dropped_peer_queue = counters_->frames_dropped_peer_queue.load();
+  s.streams_written = counters_->streams_written.load();
+  return s;
+}
+
+}  // namespace p2p

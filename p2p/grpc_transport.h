@@ -1,0 +1,188 @@
+// GrpcTransport: the Network between real nodes, over authenticated gRPC streams.
+//
+// - Identity: an Ed25519 key (p2p/ed25519.h, read from PEM by the caller); node id =
+//   NodeIdFromPublicKey (p2p/network.h).
+// - One PeerService.Connect bidirectional stream per pair of configured peers: the node with the
+//   LOWER id dials the higher one (so there is exactly one stream per pair, and a restarted node
+//   is re-dialled or re-dials by itself). The dialer retries with exponential backoff and jitter;
+//   gRPC keepalive pings detect dead connections.
+// - Handshake (proto/p2p.proto, p2p/handshake.h): both sides sign a transcript binding both ids
+//   and both nonces. A key outside the configured peer set, a bad signature, or anything but the
+//   handshake before it completes ends the stream with PERMISSION_DENIED and a log line. Frames
+//   of an unauthenticated stream never reach the handlers; peer up/down events fire only for
+//   authenticated connections.
+// - Egress: Send/Broadcast -> EgressScheduler (global cap, priorities, chunking) -> one sender
+//   thread -> a bounded queue per peer connection -> that connection's writer thread, which
+//   batches whatever is queued into one stream message.
+// - Ingress: the connection's reader thread (the gRPC handler thread on the accepting side, the
+//   dialer thread on the dialing side) reads frame headers, reassembles chunks (p2p/reassembler.h)
+//   and calls the message handler with the undecoded payload.
+//
+// Thread-safety: Network methods and Stats from any thread; Start/Stop from the owner. Stop()
+// is bounded: it cancels every stream and shuts the server down with a short deadline.
+//
+//   ASSIGN_OR_RETURN(p2p::PrivateKey key, p2p::PrivateKey::ReadPemFile(path));
+//   p2p::GrpcTransportOptions opt;
+//   opt.listen_address = "0.0.0.0:26656";
+//   opt.peers.push_back({peer_public_key_bytes, "10.0.0.2:26656"});
+//   auto t = std::make_unique<p2p::GrpcTransport>(std::move(key), opt);
+//   t->SetHandlers(on_message, on_peer_event);
+//   RETURN_IF_ERROR(t->Start());
+#ifndef P2P_GRPC_TRANSPORT_H_
+#define P2P_GRPC_TRANSPORT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "flowctl/clock.h"
+#include "p2p/ed25519.h"
+#include "p2p/egress_scheduler.h"
+#include "p2p/egress_sender.h"
+#include "p2p/network.h"
+#include "proto/p2p.grpc.pb.h"
+
+namespace grpc {
+class ClientContext;
+class Server;
+}  // namespace grpc
+
+namespace p2p {
+
+class PeerConnection;
+
+struct PeerSpec {
+  std::string public_key;  // raw 32 bytes
+  std::string address;     // host:port; may be empty and set later with SetPeerAddress
+};
+
+struct GrpcTransportOptions {
+  std::string listen_address = "127.0.0.1:0";  // port 0: pick one, see port()
+  std::vector<PeerSpec> peers;
+  EgressOptions egress;
+  int64_t initial_backoff_ms = 50;
+  int64_t max_backoff_ms = 2000;
+  int64_t keepalive_time_ms = 10'000;
+  int64_t keepalive_timeout_ms = 5'000;
+  // Frames queued for one peer's writer beyond this are dropped (counted): a stalled peer must
+  // not hold the node's memory. CONSENSUS frames get twice the room.
+  size_t peer_queue_bytes = 16 << 20;
+  // Bytes of frames packed into one stream message at most.
+  size_t max_batch_bytes = 256 << 10;
+  // A stream must finish the handshake within this, or it is cancelled (both sides).
+  int64_t handshake_timeout_ms = 5'000;
+  // Deadline of Stop()'s server shutdown.
+  int64_t shutdown_grace_ms = 500;
+};
+
+struct TransportStats {
+  EgressStats egress;
+  uint64_t frames_received = 0;
+  uint64_t bytes_received = 0;          // payload bytes
+  uint64_t messages_delivered = 0;
+  uint64_t frames_refused = 0;          // bad or oversized inbound frames
+  uint64_t handshakes_accepted = 0;     // both directions
+  uint64_t handshakes_refused = 0;      // both directions
+  uint64_t frames_dropped_no_peer = 0;  // dequeued for a peer that was gone
+  uint64_t frames_dropped_peer_queue = 0;
+  uint64_t streams_written = 0;         // stream messages written (batches)
+};
+
+class GrpcTransport final : public Network {
+ public:
+  GrpcTransport(PrivateKey key, GrpcTransportOptions options,
+                const flowctl::Clock* clock = flowctl::Clock::Real());
+  ~GrpcTransport() override;  // Stop()
+  GrpcTransport(const GrpcTransport&) = delete;
+  GrpcTransport& operator=(const GrpcTransport&) = delete;
+
+  // Binds, serves and starts dialing. Once only. InvalidArgument for a bad peer key;
+  // Unavailable if the address cannot be bound.
+  absl::Status Start();
+  // Idempotent; bounded in time.
+  void Stop();
+
+  // The bound port (after Start).
+  int port() const { return port_.load(); }
+  // Sets (or changes) where a peer is dialed. Ignored for unknown peers.
+  void SetPeerAddress(const NodeId& peer, const std::string& address);
+
+  EgressScheduler& egress() { return scheduler_; }
+  TransportStats Stats() const;
+
+  // Network.
+  const NodeId& self() const override { return self_; }
+  std::vector<NodeId> peers() const override;
+  std::vector<NodeId> connected_peers() const override;
+  absl::Status Send(const NodeId& peer, PartitionId partition, Channel channel,
+                    std::string payload) override;
+  absl::Status Broadcast(PartitionId partition, Channel channel, std::string payload) override;
+  void SetHandlers(MessageHandler on_message, PeerEventHandler on_peer_event) override;
+
+ private:
+  class Service;
+  struct Peer {
+    std::string public_key;
+    std::string address;
+    std::shared_ptr<PeerConnection> conn;  // the authenticated connection, if any
+  };
+  struct Counters;
+
+  // Runs an authenticated connection until it ends; called on the reader thread.
+  void RunConnection(const std::shared_ptr<PeerConnection>& conn);
+  void Register(const std::shared_ptr<PeerConnection>& conn);
+  void Unregister(const std::shared_ptr<PeerConnection>& conn);
+  void OnEgressFrame(EgressFrame frame);
+  void DialLoop(NodeId peer);
+  // True when the stream got through the handshake (and has now ended).
+  bool DialOnce(const NodeId& peer, const std::string& expected_key, grpc::ClientContext* ctx,
+                node::p2p::PeerService::Stub* stub);
+  bool WaitBackoff(int64_t ms);  // false when stopping
+  // Handshake deadlines: `cancel` runs if the handshake is still going at the deadline.
+  uint64_t WatchHandshake(std::function<void()> cancel);
+  void UnwatchHandshake(uint64_t id);
+  void WatchdogLoop();
+
+  const PrivateKey key_;
+  const NodeId self_;
+  const GrpcTransportOptions options_;
+  const flowctl::Clock* const clock_;
+
+  EgressScheduler scheduler_;
+  EgressSender sender_;
+  std::unique_ptr<Counters> counters_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::thread> dialers_;
+  std::thread watchdog_;
+  std::atomic<int> port_{0};
+
+  // Serializes peer events, so a handler sees up/down for one peer in order.
+  absl::Mutex event_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;
+  std::map<NodeId, Peer> peers_ ABSL_GUARDED_BY(mu_);
+  // The context of each dialer's current stream, so Stop can cancel it.
+  std::map<NodeId, grpc::ClientContext*> dialing_ ABSL_GUARDED_BY(mu_);
+  MessageHandler on_message_;      // set before Start
+  PeerEventHandler on_peer_event_;  // set before Start
+  struct HandshakeWatch {
+    absl::Time deadline;
+    std::function<void()> cancel;
+  };
+  std::map<uint64_t, HandshakeWatch> handshakes_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace p2p
+
+#endif  // P2P_GRPC_TRANSPORT_H_

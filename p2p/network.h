@@ -1,0 +1,94 @@
+// Network: how a node's modules talk to their peers, whatever carries the bytes.
+//
+// Two implementations: GrpcTransport (p2p/grpc_transport.h: authenticated gRPC streams with the
+// egress scheduler in front) and InMemoryNetwork (p2p/in_memory_network.h: a hub in one process
+// for tests and the consensus simulator).
+//
+// Messages are opaque payloads tagged with a partition and a channel. The receiving side hands
+// them to the inbound handler after reading only the frame header, so the payload is decoded by
+// the module that owns it (on its own dispatcher lane), not on a transport thread.
+//
+// Node ids: NodeIdFromPublicKey() = lowercase hex of the first 16 bytes of SHA-256 of the raw
+// 32-byte Ed25519 public key (32 characters). Ids sort as strings; in a transport, the lower id
+// of a pair dials the higher. The in-memory network accepts any string as an id.
+//
+// Thread-safety: Send/Broadcast/peers may be called from any thread. SetHandlers must be called
+// before the network starts delivering (before GrpcTransport::Start; for InMemoryNetwork before
+// the first message is pumped to this node). Handlers are called from transport threads, may run
+// concurrently for different peers, and must not block (queue the work and return).
+//
+//   network->SetHandlers(
+//       [&](const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch, std::string bytes) {
+//         partitions.at(part)->dispatcher().Offer(from, ch, std::move(bytes));
+//       },
+//       [&](const p2p::NodeId& peer, p2p::PeerEvent ev) { LOG(INFO) << peer << " " << ev; });
+//   RETURN_IF_ERROR(network->Broadcast(/*partition=*/1, p2p::Channel::CONSENSUS, msg.SerializeAsString()));
+#ifndef P2P_NETWORK_H_
+#define P2P_NETWORK_H_
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "proto/p2p.pb.h"
+
+namespace p2p {
+
+using NodeId = std::string;
+using PartitionId = uint32_t;
+using Channel = node::p2p::Channel;
+
+// Channels in priority order, highest first; ChannelIndex maps a channel to 0..3 in this order.
+inline constexpr int kNumChannels = 4;
+inline constexpr Channel kChannelsByPriority[kNumChannels] = {
+    node::p2p::CONSENSUS, node::p2p::SYNC, node::p2p::TX_FORWARD, node::p2p::BULK};
+// REQUIRES: IsValidChannel(c).
+inline int ChannelIndex(Channel c) { return static_cast<int>(c) - 1; }
+inline bool IsValidChannel(int c) { return c >= node::p2p::CONSENSUS && c <= node::p2p::BULK; }
+// "CONSENSUS", "SYNC", ...
+inline const std::string& ChannelName(Channel c) { return node::p2p::Channel_Name(c); }
+
+enum class PeerEvent { kUp, kDown };
+std::ostream& operator<<(std::ostream& os, PeerEvent e);
+
+// Lowercase hex of the first 16 bytes of SHA-256(raw_public_key).
+NodeId NodeIdFromPublicKey(absl::string_view raw_public_key);
+
+class Network {
+ public:
+  // (peer the message came from, partition, channel, payload).
+  using MessageHandler =
+      std::function<void(const NodeId& from, PartitionId partition, Channel channel,
+                          std::string payload)>;
+  using PeerEventHandler = std::function<void(const NodeId& peer, PeerEvent event)>;
+
+  virtual ~Network() = default;
+
+  // This node's id.
+  virtual const NodeId& self() const = 0;
+  // The configured peers (never self), sorted.
+  virtual std::vector<NodeId> peers() const = 0;
+  // Peers currently connected and authenticated, sorted.
+  virtual std::vector<NodeId> connected_peers() const = 0;
+
+  // Queues `payload` for `peer`. OK means accepted for sending, not delivered: a message may
+  // still be lost if the connection drops (modules retransmit or sync). Errors:
+  // InvalidArgument (unknown peer, bad channel, payload over the max frame size),
+  // Unavailable (peer not connected), ResourceExhausted (the channel's queue is full).
+  virtual absl::Status Send(const NodeId& peer, PartitionId partition, Channel channel,
+                            std::string payload) = 0;
+  // Send to every connected peer. Errors as Send, for the payload itself; peers that are down
+  // are skipped.
+  virtual absl::Status Broadcast(PartitionId partition, Channel channel, std::string payload) = 0;
+
+  // See the thread-safety note above.
+  virtual void SetHandlers(MessageHandler on_message, PeerEventHandler on_peer_event) = 0;
+};
+
+}  // namespace p2p
+
+#endif  // P2P_NETWORK_H_

@@ -1,0 +1,97 @@
+#include "p2p/peer_connection.h"
+
+#include <utility>
+#include <vector>
+
+#include "glog/logging.h"
+
+namespace p2p {
+
+PeerConnection::PeerConnection(NodeId peer, WriteFn write, ReadFn read,
+                               std::function<void()> cancel, size_t queue_bytes,
+                               size_t batch_bytes, size_t max_frame_bytes,
+                               std::atomic<uint64_t>* writes)
+    : peer_(std::move(peer)),
+      write_(std::move(write)),
+      read_(std::move(read)),
+      queue_bytes_(queue_bytes),
+      batch_bytes_(batch_bytes),
+      writes_(writes),
+      reassembler_(max_frame_bytes),
+      cancel_(std::move(cancel)) {}
+
+PeerConnection::~PeerConnection() {
+  CHECK(writer_ == nullptr) << "connection destroyed with its writer running";
+}
+
+bool PeerConnection::Push(EgressFrame f) {
+  absl::MutexLock l(&mu_);
+  const size_t limit = f.channel == node::p2p::CONSENSUS ? 2 * queue_bytes_ : queue_bytes_;
+  if (closed_ || out_bytes_ + f.length > limit) return false;
+  out_bytes_ += f.length;
+  out_.push_back(std::move(f));
+  return true;
+}
+
+void PeerConnection::StartWriter() {
+  writer_ = std::make_unique<std::thread>([this] { WriterLoop(); });
+}
+
+void PeerConnection::Close() {
+  absl::MutexLock l(&mu_);
+  closed_ = true;
+  // Under mu_, so Detach() cannot let the owner free the stream while it is being cancelled.
+  if (cancel_) cancel_();
+}
+
+void PeerConnection::Detach() {
+  Close();
+  if (writer_) {
+    writer_->join();
+    writer_.reset();
+  }
+  absl::MutexLock l(&mu_);
+  cancel_ = nullptr;
+}
+
+void PeerConnection::WriterLoop() {
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !out_.empty(); };
+  std::vector<EgressFrame> batch;
+  node::p2p::StreamMessage msg;
+  for (;;) {
+    batch.clear();
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(&ready));
+      if (closed_) return;
+      // Everything queued, up to batch_bytes_: one gRPC write for many small frames.
+      size_t bytes = 0;
+      while (!out_.empty() && (batch.empty() || bytes + out_.front().length <= batch_bytes_)) {
+        bytes += out_.front().length;
+        out_bytes_ -= out_.front().length;
+        batch.push_back(std::move(out_.front()));
+        out_.pop_front();
+      }
+    }
+    node::p2p::FrameBatch* fb = msg.mutable_frames();
+    fb->Clear();
+    for (const EgressFrame& f : batch) {
+      node::p2p::Frame* fr = fb->add_frames();
+      node::p2p::FrameHeader* h = fr->mutable_header();
+      h->set_partition(f.partition);
+      h->set_channel(f.channel);
+      h->set_length(f.message_length);
+      h->set_chunk_index(f.chunk_index);
+      h->set_chunk_count(f.chunk_count);
+      h->set_message_id(f.message_id);
+      fr->set_payload(f.data->data() + f.offset, f.length);
+    }
+    if (!write_(msg)) {
+      Close();
+      return;
+    }
+    writes_->fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace p2p

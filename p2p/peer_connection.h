@@ -1,0 +1,83 @@
+// PeerConnection: one authenticated peer stream as GrpcTransport uses it, independent of which
+// side dialed: a bounded queue of outbound frames drained by a writer thread that batches them
+// into stream messages, and the reassembly state of the reader.
+//
+// Threads: the reader (the thread that owns the stream: the gRPC handler on the accepting side,
+// the dialer on the dialing side) calls StartWriter, Read, reassembler() and finally Detach.
+// Push and Close may be called from any thread. After Detach the stream functions are never
+// called again, so the owner may destroy the stream.
+//
+//   auto conn = std::make_shared<PeerConnection>(peer, write, read, cancel, 16 << 20, 256 << 10,
+//                                                max_frame_bytes, &writes);
+//   conn->StartWriter();
+//   while (conn->Read(&msg)) { ... conn->reassembler().Add(...) ... }
+//   conn->Detach();
+#ifndef P2P_PEER_CONNECTION_H_
+#define P2P_PEER_CONNECTION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "p2p/egress_scheduler.h"
+#include "p2p/network.h"
+#include "p2p/reassembler.h"
+#include "proto/p2p.pb.h"
+
+namespace p2p {
+
+class PeerConnection {
+ public:
+  using WriteFn = std::function<bool(const node::p2p::StreamMessage&)>;
+  using ReadFn = std::function<bool(node::p2p::StreamMessage*)>;
+
+  // `cancel` ends the stream (makes blocked Read/Write return false); `writes` counts stream
+  // messages written. CONSENSUS frames may use twice `queue_bytes`.
+  PeerConnection(NodeId peer, WriteFn write, ReadFn read, std::function<void()> cancel,
+                 size_t queue_bytes, size_t batch_bytes, size_t max_frame_bytes,
+                 std::atomic<uint64_t>* writes);
+  ~PeerConnection();  // REQUIRES: Detach() was called if StartWriter() was
+
+  PeerConnection(const PeerConnection&) = delete;
+  PeerConnection& operator=(const PeerConnection&) = delete;
+
+  const NodeId& peer() const { return peer_; }
+  bool Read(node::p2p::StreamMessage* m) { return read_(m); }
+  Reassembler& reassembler() { return reassembler_; }
+
+  // Queues a frame for the writer. False (frame dropped) when closed or over the bound.
+  bool Push(EgressFrame f);
+
+  void StartWriter();
+  // Ends the stream: the writer stops and the reader's Read returns false. Idempotent.
+  void Close();
+  // The reader's last call: closes, joins the writer, forgets the stream.
+  void Detach();
+
+ private:
+  void WriterLoop();
+
+  const NodeId peer_;
+  const WriteFn write_;
+  const ReadFn read_;
+  const size_t queue_bytes_;
+  const size_t batch_bytes_;
+  std::atomic<uint64_t>* const writes_;
+  Reassembler reassembler_;              // reader thread only
+  std::unique_ptr<std::thread> writer_;  // reader thread only
+
+  absl::Mutex mu_;
+  std::deque<EgressFrame> out_ ABSL_GUARDED_BY(mu_);
+  size_t out_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> cancel_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace p2p
+
+#endif  // P2P_PEER_CONNECTION_H_

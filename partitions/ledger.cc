@@ -1,0 +1,301 @@
+#include "partitions/ledger.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "flowctl/status_macros.h"
+#include "glog/logging.h"
+#include "p2p/sha256.h"
+#include "partitions/block.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+
+namespace partitions {
+namespace {
+
+constexpr char kBlockPrefix = 'b';
+constexpr char kReceiptPrefix = 'r';
+constexpr char kTxIndexPrefix = 't';
+constexpr char kStatePrefix = 's';
+constexpr char kMetaPrefix = 'c';
+
+void PutBe(uint64_t v, int bytes, std::string* out) {
+  for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t GetBe(absl::string_view s) {
+  uint64_t v = 0;
+  for (unsigned char c : s) v = (v << 8) | c;
+  return v;
+}
+
+std::string BlockKey(uint64_t height) {
+  std::string k(1, kBlockPrefix);
+  PutBe(height, 8, &k);
+  return k;
+}
+
+std::string Location(uint64_t height, uint32_t index) {
+  std::string loc;
+  PutBe(height, 8, &loc);
+  PutBe(index, 4, &loc);
+  return loc;
+}
+
+std::string Prefixed(char prefix, absl::string_view rest) {
+  std::string k(1, prefix);
+  k.append(rest.data(), rest.size());
+  return k;
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = absl::StrCat("ledger ", what, ": rocksdb: ", s.ToString());
+  if (s.IsNotFound()) return absl::NotFoundError(msg);
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  return absl::InternalError(msg);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, uint32_t partition,
+                                                     const LedgerOptions& options) {
+  rocksdb::Options db_options;
+  db_options.create_if_missing = true;
+  db_options.paranoid_checks = true;
+  rocksdb::DB* raw = nullptr;
+  RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &raw), "open " + path));
+  std::unique_ptr<Ledger> ledger(
+      new Ledger(std::unique_ptr<rocksdb::DB>(raw), partition, options));
+  RETURN_IF_ERROR(ledger->LoadTip());
+  return ledger;
+}
+
+Ledger::Ledger(std::unique_ptr<rocksdb::DB> db, uint32_t partition, const LedgerOptions& options)
+    : db_(std::move(db)), partition_(partition), options_(options) {}
+
+Ledger::~Ledger() = default;
+
+absl::Status Ledger::LoadTip() {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  it->SeekForPrev(Prefixed(kBlockPrefix, std::string(8, '\xff')));
+  RETURN_IF_ERROR(FromRocks(it->status(), "seek tip"));
+  absl::MutexLock lock(&mu_);
+  if (!it->Valid() || it->key().size() != 9 || it->key()[0] != kBlockPrefix) {
+    empty_ = true;
+    return absl::OkStatus();
+  }
+  node::chain::Block block;
+  if (!block.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+    return absl::DataLossError("ledger: the last block record does not parse");
+  }
+  if (block.header().partition() != partition_) {
+    return absl::FailedPreconditionError(absl::StrCat("ledger belongs to partition ",
+                                                      block.header().partition(), ", not ",
+                                                      partition_));
+  }
+  empty_ = false;
+  tip_ = block.header();
+  tip_hash_ = BlockHash(tip_);
+  return absl::OkStatus();
+}
+
+absl::Status Ledger::CommitBlock(const node::chain::Block& block,
+                                 absl::Span<const node::chain::Receipt> receipts,
+                                 const WriteSet& writes, const ConsensusMetaWrites& meta) {
+  const node::chain::BlockHeader& h = block.header();
+  const size_t n = static_cast<size_t>(block.tx_hashes_size());
+  if (h.partition() != partition_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block is for partition ", h.partition(), ", ledger is ", partition_));
+  }
+  if (h.tx_count() != n || static_cast<size_t>(block.txs_size()) != n || receipts.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block ", h.height(), ": tx_count ", h.tx_count(), ", ", n, " hashes, ",
+        block.txs_size(), " bodies and ", receipts.size(), " receipts must all agree"));
+  }
+  if (h.tx_root() != TxRoot(block.tx_hashes())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block ", h.height(), ": tx_root does not match its tx hashes"));
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (empty_ ? h.height() != 0 : h.height() != tip_.height() + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "block height ", h.height(), " does not extend the ledger (next is ",
+        empty_ ? 0 : tip_.height() + 1, ")"));
+  }
+  if (!empty_ && h.parent_hash() != tip_hash_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "block ", h.height(), ": parent_hash ", p2p::BytesToHex(h.parent_hash()),
+        " is not the hash of block ", tip_.height(), " (", p2p::BytesToHex(tip_hash_), ")"));
+  }
+
+  rocksdb::WriteBatch batch;
+  batch.Put(BlockKey(h.height()), block.SerializeAsString());
+  absl::flat_hash_set<absl::string_view> indexed;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string loc = Location(h.height(), static_cast<uint32_t>(i));
+    batch.Put(Prefixed(kReceiptPrefix, loc), receipts[i].SerializeAsString());
+    const std::string& tx_hash = block.tx_hashes(static_cast<int>(i));
+    if (!indexed.insert(tx_hash).second) continue;
+    const std::string index_key = Prefixed(kTxIndexPrefix, tx_hash);
+    ASSIGN_OR_RETURN(std::optional<std::string> existing, Read(index_key));
+    if (!existing.has_value()) batch.Put(index_key, loc);
+  }
+  for (const auto& [key, value] : writes) batch.Put(Prefixed(kStatePrefix, key), value);
+  for (const auto& [key, value] : meta) batch.Put(Prefixed(kMetaPrefix, key), value);
+
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), absl::StrCat("commit block ", h.height())));
+  empty_ = false;
+  tip_ = h;
+  tip_hash_ = BlockHash(h);
+  return absl::OkStatus();
+}
+
+bool Ledger::empty() const {
+  absl::MutexLock lock(&mu_);
+  return empty_;
+}
+
+uint64_t Ledger::last_height() const {
+  absl::MutexLock lock(&mu_);
+  CHECK(!empty_) << "last_height() of an empty ledger";
+  return tip_.height();
+}
+
+node::chain::BlockHeader Ledger::last_header() const {
+  absl::MutexLock lock(&mu_);
+  CHECK(!empty_) << "last_header() of an empty ledger";
+  return tip_;
+}
+
+std::string Ledger::last_block_hash() const {
+  absl::MutexLock lock(&mu_);
+  CHECK(!empty_) << "last_block_hash() of an empty ledger";
+  return tip_hash_;
+}
+
+absl::StatusOr<std::optional<std::string>> Ledger::Read(const std::string& key) const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &value);
+  if (s.IsNotFound()) return std::optional<std::string>();
+  RETURN_IF_ERROR(FromRocks(s, "read"));
+  return std::optional<std::string>(std::move(value));
+}
+
+absl::StatusOr<node::chain::Block> Ledger::GetBlock(uint64_t height) const {
+  ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(BlockKey(height)));
+  if (!bytes.has_value()) return absl::NotFoundError(absl::StrCat("no block at height ", height));
+  node::chain::Block block;
+  if (!block.ParseFromString(*bytes)) {
+    return absl::DataLossError(absl::StrCat("block ", height, " does not parse"));
+  }
+  return block;
+}
+
+absl::StatusOr<node::chain::Receipt> Ledger::GetReceipt(absl::string_view tx_hash) const {
+  ASSIGN_OR_RETURN(std::optional<std::string> loc, Read(Prefixed(kTxIndexPrefix, tx_hash)));
+  if (!loc.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no committed tx ", p2p::BytesToHex(tx_hash)));
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(Prefixed(kReceiptPrefix, *loc)));
+  node::chain::Receipt receipt;
+  if (!bytes.has_value() || !receipt.ParseFromString(*bytes)) {
+    return absl::DataLossError(
+        absl::StrCat("receipt of tx ", p2p::BytesToHex(tx_hash), " missing or corrupt"));
+  }
+  return receipt;
+}
+
+absl::StatusOr<std::string> Ledger::GetTx(absl::string_view tx_hash) const {
+  ASSIGN_OR_RETURN(std::optional<std::string> loc, Read(Prefixed(kTxIndexPrefix, tx_hash)));
+  if (!loc.has_value() || loc->size() != 12) {
+    return absl::NotFoundError(absl::StrCat("no committed tx ", p2p::BytesToHex(tx_hash)));
+  }
+  const uint64_t height = GetBe(absl::string_view(*loc).substr(0, 8));
+  const uint64_t index = GetBe(absl::string_view(*loc).substr(8, 4));
+  ASSIGN_OR_RETURN(node::chain::Block block, GetBlock(height));
+  if (index >= static_cast<uint64_t>(block.txs_size())) {
+    return absl::DataLossError(absl::StrCat("tx index points past block ", height));
+  }
+  return block.txs(static_cast<int>(index));
+}
+
+absl::StatusOr<node::chain::Account> Ledger::GetAccount(absl::string_view address) const {
+  ASSIGN_OR_RETURN(std::optional<std::string> v,
+                   Read(Prefixed(kStatePrefix, AccountKey(address))));
+  node::chain::Account account;
+  account.set_address(std::string(address));
+  if (v.has_value() && !DecodeAccount(*v, &account)) {
+    return absl::DataLossError(absl::StrCat("account ", p2p::BytesToHex(address), " corrupt"));
+  }
+  return account;
+}
+
+absl::StatusOr<std::optional<std::string>> Ledger::GetValue(absl::string_view key) const {
+  return Read(Prefixed(kStatePrefix, ValueKey(key)));
+}
+
+absl::StatusOr<StateMap> Ledger::LoadState() const {
+  StateMap state;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  const std::string prefix(1, kStatePrefix);
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    state.emplace(it->key().ToString().substr(1), it->value().ToString());
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "load state"));
+  return state;
+}
+
+absl::Status Ledger::PutConsensusMeta(absl::string_view key, absl::string_view value) {
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return FromRocks(db_->Put(wo, Prefixed(kMetaPrefix, key), rocksdb::Slice(value.data(),
+                                                                           value.size())),
+                   "put consensus meta");
+}
+
+absl::StatusOr<std::string> Ledger::GetConsensusMeta(absl::string_view key) const {
+  ASSIGN_OR_RETURN(std::optional<std::string> v, Read(Prefixed(kMetaPrefix, key)));
+  if (!v.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no consensus meta under \"", key, "\""));
+  }
+  return *std::move(v);
+}
+
+absl::StatusOr<Chain> OpenChain(const std::string& path, uint32_t partition,
+                                const node::chain::GenesisConfig& genesis,
+                                const LedgerOptions& options) {
+  Chain chain;
+  ASSIGN_OR_RETURN(chain.ledger, Ledger::Open(path, partition, options));
+  if (chain.ledger->empty()) {
+    ASSIGN_OR_RETURN(StateMap state, GenesisState(genesis));
+    const WriteSet writes(state.begin(), state.end());
+    chain.executor = std::make_unique<Executor>(partition, std::move(state));
+    node::chain::Block block;
+    node::chain::BlockHeader* h = block.mutable_header();
+    h->set_partition(partition);
+    h->set_height(0);
+    h->set_tx_root(TxRoot(block.tx_hashes()));
+    h->set_state_root(chain.executor->state_root());
+    RETURN_IF_ERROR(chain.ledger->CommitBlock(block, {}, writes));
+    return chain;
+  }
+  ASSIGN_OR_RETURN(StateMap state, chain.ledger->LoadState());
+  chain.executor = std::make_unique<Executor>(partition, std::move(state));
+  const node::chain::BlockHeader tip = chain.ledger->last_header();
+  if (chain.executor->state_root() != tip.state_root()) {
+    return absl::DataLossError(absl::StrCat(
+        "ledger ", path, ": state does not match the state root of block ", tip.height(), " (",
+        p2p::BytesToHex(chain.executor->state_root()), " vs ",
+        p2p::BytesToHex(tip.state_root()), ")"));
+  }
+  return chain;
+}
+
+}  // namespace partitions

@@ -1,0 +1,138 @@
+// Ledger: one partition's durable chain on RocksDB: blocks, tx index, receipts, state, and the
+// consensus metadata the PBFT replica persists.
+//
+// One RocksDB per partition, in its own directory (the caller picks it, e.g.
+// <data_dir>/partition-<id>/ledger). Chosen over one shared DB with key prefixes because each
+// partition then has its own WAL and fsyncs (a busy partition's commits do not queue behind
+// another's), its own compaction, and can be dropped or copied by directory. Inside the DB, keys
+// carry a one-byte prefix (heights big-endian, so keys sort by height):
+//   "b" height            -> Block (header, tx hashes, tx bodies)
+//   "r" height index(u32) -> Receipt
+//   "t" tx hash           -> height, index of the tx's first inclusion (a later replay of the
+//                            same tx, which can only be REJECTED, keeps its receipt by position)
+//   "s" state key         -> state value (executor.h layout)
+//   "c" key               -> consensus metadata (opaque bytes)
+//
+// CommitBlock writes a block, its receipts, its state writes (and optionally consensus metadata)
+// in ONE WriteBatch with sync=true: after a crash the ledger holds a prefix of the committed
+// blocks, each with exactly its state. The genesis block (height 0, no txs) carries the genesis
+// state; OpenChain commits it on first open. Reopening resumes after the last committed block;
+// OpenChain reloads the state and checks it against that block's state root.
+//
+// Errors are absl::Status; RocksDB failures carry RocksDB's message (INTERNAL, or DATA_LOSS for
+// corruption). Thread-safe: commits are serialized; reads may run concurrently with them.
+//
+//   ASSIGN_OR_RETURN(Chain chain, OpenChain(dir, partition, genesis));
+//   BlockExecution r = chain.executor->Execute(h, txs);
+//   ... fill block.header().state_root() = r.state_root ...
+//   RETURN_IF_ERROR(chain.ledger->CommitBlock(block, r.receipts, r.writes));
+//   chain.executor->Apply(r);
+#ifndef PARTITIONS_LEDGER_H_
+#define PARTITIONS_LEDGER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "partitions/executor.h"
+#include "proto/chain.pb.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace partitions {
+
+struct LedgerOptions {
+  // fsync every commit. Only benchmarks of the non-durable path turn it off.
+  bool sync = true;
+};
+
+// Opaque consensus metadata written with a block (or alone): key -> bytes.
+using ConsensusMetaWrites = std::vector<std::pair<std::string, std::string>>;
+
+class Ledger {
+ public:
+  // Opens (creating if missing) the ledger at `path` for `partition`.
+  static absl::StatusOr<std::unique_ptr<Ledger>> Open(const std::string& path, uint32_t partition,
+                                                      const LedgerOptions& options = {});
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // Atomically and durably commits `block` (with its tx bodies), its receipts, the state writes
+  // and the consensus metadata. FAILED_PRECONDITION unless the block extends the tip (height 0
+  // on an empty ledger, else last height + 1 with parent_hash = last block hash);
+  // INVALID_ARGUMENT if the block is inconsistent (partition, tx_count, tx_root, receipts count).
+  absl::Status CommitBlock(const node::chain::Block& block,
+                           absl::Span<const node::chain::Receipt> receipts, const WriteSet& writes,
+                           const ConsensusMetaWrites& meta = {}) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // True until the genesis block is committed.
+  bool empty() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Height of the last committed block. REQUIRES: !empty().
+  uint64_t last_height() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Header and hash of the last committed block. REQUIRES: !empty().
+  node::chain::BlockHeader last_header() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string last_block_hash() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // NOT_FOUND if no block has that height.
+  absl::StatusOr<node::chain::Block> GetBlock(uint64_t height) const;
+  // NOT_FOUND if the tx was never committed.
+  absl::StatusOr<node::chain::Receipt> GetReceipt(absl::string_view tx_hash) const;
+  // The SignedTransaction bytes. NOT_FOUND if the tx was never committed.
+  absl::StatusOr<std::string> GetTx(absl::string_view tx_hash) const;
+  // The committed account (zeros if never touched).
+  absl::StatusOr<node::chain::Account> GetAccount(absl::string_view address) const;
+  // The committed value of a Put key, nullopt if never written.
+  absl::StatusOr<std::optional<std::string>> GetValue(absl::string_view key) const;
+  // The whole committed state (to rebuild the executor).
+  absl::StatusOr<StateMap> LoadState() const;
+
+  // Consensus metadata outside a block commit (synced). NOT_FOUND from Get if never put.
+  absl::Status PutConsensusMeta(absl::string_view key, absl::string_view value);
+  absl::StatusOr<std::string> GetConsensusMeta(absl::string_view key) const;
+
+  uint32_t partition() const { return partition_; }
+
+ private:
+  Ledger(std::unique_ptr<rocksdb::DB> db, uint32_t partition, const LedgerOptions& options);
+  absl::Status LoadTip() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::optional<std::string>> Read(const std::string& key) const;
+
+  // Constant after construction. rocksdb::DB is thread-safe.
+  const std::unique_ptr<rocksdb::DB> db_;
+  const uint32_t partition_;
+  const LedgerOptions options_;
+
+  mutable absl::Mutex mu_;  // serializes commits; guards the tip
+  bool empty_ ABSL_GUARDED_BY(mu_) = true;
+  node::chain::BlockHeader tip_ ABSL_GUARDED_BY(mu_);
+  std::string tip_hash_ ABSL_GUARDED_BY(mu_);
+};
+
+// A ledger and the executor holding its current state.
+struct Chain {
+  std::unique_ptr<Ledger> ledger;
+  std::unique_ptr<Executor> executor;
+};
+
+// Opens the ledger at `path`. On an empty ledger, builds the genesis state from `genesis` and
+// commits genesis block 0; otherwise loads the committed state and checks it against the last
+// block's state root (DATA_LOSS on mismatch; `genesis` is then ignored).
+absl::StatusOr<Chain> OpenChain(const std::string& path, uint32_t partition,
+                                const node::chain::GenesisConfig& genesis,
+                                const LedgerOptions& options = {});
+
+}  // namespace partitions
+
+#endif  // PARTITIONS_LEDGER_H_

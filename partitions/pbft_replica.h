@@ -1,0 +1,213 @@
+// PbftReplica: one replica of a partition's PBFT consensus, as a deterministic state machine.
+//
+// Step(event) -> actions. No threads, clocks, sockets or randomness inside: time arrives as timer
+// events, the network as message events, and everything the replica wants done leaves as actions
+// (pbft_types.h). The same sequence of events always yields the same actions, which is what lets
+// tests/sim drive thousands of seeded runs.
+//
+// Protocol (Castro & Liskov, with signatures): n = 3f+1, quorums of 2f+1, primary = view mod n.
+//  - Normal case: pre-prepare (batch of tx hashes; missing txs are fetched before preparing),
+//    prepare, commit; execution (PbftCommit actions) strictly in seq order; pipelining within the
+//    watermarks (h, h+L].
+//  - Checkpoints every K seqs; 2f+1 matching make one stable: low watermark moves, log is GC'd.
+//  - View change on the request timer (work pending, no progress), with doubling timeouts; view
+//    changes carry prepared certificates; the new primary re-issues them (null batches for gaps).
+//  - Block sync: a replica that learns of a stable checkpoint it has not executed (or stalls
+//    while peers commit) is RECOVERING: it asks peers for committed batches with commit
+//    certificates (2f+1 signed commits), verifies and executes them.
+//  - Persistence: before returning a send, everything it depends on is written to the
+//    ConsensusStore (view, own signed messages, prepared certificates, stable checkpoint), and
+//    Create() rebuilds from it, so a restarted replica never signs a contradiction.
+// Incoming messages must already be signature-verified by the caller (envelope signer == sender).
+//
+// Thread-compatibility: not thread-safe; one owner calls Step (e.g. the partition's consensus lane).
+//
+//   ASSIGN_OR_RETURN(auto replica, PbftReplica::Create(config, deps, {ledger_height, digest}));
+//   Apply(replica->Step(PbftStart{}));
+//   Apply(replica->Step(PbftMessage{std::move(verified_msg)}));
+//   if (replica->CanPropose()) Apply(replica->Step(PbftBatchReady{pool.CutBatch()}));
+#ifndef PARTITIONS_PBFT_REPLICA_H_
+#define PARTITIONS_PBFT_REPLICA_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "partitions/pbft_certs.h"
+#include "partitions/pbft_types.h"
+
+namespace partitions {
+
+class PbftReplica {
+ public:
+  // All must outlive the replica.
+  struct Deps {
+    PbftCrypto* crypto = nullptr;
+    const PbftTxSource* txs = nullptr;
+    ConsensusStore* store = nullptr;
+    const PbftBlockSource* blocks = nullptr;
+  };
+  // Where the ledger stands (after a restart: its height and chain digest).
+  struct LedgerPosition {
+    uint64_t last_executed = 0;
+    std::string chain_digest;  // empty: genesis
+  };
+
+  // Validates the config and rebuilds the persisted state from deps.store.
+  static absl::StatusOr<std::unique_ptr<PbftReplica>> Create(const PbftConfig& config, Deps deps,
+                                                             LedgerPosition position);
+
+  // Processes one event. After a store failure the replica halts: status() is the error and
+  // every later Step returns no actions.
+  std::vector<PbftAction> Step(const PbftEvent& event);
+
+  // True when a PbftBatchReady now would be proposed (primary, view installed, within the
+  // watermarks and the in-flight limit).
+  bool CanPropose() const;
+  ConsensusState state() const;
+  uint64_t view() const { return view_; }
+  bool IsPrimary() const { return config_.PrimaryOf(view_) == config_.self; }
+  uint64_t last_executed() const { return last_executed_; }
+  uint64_t low_watermark() const { return h_; }
+  const std::string& chain_digest() const { return chain_digest_; }
+  const PbftCounters& counters() const { return counters_; }
+  absl::Status status() const { return status_; }
+  const PbftConfig& config() const { return config_; }
+
+ private:
+  // Per-seq log entry. The phase fields belong to the current view and are reset when a view is
+  // left; `cert` (best prepared certificate of any view) and the commit decision survive.
+  struct Slot {
+    std::optional<ConsensusMessage> pre_prepare;
+    std::string digest;
+    std::map<uint32_t, ConsensusMessage> prepares;  // by sender, current view, any digest
+    std::map<uint32_t, ConsensusMessage> commits;   // by sender, current view, any digest
+    bool waiting_txs = false;
+    bool prepared = false;
+    bool sent_commit = false;
+    std::optional<node::consensus::PreparedCertificate> cert;
+    uint64_t cert_view = 0;
+    // Decision (view-independent): committed-local with its certificate.
+    bool committed = false;
+    std::string committed_digest;
+    std::vector<std::string> committed_txs;
+    uint64_t committed_view = 0;
+    std::vector<ConsensusMessage> commit_cert;
+  };
+
+  PbftReplica(const PbftConfig& config, Deps deps, LedgerPosition position);
+  absl::Status Restore();
+
+  // Dispatch (pbft_replica.cc).
+  void OnStart();
+  void OnMessage(const ConsensusMessage& msg);
+  void OnTimer(PbftTimer timer);
+  void OnBatchReady(const std::vector<std::string>& tx_hashes);
+  void OnPendingRequests(uint64_t count);
+  void OnTxsAvailable();
+  void OnRetransmit();
+
+  // Normal case (pbft_replica.cc).
+  void OnPrePrepare(const ConsensusMessage& msg);
+  void OnPrepare(const ConsensusMessage& msg);
+  void OnCommit(const ConsensusMessage& msg);
+  // Records an accepted pre-prepare of the current view; then fetches txs or prepares.
+  void AcceptPrePrepare(const ConsensusMessage& msg);
+  void ContinueAfterTxs(uint64_t seq);
+  void CheckPrepared(uint64_t seq);
+  void CheckCommitted(uint64_t seq);
+  void TryExecute();
+  bool InWindow(uint64_t seq) const { return seq > h_ && seq <= h_ + config_.window; }
+  // Normal-case message of a view not (yet) installed here: buffer if ahead, else count stale.
+  // Returns true when the message was consumed (buffered or dropped).
+  bool DivertByView(const ConsensusMessage& msg, uint64_t view);
+  bool HasUnexecutedWork() const;
+  void UpdateRequestTimer();
+
+  // Checkpoints and block sync (pbft_sync.cc).
+  void OnCheckpoint(const ConsensusMessage& msg);
+  void SendOwnCheckpoint(uint64_t seq);
+  void AdvanceStable(uint64_t seq, const std::string& digest,
+                     const std::vector<ConsensusMessage>& proof);
+  void OnSyncRequest(const ConsensusMessage& msg);
+  void OnSyncResponse(const ConsensusMessage& msg);
+  void RequestSync();
+  uint32_t NextSyncPeer();
+  bool EvidenceAhead() const;
+
+  // View change (pbft_view_change.cc).
+  void StartViewChange(uint64_t new_view);
+  void OnViewChange(const ConsensusMessage& msg);
+  void OnNewView(const ConsensusMessage& msg);
+  void OnNewViewRequest(const ConsensusMessage& msg);
+  void MaybeSendNewView();
+  void InstallNewView(const ConsensusMessage& nv_msg, const NewViewPlan& plan);
+  void ResetViewState();
+  void JoinHigherViewIfBehind();
+
+  // Helpers.
+  ConsensusMessage Signed(ConsensusMessage msg);
+  void Broadcast(const ConsensusMessage& msg, PbftChannel channel = PbftChannel::kConsensus);
+  void SendTo(uint32_t to, const ConsensusMessage& msg,
+              PbftChannel channel = PbftChannel::kConsensus);
+  void Persist(absl::Status status);
+  void SetStateFlags();
+  int64_t ViewChangeTimeout() const;
+
+  const PbftConfig config_;
+  const Deps deps_;
+  const PbftValidator validator_;
+
+  // Output of the current Step.
+  std::vector<PbftAction> out_;
+  absl::Status status_;
+  ConsensusState reported_state_ = ConsensusState::kNormal;
+  PbftCounters counters_;
+
+  // View.
+  uint64_t view_ = 0;
+  bool installed_ = true;  // NewView of view_ installed (view 0 needs none)
+  std::optional<ConsensusMessage> own_view_change_;
+  std::optional<ConsensusMessage> new_view_msg_;  // the NewView that installed view_
+  std::map<uint64_t, std::map<uint32_t, ConsensusMessage>> view_changes_;  // view -> sender
+  std::map<uint32_t, uint64_t> latest_vc_view_;  // sender -> highest ViewChange view seen
+  bool new_view_sent_ = false;
+  uint32_t backoff_shift_ = 0;
+
+  // Log and execution.
+  std::map<uint64_t, Slot> log_;
+  uint64_t next_seq_ = 1;  // primary: next seq to assign
+  uint64_t last_executed_ = 0;
+  std::string chain_digest_;
+  std::set<uint64_t> fetched_for_;  // seqs whose missing txs were already requested
+  std::vector<ConsensusMessage> future_;  // messages of views not installed yet
+
+  // Checkpoints: seq -> sender -> message (bounded per sender).
+  std::map<uint64_t, std::map<uint32_t, ConsensusMessage>> checkpoints_;
+  std::map<uint64_t, std::string> own_checkpoints_;  // seq -> chain digest, above h_
+  uint64_t h_ = 0;
+  std::string stable_digest_;
+  std::vector<ConsensusMessage> stable_proof_;
+
+  // Sync.
+  bool recovering_ = false;
+  uint64_t sync_target_ = 0;
+  std::map<uint64_t, node::consensus::CommittedBatch> synced_;  // verified, not yet executed
+  bool sync_in_flight_ = false;
+  uint32_t sync_rr_ = 0;
+
+  // Timers.
+  uint64_t pending_requests_ = 0;
+  bool request_timer_armed_ = false;
+  uint64_t executed_at_last_tick_ = 0;
+};
+
+}  // namespace partitions
+
+#endif  // PARTITIONS_PBFT_REPLICA_H_

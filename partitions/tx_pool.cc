@@ -1,0 +1,286 @@
+#include "partitions/tx_pool.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "p2p/sha256.h"
+
+namespace partitions {
+
+absl::Status ValidateTxPoolLimits(const TxPoolLimits& l) {
+  if (l.max_txs < 1) return absl::InvalidArgumentError("tx pool max_txs must be >= 1");
+  if (l.max_bytes < 1) return absl::InvalidArgumentError("tx pool max_bytes must be >= 1");
+  if (l.max_per_sender < 1) {
+    return absl::InvalidArgumentError("tx pool max_per_sender must be >= 1");
+  }
+  if (!(l.forward_reserve >= 0 && l.forward_reserve < 1)) {
+    return absl::InvalidArgumentError("tx pool forward_reserve must be in [0, 1)");
+  }
+  if (!(l.high_water > 0 && l.high_water <= 1)) {
+    return absl::InvalidArgumentError("tx pool high_water must be in (0, 1]");
+  }
+  if (l.ttl <= absl::ZeroDuration()) return absl::InvalidArgumentError("tx pool ttl must be > 0");
+  return absl::OkStatus();
+}
+
+TxPool::TxPool(const TxPoolLimits& limits, const flowctl::Clock* clock, NextNonceFn next_nonce)
+    : clock_(clock), next_nonce_(std::move(next_nonce)), limits_(limits) {}
+
+absl::Status TxPool::SetLimits(const TxPoolLimits& limits) {
+  if (absl::Status s = ValidateTxPoolLimits(limits); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  limits_ = limits;
+  UpdateHighWater();
+  return absl::OkStatus();
+}
+
+TxPoolLimits TxPool::limits() const {
+  absl::MutexLock lock(&mu_);
+  return limits_;
+}
+
+absl::Status TxPool::Add(DecodedTx tx, TxOrigin origin) {
+  return Add(std::make_shared<const DecodedTx>(std::move(tx)), origin);
+}
+
+TxPool::Sender& TxPool::GetSender(const std::string& sender) {
+  auto [it, inserted] = senders_.try_emplace(sender);
+  if (inserted) {
+    it->second.next_nonce = next_nonce_ ? next_nonce_(sender) : 1;
+    it->second.select_from = it->second.next_nonce;
+  }
+  return it->second;
+}
+
+void TxPool::EraseSenderIfEmpty(const std::string& sender) {
+  auto it = senders_.find(sender);
+  if (it != senders_.end() && it->second.by_nonce.empty()) senders_.erase(it);
+}
+
+absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
+  absl::MutexLock lock(&mu_);
+  if (by_hash_.contains(tx->hash)) {
+    ++counters_.rejected_duplicate;
+    return absl::AlreadyExistsError(
+        absl::StrCat("duplicate transaction: ", p2p::BytesToHex(tx->hash), " is already pooled"));
+  }
+  const std::string& sender_key = tx->sender();
+  Sender& s = GetSender(sender_key);
+  const uint64_t nonce = tx->nonce();
+  absl::Status refusal;
+  if (nonce < s.next_nonce) {
+    ++counters_.rejected_replayed;
+    refusal = absl::AlreadyExistsError(absl::StrCat(
+        "replayed nonce: ", nonce, " already used by this sender (next expected ", s.next_nonce,
+        ")"));
+  } else if (s.by_nonce.contains(nonce)) {
+    ++counters_.rejected_replayed;
+    refusal = absl::AlreadyExistsError(absl::StrCat(
+        "replayed nonce: another transaction with nonce ", nonce, " of this sender is pooled"));
+  } else if (nonce - s.next_nonce > limits_.max_nonce_gap) {
+    ++counters_.rejected_gap;
+    refusal = absl::FailedPreconditionError(
+        absl::StrCat("nonce gap: nonce ", nonce, " is more than ", limits_.max_nonce_gap,
+                     " ahead of the next expected ", s.next_nonce));
+  } else if (origin == TxOrigin::kClient && s.client_txs >= limits_.max_per_sender) {
+    ++counters_.rejected_quota;
+    refusal = absl::ResourceExhaustedError(absl::StrCat(
+        "sender quota: sender already has ", s.client_txs, " pooled transactions (limit ",
+        limits_.max_per_sender, ")"));
+  } else {
+    // Client txs must leave the reserve free; forwarded ones may fill the pool.
+    const double keep = origin == TxOrigin::kClient ? limits_.forward_reserve : 0.0;
+    const size_t cap_txs =
+        limits_.max_txs - static_cast<size_t>(static_cast<double>(limits_.max_txs) * keep);
+    const size_t cap_bytes =
+        limits_.max_bytes - static_cast<size_t>(static_cast<double>(limits_.max_bytes) * keep);
+    if (by_hash_.size() >= cap_txs || bytes_ + tx->size() > cap_bytes) {
+      ++counters_.rejected_full;
+      refusal = absl::ResourceExhaustedError(absl::StrCat(
+          "pool full: ", by_hash_.size(), " txs / ", bytes_, " bytes pooled, ",
+          origin == TxOrigin::kClient ? "client" : "forwarded", " limit is ", cap_txs, " txs / ",
+          cap_bytes, " bytes"));
+    }
+  }
+  if (!refusal.ok()) {
+    EraseSenderIfEmpty(sender_key);
+    return refusal;
+  }
+
+  const size_t size = tx->size();
+  fifo_.push_back(Entry{tx, clock_->NowNanos(), origin});
+  auto it = std::prev(fifo_.end());
+  by_hash_.emplace(tx->hash, it);
+  s.by_nonce.emplace(nonce, it);
+  if (origin == TxOrigin::kClient) ++s.client_txs;
+  bytes_ += size;
+  ++counters_.added;
+  UpdateHighWater();
+  return absl::OkStatus();
+}
+
+void TxPool::RemoveEntry(EntryList::iterator it) {
+  const TxPtr tx = it->tx;  // keep alive: the maps' keys point into it
+  auto sit = senders_.find(tx->sender());
+  if (sit != senders_.end()) {
+    sit->second.by_nonce.erase(tx->nonce());
+    if (it->origin == TxOrigin::kClient) --sit->second.client_txs;
+    if (sit->second.by_nonce.empty()) senders_.erase(sit);
+  }
+  if (it->proposed) --counters_.proposed;
+  by_hash_.erase(tx->hash);
+  bytes_ -= tx->size();
+  fifo_.erase(it);
+}
+
+std::vector<TxPtr> TxPool::SelectBatch(size_t max_txs, size_t max_bytes) {
+  absl::MutexLock lock(&mu_);
+  struct Cursor {
+    Sender* sender;
+    std::map<uint64_t, EntryList::iterator>::iterator it;
+  };
+  std::vector<Cursor> cursors;
+  for (auto& [name, s] : senders_) {
+    auto it = s.by_nonce.find(s.select_from);
+    if (it != s.by_nonce.end()) cursors.push_back({&s, it});
+  }
+  std::vector<TxPtr> out;
+  if (cursors.empty() || max_txs == 0) return out;
+  std::rotate(cursors.begin(), cursors.begin() + static_cast<ptrdiff_t>(rr_offset_ % cursors.size()),
+              cursors.end());
+  size_t bytes_left = max_bytes;
+  while (out.size() < max_txs && !cursors.empty()) {
+    size_t kept = 0;
+    for (size_t i = 0; i < cursors.size(); ++i) {
+      Cursor c = cursors[i];
+      bool keep = out.size() < max_txs;
+      if (keep) {
+        Entry& e = *c.it->second;
+        if (e.tx->size() > bytes_left) {
+          keep = false;  // this sender's later nonces cannot go before this one
+        } else {
+          bytes_left -= e.tx->size();
+          e.proposed = true;
+          ++counters_.proposed;
+          out.push_back(e.tx);
+          c.sender->select_from = c.it->first + 1;
+          ++c.it;
+          keep = c.it != c.sender->by_nonce.end() && c.it->first == c.sender->select_from;
+        }
+      }
+      if (keep) cursors[kept++] = c;
+    }
+    cursors.resize(kept);
+  }
+  rr_offset_ += out.size();
+  return out;
+}
+
+void TxPool::UnmarkFrom(Sender& s, uint64_t nonce) {
+  for (auto it = s.by_nonce.lower_bound(nonce); it != s.by_nonce.end(); ++it) {
+    if (it->second->proposed) {
+      it->second->proposed = false;
+      --counters_.proposed;
+    }
+  }
+  s.select_from = std::max(s.next_nonce, std::min(s.select_from, nonce));
+}
+
+void TxPool::ReleaseProposed(absl::Span<const std::string> hashes) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& h : hashes) {
+    auto it = by_hash_.find(h);
+    if (it == by_hash_.end() || !it->second->proposed) continue;
+    auto sit = senders_.find(it->second->tx->sender());
+    if (sit != senders_.end()) UnmarkFrom(sit->second, it->second->tx->nonce());
+  }
+}
+
+void TxPool::ReleaseAllProposed() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, s] : senders_) UnmarkFrom(s, s.next_nonce);
+}
+
+void TxPool::RemoveCommitted(absl::Span<const TxPtr> txs) {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_set<std::string> affected;
+  for (const TxPtr& tx : txs) {
+    affected.insert(tx->sender());
+    auto it = by_hash_.find(tx->hash);
+    if (it == by_hash_.end()) continue;
+    RemoveEntry(it->second);
+    ++counters_.committed;
+  }
+  for (const std::string& sender : affected) {
+    auto sit = senders_.find(sender);
+    if (sit == senders_.end()) continue;  // no pooled txs left; re-read on next Add
+    Sender& s = sit->second;
+    s.next_nonce = next_nonce_ ? next_nonce_(sender) : s.next_nonce;
+    s.select_from = std::max(s.select_from, s.next_nonce);
+    // Txs below the next nonce can never execute: another tx consumed their nonce.
+    std::vector<EntryList::iterator> stale;
+    for (auto it = s.by_nonce.begin(); it != s.by_nonce.end() && it->first < s.next_nonce; ++it) {
+      stale.push_back(it->second);
+    }
+    for (EntryList::iterator e : stale) {  // may erase `s`; do not touch it after
+      RemoveEntry(e);
+      ++counters_.stale;
+    }
+  }
+  UpdateHighWater();
+}
+
+size_t TxPool::Expire(int64_t now_nanos) {
+  absl::MutexLock lock(&mu_);
+  const int64_t ttl = absl::ToInt64Nanoseconds(limits_.ttl);
+  size_t n = 0;
+  for (auto it = fifo_.begin(); it != fifo_.end() && it->added_nanos <= now_nanos - ttl;) {
+    if (it->proposed) {
+      ++it;
+      continue;
+    }
+    auto next = std::next(it);
+    RemoveEntry(it);
+    it = next;
+    ++n;
+  }
+  counters_.expired += n;
+  UpdateHighWater();
+  return n;
+}
+
+TxPtr TxPool::Get(absl::string_view hash) const {
+  absl::MutexLock lock(&mu_);
+  auto it = by_hash_.find(hash);
+  return it == by_hash_.end() ? nullptr : it->second->tx;
+}
+
+std::vector<std::string> TxPool::Missing(absl::Span<const std::string> hashes) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const std::string& h : hashes) {
+    if (!by_hash_.contains(h)) out.push_back(h);
+  }
+  return out;
+}
+
+TxPoolStats TxPool::stats() const {
+  absl::MutexLock lock(&mu_);
+  TxPoolStats s = counters_;
+  s.txs = by_hash_.size();
+  s.bytes = bytes_;
+  s.senders = senders_.size();
+  return s;
+}
+
+void TxPool::UpdateHighWater() {
+  const bool above =
+      static_cast<double>(by_hash_.size()) >=
+          limits_.high_water * static_cast<double>(limits_.max_txs) ||
+      static_cast<double>(bytes_) >= limits_.high_water * static_cast<double>(limits_.max_bytes);
+  above_high_water_.store(above, std::memory_order_relaxed);
+}
+
+}  // namespace partitions

@@ -1,0 +1,191 @@
+// TxPool: one partition's pending transactions, between admission and commit.
+//
+// Holds verified transactions (the caller ran DecodeSignedTx and VerifySignature). Bounded by
+// count and bytes, both changeable live; deduplicated by hash; ordered per sender by nonce.
+// A sender's transaction is *ready* when every nonce between the sender's next expected nonce
+// (from committed state, through `NextNonceFn`) and its own is in the pool; later ones are held
+// (up to `max_nonce_gap` ahead) until the gap fills or they expire.
+//
+// Client-submitted and peer-forwarded transactions are admitted differently: client ones are
+// refused once usage reaches capacity minus `forward_reserve`, so the last slice of the pool is
+// left for forwarded ones. A transaction that reached some replicas is then not refused by the
+// others and left uncommittable (a primary must hold every tx of its proposal, a replica must find
+// them). The per-sender quota applies to client txs only; forwarded ones are bounded by the nonce
+// window (at most max_nonce_gap + 1 per sender).
+//
+// Refusals of Add (code, message prefix), beside those of transaction.h:
+//   ALREADY_EXISTS      "duplicate transaction"   same hash already pooled
+//   ALREADY_EXISTS      "replayed nonce"          nonce below the sender's next expected, or a
+//                                                 different tx with that nonce is pooled
+//   FAILED_PRECONDITION "nonce gap"               nonce more than max_nonce_gap ahead
+//   RESOURCE_EXHAUSTED  "sender quota"            the sender has max_per_sender client txs pooled
+//   RESOURCE_EXHAUSTED  "pool full"               count or bytes limit (minus reserve for clients)
+//
+// Proposal flow: the primary calls SelectBatch, which marks the returned txs *proposed* so the
+// next (pipelined) proposal does not pick them again; RemoveCommitted drops them once their block
+// commits; ReleaseProposed makes them selectable again when a proposal is abandoned (view change).
+// Proposed txs never expire. Lowering a limit below current usage evicts nothing: new txs are
+// refused until commits and expiry drain the pool.
+//
+// Thread-safe: every method may be called from any thread. `NextNonceFn` is called with the pool's
+// lock held, so it must not call back into the pool.
+//
+//   TxPool pool(TxPoolLimits{}, flowctl::Clock::Real(),
+//               [&](absl::string_view s) { return executor.NextNonce(s); });
+//   RETURN_IF_ERROR(pool.Add(std::move(decoded), TxOrigin::kClient));
+//   std::vector<TxPtr> batch = pool.SelectBatch(500, 1 << 20);
+//   ... block commits ... pool.RemoveCommitted(batch);
+#ifndef PARTITIONS_TX_POOL_H_
+#define PARTITIONS_TX_POOL_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "flowctl/clock.h"
+#include "partitions/transaction.h"
+
+namespace partitions {
+
+using TxPtr = std::shared_ptr<const DecodedTx>;
+
+enum class TxOrigin { kClient, kForwarded };
+
+struct TxPoolLimits {
+  // Maximum transactions held. >= 1.
+  size_t max_txs = 100'000;
+  // Maximum total DecodedTx::size() held, in bytes. >= 1.
+  size_t max_bytes = 64 << 20;
+  // Maximum client-submitted txs held per sender. >= 1.
+  size_t max_per_sender = 256;
+  // A tx whose nonce exceeds the sender's next expected nonce by more than this is refused.
+  uint64_t max_nonce_gap = 1024;
+  // Fraction of max_txs and of max_bytes that only forwarded txs may use. [0, 1).
+  double forward_reserve = 0.1;
+  // AboveHighWater() is true once count or bytes reach this fraction of its limit. (0, 1].
+  double high_water = 0.8;
+  // Unproposed txs older than this are dropped by Expire(). > 0.
+  absl::Duration ttl = absl::Minutes(2);
+};
+
+// InvalidArgument naming the field when a limit is out of range.
+absl::Status ValidateTxPoolLimits(const TxPoolLimits& limits);
+
+struct TxPoolStats {
+  size_t txs = 0;
+  size_t bytes = 0;
+  size_t senders = 0;
+  size_t proposed = 0;  // selected, awaiting commit or release
+  // Cumulative counters.
+  uint64_t added = 0;
+  uint64_t rejected_duplicate = 0;
+  uint64_t rejected_replayed = 0;
+  uint64_t rejected_gap = 0;
+  uint64_t rejected_quota = 0;
+  uint64_t rejected_full = 0;
+  uint64_t expired = 0;
+  uint64_t committed = 0;  // removed because their block committed
+  uint64_t stale = 0;      // removed because another tx consumed their nonce
+};
+
+// The next nonce the committed state expects from `sender` (account nonce + 1).
+using NextNonceFn = std::function<uint64_t(absl::string_view sender)>;
+
+class TxPool {
+ public:
+  // REQUIRES: ValidateTxPoolLimits(limits).ok(); clock outlives the pool.
+  TxPool(const TxPoolLimits& limits, const flowctl::Clock* clock, NextNonceFn next_nonce);
+  TxPool(const TxPool&) = delete;
+  TxPool& operator=(const TxPool&) = delete;
+
+  // Replaces the limits (live). InvalidArgument, and nothing changes, if they are invalid.
+  absl::Status SetLimits(const TxPoolLimits& limits) ABSL_LOCKS_EXCLUDED(mu_);
+  TxPoolLimits limits() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Admits a verified transaction or says why not (see the table above).
+  absl::Status Add(DecodedTx tx, TxOrigin origin) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Add(TxPtr tx, TxOrigin origin) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Up to `max_txs` ready, unproposed txs whose sizes sum to at most `max_bytes`, each sender's in
+  // nonce order, senders served round-robin (one tx each per round, starting point rotating
+  // between calls). Marks them proposed. O(senders + selected).
+  std::vector<TxPtr> SelectBatch(size_t max_txs, size_t max_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Makes proposed txs selectable again (their proposal was abandoned). Unknown hashes are
+  // ignored. Releasing one tx of a sender releases the sender's later proposed txs too (they
+  // could not commit before it).
+  void ReleaseProposed(absl::Span<const std::string> hashes) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseAllProposed() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Call after a block committed AND the executor's state advanced: drops those txs (pooled or
+  // not), re-reads each affected sender's next nonce and drops pooled txs below it.
+  void RemoveCommitted(absl::Span<const TxPtr> txs) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Drops unproposed txs added at or before now_nanos - ttl. Returns how many.
+  size_t Expire(int64_t now_nanos) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The pooled tx with this hash, or null.
+  TxPtr Get(absl::string_view hash) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The hashes of `hashes` not in the pool, in the given order (to fetch them from a peer).
+  std::vector<std::string> Missing(absl::Span<const std::string> hashes) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Lock-free; read by the interceptor's pool gate on every request.
+  bool AboveHighWater() const { return above_high_water_.load(std::memory_order_relaxed); }
+
+  TxPoolStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry {
+    TxPtr tx;
+    int64_t added_nanos;
+    TxOrigin origin;
+    bool proposed = false;
+  };
+  using EntryList = std::list<Entry>;
+  struct Sender {
+    uint64_t next_nonce = 1;   // committed state's next expected nonce
+    uint64_t select_from = 1;  // next nonce SelectBatch may take (>= next_nonce)
+    size_t client_txs = 0;
+    std::map<uint64_t, EntryList::iterator> by_nonce;
+  };
+
+  Sender& GetSender(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseSenderIfEmpty(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the entry everywhere; may invalidate the sender record if it empties.
+  void RemoveEntry(EntryList::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnmarkFrom(Sender& s, uint64_t nonce) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateHighWater() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const flowctl::Clock* const clock_;
+  const NextNonceFn next_nonce_;
+
+  mutable absl::Mutex mu_;
+  TxPoolLimits limits_ ABSL_GUARDED_BY(mu_);
+  EntryList fifo_ ABSL_GUARDED_BY(mu_);  // insertion order = expiry order
+  absl::flat_hash_map<std::string, EntryList::iterator> by_hash_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Sender> senders_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t rr_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  TxPoolStats counters_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<bool> above_high_water_{false};
+};
+
+}  // namespace partitions
+
+#endif  // PARTITIONS_TX_POOL_H_

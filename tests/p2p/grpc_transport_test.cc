@@ -1,0 +1,356 @@
+// Three GrpcTransport nodes in one process on 127.0.0.1 (ports picked by the kernel), plus raw
+// gRPC clients that speak the handshake by hand to test refusals.
+#include "p2p/grpc_transport.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "glog/logging.h"
+#include "gtest/gtest.h"
+#include "p2p/handshake.h"
+
+namespace p2p {
+namespace {
+
+using node::p2p::StreamMessage;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(15);
+
+PrivateKey KeyFromByte(char b) {
+  absl::StatusOr<PrivateKey> k = PrivateKey::FromSeed(std::string(32, b));
+  CHECK(k.ok());
+  return *std::move(k);
+}
+
+// Polls `cond` until true or kWait passes (waiting for a condition, not ordering by sleep).
+template <typename F>
+bool Eventually(F cond) {
+  const absl::Time deadline = absl::Now() + kWait;
+  while (absl::Now() < deadline) {
+    if (cond()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return cond();
+}
+
+struct Received {
+  NodeId from;
+  PartitionId partition;
+  Channel channel;
+  std::string payload;
+};
+
+class Node {
+ public:
+  Node(char seed, const std::vector<PrivateKey>& peer_keys, std::string listen = "127.0.0.1:0")
+      : key_(KeyFromByte(seed)) {
+    GrpcTransportOptions opt;
+    opt.listen_address = std::move(listen);
+    opt.initial_backoff_ms = 20;
+    opt.max_backoff_ms = 200;
+    opt.handshake_timeout_ms = 300;
+    opt.egress.max_frame_bytes = 8 << 20;
+    for (const PrivateKey& k : peer_keys) opt.peers.push_back({k.public_key().bytes(), ""});
+    t_ = std::make_unique<GrpcTransport>(key_, opt);
+    t_->SetHandlers(
+        [this](const NodeId& from, PartitionId p, Channel ch, std::string payload) {
+          absl::MutexLock l(&mu_);
+          got_.push_back({from, p, ch, std::move(payload)});
+        },
+        [this](const NodeId& peer, PeerEvent ev) {
+          absl::MutexLock l(&mu_);
+          events_.push_back(peer + (ev == PeerEvent::kUp ? " up" : " down"));
+        });
+  }
+
+  GrpcTransport& t() { return *t_; }
+  const NodeId& id() const { return t_->self(); }
+  std::string address() const { return absl::StrCat("127.0.0.1:", t_->port()); }
+
+  std::vector<Received> got() {
+    absl::MutexLock l(&mu_);
+    return got_;
+  }
+  size_t got_count() {
+    absl::MutexLock l(&mu_);
+    return got_.size();
+  }
+  std::vector<std::string> events() {
+    absl::MutexLock l(&mu_);
+    return events_;
+  }
+  bool Connected(const NodeId& peer) {
+    for (const NodeId& p : t_->connected_peers()) {
+      if (p == peer) return true;
+    }
+    return false;
+  }
+
+  PrivateKey key_;
+
+ private:
+  std::unique_ptr<GrpcTransport> t_;
+  absl::Mutex mu_;
+  std::vector<Received> got_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+};
+
+// Speaks PeerService by hand.
+class RawClient {
+ public:
+  explicit RawClient(int port)
+      : channel_(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                     grpc::InsecureChannelCredentials())),
+        stub_(node::p2p::PeerService::NewStub(channel_)) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
+    stream_ = stub_->Connect(&ctx_);
+  }
+
+  // Claims `claimed_key` and signs with `signer`. True when the server accepted.
+  bool Handshake(const std::string& claimed_key, const PrivateKey& signer, const NodeId& target) {
+    const std::string nonce = NewHandshakeNonce();
+    const NodeId self = NodeIdFromPublicKey(claimed_key);
+    StreamMessage m;
+    m.mutable_client_hello()->set_public_key(claimed_key);
+    m.mutable_client_hello()->set_node_id(self);
+    m.mutable_client_hello()->set_expected_peer_id(target);
+    m.mutable_client_hello()->set_nonce(nonce);
+    if (!stream_->Write(m) || !stream_->Read(&m) || !m.has_server_hello()) return false;
+    const std::string server_nonce = m.server_hello().nonce();
+    m.mutable_client_auth()->set_signature(signer.Sign(
+        HandshakeTranscript(HandshakeRole::kClient, self, target, nonce, server_nonce)));
+    if (!stream_->Write(m) || !stream_->Read(&m)) return false;
+    return m.has_server_accept();
+  }
+
+  bool Write(const StreamMessage& m) { return stream_->Write(m); }
+
+  grpc::Status Finish() {
+    stream_->WritesDone();
+    StreamMessage m;
+    while (stream_->Read(&m)) {
+    }
+    return stream_->Finish();
+  }
+  // Waits for the server to end the stream, sending nothing.
+  grpc::Status AwaitEnd() {
+    StreamMessage m;
+    while (stream_->Read(&m)) {
+    }
+    return stream_->Finish();
+  }
+  grpc::Status Cancel() {
+    ctx_.TryCancel();
+    return stream_->Finish();
+  }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<node::p2p::PeerService::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<StreamMessage, StreamMessage>> stream_;
+};
+
+StreamMessage OneFrame(PartitionId p, Channel ch, uint32_t length, std::string payload) {
+  StreamMessage m;
+  node::p2p::Frame* f = m.mutable_frames()->add_frames();
+  f->mutable_header()->set_partition(p);
+  f->mutable_header()->set_channel(ch);
+  f->mutable_header()->set_length(length);
+  f->mutable_header()->set_chunk_index(0);
+  f->mutable_header()->set_chunk_count(1);
+  f->mutable_header()->set_message_id(1);
+  f->set_payload(std::move(payload));
+  return m;
+}
+
+class GrpcTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // 'e' is configured everywhere but never started: raw clients use its key.
+    for (char c : std::string("abce")) keys_.emplace(c, KeyFromByte(c));
+    for (char c : std::string("abc")) StartNode(c, "127.0.0.1:0");
+    for (auto& [c, n] : nodes_) WireAddresses(c);
+    for (auto& [c, n] : nodes_) {
+      for (auto& [d, m] : nodes_) {
+        if (c != d) {
+          ASSERT_TRUE(Eventually([&] { return n->Connected(m->id()); }));
+        }
+      }
+    }
+  }
+
+  void TearDown() override {
+    for (auto& [c, n] : nodes_) n->t().Stop();
+    nodes_.clear();
+  }
+
+  void StartNode(char c, const std::string& listen) {
+    std::vector<PrivateKey> peers;
+    for (auto& [d, k] : keys_) {
+      if (d != c) peers.push_back(k);
+    }
+    nodes_[c] = std::make_unique<Node>(c, peers, listen);
+    ASSERT_TRUE(nodes_[c]->t().Start().ok());
+  }
+
+  void WireAddresses(char c) {
+    for (auto& [d, m] : nodes_) {
+      if (d == c) continue;
+      nodes_[c]->t().SetPeerAddress(m->id(), m->address());
+      m->t().SetPeerAddress(nodes_[c]->id(), nodes_[c]->address());
+    }
+  }
+
+  Node& n(char c) { return *nodes_.at(c); }
+  NodeId e_id() { return NodeIdFromPublicKey(keys_.at('e').public_key().bytes()); }
+
+  std::map<char, PrivateKey> keys_;
+  std::map<char, std::unique_ptr<Node>> nodes_;
+};
+
+TEST_F(GrpcTransportTest, FramesArriveIntactChunkedOnesInterleavedWithConsensus) {
+  ASSERT_TRUE(n('a').t().egress().SetCap(10e6).ok());  // 20 KB chunks
+  std::string big(4 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 131) >> 3);
+  ASSERT_TRUE(n('a').t().Send(n('b').id(), 3, node::p2p::BULK, big).ok());
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(n('a').t().Send(n('b').id(), 1, node::p2p::CONSENSUS, absl::StrCat("vote", i)).ok());
+  }
+  ASSERT_TRUE(n('c').t().Broadcast(2, node::p2p::SYNC, "block").ok());
+  ASSERT_TRUE(Eventually([&] { return n('b').got_count() == 12 && n('a').got_count() == 1; }));
+  const std::vector<Received> got = n('b').got();
+  // The ten votes overtook the 4 MiB message, which took ~400 ms at the cap.
+  int votes_seen = 0;
+  bool big_seen = false;
+  for (const Received& r : got) {
+    if (r.channel == node::p2p::CONSENSUS) {
+      EXPECT_FALSE(big_seen);
+      EXPECT_EQ(r.from, n('a').id());
+      EXPECT_EQ(r.partition, 1u);
+      EXPECT_EQ(r.payload, absl::StrCat("vote", votes_seen++));
+    } else if (r.channel == node::p2p::BULK) {
+      big_seen = true;
+      EXPECT_EQ(r.partition, 3u);
+      EXPECT_TRUE(r.payload == big) << r.payload.size();
+    } else {
+      EXPECT_EQ(r.from, n('c').id());
+      EXPECT_EQ(r.payload, "block");
+    }
+  }
+  EXPECT_EQ(votes_seen, 10);
+  EXPECT_TRUE(big_seen);
+  EXPECT_EQ(n('a').got()[0].payload, "block");
+  const TransportStats st = n('a').t().Stats();
+  EXPECT_GE(st.egress.channels[3].frames_sent, (4u << 20) / 20'000);
+}
+
+TEST_F(GrpcTransportTest, UnknownPeerRefusedWithPermissionDenied) {
+  const PrivateKey stranger = KeyFromByte('z');
+  RawClient raw(n('a').t().port());
+  EXPECT_FALSE(raw.Handshake(stranger.public_key().bytes(), stranger, n('a').id()));
+  grpc::Status st = raw.Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("unknown peer"));
+  EXPECT_GE(n('a').t().Stats().handshakes_refused, 1u);
+
+  // A real node with an unknown key, configured to reach 'a', never gets connected.
+  std::vector<PrivateKey> peers = {keys_.at('a')};
+  Node z('z', peers);
+  ASSERT_TRUE(z.t().Start().ok());
+  z.t().SetPeerAddress(n('a').id(), n('a').address());
+  if (z.id() < n('a').id()) {
+    ASSERT_TRUE(Eventually([&] { return n('a').t().Stats().handshakes_refused >= 2; }));
+  }
+  EXPECT_TRUE(z.t().connected_peers().empty());
+  z.t().Stop();
+  for (const std::string& ev : n('a').events()) EXPECT_THAT(ev, ::testing::Not(HasSubstr(z.id())));
+}
+
+TEST_F(GrpcTransportTest, WrongKeyRefused) {
+  // Claims to be 'e' (a configured peer) but does not hold e's key.
+  RawClient raw(n('a').t().port());
+  EXPECT_FALSE(raw.Handshake(keys_.at('e').public_key().bytes(), KeyFromByte('z'), n('a').id()));
+  grpc::Status st = raw.Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(st.error_message(), HasSubstr("bad signature"));
+  EXPECT_FALSE(n('a').Connected(e_id()));
+}
+
+TEST_F(GrpcTransportTest, FramesBeforeHandshakeNeverReachTheNode) {
+  RawClient raw(n('a').t().port());
+  ASSERT_TRUE(raw.Write(OneFrame(1, node::p2p::CONSENSUS, 5, "sneak")));
+  grpc::Status st = raw.Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(n('a').t().Stats().messages_delivered, 0u);
+  EXPECT_EQ(n('a').got_count(), 0u);
+}
+
+TEST_F(GrpcTransportTest, SilentClientIsCancelledAtTheHandshakeDeadline) {
+  RawClient raw(n('a').t().port());
+  // Sends nothing; its own deadline (15 s) would give DEADLINE_EXCEEDED.
+  const absl::Time t0 = absl::Now();
+  grpc::Status st = raw.AwaitEnd();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED) << st.error_message();
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(250));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+}
+
+TEST_F(GrpcTransportTest, OversizedFrameRefusedOnSendAndOnReceipt) {
+  absl::Status s =
+      n('a').t().Send(n('b').id(), 1, node::p2p::BULK, std::string((8 << 20) + 1, 'x'));
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("exceeds max_frame_bytes"));
+  EXPECT_EQ(n('a').t().Stats().egress.oversized_refused, 1u);
+
+  // An authenticated sender that ignores the limit: its oversized frame is refused, the next
+  // frame still arrives.
+  RawClient raw(n('a').t().port());
+  ASSERT_TRUE(raw.Handshake(keys_.at('e').public_key().bytes(), keys_.at('e'), n('a').id()));
+  ASSERT_TRUE(Eventually([&] { return n('a').Connected(e_id()); }));
+  ASSERT_TRUE(raw.Write(OneFrame(1, node::p2p::BULK, (8 << 20) + 1, "x")));
+  ASSERT_TRUE(raw.Write(OneFrame(1, node::p2p::CONSENSUS, 2, "ok")));
+  ASSERT_TRUE(Eventually([&] { return n('a').got_count() == 1; }));
+  EXPECT_EQ(n('a').got()[0].payload, "ok");
+  EXPECT_EQ(n('a').got()[0].from, e_id());
+  EXPECT_EQ(n('a').t().Stats().frames_refused, 1u);
+  raw.Cancel();
+  ASSERT_TRUE(Eventually([&] { return !n('a').Connected(e_id()); }));
+}
+
+TEST_F(GrpcTransportTest, ReconnectsAfterAPeerRestarts) {
+  const NodeId b = n('b').id();
+  const std::string b_listen = n('b').address();
+  n('b').t().Stop();
+  nodes_.erase('b');
+  ASSERT_TRUE(Eventually([&] { return !n('a').Connected(b) && !n('c').Connected(b); }));
+  EXPECT_TRUE(absl::IsUnavailable(n('a').t().Send(b, 1, node::p2p::CONSENSUS, "x")));
+
+  StartNode('b', b_listen);  // same key, same port
+  WireAddresses('b');
+  ASSERT_TRUE(Eventually([&] {
+    return n('a').Connected(b) && n('c').Connected(b) && n('b').Connected(n('a').id()) &&
+           n('b').Connected(n('c').id());
+  }));
+  ASSERT_TRUE(n('a').t().Send(b, 1, node::p2p::CONSENSUS, "again").ok());
+  ASSERT_TRUE(n('b').t().Send(n('c').id(), 1, node::p2p::CONSENSUS, "back").ok());
+  ASSERT_TRUE(Eventually([&] { return n('b').got_count() == 1 && n('c').got_count() == 1; }));
+  EXPECT_EQ(n('b').got()[0].payload, "again");
+  EXPECT_EQ(n('c').got()[0].payload, "back");
+  const std::vector<std::string> ev = n('a').events();
+  EXPECT_THAT(ev, ::testing::Contains(b + " down"));
+  EXPECT_EQ(std::count(ev.begin(), ev.end(), b + " up"), 2);
+}
+
+}  // namespace
+}  // namespace p2p

@@ -1,0 +1,140 @@
+// Test helpers for the chain tests: deterministic keys and signed transactions.
+#ifndef TESTS_PARTITIONS_CHAIN_TEST_UTIL_H_
+#define TESTS_PARTITIONS_CHAIN_TEST_UTIL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "glog/logging.h"
+#include "p2p/ed25519.h"
+#include "partitions/block.h"
+#include "partitions/executor.h"
+#include "partitions/ledger.h"
+#include "partitions/transaction.h"
+#include "partitions/tx_pool.h"
+#include "proto/chain.pb.h"
+
+namespace chaintest {
+
+// The key whose seed is `i` repeated: the same for every run.
+inline p2p::PrivateKey Key(int i) {
+  absl::StatusOr<p2p::PrivateKey> k = p2p::PrivateKey::FromSeed(std::string(32, static_cast<char>(i)));
+  CHECK(k.ok()) << k.status();
+  return *std::move(k);
+}
+
+inline std::vector<p2p::PrivateKey> Keys(int n) {
+  std::vector<p2p::PrivateKey> keys;
+  for (int i = 0; i < n; ++i) keys.push_back(Key(i + 1));
+  return keys;
+}
+
+inline partitions::TxPtr Decode(const std::string& signed_bytes, uint32_t partition = 0) {
+  partitions::TxLimits limits;
+  limits.partition = partition;
+  absl::StatusOr<partitions::DecodedTx> d = partitions::DecodeSignedTx(signed_bytes, limits);
+  CHECK(d.ok()) << d.status();
+  return std::make_shared<const partitions::DecodedTx>(*std::move(d));
+}
+
+inline partitions::TxPtr Transfer(const p2p::PrivateKey& from, uint64_t nonce,
+                                  const std::string& to, uint64_t amount,
+                                  uint32_t partition = 0, const std::string& memo = "") {
+  node::chain::Transaction tx;
+  tx.set_partition(partition);
+  tx.set_nonce(nonce);
+  tx.mutable_transfer()->set_to(to);
+  tx.mutable_transfer()->set_amount(amount);
+  tx.set_memo(memo);
+  return Decode(partitions::SignTx(tx, from), partition);
+}
+
+inline partitions::TxPtr Put(const p2p::PrivateKey& from, uint64_t nonce, const std::string& key,
+                             const std::string& value, uint32_t partition = 0) {
+  node::chain::Transaction tx;
+  tx.set_partition(partition);
+  tx.set_nonce(nonce);
+  tx.mutable_put()->set_key(key);
+  tx.mutable_put()->set_value(value);
+  return Decode(partitions::SignTx(tx, from), partition);
+}
+
+inline node::chain::GenesisConfig Genesis(const std::vector<p2p::PrivateKey>& keys,
+                                          uint64_t balance) {
+  node::chain::GenesisConfig g;
+  for (const auto& k : keys) {
+    auto* a = g.add_allocations();
+    a->set_address_hex(absl::BytesToHexString(k.public_key().bytes()));
+    a->set_balance(balance);
+  }
+  return g;
+}
+
+// A block of `txs` on top of `parent_hash` (empty for genesis) with a fixed proposer and a
+// timestamp derived from the height, so the same inputs always give the same block hash.
+inline node::chain::Block MakeBlock(uint32_t partition, uint64_t height,
+                                    const std::string& parent_hash,
+                                    const std::vector<partitions::TxPtr>& txs,
+                                    const std::string& state_root) {
+  node::chain::Block block;
+  for (const auto& tx : txs) {
+    block.add_tx_hashes(tx->hash);
+    block.add_txs(tx->signed_bytes);
+  }
+  node::chain::BlockHeader* h = block.mutable_header();
+  h->set_partition(partition);
+  h->set_height(height);
+  h->set_parent_hash(parent_hash);
+  h->set_tx_root(partitions::TxRoot(block.tx_hashes()));
+  h->set_state_root(state_root);
+  h->set_proposer(std::string(32, 'p'));
+  h->set_view(height / 10);
+  h->set_timestamp_ms(static_cast<int64_t>(height) * 1000);
+  h->set_tx_count(static_cast<uint32_t>(txs.size()));
+  return block;
+}
+
+// Executes `txs` on the chain's tip, commits the block, then applies it to the executor.
+inline absl::Status CommitTxs(partitions::Chain& chain, const std::vector<partitions::TxPtr>& txs,
+                              const partitions::ConsensusMetaWrites& meta = {}) {
+  const uint64_t height = chain.ledger->last_height() + 1;
+  partitions::BlockExecution r = chain.executor->Execute(height, txs);
+  const node::chain::Block block = MakeBlock(chain.ledger->partition(), height,
+                                             chain.ledger->last_block_hash(), txs, r.state_root);
+  absl::Status s = chain.ledger->CommitBlock(block, r.receipts, r.writes, meta);
+  if (s.ok()) chain.executor->Apply(r);
+  return s;
+}
+
+// The transactions of block `height` in a seeded, deterministic chain: 5..24 transfers and puts
+// by `keys`, nonces taken from the executor's state (so they depend only on the chain so far),
+// some beyond the sender's funds.
+inline std::vector<partitions::TxPtr> SeededBlockTxs(uint64_t seed, uint64_t height,
+                                                     const partitions::Executor& exec,
+                                                     const std::vector<p2p::PrivateKey>& keys) {
+  std::mt19937_64 rng(seed * 1000003 + height);
+  const int n = 5 + static_cast<int>(rng() % 20);
+  std::map<int, uint64_t> used;
+  std::vector<partitions::TxPtr> txs;
+  for (int i = 0; i < n; ++i) {
+    const int s = static_cast<int>(rng() % keys.size());
+    const uint64_t nonce = exec.NextNonce(keys[s].public_key().bytes()) + used[s]++;
+    if (rng() % 5 == 0) {
+      txs.push_back(Put(keys[s], nonce, "key" + std::to_string(rng() % 50),
+                        "value" + std::to_string(rng()), exec.partition()));
+    } else {
+      txs.push_back(Transfer(keys[s], nonce, keys[rng() % keys.size()].public_key().bytes(),
+                             rng() % 300, exec.partition()));
+    }
+  }
+  return txs;
+}
+
+}  // namespace chaintest
+
+#endif  // TESTS_PARTITIONS_CHAIN_TEST_UTIL_H_

@@ -1,0 +1,482 @@
+// Unit tests for PbftReplica: one test (or more) per message handler, view change with prepared
+// certificates carried over, persistence across restart, checkpoints and block sync.
+#include "partitions/pbft_replica.h"
+
+#include "gtest/gtest.h"
+#include "tests/partitions/pbft_test_util.h"
+
+namespace partitions {
+namespace {
+
+using ::node::consensus::CommittedBatch;
+using testing::ActionsOf;
+using testing::MakeCheckpoint;
+using testing::MakeCommit;
+using testing::MakePrePrepare;
+using testing::MakePrepare;
+using testing::ReplicaHarness;
+using testing::Sent;
+using testing::SignAs;
+using testing::Tx;
+
+constexpr auto kPP = ConsensusMessage::kPrePrepare;
+constexpr auto kPrep = ConsensusMessage::kPrepare;
+constexpr auto kCom = ConsensusMessage::kCommit;
+constexpr auto kVC = ConsensusMessage::kViewChange;
+constexpr auto kNV = ConsensusMessage::kNewView;
+constexpr auto kCkpt = ConsensusMessage::kCheckpoint;
+
+const std::vector<std::string> kBatch = {Tx(1), Tx(2)};
+
+// Drives `h` (a backup in view `view`) through pre-prepare + prepares from two others, so it
+// holds a prepared certificate for (view, seq, kBatch).
+void Prepare(ReplicaHarness& h, uint64_t view, uint64_t seq,
+             const std::vector<std::string>& batch = kBatch) {
+  const uint32_t primary = h.config.PrimaryOf(view);
+  for (const auto& tx : batch) h.pool.have.insert(tx);
+  h.Deliver(MakePrePrepare(view, seq, batch, primary));
+  const std::string d = BatchDigest(batch);
+  for (uint32_t r = 0; r < h.config.n; ++r) {
+    if (r != primary && r != h.config.self) h.Deliver(MakePrepare(view, seq, d, r));
+  }
+}
+
+// Makes `h` time out on pending work and start a view change.
+std::vector<PbftAction> TimeOut(ReplicaHarness& h) {
+  h.replica->Step(PbftPendingRequests{1});
+  return h.replica->Step(PbftTimerFired{PbftTimer::kRequest});
+}
+
+// Commits (view, seq, batch) at `h` with commits from all others.
+std::vector<PbftAction> CommitAll(ReplicaHarness& h, uint64_t view, uint64_t seq,
+                                  const std::vector<std::string>& batch = kBatch) {
+  Prepare(h, view, seq, batch);
+  std::vector<PbftAction> all;
+  for (uint32_t r = 0; r < h.config.n; ++r) {
+    if (r == h.config.self) continue;
+    auto a = h.Deliver(MakeCommit(view, seq, BatchDigest(batch), r));
+    all.insert(all.end(), a.begin(), a.end());
+  }
+  return all;
+}
+
+TEST(PbftConfigTest, Validate) {
+  PbftConfig c;
+  EXPECT_TRUE(c.Validate().ok());
+  c.n = 5;
+  EXPECT_FALSE(c.Validate().ok());
+  c = PbftConfig{};
+  c.window = 24;  // not a multiple of K = 16
+  EXPECT_FALSE(c.Validate().ok());
+  c = PbftConfig{};
+  c.self = 4;
+  EXPECT_FALSE(c.Validate().ok());
+}
+
+TEST(PbftReplicaTest, PrimaryProposesAndPersistsPrePrepare) {
+  ReplicaHarness h(0);
+  ASSERT_TRUE(h.replica->IsPrimary());
+  ASSERT_TRUE(h.replica->CanPropose());
+  auto actions = h.replica->Step(PbftBatchReady{kBatch});
+  auto pps = Sent(actions, kPP);
+  ASSERT_EQ(pps.size(), 1u);
+  EXPECT_EQ(pps[0].pre_prepare().seq(), 1u);
+  EXPECT_EQ(pps[0].pre_prepare().view(), 0u);
+  EXPECT_EQ(pps[0].pre_prepare().digest(), BatchDigest(kBatch));
+  EXPECT_TRUE(h.crypto.Verify(pps[0]));
+  EXPECT_EQ(h.store.LogSizeForTest(), 1u);
+  // A backup never proposes.
+  ReplicaHarness b(1);
+  EXPECT_FALSE(b.replica->CanPropose());
+  EXPECT_TRUE(b.replica->Step(PbftBatchReady{kBatch}).empty());
+}
+
+TEST(PbftReplicaTest, PrimaryPipelinesWithinInflightLimit) {
+  PbftConfig c;
+  c.max_inflight = 3;
+  ReplicaHarness h(0, c);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(h.replica->CanPropose());
+    h.replica->Step(PbftBatchReady{{Tx(10 + i)}});
+  }
+  EXPECT_FALSE(h.replica->CanPropose());
+}
+
+TEST(PbftReplicaTest, BackupPreparesOnValidPrePrepare) {
+  ReplicaHarness h(1);
+  h.pool.have = {Tx(1), Tx(2)};
+  auto actions = h.Deliver(MakePrePrepare(0, 1, kBatch, 0));
+  auto prepares = Sent(actions, kPrep);
+  ASSERT_EQ(prepares.size(), 1u);
+  EXPECT_EQ(prepares[0].prepare().digest(), BatchDigest(kBatch));
+  EXPECT_EQ(prepares[0].sender(), 1u);
+}
+
+TEST(PbftReplicaTest, FetchesMissingTxsBeforePreparing) {
+  ReplicaHarness h(1);
+  h.pool.have = {Tx(1)};
+  auto actions = h.Deliver(MakePrePrepare(0, 1, kBatch, 0));
+  EXPECT_TRUE(Sent(actions, kPrep).empty());
+  auto fetches = ActionsOf<PbftFetchTxs>(actions);
+  ASSERT_EQ(fetches.size(), 1u);
+  EXPECT_EQ(fetches[0].tx_hashes, std::vector<std::string>{Tx(2)});
+  h.pool.have.insert(Tx(2));
+  actions = h.replica->Step(PbftTxsAvailable{{Tx(2)}});
+  EXPECT_EQ(Sent(actions, kPrep).size(), 1u);
+}
+
+TEST(PbftReplicaTest, DropsPrePrepareFromNonPrimaryAndBadDigest) {
+  ReplicaHarness h(1);
+  h.pool.have = {Tx(1), Tx(2)};
+  EXPECT_TRUE(Sent(h.Deliver(MakePrePrepare(0, 1, kBatch, 2)), kPrep).empty());
+  ConsensusMessage bad = MakePrePrepare(0, 1, kBatch, 0);
+  bad.mutable_pre_prepare()->set_digest(std::string(32, 'x'));
+  EXPECT_TRUE(Sent(h.Deliver(SignAs(0, bad)), kPrep).empty());
+  EXPECT_EQ(h.replica->counters().dropped_invalid, 2u);
+}
+
+TEST(PbftReplicaTest, DropsConflictingDuplicateStaleOutsideAndNonReplica) {
+  PbftConfig c;
+  c.checkpoint_interval = 4;
+  c.window = 8;
+  c.max_inflight = 8;
+  ReplicaHarness h(1, c);
+  h.pool.have = {Tx(1), Tx(2), Tx(3)};
+  h.Deliver(MakePrePrepare(0, 1, kBatch, 0));
+  h.Deliver(MakePrePrepare(0, 1, kBatch, 0));
+  EXPECT_EQ(h.replica->counters().dropped_duplicate, 1u);
+  auto a = h.Deliver(MakePrePrepare(0, 1, {Tx(3)}, 0));  // same view+seq, other batch
+  EXPECT_TRUE(Sent(a, kPrep).empty());
+  EXPECT_EQ(h.replica->counters().dropped_conflicting, 1u);
+  h.Deliver(MakePrePrepare(0, 9, {Tx(3)}, 0));  // above h + L = 8
+  EXPECT_EQ(h.replica->counters().dropped_outside_watermarks, 1u);
+  ConsensusMessage stranger = MakePrepare(0, 1, BatchDigest(kBatch), 7);
+  h.Deliver(stranger);
+  EXPECT_EQ(h.replica->counters().dropped_not_replica, 1u);
+  // Prepare: duplicate, then a conflicting vote from the same sender.
+  h.Deliver(MakePrepare(0, 1, BatchDigest(kBatch), 2));
+  h.Deliver(MakePrepare(0, 1, BatchDigest(kBatch), 2));
+  h.Deliver(MakePrepare(0, 1, std::string(32, 'z'), 2));
+  EXPECT_EQ(h.replica->counters().dropped_duplicate, 2u);
+  EXPECT_EQ(h.replica->counters().dropped_conflicting, 2u);
+  // A prepare from the primary is not a vote.
+  h.Deliver(MakePrepare(0, 1, BatchDigest(kBatch), 0));
+  EXPECT_EQ(h.replica->counters().dropped_invalid, 1u);
+}
+
+TEST(PbftReplicaTest, PreparedSendsCommitAndQuorumCommits) {
+  ReplicaHarness h(1);
+  h.pool.have = {Tx(1), Tx(2)};
+  h.Deliver(MakePrePrepare(0, 1, kBatch, 0));
+  EXPECT_TRUE(Sent(h.Deliver(MakePrepare(0, 1, BatchDigest(kBatch), 2)), kCom).size() == 1u);
+  auto a = h.Deliver(MakeCommit(0, 1, BatchDigest(kBatch), 2));
+  EXPECT_TRUE(ActionsOf<PbftCommit>(a).empty());  // 2 of 3
+  a = h.Deliver(MakeCommit(0, 1, BatchDigest(kBatch), 3));
+  auto commits = ActionsOf<PbftCommit>(a);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_EQ(commits[0].seq, 1u);
+  EXPECT_EQ(commits[0].tx_hashes, kBatch);
+  EXPECT_EQ(commits[0].certificate.size(), 3u);
+  EXPECT_EQ(commits[0].chain_digest, ChainDigest(GenesisDigest(), 1, BatchDigest(kBatch)));
+  EXPECT_EQ(h.replica->last_executed(), 1u);
+}
+
+TEST(PbftReplicaTest, ExecutesStrictlyInSeqOrder) {
+  ReplicaHarness h(1);
+  auto a2 = CommitAll(h, 0, 2, {Tx(5)});
+  EXPECT_TRUE(ActionsOf<PbftCommit>(a2).empty());  // seq 1 not committed yet
+  auto a1 = CommitAll(h, 0, 1);
+  auto commits = ActionsOf<PbftCommit>(a1);
+  ASSERT_EQ(commits.size(), 2u);
+  EXPECT_EQ(commits[0].seq, 1u);
+  EXPECT_EQ(commits[1].seq, 2u);
+}
+
+TEST(PbftReplicaTest, StableCheckpointAdvancesWatermarkAndCollectsLog) {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  ReplicaHarness h(1, c);
+  CommitAll(h, 0, 1);
+  auto a = CommitAll(h, 0, 2, {Tx(7)});
+  auto own = Sent(a, kCkpt);
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(own[0].checkpoint().seq(), 2u);
+  EXPECT_EQ(h.replica->low_watermark(), 0u);
+  const std::string digest = h.replica->chain_digest();
+  const size_t log_before = h.store.LogSizeForTest();
+  h.Deliver(MakeCheckpoint(2, digest, 2));
+  h.Deliver(MakeCheckpoint(2, digest, 3));
+  EXPECT_EQ(h.replica->low_watermark(), 2u);
+  EXPECT_LT(h.store.LogSizeForTest(), log_before);
+  // Now seq 6 = h + L is inside the window, seq 7 is not.
+  h.pool.have.insert(Tx(9));
+  EXPECT_EQ(Sent(h.Deliver(MakePrePrepare(0, 6, {Tx(9)}, 0)), kPrep).size(), 1u);
+  h.Deliver(MakePrePrepare(0, 7, {Tx(9)}, 0));
+  EXPECT_EQ(h.replica->counters().dropped_outside_watermarks, 1u);
+}
+
+TEST(PbftReplicaTest, RequestTimerStartsViewChangeWithBackoff) {
+  ReplicaHarness h(1);
+  auto a = h.replica->Step(PbftPendingRequests{5});
+  ASSERT_EQ(ActionsOf<PbftSetTimer>(a).size(), 1u);
+  EXPECT_EQ(ActionsOf<PbftSetTimer>(a)[0].timer, PbftTimer::kRequest);
+  a = h.replica->Step(PbftTimerFired{PbftTimer::kRequest});
+  EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
+  EXPECT_EQ(h.replica->view(), 1u);
+  auto vcs = Sent(a, kVC);
+  ASSERT_EQ(vcs.size(), 1u);
+  EXPECT_EQ(vcs[0].view_change().new_view(), 1u);
+  auto states = ActionsOf<PbftStateChanged>(a);
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(states[0].state, ConsensusState::kViewChange);
+  int64_t first = 0;
+  for (const auto& t : ActionsOf<PbftSetTimer>(a)) {
+    if (t.timer == PbftTimer::kViewChange) first = t.delay_ms;
+  }
+  a = h.replica->Step(PbftTimerFired{PbftTimer::kViewChange});
+  EXPECT_EQ(h.replica->view(), 2u);
+  int64_t second = 0;
+  for (const auto& t : ActionsOf<PbftSetTimer>(a)) {
+    if (t.timer == PbftTimer::kViewChange) second = t.delay_ms;
+  }
+  EXPECT_EQ(second, 2 * first);
+}
+
+// Builds replica `from`'s ViewChange for `view` with the given certificates (genesis checkpoint).
+ConsensusMessage MakeViewChange(uint64_t view, uint32_t from,
+                                const std::vector<node::consensus::PreparedCertificate>& certs) {
+  ConsensusMessage m;
+  auto* vc = m.mutable_view_change();
+  vc->set_new_view(view);
+  vc->set_stable_digest(GenesisDigest());
+  for (const auto& c : certs) *vc->add_prepared() = c;
+  return SignAs(from, m);
+}
+
+node::consensus::PreparedCertificate MakeCert(uint64_t view, uint64_t seq,
+                                              const std::vector<std::string>& batch,
+                                              uint32_t n = 4) {
+  node::consensus::PreparedCertificate cert;
+  const uint32_t primary = static_cast<uint32_t>(view % n);
+  *cert.mutable_pre_prepare() = MakePrePrepare(view, seq, batch, primary);
+  int added = 0;
+  for (uint32_t r = 0; r < n && added < 2; ++r) {
+    if (r == primary) continue;
+    *cert.add_prepares() = MakePrepare(view, seq, BatchDigest(batch), r);
+    ++added;
+  }
+  return cert;
+}
+
+TEST(PbftViewChangeTest, ViewChangeCarriesPreparedCertificate) {
+  ReplicaHarness h(2);
+  Prepare(h, 0, 1);  // prepared, not committed
+  auto a = h.replica->Step(PbftTimerFired{PbftTimer::kRequest});
+  auto vcs = Sent(a, kVC);
+  ASSERT_EQ(vcs.size(), 1u);
+  const auto& vc = vcs[0].view_change();
+  ASSERT_EQ(vc.prepared_size(), 1u);
+  EXPECT_EQ(vc.prepared(0).pre_prepare().pre_prepare().seq(), 1u);
+  EXPECT_EQ(vc.prepared(0).prepares_size(), 2);
+  PbftValidator validator(h.config, &h.crypto);
+  EXPECT_TRUE(validator.ValidViewChange(vcs[0]));
+}
+
+TEST(PbftViewChangeTest, NewPrimaryReissuesPreparedBatchAndFillsGapsWithNull) {
+  ReplicaHarness h(1);  // primary of view 1
+  h.pool.have = {Tx(1), Tx(2)};
+  TimeOut(h);  // own VC for view 1 (nothing prepared)
+  h.Deliver(MakeViewChange(1, 2, {MakeCert(0, 2, kBatch)}));
+  auto a = h.Deliver(MakeViewChange(1, 3, {}));
+  auto nvs = Sent(a, kNV);
+  ASSERT_EQ(nvs.size(), 1u);
+  const auto& nv = nvs[0].new_view();
+  ASSERT_EQ(nv.pre_prepares_size(), 2);
+  EXPECT_EQ(nv.pre_prepares(0).pre_prepare().seq(), 1u);  // gap: null batch
+  EXPECT_EQ(nv.pre_prepares(0).pre_prepare().tx_hashes_size(), 0);
+  EXPECT_EQ(nv.pre_prepares(1).pre_prepare().seq(), 2u);
+  EXPECT_EQ(nv.pre_prepares(1).pre_prepare().digest(), BatchDigest(kBatch));
+  EXPECT_EQ(nv.pre_prepares(1).pre_prepare().view(), 1u);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+  EXPECT_EQ(h.replica->view(), 1u);
+  EXPECT_TRUE(h.replica->IsPrimary());
+
+  // A backup in view change accepts that NewView and prepares the re-issued batch in view 1.
+  ReplicaHarness b(3);
+  b.pool.have = {Tx(1), Tx(2)};
+  TimeOut(b);
+  auto ba = b.Deliver(nvs[0]);
+  EXPECT_EQ(b.replica->state(), ConsensusState::kNormal);
+  EXPECT_EQ(b.replica->view(), 1u);
+  auto prepares = Sent(ba, kPrep);
+  ASSERT_EQ(prepares.size(), 2u);
+  EXPECT_EQ(prepares[1].prepare().view(), 1u);
+  EXPECT_EQ(prepares[1].prepare().seq(), 2u);
+  EXPECT_EQ(prepares[1].prepare().digest(), BatchDigest(kBatch));
+}
+
+TEST(PbftViewChangeTest, HigherViewCertificateWins) {
+  ReplicaHarness h(1);
+  h.pool.have = {Tx(1), Tx(2), Tx(3)};
+  TimeOut(h);
+  // Certificates for seq 1 from view 0 (kBatch) and from a later view... only views < 1 exist
+  // for new view 1, so use new view 5 (primary 1) with certs from views 0 and 4.
+  for (int i = 0; i < 4; ++i) h.replica->Step(PbftTimerFired{PbftTimer::kViewChange});
+  ASSERT_EQ(h.replica->view(), 5u);
+  h.Deliver(MakeViewChange(5, 2, {MakeCert(0, 1, kBatch)}));
+  auto a = h.Deliver(MakeViewChange(5, 3, {MakeCert(4, 1, {Tx(3)})}));
+  auto nvs = Sent(a, kNV);
+  ASSERT_EQ(nvs.size(), 1u);
+  ASSERT_EQ(nvs[0].new_view().pre_prepares_size(), 1);
+  EXPECT_EQ(nvs[0].new_view().pre_prepares(0).pre_prepare().digest(), BatchDigest({Tx(3)}));
+}
+
+TEST(PbftViewChangeTest, RejectsNewViewThatDropsAPreparedBatch) {
+  ReplicaHarness b(3);
+  TimeOut(b);
+  ConsensusMessage nv;
+  nv.mutable_new_view()->set_view(1);
+  *nv.mutable_new_view()->add_view_changes() = MakeViewChange(1, 0, {});
+  *nv.mutable_new_view()->add_view_changes() = MakeViewChange(1, 1, {});
+  *nv.mutable_new_view()->add_view_changes() = MakeViewChange(1, 2, {MakeCert(0, 1, kBatch)});
+  // The primary "forgets" the prepared batch at seq 1 and proposes another one.
+  *nv.mutable_new_view()->add_pre_prepares() = MakePrePrepare(1, 1, {Tx(9)}, 1);
+  b.Deliver(SignAs(1, nv));
+  EXPECT_EQ(b.replica->state(), ConsensusState::kViewChange);
+  EXPECT_EQ(b.replica->counters().dropped_invalid, 1u);
+}
+
+TEST(PbftViewChangeTest, RejectsViewChangeWithForgedCertificate) {
+  ReplicaHarness h(1);
+  auto cert = MakeCert(0, 1, kBatch);
+  cert.mutable_prepares(0)->set_signature("forged");
+  h.Deliver(MakeViewChange(1, 2, {cert}));
+  EXPECT_EQ(h.replica->counters().dropped_invalid, 1u);
+}
+
+TEST(PbftViewChangeTest, FPlusOneViewChangesPullALaggardAlong) {
+  ReplicaHarness h(3);
+  h.Deliver(MakeViewChange(1, 1, {}));
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+  auto a = h.Deliver(MakeViewChange(1, 2, {}));
+  EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
+  EXPECT_EQ(Sent(a, kVC).size(), 1u);
+}
+
+TEST(PbftPersistenceTest, RestartNeverSignsAConflictingPrepare) {
+  ReplicaHarness h(1);
+  h.pool.have = {Tx(1), Tx(2), Tx(3)};
+  h.Deliver(MakePrePrepare(0, 1, kBatch, 0));
+  h.Start();  // crash and restart from the store
+  auto a = h.Deliver(MakePrePrepare(0, 1, {Tx(3)}, 0));
+  EXPECT_TRUE(Sent(a, kPrep).empty());
+  EXPECT_EQ(h.replica->counters().dropped_conflicting, 1u);
+}
+
+TEST(PbftPersistenceTest, RestartKeepsPreparedCertificateForViewChange) {
+  ReplicaHarness h(2);
+  Prepare(h, 0, 1);
+  h.Start();
+  auto vcs = Sent(h.replica->Step(PbftTimerFired{PbftTimer::kRequest}), kVC);
+  ASSERT_EQ(vcs.size(), 1u);
+  ASSERT_EQ(vcs[0].view_change().prepared_size(), 1);
+  EXPECT_EQ(vcs[0].view_change().prepared(0).pre_prepare().pre_prepare().digest(),
+            BatchDigest(kBatch));
+  // And it restarts into the view change it had started, not back into view 0.
+  h.Start();
+  EXPECT_EQ(h.replica->view(), 1u);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
+}
+
+TEST(PbftPersistenceTest, StoreFailureHaltsTheReplica) {
+  ReplicaHarness h(0);
+  h.store.FailWritesForTest(true);
+  EXPECT_TRUE(h.replica->Step(PbftBatchReady{kBatch}).empty());
+  EXPECT_FALSE(h.replica->status().ok());
+  EXPECT_TRUE(h.replica->Step(PbftTimerFired{PbftTimer::kRetransmit}).empty());
+}
+
+// Commits seqs 1..k at `src` and returns the committed batches as a block source would.
+std::map<uint64_t, CommittedBatch> CommittedAt(ReplicaHarness& src, int k) {
+  std::map<uint64_t, CommittedBatch> out;
+  for (int s = 1; s <= k; ++s) {
+    for (const auto& c : ActionsOf<PbftCommit>(CommitAll(src, 0, s, {Tx(100 + s)}))) {
+      CommittedBatch b;
+      b.set_seq(c.seq);
+      for (const auto& h : c.tx_hashes) b.add_tx_hashes(h);
+      for (const auto& m : c.certificate) *b.add_commit_certificate() = m;
+      out[c.seq] = b;
+    }
+  }
+  return out;
+}
+
+TEST(PbftSyncTest, BehindStableCheckpointRecoversThroughSync) {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  ReplicaHarness src(2, c);
+  auto batches = CommittedAt(src, 2);
+  ASSERT_EQ(batches.size(), 2u);
+  const std::string digest = src.replica->chain_digest();
+
+  ReplicaHarness h(3, c);
+  for (int s = 1; s <= 2; ++s) h.pool.have.insert(Tx(100 + s));
+  h.Deliver(MakeCheckpoint(2, digest, 0));
+  h.Deliver(MakeCheckpoint(2, digest, 1));
+  auto a = h.Deliver(MakeCheckpoint(2, digest, 2));
+  EXPECT_EQ(h.replica->state(), ConsensusState::kRecovering);
+  auto reqs = Sent(a, ConsensusMessage::kSyncRequest);
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].sync_request().from_seq(), 1u);
+
+  // The peer answers from its block source.
+  src.blocks.batches = batches;
+  auto resp = Sent(src.Deliver(reqs[0]), ConsensusMessage::kSyncResponse);
+  ASSERT_EQ(resp.size(), 1u);
+  ASSERT_EQ(resp[0].sync_response().batches_size(), 2);
+  a = h.Deliver(resp[0]);
+  auto commits = ActionsOf<PbftCommit>(a);
+  ASSERT_EQ(commits.size(), 2u);
+  EXPECT_EQ(h.replica->last_executed(), 2u);
+  EXPECT_EQ(h.replica->chain_digest(), digest);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+}
+
+TEST(PbftSyncTest, RejectsForgedCommitCertificate) {
+  ReplicaHarness src(2);
+  auto batches = CommittedAt(src, 1);
+  ReplicaHarness h(3);
+  h.pool.have.insert(Tx(101));
+  ConsensusMessage resp;
+  CommittedBatch forged = batches[1];
+  forged.mutable_commit_certificate(1)->set_signature("forged");
+  *resp.mutable_sync_response()->add_batches() = forged;
+  auto a = h.Deliver(SignAs(2, resp));
+  EXPECT_TRUE(ActionsOf<PbftCommit>(a).empty());
+  EXPECT_EQ(h.replica->counters().dropped_invalid, 1u);
+  // The genuine one is applied.
+  ConsensusMessage good;
+  *good.mutable_sync_response()->add_batches() = batches[1];
+  EXPECT_EQ(ActionsOf<PbftCommit>(h.Deliver(SignAs(2, good))).size(), 1u);
+}
+
+TEST(PbftNewViewRequestTest, InstalledReplicaHandsOverItsNewView) {
+  ReplicaHarness h(1);
+  TimeOut(h);
+  h.Deliver(MakeViewChange(1, 2, {}));
+  h.Deliver(MakeViewChange(1, 3, {}));
+  ASSERT_EQ(h.replica->state(), ConsensusState::kNormal);
+  ConsensusMessage req;
+  req.mutable_new_view_request()->set_min_view(1);
+  auto a = h.Deliver(SignAs(0, req));
+  auto nvs = Sent(a, kNV);
+  ASSERT_EQ(nvs.size(), 1u);
+  EXPECT_EQ(nvs[0].new_view().view(), 1u);
+}
+
+}  // namespace
+}  // namespace partitions

@@ -1,0 +1,152 @@
+// Test harness for PbftReplica unit tests: a deterministic test signer (any replica's key), a
+// set-backed pool, a map-backed block source, message builders and action filters.
+#ifndef TESTS_PARTITIONS_PBFT_TEST_UTIL_H_
+#define TESTS_PARTITIONS_PBFT_TEST_UTIL_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "partitions/pbft_certs.h"
+#include "partitions/pbft_memory_store.h"
+#include "partitions/pbft_replica.h"
+
+namespace partitions::testing {
+
+inline std::string TestTag(uint32_t signer, const std::string& bytes) {
+  uint64_t h = 1469598103934665603ULL ^ (0x9e3779b97f4a7c15ULL * (signer + 1));
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
+}
+
+class TestCrypto final : public PbftCrypto {
+ public:
+  explicit TestCrypto(uint32_t id) : id_(id) {}
+  std::string Sign(const ConsensusMessage& msg) override { return TestTag(id_, SigningBytes(msg)); }
+  bool Verify(const ConsensusMessage& msg) const override {
+    return msg.signature() == TestTag(msg.sender(), SigningBytes(msg));
+  }
+
+ private:
+  uint32_t id_;
+};
+
+class TestPool final : public PbftTxSource {
+ public:
+  bool HasTx(absl::string_view h) const override { return have.count(std::string(h)) > 0; }
+  std::set<std::string> have;
+};
+
+class TestBlocks final : public PbftBlockSource {
+ public:
+  std::optional<node::consensus::CommittedBatch> GetCommitted(uint64_t seq) const override {
+    auto it = batches.find(seq);
+    if (it == batches.end()) return std::nullopt;
+    return it->second;
+  }
+  std::map<uint64_t, node::consensus::CommittedBatch> batches;
+};
+
+inline std::string Tx(int i) {
+  return ChainDigest(GenesisDigest(), static_cast<uint64_t>(i), "test-tx");
+}
+
+inline ConsensusMessage SignAs(uint32_t id, ConsensusMessage m) {
+  m.set_sender(id);
+  m.clear_signature();
+  m.set_signature(TestTag(id, SigningBytes(m)));
+  return m;
+}
+
+inline ConsensusMessage MakePrePrepare(uint64_t view, uint64_t seq,
+                                       const std::vector<std::string>& txs, uint32_t proposer) {
+  ConsensusMessage m;
+  auto* pp = m.mutable_pre_prepare();
+  pp->set_view(view);
+  pp->set_seq(seq);
+  for (const auto& h : txs) pp->add_tx_hashes(h);
+  pp->set_digest(BatchDigest(txs));
+  pp->set_proposer(proposer);
+  return SignAs(proposer, m);
+}
+
+inline ConsensusMessage MakePrepare(uint64_t view, uint64_t seq, const std::string& digest,
+                                    uint32_t from) {
+  ConsensusMessage m;
+  m.mutable_prepare()->set_view(view);
+  m.mutable_prepare()->set_seq(seq);
+  m.mutable_prepare()->set_digest(digest);
+  return SignAs(from, m);
+}
+
+inline ConsensusMessage MakeCommit(uint64_t view, uint64_t seq, const std::string& digest,
+                                   uint32_t from) {
+  ConsensusMessage m;
+  m.mutable_commit()->set_view(view);
+  m.mutable_commit()->set_seq(seq);
+  m.mutable_commit()->set_digest(digest);
+  return SignAs(from, m);
+}
+
+inline ConsensusMessage MakeCheckpoint(uint64_t seq, const std::string& digest, uint32_t from) {
+  ConsensusMessage m;
+  m.mutable_checkpoint()->set_seq(seq);
+  m.mutable_checkpoint()->set_state_digest(digest);
+  return SignAs(from, m);
+}
+
+// Messages of one body kind among the broadcasts and sends in `actions`.
+inline std::vector<ConsensusMessage> Sent(const std::vector<PbftAction>& actions,
+                                          ConsensusMessage::BodyCase body) {
+  std::vector<ConsensusMessage> out;
+  for (const PbftAction& a : actions) {
+    if (const auto* b = std::get_if<PbftBroadcast>(&a); b && b->msg.body_case() == body) {
+      out.push_back(b->msg);
+    }
+    if (const auto* s = std::get_if<PbftSend>(&a); s && s->msg.body_case() == body) {
+      out.push_back(s->msg);
+    }
+  }
+  return out;
+}
+
+template <typename T>
+std::vector<T> ActionsOf(const std::vector<PbftAction>& actions) {
+  std::vector<T> out;
+  for (const PbftAction& a : actions) {
+    if (const auto* t = std::get_if<T>(&a)) out.push_back(*t);
+  }
+  return out;
+}
+
+// One replica with its own world (pool, store, blocks), restartable from the same store.
+struct ReplicaHarness {
+  explicit ReplicaHarness(uint32_t self, PbftConfig base = {}) : crypto(self) {
+    config = base;
+    config.self = self;
+    Start();
+  }
+  void Start(PbftReplica::LedgerPosition pos = {}) {
+    auto r = PbftReplica::Create(config, {&crypto, &pool, &store, &blocks}, pos);
+    replica = std::move(*r);
+    replica->Step(PbftStart{});
+  }
+  std::vector<PbftAction> Deliver(const ConsensusMessage& m) {
+    return replica->Step(PbftMessage{m});
+  }
+  PbftConfig config;
+  TestCrypto crypto;
+  TestPool pool;
+  InMemoryConsensusStore store;
+  TestBlocks blocks;
+  std::unique_ptr<PbftReplica> replica;
+};
+
+}  // namespace partitions::testing
+
+#endif  // TESTS_PARTITIONS_PBFT_TEST_UTIL_H_

@@ -1,0 +1,294 @@
+#include "partitions/tx_pool.h"
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/mocks/fake_clock.h"
+#include "tests/partitions/chain_test_util.h"
+
+namespace partitions {
+namespace {
+
+using chaintest::Key;
+
+// Committed nonces as the executor would report them.
+class Nonces {
+ public:
+  NextNonceFn Fn() {
+    return [this](absl::string_view s) {
+      absl::MutexLock lock(&mu_);
+      auto it = next_.find(s);
+      return it == next_.end() ? uint64_t{1} : it->second;
+    };
+  }
+  void Set(const std::string& sender, uint64_t next) {
+    absl::MutexLock lock(&mu_);
+    next_[sender] = next;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, uint64_t> next_ ABSL_GUARDED_BY(mu_);
+};
+
+class TxPoolTest : public ::testing::Test {
+ protected:
+  TxPoolTest() : to_(Key(99).public_key().bytes()) {}
+
+  std::unique_ptr<TxPool> MakePool(TxPoolLimits limits) {
+    EXPECT_TRUE(ValidateTxPoolLimits(limits).ok());
+    return std::make_unique<TxPool>(limits, &clock_, nonces_.Fn());
+  }
+  TxPtr Tx(int sender, uint64_t nonce, uint64_t amount = 1) {
+    return chaintest::Transfer(Key(sender), nonce, to_, amount);
+  }
+  static void ExpectRefused(const absl::Status& s, absl::StatusCode code,
+                            absl::string_view prefix) {
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_TRUE(absl::StartsWith(s.message(), prefix)) << s;
+  }
+
+  tests::FakeClock clock_;
+  Nonces nonces_;
+  const std::string to_;
+};
+
+TEST_F(TxPoolTest, CountLimit) {
+  auto pool = MakePool({.max_txs = 10, .forward_reserve = 0});
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
+  ExpectRefused(pool->Add(Tx(20, 1), TxOrigin::kClient), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  ExpectRefused(pool->Add(Tx(20, 1), TxOrigin::kForwarded), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  EXPECT_EQ(pool->stats().txs, 10u);
+  EXPECT_EQ(pool->stats().rejected_full, 2u);
+}
+
+TEST_F(TxPoolTest, BytesLimit) {
+  const size_t size = Tx(1, 1)->size();
+  auto pool = MakePool({.max_bytes = 3 * size + size / 2, .forward_reserve = 0});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
+  ExpectRefused(pool->Add(Tx(5, 1), TxOrigin::kClient), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  EXPECT_EQ(pool->stats().bytes, 3 * size);
+}
+
+TEST_F(TxPoolTest, PerSenderQuotaAppliesToClientTxs) {
+  auto pool = MakePool({.max_per_sender = 3});
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(pool->Add(Tx(1, n), TxOrigin::kClient).ok());
+  ExpectRefused(pool->Add(Tx(1, 4), TxOrigin::kClient), absl::StatusCode::kResourceExhausted,
+                "sender quota");
+  EXPECT_TRUE(pool->Add(Tx(2, 1), TxOrigin::kClient).ok()) << "other senders unaffected";
+  // A forwarded tx is bounded by the nonce window only.
+  EXPECT_TRUE(pool->Add(Tx(1, 4), TxOrigin::kForwarded).ok());
+  EXPECT_EQ(pool->stats().rejected_quota, 1u);
+}
+
+TEST_F(TxPoolTest, ReserveIsForForwardedTxs) {
+  auto pool = MakePool({.max_txs = 10, .forward_reserve = 0.2});
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
+  ExpectRefused(pool->Add(Tx(9, 1), TxOrigin::kClient), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  EXPECT_TRUE(pool->Add(Tx(9, 1), TxOrigin::kForwarded).ok());
+  EXPECT_TRUE(pool->Add(Tx(10, 1), TxOrigin::kForwarded).ok());
+  ExpectRefused(pool->Add(Tx(11, 1), TxOrigin::kForwarded), absl::StatusCode::kResourceExhausted,
+                "pool full");
+}
+
+TEST_F(TxPoolTest, ReserveAppliesToBytesToo) {
+  const size_t size = Tx(1, 1)->size();
+  auto pool = MakePool({.max_bytes = 10 * size, .forward_reserve = 0.5});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
+  ExpectRefused(pool->Add(Tx(6, 1), TxOrigin::kClient), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  EXPECT_TRUE(pool->Add(Tx(6, 1), TxOrigin::kForwarded).ok());
+}
+
+TEST_F(TxPoolTest, DuplicateAndReplayedNonce) {
+  auto pool = MakePool({});
+  TxPtr tx = Tx(1, 1);
+  ASSERT_TRUE(pool->Add(tx, TxOrigin::kClient).ok());
+  ExpectRefused(pool->Add(tx, TxOrigin::kForwarded), absl::StatusCode::kAlreadyExists,
+                "duplicate transaction");
+  // Same sender and nonce, different tx (amount): a conflicting replay.
+  ExpectRefused(pool->Add(Tx(1, 1, 2), TxOrigin::kClient), absl::StatusCode::kAlreadyExists,
+                "replayed nonce");
+  nonces_.Set(Key(2).public_key().bytes(), 5);
+  ExpectRefused(pool->Add(Tx(2, 4), TxOrigin::kClient), absl::StatusCode::kAlreadyExists,
+                "replayed nonce");
+  EXPECT_EQ(pool->stats().senders, 1u) << "refused senders leave no record";
+}
+
+TEST_F(TxPoolTest, NonceGapLimit) {
+  auto pool = MakePool({.max_nonce_gap = 4});
+  EXPECT_TRUE(pool->Add(Tx(1, 5), TxOrigin::kClient).ok());
+  ExpectRefused(pool->Add(Tx(1, 6), TxOrigin::kClient), absl::StatusCode::kFailedPrecondition,
+                "nonce gap");
+}
+
+TEST_F(TxPoolTest, NonceOrderingHoldsGappedTxs) {
+  auto pool = MakePool({});
+  ASSERT_TRUE(pool->Add(Tx(1, 3), TxOrigin::kClient).ok());
+  ASSERT_TRUE(pool->Add(Tx(1, 2), TxOrigin::kClient).ok());
+  EXPECT_TRUE(pool->SelectBatch(100, 1 << 20).empty()) << "nonce 1 missing: nothing ready";
+  ASSERT_TRUE(pool->Add(Tx(1, 1), TxOrigin::kClient).ok());
+  std::vector<TxPtr> batch = pool->SelectBatch(100, 1 << 20);
+  ASSERT_EQ(batch.size(), 3u);
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(batch[i]->nonce(), i + 1);
+  EXPECT_TRUE(pool->SelectBatch(100, 1 << 20).empty()) << "proposed txs are not picked again";
+}
+
+TEST_F(TxPoolTest, BatchSelectionByCountBytesAndFairAcrossSenders) {
+  auto pool = MakePool({});
+  for (int s = 1; s <= 3; ++s) {
+    for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(pool->Add(Tx(s, n), TxOrigin::kClient).ok());
+  }
+  std::vector<TxPtr> batch = pool->SelectBatch(6, 1 << 20);
+  ASSERT_EQ(batch.size(), 6u);
+  absl::flat_hash_map<std::string, uint64_t> last;
+  for (const TxPtr& tx : batch) {
+    EXPECT_EQ(tx->nonce(), last[tx->sender()] + 1) << "per-sender nonce order";
+    last[tx->sender()] = tx->nonce();
+  }
+  EXPECT_EQ(last.size(), 3u);
+  for (const auto& [sender, n] : last) EXPECT_EQ(n, 2u) << "two per sender";
+
+  const size_t size = batch[0]->size();
+  std::vector<TxPtr> by_bytes = pool->SelectBatch(100, 4 * size + size / 2);
+  EXPECT_EQ(by_bytes.size(), 4u);
+  EXPECT_EQ(pool->stats().proposed, 10u);
+  EXPECT_EQ(pool->SelectBatch(100, 1 << 20).size(), 5u);
+  EXPECT_TRUE(pool->SelectBatch(100, 1 << 20).empty());
+}
+
+TEST_F(TxPoolTest, ReleaseProposedMakesTxsSelectableAgain) {
+  auto pool = MakePool({});
+  for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(pool->Add(Tx(1, n), TxOrigin::kClient).ok());
+  std::vector<TxPtr> batch = pool->SelectBatch(100, 1 << 20);
+  ASSERT_EQ(batch.size(), 4u);
+  pool->ReleaseProposed({batch[2]->hash});  // releases nonces 3 and 4
+  std::vector<TxPtr> again = pool->SelectBatch(100, 1 << 20);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0]->nonce(), 3u);
+  pool->ReleaseAllProposed();
+  EXPECT_EQ(pool->stats().proposed, 0u);
+  EXPECT_EQ(pool->SelectBatch(100, 1 << 20).size(), 4u);
+}
+
+TEST_F(TxPoolTest, RemoveCommittedAdvancesNoncesAndDropsStale) {
+  auto pool = MakePool({});
+  ASSERT_TRUE(pool->Add(Tx(1, 1), TxOrigin::kClient).ok());
+  ASSERT_TRUE(pool->Add(Tx(1, 2), TxOrigin::kClient).ok());
+  ASSERT_TRUE(pool->Add(Tx(1, 3), TxOrigin::kClient).ok());
+  std::vector<TxPtr> batch = pool->SelectBatch(1, 1 << 20);
+  ASSERT_EQ(batch.size(), 1u);
+  // Another replica's block committed a different tx with nonce 2 together with ours.
+  TxPtr other_nonce2 = Tx(1, 2, 77);
+  nonces_.Set(Key(1).public_key().bytes(), 3);
+  pool->RemoveCommitted({batch[0], other_nonce2});
+  TxPoolStats st = pool->stats();
+  EXPECT_EQ(st.txs, 1u);
+  EXPECT_EQ(st.committed, 1u);
+  EXPECT_EQ(st.stale, 1u);
+  EXPECT_EQ(st.proposed, 0u);
+  std::vector<TxPtr> next = pool->SelectBatch(10, 1 << 20);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0]->nonce(), 3u);
+}
+
+TEST_F(TxPoolTest, ExpiryAfterTtlSparesProposedTxs) {
+  auto pool = MakePool({.ttl = absl::Seconds(10)});
+  ASSERT_TRUE(pool->Add(Tx(1, 1), TxOrigin::kClient).ok());
+  ASSERT_TRUE(pool->Add(Tx(2, 1), TxOrigin::kClient).ok());
+  ASSERT_EQ(pool->SelectBatch(1, 1 << 20).size(), 1u);
+  clock_.Advance(absl::Seconds(5));
+  ASSERT_TRUE(pool->Add(Tx(3, 1), TxOrigin::kClient).ok());
+  EXPECT_EQ(pool->Expire(clock_.NowNanos()), 0u);
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(pool->Expire(clock_.NowNanos()), 1u) << "the unproposed one of the first two";
+  EXPECT_EQ(pool->stats().txs, 2u);
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(pool->Expire(clock_.NowNanos()), 1u);
+  EXPECT_EQ(pool->stats().txs, 1u);
+  EXPECT_EQ(pool->stats().proposed, 1u);
+  EXPECT_EQ(pool->stats().expired, 2u);
+}
+
+TEST_F(TxPoolTest, LiveLimitChangeAndHighWater) {
+  auto pool = MakePool({.max_txs = 10, .forward_reserve = 0, .high_water = 0.5});
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
+  EXPECT_FALSE(pool->AboveHighWater());
+  ASSERT_TRUE(pool->Add(Tx(5, 1), TxOrigin::kClient).ok());
+  EXPECT_TRUE(pool->AboveHighWater());
+
+  TxPoolLimits smaller = pool->limits();
+  smaller.max_txs = 3;
+  ASSERT_TRUE(pool->SetLimits(smaller).ok());
+  EXPECT_EQ(pool->stats().txs, 5u) << "nothing evicted";
+  ExpectRefused(pool->Add(Tx(6, 1), TxOrigin::kClient), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  TxPoolLimits bigger = smaller;
+  bigger.max_txs = 100;
+  ASSERT_TRUE(pool->SetLimits(bigger).ok());
+  EXPECT_FALSE(pool->AboveHighWater());
+  EXPECT_TRUE(pool->Add(Tx(6, 1), TxOrigin::kClient).ok());
+
+  TxPoolLimits bad = bigger;
+  bad.forward_reserve = 1.5;
+  absl::Status s = pool->SetLimits(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "forward_reserve")) << s;
+  EXPECT_EQ(pool->limits().max_txs, 100u) << "invalid limits change nothing";
+}
+
+TEST_F(TxPoolTest, GetAndMissing) {
+  auto pool = MakePool({});
+  TxPtr a = Tx(1, 1);
+  TxPtr b = Tx(2, 1);
+  ASSERT_TRUE(pool->Add(a, TxOrigin::kForwarded).ok());
+  EXPECT_EQ(pool->Get(a->hash), a);
+  EXPECT_EQ(pool->Get(b->hash), nullptr);
+  std::vector<std::string> missing = pool->Missing({a->hash, b->hash});
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0], b->hash);
+}
+
+TEST_F(TxPoolTest, ConcurrentAddSelectCommit) {
+  auto pool = MakePool({.max_txs = 100000});
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 50;
+  std::vector<std::vector<TxPtr>> txs(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    for (int n = 1; n <= kPerThread; ++n) txs[t].push_back(Tx(t + 1, n));
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (const TxPtr& tx : txs[t]) ASSERT_TRUE(pool->Add(tx, TxOrigin::kClient).ok());
+    });
+  }
+  size_t committed = 0;
+  for (int round = 0; round < 10000 && committed < kThreads * kPerThread; ++round) {
+    std::vector<TxPtr> batch = pool->SelectBatch(17, 1 << 20);
+    for (const TxPtr& tx : batch) nonces_.Set(tx->sender(), tx->nonce() + 1);
+    pool->RemoveCommitted(batch);
+    committed += batch.size();
+    if (batch.empty()) std::this_thread::yield();
+  }
+  for (auto& th : threads) th.join();
+  for (std::vector<TxPtr> batch = pool->SelectBatch(1000, 1 << 30); !batch.empty();
+       batch = pool->SelectBatch(1000, 1 << 30)) {
+    pool->RemoveCommitted(batch);
+    committed += batch.size();
+  }
+  EXPECT_EQ(committed, size_t{kThreads * kPerThread});
+  EXPECT_EQ(pool->stats().txs, 0u);
+}
+
+}  // namespace
+}  // namespace partitions

@@ -1,0 +1,442 @@
+#include "tests/sim/pbft_sim.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <set>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "partitions/pbft_certs.h"
+#include "partitions/pbft_memory_store.h"
+#include "partitions/pbft_replica.h"
+#include "tests/sim/sim_byzantine.h"
+#include "tests/sim/sim_world.h"
+
+namespace sim {
+namespace {
+
+using ::node::consensus::CommittedBatch;
+using partitions::ConsensusMessage;
+using partitions::PbftAction;
+using partitions::PbftEvent;
+using partitions::PbftReplica;
+using partitions::PbftTimer;
+
+constexpr uint64_t kMaxEvents = 4'000'000;
+
+class Cluster {
+ public:
+  explicit Cluster(const SimOptions& o) : o_(o), rng_(o.seed * 0x2545F4914F6CDD1DULL + 7) {
+    config_.n = o.n;
+    config_.checkpoint_interval = 4;
+    config_.window = 16;
+    config_.max_inflight = 8;
+    config_.request_timeout_ms = 800;
+    config_.view_change_timeout_ms = 800;
+    config_.max_backoff_shift = 3;
+    config_.retransmit_ms = 250;
+    config_.sync_chunk = 8;
+    config_.max_batch_txs = 64;
+    const FaultKind k = o.fault;
+    loss_ = k == FaultKind::kLoss || k == FaultKind::kMixed;
+    dup_ = k == FaultKind::kDuplicate || k == FaultKind::kMixed;
+    delay_ = k == FaultKind::kDelay || k == FaultKind::kMixed;
+    partition_ = k == FaultKind::kPartition || k == FaultKind::kMixed;
+    crash_ = k == FaultKind::kCrash || k == FaultKind::kMixed;
+    for (uint32_t i = 0; i < o.n; ++i) nodes_.push_back(std::make_unique<Node>(i));
+    // Byzantine nodes, at most f in all: the primary of view 0 and/or the last replica.
+    const uint32_t f = config_.f();
+    if ((k == FaultKind::kByzPrimary || k == FaultKind::kMixed) && f >= 1) {
+      nodes_[0]->byz_primary = true;
+    }
+    if (k == FaultKind::kByzReplica || (k == FaultKind::kMixed && f >= 2)) {
+      nodes_[o.n - 1]->byz_garbage = true;
+    }
+  }
+
+  SimResult Run() {
+    for (auto& n : nodes_) Restart(*n);
+    for (int64_t t = 0; t < o_.submit_until_ms; t += o_.submit_every_ms) {
+      At(t + Rand(0, o_.submit_every_ms - 1), [this] { Submit(); });
+    }
+    if (partition_) At(Rand(200, 1500), [this] { Repartition(); });
+    if (crash_) At(Rand(300, 1500), [this] { CrashSomeone(); });
+    for (auto& n : nodes_) {
+      if (n->byz_garbage) At(Rand(1, 50), [this, id = n->id] { Garbage(id); });
+    }
+    At(o_.fault_end_ms, [this] { Heal(); });
+    uint64_t events = 0;
+    while (!queue_.empty() && result_.ok) {
+      Event ev = queue_.top();
+      queue_.pop();
+      if (ev.t > o_.duration_ms) break;
+      now_ = ev.t;
+      ev.fn();
+      if (++events > kMaxEvents) Fail(false, "event budget exceeded (message storm?)");
+    }
+    if (result_.ok) CheckEndLiveness();
+    for (auto& n : nodes_) {
+      if (n->replica) {
+        const auto& c = n->replica->counters();
+        result_.view_changes = std::max(result_.view_changes, c.view_changes_started);
+        result_.synced_batches += c.synced_batches;
+        result_.dropped_by_replicas += c.dropped_not_replica + c.dropped_stale_view +
+                                       c.dropped_outside_watermarks + c.dropped_conflicting +
+                                       c.dropped_duplicate + c.dropped_invalid;
+      }
+    }
+    result_.submitted = submitted_.size();
+    result_.committed_txs = committed_txs_.size();
+    return result_;
+  }
+
+ private:
+  struct Event {
+    int64_t t;
+    uint64_t order;
+    std::function<void()> fn;
+    bool operator<(const Event& other) const {
+      return t != other.t ? t > other.t : order > other.order;  // min-heap
+    }
+  };
+
+  void At(int64_t t, std::function<void()> fn) { queue_.push(Event{t, next_order_++, std::move(fn)}); }
+  int64_t Rand(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  bool Chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  bool Faulty() const { return now_ < o_.fault_end_ms; }
+
+  void Fail(bool safety, const std::string& what) {
+    if (!result_.ok) return;
+    result_.ok = false;
+    result_.safety_violation = safety;
+    result_.failure = absl::StrCat("t=", now_, "ms: ", what);
+  }
+
+  // ---- Nodes ----
+
+  void Restart(Node& n) {
+    PbftReplica::Deps deps{&n.crypto, &n.pool, &n.store, &n.ledger};
+    PbftReplica::LedgerPosition pos{n.ledger.last, n.ledger.chain};
+    config_.self = n.id;
+    auto replica = PbftReplica::Create(config_, deps, pos);
+    if (!replica.ok()) {
+      Fail(false, absl::StrCat("replica ", n.id, " failed to restart: ", replica.status().ToString()));
+      return;
+    }
+    n.replica = std::move(*replica);
+    n.up = true;
+    n.reported_pending = ~0ULL;
+    n.proposed.clear();
+    StepNode(n, partitions::PbftStart{});
+  }
+
+  void Crash(Node& n) {
+    n.up = false;
+    n.replica.reset();
+    ++n.incarnation;
+    for (uint64_t& g : n.timer_gen) ++g;
+  }
+
+  void StepNode(Node& n, const PbftEvent& ev) {
+    if (!n.up) return;
+    Apply(n, n.replica->Step(ev));
+    if (n.in_followup) return;
+    n.in_followup = true;
+    for (int i = 0; i < 64 && n.up; ++i) {
+      bool did = false;
+      const uint64_t pending = n.pool.fifo.size();
+      if (pending != n.reported_pending) {
+        n.reported_pending = pending;
+        Apply(n, n.replica->Step(partitions::PbftPendingRequests{pending}));
+        did = true;
+      }
+      if (n.replica->CanPropose()) {
+        std::vector<std::string> batch = CutBatch(n);
+        if (!batch.empty()) {
+          Apply(n, n.replica->Step(partitions::PbftBatchReady{std::move(batch)}));
+          did = true;
+        }
+      }
+      if (!did) break;
+    }
+    n.in_followup = false;
+  }
+
+  std::vector<std::string> CutBatch(Node& n) {
+    if (n.replica->view() != n.proposed_view) {
+      n.proposed.clear();  // the new view re-issues what was prepared; propose the rest again
+      n.proposed_view = n.replica->view();
+    }
+    std::vector<std::string> batch;
+    for (const auto& [no, h] : n.pool.fifo) {
+      if (batch.size() >= o_.batch_max) break;
+      if (n.proposed.insert(h).second) batch.push_back(h);
+    }
+    return batch;
+  }
+
+  void Apply(Node& n, std::vector<PbftAction> actions) {
+    for (PbftAction& a : actions) {
+      if (!result_.ok) return;
+      if (auto* s = std::get_if<partitions::PbftSend>(&a)) {
+        Transmit(n, s->to, std::make_shared<const ConsensusMessage>(std::move(s->msg)));
+      } else if (auto* b = std::get_if<partitions::PbftBroadcast>(&a)) {
+        auto msg = std::make_shared<const ConsensusMessage>(std::move(b->msg));
+        for (uint32_t to = 0; to < o_.n; ++to) {
+          if (to != n.id) Transmit(n, to, msg);
+        }
+      } else if (auto* c = std::get_if<partitions::PbftCommit>(&a)) {
+        OnCommit(n, *c);
+      } else if (auto* st = std::get_if<partitions::PbftSetTimer>(&a)) {
+        const int idx = static_cast<int>(st->timer);
+        const uint64_t gen = ++n.timer_gen[idx];
+        At(now_ + st->delay_ms, [this, id = n.id, idx, gen, timer = st->timer] {
+          Node& node = *nodes_[id];
+          if (node.up && node.timer_gen[idx] == gen) StepNode(node, partitions::PbftTimerFired{timer});
+        });
+      } else if (auto* ct = std::get_if<partitions::PbftCancelTimer>(&a)) {
+        ++n.timer_gen[static_cast<int>(ct->timer)];
+      } else if (auto* fe = std::get_if<partitions::PbftFetchTxs>(&a)) {
+        At(now_ + Rand(5, 30), [this, id = n.id, inc = n.incarnation, hashes = fe->tx_hashes] {
+          Node& node = *nodes_[id];
+          if (!node.up || node.incarnation != inc) return;
+          // Only txs some client really submitted can be fetched; invented hashes stay missing.
+          for (const std::string& h : hashes) {
+            if (submitted_.count(h) > 0) node.pool.Add(h);
+          }
+          StepNode(node, partitions::PbftTxsAvailable{hashes});
+        });
+      }
+    }
+  }
+
+  // ---- Network ----
+
+  void Transmit(Node& from, uint32_t to, std::shared_ptr<const ConsensusMessage> msg) {
+    if (from.byz_primary && msg->has_pre_prepare()) {
+      switch (rng_() % 3) {
+        case 0: break;                           // the real one
+        case 1: msg = Equivocate(from, *msg); break;  // a conflicting one
+        default: return;                         // nothing
+      }
+    }
+    if (from.byz_garbage && (msg->has_prepare() || msg->has_commit()) && Chance(0.5)) {
+      ConsensusMessage bad = *msg;
+      std::string digest = RandomBytes(rng_, 32);
+      if (bad.has_prepare()) bad.mutable_prepare()->set_digest(digest);
+      if (bad.has_commit()) bad.mutable_commit()->set_digest(digest);
+      bad.set_signature(from.crypto.Sign(bad));
+      Send(from.id, to, std::make_shared<const ConsensusMessage>(std::move(bad)));
+    }
+    Send(from.id, to, std::move(msg));
+  }
+
+  void Send(uint32_t from, uint32_t to, std::shared_ptr<const ConsensusMessage> msg) {
+    if (Faulty()) {
+      if (partition_ && nodes_[from]->group != nodes_[to]->group) return;
+      if (loss_ && Chance(0.15)) return;
+    }
+    int copies = 1;
+    if (Faulty() && dup_ && Chance(0.2)) copies = 1 + static_cast<int>(Rand(1, 2));
+    for (int i = 0; i < copies; ++i) {
+      const int64_t delay = Faulty() && delay_ ? Rand(1, 400) : Rand(1, 12);
+      At(now_ + delay, [this, to, msg] {
+        Node& node = *nodes_[to];
+        if (!node.up) return;
+        ++result_.messages_delivered;
+        StepNode(node, partitions::PbftMessage{*msg});
+      });
+    }
+  }
+
+  std::shared_ptr<const ConsensusMessage> Equivocate(Node& from, const ConsensusMessage& real) {
+    ConsensusMessage alt = real;
+    auto* pp = alt.mutable_pre_prepare();
+    if (pp->tx_hashes_size() >= 2) {
+      std::rotate(pp->mutable_tx_hashes()->begin(), pp->mutable_tx_hashes()->begin() + 1,
+                  pp->mutable_tx_hashes()->end());
+    } else if (!submitted_list_.empty()) {
+      pp->clear_tx_hashes();
+      pp->add_tx_hashes(submitted_list_[rng_() % submitted_list_.size()]);
+    }
+    pp->set_digest(partitions::BatchDigest(pp->tx_hashes()));
+    alt.set_signature(from.crypto.Sign(alt));
+    return std::make_shared<const ConsensusMessage>(std::move(alt));
+  }
+
+  // A Byzantine replica's noise: well-signed (as itself) but wrong content of every kind.
+  void Garbage(uint32_t id) {
+    Node& n = *nodes_[id];
+    if (n.up && n.replica) {
+      ConsensusMessage m = MakeGarbage(rng_, config_, n.replica->view(),
+                                       n.replica->last_executed(), id, n.crypto);
+      const uint32_t to = static_cast<uint32_t>(Rand(0, o_.n - 1));
+      if (to != id) Send(id, to, std::make_shared<const ConsensusMessage>(std::move(m)));
+    }
+    At(now_ + Rand(10, 60), [this, id] { Garbage(id); });
+  }
+
+  // ---- Faults ----
+
+  void Repartition() {
+    if (!Faulty()) return;
+    for (auto& n : nodes_) n->group = static_cast<int>(rng_() % 2);
+    At(now_ + Rand(500, 2500), [this] { Repartition(); });
+  }
+
+  void CrashSomeone() {
+    if (!Faulty()) return;
+    uint32_t down = 0;
+    for (auto& n : nodes_) down += n->up ? 0 : 1;
+    if (down < config_.f()) {
+      Node& n = *nodes_[rng_() % o_.n];
+      if (n.up && n.honest()) {
+        Crash(n);
+        At(now_ + Rand(100, 2000), [this, id = n.id] {
+          if (!nodes_[id]->up) Restart(*nodes_[id]);
+        });
+      }
+    }
+    At(now_ + Rand(300, 1500), [this] { CrashSomeone(); });
+  }
+
+  void Heal() {
+    for (auto& n : nodes_) {
+      n->group = 0;
+      if (!n->up) Restart(*n);
+    }
+    healed_seq_ = max_seq_;
+    At(o_.fault_end_ms + o_.liveness_bound_ms, [this] {
+      if (max_seq_ <= healed_seq_) {
+        Fail(false, absl::StrCat("liveness: no new commit within ", o_.liveness_bound_ms,
+                                 "ms after healing (stuck at seq ", max_seq_, ")"));
+      }
+    });
+  }
+
+  // ---- Clients and checks ----
+
+  void Submit() {
+    const std::string h = partitions::ChainDigest(partitions::GenesisDigest(), submitted_.size(),
+                                                  absl::StrCat("tx", o_.seed));
+    submitted_.insert(h);
+    submitted_list_.push_back(h);
+    for (auto& n : nodes_) {
+      // Under loss, forwarding of some txs to some replicas is late (after healing): those
+      // replicas fetch them when a pre-prepare needs them.
+      const int64_t when = Faulty() && loss_ && Chance(0.1)
+                               ? o_.fault_end_ms + Rand(1, 3000)
+                               : now_ + Rand(1, 30);
+      At(when, [this, id = n->id, h] {
+        Node& node = *nodes_[id];
+        node.pool.Add(h);
+        if (node.up) StepNode(node, partitions::PbftTxsAvailable{{h}});
+      });
+    }
+  }
+
+  void OnCommit(Node& n, const partitions::PbftCommit& c) {
+    if (c.seq != n.ledger.last + 1) {
+      Fail(n.honest(), absl::StrCat("order: replica ", n.id, " executed seq ", c.seq, " after ",
+                                    n.ledger.last));
+      return;
+    }
+    CommittedBatch batch;
+    batch.set_seq(c.seq);
+    for (const std::string& h : c.tx_hashes) *batch.add_tx_hashes() = h;
+    for (const ConsensusMessage& m : c.certificate) *batch.add_commit_certificate() = m;
+    n.ledger.batches[c.seq] = std::move(batch);
+    n.ledger.last = c.seq;
+    n.ledger.chain = c.chain_digest;
+    for (const std::string& h : c.tx_hashes) n.pool.Commit(h);
+    if (!n.honest()) return;
+    auto [it, inserted] = decided_.emplace(c.seq, c.digest);
+    if (!inserted && it->second != c.digest) {
+      Fail(true, absl::StrCat("agreement: replica ", n.id, " committed a different batch at seq ",
+                              c.seq));
+      return;
+    }
+    for (const std::string& h : c.tx_hashes) {
+      if (submitted_.count(h) == 0) {
+        Fail(true, absl::StrCat("validity: replica ", n.id, " committed an unsubmitted tx at seq ",
+                                c.seq));
+        return;
+      }
+      committed_txs_.insert(h);
+    }
+    max_seq_ = std::max(max_seq_, c.seq);
+    result_.max_committed_seq = max_seq_;
+  }
+
+  void CheckEndLiveness() {
+    uint64_t missing = 0;
+    for (const std::string& h : submitted_) missing += committed_txs_.count(h) == 0 ? 1 : 0;
+    if (missing > 0) {
+      Fail(false, absl::StrCat("liveness: ", missing, " of ", submitted_.size(),
+                               " submitted txs never committed"));
+    }
+  }
+
+  const SimOptions o_;
+  partitions::PbftConfig config_;
+  std::mt19937_64 rng_;
+  bool loss_, dup_, delay_, partition_, crash_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::priority_queue<Event> queue_;
+  uint64_t next_order_ = 0;
+  int64_t now_ = 0;
+  SimResult result_;
+  std::set<std::string> submitted_;
+  std::vector<std::string> submitted_list_;
+  std::set<std::string> committed_txs_;
+  std::map<uint64_t, std::string> decided_;
+  uint64_t max_seq_ = 0;
+  uint64_t healed_seq_ = 0;
+};
+
+}  // namespace
+
+const std::vector<FaultKind>& AllFaultKinds() {
+  static const std::vector<FaultKind> kinds = {
+      FaultKind::kNone,      FaultKind::kDelay,      FaultKind::kLoss,
+      FaultKind::kDuplicate, FaultKind::kPartition,  FaultKind::kCrash,
+      FaultKind::kByzPrimary, FaultKind::kByzReplica, FaultKind::kMixed};
+  return kinds;
+}
+
+const char* FaultKindName(FaultKind kind) {
+  switch (kind) {
+    case FaultKind::kNone: return "none";
+    case FaultKind::kDelay: return "delay";
+    case FaultKind::kLoss: return "loss";
+    case FaultKind::kDuplicate: return "duplicate";
+    case FaultKind::kPartition: return "partition";
+    case FaultKind::kCrash: return "crash";
+    case FaultKind::kByzPrimary: return "byz_primary";
+    case FaultKind::kByzReplica: return "byz_replica";
+    case FaultKind::kMixed: return "mixed";
+  }
+  return "unknown";
+}
+
+std::optional<FaultKind> ParseFaultKind(const std::string& name) {
+  for (FaultKind k : AllFaultKinds()) {
+    if (name == FaultKindName(k)) return k;
+  }
+  return std::nullopt;
+}
+
+SimResult RunSimulation(const SimOptions& options) { return Cluster(options).Run(); }
+
+std::string ReplayCommand(const SimOptions& o) {
+  return absl::StrCat("build/tests/pbft_sim_runner --seed ", o.seed, " --fault ",
+                      FaultKindName(o.fault), " --n ", o.n);
+}
+
+}  // namespace sim

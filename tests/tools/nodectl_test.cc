@@ -1,0 +1,430 @@
+// nodectl end to end, in-process: RunNodectl against a fake AdminService on loopback. Checks the
+// request each subcommand sends, its table and JSON output, the token header, exit codes and
+// error messages, and that --help and bad flags never make an RPC.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "tests/tools/fake_admin_service.h"
+#include "tools/nodectl_commands.h"
+
+namespace nodectl {
+namespace {
+
+using ::nodectl_test::FakeAdminService;
+using ::testing::AllOf;
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+template <typename T>
+T FromText(const std::string& text) {
+  T message;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &message)) << text;
+  return message;
+}
+
+node::admin::FlowStats SampleStats() {
+  return FromText<node::admin::FlowStats>(R"pb(
+    unix_millis: 1700000000123
+    partitions {
+      id: 1
+      name: "hot"
+      committed_txs: 4242
+      commit_latency { count: 10 p50_us: 1500 p99_us: 8000 max_us: 12000 }
+      stages {
+        name: "concurrency"
+        kind: "concurrency"
+        admitted: 1000
+        rejected: 7
+        current: 12
+        limit: 1024
+      }
+      stages { name: "rate" kind: "rate" admitted: 990 rejected: 10 current: 3.5 limit: 500 }
+      lanes {
+        name: "consensus"
+        weight: 8
+        capacity_messages: 32768
+        capacity_bytes: 33554432
+        depth_messages: 3
+        depth_bytes: 1536
+        offered: 100
+        processed: 97
+        dropped_full: 0
+        queueing_delay { count: 97 p50_us: 40 p99_us: 900 max_us: 1000 }
+        cpu_nanos: 2500000
+      }
+      lanes {
+        name: "bulk"
+        weight: 1
+        capacity_messages: 4096
+        dropped_full: 55
+        dropped_bytes_full: 2097152
+      }
+      pool {
+        txs: 10
+        bytes: 2048
+        max_txs: 100000
+        max_bytes: 134217728
+        above_high_water: true
+        added: 500
+        rejected_full: 4
+        expired: 1
+      }
+      spill {
+        appended: 9
+        drained: 8
+        memory_bytes: 1024
+        disk_bytes: 1048576
+        segments: 2
+        drain_bytes_per_second: 5242880
+      }
+      cpu { weight: 2 guarantee: 1 ceiling: inf demand: 3 share: 2.5 usage: 2 }
+      memory { weight: 2 demand: 1073741824 share: 536870912 usage: 268435456 ceiling: inf }
+      egress { weight: 2 share: 1048576 ceiling: inf }
+    }
+    egress {
+      cap_bytes_per_second: 52428800
+      tx_forward_floor_bytes_per_second: 65536
+      tx_forward_derived_bytes_per_second: 1048576
+      channels {
+        channel: "CONSENSUS"
+        bytes_sent: 10240
+        frames_sent: 20
+        queue_bytes: 0
+        queueing_delay { count: 20 p50_us: 30 p99_us: 80 max_us: 90 }
+      }
+      channels { channel: "BULK" bytes_sent: 0 frames_sent: 0 queue_bytes: 4096 dropped: 3 }
+    })pb");
+}
+
+class NodectlTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(fake_.Start()); }
+
+  // Runs nodectl against the fake with `args` after the global --admin flag.
+  int Run(std::vector<std::string> args) {
+    out_.str("");
+    err_.str("");
+    args.insert(args.begin(), {"--admin", fake_.address(), "--timeout-ms", "10000"});
+    return RunNodectl(args, {.out = &out_, .err = &err_, .canceller = nullptr});
+  }
+  std::string out() const { return out_.str(); }
+  std::string err() const { return err_.str(); }
+
+  FakeAdminService fake_;
+  std::ostringstream out_;
+  std::ostringstream err_;
+};
+
+TEST_F(NodectlTest, StatusPrintsNodeAndPartitionTable) {
+  fake_.SetStatus(FromText<node::admin::NodeStatus>(R"pb(
+    node_id: "ab12"
+    version: "0.1.0"
+    uptime_seconds: 3723
+    peers_connected: 2
+    peers_configured: 3
+    partitions { id: 1 name: "hot" height: 120 view: 2 consensus_state: "NORMAL" view_changes: 2 }
+    partitions {
+      id: 2
+      name: "steady"
+      height: 7
+      consensus_state: "VIEW_CHANGE"
+      paused: true
+      lossless: true
+    })pb"));
+  ASSERT_EQ(Run({"status"}), kExitOk) << err();
+  EXPECT_EQ(fake_.methods(), std::vector<std::string>{"GetNodeStatus"});
+  EXPECT_EQ(out(),
+            "node     ab12\n"
+            "version  0.1.0\n"
+            "uptime   1h02m03s\n"
+            "peers    2/3 connected\n\n"
+            "PARTITION  ID  HEIGHT  VIEW  STATE        PAUSED  LOSSLESS  VIEW_CHANGES\n"
+            "hot         1     120     2  NORMAL       no      no                   2\n"
+            "steady      2       7     0  VIEW_CHANGE  yes     yes                  0\n");
+  EXPECT_THAT(err(), IsEmpty());
+}
+
+TEST_F(NodectlTest, JsonOutputRoundTripsTheResponse) {
+  fake_.SetStats(SampleStats());
+  ASSERT_EQ(Run({"--json", "stats"}), kExitOk) << err();
+  node::admin::FlowStats parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out(), &parsed).ok()) << out();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(parsed, SampleStats()));
+  // Proto field names, zero values included.
+  EXPECT_THAT(out(), HasSubstr("\"committed_txs\": \"4242\""));
+  EXPECT_THAT(out(), HasSubstr("\"dropped_full\": \"0\""));
+}
+
+TEST_F(NodectlTest, GlobalFlagsMayFollowTheCommand) {
+  ASSERT_EQ(Run({"peers", "--json"}), kExitOk) << err();
+  EXPECT_EQ(out(), "{\n \"peers\": []\n}\n");
+}
+
+TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
+  fake_.SetStats(SampleStats());
+  ASSERT_EQ(Run({"stats", "--partition", "hot"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("GetFlowStats"), "partition: \"hot\"");
+  std::string o = out();
+  EXPECT_THAT(o, StartsWith("at 2023-11-14T22:13:20.123Z\n"));
+  EXPECT_THAT(o, HasSubstr("partition hot (id 1)  committed 4242 txs  commit latency "
+                           "p50 1.50ms p99 8.00ms max 12.00ms\n"));
+  EXPECT_THAT(o, HasSubstr("  STAGE        KIND         ADMITTED  REJECTED  CURRENT  LIMIT\n"
+                           "  concurrency  concurrency      1000         7       12   1024\n"
+                           "  rate         rate              990        10      3.5    500\n"));
+  EXPECT_THAT(o, ContainsRegex("  consensus +8 +3 +1.5 KiB +32768 +32.0 MiB +100 +97 +0 +0 B "
+                               "+40us +900us +2.50ms\n"));
+  EXPECT_THAT(o, ContainsRegex("  bulk +1 +0 +0 B +4096 +0 B +0 +0 +55 +2.0 MiB +- +- +0us\n"));
+  EXPECT_THAT(o, HasSubstr("  pool   txs 10/100000  bytes 2.0 KiB/128.0 MiB  high-water yes  "
+                           "added 500  rejected_full 4  expired 1\n"));
+  EXPECT_THAT(o, HasSubstr("  spill  appended 9  drained 8  memory 1.0 KiB  disk 1.0 MiB  "
+                           "segments 2  drain 5.0 MiB/s\n"));
+  EXPECT_THAT(o, ContainsRegex("  cpu +2 +1 +none +3 +2.5 +2\n"));
+  EXPECT_THAT(o, ContainsRegex("  memory +2 +0 B +none +1.0 GiB +512.0 MiB +256.0 MiB\n"));
+  EXPECT_THAT(
+      o, HasSubstr("egress  cap 50.0 MiB/s  tx_forward floor 64.0 KiB/s  derived 1.0 MiB/s\n"));
+  EXPECT_THAT(o, ContainsRegex("  CONSENSUS +10.0 KiB +20 +0 B +0 +30us +80us\n"));
+  EXPECT_THAT(o, ContainsRegex("  BULK +0 B +0 +4.0 KiB +3 +- +-\n"));
+}
+
+TEST_F(NodectlTest, StatsWithoutPartitionAsksForAll) {
+  ASSERT_EQ(Run({"stats"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("GetFlowStats"), "");
+}
+
+TEST_F(NodectlTest, PartitionsAndPeersTables) {
+  fake_.SetPartitions(FromText<node::admin::ListPartitionsResponse>(R"pb(
+    partitions { id: 1 name: "hot" height: 5 consensus_state: "NORMAL" }
+    configs {
+      id: 1
+      name: "hot"
+      share { weight: 2 guarantee_fraction: 0.25 ceiling_fraction: 1 }
+      interceptor {
+        stages { concurrency { max_in_flight: 1024 } }
+        stages {
+          name: "health"
+          gate { predicate: "consensus_normal" }
+        }
+        stages { rate { unlimited: true } }
+      }
+      dispatcher {
+        budget_messages: 65536
+        lane_weights { consensus: 8 sync: 4 tx_forward: 2 bulk: 1 }
+      }
+      pool { max_txs: 100000 max_bytes: 134217728 }
+    })pb"));
+  ASSERT_EQ(Run({"partitions"}), kExitOk) << err();
+  EXPECT_THAT(out(),
+              ContainsRegex("hot +1 +5 +0 +NORMAL +no +no +2 +0.25 +1 +100000 +128.0 MiB\n"));
+  EXPECT_THAT(out(), HasSubstr("  interceptor  concurrency(max_in_flight=1024) -> "
+                               "health=gate(consensus_normal) -> rate(unlimited)\n"));
+  EXPECT_THAT(out(), HasSubstr("  lanes        consensus=8,sync=4,tx_forward=2,bulk=1"));
+
+  fake_.SetPeers(FromText<node::admin::ListPeersResponse>(R"pb(
+    peers {
+      node_id: "ff00"
+      address: "127.0.0.1:26657"
+      connected: true
+      bytes_sent: 2048
+      bytes_received: 100
+      reconnects: 1
+    })pb"));
+  ASSERT_EQ(Run({"peers"}), kExitOk) << err();
+  EXPECT_EQ(out(),
+            "ADDRESS          CONNECTED     SENT  RECEIVED  RECONNECTS  NODE_ID\n"
+            "127.0.0.1:26657  yes        2.0 KiB     100 B           1  ff00\n");
+}
+
+TEST_F(NodectlTest, TokenFileSendsBearerHeader) {
+  std::string path = ::testing::TempDir() + "/nodectl_token";
+  std::ofstream(path) << "  s3cret-token\n";
+  ASSERT_EQ(Run({"--token-file", path, "status"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_authorization(), "Bearer s3cret-token");
+  ASSERT_EQ(Run({"status"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_authorization(), "");
+}
+
+TEST_F(NodectlTest, BadTokenFileIsAUsageError) {
+  EXPECT_EQ(Run({"--token-file", ::testing::TempDir() + "/no_such_token", "status"}), kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("--token-file: cannot read"));
+  std::string empty = ::testing::TempDir() + "/empty_token";
+  std::ofstream(empty) << "\n";
+  EXPECT_EQ(Run({"--token-file", empty, "status"}), kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("is empty"));
+  EXPECT_EQ(fake_.calls(), 0);
+}
+
+TEST_F(NodectlTest, RpcErrorsExitOneWithCodeAndMessage) {
+  fake_.SetError(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing admin token"));
+  EXPECT_EQ(Run({"status"}), kExitRpcError);
+  EXPECT_EQ(err(), "nodectl: UNAUTHENTICATED: missing admin token\n");
+  EXPECT_THAT(out(), IsEmpty());
+  fake_.SetError(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "interceptor.stages[0].rate.rate_per_second: must be >= 0"));
+  EXPECT_EQ(Run({"update-flow", "--partition", "hot", "--pool", "max_txs=10"}), kExitRpcError);
+  EXPECT_EQ(err(),
+            "nodectl: INVALID_ARGUMENT: "
+            "interceptor.stages[0].rate.rate_per_second: must be >= 0\n");
+  fake_.SetError(grpc::Status(grpc::StatusCode::NOT_FOUND, "no partition 'x'"));
+  EXPECT_EQ(Run({"watch", "--partition", "x"}), kExitRpcError);
+  EXPECT_EQ(err(), "nodectl: NOT_FOUND: no partition 'x'\n");
+}
+
+TEST_F(NodectlTest, UnreachableNodeIsUnavailable) {
+  fake_.Stop();
+  EXPECT_EQ(Run({"status"}), kExitRpcError);
+  EXPECT_THAT(err(), StartsWith("nodectl: UNAVAILABLE: "));
+}
+
+TEST_F(NodectlTest, UpdateFlowSendsEverySection) {
+  fake_.SetFlowResponse(FromText<node::admin::UpdatePartitionFlowResponse>(R"pb(
+    effective {
+      id: 1
+      name: "hot"
+      interceptor { stages { concurrency { max_in_flight: 512 } } }
+    })pb"));
+  ASSERT_EQ(Run({"update-flow", "--partition=hot", "--interceptor",
+                 "stages { concurrency { max_in_flight: 512 } }", "--lane-weights",
+                 "consensus=16,bulk=0.5", "--budget", "messages=1000,bytes=1MiB", "--pool",
+                 "max_txs=5000,max_bytes=64MiB,high_water_fraction=0.8"}),
+            kExitOk)
+      << err();
+  auto sent =
+      FromText<node::admin::UpdatePartitionFlowRequest>(fake_.last_request("UpdatePartitionFlow"));
+  auto want = FromText<node::admin::UpdatePartitionFlowRequest>(R"pb(
+    partition: "hot"
+    interceptor { stages { concurrency { max_in_flight: 512 } } }
+    dispatcher {
+      budget_messages: 1000
+      budget_bytes: 1048576
+      lane_weights { consensus: 16 bulk: 0.5 }
+    }
+    pool { max_txs: 5000 max_bytes: 67108864 high_water_fraction: 0.8 })pb");
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(sent, want)) << sent.DebugString();
+  EXPECT_THAT(out(), AllOf(HasSubstr("updated; effective configuration:\npartition hot (id 1)\n"),
+                           HasSubstr("interceptor  concurrency(max_in_flight=512)\n")));
+}
+
+TEST_F(NodectlTest, UpdateFlowReadsInterceptorFileAndKeepsUnsetSectionsUnset) {
+  std::string path = ::testing::TempDir() + "/chain.txtpb";
+  std::ofstream(path) << "# two stages\nstages { rate { rate_per_second: 100 burst: 10 } }\n"
+                         "stages { gate { predicate: \"consensus_normal\" } }\n";
+  ASSERT_EQ(Run({"update-flow", "--partition", "hot", "--interceptor", path}), kExitOk) << err();
+  auto sent =
+      FromText<node::admin::UpdatePartitionFlowRequest>(fake_.last_request("UpdatePartitionFlow"));
+  EXPECT_EQ(sent.interceptor().stages_size(), 2);
+  EXPECT_EQ(sent.interceptor().stages(0).rate().burst(), 10);
+  EXPECT_FALSE(sent.has_dispatcher());
+  EXPECT_FALSE(sent.has_pool());
+}
+
+TEST_F(NodectlTest, UpdateEgressSendsCapAndFloor) {
+  ASSERT_EQ(Run({"update-egress", "--cap", "50MB", "--floor", "64KiB"}), kExitOk) << err();
+  EXPECT_EQ(
+      fake_.last_request("UpdateEgress"),
+      "cap_bytes_per_second: 50000000 set_cap: true tx_forward_floor_bytes_per_second: 65536");
+  ASSERT_EQ(Run({"update-egress", "--cap", "unlimited"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("UpdateEgress"), "set_cap: true");
+  EXPECT_THAT(out(), HasSubstr("egress  cap unlimited"));
+  ASSERT_EQ(Run({"update-egress", "--floor", "1000"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("UpdateEgress"), "tx_forward_floor_bytes_per_second: 1000");
+}
+
+TEST_F(NodectlTest, UpdateArbiterGroupsFlagsPerPartition) {
+  fake_.SetArbiterResponse(FromText<node::admin::UpdateArbiterResponse>(R"pb(
+    effective {
+      id: 1
+      name: "hot"
+      share { weight: 3 guarantee_fraction: 0.2 ceiling_fraction: 0.9 }
+    }
+    effective {
+      id: 2
+      name: "steady"
+      share { weight: 1 ceiling_fraction: 1 }
+    })pb"));
+  ASSERT_EQ(Run({"update-arbiter", "--partition", "hot", "--weight", "3", "--guarantee", "0.2",
+                 "--ceiling", "0.9", "--partition", "steady", "--weight", "1"}),
+            kExitOk)
+      << err();
+  EXPECT_EQ(fake_.last_request("UpdateArbiter"),
+            "entries { partition: \"hot\" share { weight: 3 guarantee_fraction: 0.2 "
+            "ceiling_fraction: 0.9 } } entries { partition: \"steady\" share { weight: 1 } }");
+  EXPECT_EQ(out(),
+            "updated\n"
+            "PARTITION  ID  WEIGHT  GUARANTEE  CEILING\n"
+            "hot         1       3        0.2      0.9\n"
+            "steady      2       1          0        1\n");
+}
+
+TEST_F(NodectlTest, PauseAndResumeSendThePartition) {
+  ASSERT_EQ(Run({"pause", "hot"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("PausePartition"), "partition: \"hot\"");
+  EXPECT_EQ(out(), "partition hot paused\n");
+  ASSERT_EQ(Run({"resume", "hot"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("ResumePartition"), "partition: \"hot\"");
+  EXPECT_EQ(out(), "partition hot resumed\n");
+  ASSERT_EQ(Run({"--json", "pause", "hot"}), kExitOk) << err();
+  EXPECT_EQ(out(), "{}\n");
+}
+
+TEST_F(NodectlTest, WatchStopsAfterCount) {
+  fake_.SetStats(SampleStats());
+  fake_.SetWatch(/*updates=*/50, /*hold=*/true);
+  ASSERT_EQ(Run({"--json", "watch", "--partition", "hot", "--interval-ms", "250", "--count", "3"}),
+            kExitOk)
+      << err();
+  EXPECT_EQ(fake_.last_request("WatchFlowStats"), "partition: \"hot\" interval_ms: 250");
+  // One JSON object per line, in order.
+  std::vector<std::string> lines;
+  std::istringstream in(out());
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << out();
+  for (int i = 0; i < 3; ++i) {
+    node::admin::FlowStats s;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(lines[i], &s).ok()) << lines[i];
+    EXPECT_EQ(s.unix_millis(), i + 1);
+  }
+}
+
+TEST_F(NodectlTest, WatchEndsWhenTheServerEndsTheStream) {
+  fake_.SetWatch(/*updates=*/2, /*hold=*/false);
+  ASSERT_EQ(Run({"watch"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("WatchFlowStats"), "");
+  EXPECT_THAT(out(), HasSubstr(std::string(72, '-')));  // separator between the two updates
+  EXPECT_THAT(out(), HasSubstr("at 1970-01-01T00:00:00.002Z"));
+}
+
+TEST_F(NodectlTest, WatchCancelledLikeCtrlCExitsZero) {
+  fake_.SetWatch(/*updates=*/1, /*hold=*/true);
+  CallCanceller canceller;
+  std::ostringstream out, err;
+  int code = -1;
+  std::thread run([&] {
+    code = RunNodectl({"--admin", fake_.address(), "watch"},
+                      {.out = &out, .err = &err, .canceller = &canceller});
+  });
+  ASSERT_TRUE(fake_.watch_holding().WaitForNotificationWithTimeout(absl::Seconds(10)));
+  canceller.Cancel();
+  run.join();
+  EXPECT_EQ(code, kExitOk) << err.str();
+  EXPECT_THAT(err.str(), IsEmpty());
+  // A cancelled canceller stops later calls before they start.
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunNodectl({"--admin", fake_.address(), "status"},
+                       {.out = &out2, .err = &err2, .canceller = &canceller}),
+            kExitRpcError);
+  EXPECT_EQ(err2.str(), "nodectl: CANCELLED: cancelled\n");
+}
+
+}  // namespace
+}  // namespace nodectl

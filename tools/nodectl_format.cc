@@ -1,0 +1,289 @@
+#include "tools/nodectl_format.h"
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "tools/nodectl_table.h"
+
+namespace nodectl {
+namespace {
+
+using node::admin::LatencySummary;
+using node::admin::ResourceShare;
+
+std::string Latency(const LatencySummary& l) {
+  if (l.count() == 0) return "-";
+  return absl::StrCat("p50 ", FormatMicros(l.p50_us()), " p99 ", FormatMicros(l.p99_us()), " max ",
+                      FormatMicros(l.max_us()));
+}
+
+std::string Lanes(const node::config::LaneConfig& l) {
+  return absl::StrCat("consensus=", FormatNumber(l.consensus()), ",sync=", FormatNumber(l.sync()),
+                      ",tx_forward=", FormatNumber(l.tx_forward()),
+                      ",bulk=", FormatNumber(l.bulk()));
+}
+
+// An absolute amount of a resource in its unit: bytes for memory, bytes/s for egress, worker
+// time for CPU (printed as a plain number). The arbiter reports "no ceiling" as infinity.
+std::string Amount(const std::string& resource, double v) {
+  if (std::isinf(v)) return "none";
+  if (resource == "memory") return FormatBytes(v);
+  if (resource == "egress") return FormatRate(v);
+  return FormatNumber(v);
+}
+
+void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream& out) {
+  out << "partition " << p.name() << " (id " << p.id() << ")  committed " << p.committed_txs()
+      << " txs  commit latency " << Latency(p.commit_latency()) << "\n";
+
+  Table stages({"STAGE", "KIND", "ADMITTED>", "REJECTED>", "CURRENT>", "LIMIT>"});
+  for (const auto& s : p.stages()) {
+    stages.AddRow({s.name(), s.kind(), absl::StrCat(s.admitted()), absl::StrCat(s.rejected()),
+                   FormatNumber(s.current()), FormatNumber(s.limit())});
+  }
+  if (stages.rows() > 0) {
+    stages.Print(out, 2);
+  } else {
+    out << "  (no interceptor stages)\n";
+  }
+
+  Table lanes({"LANE", "WEIGHT>", "DEPTH>", "DEPTH_BYTES>", "CAPACITY>", "CAPACITY_BYTES>",
+               "OFFERED>", "PROCESSED>", "DROPPED>", "DROPPED_BYTES>", "DELAY_P50>", "DELAY_P99>",
+               "CPU>"});
+  for (const auto& l : p.lanes()) {
+    const LatencySummary& d = l.queueing_delay();
+    lanes.AddRow({l.name(), FormatNumber(l.weight()), absl::StrCat(l.depth_messages()),
+                  FormatBytes(l.depth_bytes()), absl::StrCat(l.capacity_messages()),
+                  FormatBytes(l.capacity_bytes()), absl::StrCat(l.offered()),
+                  absl::StrCat(l.processed()), absl::StrCat(l.dropped_full()),
+                  FormatBytes(l.dropped_bytes_full()), d.count() ? FormatMicros(d.p50_us()) : "-",
+                  d.count() ? FormatMicros(d.p99_us()) : "-",
+                  FormatMicros(static_cast<double>(l.cpu_nanos()) / 1e3)});
+  }
+  if (lanes.rows() > 0) {
+    out << "\n";
+    lanes.Print(out, 2);
+  }
+
+  const auto& pool = p.pool();
+  const auto& spill = p.spill();
+  out << "\n  pool   txs " << pool.txs() << "/" << pool.max_txs() << "  bytes "
+      << FormatBytes(pool.bytes()) << "/" << FormatBytes(pool.max_bytes()) << "  high-water "
+      << YesNo(pool.above_high_water()) << "  added " << pool.added() << "  rejected_full "
+      << pool.rejected_full() << "  expired " << pool.expired() << "\n";
+  out << "  spill  appended " << spill.appended() << "  drained " << spill.drained() << "  memory "
+      << FormatBytes(spill.memory_bytes()) << "  disk " << FormatBytes(spill.disk_bytes())
+      << "  segments " << spill.segments() << "  drain "
+      << FormatRate(spill.drain_bytes_per_second()) << "\n\n";
+
+  Table shares({"RESOURCE", "WEIGHT>", "GUARANTEE>", "CEILING>", "DEMAND>", "SHARE>", "USAGE>"});
+  auto add = [&](const std::string& name, const ResourceShare& r) {
+    shares.AddRow({name, FormatNumber(r.weight()), Amount(name, r.guarantee()),
+                   Amount(name, r.ceiling()), Amount(name, r.demand()), Amount(name, r.share()),
+                   Amount(name, r.usage())});
+  };
+  add("cpu", p.cpu());
+  add("memory", p.memory());
+  add("egress", p.egress());
+  shares.Print(out, 2);
+}
+
+}  // namespace
+
+void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
+  out << "node     " << s.node_id() << "\n"
+      << "version  " << s.version() << "\n"
+      << "uptime   " << FormatDuration(s.uptime_seconds()) << "\n"
+      << "peers    " << s.peers_connected() << "/" << s.peers_configured() << " connected\n\n";
+  Table t({"PARTITION", "ID>", "HEIGHT>", "VIEW>", "STATE", "PAUSED", "LOSSLESS", "VIEW_CHANGES>"});
+  for (const auto& p : s.partitions()) {
+    t.AddRow({p.name(), absl::StrCat(p.id()), absl::StrCat(p.height()), absl::StrCat(p.view()),
+              p.consensus_state(), YesNo(p.paused()), YesNo(p.lossless()),
+              absl::StrCat(p.view_changes())});
+  }
+  t.Print(out);
+}
+
+void PrintPartitions(const node::admin::ListPartitionsResponse& resp, std::ostream& out) {
+  std::map<uint32_t, const node::config::PartitionConfig*> config_by_id;
+  for (const auto& c : resp.configs()) config_by_id[c.id()] = &c;
+  Table t({"PARTITION", "ID>", "HEIGHT>", "VIEW>", "STATE", "PAUSED", "LOSSLESS", "WEIGHT>",
+           "GUARANTEE>", "CEILING>", "POOL_TXS>", "POOL_BYTES>"});
+  for (const auto& p : resp.partitions()) {
+    const node::config::PartitionConfig* c =
+        config_by_id.count(p.id()) ? config_by_id[p.id()] : nullptr;
+    node::config::PartitionConfig empty;
+    if (c == nullptr) c = &empty;
+    t.AddRow({p.name(), absl::StrCat(p.id()), absl::StrCat(p.height()), absl::StrCat(p.view()),
+              p.consensus_state(), YesNo(p.paused()), YesNo(p.lossless()),
+              FormatNumber(c->share().weight()), FormatNumber(c->share().guarantee_fraction()),
+              FormatNumber(c->share().ceiling_fraction()), absl::StrCat(c->pool().max_txs()),
+              FormatBytes(c->pool().max_bytes())});
+  }
+  t.Print(out);
+  for (const auto& c : resp.configs()) {
+    out << "\n";
+    PrintPartitionFlowConfig(c, out);
+  }
+}
+
+void PrintPeers(const node::admin::ListPeersResponse& resp, std::ostream& out) {
+  Table t({"ADDRESS", "CONNECTED", "SENT>", "RECEIVED>", "RECONNECTS>", "NODE_ID"});
+  for (const auto& p : resp.peers()) {
+    t.AddRow({p.address(), YesNo(p.connected()), FormatBytes(p.bytes_sent()),
+              FormatBytes(p.bytes_received()), absl::StrCat(p.reconnects()), p.node_id()});
+  }
+  t.Print(out);
+}
+
+void PrintFlowStats(const node::admin::FlowStats& stats, std::ostream& out) {
+  out << "at "
+      << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(stats.unix_millis()),
+                          absl::UTCTimeZone())
+      << "\n\n";
+  for (const auto& p : stats.partitions()) {
+    PrintPartitionStats(p, out);
+    out << "\n";
+  }
+  if (stats.has_egress()) PrintEgress(stats.egress(), out);
+}
+
+void PrintEgress(const node::admin::EgressStats& e, std::ostream& out) {
+  out << "egress  cap " << FormatRate(e.cap_bytes_per_second(), "unlimited")
+      << "  tx_forward floor " << FormatRate(e.tx_forward_floor_bytes_per_second()) << "  derived "
+      << FormatRate(e.tx_forward_derived_bytes_per_second(), "unlimited") << "\n";
+  Table t({"CHANNEL", "SENT>", "FRAMES>", "QUEUED>", "DROPPED>", "DELAY_P50>", "DELAY_P99>"});
+  for (const auto& c : e.channels()) {
+    const LatencySummary& d = c.queueing_delay();
+    t.AddRow({c.channel(), FormatBytes(c.bytes_sent()), absl::StrCat(c.frames_sent()),
+              FormatBytes(c.queue_bytes()), absl::StrCat(c.dropped()),
+              d.count() ? FormatMicros(d.p50_us()) : "-",
+              d.count() ? FormatMicros(d.p99_us()) : "-"});
+  }
+  t.Print(out, 2);
+}
+
+void PrintPartitionFlowConfig(const node::config::PartitionConfig& c, std::ostream& out) {
+  std::vector<std::string> stages;
+  for (const auto& s : c.interceptor().stages()) stages.push_back(StageSummary(s));
+  const auto& d = c.dispatcher();
+  const auto& pool = c.pool();
+  out << "partition " << c.name() << " (id " << c.id() << ")\n"
+      << "  interceptor  " << (stages.empty() ? "(none)" : absl::StrJoin(stages, " -> ")) << "\n"
+      << "  lanes        " << Lanes(d.lane_weights()) << "  budget " << d.budget_messages()
+      << " msgs, " << FormatBytes(d.budget_bytes()) << "\n"
+      << "  pool         max_txs=" << pool.max_txs() << " max_bytes=" << pool.max_bytes()
+      << " max_per_sender=" << pool.max_per_sender()
+      << " forward_reserve_fraction=" << FormatNumber(pool.forward_reserve_fraction())
+      << " high_water_fraction=" << FormatNumber(pool.high_water_fraction())
+      << " ttl_seconds=" << pool.ttl_seconds() << " max_tx_bytes=" << pool.max_tx_bytes() << "\n"
+      << "  share        weight=" << FormatNumber(c.share().weight())
+      << " guarantee=" << FormatNumber(c.share().guarantee_fraction())
+      << " ceiling=" << FormatNumber(c.share().ceiling_fraction()) << "\n";
+}
+
+void PrintShares(const google::protobuf::RepeatedPtrField<node::config::PartitionConfig>& configs,
+                 std::ostream& out) {
+  Table t({"PARTITION", "ID>", "WEIGHT>", "GUARANTEE>", "CEILING>"});
+  for (const auto& c : configs) {
+    t.AddRow({c.name(), absl::StrCat(c.id()), FormatNumber(c.share().weight()),
+              FormatNumber(c.share().guarantee_fraction()),
+              FormatNumber(c.share().ceiling_fraction())});
+  }
+  t.Print(out);
+}
+
+std::string StageSummary(const node::flowctl::StageConfig& s) {
+  std::string kind, detail;
+  switch (s.kind_case()) {
+    case node::flowctl::StageConfig::kConcurrency:
+      kind = "concurrency";
+      detail = absl::StrCat("max_in_flight=", s.concurrency().max_in_flight());
+      break;
+    case node::flowctl::StageConfig::kRate: {
+      kind = "rate";
+      const auto& r = s.rate();
+      if (r.unlimited()) {
+        detail = "unlimited";
+      } else {
+        detail = absl::StrCat(FormatNumber(r.rate_per_second()),
+                              r.unit() == node::flowctl::RateStageConfig::BYTES ? " B/s" : "/s",
+                              " burst=", FormatNumber(r.burst()));
+      }
+      break;
+    }
+    case node::flowctl::StageConfig::kGate:
+      kind = "gate";
+      detail = s.gate().predicate();
+      break;
+    case node::flowctl::StageConfig::KIND_NOT_SET:
+      kind = "?";
+      break;
+  }
+  std::string prefix = (s.name().empty() || s.name() == kind) ? "" : absl::StrCat(s.name(), "=");
+  return absl::StrCat(prefix, kind, "(", detail, ")");
+}
+
+const char* StatusCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+std::string ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  // Only fails for malformed Any fields, which the admin API does not use.
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options).ok()) {
+    return "{}\n";
+  }
+  if (json.empty() || json.back() != '\n') json += "\n";
+  return json;
+}
+
+}  // namespace nodectl

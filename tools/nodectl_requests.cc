@@ -1,0 +1,247 @@
+#include "tools/nodectl_requests.h"
+
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "flowctl/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace nodectl {
+namespace {
+
+constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
+// Lane and arbiter weights are relative; anything above this is surely a typo.
+constexpr double kMaxWeight = 1e6;
+
+absl::Status Invalid(absl::string_view msg) { return absl::InvalidArgumentError(msg); }
+
+absl::StatusOr<std::string> RequiredPartition(const ParsedFlags& f) {
+  const std::string* p = f.Last("partition");
+  if (p == nullptr) return Invalid("--partition: required");
+  if (p->empty()) return Invalid("--partition: must not be empty");
+  return *p;
+}
+
+class CollectFirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (first_.empty())
+      first_ = absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+absl::Status ParseLaneWeights(const std::string& text, node::config::LaneConfig* lanes) {
+  static constexpr absl::string_view kKeys[] = {"consensus", "sync", "tx_forward", "bulk"};
+  ASSIGN_OR_RETURN(auto kv, ParseKeyValues("--lane-weights", text, kKeys));
+  for (const auto& [key, value] : kv) {
+    ASSIGN_OR_RETURN(double w, ParseDouble(absl::StrCat("--lane-weights ", key), value, 0,
+                                           kMaxWeight, /*min_exclusive=*/true));
+    if (key == "consensus") lanes->set_consensus(w);
+    if (key == "sync") lanes->set_sync(w);
+    if (key == "tx_forward") lanes->set_tx_forward(w);
+    if (key == "bulk") lanes->set_bulk(w);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseBudget(const std::string& text, node::config::DispatcherConfig* d) {
+  static constexpr absl::string_view kKeys[] = {"messages", "bytes"};
+  ASSIGN_OR_RETURN(auto kv, ParseKeyValues("--budget", text, kKeys));
+  if (auto it = kv.find("messages"); it != kv.end()) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseUint("--budget messages", it->second, 1, kMaxU32));
+    d->set_budget_messages(static_cast<uint32_t>(v));
+  }
+  if (auto it = kv.find("bytes"); it != kv.end()) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseBytes("--budget bytes", it->second, 1, kMaxU64));
+    d->set_budget_bytes(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePool(const std::string& text, node::config::PoolConfig* pool) {
+  static constexpr absl::string_view kKeys[] = {"max_txs",
+                                                "max_bytes",
+                                                "max_per_sender",
+                                                "forward_reserve_fraction",
+                                                "high_water_fraction",
+                                                "ttl_seconds",
+                                                "max_tx_bytes"};
+  ASSIGN_OR_RETURN(auto kv, ParseKeyValues("--pool", text, kKeys));
+  for (const auto& [key, value] : kv) {
+    std::string what = absl::StrCat("--pool ", key);
+    if (key == "max_bytes") {
+      ASSIGN_OR_RETURN(uint64_t v, ParseBytes(what, value, 1, kMaxU64));
+      pool->set_max_bytes(v);
+    } else if (key == "max_tx_bytes") {
+      ASSIGN_OR_RETURN(uint64_t v, ParseBytes(what, value, 1, kMaxU32));
+      pool->set_max_tx_bytes(static_cast<uint32_t>(v));
+    } else if (key == "forward_reserve_fraction") {
+      ASSIGN_OR_RETURN(double v, ParseDouble(what, value, 0, 0.5));
+      pool->set_forward_reserve_fraction(v);
+    } else if (key == "high_water_fraction") {
+      ASSIGN_OR_RETURN(double v, ParseDouble(what, value, 0, 1, /*min_exclusive=*/true));
+      pool->set_high_water_fraction(v);
+    } else {
+      ASSIGN_OR_RETURN(uint64_t v, ParseUint(what, value, 1, kMaxU32));
+      uint32_t u = static_cast<uint32_t>(v);
+      if (key == "max_txs") pool->set_max_txs(u);
+      if (key == "max_per_sender") pool->set_max_per_sender(u);
+      if (key == "ttl_seconds") pool->set_ttl_seconds(u);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<node::admin::WatchFlowStatsRequest> BuildWatchRequest(const ParsedFlags& f) {
+  node::admin::WatchFlowStatsRequest req;
+  if (const std::string* p = f.Last("partition")) req.set_partition(*p);
+  if (const std::string* ms = f.Last("interval-ms")) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseUint("--interval-ms", *ms, 100, 60000));
+    req.set_interval_ms(static_cast<uint32_t>(v));
+  }
+  return req;
+}
+
+absl::StatusOr<node::flowctl::StageChainConfig> ParseStageChain(absl::string_view what,
+                                                                const std::string& spec) {
+  std::string text = spec;
+  if (!absl::StrContains(spec, '{') && !absl::StrContains(spec, ':')) {
+    std::ifstream in(spec);
+    if (!in) {
+      return Invalid(absl::StrCat(what, ": cannot read file '", spec,
+                                  "' (give a file, or the text-format StageChainConfig itself)"));
+    }
+    std::stringstream buf;
+    buf << in.rdbuf();
+    text = buf.str();
+  }
+  node::flowctl::StageChainConfig chain;
+  google::protobuf::TextFormat::Parser parser;
+  CollectFirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &chain)) {
+    return Invalid(
+        absl::StrCat(what, ": ", errors.first().empty() ? "parse error" : errors.first()));
+  }
+  for (int i = 0; i < chain.stages_size(); ++i) {
+    if (chain.stages(i).kind_case() == node::flowctl::StageConfig::KIND_NOT_SET) {
+      return Invalid(absl::StrCat(what, ": stages[", i,
+                                  "]: exactly one kind (concurrency, rate, gate) is required"));
+    }
+  }
+  return chain;
+}
+
+absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(
+    const ParsedFlags& f) {
+  node::admin::UpdatePartitionFlowRequest req;
+  ASSIGN_OR_RETURN(*req.mutable_partition(), RequiredPartition(f));
+  if (const std::string* s = f.Last("interceptor")) {
+    ASSIGN_OR_RETURN(*req.mutable_interceptor(), ParseStageChain("--interceptor", *s));
+  }
+  if (const std::string* s = f.Last("lane-weights")) {
+    RETURN_IF_ERROR(ParseLaneWeights(*s, req.mutable_dispatcher()->mutable_lane_weights()));
+  }
+  if (const std::string* s = f.Last("budget")) {
+    RETURN_IF_ERROR(ParseBudget(*s, req.mutable_dispatcher()));
+  }
+  if (const std::string* s = f.Last("pool")) {
+    RETURN_IF_ERROR(ParsePool(*s, req.mutable_pool()));
+  }
+  if (!req.has_interceptor() && !req.has_dispatcher() && !req.has_pool()) {
+    return Invalid("nothing to update: give --interceptor, --lane-weights, --budget or --pool");
+  }
+  return req;
+}
+
+absl::StatusOr<node::admin::UpdateEgressRequest> BuildUpdateEgressRequest(const ParsedFlags& f) {
+  node::admin::UpdateEgressRequest req;
+  if (const std::string* cap = f.Last("cap")) {
+    req.set_set_cap(true);
+    if (*cap != "unlimited") {
+      // 0 would mean "unlimited" on the wire; refusing it keeps a typo from lifting the cap.
+      if (absl::StatusOr<uint64_t> v = ParseBytes("--cap", *cap, 0, kMaxU64); v.ok() && *v == 0) {
+        return Invalid("--cap: must be > 0 bytes/s or 'unlimited', got 0");
+      }
+      ASSIGN_OR_RETURN(uint64_t v, ParseBytes("--cap", *cap, 1, kMaxU64));
+      req.set_cap_bytes_per_second(v);
+    }
+  }
+  if (const std::string* floor = f.Last("floor")) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseBytes("--floor", *floor, 1, kMaxU64));
+    req.set_tx_forward_floor_bytes_per_second(v);
+  }
+  if (!req.set_cap() && req.tx_forward_floor_bytes_per_second() == 0) {
+    return Invalid("nothing to update: give --cap and/or --floor");
+  }
+  return req;
+}
+
+absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(const ParsedFlags& f) {
+  node::admin::UpdateArbiterRequest req;
+  node::admin::UpdateArbiterRequest::Entry* entry = nullptr;
+  std::set<std::string> seen_in_entry;
+  std::set<std::string> partitions;
+  for (const auto& [name, value] : f.flags) {
+    if (name == "partition") {
+      if (value.empty()) return Invalid("--partition: must not be empty");
+      if (!partitions.insert(value).second) {
+        return Invalid(absl::StrCat("--partition: '", value, "' given more than once"));
+      }
+      entry = req.add_entries();
+      entry->set_partition(value);
+      seen_in_entry.clear();
+      continue;
+    }
+    if (name != "weight" && name != "guarantee" && name != "ceiling") continue;
+    if (entry == nullptr) {
+      return Invalid(absl::StrCat("--", name, ": must follow the --partition it applies to"));
+    }
+    if (!seen_in_entry.insert(name).second) {
+      return Invalid(
+          absl::StrCat("--", name, ": given twice for partition '", entry->partition(), "'"));
+    }
+    node::config::ShareConfig* share = entry->mutable_share();
+    if (name == "weight") {
+      ASSIGN_OR_RETURN(double w, ParseDouble("--weight", value, 0, kMaxWeight, true));
+      share->set_weight(w);
+    } else if (name == "guarantee") {
+      ASSIGN_OR_RETURN(double g, ParseDouble("--guarantee", value, 0, 1));
+      share->set_guarantee_fraction(g);
+    } else {
+      ASSIGN_OR_RETURN(double c, ParseDouble("--ceiling", value, 0, 1, true));
+      share->set_ceiling_fraction(c);
+    }
+  }
+  if (req.entries_size() == 0) return Invalid("--partition: required");
+  for (const auto& e : req.entries()) {
+    if (e.share().weight() == 0) {
+      return Invalid(absl::StrCat("--weight: required for partition '", e.partition(), "'"));
+    }
+    const auto& s = e.share();
+    if (s.ceiling_fraction() > 0 && s.guarantee_fraction() > s.ceiling_fraction()) {
+      return Invalid(absl::StrCat("--guarantee: must be <= --ceiling (", s.ceiling_fraction(),
+                                  ") for partition '", e.partition(), "', got ",
+                                  s.guarantee_fraction()));
+    }
+  }
+  return req;
+}
+
+}  // namespace nodectl
