@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs the Google Benchmark binaries (tests/bench/*_bench.cc) on a Release build and keeps their
+# Runs the Google Benchmark binaries (tests/bench/*_bench.cc) on the optimized (-O2) build and keeps their
 # output under bench-results/<date>/ (text and JSON). The figures in docs/BENCHMARKS.md come
 # from this script.
 #   tools/bench.sh                    # every benchmark
 #   tools/bench.sh token_bucket spill # only bench_token_bucket and bench_spill_fifo...
-# Environment: BUILD_DIR (default build-release), BENCH_ARGS (extra benchmark flags).
+# Environment: BUILD_DIR (default build, shared with tools/test.sh), BENCH_ARGS (extra benchmark flags).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -12,8 +12,8 @@ cd "$root"
 export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
 
 tools/install-deps.sh
-build_dir=${BUILD_DIR:-build-release}
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+build_dir=${BUILD_DIR:-build}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-RelWithDebInfo} >/dev/null
 cmake --build "$build_dir" -j "$(nproc)"
 
 out="bench-results/$(date -u +%Y%m%dT%H%M%SZ)"

@@ -1,0 +1,203 @@
+#include "partitions/rocksdb_consensus_store.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "flowctl/status_macros.h"
+#include "partitions/pbft_certs.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+
+namespace partitions {
+namespace {
+
+using ::node::consensus::PersistedConsensus;
+using ::node::consensus::PersistedView;
+using ::node::consensus::StableCheckpointRecord;
+
+constexpr char kViewKey[] = "v";
+constexpr char kCheckpointKey[] = "c";
+constexpr char kLogPrefix = 'l';
+constexpr char kLogEnd[] = "m";  // first key after every "l..." key
+constexpr size_t kLogKeySize = 1 + 8 + 8;
+
+void PutBe64(uint64_t v, std::string* out) {
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>(v >> shift));
+}
+
+uint64_t GetBe64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+std::string LogKey(uint64_t seq, uint64_t counter) {
+  std::string key(1, kLogPrefix);
+  PutBe64(seq, &key);
+  PutBe64(counter, &key);
+  return key;
+}
+
+// Log key parts, or DataLoss naming the key if it is not one.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseLogKey(const rocksdb::Slice& key,
+                                                          const std::string& dir) {
+  if (key.size() != kLogKeySize || key[0] != kLogPrefix) {
+    return absl::DataLossError(
+        absl::StrCat("consensus store ", dir, ": malformed log key 0x",
+                     absl::BytesToHexString(absl::string_view(key.data(), key.size()))));
+  }
+  return std::make_pair(GetBe64(key.data() + 1), GetBe64(key.data() + 9));
+}
+
+std::string KeyName(const rocksdb::Slice& key) {
+  if (key.size() == kLogKeySize && key[0] == kLogPrefix) {
+    return absl::StrCat("l/", GetBe64(key.data() + 1), "/", GetBe64(key.data() + 9));
+  }
+  return key.ToString();
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what, const std::string& dir) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string msg = absl::StrCat("consensus store ", dir, ": ", what, ": rocksdb: ",
+                                       s.ToString());
+  if (s.IsCorruption()) return absl::DataLossError(msg);
+  return absl::UnavailableError(msg);
+}
+
+// Parses the value under `key` into `msg`; `*found` says whether the key exists (absent keys
+// leave the field unset in Load, as in the in-memory store).
+template <typename Message>
+absl::Status ReadProto(rocksdb::DB* db, const std::string& key, const std::string& dir,
+                       Message* msg, bool* found) {
+  std::string value;
+  const rocksdb::Status s = db->Get(rocksdb::ReadOptions(), key, &value);
+  *found = !s.IsNotFound();
+  if (!*found) return absl::OkStatus();
+  RETURN_IF_ERROR(FromRocks(s, absl::StrCat("read ", key), dir));
+  if (!msg->ParseFromString(value)) {
+    return absl::DataLossError(
+        absl::StrCat("consensus store ", dir, ": corrupt value under key ", key));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> RocksDbConsensusStore::Open(
+    const std::string& dir) {
+  // RocksDB creates only the last path component; errors surface from DB::Open below.
+  std::error_code ignored;
+  std::filesystem::create_directories(dir, ignored);
+  rocksdb::Options options;
+  options.OptimizeForSmallDb();  // the log is bounded by the watermark window
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  rocksdb::DB* raw = nullptr;
+  RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(options, dir, &raw), "open", dir));
+  std::unique_ptr<RocksDbConsensusStore> store(
+      new RocksDbConsensusStore(std::unique_ptr<rocksdb::DB>(raw), dir));
+  RETURN_IF_ERROR(store->Recover());
+  return store;
+}
+
+RocksDbConsensusStore::RocksDbConsensusStore(std::unique_ptr<rocksdb::DB> db, std::string dir)
+    : db_(std::move(db)), dir_(std::move(dir)) {}
+
+RocksDbConsensusStore::~RocksDbConsensusStore() = default;
+
+absl::Status RocksDbConsensusStore::Recover() {
+  absl::MutexLock lock(&mu_);
+  StableCheckpointRecord record;
+  bool found = false;
+  RETURN_IF_ERROR(ReadProto(db_.get(), kCheckpointKey, dir_, &record, &found));
+  stable_seq_ = record.seq();
+  // Keys sort by seq first, so the highest counter may sit anywhere: scan the (bounded) log.
+  const rocksdb::Slice upper(kLogEnd);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->Seek(std::string(1, kLogPrefix)); it->Valid(); it->Next()) {
+    ASSIGN_OR_RETURN(auto parts, ParseLogKey(it->key(), dir_));
+    next_append_ = std::max(next_append_, parts.second + 1);
+  }
+  return FromRocks(it->status(), "scan log", dir_);
+}
+
+absl::Status RocksDbConsensusStore::PutView(const PersistedView& view) {
+  absl::MutexLock lock(&mu_);
+  rocksdb::WriteBatch batch;
+  RETURN_IF_ERROR(FromRocks(batch.Put(kViewKey, view.SerializeAsString()), "batch view", dir_));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Write(wo, &batch), absl::StrCat("put view ", view.view()), dir_);
+}
+
+absl::Status RocksDbConsensusStore::PutStableCheckpoint(const StableCheckpointRecord& record) {
+  absl::MutexLock lock(&mu_);
+  rocksdb::WriteBatch batch;
+  RETURN_IF_ERROR(
+      FromRocks(batch.Put(kCheckpointKey, record.SerializeAsString()), "batch checkpoint", dir_));
+  const std::string begin(1, kLogPrefix);
+  const std::string end = record.seq() == std::numeric_limits<uint64_t>::max()
+                              ? std::string(kLogEnd)
+                              : LogKey(record.seq() + 1, 0);
+  RETURN_IF_ERROR(FromRocks(batch.DeleteRange(begin, end), "batch log gc", dir_));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch),
+                            absl::StrCat("put stable checkpoint ", record.seq()), dir_));
+  stable_seq_ = record.seq();
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbConsensusStore::AppendLog(const std::vector<ConsensusMessage>& messages) {
+  absl::MutexLock lock(&mu_);
+  rocksdb::WriteBatch batch;
+  for (const ConsensusMessage& m : messages) {
+    const uint64_t seq = MessageSeq(m);
+    if (seq <= stable_seq_) continue;
+    // Counters are consumed even if the write fails: a key that might have reached disk is
+    // never reused for a different message.
+    RETURN_IF_ERROR(FromRocks(batch.Put(LogKey(seq, next_append_++), m.SerializeAsString()),
+                              "batch log", dir_));
+  }
+  if (batch.Count() == 0) return absl::OkStatus();
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db_->Write(wo, &batch), "append log", dir_);
+}
+
+absl::StatusOr<PersistedConsensus> RocksDbConsensusStore::Load() const {
+  absl::MutexLock lock(&mu_);  // no write interleaves, so the three reads are one state
+  PersistedConsensus out;
+  PersistedView view;
+  bool found = false;
+  RETURN_IF_ERROR(ReadProto(db_.get(), kViewKey, dir_, &view, &found));
+  if (found) *out.mutable_view() = std::move(view);
+  StableCheckpointRecord record;
+  RETURN_IF_ERROR(ReadProto(db_.get(), kCheckpointKey, dir_, &record, &found));
+  if (found) *out.mutable_stable_checkpoint() = std::move(record);
+  const rocksdb::Slice upper(kLogEnd);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->Seek(std::string(1, kLogPrefix)); it->Valid(); it->Next()) {
+    ASSIGN_OR_RETURN(auto parts, ParseLogKey(it->key(), dir_));
+    ConsensusMessage* m = out.add_log();
+    if (!m->ParseFromArray(it->value().data(), static_cast<int>(it->value().size())) ||
+        MessageSeq(*m) != parts.first) {
+      return absl::DataLossError(absl::StrCat("consensus store ", dir_,
+                                              ": corrupt value under key ", KeyName(it->key())));
+    }
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "scan log", dir_));
+  return out;
+}
+
+}  // namespace partitions
