@@ -8,13 +8,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-# Let ccache hit across clones in other folders (CI builds a fresh clone).
-export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
-
-tools/install-deps.sh
+tools/build.sh
 build_dir=${BUILD_DIR:-build}
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-RelWithDebInfo} >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
 
 out="bench-results/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"

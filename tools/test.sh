@@ -6,15 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-# Let ccache hit across clones in other folders (CI builds a fresh clone).
-export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
 
-tools/install-deps.sh
-
-build_dir=${BUILD_DIR:-build}
-cmake -S . -B "$build_dir" -G Ninja \
-  -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE:-RelWithDebInfo} \
-  -DNODE_SANITIZE="${NODE_SANITIZE:-}"
-cmake --build "$build_dir" -j "$(nproc)"
-cd "$build_dir"
+tools/build.sh
+cd "${BUILD_DIR:-build}"
 ctest --output-on-failure --timeout 600 -j "$(nproc)" "$@"
