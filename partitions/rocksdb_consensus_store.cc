@@ -87,6 +87,28 @@ absl::Status ReadProto(rocksdb::DB* db, const std::string& key, const std::strin
   return absl::OkStatus();
 }
 
+// Writes `batch` with sync, so it is durable when this returns (as ConsensusStore requires).
+absl::Status WriteSynced(rocksdb::DB* db, rocksdb::WriteBatch* batch, absl::string_view what,
+                         const std::string& dir) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return FromRocks(db->Write(wo, batch), what, dir);
+}
+
+// Calls fn(seq, key, value) for every log entry, in key order (seq, then append counter).
+template <typename Fn>
+absl::Status ForEachLogEntry(rocksdb::DB* db, const std::string& dir, Fn fn) {
+  const rocksdb::Slice upper(kLogEnd);
+  rocksdb::ReadOptions ro;
+  ro.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro));
+  for (it->Seek(std::string(1, kLogPrefix)); it->Valid(); it->Next()) {
+    ASSIGN_OR_RETURN(auto parts, ParseLogKey(it->key(), dir));
+    RETURN_IF_ERROR(fn(parts, it->key(), it->value()));
+  }
+  return FromRocks(it->status(), "scan log", dir);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> RocksDbConsensusStore::Open(
@@ -118,24 +140,19 @@ absl::Status RocksDbConsensusStore::Recover() {
   RETURN_IF_ERROR(ReadProto(db_.get(), kCheckpointKey, dir_, &record, &found));
   stable_seq_ = record.seq();
   // Keys sort by seq first, so the highest counter may sit anywhere: scan the (bounded) log.
-  const rocksdb::Slice upper(kLogEnd);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
-  for (it->Seek(std::string(1, kLogPrefix)); it->Valid(); it->Next()) {
-    ASSIGN_OR_RETURN(auto parts, ParseLogKey(it->key(), dir_));
-    next_append_ = std::max(next_append_, parts.second + 1);
-  }
-  return FromRocks(it->status(), "scan log", dir_);
+  return ForEachLogEntry(db_.get(), dir_,
+                         [this](const std::pair<uint64_t, uint64_t>& parts, const rocksdb::Slice&,
+                                const rocksdb::Slice&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                           next_append_ = std::max(next_append_, parts.second + 1);
+                           return absl::OkStatus();
+                         });
 }
 
 absl::Status RocksDbConsensusStore::PutView(const PersistedView& view) {
   absl::MutexLock lock(&mu_);
   rocksdb::WriteBatch batch;
   RETURN_IF_ERROR(FromRocks(batch.Put(kViewKey, view.SerializeAsString()), "batch view", dir_));
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  return FromRocks(db_->Write(wo, &batch), absl::StrCat("put view ", view.view()), dir_);
+  return WriteSynced(db_.get(), &batch, absl::StrCat("put view ", view.view()), dir_);
 }
 
 absl::Status RocksDbConsensusStore::PutStableCheckpoint(const StableCheckpointRecord& record) {
@@ -148,10 +165,8 @@ absl::Status RocksDbConsensusStore::PutStableCheckpoint(const StableCheckpointRe
                               ? std::string(kLogEnd)
                               : LogKey(record.seq() + 1, 0);
   RETURN_IF_ERROR(FromRocks(batch.DeleteRange(begin, end), "batch log gc", dir_));
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch),
-                            absl::StrCat("put stable checkpoint ", record.seq()), dir_));
+  RETURN_IF_ERROR(WriteSynced(db_.get(), &batch,
+                              absl::StrCat("put stable checkpoint ", record.seq()), dir_));
   stable_seq_ = record.seq();
   return absl::OkStatus();
 }
@@ -168,9 +183,7 @@ absl::Status RocksDbConsensusStore::AppendLog(const std::vector<ConsensusMessage
                               "batch log", dir_));
   }
   if (batch.Count() == 0) return absl::OkStatus();
-  rocksdb::WriteOptions wo;
-  wo.sync = true;
-  return FromRocks(db_->Write(wo, &batch), "append log", dir_);
+  return WriteSynced(db_.get(), &batch, "append log", dir_);
 }
 
 absl::StatusOr<PersistedConsensus> RocksDbConsensusStore::Load() const {
@@ -183,20 +196,18 @@ absl::StatusOr<PersistedConsensus> RocksDbConsensusStore::Load() const {
   StableCheckpointRecord record;
   RETURN_IF_ERROR(ReadProto(db_.get(), kCheckpointKey, dir_, &record, &found));
   if (found) *out.mutable_stable_checkpoint() = std::move(record);
-  const rocksdb::Slice upper(kLogEnd);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
-  for (it->Seek(std::string(1, kLogPrefix)); it->Valid(); it->Next()) {
-    ASSIGN_OR_RETURN(auto parts, ParseLogKey(it->key(), dir_));
-    ConsensusMessage* m = out.add_log();
-    if (!m->ParseFromArray(it->value().data(), static_cast<int>(it->value().size())) ||
-        MessageSeq(*m) != parts.first) {
-      return absl::DataLossError(absl::StrCat("consensus store ", dir_,
-                                              ": corrupt value under key ", KeyName(it->key())));
-    }
-  }
-  RETURN_IF_ERROR(FromRocks(it->status(), "scan log", dir_));
+  RETURN_IF_ERROR(ForEachLogEntry(
+      db_.get(), dir_,
+      [&](const std::pair<uint64_t, uint64_t>& parts, const rocksdb::Slice& key,
+          const rocksdb::Slice& value) -> absl::Status {
+        ConsensusMessage* m = out.add_log();
+        if (!m->ParseFromArray(value.data(), static_cast<int>(value.size())) ||
+            MessageSeq(*m) != parts.first) {
+          return absl::DataLossError(absl::StrCat("consensus store ", dir_,
+                                                  ": corrupt value under key ", KeyName(key)));
+        }
+        return absl::OkStatus();
+      }));
   return out;
 }
 
