@@ -178,6 +178,21 @@ std::vector<TxPtr> TxPool::SelectBatch(size_t max_txs, size_t max_bytes) {
   return out;
 }
 
+TxPool::ReadyCount TxPool::CountReady(size_t limit) const {
+  absl::MutexLock lock(&mu_);
+  ReadyCount count;
+  for (const auto& [name, s] : senders_) {
+    uint64_t want = s.select_from;
+    for (auto it = s.by_nonce.find(want); it != s.by_nonce.end() && it->first == want; ++it) {
+      if (count.txs >= limit) return count;
+      ++count.txs;
+      count.bytes += it->second->tx->size();
+      ++want;
+    }
+  }
+  return count;
+}
+
 void TxPool::UnmarkFrom(Sender& s, uint64_t nonce) {
   for (auto it = s.by_nonce.lower_bound(nonce); it != s.by_nonce.end(); ++it) {
     if (it->second->proposed) {

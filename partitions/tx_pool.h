@@ -124,6 +124,13 @@ class TxPool {
   // between calls). Marks them proposed. O(senders + selected).
   std::vector<TxPtr> SelectBatch(size_t max_txs, size_t max_bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Ready, unproposed txs (what SelectBatch could return now), counting at most `limit` of them
+  // and their bytes. O(senders + counted).
+  struct ReadyCount {
+    size_t txs = 0;
+    size_t bytes = 0;
+  };
+  ReadyCount CountReady(size_t limit) const ABSL_LOCKS_EXCLUDED(mu_);
   // Makes proposed txs selectable again (their proposal was abandoned). Unknown hashes are
   // ignored. Releasing one tx of a sender releases the sender's later proposed txs too (they
   // could not commit before it).

@@ -123,6 +123,7 @@ void DefaultPartition(PartitionConfig* p) {
   if (w.sync() == 0) w.set_sync(4);
   if (w.tx_forward() == 0) w.set_tx_forward(2);
   if (w.bulk() == 0) w.set_bulk(1);
+  if (w.client() == 0) w.set_client(4);
 
   auto& pool = *p->mutable_pool();
   if (pool.max_txs() == 0) pool.set_max_txs(100000);
@@ -182,7 +183,8 @@ void CheckPartition(Checker& check, const std::string& at, const PartitionConfig
 
   const auto& w = p.dispatcher().lane_weights();
   for (auto [name, value] : {std::pair{"consensus", w.consensus()}, {"sync", w.sync()},
-                             {"tx_forward", w.tx_forward()}, {"bulk", w.bulk()}}) {
+                             {"tx_forward", w.tx_forward()}, {"bulk", w.bulk()},
+                             {"client", w.client()}}) {
     if (!(value > 0)) {
       check.Fail(absl::StrCat(at, ".dispatcher.lane_weights.", name),
                  absl::StrCat("must be > 0, got ", value));

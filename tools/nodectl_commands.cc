@@ -323,7 +323,7 @@ const std::vector<Command>& Commands() {
            "high_water_fraction (0..1], ttl_seconds, max_tx_bytes.\n",
        .flags = {{"partition", "P", "the partition (by name); required"},
                  {"interceptor", "FILE|TEXT", "new interceptor chain (StageChainConfig text)"},
-                 {"lane-weights", "K=V,...", "consensus=, sync=, tx_forward=, bulk= (each > 0)"},
+                 {"lane-weights", "K=V,...", "consensus=, sync=, tx_forward=, bulk=, client= (each > 0)"},
                  {"budget", "K=V,...", "dispatcher budget: messages=N, bytes=SIZE"},
                  {"pool", "K=V,...", "pool limits, e.g. max_txs=50000,max_bytes=64MiB"}},
        .run = RunUpdateFlow},

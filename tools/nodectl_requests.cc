@@ -45,7 +45,8 @@ class CollectFirstError : public google::protobuf::io::ErrorCollector {
 };
 
 absl::Status ParseLaneWeights(const std::string& text, node::config::LaneConfig* lanes) {
-  static constexpr absl::string_view kKeys[] = {"consensus", "sync", "tx_forward", "bulk"};
+  static constexpr absl::string_view kKeys[] = {"consensus", "sync", "tx_forward", "bulk",
+                                                "client"};
   ASSIGN_OR_RETURN(auto kv, ParseKeyValues("--lane-weights", text, kKeys));
   for (const auto& [key, value] : kv) {
     ASSIGN_OR_RETURN(double w, ParseDouble(absl::StrCat("--lane-weights ", key), value, 0,
@@ -54,6 +55,7 @@ absl::Status ParseLaneWeights(const std::string& text, node::config::LaneConfig*
     if (key == "sync") lanes->set_sync(w);
     if (key == "tx_forward") lanes->set_tx_forward(w);
     if (key == "bulk") lanes->set_bulk(w);
+    if (key == "client") lanes->set_client(w);
   }
   return absl::OkStatus();
 }

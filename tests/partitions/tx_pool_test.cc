@@ -292,3 +292,28 @@ TEST_F(TxPoolTest, ConcurrentAddSelectCommit) {
 
 }  // namespace
 }  // namespace partitions
+
+namespace partitions {
+namespace {
+
+class TxPoolReadyTest : public TxPoolTest {};
+
+TEST_F(TxPoolReadyTest, CountReadyMatchesWhatSelectBatchWouldTake) {
+  auto pool = MakePool(TxPoolLimits{});
+  // Sender 1: nonces 1, 2, 3 ready; sender 2: nonce 2 only (gap at 1): not ready.
+  for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(pool->Add(Tx(1, n), TxOrigin::kClient).ok());
+  ASSERT_TRUE(pool->Add(Tx(2, 2), TxOrigin::kClient).ok());
+  TxPool::ReadyCount all = pool->CountReady(100);
+  EXPECT_EQ(all.txs, 3u);
+  EXPECT_GT(all.bytes, 0u);
+  EXPECT_EQ(pool->CountReady(2).txs, 2u);  // the limit stops the count
+
+  std::vector<TxPtr> batch = pool->SelectBatch(2, 1 << 20);
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(pool->CountReady(100).txs, 1u);  // proposed txs are not counted
+  ASSERT_TRUE(pool->Add(Tx(2, 1), TxOrigin::kClient).ok());
+  EXPECT_EQ(pool->CountReady(100).txs, 3u);  // the gap filled: sender 2's nonces 1 and 2
+}
+
+}  // namespace
+}  // namespace partitions

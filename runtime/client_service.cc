@@ -1,0 +1,272 @@
+#include "runtime/client_service.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "runtime/node.h"
+#include "runtime/partition.h"
+
+namespace runtime {
+
+// Calls waiting for a partition's callback. Shared (shared_ptr) between the service and the
+// callbacks, so a callback arriving after the service is gone finds an empty table.
+class ClientServiceImpl::PendingCalls {
+ public:
+  // Registers `reactor`; returns its id, or 0 once CancelAll() ran (caller finishes the call).
+  uint64_t Add(grpc::ServerUnaryReactor* reactor) {
+    absl::MutexLock l(&mu_);
+    if (closed_) return 0;
+    uint64_t id = next_id_++;
+    calls_.emplace(id, reactor);
+    return id;
+  }
+
+  // If call `id` is still pending, takes it out of the table, runs `fill` (writes the response
+  // or trailing metadata) and finishes it with `status`. Owning the call exclusively once it is
+  // out of the table, fill and Finish need no lock.
+  void Finish(uint64_t id, const grpc::Status& status, absl::FunctionRef<void()> fill) {
+    grpc::ServerUnaryReactor* reactor = nullptr;
+    {
+      absl::MutexLock l(&mu_);
+      auto it = calls_.find(id);
+      if (it == calls_.end()) return;  // cancelled by shutdown
+      reactor = it->second;
+      calls_.erase(it);
+    }
+    fill();
+    reactor->Finish(status);
+  }
+
+  bool WaitIdle(absl::Time deadline) {
+    absl::MutexLock l(&mu_);
+    return mu_.AwaitWithDeadline(absl::Condition(this, &PendingCalls::IdleLocked), deadline);
+  }
+
+  void CancelAll() {
+    absl::flat_hash_map<uint64_t, grpc::ServerUnaryReactor*> calls;
+    {
+      absl::MutexLock l(&mu_);
+      closed_ = true;
+      calls.swap(calls_);
+    }
+    for (auto& [id, reactor] : calls) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+    }
+  }
+
+ private:
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.empty(); }
+
+  absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_map<uint64_t, grpc::ServerUnaryReactor*> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+using node::client::PartitionRef;
+
+// The client API's code for one submit outcome: transaction defects all read INVALID_ARGUMENT
+// (proto/client.proto); flow-control rejections keep the stage's code.
+absl::Status ClientStatus(const SubmitResult& result) {
+  const absl::Status& s = result.status;
+  if (!result.rejected_by.empty()) return s;
+  switch (s.code()) {
+    case absl::StatusCode::kOutOfRange:          // oversize
+    case absl::StatusCode::kFailedPrecondition:  // wrong partition, nonce gap
+    case absl::StatusCode::kUnauthenticated:     // bad signature
+      return absl::InvalidArgumentError(s.message());
+    default:
+      return s;
+  }
+}
+
+int64_t CeilMillis(absl::Duration d) {
+  return absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)));
+}
+
+void AddRejectionMetadata(grpc::CallbackServerContext* context, const SubmitResult& result) {
+  if (result.retry_after > absl::ZeroDuration()) {
+    context->AddTrailingMetadata("retry-after-ms", absl::StrCat(CeilMillis(result.retry_after)));
+  }
+  if (!result.rejected_by.empty()) context->AddTrailingMetadata("rejected-by", result.rejected_by);
+}
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+absl::Status CheckBytes(const std::string& field, const std::string& value, size_t size) {
+  if (value.size() == size) return absl::OkStatus();
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": required"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": must be ", size, " bytes, got ", value.size()));
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+ClientServiceImpl::ClientServiceImpl(Node* node)
+    : node_(node), pending_(std::make_shared<PendingCalls>()) {}
+
+ClientServiceImpl::~ClientServiceImpl() { pending_->CancelAll(); }
+
+bool ClientServiceImpl::WaitIdle(absl::Time deadline) { return pending_->WaitIdle(deadline); }
+
+void ClientServiceImpl::CancelPending() { pending_->CancelAll(); }
+
+absl::Duration ClientServiceImpl::WaitTimeout(uint32_t wait_timeout_ms, absl::Time now,
+                                              absl::Time call_deadline) {
+  if (wait_timeout_ms > 0) return std::min(absl::Milliseconds(wait_timeout_ms), kMaxWaitTimeout);
+  absl::Duration left = call_deadline - now;
+  // gRPC reports "no deadline" as a far-future time point.
+  if (left > absl::Hours(24 * 365)) return kDefaultWaitTimeout;
+  return std::clamp(left, absl::ZeroDuration(), kMaxWaitTimeout);
+}
+
+grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContext* context,
+                                                      const node::client::SubmitTxRequest* request,
+                                                      node::client::SubmitTxResponse* response) {
+  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (request->signed_tx().empty()) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                           "signed_tx: required"));
+  }
+  SubmitOptions options;
+  options.wait_for_commit = request->wait_for_commit();
+  options.wait_timeout = WaitTimeout(request->wait_timeout_ms(), absl::Now(),
+                                     absl::FromChrono(context->deadline()));
+  options.client = context->peer();
+
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const uint64_t id = pending_->Add(reactor);
+  if (id == 0) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+    return reactor;
+  }
+  // The callback may run inline (early rejection) or later on a partition thread.
+  (*partition)->Submit(
+      request->signed_tx(), options,
+      [pending = pending_, id, context, response](SubmitResult result) {
+        const absl::Status status = ClientStatus(result);
+        pending->Finish(id, ToGrpcStatus(status), [&] {
+          if (status.ok()) {
+            response->set_tx_hash(result.tx_hash);
+            response->set_spilled(result.spilled);
+            if (result.receipt.has_value()) *response->mutable_receipt() = *result.receipt;
+          } else {
+            AddRejectionMetadata(context, result);
+          }
+        });
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(
+    grpc::CallbackServerContext* context, const node::client::SubmitTxBatchRequest* request,
+    node::client::SubmitTxBatchResponse* response) {
+  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  const int n = request->signed_txs_size();
+  if (n < 1 || n > kMaxBatchTxs) {
+    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                           absl::StrCat("signed_txs: must hold 1 to ", kMaxBatchTxs,
+                                                        " transactions, got ", n)));
+  }
+  std::vector<std::string> txs(request->signed_txs().begin(), request->signed_txs().end());
+  SubmitOptions options;
+  options.client = context->peer();
+
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const uint64_t id = pending_->Add(reactor);
+  if (id == 0) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+    return reactor;
+  }
+  (*partition)->SubmitBatch(
+      std::move(txs), options,
+      [pending = pending_, id, response](std::vector<SubmitResult> results) {
+        pending->Finish(id, grpc::Status::OK, [&] {
+          response->mutable_results()->Reserve(static_cast<int>(results.size()));
+          for (const SubmitResult& result : results) {
+            const absl::Status status = ClientStatus(result);
+            node::client::TxResult* out = response->add_results();
+            out->set_code(static_cast<int32_t>(status.code()));
+            out->set_message(std::string(status.message()));
+            out->set_tx_hash(result.tx_hash);
+            if (!status.ok() && result.retry_after > absl::ZeroDuration()) {
+              out->set_retry_after_ms(static_cast<uint32_t>(
+                  std::min<int64_t>(CeilMillis(result.retry_after), UINT32_MAX)));
+            }
+          }
+        });
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext* context,
+                                                   const node::client::GetTxRequest* request,
+                                                   node::client::GetTxResponse* response) {
+  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (absl::Status s = CheckBytes("tx_hash", request->tx_hash(), 32); !s.ok()) {
+    return FinishNow(context, ToGrpcStatus(s));
+  }
+  absl::StatusOr<node::client::GetTxResponse> tx = (*partition)->GetTx(request->tx_hash());
+  if (tx.ok()) *response = *std::move(tx);
+  return FinishNow(context, ToGrpcStatus(tx.status()));
+}
+
+grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(
+    grpc::CallbackServerContext* context, const node::client::GetAccountRequest* request,
+    node::client::GetAccountResponse* response) {
+  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (absl::Status s = CheckBytes("address", request->address(), 32); !s.ok()) {
+    return FinishNow(context, ToGrpcStatus(s));
+  }
+  absl::StatusOr<node::client::GetAccountResponse> account =
+      (*partition)->GetAccount(request->address());
+  if (account.ok()) *response = *std::move(account);
+  return FinishNow(context, ToGrpcStatus(account.status()));
+}
+
+grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContext* context,
+                                                      const node::client::GetBlockRequest* request,
+                                                      node::client::GetBlockResponse* response) {
+  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  absl::StatusOr<node::client::GetBlockResponse> block =
+      (*partition)->GetBlock(request->height(), request->include_txs());
+  if (block.ok()) *response = *std::move(block);
+  return FinishNow(context, ToGrpcStatus(block.status()));
+}
+
+grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(
+    grpc::CallbackServerContext* context, const node::client::GetChainStatusRequest* request,
+    node::client::GetChainStatusResponse* response) {
+  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  *response = (*partition)->ChainStatus();
+  return FinishNow(context, grpc::Status::OK);
+}
+
+}  // namespace runtime

@@ -1,0 +1,97 @@
+// ClientServiceImpl: node.client.ClientService (proto/client.proto) on top of a runtime::Node.
+//
+// Written against gRPC's callback API so no gRPC thread ever blocks on a partition: SubmitTx and
+// SubmitTxBatch hand the request to Partition::Submit / SubmitBatch and return at once; the
+// partition's done callback (worker-pool or ticker thread, or inline on an early rejection)
+// finishes the call. Queries (GetTx, GetAccount, GetBlock, GetChainStatus) are short local reads
+// answered inline.
+//
+// Status mapping (see proto/client.proto):
+//   flow-control rejection  the partition's code (RESOURCE_EXHAUSTED / UNAVAILABLE) and message,
+//                           trailing metadata "retry-after-ms" and "rejected-by" when set;
+//   bad transaction         INVALID_ARGUMENT (decode / signature / partition / nonce-gap codes
+//                           OUT_OF_RANGE, FAILED_PRECONDITION and UNAUTHENTICATED are folded in;
+//                           ALREADY_EXISTS "duplicate transaction" / "replayed nonce" is kept so a
+//                           retrying client can tell "already submitted");
+//   unknown partition       NOT_FOUND; empty ref, hash or address: INVALID_ARGUMENT.
+//
+// Shutdown: a call still waiting for its partition when the server stops (e.g. wait_for_commit)
+// is finished by CancelPending() with UNAVAILABLE "server shutting down"; the partition's later
+// callback is then ignored. The pending-call table is shared with those callbacks, so they may
+// run after this object is gone.
+//
+// Thread-safety: all methods are thread-safe.
+//
+//   ClientServiceImpl service(node);
+//   builder.RegisterService(&service);
+//   ...  // at shutdown, after server->Shutdown(deadline) started:
+//   service.WaitIdle(deadline); service.CancelPending();
+#ifndef RUNTIME_CLIENT_SERVICE_H_
+#define RUNTIME_CLIENT_SERVICE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/client.grpc.pb.h"
+
+namespace runtime {
+
+class Node;
+
+// Limits of the client API (values documented in proto/client.proto).
+inline constexpr int kMaxBatchTxs = 1000;
+inline constexpr absl::Duration kDefaultWaitTimeout = absl::Seconds(10);
+inline constexpr absl::Duration kMaxWaitTimeout = absl::Seconds(60);
+
+// absl::Status -> grpc::Status with the same code and message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class ClientServiceImpl final : public node::client::ClientService::CallbackService {
+ public:
+  // `node` outlives the service.
+  explicit ClientServiceImpl(Node* node);
+  ~ClientServiceImpl() override;
+
+  // Waits until no call is waiting for a partition, or until `deadline`. True when idle.
+  bool WaitIdle(absl::Time deadline);
+  // Finishes every waiting call with UNAVAILABLE "server shutting down" and makes later
+  // SubmitTx / SubmitTxBatch calls fail the same way. Idempotent.
+  void CancelPending();
+
+  grpc::ServerUnaryReactor* SubmitTx(grpc::CallbackServerContext* context,
+                                     const node::client::SubmitTxRequest* request,
+                                     node::client::SubmitTxResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitTxBatch(grpc::CallbackServerContext* context,
+                                          const node::client::SubmitTxBatchRequest* request,
+                                          node::client::SubmitTxBatchResponse* response) override;
+  grpc::ServerUnaryReactor* GetTx(grpc::CallbackServerContext* context,
+                                  const node::client::GetTxRequest* request,
+                                  node::client::GetTxResponse* response) override;
+  grpc::ServerUnaryReactor* GetAccount(grpc::CallbackServerContext* context,
+                                       const node::client::GetAccountRequest* request,
+                                       node::client::GetAccountResponse* response) override;
+  grpc::ServerUnaryReactor* GetBlock(grpc::CallbackServerContext* context,
+                                     const node::client::GetBlockRequest* request,
+                                     node::client::GetBlockResponse* response) override;
+  grpc::ServerUnaryReactor* GetChainStatus(grpc::CallbackServerContext* context,
+                                           const node::client::GetChainStatusRequest* request,
+                                           node::client::GetChainStatusResponse* response) override;
+
+  // How long a wait_for_commit request may wait: wait_timeout_ms if set, else the time left
+  // until the call's deadline (kDefaultWaitTimeout without one); at most kMaxWaitTimeout.
+  static absl::Duration WaitTimeout(uint32_t wait_timeout_ms, absl::Time now,
+                                    absl::Time call_deadline);
+
+ private:
+  class PendingCalls;
+
+  Node* const node_;
+  const std::shared_ptr<PendingCalls> pending_;
+};
+
+}  // namespace runtime
+
+#endif  // RUNTIME_CLIENT_SERVICE_H_

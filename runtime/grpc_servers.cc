@@ -1,0 +1,94 @@
+#include "runtime/grpc_servers.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/base/call_once.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "runtime/admin_service.h"
+#include "runtime/client_service.h"
+
+namespace runtime {
+namespace {
+
+// Builds and starts one server for `service` on `address`; fills *port with the bound port.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& api,
+                                                          const std::string& address,
+                                                          grpc::Service* service,
+                                                          int max_receive_bytes, int* port) {
+  if (address.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(api, " API: listen address is empty"));
+  }
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(service);
+  builder.SetMaxReceiveMessageSize(max_receive_bytes);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    if (server != nullptr) server->Shutdown();
+    return absl::UnavailableError(absl::StrCat("cannot serve the ", api, " API on '", address,
+                                               "' (address in use or not bindable)"));
+  }
+  return server;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
+    Node* node, const node::config::NodeConfig& config, std::string admin_token) {
+  // Once per process: every ServerBuilder made afterwards adds the reflection service.
+  static absl::once_flag reflection_once;
+  absl::call_once(reflection_once, [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });
+
+  std::unique_ptr<GrpcServers> servers(new GrpcServers());
+  servers->client_service_ = std::make_unique<ClientServiceImpl>(node);
+  servers->admin_service_ = std::make_unique<AdminServiceImpl>(node, std::move(admin_token));
+
+  absl::StatusOr<std::unique_ptr<grpc::Server>> client =
+      StartServer("client", config.client_listen(), servers->client_service_.get(),
+                  kClientMaxReceiveBytes, &servers->client_port_);
+  if (!client.ok()) return client.status();
+  servers->client_server_ = *std::move(client);
+
+  absl::StatusOr<std::unique_ptr<grpc::Server>> admin =
+      StartServer("admin", config.admin_listen(), servers->admin_service_.get(),
+                  kAdminMaxReceiveBytes, &servers->admin_port_);
+  if (!admin.ok()) {
+    servers->Shutdown(absl::ZeroDuration());
+    return admin.status();
+  }
+  servers->admin_server_ = *std::move(admin);
+  return servers;
+}
+
+GrpcServers::~GrpcServers() { Shutdown(absl::ZeroDuration()); }
+
+void GrpcServers::Shutdown(absl::Duration drain) {
+  absl::MutexLock l(&shutdown_mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  const absl::Time deadline = absl::Now() + drain;
+  const auto chrono_deadline = absl::ToChronoTime(deadline);
+
+  admin_service_->Shutdown();  // open watches end now instead of at their next interval
+  // grpc::Server::Shutdown blocks until every callback call has finished, and a client call
+  // waiting for a partition finishes only when we cancel it; so shut the client server down on
+  // a helper thread and cancel the waits here once the drain time is up.
+  std::thread client_stop;
+  if (client_server_ != nullptr) {
+    client_stop = std::thread([this, chrono_deadline] { client_server_->Shutdown(chrono_deadline); });
+  }
+  if (admin_server_ != nullptr) admin_server_->Shutdown(chrono_deadline);
+  client_service_->WaitIdle(deadline);
+  client_service_->CancelPending();
+  if (client_stop.joinable()) client_stop.join();
+  if (client_server_ != nullptr) client_server_->Wait();
+  if (admin_server_ != nullptr) admin_server_->Wait();
+}
+
+}  // namespace runtime

@@ -1,0 +1,148 @@
+// Node: everything one `noded` process runs, composed and started in order, stopped in reverse.
+//
+//   Start:  data dir + key -> worker pool -> p2p transport (egress scheduler inside) ->
+//           partitions (ledger, consensus store, replica; then Start) -> arbiter tick ->
+//           client and admin gRPC servers -> metrics exposer.
+//   Stop:   servers stop taking calls (in-flight ones finish, up to the drain time) -> arbiter ->
+//           partitions (drain lanes, finish callbacks, close stores) -> transport -> pool.
+//
+// The arbiter ticks every resources.arbiter_tick_ms: it takes each partition's usage
+// (PartitionUsage), derives demand (usage, or unbounded while backlogged), and divides three
+// capacities with flowctl::AllocateFairShares by the partitions' ShareConfig (weight, guarantee and
+// ceiling as fractions of the capacity):
+//   CPU     = worker threads x tick (ns)   -> dispatcher group shares
+//   memory  = resources.memory_bytes       -> pool byte limits (never above the configured ones)
+//   egress  = the egress cap (bytes/s)     -> egress scheduler partition weights
+//
+// The node can also run on an in-process network (tests): NodeOptions::network replaces the gRPC
+// transport.
+//
+// Thread-safety: all public methods are thread-safe after Start().
+#ifndef RUNTIME_NODE_H_
+#define RUNTIME_NODE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "flowctl/clock.h"
+#include "flowctl/worker_pool.h"
+#include "p2p/ed25519.h"
+#include "p2p/grpc_transport.h"
+#include "p2p/network.h"
+#include "proto/admin.pb.h"
+#include "proto/client.pb.h"
+#include "proto/config.pb.h"
+#include "runtime/partition.h"
+
+namespace runtime {
+
+class GrpcServers;  // grpc_servers.h
+class MetricsServer;
+
+inline constexpr char kNodeVersion[] = "0.7.0";
+
+// config.key_file, or <data_dir>/node.key when it is empty.
+std::string KeyFilePath(const node::config::NodeConfig& config);
+
+struct NodeOptions {
+  // Tests: use this network instead of a GrpcTransport (not owned; outlives the node). Its
+  // self() must be the id of the configured key.
+  p2p::Network* network = nullptr;
+  // Tests: serve gRPC APIs or not (the in-memory cluster test drives partitions directly too).
+  bool serve_grpc = true;
+  bool serve_metrics = true;
+  const flowctl::Clock* clock = flowctl::Clock::Real();
+};
+
+class Node {
+ public:
+  // Validates the config (already defaulted), loads or creates the key file (0600).
+  static absl::StatusOr<std::unique_ptr<Node>> Create(node::config::NodeConfig config,
+                                                      NodeOptions options = {});
+  ~Node();  // Stop()
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  absl::Status Start();
+  // Graceful: see the file comment. Idempotent.
+  void Stop(absl::Duration drain = absl::Seconds(5));
+
+  // Lookup by PartitionRef (id if non-zero, else name) or by "id or name" text.
+  // NOT_FOUND "unknown partition ..." / INVALID_ARGUMENT when the ref is empty.
+  absl::StatusOr<Partition*> FindPartition(const node::client::PartitionRef& ref) const;
+  absl::StatusOr<Partition*> FindPartition(const std::string& id_or_name) const;
+  std::vector<Partition*> partitions() const;
+
+  node::admin::NodeStatus Status() const;
+  node::admin::ListPeersResponse Peers() const;
+  // `partition` empty = all.
+  absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
+  absl::StatusOr<node::admin::EgressStats> UpdateEgress(
+      const node::admin::UpdateEgressRequest& request);
+  // Validates every entry (unknown partition, weight <= 0, ceiling < guarantee, fractions
+  // outside [0, 1]) before applying any; applied shares are used from the next tick, which is
+  // run at once.
+  absl::StatusOr<std::vector<node::config::PartitionConfig>> UpdateArbiter(
+      const node::admin::UpdateArbiterRequest& request);
+  // Runs one arbiter tick now (tests; the ticker calls it periodically).
+  void ArbiterTick();
+
+  const p2p::NodeId& id() const { return id_; }
+  const node::config::NodeConfig& config() const { return config_; }
+  // Bound ports (after Start; useful with port 0 in tests). 0 when not serving.
+  int client_port() const { return client_port_; }
+  int admin_port() const { return admin_port_; }
+  int p2p_port() const;
+  std::string metrics_address() const;
+  // The admin token ("" when none is configured).
+  const std::string& admin_token() const { return admin_token_; }
+
+ private:
+  Node(node::config::NodeConfig config, NodeOptions options, p2p::PrivateKey key);
+  absl::Status StartServers();
+  void ArbiterLoop();
+  void RegisterMetrics();
+
+  node::config::NodeConfig config_;
+  const NodeOptions options_;
+  const p2p::PrivateKey key_;
+  const p2p::NodeId id_;
+  const absl::Time start_time_ = absl::Now();
+  std::string admin_token_;
+
+  std::unique_ptr<flowctl::WorkerPool> pool_;
+  std::unique_ptr<p2p::GrpcTransport> transport_;  // null with options_.network
+  p2p::Network* network_ = nullptr;
+  std::vector<std::unique_ptr<Partition>> partitions_;
+
+  std::unique_ptr<GrpcServers> servers_;
+  std::unique_ptr<MetricsServer> metrics_;
+  int client_port_ = 0;
+  int admin_port_ = 0;
+
+  mutable absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex arbiter_mu_;  // serializes ticks and UpdateArbiter
+  int64_t arbiter_last_nanos_ ABSL_GUARDED_BY(arbiter_mu_) = 0;
+  std::map<uint32_t, uint64_t> egress_last_ ABSL_GUARDED_BY(arbiter_mu_);  // bytes sent so far
+  std::map<uint32_t, double> mem_last_share_ ABSL_GUARDED_BY(arbiter_mu_);
+  std::atomic<uint64_t> tx_forward_floor_{0};
+  absl::Notification stop_arbiter_;
+  std::thread arbiter_thread_;
+};
+
+}  // namespace runtime
+
+#endif  // RUNTIME_NODE_H_

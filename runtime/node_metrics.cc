@@ -1,0 +1,236 @@
+#include "runtime/node_metrics.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/metric_type.h"
+#include "runtime/node.h"
+
+namespace runtime {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+constexpr char kConsensusStates[][12] = {"NORMAL", "VIEW_CHANGE", "RECOVERING", "HALTED"};
+
+// Collects samples into families, one family per name, in first-use order.
+class Families {
+ public:
+  void Gauge(const std::string& name, const std::string& help, const Labels& labels,
+             double value) {
+    Add(name, help, MetricType::Gauge, labels).gauge.value = value;
+  }
+  void Counter(const std::string& name, const std::string& help, const Labels& labels,
+               double value) {
+    Add(name, help, MetricType::Counter, labels).counter.value = value;
+  }
+  // LatencySummary (microseconds) as gauges in seconds, one per quantile ("1" = max).
+  void Latency(const std::string& name, const std::string& help, Labels labels,
+               const node::admin::LatencySummary& latency) {
+    const std::pair<const char*, double> quantiles[] = {
+        {"0.5", latency.p50_us()}, {"0.99", latency.p99_us()}, {"1", latency.max_us()}};
+    labels.emplace_back("quantile", "");
+    for (const auto& [q, us] : quantiles) {
+      labels.back().second = q;
+      Gauge(name, help, labels, us * 1e-6);
+    }
+  }
+  // As a Prometheus summary (count + quantiles; the node keeps no sum).
+  void Summary(const std::string& name, const std::string& help, const Labels& labels,
+               const node::admin::LatencySummary& latency) {
+    ClientMetric& m = Add(name, help, MetricType::Summary, labels);
+    m.summary.sample_count = latency.count();
+    m.summary.quantile = {{0.5, latency.p50_us() * 1e-6},
+                          {0.99, latency.p99_us() * 1e-6},
+                          {1.0, latency.max_us() * 1e-6}};
+  }
+
+  std::vector<MetricFamily> Take() {
+    std::vector<MetricFamily> out;
+    out.reserve(order_.size());
+    for (const std::string& name : order_) out.push_back(std::move(families_[name]));
+    return out;
+  }
+
+ private:
+  ClientMetric& Add(const std::string& name, const std::string& help, MetricType type,
+                    const Labels& labels) {
+    auto [it, inserted] = families_.try_emplace(name);
+    if (inserted) {
+      it->second.name = name;
+      it->second.help = help;
+      it->second.type = type;
+      order_.push_back(name);
+    }
+    ClientMetric& m = it->second.metric.emplace_back();
+    for (const auto& [k, v] : labels) m.label.push_back({k, v});
+    return m;
+  }
+
+  std::map<std::string, MetricFamily> families_;
+  std::vector<std::string> order_;
+};
+
+void AddPartitionStatus(const node::admin::PartitionStatus& p, Families* f) {
+  const Labels l = {{"partition", p.name()}};
+  f->Gauge("noded_partition_height", "Height of the last committed block.", l,
+           static_cast<double>(p.height()));
+  f->Gauge("noded_partition_view", "Current PBFT view.", l, static_cast<double>(p.view()));
+  f->Counter("noded_view_changes_total", "View changes since start.", l,
+             static_cast<double>(p.view_changes()));
+  for (const char* state : kConsensusStates) {
+    f->Gauge("noded_consensus_state", "1 for the partition's current consensus state.",
+             {{"partition", p.name()}, {"state", state}}, p.consensus_state() == state ? 1 : 0);
+  }
+  f->Gauge("noded_partition_paused", "1 while paused by the admin API.", l, p.paused() ? 1 : 0);
+  f->Gauge("noded_partition_lossless", "1 when the partition runs in lossless mode.", l,
+           p.lossless() ? 1 : 0);
+}
+
+void AddShare(const std::string& partition, const std::string& resource,
+              const node::admin::ResourceShare& s, Families* f) {
+  const Labels l = {{"partition", partition}, {"resource", resource}};
+  f->Gauge("noded_arbiter_weight", "Arbiter weight of the partition for the resource.", l,
+           s.weight());
+  f->Gauge("noded_arbiter_guarantee", "Guaranteed share (cores, bytes or bytes/s).", l,
+           s.guarantee());
+  f->Gauge("noded_arbiter_ceiling", "Share ceiling (cores, bytes or bytes/s).", l, s.ceiling());
+  f->Gauge("noded_arbiter_demand", "Measured demand (cores, bytes or bytes/s).", l, s.demand());
+  f->Gauge("noded_arbiter_share", "Share given by the last arbiter tick.", l, s.share());
+  f->Gauge("noded_arbiter_usage", "Measured usage (cores, bytes or bytes/s).", l, s.usage());
+}
+
+void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
+  const std::string& name = p.name();
+  const Labels l = {{"partition", name}};
+  for (const node::admin::StageStats& s : p.stages()) {
+    const Labels sl = {{"partition", name}, {"stage", s.name()}, {"kind", s.kind()}};
+    f->Counter("noded_stage_admitted_total", "Requests admitted by the interceptor stage.", sl,
+               static_cast<double>(s.admitted()));
+    f->Counter("noded_stage_rejected_total", "Requests rejected by the interceptor stage.", sl,
+               static_cast<double>(s.rejected()));
+    f->Gauge("noded_stage_current", "Stage value now (in-flight, tokens, gate open).", sl,
+             s.current());
+    f->Gauge("noded_stage_limit", "Stage limit (max in-flight, rate).", sl, s.limit());
+  }
+  for (const node::admin::LaneStats& s : p.lanes()) {
+    const Labels ll = {{"partition", name}, {"lane", s.name()}};
+    Labels full = ll;
+    full.emplace_back("reason", "full");
+    f->Gauge("noded_lane_weight", "Dispatcher lane weight.", ll, s.weight());
+    f->Gauge("noded_lane_capacity_messages", "Lane capacity in messages.", ll,
+             static_cast<double>(s.capacity_messages()));
+    f->Gauge("noded_lane_capacity_bytes", "Lane capacity in bytes.", ll,
+             static_cast<double>(s.capacity_bytes()));
+    f->Gauge("noded_lane_depth_messages", "Messages queued in the lane.", ll,
+             static_cast<double>(s.depth_messages()));
+    f->Gauge("noded_lane_depth_bytes", "Bytes queued in the lane.", ll,
+             static_cast<double>(s.depth_bytes()));
+    f->Counter("noded_lane_offered_total", "Messages offered to the lane.", ll,
+               static_cast<double>(s.offered()));
+    f->Counter("noded_lane_processed_total", "Messages processed by the lane.", ll,
+               static_cast<double>(s.processed()));
+    f->Counter("noded_lane_dropped_total", "Messages dropped by the lane.", full,
+               static_cast<double>(s.dropped_full()));
+    f->Counter("noded_lane_dropped_bytes_total", "Bytes dropped by the lane.", full,
+               static_cast<double>(s.dropped_bytes_full()));
+    f->Counter("noded_lane_cpu_seconds_total", "Worker CPU time spent in the lane.", ll,
+               static_cast<double>(s.cpu_nanos()) * 1e-9);
+    f->Latency("noded_lane_queueing_delay_seconds", "Lane queueing delay quantiles.", ll,
+               s.queueing_delay());
+  }
+  const node::admin::PoolStats& pool = p.pool();
+  f->Gauge("noded_pool_txs", "Transactions in the pool.", l, static_cast<double>(pool.txs()));
+  f->Gauge("noded_pool_bytes", "Bytes of transactions in the pool.", l,
+           static_cast<double>(pool.bytes()));
+  f->Gauge("noded_pool_max_txs", "Pool limit in transactions.", l,
+           static_cast<double>(pool.max_txs()));
+  f->Gauge("noded_pool_max_bytes", "Pool limit in bytes.", l, static_cast<double>(pool.max_bytes()));
+  f->Gauge("noded_pool_above_high_water", "1 while the pool is above its high-water mark.", l,
+           pool.above_high_water() ? 1 : 0);
+  f->Counter("noded_pool_added_total", "Transactions added to the pool.", l,
+             static_cast<double>(pool.added()));
+  f->Counter("noded_pool_rejected_full_total", "Transactions refused because the pool was full.",
+             l, static_cast<double>(pool.rejected_full()));
+  f->Counter("noded_pool_expired_total", "Transactions expired from the pool.", l,
+             static_cast<double>(pool.expired()));
+
+  const node::admin::SpillStats& spill = p.spill();
+  f->Counter("noded_spill_appended_total", "Records appended to the lossless FIFO.", l,
+             static_cast<double>(spill.appended()));
+  f->Counter("noded_spill_drained_total", "Records drained from the lossless FIFO.", l,
+             static_cast<double>(spill.drained()));
+  f->Gauge("noded_spill_memory_bytes", "Bytes in the FIFO's memory tier.", l,
+           static_cast<double>(spill.memory_bytes()));
+  f->Gauge("noded_spill_disk_bytes", "Bytes in the FIFO's segment files.", l,
+           static_cast<double>(spill.disk_bytes()));
+  f->Gauge("noded_spill_segments", "Segment files of the FIFO.", l,
+           static_cast<double>(spill.segments()));
+  f->Gauge("noded_spill_drain_bytes_per_second", "Configured drain rate.", l,
+           spill.drain_bytes_per_second());
+
+  AddShare(name, "cpu", p.cpu(), f);
+  AddShare(name, "memory", p.memory(), f);
+  AddShare(name, "egress", p.egress(), f);
+
+  f->Summary("noded_commit_latency_seconds", "Submit-to-commit latency (sum not tracked).", l,
+             p.commit_latency());
+  f->Counter("noded_committed_txs_total", "Transactions committed.", l,
+             static_cast<double>(p.committed_txs()));
+}
+
+void AddEgress(const node::admin::EgressStats& e, Families* f) {
+  f->Gauge("noded_egress_cap_bytes_per_second", "Global egress cap (0 = unlimited).", {},
+           e.cap_bytes_per_second());
+  f->Gauge("noded_egress_tx_forward_floor_bytes_per_second", "Floor of the tx-forwarding rate.",
+           {}, e.tx_forward_floor_bytes_per_second());
+  f->Gauge("noded_egress_tx_forward_derived_bytes_per_second", "Derived tx-forwarding rate.", {},
+           e.tx_forward_derived_bytes_per_second());
+  for (const node::admin::ChannelStats& c : e.channels()) {
+    const Labels l = {{"channel", c.channel()}};
+    f->Counter("noded_egress_bytes_sent_total", "Bytes sent to peers on the channel.", l,
+               static_cast<double>(c.bytes_sent()));
+    f->Counter("noded_egress_frames_sent_total", "Frames sent to peers on the channel.", l,
+               static_cast<double>(c.frames_sent()));
+    f->Gauge("noded_egress_queue_bytes", "Bytes queued on the channel.", l,
+             static_cast<double>(c.queue_bytes()));
+    f->Counter("noded_egress_dropped_total", "Frames dropped on the channel.", l,
+               static_cast<double>(c.dropped()));
+    f->Latency("noded_egress_queueing_delay_seconds", "Egress queueing delay quantiles.", l,
+               c.queueing_delay());
+  }
+}
+
+}  // namespace
+
+std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& status,
+                                             const node::admin::FlowStats& stats) {
+  Families f;
+  f.Gauge("noded_info", "Constant 1, labelled with the node id and version.",
+          {{"node_id", status.node_id()}, {"version", status.version()}}, 1);
+  f.Gauge("noded_uptime_seconds", "Seconds since the node started.", {},
+          static_cast<double>(status.uptime_seconds()));
+  f.Gauge("noded_peers_connected", "Peers with an open connection.", {},
+          static_cast<double>(status.peers_connected()));
+  f.Gauge("noded_peers_configured", "Peers in the config.", {},
+          static_cast<double>(status.peers_configured()));
+  for (const node::admin::PartitionStatus& p : status.partitions()) AddPartitionStatus(p, &f);
+  for (const node::admin::PartitionFlowStats& p : stats.partitions()) AddPartitionFlow(p, &f);
+  AddEgress(stats.egress(), &f);
+  return f.Take();
+}
+
+void RegisterNodeMetrics(MetricsServer* metrics, Node* node) {
+  metrics->AddCollector([node] {
+    absl::StatusOr<node::admin::FlowStats> stats = node->FlowStats("");
+    return NodeMetricFamilies(node->Status(), stats.ok() ? *stats : node::admin::FlowStats());
+  });
+}
+
+}  // namespace runtime

@@ -1,0 +1,54 @@
+// Node metrics: every GetFlowStats / GetNodeStatus figure as Prometheus families, built at
+// scrape time from the node's own stats (no second set of counters to keep in sync).
+//
+// Families (all prefixed noded_; labels in braces):
+//   node        noded_info{node_id,version}=1, noded_uptime_seconds, noded_peers_connected,
+//               noded_peers_configured
+//   partition   noded_partition_height, noded_partition_view, noded_view_changes_total,
+//               noded_consensus_state{state}=0/1 (NORMAL, VIEW_CHANGE, RECOVERING, HALTED),
+//               noded_partition_paused, noded_partition_lossless, noded_committed_txs_total,
+//               noded_commit_latency_seconds{quantile="0.5"|"0.99"|"1"} (a summary; its _sum is
+//               not tracked by the node and is exported as 0), all {partition}
+//   stages      noded_stage_{admitted,rejected}_total, noded_stage_{current,limit}
+//               {partition,stage,kind}
+//   lanes       noded_lane_{weight,capacity_messages,capacity_bytes,depth_messages,depth_bytes},
+//               noded_lane_{offered,processed}_total, noded_lane_dropped_total{reason="full"},
+//               noded_lane_dropped_bytes_total{reason="full"}, noded_lane_cpu_seconds_total,
+//               noded_lane_queueing_delay_seconds{quantile} {partition,lane}
+//   pool        noded_pool_{txs,bytes,max_txs,max_bytes,above_high_water},
+//               noded_pool_{added,rejected_full,expired}_total {partition}
+//   spill       noded_spill_{appended,drained}_total, noded_spill_{memory_bytes,disk_bytes,
+//               segments,drain_bytes_per_second} {partition}
+//   arbiter     noded_arbiter_{weight,guarantee,ceiling,demand,share,usage}
+//               {partition,resource="cpu"|"memory"|"egress"}
+//   egress      noded_egress_{cap,tx_forward_floor,tx_forward_derived}_bytes_per_second,
+//               noded_egress_{bytes_sent,frames_sent,dropped}_total, noded_egress_queue_bytes,
+//               noded_egress_queueing_delay_seconds{quantile} {channel}
+//
+// Thread-safety: the collector calls Node::FlowStats/Status, which are thread-safe. The node must
+// outlive the MetricsServer (or at least its last scrape).
+//
+//   RegisterNodeMetrics(metrics_.get(), this);
+#ifndef RUNTIME_NODE_METRICS_H_
+#define RUNTIME_NODE_METRICS_H_
+
+#include <vector>
+
+#include "prometheus/metric_family.h"
+#include "proto/admin.pb.h"
+#include "runtime/metrics.h"
+
+namespace runtime {
+
+class Node;
+
+// Adds a scrape-time collector exporting `node`'s figures (see the file comment).
+void RegisterNodeMetrics(MetricsServer* metrics, Node* node);
+
+// The families for one snapshot; pure (exposed for tests).
+std::vector<prometheus::MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& status,
+                                                         const node::admin::FlowStats& stats);
+
+}  // namespace runtime
+
+#endif  // RUNTIME_NODE_METRICS_H_

@@ -1,0 +1,177 @@
+// Partition: one chain of the node, composed from the parts in flowctl/, p2p/ and partitions/.
+//
+//   client request --> interceptor chain (raw bytes only: in-flight, health, pool, rate)
+//        |  rejected: RESOURCE_EXHAUSTED / UNAVAILABLE with the stage's reason and retry-after
+//        v  admitted
+//   decode (cheap) --> "client" dispatcher lane on the worker pool: Ed25519 verify, pool add,
+//        forward to peers on TX_FORWARD (batched) --> done callback (or a commit waiter)
+//   lossless mode: admitted requests are appended to a SpillFifo instead (ack = durable under
+//        the configured policy); a QuotaDrain moves them into the client lane at the set rate.
+//
+//   peer message --> OnPeerMessage (transport thread: frame header only) --> lane by channel
+//        (consensus, sync, tx_forward, bulk; drop when full) --> lane handler: decode, verify the
+//        envelope signature, PbftReplica::Step under the consensus mutex, apply the actions.
+//
+//   PbftCommit --> executor (deterministic) --> one atomic ledger write (block, receipts, state,
+//        commit certificate, chain digest) --> pool.RemoveCommitted --> commit waiters.
+//
+// A ticker thread drives time: consensus timers, the batch policy (the primary cuts a batch from
+// the pool when full or when the oldest tx waited batch_timeout_ms), pool expiry, waiter
+// deadlines and forwarding flushes.
+//
+// Replica identity: every node of the cluster runs every partition; replica index = position of
+// the node id in the sorted list of all node ids (self + peers), the same on every node.
+//
+// Thread-safety: every public method may be called from any thread after Open(). Submit callbacks
+// run on a worker-pool or ticker thread, or inline when rejected early; they must not block.
+//
+//   ASSIGN_OR_RETURN(auto part, Partition::Open(std::move(env)));
+//   RETURN_IF_ERROR(part->Start());
+//   part->Submit(bytes, {}, [](SubmitResult r) { ... });
+//   part->Stop();
+#ifndef RUNTIME_PARTITION_H_
+#define RUNTIME_PARTITION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "flowctl/clock.h"
+#include "flowctl/dispatcher.h"
+#include "flowctl/histogram.h"
+#include "flowctl/worker_pool.h"
+#include "p2p/ed25519.h"
+#include "p2p/network.h"
+#include "proto/admin.pb.h"
+#include "proto/chain.pb.h"
+#include "proto/client.pb.h"
+#include "proto/config.pb.h"
+
+namespace runtime {
+
+// What a partition needs from the node. Pointers outlive the partition.
+struct PartitionEnv {
+  node::config::PartitionConfig config;  // after ApplyDefaults + validation
+  std::string dir;                       // e.g. <data_dir>/partition-<id>; created if missing
+  flowctl::WorkerPool* pool = nullptr;
+  p2p::Network* network = nullptr;
+  std::optional<p2p::PrivateKey> key;         // this node's key (required)
+  std::vector<p2p::NodeId> replica_ids;       // sorted; includes self
+  std::vector<p2p::PublicKey> replica_keys;   // same order as replica_ids
+  const flowctl::Clock* clock = flowctl::Clock::Real();
+  // Ticker period upper bound (timers and batch cuts wake it earlier).
+  absl::Duration tick = absl::Milliseconds(5);
+};
+
+// The outcome of one submitted transaction.
+struct SubmitResult {
+  absl::Status status;  // OK = admitted to the pool (or durably spilled in lossless mode)
+  std::string tx_hash;  // 32 raw bytes; empty if the request did not decode
+  // Set when the status is a flow-control rejection (the stage that said no).
+  std::string rejected_by;
+  absl::Duration retry_after = absl::ZeroDuration();
+  bool spilled = false;                         // lossless mode: in the FIFO, not yet in the pool
+  std::optional<node::chain::Receipt> receipt;  // wait_for_commit: the committed receipt
+};
+
+struct SubmitOptions {
+  bool wait_for_commit = false;
+  absl::Duration wait_timeout = absl::Seconds(10);  // DEADLINE_EXCEEDED after it
+  std::string client;  // peer address, for stages that look at it
+};
+
+// Usage measured since the previous call, and what the partition would use if allowed; the
+// node's arbiter tick reads it (see node.h). Egress usage comes from the egress scheduler.
+struct PartitionUsage {
+  int64_t cpu_nanos = 0;        // worker-pool CPU charged since the last call
+  bool cpu_backlogged = false;  // lanes hold queued work
+  uint64_t memory_bytes = 0;    // pool + lanes + spill memory tier, now
+  uint64_t memory_limit = 0;    // configured pool + lane + spill memory bytes
+};
+
+class Partition {
+ public:
+  using SubmitDone = absl::AnyInvocable<void(SubmitResult)>;
+  using BatchDone = absl::AnyInvocable<void(std::vector<SubmitResult>)>;
+
+  // Opens the ledger, the consensus store, the replica and (lossless) the spill FIFO.
+  // Errors name what failed (e.g. the ledger directory or the replica set).
+  static absl::StatusOr<std::unique_ptr<Partition>> Open(PartitionEnv env);
+  ~Partition();  // Stop()
+  Partition(const Partition&) = delete;
+  Partition& operator=(const Partition&) = delete;
+
+  // Starts consensus, the ticker and (lossless) the drain. Call once.
+  absl::Status Start();
+  // Stops admitting (new requests get UNAVAILABLE "shutting down"), drains the lanes for up to
+  // `drain`, finishes every pending callback, stops the threads and closes the stores.
+  // Idempotent.
+  void Stop(absl::Duration drain = absl::Seconds(5));
+
+  // ---- Client path. `done` is called exactly once. ----
+  void Submit(std::string signed_tx, const SubmitOptions& options, SubmitDone done);
+  // Each tx is admitted on its own (one result per tx, in order); verification runs as one job.
+  void SubmitBatch(std::vector<std::string> signed_txs, const SubmitOptions& options,
+                   BatchDone done);
+
+  // ---- Peer path (called from transport threads; never blocks). ----
+  void OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std::string payload);
+
+  // ---- Queries. NOT_FOUND for unknown hashes/heights. ----
+  absl::StatusOr<node::client::GetTxResponse> GetTx(const std::string& tx_hash) const;
+  absl::StatusOr<node::client::GetAccountResponse> GetAccount(const std::string& address) const;
+  absl::StatusOr<node::client::GetBlockResponse> GetBlock(uint64_t height, bool include_txs) const;
+  node::client::GetChainStatusResponse ChainStatus() const;
+
+  // ---- Admin. ----
+  node::admin::PartitionStatus Status() const;
+  node::admin::PartitionFlowStats FlowStats() const;  // cpu/memory/egress shares set by node
+  // Validates the whole request first (InvalidArgument naming the field) and then applies
+  // interceptor, lane weights / budget and pool limits together; on error nothing changes.
+  // Returns the effective config.
+  absl::StatusOr<node::config::PartitionConfig> UpdateFlow(
+      const node::admin::UpdatePartitionFlowRequest& request);
+  node::config::PartitionConfig config() const;
+  void SetShareConfig(const node::config::ShareConfig& share);
+  void Pause();
+  void Resume();
+  bool paused() const;
+
+  // ---- Arbiter (node.h). ----
+  PartitionUsage TakeUsage();
+  // Applies the shares of this tick: CPU weight of the dispatcher group and memory bytes (caps
+  // the pool's byte limit below its configured value). The node applies the egress share to the
+  // egress scheduler itself.
+  void ApplyShares(double cpu_share, double memory_bytes);
+  void RecordShares(const node::admin::ResourceShare& cpu, const node::admin::ResourceShare& memory,
+                    const node::admin::ResourceShare& egress);
+
+  uint32_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+  uint64_t height() const;
+  bool lossless() const;
+  // Consensus state name: "NORMAL", "VIEW_CHANGE", "RECOVERING" (or "HALTED" after a store error).
+  std::string consensus_state() const;
+
+ private:
+  class Impl;
+  explicit Partition(std::unique_ptr<Impl> impl);
+
+  std::unique_ptr<Impl> impl_;
+  const uint32_t id_;
+  const std::string name_;
+};
+
+}  // namespace runtime
+
+#endif  // RUNTIME_PARTITION_H_

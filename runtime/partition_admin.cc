@@ -1,0 +1,361 @@
+// Partition: stats, live flow updates, and the public facade over Partition::Impl.
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "flowctl/status_macros.h"
+#include "glog/logging.h"
+#include "partitions/block.h"
+#include "runtime/partition_impl.h"
+
+namespace runtime {
+
+using node::config::PartitionConfig;
+
+// ---- Queries ----
+
+std::string Partition::Impl::StateName() const {
+  int s = state_.load(std::memory_order_relaxed);
+  if (s == kHaltedState) return "HALTED";
+  return partitions::ConsensusStateName(static_cast<partitions::ConsensusState>(s));
+}
+
+node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
+  node::admin::PartitionFlowStats out;
+  out.set_id(id_);
+  out.set_name(name_);
+  for (const flowctl::StageStats& s : interceptor_->Get()->Stats()) {
+    auto* st = out.add_stages();
+    st->set_name(s.name);
+    st->set_kind(s.kind);
+    st->set_admitted(s.admitted);
+    st->set_rejected(s.rejected);
+    if (!s.gauges.empty()) st->set_current(s.gauges[0].value);
+    if (s.gauges.size() > 1) st->set_limit(s.gauges[1].value);
+  }
+  for (const flowctl::Dispatcher::LaneStats& l : dispatcher_->GetStats()) {
+    auto* ls = out.add_lanes();
+    ls->set_name(l.name);
+    ls->set_weight(l.weight);
+    ls->set_capacity_messages(l.capacity_messages);
+    ls->set_capacity_bytes(l.capacity_bytes);
+    ls->set_depth_messages(l.depth_messages);
+    ls->set_depth_bytes(l.depth_bytes);
+    ls->set_offered(l.offered);
+    ls->set_processed(l.processed);
+    ls->set_dropped_full(l.dropped_full + l.dropped_stopped);
+    ls->set_dropped_bytes_full(l.dropped_bytes);
+    *ls->mutable_queueing_delay() = LatencySummaryOf(l.queueing_delay);
+    ls->set_cpu_nanos(l.cpu_nanos);
+  }
+  partitions::TxPoolStats ps = pool_->stats();
+  partitions::TxPoolLimits pl = pool_->limits();
+  auto* pool = out.mutable_pool();
+  pool->set_txs(ps.txs);
+  pool->set_bytes(ps.bytes);
+  pool->set_max_txs(pl.max_txs);
+  pool->set_max_bytes(pl.max_bytes);
+  pool->set_above_high_water(pool_->AboveHighWater());
+  pool->set_added(ps.added);
+  pool->set_rejected_full(ps.rejected_full + ps.rejected_quota);
+  pool->set_expired(ps.expired);
+  if (fifo_) {
+    flowctl::SpillFifoStats fs = fifo_->stats();
+    auto* sp = out.mutable_spill();
+    sp->set_appended(fs.appended);
+    sp->set_drained(fs.consumed);
+    sp->set_memory_bytes(fs.memory_bytes);
+    sp->set_disk_bytes(fs.disk_bytes);
+    sp->set_segments(fs.segments);
+    sp->set_drain_bytes_per_second(drain_->rate());
+  }
+  {
+    absl::MutexLock lock(&config_mu_);
+    *out.mutable_cpu() = cpu_share_;
+    *out.mutable_memory() = memory_share_;
+    *out.mutable_egress() = egress_share_;
+  }
+  *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
+  out.set_committed_txs(committed_txs_.load());
+  return out;
+}
+
+absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
+    const node::admin::UpdatePartitionFlowRequest& request) {
+  PartitionConfig next;
+  {
+    absl::MutexLock lock(&config_mu_);
+    next = config_;
+  }
+  // 1. Validate everything; nothing changes on error.
+  std::shared_ptr<const flowctl::ChainFactory> factory;
+  if (request.has_interceptor()) {
+    if (request.interceptor().stages().empty()) {
+      return absl::InvalidArgumentError("interceptor.stages: must list at least one stage");
+    }
+    absl::StatusOr<std::shared_ptr<const flowctl::ChainFactory>> f =
+        registry_.Build(request.interceptor());
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("interceptor.", f.status().message()));
+    }
+    factory = *f;
+    *next.mutable_interceptor() = request.interceptor();
+  }
+  if (request.has_dispatcher()) {
+    const auto& d = request.dispatcher();
+    const auto& w = d.lane_weights();
+    auto* nw = next.mutable_dispatcher()->mutable_lane_weights();
+    for (auto [name, value, setter] :
+         {std::tuple{"consensus", w.consensus(), &node::config::LaneConfig::set_consensus},
+          {"sync", w.sync(), &node::config::LaneConfig::set_sync},
+          {"tx_forward", w.tx_forward(), &node::config::LaneConfig::set_tx_forward},
+          {"bulk", w.bulk(), &node::config::LaneConfig::set_bulk},
+          {"client", w.client(), &node::config::LaneConfig::set_client}}) {
+      if (value < 0 || std::isnan(value) || value > 1e6) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "dispatcher.lane_weights.", name, ": must be > 0 (0 keeps the current), got ", value));
+      }
+      if (value > 0) (nw->*setter)(value);
+    }
+    if (d.budget_messages() > 0) next.mutable_dispatcher()->set_budget_messages(d.budget_messages());
+    if (d.budget_bytes() > 0) next.mutable_dispatcher()->set_budget_bytes(d.budget_bytes());
+  }
+  if (request.has_pool()) {
+    const auto& p = request.pool();
+    auto* np = next.mutable_pool();
+    if (p.max_txs() > 0) np->set_max_txs(p.max_txs());
+    if (p.max_bytes() > 0) np->set_max_bytes(p.max_bytes());
+    if (p.max_per_sender() > 0) np->set_max_per_sender(p.max_per_sender());
+    if (p.forward_reserve_fraction() != 0) np->set_forward_reserve_fraction(p.forward_reserve_fraction());
+    if (p.high_water_fraction() != 0) np->set_high_water_fraction(p.high_water_fraction());
+    if (p.ttl_seconds() > 0) np->set_ttl_seconds(p.ttl_seconds());
+    if (p.max_tx_bytes() > 0) {
+      return absl::InvalidArgumentError("pool.max_tx_bytes: cannot be changed live (restart)");
+    }
+  }
+  partitions::TxPoolLimits limits = PoolLimitsFrom(next.pool());
+  if (absl::Status s = partitions::ValidateTxPoolLimits(limits); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pool: ", s.message()));
+  }
+  flowctl::Dispatcher::Budget budget{
+      .max_messages = next.dispatcher().budget_messages(),
+      .max_bytes = static_cast<int64_t>(next.dispatcher().budget_bytes())};
+  if (budget.max_messages < 1 || budget.max_bytes < 1) {
+    return absl::InvalidArgumentError("dispatcher.budget: must be >= 1");
+  }
+
+  // 2. Apply (each step below was validated above and cannot fail on values).
+  absl::MutexLock lock(&config_mu_);
+  if (factory) factory->ApplyTo(*interceptor_);
+  std::vector<int> weights = LaneWeights(next.dispatcher().lane_weights());
+  for (int i = 0; i < kNumPartitionLanes; ++i) {
+    absl::Status s = dispatcher_->SetLaneWeight(i, weights[i]);
+    if (!s.ok()) LOG(ERROR) << "partition " << name_ << ": lane weight: " << s;
+  }
+  if (absl::Status s = dispatcher_->SetBudget(budget); !s.ok()) {
+    LOG(ERROR) << "partition " << name_ << ": budget: " << s;
+  }
+  if (pool_bytes_cap_ > 0) limits.max_bytes = std::min<size_t>(limits.max_bytes, pool_bytes_cap_);
+  if (absl::Status s = pool_->SetLimits(limits); !s.ok()) {
+    LOG(ERROR) << "partition " << name_ << ": pool limits: " << s;
+  }
+  config_ = next;
+  LOG(INFO) << "partition " << name_ << ": flow configuration updated";
+  return next;
+}
+
+// ---- Partition (facade) ----
+
+Partition::Partition(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)), id_(impl_->id_), name_(impl_->name_) {}
+
+Partition::~Partition() { Stop(absl::ZeroDuration()); }
+
+absl::StatusOr<std::unique_ptr<Partition>> Partition::Open(PartitionEnv env) {
+  auto impl = std::make_unique<Impl>(std::move(env));
+  RETURN_IF_ERROR(impl->Open());
+  return std::unique_ptr<Partition>(new Partition(std::move(impl)));
+}
+
+absl::Status Partition::Start() { return impl_->Start(); }
+void Partition::Stop(absl::Duration drain) { impl_->Stop(drain); }
+
+void Partition::Submit(std::string signed_tx, const SubmitOptions& options, SubmitDone done) {
+  std::vector<std::string> txs;
+  txs.push_back(std::move(signed_tx));
+  impl_->Submit(std::move(txs), options, /*single=*/true, std::move(done), nullptr);
+}
+
+void Partition::SubmitBatch(std::vector<std::string> signed_txs, const SubmitOptions& options,
+                            BatchDone done) {
+  if (signed_txs.empty()) {
+    done({});
+    return;
+  }
+  SubmitOptions o = options;
+  o.wait_for_commit = false;
+  impl_->Submit(std::move(signed_txs), o, /*single=*/false, nullptr, std::move(done));
+}
+
+void Partition::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std::string payload) {
+  impl_->OnPeerMessage(from, channel, std::move(payload));
+}
+
+absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& tx_hash) const {
+  node::client::GetTxResponse out;
+  absl::StatusOr<node::chain::Receipt> receipt = impl_->chain_.ledger->GetReceipt(tx_hash);
+  if (receipt.ok()) {
+    out.set_state(node::client::GetTxResponse::COMMITTED);
+    *out.mutable_receipt() = *receipt;
+    absl::StatusOr<std::string> bytes = impl_->chain_.ledger->GetTx(tx_hash);
+    if (bytes.ok()) out.set_signed_tx(*bytes);
+    return out;
+  }
+  if (receipt.status().code() != absl::StatusCode::kNotFound) return receipt.status();
+  if (partitions::TxPtr tx = impl_->pool_->Get(tx_hash)) {
+    out.set_state(node::client::GetTxResponse::PENDING);
+    out.set_signed_tx(tx->signed_bytes);
+    return out;
+  }
+  return absl::NotFoundError(absl::StrCat("unknown transaction in partition ", name_,
+                                          " (not pooled, not committed)"));
+}
+
+absl::StatusOr<node::client::GetAccountResponse> Partition::GetAccount(
+    const std::string& address) const {
+  node::client::GetAccountResponse out;
+  out.set_height(impl_->chain_.ledger->last_height());
+  ASSIGN_OR_RETURN(*out.mutable_account(), impl_->chain_.ledger->GetAccount(address));
+  return out;
+}
+
+absl::StatusOr<node::client::GetBlockResponse> Partition::GetBlock(uint64_t height,
+                                                                   bool include_txs) const {
+  node::client::GetBlockResponse out;
+  ASSIGN_OR_RETURN(*out.mutable_block(), impl_->chain_.ledger->GetBlock(height));
+  if (!include_txs) out.mutable_block()->clear_txs();
+  out.set_block_hash(partitions::BlockHash(out.block().header()));
+  return out;
+}
+
+node::client::GetChainStatusResponse Partition::ChainStatus() const {
+  node::client::GetChainStatusResponse out;
+  out.set_partition_id(id_);
+  out.set_partition_name(name_);
+  node::chain::BlockHeader tip = impl_->chain_.ledger->last_header();
+  out.set_height(tip.height());
+  out.set_last_block_hash(partitions::BlockHash(tip));
+  out.set_state_root(tip.state_root());
+  out.set_view(impl_->view_.load());
+  out.set_consensus_state(impl_->StateName());
+  out.set_pool_txs(static_cast<uint32_t>(impl_->pool_->stats().txs));
+  return out;
+}
+
+node::admin::PartitionStatus Partition::Status() const {
+  node::admin::PartitionStatus s;
+  s.set_id(id_);
+  s.set_name(name_);
+  s.set_height(impl_->height_.load());
+  s.set_view(impl_->view_.load());
+  s.set_consensus_state(impl_->StateName());
+  s.set_paused(paused());
+  s.set_lossless(lossless());
+  s.set_view_changes(impl_->view_changes_.load());
+  return s;
+}
+
+node::admin::PartitionFlowStats Partition::FlowStats() const { return impl_->FlowStats(); }
+
+absl::StatusOr<PartitionConfig> Partition::UpdateFlow(
+    const node::admin::UpdatePartitionFlowRequest& request) {
+  return impl_->UpdateFlow(request);
+}
+
+PartitionConfig Partition::config() const {
+  absl::MutexLock lock(&impl_->config_mu_);
+  return impl_->config_;
+}
+
+void Partition::SetShareConfig(const node::config::ShareConfig& share) {
+  absl::MutexLock lock(&impl_->config_mu_);
+  *impl_->config_.mutable_share() = share;
+}
+
+void Partition::Pause() {
+  if (!impl_->paused_.exchange(true)) LOG(INFO) << "partition " << name_ << " paused";
+}
+void Partition::Resume() {
+  if (impl_->paused_.exchange(false)) LOG(INFO) << "partition " << name_ << " resumed";
+  impl_->WakeTicker();
+}
+bool Partition::paused() const { return impl_->paused_.load(std::memory_order_relaxed); }
+
+PartitionUsage Partition::TakeUsage() {
+  PartitionUsage u;
+  int64_t cpu = impl_->dispatcher_->CpuNanos();
+  u.cpu_nanos = cpu - impl_->last_cpu_nanos_;
+  impl_->last_cpu_nanos_ = cpu;
+  uint64_t lane_bytes = 0;
+  for (const auto& l : impl_->dispatcher_->GetStats()) {
+    lane_bytes += static_cast<uint64_t>(l.depth_bytes);
+    if (l.depth_messages > 0) u.cpu_backlogged = true;
+  }
+  partitions::TxPoolStats ps = impl_->pool_->stats();
+  u.memory_bytes = ps.bytes + lane_bytes;
+  PartitionConfig cfg = config();
+  u.memory_limit = cfg.pool().max_bytes() + cfg.dispatcher().budget_bytes();
+  if (impl_->fifo_) {
+    u.memory_bytes += impl_->fifo_->stats().memory_bytes;
+    u.memory_limit += cfg.lossless().memory_bytes();
+  }
+  return u;
+}
+
+void Partition::ApplyShares(double cpu_share, double memory_bytes) {
+  if (cpu_share > 0) {
+    absl::Status s = impl_->dispatcher_->SetCpuShare(cpu_share);
+    if (!s.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": cpu share: " << s;
+    }
+  }
+  absl::MutexLock lock(&impl_->config_mu_);
+  const uint64_t configured = impl_->config_.pool().max_bytes();
+  // The pool gets its configured fraction of the partition's memory (pool + lane budget + spill
+  // memory tier) applied to the share, never below 1 MiB nor above the configured limit.
+  double limit = static_cast<double>(configured + impl_->config_.dispatcher().budget_bytes());
+  if (impl_->fifo_) limit += static_cast<double>(impl_->config_.lossless().memory_bytes());
+  uint64_t cap = static_cast<uint64_t>(
+      std::max(double{1 << 20}, memory_bytes * static_cast<double>(configured) / limit));
+  cap = std::min(cap, configured);
+  const uint64_t old = impl_->pool_bytes_cap_ == 0 ? configured : impl_->pool_bytes_cap_;
+  // Re-apply only on a change of more than 5%: limits are not worth churning every tick.
+  if (cap == old || std::abs(static_cast<double>(cap) - static_cast<double>(old)) <
+                        0.05 * static_cast<double>(old)) {
+    return;
+  }
+  impl_->pool_bytes_cap_ = cap;
+  partitions::TxPoolLimits limits = impl_->PoolLimitsFrom(impl_->config_.pool());
+  limits.max_bytes = cap;
+  absl::Status s = impl_->pool_->SetLimits(limits);
+  if (!s.ok()) {
+    LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": memory share: " << s;
+  }
+}
+
+void Partition::RecordShares(const node::admin::ResourceShare& cpu,
+                             const node::admin::ResourceShare& memory,
+                             const node::admin::ResourceShare& egress) {
+  absl::MutexLock lock(&impl_->config_mu_);
+  impl_->cpu_share_ = cpu;
+  impl_->memory_share_ = memory;
+  impl_->egress_share_ = egress;
+}
+
+uint64_t Partition::height() const { return impl_->height_.load(); }
+bool Partition::lossless() const { return impl_->fifo_ != nullptr; }
+std::string Partition::consensus_state() const { return impl_->StateName(); }
+
+}  // namespace runtime

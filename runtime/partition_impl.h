@@ -1,0 +1,221 @@
+// Private to runtime/partition*.cc: the state behind Partition (see partition.h for the paths).
+//
+// Locks, in acquisition order: cons_mu_ (replica, timers, batch cutting, commits) -> the pool's
+// and the executor's internal locks -> wait_mu_ / fwd_mu_ / config_mu_. Callbacks to clients are
+// never run under cons_mu_: they are queued in `deferred_` and run once it is released.
+#ifndef RUNTIME_PARTITION_IMPL_H_
+#define RUNTIME_PARTITION_IMPL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "flowctl/dispatcher.h"
+#include "flowctl/histogram.h"
+#include "flowctl/quota_drain.h"
+#include "flowctl/spill_fifo.h"
+#include "flowctl/stage_chain.h"
+#include "flowctl/stage_registry.h"
+#include "partitions/batch_policy.h"
+#include "partitions/ledger.h"
+#include "partitions/pbft_ed25519_crypto.h"
+#include "partitions/pbft_replica.h"
+#include "partitions/rocksdb_consensus_store.h"
+#include "partitions/transaction.h"
+#include "partitions/tx_pool.h"
+#include "proto/partition.pb.h"
+#include "runtime/partition.h"
+
+namespace runtime {
+
+// Dispatcher lanes of a partition, in Options::lanes order.
+enum PartitionLane : int {
+  kConsensusLane = 0,
+  kSyncLane = 1,
+  kTxForwardLane = 2,
+  kBulkLane = 3,
+  kClientLane = 4,
+  kNumPartitionLanes = 5,
+};
+
+// One client request (a single tx or a batch) on its way through the client lane. Whatever
+// happens to it (verified, dropped by a full lane, discarded by Stop), `done` runs exactly once:
+// the destructor answers UNAVAILABLE for a job that was never finished.
+struct ClientJob {
+  struct Item {
+    int slot = 0;  // index in results
+    partitions::DecodedTx tx;
+    flowctl::Admission admission;  // holds (in-flight permits) until the item is finished
+  };
+  std::vector<Item> items;
+  std::vector<SubmitResult> results;
+  SubmitOptions options;
+  int64_t arrival_nanos = 0;
+  bool single = false;
+  Partition::SubmitDone single_done;
+  Partition::BatchDone batch_done;
+  bool finished = false;
+
+  ~ClientJob();
+  // Runs the callback with `results` (no-op when already finished).
+  void Finish();
+};
+
+// A client waiting for its tx to commit.
+struct CommitWaiter {
+  int64_t deadline_nanos = 0;
+  SubmitResult result;  // filled up to the receipt
+  Partition::SubmitDone done;
+};
+
+class Partition::Impl final : public partitions::PbftTxSource, public partitions::PbftBlockSource {
+ public:
+  explicit Impl(PartitionEnv env);
+  ~Impl() override;
+
+  absl::Status Open();
+  absl::Status Start();
+  void Stop(absl::Duration drain);
+
+  // Client path (partition.cc).
+  void Submit(std::vector<std::string> txs, const SubmitOptions& options, bool single,
+              SubmitDone single_done, BatchDone batch_done);
+  void HandleClientJob(flowctl::Message message);
+  absl::Status DrainSink(const flowctl::SpillFifo::Record& record);
+  absl::Status AdmitVerified(partitions::TxPtr tx);
+  // Answers the commit waiters of `hash` from the ledger's receipt.
+  void ResolveWaiters(const std::string& hash);
+  void QueueForward(const std::string& signed_bytes);
+  void FlushForward();
+
+  // Peer path and consensus (partition_consensus.cc).
+  void OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std::string payload);
+  void HandlePeerMessage(flowctl::Message message);
+  void HandleTxBatch(const node::partition::TxBatch& batch);
+  void HandleFetch(uint32_t from, const node::partition::TxFetch& fetch);
+  // Runs fn under cons_mu_, then the deferred callbacks it queued.
+  void WithConsensus(absl::FunctionRef<void()> fn) ABSL_LOCKS_EXCLUDED(cons_mu_);
+  void StepLocked(const partitions::PbftEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
+  void ApplyLocked(std::vector<partitions::PbftAction> actions)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
+  absl::Status CommitLocked(const partitions::PbftCommit& commit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
+  void SendPeer(uint32_t to, p2p::Channel channel, const node::partition::PartitionMessage& msg);
+  void BroadcastPeers(p2p::Channel channel, const node::partition::PartitionMessage& msg);
+  void TickerLoop();
+  // One ticker round at `now`; returns when it wants to run next.
+  int64_t Tick(int64_t now);
+  void CutBatchesLocked(int64_t now, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
+  void ExpireWaiters(int64_t now);
+  void WakeTicker();
+
+  // PbftTxSource / PbftBlockSource (called inside Step, under cons_mu_).
+  bool HasTx(absl::string_view tx_hash) const override;
+  std::optional<node::consensus::CommittedBatch> GetCommitted(uint64_t seq) const override;
+
+  // Queries and admin (partition.cc).
+  node::admin::PartitionFlowStats FlowStats() const;
+  absl::StatusOr<node::config::PartitionConfig> UpdateFlow(
+      const node::admin::UpdatePartitionFlowRequest& request);
+  std::string StateName() const;
+  partitions::TxPoolLimits PoolLimitsFrom(const node::config::PoolConfig& pool) const;
+
+  // ---- constant after Open ----
+  PartitionEnv env_;
+  const uint32_t id_;
+  const std::string name_;
+  const flowctl::Clock* const clock_;
+  uint32_t self_index_ = 0;
+  absl::flat_hash_map<p2p::NodeId, uint32_t> index_of_;
+  partitions::TxLimits tx_limits_;
+  partitions::Chain chain_;
+  std::unique_ptr<partitions::RocksDbConsensusStore> store_;
+  std::unique_ptr<partitions::Ed25519PbftCrypto> crypto_;
+  std::unique_ptr<partitions::TxPool> pool_;
+  flowctl::StageRegistry registry_;
+  std::unique_ptr<flowctl::StageChainHolder> interceptor_;
+  std::unique_ptr<flowctl::Dispatcher> dispatcher_;
+  std::unique_ptr<partitions::BatchPolicy> batch_policy_;
+  std::unique_ptr<flowctl::SpillFifo> fifo_;    // lossless only
+  std::unique_ptr<flowctl::QuotaDrain> drain_;  // lossless only
+
+  // ---- configuration and arbiter results ----
+  mutable absl::Mutex config_mu_;
+  node::config::PartitionConfig config_ ABSL_GUARDED_BY(config_mu_);
+  uint64_t pool_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;  // arbiter's memory share applied
+  node::admin::ResourceShare cpu_share_ ABSL_GUARDED_BY(config_mu_);
+  node::admin::ResourceShare memory_share_ ABSL_GUARDED_BY(config_mu_);
+  node::admin::ResourceShare egress_share_ ABSL_GUARDED_BY(config_mu_);
+
+  // ---- consensus ----
+  mutable absl::Mutex cons_mu_;
+  std::unique_ptr<partitions::PbftReplica> replica_ ABSL_GUARDED_BY(cons_mu_);
+  std::map<partitions::PbftTimer, int64_t> timers_ ABSL_GUARDED_BY(cons_mu_);
+  std::vector<absl::AnyInvocable<void()>> deferred_ ABSL_GUARDED_BY(cons_mu_);
+  int64_t ready_since_ ABSL_GUARDED_BY(cons_mu_) = 0;    // 0 = nothing ready
+  int64_t empty_cut_until_ ABSL_GUARDED_BY(cons_mu_) = 0;
+  uint64_t reported_pending_ ABSL_GUARDED_BY(cons_mu_) = 0;
+  int64_t next_expire_ ABSL_GUARDED_BY(cons_mu_) = 0;
+  bool halted_ ABSL_GUARDED_BY(cons_mu_) = false;
+  // Mirrors for lock-free readers.
+  std::atomic<int> state_{0};  // partitions::ConsensusState, or kHaltedState
+  std::atomic<uint64_t> view_{0};
+  std::atomic<uint64_t> height_{0};
+  std::atomic<uint64_t> view_changes_{0};
+  std::atomic<bool> paused_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> started_{false};
+
+  // ---- forwarding ----
+  absl::Mutex fwd_mu_;
+  std::vector<std::string> fwd_ ABSL_GUARDED_BY(fwd_mu_);
+  size_t fwd_bytes_ ABSL_GUARDED_BY(fwd_mu_) = 0;
+
+  // ---- commit waiters and latency ----
+  mutable absl::Mutex wait_mu_;
+  absl::flat_hash_map<std::string, std::vector<CommitWaiter>> waiters_ ABSL_GUARDED_BY(wait_mu_);
+  absl::flat_hash_map<std::string, int64_t> admitted_at_ ABSL_GUARDED_BY(wait_mu_);
+  flowctl::Histogram commit_latency_;  // ns, client admission -> local commit
+  std::atomic<uint64_t> committed_txs_{0};
+
+  // ---- peer-message drops (before the replica) ----
+  std::atomic<uint64_t> dropped_unknown_peer_{0};
+  std::atomic<uint64_t> dropped_malformed_{0};
+  std::atomic<uint64_t> dropped_bad_signature_{0};
+  std::atomic<uint64_t> dropped_bad_tx_{0};
+  std::atomic<uint64_t> spill_dropped_invalid_{0};
+
+  // ---- arbiter usage ----
+  int64_t last_cpu_nanos_ = 0;  // TakeUsage only (one caller: the arbiter)
+
+  // ---- ticker ----
+  absl::Mutex tick_mu_;
+  absl::CondVar tick_cv_;
+  bool tick_stop_ ABSL_GUARDED_BY(tick_mu_) = false;
+  bool tick_wake_ ABSL_GUARDED_BY(tick_mu_) = false;
+  std::thread ticker_;
+};
+
+inline constexpr int kHaltedState = 99;
+
+// Dispatcher weights (>= 1, rounded) of the configured lane weights, in PartitionLane order.
+std::vector<int> LaneWeights(const node::config::LaneConfig& weights);
+node::admin::LatencySummary LatencySummaryOf(const flowctl::HistogramSnapshot& nanos);
+
+// Ledger consensus-metadata keys.
+std::string CertKey(uint64_t seq);
+inline constexpr char kChainDigestKey[] = "chain_digest";
+
+}  // namespace runtime
+
+#endif  // RUNTIME_PARTITION_IMPL_H_
