@@ -1,0 +1,217 @@
+// The real `noded` binary as an operator runs it: start with a config file, commit transactions
+// through the client port, SIGTERM (drain, exit 0), restart (resumes from the ledger: height and
+// transactions kept, next nonce accepted), SIGKILL and restart (nothing committed lost), and a
+// bad config (exit 2 with FILE:LINE: field).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "p2p/ed25519.h"
+#include "partitions/transaction.h"
+#include "proto/client.grpc.pb.h"
+
+extern char** environ;
+
+namespace {
+
+using ::testing::HasSubstr;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  CHECK_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  CHECK_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    if (cond()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return cond();
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  pid_t pid = 0;
+  CHECK_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+// Waits up to `timeout` for the child; returns its wait status, or -1 on timeout (then kills it).
+int WaitExit(pid_t pid, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  int status = 0;
+  while (absl::Now() < end) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+std::string SignedPut(uint64_t nonce) {
+  absl::StatusOr<p2p::PrivateKey> key = p2p::PrivateKey::FromSeed(std::string(32, 'p'));
+  CHECK(key.ok());
+  node::chain::Transaction tx;
+  tx.set_partition(1);
+  tx.set_nonce(nonce);
+  tx.mutable_put()->set_key(absl::StrCat("key-", nonce));
+  tx.mutable_put()->set_value("value");
+  return partitions::SignTx(std::move(tx), *key);
+}
+
+class NodedProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/noded_process_" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    client_ = absl::StrCat("127.0.0.1:", FreePort());
+    config_ = dir_ + "/node.conf";
+    std::ofstream(config_) << "data_dir: \"" << dir_ << "/data\"\n"
+                           << "p2p_listen: \"127.0.0.1:" << FreePort() << "\"\n"
+                           << "client_listen: \"" << client_ << "\"\n"
+                           << "admin_listen: \"127.0.0.1:" << FreePort() << "\"\n"
+                           << "metrics_listen: \"\"\n"
+                           << "partitions { id: 1 name: \"main\" consensus { batch_timeout_ms: 5 } }\n";
+    log_ = dir_ + "/noded.log";
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      std::ifstream in(log_);
+      std::string line;
+      while (std::getline(in, line)) std::cerr << line << "\n";
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  pid_t Start() { return Spawn({NODED_PATH, "--config", config_}, log_); }
+
+  std::unique_ptr<node::client::ClientService::Stub> Stub() {
+    return node::client::ClientService::NewStub(
+        grpc::CreateChannel(client_, grpc::InsecureChannelCredentials()));
+  }
+
+  // Height of partition "main", or -1 while the node does not answer.
+  int64_t Height() {
+    node::client::GetChainStatusRequest req;
+    req.mutable_partition()->set_name("main");
+    node::client::GetChainStatusResponse out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    if (!Stub()->GetChainStatus(&ctx, req, &out).ok()) return -1;
+    return static_cast<int64_t>(out.height());
+  }
+
+  grpc::Status Submit(uint64_t nonce, node::client::SubmitTxResponse* out) {
+    node::client::SubmitTxRequest req;
+    req.mutable_partition()->set_name("main");
+    req.set_signed_tx(SignedPut(nonce));
+    req.set_wait_for_commit(true);
+    req.set_wait_timeout_ms(10000);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
+    return Stub()->SubmitTx(&ctx, req, out);
+  }
+
+  node::client::GetTxResponse::State TxState(const std::string& hash) {
+    node::client::GetTxRequest req;
+    req.mutable_partition()->set_name("main");
+    req.set_tx_hash(hash);
+    node::client::GetTxResponse out;
+    grpc::ClientContext ctx;
+    if (!Stub()->GetTx(&ctx, req, &out).ok()) return node::client::GetTxResponse::STATE_UNSPECIFIED;
+    return out.state();
+  }
+
+  std::string dir_, config_, client_, log_;
+};
+
+TEST_F(NodedProcessTest, SigtermDrainsAndRestartResumesFromTheLedger) {
+  pid_t pid = Start();
+  ASSERT_TRUE(WaitFor([&] { return Height() >= 0; }, absl::Seconds(30))) << "noded did not start";
+  std::vector<std::string> hashes;
+  for (uint64_t n = 1; n <= 3; ++n) {
+    node::client::SubmitTxResponse out;
+    grpc::Status s = Submit(n, &out);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(out.receipt().status(), node::chain::Receipt::SUCCESS);
+    hashes.push_back(out.tx_hash());
+  }
+  const int64_t height = Height();
+  EXPECT_GE(height, 1);
+
+  kill(pid, SIGTERM);
+  int status = WaitExit(pid, absl::Seconds(20));
+  ASSERT_NE(status, -1) << "noded did not exit after SIGTERM";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+
+  pid = Start();
+  ASSERT_TRUE(WaitFor([&] { return Height() >= 0; }, absl::Seconds(30)));
+  EXPECT_EQ(Height(), height);
+  for (const std::string& h : hashes) EXPECT_EQ(TxState(h), node::client::GetTxResponse::COMMITTED);
+  node::client::SubmitTxResponse out;
+  ASSERT_TRUE(Submit(4, &out).ok());  // the executor state came back: nonce 4 is next
+  EXPECT_EQ(out.receipt().status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ(Height(), height + 1);
+
+  // A crash loses nothing committed.
+  kill(pid, SIGKILL);
+  WaitExit(pid, absl::Seconds(10));
+  pid = Start();
+  ASSERT_TRUE(WaitFor([&] { return Height() >= 0; }, absl::Seconds(30)));
+  EXPECT_EQ(Height(), height + 1);
+  EXPECT_EQ(TxState(out.tx_hash()), node::client::GetTxResponse::COMMITTED);
+  kill(pid, SIGTERM);
+  status = WaitExit(pid, absl::Seconds(20));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST_F(NodedProcessTest, BadConfigExitsTwoNamingFileLineAndField) {
+  std::ofstream(config_) << "data_dir: \"" << dir_ << "/data\"\n"
+                         << "partitions {\n  id: 1\n  name: \"bad name\"\n}\n";
+  pid_t pid = Spawn({NODED_PATH, "--check", "--config", config_}, log_);
+  int status = WaitExit(pid, absl::Seconds(10));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  std::ifstream in(log_);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("node.conf:4: partitions[0].name"));
+}
+
+}  // namespace
