@@ -147,6 +147,9 @@ absl::Status GrpcTransport::Start() {
   int port = 0;
   builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service_.get());
+  // gRPC sets SO_REUSEPORT by default: a second node on a taken port would bind and split the
+  // traffic silently. A taken port must be a start error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              static_cast<int>(options_.keepalive_timeout_ms));

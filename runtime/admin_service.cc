@@ -94,7 +94,7 @@ grpc::Status AdminServiceImpl::WatchFlowStats(grpc::ServerContext* context,
   while (!shutdown_.HasBeenNotified() && !context->IsCancelled()) {
     absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats(request->partition());
     if (!stats.ok()) return ToGrpcStatus(stats.status());  // e.g. NOT_FOUND on the first one
-    if (!writer->Write(*stats)) break;                      // the client went away
+    if (!writer->Write(*stats)) break;                     // the client went away
     if (shutdown_.WaitForNotificationWithTimeout(interval)) break;
   }
   return grpc::Status::OK;

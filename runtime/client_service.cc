@@ -147,13 +147,13 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
   if (request->signed_tx().empty()) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                           "signed_tx: required"));
+    return FinishNow(context,
+                     grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "signed_tx: required"));
   }
   SubmitOptions options;
   options.wait_for_commit = request->wait_for_commit();
-  options.wait_timeout = WaitTimeout(request->wait_timeout_ms(), absl::Now(),
-                                     absl::FromChrono(context->deadline()));
+  options.wait_timeout =
+      WaitTimeout(request->wait_timeout_ms(), absl::Now(), absl::FromChrono(context->deadline()));
   options.client = context->peer();
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -163,20 +163,20 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
     return reactor;
   }
   // The callback may run inline (early rejection) or later on a partition thread.
-  (*partition)->Submit(
-      request->signed_tx(), options,
-      [pending = pending_, id, context, response](SubmitResult result) {
-        const absl::Status status = ClientStatus(result);
-        pending->Finish(id, ToGrpcStatus(status), [&] {
-          if (status.ok()) {
-            response->set_tx_hash(result.tx_hash);
-            response->set_spilled(result.spilled);
-            if (result.receipt.has_value()) *response->mutable_receipt() = *result.receipt;
-          } else {
-            AddRejectionMetadata(context, result);
-          }
-        });
-      });
+  (*partition)
+      ->Submit(request->signed_tx(), options,
+               [pending = pending_, id, context, response](SubmitResult result) {
+                 const absl::Status status = ClientStatus(result);
+                 pending->Finish(id, ToGrpcStatus(status), [&] {
+                   if (status.ok()) {
+                     response->set_tx_hash(result.tx_hash);
+                     response->set_spilled(result.spilled);
+                     if (result.receipt.has_value()) *response->mutable_receipt() = *result.receipt;
+                   } else {
+                     AddRejectionMetadata(context, result);
+                   }
+                 });
+               });
   return reactor;
 }
 
@@ -201,24 +201,24 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
     return reactor;
   }
-  (*partition)->SubmitBatch(
-      std::move(txs), options,
-      [pending = pending_, id, response](std::vector<SubmitResult> results) {
-        pending->Finish(id, grpc::Status::OK, [&] {
-          response->mutable_results()->Reserve(static_cast<int>(results.size()));
-          for (const SubmitResult& result : results) {
-            const absl::Status status = ClientStatus(result);
-            node::client::TxResult* out = response->add_results();
-            out->set_code(static_cast<int32_t>(status.code()));
-            out->set_message(std::string(status.message()));
-            out->set_tx_hash(result.tx_hash);
-            if (!status.ok() && result.retry_after > absl::ZeroDuration()) {
-              out->set_retry_after_ms(static_cast<uint32_t>(
-                  std::min<int64_t>(CeilMillis(result.retry_after), UINT32_MAX)));
-            }
-          }
-        });
-      });
+  (*partition)
+      ->SubmitBatch(std::move(txs), options,
+                    [pending = pending_, id, response](std::vector<SubmitResult> results) {
+                      pending->Finish(id, grpc::Status::OK, [&] {
+                        response->mutable_results()->Reserve(static_cast<int>(results.size()));
+                        for (const SubmitResult& result : results) {
+                          const absl::Status status = ClientStatus(result);
+                          node::client::TxResult* out = response->add_results();
+                          out->set_code(static_cast<int32_t>(status.code()));
+                          out->set_message(std::string(status.message()));
+                          out->set_tx_hash(result.tx_hash);
+                          if (!status.ok() && result.retry_after > absl::ZeroDuration()) {
+                            out->set_retry_after_ms(static_cast<uint32_t>(
+                                std::min<int64_t>(CeilMillis(result.retry_after), UINT32_MAX)));
+                          }
+                        }
+                      });
+                    });
   return reactor;
 }
 

@@ -28,6 +28,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& api
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
   builder.RegisterService(service);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
+  // gRPC sets SO_REUSEPORT by default, so a second node on the same port would bind "fine" and
+  // silently share the traffic; refuse instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {
     if (server != nullptr) server->Shutdown();
@@ -43,7 +46,8 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
     Node* node, const node::config::NodeConfig& config, std::string admin_token) {
   // Once per process: every ServerBuilder made afterwards adds the reflection service.
   static absl::once_flag reflection_once;
-  absl::call_once(reflection_once, [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });
+  absl::call_once(reflection_once,
+                  [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });
 
   std::unique_ptr<GrpcServers> servers(new GrpcServers());
   servers->client_service_ = std::make_unique<ClientServiceImpl>(node);
@@ -79,9 +83,13 @@ void GrpcServers::Shutdown(absl::Duration drain) {
   // grpc::Server::Shutdown blocks until every callback call has finished, and a client call
   // waiting for a partition finishes only when we cancel it; so shut the client server down on
   // a helper thread and cancel the waits here once the drain time is up.
+  // gRPC's own deadline comes a little later so that waits are ended by CancelPending (with
+  // "server shutting down") rather than by gRPC's generic "Cancelling all calls".
+  const auto client_deadline = absl::ToChronoTime(deadline + absl::Milliseconds(100));
   std::thread client_stop;
   if (client_server_ != nullptr) {
-    client_stop = std::thread([this, chrono_deadline] { client_server_->Shutdown(chrono_deadline); });
+    client_stop =
+        std::thread([this, client_deadline] { client_server_->Shutdown(client_deadline); });
   }
   if (admin_server_ != nullptr) admin_server_->Shutdown(chrono_deadline);
   client_service_->WaitIdle(deadline);

@@ -44,8 +44,9 @@ class GrpcServers {
  public:
   // Binds and starts both servers. Unavailable naming the API and the address when a port
   // cannot be bound (port 0 picks a free port; see client_port()). `node` outlives this object.
-  static absl::StatusOr<std::unique_ptr<GrpcServers>> Start(
-      Node* node, const node::config::NodeConfig& config, std::string admin_token);
+  static absl::StatusOr<std::unique_ptr<GrpcServers>> Start(Node* node,
+                                                            const node::config::NodeConfig& config,
+                                                            std::string admin_token);
   ~GrpcServers();  // Shutdown(0) if not done
   GrpcServers(const GrpcServers&) = delete;
   GrpcServers& operator=(const GrpcServers&) = delete;

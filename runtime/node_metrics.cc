@@ -22,8 +22,7 @@ constexpr char kConsensusStates[][12] = {"NORMAL", "VIEW_CHANGE", "RECOVERING", 
 // Collects samples into families, one family per name, in first-use order.
 class Families {
  public:
-  void Gauge(const std::string& name, const std::string& help, const Labels& labels,
-             double value) {
+  void Gauge(const std::string& name, const std::string& help, const Labels& labels, double value) {
     Add(name, help, MetricType::Gauge, labels).gauge.value = value;
   }
   void Counter(const std::string& name, const std::string& help, const Labels& labels,
@@ -151,13 +150,14 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            static_cast<double>(pool.bytes()));
   f->Gauge("noded_pool_max_txs", "Pool limit in transactions.", l,
            static_cast<double>(pool.max_txs()));
-  f->Gauge("noded_pool_max_bytes", "Pool limit in bytes.", l, static_cast<double>(pool.max_bytes()));
+  f->Gauge("noded_pool_max_bytes", "Pool limit in bytes.", l,
+           static_cast<double>(pool.max_bytes()));
   f->Gauge("noded_pool_above_high_water", "1 while the pool is above its high-water mark.", l,
            pool.above_high_water() ? 1 : 0);
   f->Counter("noded_pool_added_total", "Transactions added to the pool.", l,
              static_cast<double>(pool.added()));
-  f->Counter("noded_pool_rejected_full_total", "Transactions refused because the pool was full.",
-             l, static_cast<double>(pool.rejected_full()));
+  f->Counter("noded_pool_rejected_full_total", "Transactions refused because the pool was full.", l,
+             static_cast<double>(pool.rejected_full()));
   f->Counter("noded_pool_expired_total", "Transactions expired from the pool.", l,
              static_cast<double>(pool.expired()));
 
@@ -188,8 +188,8 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
 void AddEgress(const node::admin::EgressStats& e, Families* f) {
   f->Gauge("noded_egress_cap_bytes_per_second", "Global egress cap (0 = unlimited).", {},
            e.cap_bytes_per_second());
-  f->Gauge("noded_egress_tx_forward_floor_bytes_per_second", "Floor of the tx-forwarding rate.",
-           {}, e.tx_forward_floor_bytes_per_second());
+  f->Gauge("noded_egress_tx_forward_floor_bytes_per_second", "Floor of the tx-forwarding rate.", {},
+           e.tx_forward_floor_bytes_per_second());
   f->Gauge("noded_egress_tx_forward_derived_bytes_per_second", "Derived tx-forwarding rate.", {},
            e.tx_forward_derived_bytes_per_second());
   for (const node::admin::ChannelStats& c : e.channels()) {

@@ -88,7 +88,7 @@ TEST_F(NodectlUsageTest, UsageErrorsExitTwoWithoutRpc) {
        "nodectl update-flow: --lane-weights consensus: must be > 0, got 0"},
       {{"update-flow", "--partition", "hot", "--lane-weights", "fast=1"},
        "nodectl update-flow: --lane-weights: unknown key 'fast' (known: consensus, sync, "
-       "tx_forward, bulk)"},
+       "tx_forward, bulk, client)"},
       {{"update-flow", "--partition", "hot", "--pool", "high_water_fraction=2"},
        "nodectl update-flow: --pool high_water_fraction: must be <= 1, got 2"},
       {{"update-flow", "--partition", "hot", "--pool", "max_txs=-3"},

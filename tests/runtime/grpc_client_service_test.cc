@@ -1,0 +1,304 @@
+// The client API end to end against a real one-node runtime::Node (tests/runtime/grpc_test_node.h):
+// submit + wait for commit, queries, batches, error codes, pause, rate-limit trailers, and the
+// cancellation of commit waits at server shutdown.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/admin.grpc.pb.h"
+#include "proto/client.grpc.pb.h"
+#include "runtime/client_service.h"
+#include "runtime/grpc_servers.h"
+#include "runtime/node.h"
+#include "tests/runtime/grpc_test_node.h"
+
+namespace runtime::grpc_test {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST_F(GrpcServicesTest, SubmitWaitsForCommitAndQueriesSeeIt) {
+  const std::string tx = SignedPut(1, 'a', 1, "k1");
+  grpc::ClientContext ctx;
+  node::client::SubmitTxResponse submitted;
+  grpc::Status st = Submit("hot", tx, /*wait=*/true, &submitted, &ctx);
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
+  ASSERT_EQ(submitted.tx_hash().size(), 32u);
+  EXPECT_EQ(submitted.receipt().status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ(submitted.receipt().tx_hash(), submitted.tx_hash());
+  const uint64_t height = submitted.receipt().block_height();
+  EXPECT_GE(height, 1u);
+
+  auto client = Client();
+  {
+    grpc::ClientContext c;
+    WithDeadline(&c);
+    node::client::GetTxRequest req;
+    *req.mutable_partition() = Ref("hot");
+    req.set_tx_hash(submitted.tx_hash());
+    node::client::GetTxResponse resp;
+    ASSERT_TRUE(client->GetTx(&c, req, &resp).ok());
+    EXPECT_EQ(resp.state(), node::client::GetTxResponse::COMMITTED);
+    EXPECT_EQ(resp.receipt().block_height(), height);
+  }
+  {
+    grpc::ClientContext c;
+    WithDeadline(&c);
+    node::client::GetBlockRequest req;
+    req.mutable_partition()->set_id(1);
+    req.set_height(height);
+    req.set_include_txs(true);
+    node::client::GetBlockResponse resp;
+    ASSERT_TRUE(client->GetBlock(&c, req, &resp).ok());
+    EXPECT_EQ(resp.block().header().height(), height);
+    EXPECT_THAT(resp.block().tx_hashes(), ::testing::Contains(submitted.tx_hash()));
+    EXPECT_EQ(resp.block_hash().size(), 32u);
+  }
+  {
+    grpc::ClientContext c;
+    WithDeadline(&c);
+    node::client::GetAccountRequest req;
+    *req.mutable_partition() = Ref("hot");
+    req.set_address(Address('a'));
+    node::client::GetAccountResponse resp;
+    ASSERT_TRUE(client->GetAccount(&c, req, &resp).ok());
+    EXPECT_EQ(resp.account().nonce(), 1u);
+    EXPECT_GE(resp.height(), height);
+  }
+  {
+    grpc::ClientContext c;
+    WithDeadline(&c);
+    node::client::GetChainStatusRequest req;
+    *req.mutable_partition() = Ref("hot");
+    node::client::GetChainStatusResponse resp;
+    ASSERT_TRUE(client->GetChainStatus(&c, req, &resp).ok());
+    EXPECT_EQ(resp.partition_id(), 1u);
+    EXPECT_EQ(resp.partition_name(), "hot");
+    EXPECT_GE(resp.height(), height);
+    EXPECT_EQ(resp.consensus_state(), "NORMAL");
+  }
+}
+
+TEST_F(GrpcServicesTest, BatchGivesOneResultPerTx) {
+  node::client::SubmitTxBatchRequest req;
+  *req.mutable_partition() = Ref("hot");
+  req.add_signed_txs(SignedPut(1, 'b', 1, "b1"));
+  req.add_signed_txs("garbage");
+  req.add_signed_txs(SignedPut(1, 'b', 2, "b2"));
+  grpc::ClientContext ctx;
+  WithDeadline(&ctx);
+  node::client::SubmitTxBatchResponse resp;
+  grpc::Status st = Client()->SubmitTxBatch(&ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.results_size(), 3);
+  EXPECT_EQ(resp.results(0).code(), 0) << resp.results(0).message();
+  EXPECT_EQ(resp.results(0).tx_hash().size(), 32u);
+  EXPECT_EQ(resp.results(1).code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(resp.results(2).code(), 0) << resp.results(2).message();
+}
+
+TEST_F(GrpcServicesTest, MessagesOverTheReceiveLimitAreRefused) {
+  grpc::ClientContext ctx;
+  node::client::SubmitTxResponse resp;
+  grpc::Status st =
+      Submit("hot", std::string(kClientMaxReceiveBytes + 1, 'x'), false, &resp, &ctx);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+}
+
+TEST_F(GrpcServicesTest, BatchOverTheLimitIsRefusedWhole) {
+  node::client::SubmitTxBatchRequest req;
+  *req.mutable_partition() = Ref("hot");
+  for (int i = 0; i <= kMaxBatchTxs; ++i) req.add_signed_txs("x");
+  grpc::ClientContext ctx;
+  WithDeadline(&ctx);
+  node::client::SubmitTxBatchResponse resp;
+  grpc::Status st = Client()->SubmitTxBatch(&ctx, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("1000"));
+}
+
+TEST_F(GrpcServicesTest, ClientErrors) {
+  node::client::SubmitTxResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = Submit("nope", SignedPut(1, 'c', 1, "k"), false, &resp, &ctx);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr("unknown partition"));
+  }
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = Submit("", SignedPut(1, 'c', 1, "k"), false, &resp, &ctx);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = Submit("hot", "garbage", false, &resp, &ctx);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  }
+  {  // Signed for partition 2, sent to 1.
+    grpc::ClientContext ctx;
+    grpc::Status st = Submit("hot", SignedPut(2, 'c', 1, "k"), false, &resp, &ctx);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  }
+  {  // Tampered signature.
+    std::string tx = SignedPut(1, 'c', 1, "k");
+    tx.back() ^= 1;
+    grpc::ClientContext ctx;
+    grpc::Status st = Submit("hot", tx, false, &resp, &ctx);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  }
+  auto client = Client();
+  {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::GetTxRequest req;
+    *req.mutable_partition() = Ref("hot");
+    node::client::GetTxResponse out;
+    EXPECT_EQ(client->GetTx(&ctx, req, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::GetTxRequest req;
+    *req.mutable_partition() = Ref("hot");
+    req.set_tx_hash(std::string(32, '\0'));
+    node::client::GetTxResponse out;
+    EXPECT_EQ(client->GetTx(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::GetAccountRequest req;
+    *req.mutable_partition() = Ref("hot");
+    req.set_address("short");
+    node::client::GetAccountResponse out;
+    EXPECT_EQ(client->GetAccount(&ctx, req, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::GetBlockRequest req;
+    *req.mutable_partition() = Ref("hot");
+    req.set_height(1'000'000);
+    node::client::GetBlockResponse out;
+    EXPECT_EQ(client->GetBlock(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+TEST_F(GrpcServicesTest, PausedPartitionIsUnavailableUntilResumed) {
+  auto admin = Admin();
+  {
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::PausePartitionRequest req;
+    req.set_partition("cold");
+    node::admin::PausePartitionResponse resp;
+    ASSERT_TRUE(admin->PausePartition(&ctx, req, &resp).ok());
+  }
+  node::client::SubmitTxResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = Submit("cold", SignedPut(3, 'd', 1, "k"), false, &resp, &ctx);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(st.error_message(), HasSubstr("paused"));
+  }
+  {
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::ResumePartitionRequest req;
+    req.set_partition("cold");
+    node::admin::ResumePartitionResponse out;
+    ASSERT_TRUE(admin->ResumePartition(&ctx, req, &out).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = Submit("cold", SignedPut(3, 'd', 1, "k"), false, &resp, &ctx);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::PausePartitionRequest req;
+    req.set_partition("nope");
+    node::admin::PausePartitionResponse out;
+    EXPECT_EQ(admin->PausePartition(&ctx, req, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+}
+
+TEST_F(GrpcServicesTest, RateLimitedPartitionSaysWhoAndWhenInTrailers) {
+  node::admin::UpdatePartitionFlowRequest update;
+  update.set_partition("steady");
+  auto* stage = update.mutable_interceptor()->add_stages();
+  stage->set_name("rate");
+  stage->mutable_rate()->set_rate_per_second(0.001);  // one token per 1000 s
+  stage->mutable_rate()->set_burst(1);
+  {
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::UpdatePartitionFlowResponse resp;
+    grpc::Status st = Admin()->UpdatePartitionFlow(&ctx, update, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(resp.effective().interceptor().stages_size(), 1);
+  }
+  node::client::SubmitTxResponse resp;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = Submit("steady", SignedPut(2, 'e', 1, "k"), false, &resp, &ctx);
+    EXPECT_TRUE(st.ok()) << st.error_message();  // the burst token
+  }
+  grpc::ClientContext ctx;
+  grpc::Status st = Submit("steady", SignedPut(2, 'e', 2, "k"), false, &resp, &ctx);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_EQ(Trailer(ctx, "rejected-by"), "rate");
+  const std::string retry = Trailer(ctx, "retry-after-ms");
+  ASSERT_FALSE(retry.empty());
+  EXPECT_GT(std::stoll(retry), 900'000);  // ~1000 s
+}
+
+TEST_F(GrpcServicesTest, ShutdownCancelsCommitWaitsAfterTheDrain) {
+  node::config::NodeConfig config = node_->config();
+  config.set_client_listen("127.0.0.1:0");
+  config.set_admin_listen("127.0.0.1:0");
+  absl::StatusOr<std::unique_ptr<GrpcServers>> servers = GrpcServers::Start(node_, config, kToken);
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*servers)->client_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto client = node::client::ClientService::NewStub(channel);
+
+  // Nonce 3 of a fresh account waits in the pool for nonces 1 and 2, which never come: the
+  // commit wait would last its full 60 s.
+  node::client::SubmitTxRequest req;
+  *req.mutable_partition() = Ref("hot");
+  req.set_signed_tx(SignedPut(1, 'w', 3, "k"));
+  req.set_wait_for_commit(true);
+  req.set_wait_timeout_ms(60000);
+  grpc::ClientContext ctx;
+  WithDeadline(&ctx, absl::Seconds(30));
+  node::client::SubmitTxResponse resp;
+  grpc::Status st;
+  absl::Notification answered;
+  client->async()->SubmitTx(&ctx, &req, &resp, [&](grpc::Status s) {
+    st = std::move(s);
+    answered.Notify();
+  });
+  // Let the call reach the partition (bounded); it must still be waiting.
+  EXPECT_FALSE(answered.WaitForNotificationWithTimeout(absl::Milliseconds(300)));
+
+  const absl::Time start = absl::Now();
+  (*servers)->Shutdown(absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("shutting down"));
+}
+
+}  // namespace
+}  // namespace runtime::grpc_test

@@ -1,0 +1,125 @@
+// Pure pieces of the services: metric families from a stats snapshot, the constant-time token
+// comparison and the wait-for-commit timeout rule.
+#include "runtime/node_metrics.h"
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
+#include "runtime/admin_service.h"
+#include "runtime/client_service.h"
+
+namespace runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Render(const node::admin::NodeStatus& status, const node::admin::FlowStats& stats) {
+  return prometheus::TextSerializer().Serialize(NodeMetricFamilies(status, stats));
+}
+
+TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
+  node::admin::NodeStatus status;
+  status.set_node_id("ab");
+  status.set_version("1.2.3");
+  status.set_peers_connected(2);
+  auto* ps = status.add_partitions();
+  ps->set_name("hot");
+  ps->set_height(42);
+  ps->set_view_changes(3);
+  ps->set_consensus_state("VIEW_CHANGE");
+
+  node::admin::FlowStats stats;
+  auto* p = stats.add_partitions();
+  p->set_name("hot");
+  auto* stage = p->add_stages();
+  stage->set_name("rate");
+  stage->set_kind("rate");
+  stage->set_admitted(10);
+  stage->set_rejected(5);
+  auto* lane = p->add_lanes();
+  lane->set_name("consensus");
+  lane->set_depth_messages(7);
+  lane->set_dropped_full(4);
+  lane->set_cpu_nanos(2'000'000'000);
+  p->mutable_pool()->set_txs(99);
+  p->mutable_spill()->set_disk_bytes(1234);
+  p->mutable_cpu()->set_share(1.5);
+  p->mutable_commit_latency()->set_count(8);
+  p->mutable_commit_latency()->set_p99_us(250'000);
+  p->set_committed_txs(77);
+  auto* channel = stats.mutable_egress()->add_channels();
+  channel->set_channel("CONSENSUS");
+  channel->set_bytes_sent(555);
+
+  const std::string text = Render(status, stats);
+  EXPECT_THAT(text, HasSubstr("noded_info{node_id=\"ab\",version=\"1.2.3\"} 1"));
+  EXPECT_THAT(text, HasSubstr("noded_peers_connected 2"));
+  EXPECT_THAT(text, HasSubstr("noded_partition_height{partition=\"hot\"} 42"));
+  EXPECT_THAT(text, HasSubstr("noded_view_changes_total{partition=\"hot\"} 3"));
+  EXPECT_THAT(text, HasSubstr("noded_consensus_state{partition=\"hot\",state=\"VIEW_CHANGE\"} 1"));
+  EXPECT_THAT(text, HasSubstr("noded_consensus_state{partition=\"hot\",state=\"NORMAL\"} 0"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("noded_stage_admitted_total{partition=\"hot\",stage=\"rate\",kind=\"rate\"} 10"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("noded_stage_rejected_total{partition=\"hot\",stage=\"rate\",kind=\"rate\"} 5"));
+  EXPECT_THAT(text, HasSubstr("noded_lane_depth_messages{partition=\"hot\",lane=\"consensus\"} 7"));
+  EXPECT_THAT(
+      text,
+      HasSubstr(
+          "noded_lane_dropped_total{partition=\"hot\",lane=\"consensus\",reason=\"full\"} 4"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_lane_cpu_seconds_total{partition=\"hot\",lane=\"consensus\"} 2"));
+  EXPECT_THAT(text, HasSubstr("noded_pool_txs{partition=\"hot\"} 99"));
+  EXPECT_THAT(text, HasSubstr("noded_spill_disk_bytes{partition=\"hot\"} 1234"));
+  EXPECT_THAT(text, HasSubstr("noded_arbiter_share{partition=\"hot\",resource=\"cpu\"} 1.5"));
+  EXPECT_THAT(text, HasSubstr("noded_commit_latency_seconds_count{partition=\"hot\"} 8"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_commit_latency_seconds{partition=\"hot\",quantile=\"0.99\"} 0.25"));
+  EXPECT_THAT(text, HasSubstr("noded_committed_txs_total{partition=\"hot\"} 77"));
+  EXPECT_THAT(text, HasSubstr("noded_egress_bytes_sent_total{channel=\"CONSENSUS\"} 555"));
+  EXPECT_THAT(text, HasSubstr("# TYPE noded_committed_txs_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE noded_pool_txs gauge"));
+}
+
+TEST(NodeMetricsTest, OneFamilyPerNameAcrossPartitions) {
+  node::admin::NodeStatus status;
+  node::admin::FlowStats stats;
+  stats.add_partitions()->set_name("a");
+  stats.add_partitions()->set_name("b");
+  int pool_families = 0;
+  for (const auto& family : NodeMetricFamilies(status, stats)) {
+    if (family.name == "noded_pool_txs") {
+      ++pool_families;
+      EXPECT_EQ(family.metric.size(), 2u);
+    }
+  }
+  EXPECT_EQ(pool_families, 1);
+}
+
+TEST(ConstantTimeEqualsTest, ComparesWholeStrings) {
+  EXPECT_TRUE(ConstantTimeEquals("Bearer abc", "Bearer abc"));
+  EXPECT_FALSE(ConstantTimeEquals("Bearer abd", "Bearer abc"));
+  EXPECT_FALSE(ConstantTimeEquals("Bearer ab", "Bearer abc"));
+  EXPECT_FALSE(ConstantTimeEquals("Bearer abcd", "Bearer abc"));
+  EXPECT_FALSE(ConstantTimeEquals("", "Bearer abc"));
+  EXPECT_FALSE(ConstantTimeEquals(std::string("Bearer abc\0", 11), "Bearer abc"));
+}
+
+TEST(WaitTimeoutTest, ExplicitDeadlineDefaultAndCap) {
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  const absl::Time never = absl::FromUnixSeconds(int64_t{1} << 40);
+  EXPECT_EQ(ClientServiceImpl::WaitTimeout(2500, now, never), absl::Milliseconds(2500));
+  EXPECT_EQ(ClientServiceImpl::WaitTimeout(600000, now, never), kMaxWaitTimeout);
+  EXPECT_EQ(ClientServiceImpl::WaitTimeout(0, now, never), kDefaultWaitTimeout);
+  EXPECT_EQ(ClientServiceImpl::WaitTimeout(0, now, now + absl::Seconds(3)), absl::Seconds(3));
+  EXPECT_EQ(ClientServiceImpl::WaitTimeout(0, now, now + absl::Seconds(300)), kMaxWaitTimeout);
+  EXPECT_EQ(ClientServiceImpl::WaitTimeout(0, now, now - absl::Seconds(1)), absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace runtime
