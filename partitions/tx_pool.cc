@@ -89,7 +89,7 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
     refusal = absl::ResourceExhaustedError(absl::StrCat(
         "sender quota: sender already has ", s.client_txs, " pooled transactions (limit ",
         limits_.max_per_sender, ")"));
-  } else {
+  } else if (origin != TxOrigin::kFetched) {
     // Client txs must leave the reserve free; forwarded ones may fill the pool.
     const double keep = origin == TxOrigin::kClient ? limits_.forward_reserve : 0.0;
     const size_t cap_txs =

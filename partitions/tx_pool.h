@@ -62,7 +62,10 @@ namespace partitions {
 
 using TxPtr = std::shared_ptr<const DecodedTx>;
 
-enum class TxOrigin { kClient, kForwarded };
+// kFetched: a tx this replica asked its peers for because a proposal or a synced batch names it.
+// Consensus cannot progress without it, so it is admitted past the capacity limits (the
+// replica's watermark window bounds how many there can be).
+enum class TxOrigin { kClient, kForwarded, kFetched };
 
 struct TxPoolLimits {
   // Maximum transactions held. >= 1.

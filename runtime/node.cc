@@ -474,10 +474,24 @@ void Node::ArbiterTick() {
     fill(egress[i], egress_limited ? egress_cap : 1e12, 1.5 * egress_rate[i] + 65536);
   }
   auto cpu_shares = flowctl::AllocateFairShares(cpu_capacity, cpu);
+  // What the worker pool gets is each partition's entitlement (every partition backlogged), not
+  // its demand-capped share: the pool's stride scheduling is work-conserving by itself (an idle
+  // group's time goes to the busy ones), and a low weight given to a quiet partition would make
+  // its next message wait behind a busy neighbour's backlog. The demand-based shares above are
+  // what the stats report as the current division.
+  std::vector<flowctl::ArbiterConsumer> entitled = cpu;
+  for (auto& c : entitled) c.demand = flowctl::kUnboundedDemand;
+  auto cpu_weights = flowctl::AllocateFairShares(cpu_capacity, entitled);
   auto mem_shares = flowctl::AllocateFairShares(static_cast<double>(mem_capacity), mem);
   auto egress_shares =
       flowctl::AllocateFairShares(egress_limited ? egress_cap : 1e12, egress);
-  if (!cpu_shares.ok() || !mem_shares.ok() || !egress_shares.ok()) {
+  // Egress weights likewise: the scheduler's round robin lends idle share by itself.
+  std::vector<flowctl::ArbiterConsumer> egress_entitled = egress;
+  for (auto& c : egress_entitled) c.demand = flowctl::kUnboundedDemand;
+  auto egress_weights =
+      flowctl::AllocateFairShares(egress_limited ? egress_cap : 1e12, egress_entitled);
+  if (!cpu_shares.ok() || !cpu_weights.ok() || !mem_shares.ok() || !egress_shares.ok() ||
+      !egress_weights.ok()) {
     LOG_EVERY_N(ERROR, 100) << "arbiter: " << cpu_shares.status() << " " << mem_shares.status()
                             << " " << egress_shares.status();
     return;
@@ -485,13 +499,11 @@ void Node::ArbiterTick() {
   const double egress_total = egress_limited ? egress_cap : 1e12;
   for (size_t i = 0; i < n; ++i) {
     Partition* p = partitions_[i].get();
-    // A partition that demands little still keeps a small CPU weight, so its first messages
-    // after idling are not starved until the next tick.
-    const double cpu_share = std::max((*cpu_shares)[i], cpu_capacity * 1e-3);
+    const double cpu_share = std::max((*cpu_weights)[i], cpu_capacity * 1e-3);
     p->ApplyShares(cpu_share, (*mem_shares)[i]);
     mem_last_share_[p->id()] = (*mem_shares)[i];
     if (transport_) {
-      const double frac = (*egress_shares)[i] / egress_total;
+      const double frac = (*egress_weights)[i] / egress_total;
       absl::Status s = transport_->egress().SetPartitionWeight(
           p->id(), static_cast<uint32_t>(std::clamp(frac * 1000.0, 1.0, 1e6)));
       if (!s.ok()) {

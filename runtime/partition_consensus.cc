@@ -97,14 +97,21 @@ void Partition::Impl::HandleTxBatch(const node::partition::TxBatch& batch) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    if (pool_->Get(tx->hash) != nullptr) continue;
+    // Already pooled or already committed (a late forward, or a fetch answered twice): skip the
+    // signature check, which is the expensive part.
+    if (pool_->Get(tx->hash) != nullptr || chain_.ledger->GetReceipt(tx->hash).ok()) continue;
     if (!partitions::VerifySignature(*tx).ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     std::string hash = tx->hash;
+    partitions::TxOrigin origin = partitions::TxOrigin::kForwarded;
+    {
+      absl::MutexLock lock(&wanted_mu_);
+      if (wanted_.erase(hash) > 0) origin = partitions::TxOrigin::kFetched;
+    }
     // Refusals (replayed, full) are expected under load and for already-committed txs.
-    if (pool_->Add(*std::move(tx), partitions::TxOrigin::kForwarded).ok()) {
+    if (pool_->Add(*std::move(tx), origin).ok()) {
       added.push_back(std::move(hash));
     }
   }
@@ -206,9 +213,15 @@ void Partition::Impl::ApplyLocked(std::vector<partitions::PbftAction> actions) {
             [&](partitions::PbftCancelTimer& a) { timers_.erase(a.timer); },
             [&](partitions::PbftFetchTxs& a) {
               node::partition::PartitionMessage m;
-              for (std::string& h : a.tx_hashes) {
-                if (m.fetch().tx_hashes_size() >= static_cast<int>(kMaxFetch)) break;
-                m.mutable_fetch()->add_tx_hashes(std::move(h));
+              {
+                absl::MutexLock lock(&wanted_mu_);
+                // Bounded: a fetch is retried every retransmit period if still needed.
+                if (wanted_.size() > 4 * kMaxFetch) wanted_.clear();
+                for (std::string& h : a.tx_hashes) {
+                  if (m.fetch().tx_hashes_size() >= static_cast<int>(kMaxFetch)) break;
+                  wanted_.insert(h);
+                  m.mutable_fetch()->add_tx_hashes(std::move(h));
+                }
               }
               BroadcastPeers(p2p::Channel::SYNC, m);
             },

@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -175,6 +176,10 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   std::atomic<bool> paused_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> started_{false};
+
+  // ---- txs asked for with TxFetch (admitted past the pool limits when they arrive) ----
+  absl::Mutex wanted_mu_;
+  absl::flat_hash_set<std::string> wanted_ ABSL_GUARDED_BY(wanted_mu_);
 
   // ---- forwarding ----
   absl::Mutex fwd_mu_;

@@ -315,5 +315,21 @@ TEST_F(TxPoolReadyTest, CountReadyMatchesWhatSelectBatchWouldTake) {
   EXPECT_EQ(pool->CountReady(100).txs, 3u);  // the gap filled: sender 2's nonces 1 and 2
 }
 
+TEST_F(TxPoolReadyTest, FetchedTxsAreAdmittedPastTheLimits) {
+  TxPoolLimits limits;
+  limits.max_txs = 2;
+  auto pool = MakePool(limits);
+  ASSERT_TRUE(pool->Add(Tx(1, 1), TxOrigin::kForwarded).ok());
+  ASSERT_TRUE(pool->Add(Tx(2, 1), TxOrigin::kForwarded).ok());
+  ExpectRefused(pool->Add(Tx(3, 1), TxOrigin::kForwarded), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  // A tx a proposal needs is never refused for space: consensus would stall without it.
+  EXPECT_TRUE(pool->Add(Tx(3, 1), TxOrigin::kFetched).ok());
+  EXPECT_EQ(pool->stats().txs, 3u);
+  // Replays are still refused.
+  ExpectRefused(pool->Add(Tx(3, 1), TxOrigin::kFetched), absl::StatusCode::kAlreadyExists,
+                "duplicate");
+}
+
 }  // namespace
 }  // namespace partitions

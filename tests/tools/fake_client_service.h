@@ -1,0 +1,236 @@
+// An in-process ClientService for loadgen tests: admits transactions, rejects some, and "commits"
+// the admitted ones into blocks.
+//
+// Behaviour (deterministic counters, no clocks):
+//   SubmitTxBatch  every `reject_rpc_every`-th call (0 = never) fails whole with
+//                  RESOURCE_EXHAUSTED and trailing metadata rejected-by=rate, retry-after-ms=50;
+//                  otherwise each tx: a hash seen before -> ALREADY_EXISTS "duplicate
+//                  transaction"; every `reject_item_every`-th new tx (0 = never) ->
+//                  RESOURCE_EXHAUSTED "pool full" (retry_after_ms 20); else admitted.
+//   GetChainStatus puts every admitted, uncommitted tx into a new block first (so the poller
+//                  drives commits), then answers the height.
+//   GetBlock       the block's tx hashes; NOT_FOUND for unknown heights.
+//   GetAccount     nonce from SetNonce (default 0).
+// Thread-safe: gRPC threads call the handlers while the test reads the counters.
+//
+//   FakeClientService fake({{"hot", 1}, {"steady", 2}});
+//   ASSERT_TRUE(fake.Start());
+//   RunLoadgen({"--targets", fake.address(), ...}, io);
+//   EXPECT_EQ(fake.admitted("hot"), fake.committed("hot"));
+#ifndef TESTS_TOOLS_FAKE_CLIENT_SERVICE_H_
+#define TESTS_TOOLS_FAKE_CLIENT_SERVICE_H_
+
+#include <openssl/sha.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/server_context.h"
+#include "proto/chain.pb.h"
+#include "proto/client.grpc.pb.h"
+
+namespace loadgen_test {
+
+class FakeClientService final : public node::client::ClientService::Service {
+ public:
+  explicit FakeClientService(std::map<std::string, uint32_t> partitions)
+      : ids_(std::move(partitions)) {
+    for (const auto& [name, id] : ids_) {
+      chains_[id].name = name;
+      chains_[id].id = id;
+    }
+  }
+  ~FakeClientService() override { Stop(); }
+
+  bool Start() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    return server_ != nullptr && port_ != 0;
+  }
+  void Stop() {
+    if (server_ == nullptr) return;
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_.reset();
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+  void SetRejectEvery(int rpc_every, int item_every) {
+    absl::MutexLock l(&mu_);
+    reject_rpc_every_ = rpc_every;
+    reject_item_every_ = item_every;
+  }
+  void SetNonce(const std::string& address, uint64_t nonce) {
+    absl::MutexLock l(&mu_);
+    nonces_[address] = nonce;
+  }
+
+  // --- counters ---------------------------------------------------------------------------
+  uint64_t admitted(const std::string& name) const { return Get(name, &Chain::admitted); }
+  uint64_t committed(const std::string& name) const { return Get(name, &Chain::committed); }
+  uint64_t rejected_items(const std::string& name) const { return Get(name, &Chain::rejected); }
+  uint64_t duplicates(const std::string& name) const { return Get(name, &Chain::duplicates); }
+  uint64_t rejected_rpcs() const {
+    absl::MutexLock l(&mu_);
+    return rejected_rpcs_;
+  }
+  // Admitted nonces per sender address of one partition.
+  std::map<std::string, std::set<uint64_t>> admitted_nonces(const std::string& name) const {
+    absl::MutexLock l(&mu_);
+    return chains_.at(ids_.at(name)).nonces;
+  }
+  // Sizes in bytes of the admitted transactions (min, max).
+  std::pair<size_t, size_t> tx_size_range() const {
+    absl::MutexLock l(&mu_);
+    return {min_size_, max_size_};
+  }
+
+  // --- service ----------------------------------------------------------------------------
+  grpc::Status SubmitTxBatch(grpc::ServerContext* ctx,
+                             const node::client::SubmitTxBatchRequest* req,
+                             node::client::SubmitTxBatchResponse* resp) override {
+    absl::MutexLock l(&mu_);
+    Chain* c = Find(req->partition());
+    if (c == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown partition");
+    ++rpcs_;
+    if (reject_rpc_every_ > 0 && rpcs_ % reject_rpc_every_ == 0) {
+      ++rejected_rpcs_;
+      ctx->AddTrailingMetadata("rejected-by", "rate");
+      ctx->AddTrailingMetadata("retry-after-ms", "50");
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "request rate limit");
+    }
+    for (const std::string& bytes : req->signed_txs()) {
+      node::client::TxResult* r = resp->add_results();
+      std::string hash(SHA256_DIGEST_LENGTH, '\0');
+      SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+             reinterpret_cast<unsigned char*>(hash.data()));
+      r->set_tx_hash(hash);
+      node::chain::SignedTransaction st;
+      node::chain::Transaction tx;
+      if (!st.ParseFromString(bytes) || !tx.ParseFromString(st.tx()) || tx.nonce() == 0 ||
+          st.signature().size() != 64 || tx.partition() != c->id) {
+        r->set_code(static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+        r->set_message("malformed transaction");
+        continue;
+      }
+      if (c->seen.count(hash)) {
+        ++c->duplicates;
+        r->set_code(static_cast<int>(grpc::StatusCode::ALREADY_EXISTS));
+        r->set_message("duplicate transaction");
+        continue;
+      }
+      ++items_;
+      if (reject_item_every_ > 0 && items_ % reject_item_every_ == 0) {
+        ++c->rejected;
+        r->set_code(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+        r->set_message("pool full: 100 of 100 txs");
+        r->set_retry_after_ms(20);
+        continue;
+      }
+      c->seen.insert(hash);
+      c->pending.push_back(hash);
+      c->nonces[tx.sender()].insert(tx.nonce());
+      ++c->admitted;
+      min_size_ = std::min(min_size_, bytes.size());
+      max_size_ = std::max(max_size_, bytes.size());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetChainStatus(grpc::ServerContext*, const node::client::GetChainStatusRequest* req,
+                              node::client::GetChainStatusResponse* resp) override {
+    absl::MutexLock l(&mu_);
+    Chain* c = Find(req->partition());
+    if (c == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown partition");
+    if (!c->pending.empty()) {
+      c->committed += c->pending.size();
+      c->blocks.push_back(std::move(c->pending));
+      c->pending.clear();
+    }
+    resp->set_partition_id(c->id);
+    resp->set_partition_name(c->name);
+    resp->set_height(c->blocks.size());
+    resp->set_consensus_state("NORMAL");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetBlock(grpc::ServerContext*, const node::client::GetBlockRequest* req,
+                        node::client::GetBlockResponse* resp) override {
+    absl::MutexLock l(&mu_);
+    Chain* c = Find(req->partition());
+    if (c == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown partition");
+    if (req->height() == 0 || req->height() > c->blocks.size()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such height");
+    }
+    resp->mutable_block()->mutable_header()->set_height(req->height());
+    for (const std::string& h : c->blocks[req->height() - 1])
+      resp->mutable_block()->add_tx_hashes(h);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetAccount(grpc::ServerContext*, const node::client::GetAccountRequest* req,
+                          node::client::GetAccountResponse* resp) override {
+    absl::MutexLock l(&mu_);
+    resp->mutable_account()->set_address(req->address());
+    if (auto it = nonces_.find(req->address()); it != nonces_.end()) {
+      resp->mutable_account()->set_nonce(it->second);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  struct Chain {
+    uint32_t id = 0;
+    std::string name;
+    std::set<std::string> seen;
+    std::vector<std::string> pending;
+    std::vector<std::vector<std::string>> blocks;
+    std::map<std::string, std::set<uint64_t>> nonces;
+    uint64_t admitted = 0, committed = 0, rejected = 0, duplicates = 0;
+  };
+  Chain* Find(const node::client::PartitionRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    uint32_t id = ref.id();
+    if (id == 0) {
+      auto it = ids_.find(ref.name());
+      if (it == ids_.end()) return nullptr;
+      id = it->second;
+    }
+    auto it = chains_.find(id);
+    if (it == chains_.end()) return nullptr;
+    it->second.id = id;
+    return &it->second;
+  }
+  uint64_t Get(const std::string& name, uint64_t Chain::*field) const {
+    absl::MutexLock l(&mu_);
+    return chains_.at(ids_.at(name)).*field;
+  }
+
+  const std::map<std::string, uint32_t> ids_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  mutable absl::Mutex mu_;
+  std::map<uint32_t, Chain> chains_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> nonces_ ABSL_GUARDED_BY(mu_);
+  int reject_rpc_every_ ABSL_GUARDED_BY(mu_) = 0;
+  int reject_item_every_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rpcs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t items_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rejected_rpcs_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t min_size_ ABSL_GUARDED_BY(mu_) = SIZE_MAX;
+  size_t max_size_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace loadgen_test
+
+#endif  // TESTS_TOOLS_FAKE_CLIENT_SERVICE_H_

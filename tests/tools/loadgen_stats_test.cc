@@ -1,0 +1,203 @@
+// loadgen stats and bookkeeping: percentiles, rejection reasons, per-second series and window
+// totals, the sender book's nonce handling (rejected txs re-offered first, in nonce order) and
+// the commit tracker.
+#include "tools/loadgen_stats.h"
+
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/chain.pb.h"
+#include "tools/loadgen_txs.h"
+
+namespace loadgen {
+namespace {
+
+TEST(LoadgenStatsTest, PercentileIsNearestRank) {
+  std::vector<double> empty;
+  EXPECT_EQ(Percentile(empty, 0.5), 0);
+  std::vector<double> one = {7};
+  EXPECT_EQ(Percentile(one, 0.99), 7);
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);  // 1..100, unsorted
+  EXPECT_EQ(Percentile(v, 0.50), 50);
+  EXPECT_EQ(Percentile(v, 0.99), 99);
+  EXPECT_EQ(Percentile(v, 1.0), 100);
+  EXPECT_EQ(Percentile(v, 0.0), 1);
+  std::vector<double> ten = {5, 1, 9, 3, 7, 2, 8, 4, 6, 10};
+  EXPECT_EQ(Percentile(ten, 0.99), 10);
+  EXPECT_EQ(Percentile(ten, 0.5), 5);
+}
+
+TEST(LoadgenStatsTest, ClassifiesRejections) {
+  EXPECT_EQ(ClassifyRejection(8, "request rate limit", "rate"), kRate);
+  EXPECT_EQ(ClassifyRejection(8, "pool full: 100 of 100 txs", ""), kPool);
+  EXPECT_EQ(ClassifyRejection(8, "sender quota", ""), kPool);
+  EXPECT_EQ(ClassifyRejection(8, "predicate 'pool_below_high_water' does not hold", "pool_gate"),
+            kPool);
+  EXPECT_EQ(ClassifyRejection(8, "too many requests in flight", "concurrency"), kInFlight);
+  EXPECT_EQ(ClassifyRejection(8, "", ""), kRate);
+  EXPECT_EQ(ClassifyRejection(14, "consensus not NORMAL", ""), kUnavailable);
+  EXPECT_EQ(ClassifyRejection(3, "malformed transaction", ""), kInvalid);
+  EXPECT_EQ(ClassifyRejection(16, "bad signature", ""), kInvalid);
+  EXPECT_EQ(ClassifyRejection(9, "nonce gap", ""), kOther);
+  EXPECT_EQ(ClassifyRejection(6, "replayed nonce", ""), kOther);
+  EXPECT_STREQ(ReasonName(kInFlight), "in_flight");
+}
+
+TEST(LoadgenStatsTest, OnlyRejectionsThatCanHealAreReoffered) {
+  EXPECT_TRUE(ShouldReoffer(8, "pool full"));
+  EXPECT_TRUE(ShouldReoffer(14, "consensus not NORMAL"));
+  EXPECT_TRUE(ShouldReoffer(4, "deadline"));
+  EXPECT_TRUE(ShouldReoffer(9, "nonce gap: 70 ahead"));
+  EXPECT_FALSE(ShouldReoffer(9, "wrong partition"));
+  EXPECT_FALSE(ShouldReoffer(6, "replayed nonce"));
+  EXPECT_FALSE(ShouldReoffer(3, "malformed transaction"));
+  EXPECT_FALSE(ShouldReoffer(16, "bad signature"));
+}
+
+TEST(LoadgenStatsTest, SeriesAndWindowTotals) {
+  PartitionStats stats;
+  stats.AddOffered(0, 10);
+  stats.AddAccepted(0, 7);
+  stats.AddRejected(0, kRate, 2);
+  stats.AddClientDropped(0, 1);
+  stats.AddOffered(2, 20);
+  stats.AddAccepted(2, 20);
+  stats.AddRejected(2, kPool, 0);
+  for (int i = 1; i <= 10; ++i) stats.AddCommit(1, i);
+  stats.AddCommit(3, 100);
+  std::vector<SecondStats> series = stats.Snapshot();
+  ASSERT_EQ(series.size(), 4u);
+  EXPECT_EQ(series[1].offered, 0u);
+  EXPECT_EQ(series[0].rejected_total(), 2u);
+  EXPECT_EQ(stats.Second(9).offered, 0u);  // beyond the series: empty
+
+  Totals all = Summarize(series, {0, 4});
+  EXPECT_EQ(all.offered, 30u);
+  EXPECT_EQ(all.accepted, 27u);
+  EXPECT_EQ(all.rejected_total, 2u);
+  EXPECT_EQ(all.rejected[kRate], 2u);
+  EXPECT_EQ(all.client_dropped, 1u);
+  EXPECT_EQ(all.committed, 11u);
+  EXPECT_EQ(all.max_ms, 100);
+  EXPECT_EQ(all.p50_ms, 6);
+  EXPECT_DOUBLE_EQ(all.offered_rate(), 7.5);
+  Totals first = Summarize(series, {0, 2});
+  EXPECT_EQ(first.committed, 10u);
+  EXPECT_EQ(first.p99_ms, 10);
+  EXPECT_DOUBLE_EQ(first.committed_rate(), 5);
+  Totals beyond = Summarize(series, {10, 20});
+  EXPECT_EQ(beyond.offered, 0u);
+  EXPECT_EQ(beyond.p99_ms, 0);
+}
+
+TEST(LoadgenStatsTest, ConcurrentRecordingLosesNothing) {
+  PartitionStats stats;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&stats, t] {
+      for (int i = 0; i < 1000; ++i) {
+        stats.AddAccepted(i % 5, 1);
+        stats.AddCommit(t, 1.0);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  Totals all = Summarize(stats.Snapshot(), {0, 10});
+  EXPECT_EQ(all.accepted, 4000u);
+  EXPECT_EQ(all.committed, 4000u);
+}
+
+OfferTx Tx(uint32_t sender, uint64_t nonce) {
+  OfferTx tx;
+  tx.sender = sender;
+  tx.nonce = nonce;
+  tx.hash = absl::StrCat(sender, "/", nonce);
+  return tx;
+}
+
+TEST(LoadgenSenderBookTest, ReservesNoncesFromAccountState) {
+  SenderBook book({1, 8});
+  EXPECT_EQ(book.ReserveNonces(0, 3), 1u);
+  EXPECT_EQ(book.ReserveNonces(0, 2), 4u);
+  EXPECT_EQ(book.ReserveNonces(1, 1), 8u);
+  EXPECT_EQ(book.senders(), 2);
+}
+
+TEST(LoadgenSenderBookTest, RoundRobinOverSendersInNonceOrder) {
+  SenderBook book({1, 1});
+  book.AddSigned(0, {Tx(0, 1), Tx(0, 2)});
+  book.AddSigned(1, {Tx(1, 1)});
+  EXPECT_EQ(book.buffered(), 3u);
+  std::vector<std::string> order;
+  while (std::optional<OfferTx> tx = book.Take()) order.push_back(tx->hash);
+  EXPECT_THAT(order, ::testing::ElementsAre("0/1", "1/1", "0/2"));
+  EXPECT_EQ(book.buffered(), 0u);
+  EXPECT_FALSE(book.Take().has_value());
+}
+
+TEST(LoadgenSenderBookTest, RejectedTxIsReofferedBeforeFreshOnes) {
+  SenderBook book({1});
+  book.AddSigned(0, {Tx(0, 1), Tx(0, 2), Tx(0, 3), Tx(0, 4), Tx(0, 5)});
+  OfferTx n1 = *book.Take(), n2 = *book.Take(), n3 = *book.Take();
+  EXPECT_EQ(n3.nonce, 3u);
+  // 2 and 1 come back rejected (out of order), 3 was admitted: 1 then 2 go again, then 4.
+  book.ReturnRejected(n2, /*reoffer=*/true);
+  book.ReturnRejected(n1, /*reoffer=*/true);
+  EXPECT_EQ(book.pending_reoffers(), 2u);
+  EXPECT_THAT(book.PendingNoncesForTest(0), ::testing::ElementsAre(1, 2));
+  EXPECT_EQ(book.Take()->nonce, 1u);
+  EXPECT_EQ(book.Take()->nonce, 2u);
+  EXPECT_EQ(book.Take()->nonce, 4u);
+  // A rejection that can never succeed is not re-offered.
+  book.ReturnRejected(Tx(0, 4), /*reoffer=*/false);
+  EXPECT_EQ(book.pending_reoffers(), 0u);
+  EXPECT_EQ(book.Take()->nonce, 5u);
+  // The same tx returned twice is offered once.
+  book.ReturnRejected(Tx(0, 5), true);
+  book.ReturnRejected(Tx(0, 5), true);
+  EXPECT_EQ(book.pending_reoffers(), 1u);
+}
+
+TEST(LoadgenCommitTrackerTest, MatchesSentHashesOnce) {
+  CommitTracker t;
+  t.Sent("a", 100);
+  t.Sent("b", 200);
+  t.Sent("b", 300);  // re-sent after a rejection: the latest send counts
+  EXPECT_EQ(t.outstanding(), 2u);
+  t.Forget("a");
+  EXPECT_FALSE(t.Committed("a").has_value());
+  EXPECT_EQ(t.Committed("b"), std::optional<int64_t>(300));
+  EXPECT_FALSE(t.Committed("b").has_value());
+  EXPECT_EQ(t.outstanding(), 0u);
+}
+
+TEST(LoadgenTxFactoryTest, SignsPutsOfTheRequestedSize) {
+  absl::StatusOr<std::vector<p2p::PrivateKey>> keys = MakeSenderKeys(1, 2);
+  ASSERT_TRUE(keys.ok());
+  absl::StatusOr<std::vector<p2p::PrivateKey>> again = MakeSenderKeys(1, 2);
+  EXPECT_EQ((*keys)[1].public_key().bytes(), (*again)[1].public_key().bytes());  // seeded
+  EXPECT_NE((*keys)[0].public_key().bytes(), (*keys)[1].public_key().bytes());
+  for (uint64_t size : {160u, 200u, 1000u, 4096u}) {
+    TxFactory f("hot", 3, size);
+    OfferTx tx = f.Make(1, (*keys)[1], 42);
+    EXPECT_EQ(tx.bytes.size(), size);
+    EXPECT_EQ(tx.hash, Sha256(tx.bytes));
+    EXPECT_EQ(tx.nonce, 42u);
+    node::chain::SignedTransaction st;
+    ASSERT_TRUE(st.ParseFromString(tx.bytes));
+    node::chain::Transaction body;
+    ASSERT_TRUE(body.ParseFromString(st.tx()));
+    EXPECT_EQ(body.partition(), 3u);
+    EXPECT_EQ(body.nonce(), 42u);
+    EXPECT_EQ(body.put().key(), "lg/hot/1/42");
+    EXPECT_TRUE((*keys)[1].public_key().Verify(st.tx(), st.signature()));
+  }
+}
+
+}  // namespace
+}  // namespace loadgen

@@ -1,0 +1,53 @@
+// loadgen's command line: flags into Options, and the --help text.
+//
+// Flags are `--name value` or `--name=value`; --expect, --scenario may repeat (scenarios are
+// joined with ';'). Every error is InvalidArgument naming the flag ("--duration: not a duration
+// 'x' (e.g. 60s, 500ms, 2m)"); loadgen prints it with a hint and exits 2.
+//
+// Thread-safety: pure functions.
+//
+//   bool help = false;
+//   ASSIGN_OR_RETURN(Options o, ParseLoadgenFlags(args, &help));
+#ifndef TOOLS_LOADGEN_FLAGS_H_
+#define TOOLS_LOADGEN_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/loadgen_expect.h"
+#include "tools/loadgen_schedule.h"
+
+namespace loadgen {
+
+struct Options {
+  std::vector<std::string> targets;  // client ports, host:port
+  std::vector<std::string> admins;   // admin ports (view changes), may be empty
+  // Files holding the bearer token for --admin: one for every address, or one per address.
+  std::vector<std::string> admin_token_files;
+  double duration_s = 60;
+  double drain_s = 10;   // longest wait for outstanding commits after the run
+  std::string scenario;  // as given (joined)
+  std::vector<PartitionLoad> loads;
+  uint64_t tx_bytes = 200;
+  int senders = 256;
+  int batch_ms = 10;
+  uint64_t seed = 1;
+  int64_t presign = -1;    // per partition; -1 = min(total offers, 100000)
+  int max_in_flight = 64;  // SubmitTxBatch RPCs per target
+  int rpc_timeout_ms = 5000;
+  int poll_ms = 100;
+  std::string out_dir;
+  std::vector<Expectation> expectations;
+  bool quiet = false;  // no per-second lines
+};
+
+// `help` is set (and defaults returned) when -h/--help is given.
+absl::StatusOr<Options> ParseLoadgenFlags(const std::vector<std::string>& args, bool* help);
+
+std::string LoadgenUsage();
+
+}  // namespace loadgen
+
+#endif  // TOOLS_LOADGEN_FLAGS_H_
