@@ -374,7 +374,9 @@ absl::Status SpillFifo::Pop() {
     const Segment* oldest = segments_.empty() ? nullptr : &segments_.front();
     persist = unpersisted_bytes_ >= options_.persist_every_bytes ||
               unpersisted_records_ >= options_.persist_every_records ||
-              (oldest != nullptr && oldest->sealed && oldest->last_seq <= consumed_seq_);
+              (oldest != nullptr && oldest->sealed &&
+               oldest->last_seq <= std::min(consumed_seq_, persist_limit_) &&
+               oldest->last_seq > persisted_seq_);
   }
   front_.reset();
   return persist ? PersistReadPosition() : absl::OkStatus();
@@ -390,6 +392,11 @@ std::vector<uint64_t> SpillFifo::TakeDeletableLocked(uint64_t consumed) {
   return ids;
 }
 
+void SpillFifo::SetPersistLimit(uint64_t seq) {
+  absl::MutexLock l(&mu_);
+  persist_limit_ = seq;
+}
+
 absl::Status SpillFifo::PersistReadPosition() {
   std::vector<uint64_t> doomed;
   {
@@ -397,7 +404,7 @@ absl::Status SpillFifo::PersistReadPosition() {
     uint64_t consumed;
     {
       absl::MutexLock l(&mu_);
-      consumed = consumed_seq_;
+      consumed = std::max(persisted_seq_, std::min(consumed_seq_, persist_limit_));
     }
     RETURN_IF_ERROR(spill::WriteManifest(options_.dir, {consumed, seq_limit_}, write_through_));
     absl::MutexLock l(&mu_);

@@ -138,6 +138,11 @@ class SpillFifo {
   absl::Status Pop();
   // Persists the read position now and deletes fully consumed segments. Consumer only.
   absl::Status PersistReadPosition();
+  // Caps what PersistReadPosition records as consumed (default: no cap). A consumer whose
+  // records are not safe until some later step (e.g. a transaction's commit) keeps the cap at
+  // its last safe seq: after a crash, replay starts right after it, so nothing past the cap is
+  // lost (it may be delivered again). Any thread; takes effect at the next persist.
+  void SetPersistLimit(uint64_t seq);
 
   // Blocks until the FIFO holds a record, WakeConsumer() is called (a call made before the wait
   // counts once), or `timeout` passes. Returns !empty(). Consumer only (e.g. a drain thread).
@@ -210,6 +215,7 @@ class SpillFifo {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t consumed_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t persisted_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t persist_limit_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   uint64_t unpersisted_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t unpersisted_records_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;

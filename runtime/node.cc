@@ -128,6 +128,8 @@ absl::Status Node::Start() {
     to.listen_address = config_.p2p_listen();
     to.peers = specs;
     to.egress.cap_bytes_per_second = static_cast<double>(res.egress_bytes_per_second());
+    to.egress.fifo_mode = res.egress_fifo_mode();
+    if (res.egress_fifo_mode()) LOG(WARNING) << "egress in FIFO mode (benchmark comparison only)";
     if (res.tx_forward_floor_bytes_per_second() > 0) {
       to.egress.tx_forward_floor_bytes_per_second =
           static_cast<double>(res.tx_forward_floor_bytes_per_second());

@@ -220,6 +220,13 @@ absl::Status Partition::Impl::Open() {
     so.durability = DurabilityOf(l.durability());
     if (l.sync_interval_ms() > 0) so.sync_interval = absl::Milliseconds(l.sync_interval_ms());
     ASSIGN_OR_RETURN(fifo_, flowctl::SpillFifo::Open(so));
+    // A drained record is safe only once its tx commits (the pool is memory): the FIFO may
+    // record as consumed only what has committed, so a restart replays the rest.
+    {
+      absl::MutexLock lock(&spill_mu_);
+      spill_drained_max_ = fifo_->stats().persisted_seq;
+    }
+    fifo_->SetPersistLimit(fifo_->stats().persisted_seq);
     flowctl::QuotaDrainOptions qo;
     qo.rate_bytes_per_sec = static_cast<double>(l.drain_bytes_per_second());
     qo.clock = clock_;
@@ -444,15 +451,43 @@ absl::Status Partition::Impl::AdmitVerified(partitions::TxPtr tx) {
   return s;
 }
 
+void Partition::Impl::SpillRecordDone(uint64_t seq) {
+  spill_drained_max_ = std::max(spill_drained_max_, seq);
+  if (auto it = spill_pending_.find(seq); it != spill_pending_.end()) it->second = true;
+  while (!spill_pending_.empty() && spill_pending_.begin()->second) {
+    spill_pending_.erase(spill_pending_.begin());
+  }
+  fifo_->SetPersistLimit(spill_pending_.empty() ? spill_drained_max_
+                                                : spill_pending_.begin()->first - 1);
+}
+
 absl::Status Partition::Impl::DrainSink(const flowctl::SpillFifo::Record& record) {
   absl::StatusOr<partitions::DecodedTx> decoded = partitions::DecodeSignedTx(record.data, tx_limits_);
   if (!decoded.ok() || !partitions::VerifySignature(*decoded).ok()) {
     spill_dropped_invalid_.fetch_add(1, std::memory_order_relaxed);
+    absl::MutexLock lock(&spill_mu_);
+    SpillRecordDone(record.seq);
     return absl::OkStatus();  // acknowledged but invalid: counted and dropped, never retried
   }
   auto tx = std::make_shared<const partitions::DecodedTx>(*std::move(decoded));
   std::string hash = tx->hash;
+  {
+    // Pending before the pool sees it, so its commit cannot be missed.
+    absl::MutexLock lock(&spill_mu_);
+    spill_pending_[record.seq] = false;
+    spill_seq_of_[hash] = record.seq;
+    spill_drained_max_ = std::max(spill_drained_max_, record.seq);
+  }
   absl::Status s = AdmitVerified(std::move(tx));
+  if (!s.ok()) {
+    absl::MutexLock lock(&spill_mu_);
+    spill_seq_of_.erase(hash);
+    if (s.code() == absl::StatusCode::kResourceExhausted) {
+      spill_pending_.erase(record.seq);  // kept in the FIFO, offered again
+    } else {
+      SpillRecordDone(record.seq);  // duplicate / replayed: already pooled or committed
+    }
+  }
   if (s.ok()) {
     {
       absl::MutexLock lock(&wait_mu_);

@@ -301,6 +301,15 @@ absl::Status Partition::Impl::CommitLocked(const partitions::PbftCommit& commit)
   pool_->RemoveCommitted(txs);
   height_.store(commit.seq);
   committed_txs_.fetch_add(txs.size(), std::memory_order_relaxed);
+  if (fifo_) {
+    absl::MutexLock lock(&spill_mu_);
+    for (const auto& tx : txs) {
+      if (auto it = spill_seq_of_.find(tx->hash); it != spill_seq_of_.end()) {
+        SpillRecordDone(it->second);
+        spill_seq_of_.erase(it);
+      }
+    }
+  }
 
   const int64_t now = clock_->NowNanos();
   std::vector<std::string> waited;

@@ -181,6 +181,13 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   absl::Mutex wanted_mu_;
   absl::flat_hash_set<std::string> wanted_ ABSL_GUARDED_BY(wanted_mu_);
 
+  // ---- lossless: drained records not yet committed hold back the FIFO's persisted position ----
+  void SpillRecordDone(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(spill_mu_);
+  absl::Mutex spill_mu_;
+  std::map<uint64_t, bool> spill_pending_ ABSL_GUARDED_BY(spill_mu_);  // seq -> committed
+  absl::flat_hash_map<std::string, uint64_t> spill_seq_of_ ABSL_GUARDED_BY(spill_mu_);
+  uint64_t spill_drained_max_ ABSL_GUARDED_BY(spill_mu_) = 0;
+
   // ---- forwarding ----
   absl::Mutex fwd_mu_;
   std::vector<std::string> fwd_ ABSL_GUARDED_BY(fwd_mu_);
