@@ -351,3 +351,36 @@ TEST(SpillFifoTest, ManyProducersOneConsumerKeepOrder) {
 
 }  // namespace
 }  // namespace flowctl
+
+namespace flowctl {
+namespace {
+
+using ::flowctl::testing::DrainAll;
+using ::flowctl::testing::Payload;
+using ::flowctl::testing::TempDir;
+
+TEST(SpillFifoPersistLimitTest, ReopenReplaysEverythingAboveTheLimit) {
+  TempDir dir;
+  SpillFifoOptions o;
+  o.dir = dir.path();
+  o.memory_bytes = 1000;
+  o.segment_bytes = 4096;
+  {
+    absl::StatusOr<std::unique_ptr<SpillFifo>> fifo = SpillFifo::Open(o);
+    ASSERT_TRUE(fifo.ok()) << fifo.status();
+    for (int i = 0; i < 50; ++i) ASSERT_TRUE((*fifo)->Append(Payload(i, 100)).ok());
+    (*fifo)->SetPersistLimit(10);  // e.g. only the first 10 records' txs have committed
+    EXPECT_EQ(DrainAll(**fifo).size(), 50u);
+    ASSERT_TRUE((*fifo)->PersistReadPosition().ok());
+    EXPECT_EQ((*fifo)->stats().persisted_seq, 10u);
+  }  // the destructor persists too, still capped
+  absl::StatusOr<std::unique_ptr<SpillFifo>> fifo = SpillFifo::Open(o);
+  ASSERT_TRUE(fifo.ok()) << fifo.status();
+  std::vector<SpillFifo::Record> rest = DrainAll(**fifo);
+  ASSERT_EQ(rest.size(), 40u);
+  EXPECT_EQ(rest.front().seq, 11u);
+  EXPECT_EQ(rest.front().data, Payload(10, 100));
+}
+
+}  // namespace
+}  // namespace flowctl
