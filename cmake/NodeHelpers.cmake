@@ -65,3 +65,22 @@ function(node_add_benchmark name)
   _node_our_code(${name})
   target_link_libraries(${name} PRIVATE ${A_DEPS} benchmark::benchmark benchmark::benchmark_main)
 endfunction()
+
+# fuzz (issue 9): NODE_FUZZ=ON builds tests/fuzz as libFuzzer binaries (clang only; see
+# tools/fuzz.sh). All of our code gets coverage instrumentation plus ASan and UBSan; Debian's
+# gcc-built libraries (protobuf, gRPC, abseil, RocksDB, OpenSSL) stay uninstrumented and link as
+# is (libstdc++ on both sides). -Werror is dropped in this mode: the warnings gate is the gcc build.
+option(NODE_FUZZ "Build tests/fuzz as libFuzzer binaries with ASan+UBSan (clang only)" OFF)
+if(NODE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "NODE_FUZZ=ON needs clang: -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  if(NOT NODE_SANITIZE STREQUAL "")
+    message(FATAL_ERROR "NODE_FUZZ=ON sets its own sanitizers; leave NODE_SANITIZE empty")
+  endif()
+  list(REMOVE_ITEM NODE_WARNING_FLAGS -Werror)
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+    -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+# end fuzz
