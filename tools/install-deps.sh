@@ -8,7 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev libbenchmark-dev
   librocksdb-dev libssl-dev prometheus-cpp-dev
-  python3 python3-grpcio python3-protobuf python3-cryptography clang
+  python3 python3-grpcio python3-protobuf python3-cryptography
   procps iproute2 curl
 )
 
