@@ -129,6 +129,13 @@ absl::Status Node::Start() {
     to.peers = specs;
     to.egress.cap_bytes_per_second = static_cast<double>(res.egress_bytes_per_second());
     to.egress.fifo_mode = res.egress_fifo_mode();
+    // Forwarded txs are the one kind of traffic that may be dropped (replicas fetch what a
+    // proposal names), so their queue holds a quarter second of the cap, not megabytes: stale
+    // forwards are dropped oldest-first instead of delaying everything behind them for seconds.
+    if (res.egress_bytes_per_second() > 0) {
+      to.egress.queue_bytes[p2p::ChannelIndex(p2p::Channel::TX_FORWARD)] = std::max<size_t>(
+          256 << 10, static_cast<size_t>(res.egress_bytes_per_second() / 4));
+    }
     if (res.egress_fifo_mode()) LOG(WARNING) << "egress in FIFO mode (benchmark comparison only)";
     if (res.tx_forward_floor_bytes_per_second() > 0) {
       to.egress.tx_forward_floor_bytes_per_second =
@@ -166,31 +173,22 @@ absl::Status Node::Start() {
     }
     partitions_.push_back(*std::move(part));
   }
+  // Handlers before the transport starts: peer messages go straight to their partition's lanes.
+  std::map<uint32_t, Partition*> by_id;
+  for (auto& p : partitions_) by_id[p->id()] = p.get();
+  network_->SetHandlers(
+      [by_id](const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch,
+              std::string payload) {
+        auto it = by_id.find(part);
+        if (it != by_id.end()) it->second->OnPeerMessage(from, ch, std::move(payload));
+      },
+      [](const p2p::NodeId& peer, p2p::PeerEvent ev) { LOG(INFO) << "peer " << peer << " " << ev; });
   if (transport_ != nullptr) {
-    std::map<uint32_t, Partition*> by_id;
-    for (auto& p : partitions_) by_id[p->id()] = p.get();
-    transport_->SetHandlers(
-        [by_id](const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch,
-                std::string payload) {
-          auto it = by_id.find(part);
-          if (it != by_id.end()) it->second->OnPeerMessage(from, ch, std::move(payload));
-        },
-        [](const p2p::NodeId& peer, p2p::PeerEvent ev) { LOG(INFO) << "peer " << peer << " " << ev; });
     RETURN_IF_ERROR(transport_->Start());
     for (const auto& p : partitions_) {
       RETURN_IF_ERROR(transport_->egress().SetPartitionWeight(
           p->id(), static_cast<uint32_t>(std::max(1.0, p->config().share().weight() * 100))));
     }
-  } else {
-    std::map<uint32_t, Partition*> by_id;
-    for (auto& p : partitions_) by_id[p->id()] = p.get();
-    network_->SetHandlers(
-        [by_id](const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch,
-                std::string payload) {
-          auto it = by_id.find(part);
-          if (it != by_id.end()) it->second->OnPeerMessage(from, ch, std::move(payload));
-        },
-        [](const p2p::NodeId&, p2p::PeerEvent) {});
   }
   for (auto& p : partitions_) RETURN_IF_ERROR(p->Start());
 

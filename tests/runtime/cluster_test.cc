@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/runtime/runtime_test_util.h"
 #include "p2p/ed25519.h"
 #include "partitions/transaction.h"
 #include "proto/admin.grpc.pb.h"
@@ -35,33 +36,15 @@
 namespace runtime {
 namespace {
 
+using ::runtime::testing::FreePort;
+using ::runtime::testing::WaitFor;
+
 using ::testing::HasSubstr;
 
 constexpr int kNodes = 4;
 constexpr char kToken[] = "cluster-test-admin-token";
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  CHECK_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  CHECK_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
-// Polls `cond` every 10 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(30)) {
-  const absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return cond();
-}
 
 p2p::PrivateKey Key(char seed) {
   absl::StatusOr<p2p::PrivateKey> k = p2p::PrivateKey::FromSeed(std::string(32, seed));

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
+#include "tests/runtime/runtime_test_util.h"
 #include "p2p/ed25519.h"
 #include "partitions/transaction.h"
 #include "runtime/config.h"
@@ -24,14 +25,8 @@
 namespace runtime {
 namespace {
 
-bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout) {
-  const absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return cond();
-}
+using ::runtime::testing::WaitFor;
+
 
 node::config::NodeConfig LosslessConfig(const std::string& dir) {
   node::config::NodeConfig c;

@@ -24,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/runtime/runtime_test_util.h"
 #include "p2p/ed25519.h"
 #include "partitions/transaction.h"
 #include "proto/client.grpc.pb.h"
@@ -32,28 +33,12 @@ extern char** environ;
 
 namespace {
 
+using ::runtime::testing::FreePort;
+using ::runtime::testing::WaitFor;
+
 using ::testing::HasSubstr;
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  CHECK_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
-bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout) {
-  const absl::Time end = absl::Now() + timeout;
-  while (absl::Now() < end) {
-    if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return cond();
-}
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;
