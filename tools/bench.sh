@@ -4,7 +4,10 @@
 # from this script.
 #   tools/bench.sh                    # every benchmark
 #   tools/bench.sh token_bucket spill # only bench_token_bucket and bench_spill_fifo...
-# Environment: BUILD_DIR (default build, shared with tools/test.sh), BENCH_ARGS (extra benchmark flags).
+# Then (without a filter) the headline scenarios against real 4-node localnets
+# (tools/bench_scenarios.py, about 9 minutes on 2 cores).
+# Environment: BUILD_DIR (default build, shared with tools/test.sh), BENCH_ARGS (extra benchmark
+# flags), BENCH_SCENARIOS (0 skips the scenarios; "goodput isolation" runs only those).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -34,4 +37,12 @@ for bin in "$build_dir"/tests/bench/bench_*; do
   "$bin" --benchmark_out="$out/$name.json" --benchmark_out_format=json ${BENCH_ARGS:-} \
     | tee "$out/$name.txt"
 done
+if [ $# -eq 0 ] && [ "${BENCH_SCENARIOS:-all}" != 0 ]; then
+  echo "== scenarios"
+  scen=${BENCH_SCENARIOS:-all}
+  [ "$scen" = all ] && scen=
+  # shellcheck disable=SC2086
+  BENCH_OUT="$out" BUILD_DIR="$build_dir" tools/bench_scenarios.py $scen | tee "$out/scenarios.txt" \
+    || echo "scenarios: at least one scenario failed to run (see $out/scenarios.txt)"
+fi
 echo "results in $out"
