@@ -129,13 +129,6 @@ absl::Status Node::Start() {
     to.peers = specs;
     to.egress.cap_bytes_per_second = static_cast<double>(res.egress_bytes_per_second());
     to.egress.fifo_mode = res.egress_fifo_mode();
-    // Forwarded txs are the one kind of traffic that may be dropped (replicas fetch what a
-    // proposal names), so their queue holds a quarter second of the cap, not megabytes: stale
-    // forwards are dropped oldest-first instead of delaying everything behind them for seconds.
-    if (res.egress_bytes_per_second() > 0) {
-      to.egress.queue_bytes[p2p::ChannelIndex(p2p::Channel::TX_FORWARD)] = std::max<size_t>(
-          256 << 10, static_cast<size_t>(res.egress_bytes_per_second() / 4));
-    }
     if (res.egress_fifo_mode()) LOG(WARNING) << "egress in FIFO mode (benchmark comparison only)";
     if (res.tx_forward_floor_bytes_per_second() > 0) {
       to.egress.tx_forward_floor_bytes_per_second =
