@@ -1,6 +1,7 @@
 #include "runtime/grpc_servers.h"
 
 #include <chrono>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -16,10 +17,33 @@
 namespace runtime {
 namespace {
 
+// Answers every method a server does not serve (e.g. an AdminService call on the client port)
+// with UNIMPLEMENTED naming the method and the port, where gRPC alone gives an empty message.
+// One per server (gRPC registers a generic service with one server only).
+class UnknownMethodService final : public grpc::CallbackGenericService {
+ public:
+  explicit UnknownMethodService(std::string api) : api_(std::move(api)) {}
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
+    class Reactor final : public grpc::ServerGenericBidiReactor {
+     public:
+      explicit Reactor(grpc::Status status) { Finish(std::move(status)); }
+      void OnDone() override { delete this; }
+    };
+    return new Reactor(grpc::Status(
+        grpc::StatusCode::UNIMPLEMENTED,
+        absl::StrCat("unknown method ", ctx->method(), " on the ", api_, " port")));
+  }
+
+ private:
+  const std::string api_;
+};
+
 // Builds and starts one server for `service` on `address`; fills *port with the bound port.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& api,
                                                           const std::string& address,
                                                           grpc::Service* service,
+                                                          grpc::CallbackGenericService* unknown,
                                                           int max_receive_bytes, int* port) {
   if (address.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(api, " API: listen address is empty"));
@@ -27,6 +51,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& api
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
   builder.RegisterService(service);
+  builder.RegisterCallbackGenericService(unknown);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
   // gRPC sets SO_REUSEPORT by default, so a second node on the same port would bind "fine" and
   // silently share the traffic; refuse instead.
@@ -52,16 +77,20 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
   std::unique_ptr<GrpcServers> servers(new GrpcServers());
   servers->client_service_ = std::make_unique<ClientServiceImpl>(node);
   servers->admin_service_ = std::make_unique<AdminServiceImpl>(node, std::move(admin_token));
+  servers->client_unknown_methods_ = std::make_unique<UnknownMethodService>("client");
+  servers->admin_unknown_methods_ = std::make_unique<UnknownMethodService>("admin");
 
   absl::StatusOr<std::unique_ptr<grpc::Server>> client =
       StartServer("client", config.client_listen(), servers->client_service_.get(),
-                  kClientMaxReceiveBytes, &servers->client_port_);
+                  servers->client_unknown_methods_.get(), kClientMaxReceiveBytes,
+                  &servers->client_port_);
   if (!client.ok()) return client.status();
   servers->client_server_ = *std::move(client);
 
   absl::StatusOr<std::unique_ptr<grpc::Server>> admin =
       StartServer("admin", config.admin_listen(), servers->admin_service_.get(),
-                  kAdminMaxReceiveBytes, &servers->admin_port_);
+                  servers->admin_unknown_methods_.get(), kAdminMaxReceiveBytes,
+                  &servers->admin_port_);
   if (!admin.ok()) {
     servers->Shutdown(absl::ZeroDuration());
     return admin.status();

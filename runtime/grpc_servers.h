@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 #include "proto/config.pb.h"
 
@@ -61,6 +62,10 @@ class GrpcServers {
 
   std::unique_ptr<ClientServiceImpl> client_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
+  // Answer methods a port does not serve (one per server: gRPC allows no sharing); declared
+  // before the servers so they outlive them.
+  std::unique_ptr<grpc::CallbackGenericService> client_unknown_methods_;
+  std::unique_ptr<grpc::CallbackGenericService> admin_unknown_methods_;
   std::unique_ptr<grpc::Server> client_server_;
   std::unique_ptr<grpc::Server> admin_server_;
   int client_port_ = 0;

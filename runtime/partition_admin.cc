@@ -327,9 +327,12 @@ void Partition::ApplyShares(double cpu_share, double memory_bytes) {
   // memory tier) applied to the share, never below 1 MiB nor above the configured limit.
   double limit = static_cast<double>(configured + impl_->config_.dispatcher().budget_bytes());
   if (impl_->fifo_) limit += static_cast<double>(impl_->config_.lossless().memory_bytes());
+  // A pooled tx is resident at about twice its wire size (the bytes plus the parsed message,
+  // partitions/transaction.h) and the pool counts wire bytes: halve the share for it.
   uint64_t cap = static_cast<uint64_t>(
-      std::max(double{1 << 20}, memory_bytes * static_cast<double>(configured) / limit));
+      std::max(double{1 << 20}, memory_bytes * static_cast<double>(configured) / limit / 2));
   cap = std::min(cap, configured);
+  if (memory_bytes >= limit) cap = configured;  // its whole configured memory: no cap
   const uint64_t old = impl_->pool_bytes_cap_ == 0 ? configured : impl_->pool_bytes_cap_;
   // Re-apply only on a change of more than 5%: limits are not worth churning every tick.
   if (cap == old || std::abs(static_cast<double>(cap) - static_cast<double>(old)) <

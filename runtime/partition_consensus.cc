@@ -292,9 +292,8 @@ absl::Status Partition::Impl::CommitLocked(const partitions::PbftCommit& commit)
   }
   header->set_tx_root(partitions::TxRoot(block.tx_hashes()));
   header->set_state_root(exec.state_root);
-  const uint32_t proposer = static_cast<uint32_t>(commit.view % env_.replica_ids.size());
-  header->set_proposer(env_.replica_keys[proposer].bytes());
-  header->set_view(commit.view);
+  // No view or proposer: every replica must build the same block for a seq, and the view in
+  // which a seq commits can differ between replicas (chain.proto); the certificate keeps it.
   header->set_timestamp_ms(0);  // every replica must build the same block: no local clock here
   header->set_tx_count(static_cast<uint32_t>(txs.size()));
 

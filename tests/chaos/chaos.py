@@ -1,0 +1,679 @@
+#!/usr/bin/python3
+"""chaos: fault runs against a real 4-node `noded` localnet under steady load.
+
+  tests/chaos/chaos.py short                      each fault kind once (~1-2 min), exit 1 on any
+                                                  violation
+  tests/chaos/chaos.py long --minutes 10 --seed 7 randomized fault schedule, prints a table
+
+Faults: kill -9 + restart of a replica; SIGSTOP/SIGCONT of a replica and of a primary for longer
+than the view-change timeout; rolling restart (SIGTERM + start, one node after another); kill -9
+of the current primary, repeatedly. Background load: build/tools/loadgen on every partition, plus
+one "acked submitter" thread per partition that sends signed Put txs with wait_for_commit to a
+random live node and records every tx whose commit was acknowledged (a receipt with a height).
+
+Invariants, checked through the client and admin APIs after each fault run:
+  safety    every node has the same block hash and state root at every height of every
+            partition (up to the common height, after waiting for catch-up);
+  acked     every acked tx is COMMITTED on every node, at the acked height;
+  recovery  after healing, every node commits a new height within 2x the view-change timeout
+            (after a primary is killed: survivors commit within 3x, detection included);
+  catch-up  a restarted node reaches the others' height (CATCHUP_S bound).
+
+Python stubs are generated at run time from proto/*.proto (protoc + grpc_python_plugin); txs are
+signed with `cryptography` (Ed25519). Exit 0 pass, 1 violation or failure, 77 skipped (modules or
+binaries missing). Cluster directories live in a temp dir and are always brought down.
+"""
+
+import argparse
+import glob
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+N_NODES = 4
+PARTITIONS = ["hot", "steady"]
+CATCHUP_S = 30.0      # a restarted / resumed node reaches the others' height within this
+STUCK_S = 45.0        # the pre-check wait for every node to reach the max height
+POLL_S = 0.05
+SHORT_BUDGET_S = 170  # short mode starts no fault after this (ctest TIMEOUT is 300 s)
+HARD_DEADLINE = [float("inf")]  # monotonic time every wait ends by (short mode: start + 240 s)
+REVERIFY = 300        # heights re-read from a restarted node
+T0 = time.monotonic()
+grpc = admin_pb2 = admin_pb2_grpc = chain_pb2 = client_pb2 = client_pb2_grpc = None
+
+
+def log(msg):
+    print("[%7.2fs] %s" % (time.monotonic() - T0, msg), flush=True)
+
+
+def load_localnet():
+    path = os.path.join(REPO, "tools", "localnet")
+    loader = importlib.machinery.SourceFileLoader("localnet_mod", path)
+    spec = importlib.util.spec_from_loader("localnet_mod", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def generate_stubs(out):
+    global grpc, admin_pb2, admin_pb2_grpc, chain_pb2, client_pb2, client_pb2_grpc
+    os.makedirs(out, exist_ok=True)
+    protos = sorted(glob.glob(os.path.join(REPO, "proto", "*.proto")))
+    subprocess.run(["protoc", "--python_out=" + out, "--grpc_out=" + out,
+                    "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin", "-I", REPO] + protos,
+                   check=True)
+    sys.path.insert(0, out)
+    import grpc as g
+    from proto import admin_pb2 as a, admin_pb2_grpc as ag, chain_pb2 as c
+    from proto import client_pb2 as cl, client_pb2_grpc as clg
+    grpc, admin_pb2, admin_pb2_grpc, chain_pb2, client_pb2, client_pb2_grpc = g, a, ag, c, cl, clg
+
+
+CHANNEL_OPTS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 300)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster: localnet's own functions for processes, gRPC stubs for status.
+
+class Cluster:
+    def __init__(self, ln, d, build, vct_ms, batch_ms):
+        self.ln, self.d, self.build, self.vct_ms = ln, d, build, vct_ms
+        self.batch_ms = batch_ms
+        self.state = None
+        self.procs = {}
+        self.down_nodes = set()    # killed / stopped: not "live"
+        self.paused = set()        # SIGSTOPped: not "live"
+        self.restarted = set()     # restarted since the last check (re-verify their history)
+        self.lock = threading.Lock()
+        self.ids = {}
+
+    def up(self):
+        extra = os.path.join(os.path.dirname(self.d), "extra.conf")
+        with open(extra, "w") as f:
+            f.write("[partition *]\nconsensus { view_change_timeout_ms: %d batch_timeout_ms: %d }\n"
+                    % (self.vct_ms, self.batch_ms))
+        cmd = [os.path.join(REPO, "tools", "localnet"), "up", str(N_NODES), "--partitions", "2",
+               "--base-port", "0", "--dir", self.d, "--config-extra", extra, "--clean",
+               "--noded", os.path.join(self.build, "runtime", "noded"),
+               "--nodectl", os.path.join(self.build, "tools", "nodectl"), "--timeout", "90"]
+        subprocess.run(cmd, check=True)
+        self.state = self.ln.load_state(self.d)
+        self.client, self.admin, self.token = {}, {}, {}
+        for i in self.indices():
+            ports = self.state["nodes"][i - 1]["ports"]
+            self.client[i] = client_pb2_grpc.ClientServiceStub(
+                grpc.insecure_channel("127.0.0.1:%d" % ports["client"], options=CHANNEL_OPTS))
+            self.admin[i] = admin_pb2_grpc.AdminServiceStub(
+                grpc.insecure_channel("127.0.0.1:%d" % ports["admin"], options=CHANNEL_OPTS))
+            with open(self.ln.node_paths(self.d, i)["token"]) as f:
+                self.token[i] = [("authorization", "Bearer " + f.read().strip())]
+        for i in self.indices():
+            st = self.status(i, timeout=5)
+            if st is None:
+                raise RuntimeError("node %d does not answer GetNodeStatus after up" % i)
+            self.ids[i] = st.node_id
+        self.sorted_ids = sorted(self.ids.values())
+
+    def down(self):
+        if not self.state:
+            return
+        for i in self.indices():
+            pid = self.ln.running_pid(self.d, i)
+            if pid:
+                self.ln.signal_pid(pid, signal.SIGCONT)
+        self.ln.stop_nodes(self.d, self.indices(), signal.SIGTERM, 15)
+        self.ln.reap(self.procs)
+
+    def indices(self):
+        return list(range(1, N_NODES + 1))
+
+    def live(self):
+        with self.lock:
+            return [i for i in self.indices() if i not in self.down_nodes and i not in self.paused]
+
+    def addrs(self, kind):
+        return ",".join("127.0.0.1:%d" % n["ports"][kind] for n in self.state["nodes"])
+
+    def status(self, i, timeout=1.0):
+        try:
+            return self.admin[i].GetNodeStatus(admin_pb2.GetNodeStatusRequest(),
+                                               metadata=self.token[i], timeout=timeout)
+        except grpc.RpcError:
+            return None
+
+    def heights(self, nodes, timeout=1.0):
+        """{i: {partition: PartitionStatus}} for nodes that answered."""
+        out = {}
+        for i in nodes:
+            st = self.status(i, timeout)
+            if st is not None:
+                out[i] = {p.name: p for p in st.partitions}
+        return out
+
+    def primary(self, partition):
+        """Node index of the primary of `partition` in the highest view any live node reports."""
+        views = [h[partition].view for h in self.heights(self.live()).values()]
+        v = max(views) if views else 0
+        pid = self.sorted_ids[v % N_NODES]
+        return next(i for i, nid in self.ids.items() if nid == pid)
+
+    def kill(self, i, sig=signal.SIGKILL):
+        with self.lock:
+            self.down_nodes.add(i)
+        self.ln.stop_nodes(self.d, [i], sig, 15)
+        self.ln.reap(self.procs)
+
+    def start(self, i):
+        # The binary may be being relinked by a concurrent build (EACCES / ETXTBSY): retry.
+        for attempt in range(60):
+            try:
+                self.procs[i] = self.ln.start_node(self.state, self.d, i)
+                break
+            except OSError as e:
+                if attempt == 59:
+                    raise
+                log("start node %d: %s; retrying" % (i, e))
+                time.sleep(0.5)
+        with self.lock:
+            self.down_nodes.discard(i)
+            self.restarted.add(i)
+
+    def pause(self, i):
+        with self.lock:
+            self.paused.add(i)
+        self.ln.signal_pid(self.ln.running_pid(self.d, i), signal.SIGSTOP)
+
+    def resume(self, i):
+        self.ln.signal_pid(self.ln.running_pid(self.d, i), signal.SIGCONT)
+        with self.lock:
+            self.paused.discard(i)
+
+    def evidence(self, i, lines=15):
+        out = ["---- node %d log tail ----" % i,
+               self.ln.tail(self.ln.node_paths(self.d, i)["log"], lines)]
+        try:
+            r = subprocess.run(self.ln.nodectl_cmd(self.state, self.d, i, ["status"], 2000),
+                               capture_output=True, text=True, timeout=5)
+            out += ["---- nodectl status (node %d) ----" % i, r.stdout.strip() + r.stderr.strip()]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out.append("nodectl: %s" % e)
+        return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Acked submitter: one thread per partition.
+
+class Submitter(threading.Thread):
+    def __init__(self, cluster, partition, pid, rate, seed):
+        super().__init__(daemon=True)
+        self.c, self.partition, self.pid, self.rate = cluster, partition, pid, rate
+        self.rng = random.Random("%s-%s" % (seed, partition))
+        self.seed = seed
+        self.stop_ev = threading.Event()
+        self.acked = []          # (tx_hash, height)
+        self.failed = 0
+        self.sender_no = 0
+        self._new_sender()
+
+    def _new_sender(self):
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        self.sender_no += 1
+        raw = hashlib.sha256(("chaos-%s-%s-%d" % (self.seed, self.partition,
+                                                  self.sender_no)).encode()).digest()
+        self.key = Ed25519PrivateKey.from_private_bytes(raw)
+        self.sender = self.key.public_key().public_bytes(serialization.Encoding.Raw,
+                                                         serialization.PublicFormat.Raw)
+        self.nonce = 1
+
+    def run(self):
+        ref = client_pb2.PartitionRef(name=self.partition)
+        while not self.stop_ev.is_set():
+            live = self.c.live()
+            if live:
+                i = self.rng.choice(live)
+                tx = chain_pb2.Transaction(partition=self.pid, sender=self.sender, nonce=self.nonce,
+                                           put=chain_pb2.Put(key=b"chaos-%d" % self.nonce,
+                                                             value=b"v"))
+                txb = tx.SerializeToString(deterministic=True)
+                signed = chain_pb2.SignedTransaction(tx=txb, signature=self.key.sign(txb))
+                req = client_pb2.SubmitTxRequest(partition=ref, wait_for_commit=True,
+                                                 wait_timeout_ms=4000,
+                                                 signed_tx=signed.SerializeToString(
+                                                     deterministic=True))
+                try:
+                    r = self.c.client[i].SubmitTx(req, timeout=6)
+                    if r.HasField("receipt") and r.receipt.block_height > 0:
+                        self.acked.append((r.tx_hash, r.receipt.block_height))
+                        self.nonce += 1
+                    else:
+                        self.failed += 1
+                        self._new_sender()  # it may still commit later: never reuse its nonce
+                except grpc.RpcError:
+                    self.failed += 1
+                    self._new_sender()
+            self.stop_ev.wait(1.0 / self.rate)
+
+
+# ---------------------------------------------------------------------------------------------
+# Invariant checks.
+
+class Checker:
+    def __init__(self, cluster, submitters):
+        self.c, self.subs = cluster, submitters
+        self.ref = {p: {} for p in PARTITIONS}        # height -> (block_hash, state_root)
+        self.verified = {i: {p: 0 for p in PARTITIONS} for i in cluster.indices()}
+        self.tx_ok = {i: set() for i in cluster.indices()}
+        self.safety = []
+        self.lost = set()
+        self.diverged = {}   # (node, partition) -> first height whose block hash differs
+        self.liveness = []
+
+    def violation(self, kind, msg, nodes=()):
+        log("VIOLATION (%s): %s" % (kind, msg))
+        n = len(self.safety) + len(self.liveness)
+        for i in nodes if n < 3 else ():  # evidence for the first few only
+            print(self.c.evidence(i), flush=True)
+        (self.safety if kind == "safety" else self.liveness).append(msg)
+
+    def wait_caught_up(self, nodes, timeout):
+        """Waits until every node in `nodes` reaches, on every partition, the max height seen at
+        the start. Returns {partition: min height} or reports the stuck nodes."""
+        hs = self.c.heights(nodes)
+        target = {p: max((h[p].height for h in hs.values()), default=0) for p in PARTITIONS}
+        deadline = min(time.monotonic() + timeout, HARD_DEADLINE[0])
+        while True:
+            hs = self.c.heights(nodes)
+            behind = [(i, p) for i in nodes for p in PARTITIONS
+                      if i not in hs or hs[i][p].height < target[p]]
+            if not behind:
+                return {p: min(h[p].height for h in hs.values()) for p in PARTITIONS}
+            if time.monotonic() > deadline:
+                desc = ", ".join("node %d %s at %s (%s)" % (
+                    i, p, hs[i][p].height if i in hs else "?",
+                    hs[i][p].consensus_state if i in hs else "no answer") for i, p in behind)
+                self.violation("liveness", "not caught up within %gs to %s: %s"
+                               % (timeout, target, desc), sorted({i for i, _ in behind}))
+                return None
+            time.sleep(0.2)
+
+    def describe(self, p, h, bad):
+        """Prints block `h` of `p` as every live node serves it (evidence for a mismatch)."""
+        if len(self.safety) >= 3:
+            return
+        for i in self.c.live():
+            try:
+                r = self.c.client[i].GetBlock(client_pb2.GetBlockRequest(
+                    partition=client_pb2.PartitionRef(name=p), height=h), timeout=5)
+            except grpc.RpcError as e:
+                print("  node %d: %s" % (i, e.code()))
+                continue
+            hd = r.block.header
+            print("  node %d%s %s h=%d hash=%s parent=%s tx_root=%s root=%s proposer=%s view=%d "
+                  "ts=%d txs=%d" % (i, "*" if i == bad else " ", p, hd.height, r.block_hash.hex()[:12],
+                                    hd.parent_hash.hex()[:12], hd.tx_root.hex()[:12],
+                                    hd.state_root.hex()[:12], hd.proposer.hex()[:12], hd.view,
+                                    hd.timestamp_ms, hd.tx_count), flush=True)
+
+    def block(self, i, p, h):
+        r = self.c.client[i].GetBlock(client_pb2.GetBlockRequest(
+            partition=client_pb2.PartitionRef(name=p), height=h), timeout=5)
+        return r.block_hash, r.block.header.state_root
+
+    def check(self, final=False):
+        nodes = self.c.live()
+        common = self.wait_caught_up(nodes, STUCK_S)
+        if common is None:
+            return
+        with self.c.lock:
+            restarted, self.c.restarted = self.c.restarted, set()
+        for i in restarted:
+            # Re-verify what a restarted node serves from its own disk: every acked tx and the
+            # last REVERIFY heights (all of them would cost minutes in long runs).
+            self.tx_ok[i] = set()
+            for p in PARTITIONS:
+                self.verified[i][p] = max(0, self.verified[i][p] - REVERIFY)
+        n_blocks = 0
+        for p in PARTITIONS:
+            for i in nodes:
+                if (i, p) in self.diverged:
+                    continue  # reported once at its first height; every later parent differs
+                for h in range(self.verified[i][p] + 1, common[p] + 1):
+                    try:
+                        got = self.block(i, p, h)
+                    except grpc.RpcError as e:
+                        self.violation("liveness", "node %d GetBlock %s/%d: %s %s"
+                                       % (i, p, h, e.code(), e.details()))
+                        break
+                    n_blocks += 1
+                    want = self.ref[p].setdefault(h, got)
+                    if got != want:
+                        self.describe(p, h, i)
+                        self.diverged[(i, p)] = h
+                        self.violation("safety", "node %d %s height %d: block %s root %s, others "
+                                       "%s root %s" % (i, p, h, got[0].hex()[:16],
+                                                       got[1].hex()[:16], want[0].hex()[:16],
+                                                       want[1].hex()[:16]), [i])
+                        break
+                    self.verified[i][p] = h
+        n_tx = 0
+        for sub in self.subs:
+            p = sub.partition
+            for tx_hash, height in list(sub.acked):
+                for i in nodes:
+                    if tx_hash in self.tx_ok[i] or (height > common[p] and not final):
+                        continue
+                    try:
+                        r = self.c.client[i].GetTx(client_pb2.GetTxRequest(
+                            partition=client_pb2.PartitionRef(name=p), tx_hash=tx_hash), timeout=5)
+                    except grpc.RpcError as e:
+                        self.violation("liveness", "node %d GetTx: %s" % (i, e.code()))
+                        continue
+                    n_tx += 1
+                    if (r.state != client_pb2.GetTxResponse.COMMITTED
+                            or r.receipt.block_height != height):
+                        self.lost.add(tx_hash)
+                        self.violation("safety", "acked tx %s (%s height %d) on node %d: state %d "
+                                       "height %d" % (tx_hash.hex()[:16], p, height, i, r.state,
+                                                      r.receipt.block_height), [i])
+                    else:
+                        self.tx_ok[i].add(tx_hash)
+        log("check: common heights %s; %d blocks and %d tx lookups verified; acked %d"
+            % (common, n_blocks, n_tx, sum(len(s.acked) for s in self.subs)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Fault runs. Each returns {"kind", "recovery_s", "catchup_s"} and reports liveness violations.
+
+class Faults:
+    def __init__(self, cluster, checker, rng):
+        self.c, self.chk, self.rng = cluster, checker, rng
+        self.vct = cluster.vct_ms / 1000.0
+
+    def wait_new_height(self, nodes, since, bound, what):
+        """Time from `since` until every node in `nodes` commits a height above the max height
+        any of them had at call time, on every partition. Reports a violation over `bound`."""
+        hs = self.c.heights(nodes)
+        base = {p: max((h[p].height for h in hs.values()), default=0) for p in PARTITIONS}
+        deadline = min(time.monotonic() + max(bound, CATCHUP_S), HARD_DEADLINE[0])
+        while time.monotonic() < deadline:
+            hs = self.c.heights(nodes, timeout=0.5)
+            if all(i in hs and hs[i][p].height > base[p] for i in nodes for p in PARTITIONS):
+                break
+            time.sleep(POLL_S)
+        took = time.monotonic() - since
+        if took > bound:
+            self.chk.violation("liveness", "%s: commits resumed on nodes %s after %.2fs > %.2fs"
+                               % (what, nodes, took, bound),
+                               nodes if took >= max(bound, CATCHUP_S) else [])
+        return took
+
+    def wait_catchup(self, i, since, what):
+        """Time from `since` until node i reaches the live nodes' height (all partitions) and
+        every partition is NORMAL."""
+        others = [j for j in self.c.live() if j != i]
+        hs = self.c.heights(others)
+        target = {p: max((h[p].height for h in hs.values()), default=0) for p in PARTITIONS}
+        deadline = min(since + CATCHUP_S, HARD_DEADLINE[0])
+        while time.monotonic() < deadline:
+            h = self.c.heights([i], timeout=0.5).get(i)
+            if h and all(h[p].height >= target[p] and h[p].consensus_state == "NORMAL"
+                         for p in PARTITIONS):
+                return time.monotonic() - since
+            time.sleep(POLL_S)
+        self.chk.violation("liveness", "%s: node %d did not catch up to %s within %gs"
+                           % (what, i, target, CATCHUP_S), [i])
+        return CATCHUP_S
+
+    def non_primary(self):
+        prim = {self.c.primary(p) for p in PARTITIONS}
+        return self.rng.choice([i for i in self.c.live() if i not in prim])
+
+    def kill_restart(self):
+        i = self.non_primary()
+        log("fault kill_restart: kill -9 node %d" % i)
+        self.c.kill(i)
+        time.sleep(self.vct * 1.5)
+        t = time.monotonic()
+        self.c.start(i)
+        took = self.wait_catchup(i, t, "kill_restart")
+        rec = self.wait_new_height(self.c.live(), time.monotonic(), 2 * self.vct, "kill_restart")
+        return {"kind": "kill_restart", "recovery_s": rec, "catchup_s": took}
+
+    def pause(self, primary):
+        p = self.rng.choice(PARTITIONS)
+        i = self.c.primary(p) if primary else self.non_primary()
+        kind = "pause_primary" if primary else "pause_replica"
+        log("fault %s: SIGSTOP node %d (%s primary: %s) for %.1fs"
+            % (kind, i, p, primary, 2.5 * self.vct))
+        self.c.pause(i)
+        time.sleep(2.5 * self.vct)
+        self.c.resume(i)
+        t = time.monotonic()
+        rec = self.wait_new_height(self.c.indices(), t, 2 * self.vct, kind)
+        took = self.wait_catchup(i, t, kind)
+        return {"kind": kind, "recovery_s": rec, "catchup_s": took}
+
+    def rolling_restart(self):
+        log("fault rolling_restart: SIGTERM + start each node in turn")
+        worst_c = worst_r = 0.0
+        for i in self.c.indices():
+            self.c.kill(i, signal.SIGTERM)
+            t = time.monotonic()
+            self.c.start(i)
+            worst_c = max(worst_c, self.wait_catchup(i, t, "rolling_restart"))
+            worst_r = max(worst_r, self.wait_new_height(self.c.live(), time.monotonic(),
+                                                        2 * self.vct, "rolling_restart"))
+        return {"kind": "rolling_restart", "recovery_s": worst_r, "catchup_s": worst_c}
+
+    def kill_primary(self, times=3):
+        worst_c = worst_r = 0.0
+        for k in range(times):
+            p = PARTITIONS[k % len(PARTITIONS)]
+            i = self.c.primary(p)
+            log("fault kill_primary %d/%d: kill -9 node %d (primary of %s)" % (k + 1, times, i, p))
+            t = time.monotonic()
+            self.c.kill(i)
+            # Survivors must detect the dead primary (one timeout) and change view.
+            worst_r = max(worst_r, self.wait_new_height(self.c.live(), t, 3 * self.vct,
+                                                        "kill_primary failover"))
+            t = time.monotonic()
+            self.c.start(i)
+            worst_c = max(worst_c, self.wait_catchup(i, t, "kill_primary"))
+        return {"kind": "kill_primary", "recovery_s": worst_r, "catchup_s": worst_c}
+
+    def run(self, kind):
+        return {"kill_restart": self.kill_restart,
+                "pause_replica": lambda: self.pause(False),
+                "pause_primary": lambda: self.pause(True),
+                "rolling_restart": self.rolling_restart,
+                "kill_primary": self.kill_primary}[kind]()
+
+
+KINDS = ["kill_restart", "pause_replica", "pause_primary", "rolling_restart", "kill_primary"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Background load: loadgen, restarted if it exits.
+
+class Load:
+    def __init__(self, cluster, rate, seconds, out):
+        self.c, self.rate, self.seconds, self.out = cluster, rate, seconds, out
+        self.proc, self.n = None, 0
+
+    def ensure(self):
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.n += 1
+        cmd = [os.path.join(self.c.build, "tools", "loadgen"), "--targets",
+               self.c.addrs("client"), "--scenario",
+               ";".join("%s:rate=%d" % (p, self.rate) for p in PARTITIONS),
+               "--duration", "%ds" % self.seconds, "--drain", "1s", "--quiet",
+               "--seed", str(1000 + self.n), "--rpc-timeout-ms", "2000"]
+        self.log = open(self.out, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main_run(a, tmp):
+    generate_stubs(os.path.join(tmp, "gen"))
+    ln = load_localnet()
+    cluster = Cluster(ln, os.path.join(tmp, "localnet"), a.build, a.vct_ms, a.batch_ms)
+    rng = random.Random(a.seed)
+    runs, injected, recov, catch = 0, {}, 0.0, 0.0
+    load = subs = None
+    start = time.monotonic()
+    try:
+        cluster.up()
+        log("cluster up in %s; node ids %s" % (cluster.d, cluster.ids))
+        seconds = int(a.minutes * 60 + 120) if a.mode == "long" else 300
+        load = Load(cluster, a.rate, seconds, os.path.join(tmp, "loadgen.log"))
+        load.ensure()
+        subs = [Submitter(cluster, p, k + 1, a.submit_rate, a.seed)
+                for k, p in enumerate(PARTITIONS)]
+        for s in subs:
+            s.start()
+        chk = Checker(cluster, subs)
+        faults = Faults(cluster, chk, rng)
+        time.sleep(2)
+        if a.mode == "short":
+            schedule = list(KINDS)
+        else:
+            schedule = None
+        end = start + a.minutes * 60
+        if a.mode == "short":
+            HARD_DEADLINE[0] = start + 240
+        while True:
+            if schedule is not None:
+                if not schedule:
+                    break
+                if time.monotonic() > start + SHORT_BUDGET_S:
+                    # Stay inside ctest's TIMEOUT: a killed test would orphan its nodes.
+                    chk.violation("liveness", "short run over its %ds budget; faults not run: %s"
+                                  % (SHORT_BUDGET_S, ", ".join(schedule)))
+                    break
+                kind = schedule.pop(0)
+            else:
+                if time.monotonic() >= end:
+                    break
+                kind = rng.choice(KINDS)
+                time.sleep(rng.uniform(0, 2))
+            load.ensure()
+            r = faults.run(kind)
+            runs += 1
+            injected[kind] = injected.get(kind, 0) + (3 if kind == "kill_primary" else
+                                                      4 if kind == "rolling_restart" else 1)
+            recov, catch = max(recov, r["recovery_s"]), max(catch, r["catchup_s"])
+            log("run %d %s: recovery %.2fs, catch-up %.2fs" % (runs, kind, r["recovery_s"],
+                                                                 r["catchup_s"]))
+            chk.check()
+        for s in subs:
+            s.stop_ev.set()
+        for s in subs:
+            s.join(10)
+        load.stop()
+        chk.check(final=True)
+        acked = sum(len(s.acked) for s in subs)
+        print()
+        print("| metric | value |")
+        print("|---|---|")
+        print("| mode / seed / minutes | %s / %d / %.1f |" % (a.mode, a.seed,
+                                                           (time.monotonic() - start) / 60))
+        print("| runs | %d |" % runs)
+        print("| faults injected | %s |" % ", ".join("%s %d" % kv for kv in sorted(
+            injected.items())))
+        print("| safety violations | %d (ledger divergences: %s) |" % (len(chk.safety), ", ".join(
+            "node %d %s from height %d" % (i, p, h) for (i, p), h in sorted(chk.diverged.items()))
+            or "none"))
+        print("| liveness violations | %d |" % len(chk.liveness))
+        print("| max recovery time (s) | %.2f (bound %.1f; kill_primary failover %.1f) |"
+              % (recov, 2 * a.vct_ms / 1000, 3 * a.vct_ms / 1000))
+        print("| max catch-up time (s) | %.2f |" % catch)
+        print("| acked txs / lost | %d / %d |" % (acked, len(chk.lost)))
+        print("| submit failures (not acked) | %d |" % sum(s.failed for s in subs))
+        print("| blocks verified (hot, steady) | %s |" % ", ".join(
+            str(len(chk.ref[p])) for p in PARTITIONS))
+        print("| load | loadgen %d tx/s per partition + %d acked tx/s per partition; "
+              "loadavg %s |" % (a.rate, a.submit_rate, os.getloadavg()[0]))
+        ok = not chk.safety and not chk.lost and (not chk.liveness or a.mode == "long")
+        return 0 if ok else 1
+    finally:
+        if subs:
+            for s in subs:
+                s.stop_ev.set()
+        if load:
+            load.stop()
+        cluster.down()
+        if a.keep:
+            log("kept %s" % tmp)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["short", "long"])
+    ap.add_argument("--minutes", type=float, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--build", default=os.path.join(REPO, os.environ.get("BUILD_DIR", "build")))
+    ap.add_argument("--vct-ms", type=int, default=1000, help="view_change_timeout_ms")
+    ap.add_argument("--batch-ms", type=int, default=50, help="batch_timeout_ms")
+    ap.add_argument("--rate", type=int, default=50, help="loadgen tx/s per partition")
+    ap.add_argument("--submit-rate", type=float, default=5, help="acked submits/s per partition")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    a = ap.parse_args()
+    a.build = os.path.abspath(a.build)
+    try:
+        import grpc as _g  # noqa: F401
+        import google.protobuf  # noqa: F401
+        import cryptography  # noqa: F401
+    except ImportError as e:
+        print("SKIP: %s (install python3-grpcio python3-protobuf python3-cryptography)" % e)
+        return 77
+    for b in ("runtime/noded", "tools/loadgen", "tools/nodectl"):
+        if not os.access(os.path.join(a.build, b), os.X_OK):
+            print("SKIP: %s not built" % os.path.join(a.build, b))
+            return 77
+    if not shutil.which("protoc") or not os.path.exists("/usr/bin/grpc_python_plugin"):
+        print("SKIP: protoc or grpc_python_plugin missing")
+        return 77
+    tmp = tempfile.mkdtemp(prefix="chaos_")
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        return main_run(a, tmp)
+    except Exception as e:
+        log("FAIL: %r" % e)
+        import traceback
+        traceback.print_exc()
+        return 1
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
