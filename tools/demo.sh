@@ -34,25 +34,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The demo's configuration, on top of every node's defaults (proto/config.proto): hot admits at
-# most 100 tx/s per node, keeps at most 3000 txs pooled (the pool gate closes at 80%), and at
-# most 256 requests in flight; in both partitions work already admitted somewhere in the cluster
-# (forwarded txs, consensus, sync) outweighs new client work on the worker pool.
-cat >"$work/demo.conf" <<'EOF'
-[partition *]
-dispatcher { lane_weights { consensus: 8 sync: 4 tx_forward: 4 bulk: 1 client: 1 } }
-[partition hot]
-pool { max_txs: 3000 }
-interceptor {
-  stages { name: "in_flight" concurrency { max_in_flight: 256 } }
-  stages { name: "health" gate { predicate: "consensus_normal" } }
-  stages { name: "pool" gate { predicate: "pool_below_high_water" } }
-  stages { name: "rate" rate { rate_per_second: 100 burst: 20 } }
-}
-EOF
 
 echo "demo: starting a 4-node cluster with partitions hot and steady (logs in $LOCALNET_DIR)"
-tools/localnet up 4 --partitions 2 --base-port 0 --config-extra "$work/demo.conf"
+tools/localnet up 4 --partitions 2 --base-port 0 --config-extra "$root/tools/demo.conf"
 targets=$(tools/localnet addrs client)
 admins=$(tools/localnet addrs admin)
 tokens=$(ls "$LOCALNET_DIR"/node*/admin.token | paste -sd, -)

@@ -46,21 +46,11 @@ fail() {
   exit 1
 }
 
-cat >"$tmp/flow.conf" <<'EOF'
-[partition *]
-dispatcher { lane_weights { consensus: 8 sync: 4 tx_forward: 4 bulk: 1 client: 1 } }
-[partition hot]
-pool { max_txs: 3000 }
-interceptor {
-  stages { name: "in_flight" concurrency { max_in_flight: 256 } }
-  stages { name: "health" gate { predicate: "consensus_normal" } }
-  stages { name: "pool" gate { predicate: "pool_below_high_water" } }
-  stages { name: "rate" rate { rate_per_second: 100 burst: 20 } }
-}
-EOF
+# The demo's flow-control overlay (hot: 100 tx/s per node, pool 3000, 256 in flight).
+flow_conf="$(cd "$(dirname "$0")/../.." && pwd)/tools/demo.conf"
 
 started=1
-"$localnet" up 4 --partitions 2 --base-port 0 --config-extra "$tmp/flow.conf" \
+"$localnet" up 4 --partitions 2 --base-port 0 --config-extra "$flow_conf" \
   || fail "localnet up"
 client=$("$localnet" addrs client) || fail "addrs client"
 admin=$("$localnet" addrs admin) || fail "addrs admin"
