@@ -22,12 +22,18 @@ namespace runtime {
 class ClientServiceImpl::PendingCalls {
  public:
   // Registers `reactor`; returns its id, or 0 once CancelAll() ran (caller finishes the call).
+  // Registers a call; after shutdown began, answers it UNAVAILABLE at once and returns 0.
   uint64_t Add(grpc::ServerUnaryReactor* reactor) {
-    absl::MutexLock l(&mu_);
-    if (closed_) return 0;
-    uint64_t id = next_id_++;
-    calls_.emplace(id, reactor);
-    return id;
+    {
+      absl::MutexLock l(&mu_);
+      if (!closed_) {
+        uint64_t id = next_id_++;
+        calls_.emplace(id, reactor);
+        return id;
+      }
+    }
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+    return 0;
   }
 
   // If call `id` is still pending, takes it out of the table, runs `fill` (writes the response
@@ -158,10 +164,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const uint64_t id = pending_->Add(reactor);
-  if (id == 0) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
-    return reactor;
-  }
+  if (id == 0) return reactor;  // shutting down: already answered
   // The callback may run inline (early rejection) or later on a partition thread.
   (*partition)
       ->Submit(request->signed_tx(), options,
@@ -197,10 +200,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const uint64_t id = pending_->Add(reactor);
-  if (id == 0) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
-    return reactor;
-  }
+  if (id == 0) return reactor;  // shutting down: already answered
   (*partition)
       ->SubmitBatch(std::move(txs), options,
                     [pending = pending_, id, response](std::vector<SubmitResult> results) {
