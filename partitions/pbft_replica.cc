@@ -78,7 +78,7 @@ void PbftReplica::SetStateFlags() {
 }
 
 bool PbftReplica::CanPropose() const {
-  return status_.ok() && installed_ && !recovering_ && IsPrimary() &&
+  return status_.ok() && installed_ && !recovering_ && !Observing() && IsPrimary() &&
          next_seq_ <= h_ + config_.window && next_seq_ <= last_executed_ + config_.max_inflight;
 }
 
@@ -109,11 +109,20 @@ void PbftReplica::OnTimer(PbftTimer timer) {
       if (recovering_) return;  // re-armed by UpdateRequestTimer; our own lag, not the primary's
       if (pending_requests_ > 0 || HasUnexecutedWork()) StartViewChange(view_ + 1);
       return;
-    case PbftTimer::kViewChange:
+    case PbftTimer::kViewChange: {
       if (installed_) return;
+      // Escalate only a view change that 2f+1 replicas joined and whose NewView did not come
+      // (Castro & Liskov 4.5.2). Alone, escalating would only take us further from the others.
+      auto vcs = view_changes_.find(view_);
+      if (vcs == view_changes_.end() || vcs->second.size() < config_.quorum()) {
+        if (own_view_change_) Broadcast(*own_view_change_);
+        out_.push_back(PbftSetTimer{PbftTimer::kViewChange, ViewChangeTimeout()});
+        return;
+      }
       backoff_shift_ = std::min(backoff_shift_ + 1, config_.max_backoff_shift);
       StartViewChange(view_ + 1);
       return;
+    }
     case PbftTimer::kRetransmit:
       OnRetransmit();
       out_.push_back(PbftSetTimer{PbftTimer::kRetransmit, config_.retransmit_ms});
@@ -160,9 +169,9 @@ void PbftReplica::OnTxsAvailable() {
 
 void PbftReplica::OnRetransmit() {
   fetched_for_.clear();
-  if (!installed_) {
-    if (own_view_change_) Broadcast(*own_view_change_);
-  } else {
+  // In a view change, and while observing a lower view, our ViewChange must reach everyone.
+  if (own_view_change_ && (!installed_ || Observing())) Broadcast(*own_view_change_);
+  if (installed_) {
     std::vector<uint64_t> waiting;
     for (auto it = log_.upper_bound(last_executed_); it != log_.end(); ++it) {
       Slot& slot = it->second;
@@ -200,6 +209,7 @@ void PbftReplica::OnRetransmit() {
 
 bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
   if (view < view_) {
+    if (!installed_ && msg.has_commit()) NoteLowerViewCommit(msg, view);
     ++counters_.dropped_stale_view;
     return true;
   }
@@ -271,7 +281,8 @@ void PbftReplica::ContinueAfterTxs(uint64_t seq) {
     }
   }
   slot.waiting_txs = false;
-  if (config_.self != config_.PrimaryOf(view_) && slot.prepares.count(config_.self) == 0) {
+  if (config_.self != config_.PrimaryOf(view_) && slot.prepares.count(config_.self) == 0 &&
+      !Observing()) {
     ConsensusMessage msg;
     Prepare* p = msg.mutable_prepare();
     p->set_view(view_);
@@ -303,7 +314,7 @@ void PbftReplica::CheckPrepared(uint64_t seq) {
     slot.cert = std::move(cert);
     slot.cert_view = view_;
   }
-  if (!slot.sent_commit) {
+  if (!slot.sent_commit && !Observing()) {
     ConsensusMessage msg;
     Commit* c = msg.mutable_commit();
     c->set_view(view_);

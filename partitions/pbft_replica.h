@@ -12,6 +12,10 @@
 //  - Checkpoints every K seqs; 2f+1 matching make one stable: low watermark moves, log is GC'd.
 //  - View change on the request timer (work pending, no progress), with doubling timeouts; view
 //    changes carry prepared certificates; the new primary re-issues them (null batches for gaps).
+//    As in the paper, a replica moves past view w by its timer only once 2f+1 ViewChanges for w
+//    arrived: alone, it re-sends its ViewChange instead of escalating. A replica whose view
+//    change found no support while f+1 others commit in a lower view observes that view (executes
+//    what 2f+1 commit, signs nothing in it) until the others move: it is NORMAL again, and safe.
 //  - Block sync: a replica that learns of a stable checkpoint it has not executed (or stalls
 //    while peers commit) is RECOVERING: it asks peers for committed batches with commit
 //    certificates (2f+1 signed commits), verifies and executes them.
@@ -72,6 +76,8 @@ class PbftReplica {
   bool CanPropose() const;
   ConsensusState state() const;
   uint64_t view() const { return view_; }
+  // True while following a lower view without voting (see Observing() below).
+  bool observing() const { return Observing(); }
   bool IsPrimary() const { return config_.PrimaryOf(view_) == config_.self; }
   uint64_t last_executed() const { return last_executed_; }
   uint64_t low_watermark() const { return h_; }
@@ -150,6 +156,16 @@ class PbftReplica {
   void InstallNewView(const ConsensusMessage& nv_msg, const NewViewPlan& plan);
   void ResetViewState();
   void JoinHigherViewIfBehind();
+  // Observer mode: a replica whose own view change (view w) found no support, while f+1 others
+  // commit in a lower view v, follows v without signing anything in it (so its ViewChange for w,
+  // which peers hold, stays a true account of what it prepared) and goes back to w when the
+  // others move or v stalls. See pbft_view_change.cc.
+  bool Observing() const;
+  uint64_t OwnViewChangeView() const;
+  void NoteLowerViewCommit(const ConsensusMessage& msg, uint64_t view);
+  void EnterObserver(uint64_t view);
+  void ResumeOwnViewChange();
+  void DropFutureBelowView();
 
   // Helpers.
   ConsensusMessage Signed(ConsensusMessage msg);
@@ -179,6 +195,9 @@ class PbftReplica {
   std::map<uint32_t, uint64_t> latest_vc_view_;  // sender -> highest ViewChange view seen
   bool new_view_sent_ = false;
   uint32_t backoff_shift_ = 0;
+  uint64_t last_installed_view_ = 0;  // highest view whose NewView was installed here
+  // While in a view change: senders of commits seen for each lower view (observer trigger).
+  std::map<uint64_t, std::set<uint32_t>> lower_view_commits_;
 
   // Log and execution.
   std::map<uint64_t, Slot> log_;

@@ -20,6 +20,7 @@ absl::Status PbftReplica::Restore() {
     latest_vc_view_[config_.self] = view_;
   }
   if (installed_ && pv.has_new_view()) new_view_msg_ = pv.new_view();
+  if (installed_) last_installed_view_ = view_;
   const auto& sc = persisted.stable_checkpoint();
   if (sc.seq() > 0) {
     h_ = sc.seq();

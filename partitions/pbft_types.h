@@ -165,6 +165,7 @@ struct PbftCounters {
   uint64_t buffered_future = 0;
   uint64_t view_changes_started = 0;
   uint64_t new_views_installed = 0;
+  uint64_t views_observed = 0;  // lower views followed without voting after a lone view change
   uint64_t synced_batches = 0;
   uint64_t committed_batches = 0;
 };

@@ -29,6 +29,11 @@ void PbftReplica::ResetViewState() {
 }
 
 void PbftReplica::StartViewChange(uint64_t new_view) {
+  // An observer's ViewChange for a higher view is already out; it stands for any view up to it.
+  if (own_view_change_ && new_view <= OwnViewChangeView()) {
+    if (Observing()) ResumeOwnViewChange();
+    return;
+  }
   if (new_view <= view_) return;
   view_ = new_view;
   installed_ = false;
@@ -57,10 +62,65 @@ void PbftReplica::StartViewChange(uint64_t new_view) {
   view_changes_.erase(view_changes_.begin(), view_changes_.lower_bound(new_view));
   view_changes_[new_view][config_.self] = msg;
   latest_vc_view_[config_.self] = new_view;
+  lower_view_commits_.clear();
+  DropFutureBelowView();
+  Broadcast(msg);
+  out_.push_back(PbftSetTimer{PbftTimer::kViewChange, ViewChangeTimeout()});
+  MaybeSendNewView();
+}
+
+void PbftReplica::DropFutureBelowView() {
   future_.erase(std::remove_if(future_.begin(), future_.end(),
                                [&](const ConsensusMessage& m) { return MessageView(m) < view_; }),
                 future_.end());
-  Broadcast(msg);
+}
+
+uint64_t PbftReplica::OwnViewChangeView() const {
+  return own_view_change_ ? own_view_change_->view_change().new_view() : 0;
+}
+
+bool PbftReplica::Observing() const {
+  return installed_ && own_view_change_ && OwnViewChangeView() > view_;
+}
+
+// Liveness repair for a replica that started a view change nobody joined (it was cut off, paused,
+// or restarted into it): the others carry on in a lower view and would never come to it. Going
+// back to that view as a voting member is not safe: peers hold our ViewChange for w, and a
+// NewView for w built from it must see everything we prepared, so we may not prepare or commit
+// anything after it. Following without signing is safe, and keeps the replica executing (2f+1
+// commits of the others, or block sync) and NORMAL until the others move to w or beyond.
+void PbftReplica::NoteLowerViewCommit(const ConsensusMessage& msg, uint64_t view) {
+  if (installed_ || !own_view_change_ || view < last_installed_view_) return;
+  std::set<uint32_t>& senders = lower_view_commits_[view];
+  senders.insert(msg.sender());
+  // f+1 senders include a correct replica, which commits only in a view it installed.
+  if (senders.size() >= config_.f() + 1) EnterObserver(view);
+}
+
+void PbftReplica::EnterObserver(uint64_t view) {
+  view_ = view;
+  installed_ = true;
+  new_view_sent_ = false;
+  new_view_msg_.reset();
+  lower_view_commits_.clear();
+  ++counters_.views_observed;
+  ResetViewState();
+  out_.push_back(PbftCancelTimer{PbftTimer::kViewChange});
+  // Nothing is persisted: on disk we are still in the view change for OwnViewChangeView(), which
+  // is what a restart must resume.
+}
+
+void PbftReplica::ResumeOwnViewChange() {
+  view_ = OwnViewChangeView();
+  installed_ = false;
+  new_view_sent_ = false;
+  new_view_msg_.reset();
+  lower_view_commits_.clear();
+  ResetViewState();
+  view_changes_[view_][config_.self] = *own_view_change_;
+  latest_vc_view_[config_.self] = view_;
+  DropFutureBelowView();
+  Broadcast(*own_view_change_);
   out_.push_back(PbftSetTimer{PbftTimer::kViewChange, ViewChangeTimeout()});
   MaybeSendNewView();
 }
@@ -187,11 +247,14 @@ void PbftReplica::OnNewView(const ConsensusMessage& msg) {
       return;
     }
   }
-  PersistedView pv;
-  pv.set_view(w);
-  pv.set_installed(true);
-  *pv.mutable_new_view() = msg;
-  Persist(deps_.store->PutView(pv));
+  // An observer keeps its view change on disk: a restart must not forget that it sent it.
+  if (OwnViewChangeView() <= w) {
+    PersistedView pv;
+    pv.set_view(w);
+    pv.set_installed(true);
+    *pv.mutable_new_view() = msg;
+    Persist(deps_.store->PutView(pv));
+  }
   InstallNewView(msg, plan);
 }
 
@@ -200,8 +263,10 @@ void PbftReplica::InstallNewView(const ConsensusMessage& nv_msg, const NewViewPl
   const uint64_t w = nv.view();
   view_ = w;
   installed_ = true;
-  own_view_change_.reset();
+  if (OwnViewChangeView() <= w) own_view_change_.reset();  // else: observing view w
   new_view_msg_ = nv_msg;
+  last_installed_view_ = w;
+  lower_view_commits_.clear();
   ++counters_.new_views_installed;
   ResetViewState();
   out_.push_back(PbftCancelTimer{PbftTimer::kViewChange});

@@ -217,33 +217,6 @@ TEST(PbftReplicaTest, StableCheckpointAdvancesWatermarkAndCollectsLog) {
   EXPECT_EQ(h.replica->counters().dropped_outside_watermarks, 1u);
 }
 
-TEST(PbftReplicaTest, RequestTimerStartsViewChangeWithBackoff) {
-  ReplicaHarness h(1);
-  auto a = h.replica->Step(PbftPendingRequests{5});
-  ASSERT_EQ(ActionsOf<PbftSetTimer>(a).size(), 1u);
-  EXPECT_EQ(ActionsOf<PbftSetTimer>(a)[0].timer, PbftTimer::kRequest);
-  a = h.replica->Step(PbftTimerFired{PbftTimer::kRequest});
-  EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
-  EXPECT_EQ(h.replica->view(), 1u);
-  auto vcs = Sent(a, kVC);
-  ASSERT_EQ(vcs.size(), 1u);
-  EXPECT_EQ(vcs[0].view_change().new_view(), 1u);
-  auto states = ActionsOf<PbftStateChanged>(a);
-  ASSERT_EQ(states.size(), 1u);
-  EXPECT_EQ(states[0].state, ConsensusState::kViewChange);
-  int64_t first = 0;
-  for (const auto& t : ActionsOf<PbftSetTimer>(a)) {
-    if (t.timer == PbftTimer::kViewChange) first = t.delay_ms;
-  }
-  a = h.replica->Step(PbftTimerFired{PbftTimer::kViewChange});
-  EXPECT_EQ(h.replica->view(), 2u);
-  int64_t second = 0;
-  for (const auto& t : ActionsOf<PbftSetTimer>(a)) {
-    if (t.timer == PbftTimer::kViewChange) second = t.delay_ms;
-  }
-  EXPECT_EQ(second, 2 * first);
-}
-
 // Builds replica `from`'s ViewChange for `view` with the given certificates (genesis checkpoint).
 ConsensusMessage MakeViewChange(uint64_t view, uint32_t from,
                                 const std::vector<node::consensus::PreparedCertificate>& certs) {
@@ -268,6 +241,42 @@ node::consensus::PreparedCertificate MakeCert(uint64_t view, uint64_t seq,
     ++added;
   }
   return cert;
+}
+
+TEST(PbftReplicaTest, RequestTimerStartsViewChangeWithBackoff) {
+  ReplicaHarness h(2);
+  auto a = h.replica->Step(PbftPendingRequests{5});
+  ASSERT_EQ(ActionsOf<PbftSetTimer>(a).size(), 1u);
+  EXPECT_EQ(ActionsOf<PbftSetTimer>(a)[0].timer, PbftTimer::kRequest);
+  a = h.replica->Step(PbftTimerFired{PbftTimer::kRequest});
+  EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
+  EXPECT_EQ(h.replica->view(), 1u);
+  auto vcs = Sent(a, kVC);
+  ASSERT_EQ(vcs.size(), 1u);
+  EXPECT_EQ(vcs[0].view_change().new_view(), 1u);
+  auto states = ActionsOf<PbftStateChanged>(a);
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(states[0].state, ConsensusState::kViewChange);
+  auto vc_timer = [](const std::vector<PbftAction>& actions) {
+    int64_t delay = 0;
+    for (const auto& t : ActionsOf<PbftSetTimer>(actions)) {
+      if (t.timer == PbftTimer::kViewChange) delay = t.delay_ms;
+    }
+    return delay;
+  };
+  const int64_t first = vc_timer(a);
+  // Alone in view 1: the timer re-sends the same ViewChange and does not escalate.
+  a = h.replica->Step(PbftTimerFired{PbftTimer::kViewChange});
+  EXPECT_EQ(h.replica->view(), 1u);
+  ASSERT_EQ(Sent(a, kVC).size(), 1u);
+  EXPECT_EQ(Sent(a, kVC)[0].SerializeAsString(), vcs[0].SerializeAsString());
+  EXPECT_EQ(vc_timer(a), first);
+  // 2f+1 joined view 1 and its NewView did not come: escalate with a doubled timeout.
+  h.Deliver(MakeViewChange(1, 0, {}));
+  h.Deliver(MakeViewChange(1, 3, {}));
+  a = h.replica->Step(PbftTimerFired{PbftTimer::kViewChange});
+  EXPECT_EQ(h.replica->view(), 2u);
+  EXPECT_EQ(vc_timer(a), 2 * first);
 }
 
 TEST(PbftViewChangeTest, ViewChangeCarriesPreparedCertificate) {
@@ -322,11 +331,11 @@ TEST(PbftViewChangeTest, HigherViewCertificateWins) {
   h.pool.have = {Tx(1), Tx(2), Tx(3)};
   TimeOut(h);
   // Certificates for seq 1 from view 0 (kBatch) and from a later view... only views < 1 exist
-  // for new view 1, so use new view 5 (primary 1) with certs from views 0 and 4.
-  for (int i = 0; i < 4; ++i) h.replica->Step(PbftTimerFired{PbftTimer::kViewChange});
-  ASSERT_EQ(h.replica->view(), 5u);
+  // for new view 1, so use new view 5 (primary 1) with certs from views 0 and 4: f+1 others
+  // asking for view 5 pull this replica there, and with its own it has 2f+1.
   h.Deliver(MakeViewChange(5, 2, {MakeCert(0, 1, kBatch)}));
   auto a = h.Deliver(MakeViewChange(5, 3, {MakeCert(4, 1, {Tx(3)})}));
+  ASSERT_EQ(h.replica->view(), 5u);
   auto nvs = Sent(a, kNV);
   ASSERT_EQ(nvs.size(), 1u);
   ASSERT_EQ(nvs[0].new_view().pre_prepares_size(), 1);
@@ -363,6 +372,79 @@ TEST(PbftViewChangeTest, FPlusOneViewChangesPullALaggardAlong) {
   auto a = h.Deliver(MakeViewChange(1, 2, {}));
   EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
   EXPECT_EQ(Sent(a, kVC).size(), 1u);
+}
+
+// A replica whose view change nobody joined (it was cut off or paused) while f+1 others commit
+// in view 0: it follows view 0 without signing anything in it, and executes what they commit.
+TEST(PbftObserverTest, LoneViewChangeFollowsTheLowerViewWithoutSigning) {
+  ReplicaHarness h(1);
+  auto vcs = Sent(TimeOut(h), kVC);
+  ASSERT_EQ(vcs.size(), 1u);
+  ASSERT_EQ(h.replica->state(), ConsensusState::kViewChange);
+  h.pool.have = {Tx(1), Tx(2)};
+  const std::string d = BatchDigest(kBatch);
+  h.Deliver(MakeCommit(0, 1, d, 2));
+  EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);  // f senders prove nothing
+  auto a = h.Deliver(MakeCommit(0, 1, d, 3));
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+  EXPECT_EQ(h.replica->view(), 0u);
+  EXPECT_TRUE(h.replica->observing());
+  EXPECT_EQ(h.replica->counters().views_observed, 1u);
+  EXPECT_TRUE(h.replica->CanPropose() == false);
+  // The batch goes through view 0 again; the observer prepares and commits nothing.
+  a = CommitAll(h, 0, 1);
+  EXPECT_TRUE(Sent(a, kPrep).empty());
+  EXPECT_TRUE(Sent(a, kCom).empty());
+  ASSERT_EQ(ActionsOf<PbftCommit>(a).size(), 1u);
+  EXPECT_EQ(h.replica->last_executed(), 1u);
+  // Its ViewChange keeps being re-sent, so the others hold it when they move.
+  a = h.replica->Step(PbftTimerFired{PbftTimer::kRetransmit});
+  ASSERT_EQ(Sent(a, kVC).size(), 1u);
+  EXPECT_EQ(Sent(a, kVC)[0].SerializeAsString(), vcs[0].SerializeAsString());
+}
+
+TEST(PbftObserverTest, StalledLowerViewSendsTheObserverBackToItsViewChange) {
+  ReplicaHarness h(1);
+  auto vcs = Sent(TimeOut(h), kVC);
+  const std::string d = BatchDigest(kBatch);
+  h.Deliver(MakeCommit(0, 1, d, 2));
+  h.Deliver(MakeCommit(0, 1, d, 3));
+  ASSERT_TRUE(h.replica->observing());
+  // No progress in view 0: the request timer resumes the same view change (no new, lower one).
+  auto a = TimeOut(h);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
+  EXPECT_EQ(h.replica->view(), 1u);
+  ASSERT_EQ(Sent(a, kVC).size(), 1u);
+  EXPECT_EQ(Sent(a, kVC)[0].SerializeAsString(), vcs[0].SerializeAsString());
+  EXPECT_EQ(h.replica->counters().view_changes_started, 1u);
+}
+
+TEST(PbftObserverTest, ObserverJoinsWhenTheOthersMoveAndInstallsTheNewView) {
+  ReplicaHarness h(1);  // primary of view 1
+  TimeOut(h);
+  const std::string d = BatchDigest(kBatch);
+  h.Deliver(MakeCommit(0, 1, d, 2));
+  h.Deliver(MakeCommit(0, 1, d, 3));
+  ASSERT_TRUE(h.replica->observing());
+  h.Deliver(MakeViewChange(1, 2, {}));
+  auto a = h.Deliver(MakeViewChange(1, 3, {}));
+  EXPECT_EQ(Sent(a, kNV).size(), 1u);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+  EXPECT_EQ(h.replica->view(), 1u);
+  EXPECT_FALSE(h.replica->observing());
+  EXPECT_TRUE(h.replica->CanPropose());
+}
+
+TEST(PbftObserverTest, RestartWhileObservingResumesTheViewChange) {
+  ReplicaHarness h(1);
+  TimeOut(h);
+  const std::string d = BatchDigest(kBatch);
+  h.Deliver(MakeCommit(0, 1, d, 2));
+  h.Deliver(MakeCommit(0, 1, d, 3));
+  ASSERT_TRUE(h.replica->observing());
+  h.Start();
+  EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
+  EXPECT_EQ(h.replica->view(), 1u);
 }
 
 TEST(PbftPersistenceTest, RestartNeverSignsAConflictingPrepare) {

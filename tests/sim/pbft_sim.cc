@@ -47,6 +47,8 @@ class Cluster {
     delay_ = k == FaultKind::kDelay || k == FaultKind::kMixed;
     partition_ = k == FaultKind::kPartition || k == FaultKind::kMixed;
     crash_ = k == FaultKind::kCrash || k == FaultKind::kMixed;
+    isolate_ = k == FaultKind::kIsolate || k == FaultKind::kMixed;
+    pause_ = k == FaultKind::kPause || k == FaultKind::kMixed;
     for (uint32_t i = 0; i < o.n; ++i) nodes_.push_back(std::make_unique<Node>(i));
     // Byzantine nodes, at most f in all: the primary of view 0 and/or the last replica.
     const uint32_t f = config_.f();
@@ -65,6 +67,8 @@ class Cluster {
     }
     if (partition_) At(Rand(200, 1500), [this] { Repartition(); });
     if (crash_) At(Rand(300, 1500), [this] { CrashSomeone(); });
+    if (isolate_) At(Rand(100, 1000), [this] { IsolateSomeone(); });
+    if (pause_) At(Rand(100, 1000), [this] { PauseSomeone(); });
     for (auto& n : nodes_) {
       if (n->byz_garbage) At(Rand(1, 50), [this, id = n->id] { Garbage(id); });
     }
@@ -145,6 +149,15 @@ class Cluster {
 
   void StepNode(Node& n, const PbftEvent& ev) {
     if (!n.up) return;
+    if (now_ < n.paused_until) {
+      // Suspended: everything addressed to it (messages, its timers) runs when it resumes, in
+      // the original order, as after SIGCONT.
+      At(n.paused_until, [this, id = n.id, inc = n.incarnation, ev] {
+        Node& node = *nodes_[id];
+        if (node.incarnation == inc) StepNode(node, ev);
+      });
+      return;
+    }
     Apply(n, n.replica->Step(ev));
     if (n.in_followup) return;
     n.in_followup = true;
@@ -238,6 +251,7 @@ class Cluster {
   }
 
   void Send(uint32_t from, uint32_t to, std::shared_ptr<const ConsensusMessage> msg) {
+    if (nodes_[from]->isolated || nodes_[to]->isolated) return;
     if (Faulty()) {
       if (partition_ && nodes_[from]->group != nodes_[to]->group) return;
       if (loss_ && Chance(0.15)) return;
@@ -306,9 +320,29 @@ class Cluster {
     At(now_ + Rand(300, 1500), [this] { CrashSomeone(); });
   }
 
+  // One honest replica at a time, for longer than the view-change timeout: it starts a view
+  // change alone while the others carry on in their view.
+  void IsolateSomeone() {
+    if (!Faulty()) return;
+    Node& n = *nodes_[rng_() % o_.n];
+    if (n.up && n.honest() && !n.isolated) {
+      n.isolated = true;
+      At(now_ + Rand(1000, 3000), [this, id = n.id] { nodes_[id]->isolated = false; });
+    }
+    At(now_ + Rand(3500, 6000), [this] { IsolateSomeone(); });
+  }
+
+  void PauseSomeone() {
+    if (!Faulty()) return;
+    Node& n = *nodes_[rng_() % o_.n];
+    if (n.up && n.honest() && now_ >= n.paused_until) n.paused_until = now_ + Rand(1000, 3000);
+    At(now_ + Rand(3500, 6000), [this] { PauseSomeone(); });
+  }
+
   void Heal() {
     for (auto& n : nodes_) {
       n->group = 0;
+      n->isolated = false;
       if (!n->up) Restart(*n);
     }
     healed_seq_ = max_seq_;
@@ -381,12 +415,25 @@ class Cluster {
       Fail(false, absl::StrCat("liveness: ", missing, " of ", submitted_.size(),
                                " submitted txs never committed"));
     }
+    // Long after the faults healed, no correct replica may be left behind: not stuck in a view
+    // change the others never joined, not short of what they executed.
+    for (auto& n : nodes_) {
+      if (!n->up || !n->honest() || !result_.ok) continue;
+      if (n->replica->state() != partitions::ConsensusState::kNormal) {
+        Fail(false, absl::StrCat("liveness: replica ", n->id, " ends in state ",
+                                 partitions::ConsensusStateName(n->replica->state()), " at view ",
+                                 n->replica->view()));
+      } else if (n->ledger.last < max_seq_) {
+        Fail(false, absl::StrCat("liveness: replica ", n->id, " ends at seq ", n->ledger.last,
+                                 " of ", max_seq_));
+      }
+    }
   }
 
   const SimOptions o_;
   partitions::PbftConfig config_;
   std::mt19937_64 rng_;
-  bool loss_, dup_, delay_, partition_, crash_;
+  bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::priority_queue<Event> queue_;
   uint64_t next_order_ = 0;
@@ -406,7 +453,8 @@ const std::vector<FaultKind>& AllFaultKinds() {
   static const std::vector<FaultKind> kinds = {
       FaultKind::kNone,      FaultKind::kDelay,      FaultKind::kLoss,
       FaultKind::kDuplicate, FaultKind::kPartition,  FaultKind::kCrash,
-      FaultKind::kByzPrimary, FaultKind::kByzReplica, FaultKind::kMixed};
+      FaultKind::kByzPrimary, FaultKind::kByzReplica, FaultKind::kIsolate,
+      FaultKind::kPause,     FaultKind::kMixed};
   return kinds;
 }
 
@@ -420,6 +468,8 @@ const char* FaultKindName(FaultKind kind) {
     case FaultKind::kCrash: return "crash";
     case FaultKind::kByzPrimary: return "byz_primary";
     case FaultKind::kByzReplica: return "byz_replica";
+    case FaultKind::kIsolate: return "isolate";
+    case FaultKind::kPause: return "pause";
     case FaultKind::kMixed: return "mixed";
   }
   return "unknown";

@@ -9,8 +9,9 @@
 //
 // Checked after every step: agreement (no two honest replicas commit different batches at one
 // seq), validity (every committed tx hash was submitted by a client), in-order execution; after
-// the faults heal, liveness (new commits within a bound, and every tx submitted before the end
-// margin is committed by a correct replica).
+// the faults heal, liveness (new commits within a bound, every tx submitted before the end
+// margin is committed by a correct replica, and at the end every correct replica that is up is
+// NORMAL and has executed everything any replica executed).
 //
 // Single-threaded; RunSimulation is a pure function of its options.
 //
@@ -36,6 +37,8 @@ enum class FaultKind {
   kCrash,        // crash and restart from persisted state
   kByzPrimary,   // primary of view 0 equivocates (different pre-prepares to different replicas)
   kByzReplica,   // a replica sends garbage and conflicting votes
+  kIsolate,      // one replica at a time is cut off for longer than the view-change timeout
+  kPause,        // one replica at a time is suspended (SIGSTOP): its events wait, then all run
   kMixed,        // all of the above at once (Byzantine ones within f)
 };
 const std::vector<FaultKind>& AllFaultKinds();

@@ -98,6 +98,8 @@ struct Node {
   uint64_t reported_pending = ~0ULL;
   bool in_followup = false;
   int group = 0;
+  bool isolated = false;        // kIsolate: no messages in or out
+  int64_t paused_until = -1;    // kPause: events for this node wait until then
   bool honest() const { return !byz_primary && !byz_garbage; }
 };
 
