@@ -57,8 +57,19 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
       ~Unwatch() { t->UnwatchHandshake(id); }
     } unwatch{t_, watch};
     StreamMessage msg;
-    if (!stream->Read(&msg)) return grpc::Status(grpc::StatusCode::CANCELLED, "no handshake");
+    if (!stream->Read(&msg)) {
+      // issue 9: the sync Read cannot tell "closed at once" from "first message does not parse";
+      // either way a log line and a count (handshakes_refused), not silence.
+      t_->counters_->handshakes_refused.fetch_add(1);
+      LOG(WARNING) << "p2p " << t_->self_ << ": refused stream from " << ctx->peer()
+                   << ": no handshake (closed, or the first message is not a StreamMessage)";
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "no handshake: the stream closed or its first message did not parse");
+    }
     if (!msg.has_client_hello()) return Refuse(ctx, "expected ClientHello");
+    if (absl::Status shape = CheckClientHelloShape(msg.client_hello()); !shape.ok()) {
+      return Refuse(ctx, std::string(shape.message()));  // issue 9: before any lookup or log
+    }
     const node::p2p::ClientHello hello = msg.client_hello();
     const NodeId& claimed = hello.node_id();
     if (NodeIdFromPublicKey(hello.public_key()) != claimed) {
@@ -143,9 +154,25 @@ absl::Status GrpcTransport::Start() {
     }
     started_ = true;
   }
+  if (options_.fault.enabled()) {  // tests only; built before any stream can Send
+    if (absl::Status s = ValidateFaultOptions(options_.fault); !s.ok()) return s;
+    fault_ = std::make_unique<FaultInjector>(
+        options_.fault,
+        [this](const NodeId& peer, PartitionId partition, Channel channel,
+               std::shared_ptr<const std::string> payload) {
+          return scheduler_.Enqueue(peer, partition, channel, std::move(payload));
+        },
+        clock_);
+    LOG(WARNING) << "p2p " << self_ << ": FAULT INJECTION ON (test flag): "
+                 << DescribeFaultOptions(options_.fault);
+  }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.listen_address,
+                           options_.server_credentials != nullptr
+                               ? options_.server_credentials
+                               : grpc::InsecureServerCredentials(),
+                           &port);  // TLS (issue 9)
   builder.RegisterService(service_.get());
   // gRPC sets SO_REUSEPORT by default: a second node on a taken port would bind and split the
   // traffic silently. A taken port must be a start error.
@@ -162,6 +189,7 @@ absl::Status GrpcTransport::Start() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));
   }
   port_.store(port);
+  if (fault_ != nullptr) fault_->Start();
   sender_.Start();
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   absl::MutexLock l(&mu_);
@@ -180,6 +208,7 @@ void GrpcTransport::Stop() {
     stopping_ = true;
     if (!started_) return;
   }
+  if (fault_ != nullptr) fault_->Stop();
   sender_.Stop();
   {
     absl::MutexLock l(&mu_);
@@ -361,7 +390,15 @@ void GrpcTransport::DialLoop(NodeId peer) {
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.max_backoff_ms));
       // Our own stream per peer; do not share a TCP connection with other channels.
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+      // TLS (issue 9): mutual TLS when configured; the handshake below still runs inside.
+      if (!options_.tls_peer_name.empty()) {
+        args.SetSslTargetNameOverride(options_.tls_peer_name);
+      }
+      channel = grpc::CreateCustomChannel(address,
+                                          options_.channel_credentials != nullptr
+                                              ? options_.channel_credentials
+                                              : grpc::InsecureChannelCredentials(),
+                                          args);
       channel_address = address;
     }
     auto stub = node::p2p::PeerService::NewStub(channel);
@@ -467,6 +504,10 @@ absl::Status GrpcTransport::Send(const NodeId& peer, PartitionId partition, Chan
       return absl::UnavailableError(absl::StrCat("peer ", peer, " not connected"));
     }
   }
+  if (fault_ != nullptr) {
+    return fault_->Submit(peer, partition, channel,
+                          std::make_shared<const std::string>(std::move(payload)));
+  }
   return scheduler_.Enqueue(peer, partition, channel, std::move(payload));
 }
 
@@ -479,7 +520,8 @@ absl::Status GrpcTransport::Broadcast(PartitionId partition, Channel channel,
   auto shared = std::make_shared<const std::string>(std::move(payload));
   absl::Status first_error;
   for (const NodeId& peer : connected_peers()) {
-    absl::Status s = scheduler_.Enqueue(peer, partition, channel, shared);
+    absl::Status s = fault_ != nullptr ? fault_->Submit(peer, partition, channel, shared)
+                                       : scheduler_.Enqueue(peer, partition, channel, shared);
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   return first_error;

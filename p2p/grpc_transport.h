@@ -47,11 +47,14 @@
 #include "p2p/ed25519.h"
 #include "p2p/egress_scheduler.h"
 #include "p2p/egress_sender.h"
+#include "p2p/fault_injector.h"
 #include "p2p/network.h"
 #include "proto/p2p.grpc.pb.h"
 
 namespace grpc {
+class ChannelCredentials;  // TLS (issue 9)
 class ClientContext;
+class ServerCredentials;   // TLS (issue 9)
 class Server;
 }  // namespace grpc
 
@@ -81,6 +84,16 @@ struct GrpcTransportOptions {
   int64_t handshake_timeout_ms = 5'000;
   // Deadline of Stop()'s server shutdown.
   int64_t shutdown_grace_ms = 500;
+  // Tests only (issue 9, netns chaos): delay / loss of whole outgoing messages before the egress
+  // scheduler (p2p/fault_injector.h). Off unless enabled(); noded sets it from --p2p-fault-*.
+  FaultOptions fault;
+  // TLS (issue 9): credentials of the listening port and of the dialers; null = plaintext. For
+  // mutual TLS the server credentials require a client certificate. The Ed25519 handshake runs
+  // inside either way. `tls_peer_name`, when set, is the name checked in every peer's
+  // certificate instead of the host of its address.
+  std::shared_ptr<grpc::ServerCredentials> server_credentials;
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
+  std::string tls_peer_name;
 };
 
 struct TransportStats {
@@ -158,6 +171,7 @@ class GrpcTransport final : public Network {
 
   EgressScheduler scheduler_;
   EgressSender sender_;
+  std::unique_ptr<FaultInjector> fault_;  // null unless options_.fault.enabled()
   std::unique_ptr<Counters> counters_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;

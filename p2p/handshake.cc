@@ -16,7 +16,38 @@ void AppendField(std::string* out, absl::string_view field) {
   out->append(field.data(), field.size());
 }
 
+bool IsNodeId(absl::string_view s) {
+  if (s.size() != 32) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+absl::Status CheckClientHelloShape(const node::p2p::ClientHello& hello) {
+  if (hello.public_key().size() != 32) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "malformed handshake: public_key must be 32 bytes, got ", hello.public_key().size()));
+  }
+  if (hello.nonce().size() != kHandshakeNonceBytes) {
+    return absl::PermissionDeniedError(absl::StrCat("malformed handshake: nonce must be ",
+                                                    kHandshakeNonceBytes, " bytes, got ",
+                                                    hello.nonce().size()));
+  }
+  if (!IsNodeId(hello.node_id())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "malformed handshake: node_id must be 32 lowercase hex characters, got ",
+        hello.node_id().size(), " bytes"));
+  }
+  if (!IsNodeId(hello.expected_peer_id())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "malformed handshake: expected_peer_id must be 32 lowercase hex characters, got ",
+        hello.expected_peer_id().size(), " bytes"));
+  }
+  return absl::OkStatus();
+}
 
 std::string HandshakeTranscript(HandshakeRole signer, const NodeId& client_id,
                                 const NodeId& server_id, absl::string_view client_nonce,

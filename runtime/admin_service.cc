@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "runtime/client_service.h"  // ToGrpcStatus
 #include "runtime/node.h"
+#include "runtime/raw_call.h"
 #include "runtime/partition.h"
 
 namespace runtime {
@@ -30,7 +31,7 @@ void AdminServiceImpl::Shutdown() {
   if (!shutdown_called_.exchange(true)) shutdown_.Notify();
 }
 
-grpc::Status AdminServiceImpl::Authorize(const grpc::ServerContext* context) const {
+grpc::Status AdminServiceImpl::Authorize(const grpc::ServerContextBase* context) const {
   if (expected_authorization_.empty()) return grpc::Status::OK;
   const auto& metadata = context->client_metadata();
   auto it = metadata.find("authorization");
@@ -40,18 +41,16 @@ grpc::Status AdminServiceImpl::Authorize(const grpc::ServerContext* context) con
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or invalid admin token");
 }
 
-grpc::Status AdminServiceImpl::GetNodeStatus(grpc::ServerContext* context,
-                                             const node::admin::GetNodeStatusRequest*,
-                                             node::admin::NodeStatus* response) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+grpc::Status AdminServiceImpl::HandleGetNodeStatus(grpc::ServerContextBase*,
+                                                   const node::admin::GetNodeStatusRequest*,
+                                                   node::admin::NodeStatus* response) {
   *response = node_->Status();
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::ListPartitions(grpc::ServerContext* context,
-                                              const node::admin::ListPartitionsRequest*,
-                                              node::admin::ListPartitionsResponse* response) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+grpc::Status AdminServiceImpl::HandleListPartitions(grpc::ServerContextBase*,
+                                                    const node::admin::ListPartitionsRequest*,
+                                                    node::admin::ListPartitionsResponse* response) {
   for (const Partition* partition : node_->partitions()) {
     *response->add_partitions() = partition->Status();
     *response->add_configs() = partition->config();
@@ -59,18 +58,16 @@ grpc::Status AdminServiceImpl::ListPartitions(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::ListPeers(grpc::ServerContext* context,
-                                         const node::admin::ListPeersRequest*,
-                                         node::admin::ListPeersResponse* response) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+grpc::Status AdminServiceImpl::HandleListPeers(grpc::ServerContextBase*,
+                                               const node::admin::ListPeersRequest*,
+                                               node::admin::ListPeersResponse* response) {
   *response = node_->Peers();
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::GetFlowStats(grpc::ServerContext* context,
-                                            const node::admin::GetFlowStatsRequest* request,
-                                            node::admin::FlowStats* response) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+grpc::Status AdminServiceImpl::HandleGetFlowStats(grpc::ServerContextBase*,
+                                                  const node::admin::GetFlowStatsRequest* request,
+                                                  node::admin::FlowStats* response) {
   absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats(request->partition());
   if (!stats.ok()) return ToGrpcStatus(stats.status());
   *response = *std::move(stats);
@@ -100,10 +97,9 @@ grpc::Status AdminServiceImpl::WatchFlowStats(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::UpdatePartitionFlow(
-    grpc::ServerContext* context, const node::admin::UpdatePartitionFlowRequest* request,
+grpc::Status AdminServiceImpl::HandleUpdatePartitionFlow(
+    grpc::ServerContextBase*, const node::admin::UpdatePartitionFlowRequest* request,
     node::admin::UpdatePartitionFlowResponse* response) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return ToGrpcStatus(partition.status());
   absl::StatusOr<node::config::PartitionConfig> effective = (*partition)->UpdateFlow(*request);
@@ -112,20 +108,18 @@ grpc::Status AdminServiceImpl::UpdatePartitionFlow(
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::UpdateEgress(grpc::ServerContext* context,
-                                            const node::admin::UpdateEgressRequest* request,
-                                            node::admin::UpdateEgressResponse* response) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+grpc::Status AdminServiceImpl::HandleUpdateEgress(grpc::ServerContextBase*,
+                                                  const node::admin::UpdateEgressRequest* request,
+                                                  node::admin::UpdateEgressResponse* response) {
   absl::StatusOr<node::admin::EgressStats> egress = node_->UpdateEgress(*request);
   if (!egress.ok()) return ToGrpcStatus(egress.status());
   *response->mutable_egress() = *std::move(egress);
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::UpdateArbiter(grpc::ServerContext* context,
-                                             const node::admin::UpdateArbiterRequest* request,
-                                             node::admin::UpdateArbiterResponse* response) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+grpc::Status AdminServiceImpl::HandleUpdateArbiter(grpc::ServerContextBase*,
+                                                   const node::admin::UpdateArbiterRequest* request,
+                                                   node::admin::UpdateArbiterResponse* response) {
   absl::StatusOr<std::vector<node::config::PartitionConfig>> effective =
       node_->UpdateArbiter(*request);
   if (!effective.ok()) return ToGrpcStatus(effective.status());
@@ -135,24 +129,94 @@ grpc::Status AdminServiceImpl::UpdateArbiter(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::PausePartition(grpc::ServerContext* context,
-                                              const node::admin::PausePartitionRequest* request,
-                                              node::admin::PausePartitionResponse*) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+grpc::Status AdminServiceImpl::HandlePausePartition(
+    grpc::ServerContextBase*, const node::admin::PausePartitionRequest* request,
+    node::admin::PausePartitionResponse*) {
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return ToGrpcStatus(partition.status());
   (*partition)->Pause();
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::ResumePartition(grpc::ServerContext* context,
-                                               const node::admin::ResumePartitionRequest* request,
-                                               node::admin::ResumePartitionResponse*) {
-  if (grpc::Status s = Authorize(context); !s.ok()) return s;
+grpc::Status AdminServiceImpl::HandleResumePartition(
+    grpc::ServerContextBase*, const node::admin::ResumePartitionRequest* request,
+    node::admin::ResumePartitionResponse*) {
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return ToGrpcStatus(partition.status());
   (*partition)->Resume();
   return grpc::Status::OK;
+}
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* AdminServiceImpl::Serve(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response,
+    grpc::Status (AdminServiceImpl::*handler)(grpc::ServerContextBase*, const Request*,
+                                              Response*)) {
+  auto* call = new RawCall<Request, Response>(raw_response);
+  // The token first: a caller without it learns nothing, not even how its body parses.
+  if (grpc::Status s = Authorize(context); !s.ok()) {
+    call->Reply(s);
+    return call;
+  }
+  if (!call->Parse(raw_request)) return call;
+  call->Reply((this->*handler)(context, &call->request, &call->response));
+  return call;
+}
+
+// Raw callback methods (runtime/raw_call.h): authorize, parse, run the typed handler inline.
+grpc::ServerUnaryReactor* AdminServiceImpl::GetNodeStatus(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandleGetNodeStatus);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListPartitions(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandleListPartitions);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ListPeers(grpc::CallbackServerContext* context,
+                                                      const grpc::ByteBuffer* request,
+                                                      grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandleListPeers);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetFlowStats(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandleGetFlowStats);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::UpdatePartitionFlow(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandleUpdatePartitionFlow);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::UpdateEgress(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandleUpdateEgress);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::UpdateArbiter(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandleUpdateArbiter);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::PausePartition(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandlePausePartition);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::ResumePartition(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return Serve(context, request, response, &AdminServiceImpl::HandleResumePartition);
 }
 
 }  // namespace runtime

@@ -1,7 +1,9 @@
 // AdminServiceImpl: node.admin.AdminService (proto/admin.proto) on top of a runtime::Node.
 //
-// Synchronous gRPC API: every admin call is a quick read or a validated update of in-memory
-// settings, so a blocking handler is simplest. WatchFlowStats holds its handler thread between
+// Every admin call is a quick read or a validated update of in-memory settings, answered inline.
+// The unary methods are raw callback methods that parse their own request (runtime/raw_call.h):
+// an undecodable body gets INVALID_ARGUMENT "request does not parse as ..." (after the token
+// check). WatchFlowStats is synchronous. WatchFlowStats holds its handler thread between
 // updates; it ends when the client cancels (noticed at the next update), when the interval
 // elapses after Shutdown() was called (at once: Shutdown wakes it), or on a failed write.
 //
@@ -42,7 +44,21 @@ inline constexpr uint32_t kDefaultWatchIntervalMs = 1000;
 // True when `supplied` equals `expected`; runs in time that depends only on expected's length.
 bool ConstantTimeEquals(absl::string_view supplied, absl::string_view expected);
 
-class AdminServiceImpl final : public node::admin::AdminService::Service {
+// The unary AdminService methods as raw (ByteBuffer) callback methods; WatchFlowStats stays
+// synchronous.
+using RawAdminServiceBase =
+    node::admin::AdminService::WithRawCallbackMethod_GetNodeStatus<
+    node::admin::AdminService::WithRawCallbackMethod_ListPartitions<
+    node::admin::AdminService::WithRawCallbackMethod_ListPeers<
+    node::admin::AdminService::WithRawCallbackMethod_GetFlowStats<
+    node::admin::AdminService::WithRawCallbackMethod_UpdatePartitionFlow<
+    node::admin::AdminService::WithRawCallbackMethod_UpdateEgress<
+    node::admin::AdminService::WithRawCallbackMethod_UpdateArbiter<
+    node::admin::AdminService::WithRawCallbackMethod_PausePartition<
+    node::admin::AdminService::WithRawCallbackMethod_ResumePartition<
+    node::admin::AdminService::Service>>>>>>>>>;
+
+class AdminServiceImpl final : public RawAdminServiceBase {
  public:
   // `node` outlives the service. `token` "" = no auth.
   AdminServiceImpl(Node* node, std::string token);
@@ -50,38 +66,68 @@ class AdminServiceImpl final : public node::admin::AdminService::Service {
   // Ends open WatchFlowStats streams (with OK) and refuses new ones. Idempotent.
   void Shutdown();
 
-  grpc::Status GetNodeStatus(grpc::ServerContext* context,
-                             const node::admin::GetNodeStatusRequest* request,
-                             node::admin::NodeStatus* response) override;
-  grpc::Status ListPartitions(grpc::ServerContext* context,
-                              const node::admin::ListPartitionsRequest* request,
-                              node::admin::ListPartitionsResponse* response) override;
-  grpc::Status ListPeers(grpc::ServerContext* context, const node::admin::ListPeersRequest* request,
-                         node::admin::ListPeersResponse* response) override;
-  grpc::Status GetFlowStats(grpc::ServerContext* context,
-                            const node::admin::GetFlowStatsRequest* request,
-                            node::admin::FlowStats* response) override;
+  // The unary methods, on raw bytes (runtime/raw_call.h): a request body that does not parse
+  // gets INVALID_ARGUMENT (after the token check) instead of gRPC's bare INTERNAL.
+  grpc::ServerUnaryReactor* GetNodeStatus(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListPartitions(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListPeers(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetFlowStats(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* UpdatePartitionFlow(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* UpdateEgress(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* UpdateArbiter(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* PausePartition(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ResumePartition(grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+  // Streams updates; a synchronous method (it holds its thread between updates).
   grpc::Status WatchFlowStats(grpc::ServerContext* context,
                               const node::admin::WatchFlowStatsRequest* request,
                               grpc::ServerWriter<node::admin::FlowStats>* writer) override;
-  grpc::Status UpdatePartitionFlow(grpc::ServerContext* context,
-                                   const node::admin::UpdatePartitionFlowRequest* request,
-                                   node::admin::UpdatePartitionFlowResponse* response) override;
-  grpc::Status UpdateEgress(grpc::ServerContext* context,
-                            const node::admin::UpdateEgressRequest* request,
-                            node::admin::UpdateEgressResponse* response) override;
-  grpc::Status UpdateArbiter(grpc::ServerContext* context,
-                             const node::admin::UpdateArbiterRequest* request,
-                             node::admin::UpdateArbiterResponse* response) override;
-  grpc::Status PausePartition(grpc::ServerContext* context,
-                              const node::admin::PausePartitionRequest* request,
-                              node::admin::PausePartitionResponse* response) override;
-  grpc::Status ResumePartition(grpc::ServerContext* context,
-                               const node::admin::ResumePartitionRequest* request,
-                               node::admin::ResumePartitionResponse* response) override;
 
  private:
-  grpc::Status Authorize(const grpc::ServerContext* context) const;
+  // Typed handlers of the unary methods (the token is checked by Serve).
+  grpc::Status HandleGetNodeStatus(grpc::ServerContextBase* context,
+                                   const node::admin::GetNodeStatusRequest* request,
+                                   node::admin::NodeStatus* response);
+  grpc::Status HandleListPartitions(grpc::ServerContextBase* context,
+                                    const node::admin::ListPartitionsRequest* request,
+                                    node::admin::ListPartitionsResponse* response);
+  grpc::Status HandleListPeers(grpc::ServerContextBase* context,
+                               const node::admin::ListPeersRequest* request,
+                               node::admin::ListPeersResponse* response);
+  grpc::Status HandleGetFlowStats(grpc::ServerContextBase* context,
+                                  const node::admin::GetFlowStatsRequest* request,
+                                  node::admin::FlowStats* response);
+  grpc::Status HandleUpdatePartitionFlow(grpc::ServerContextBase* context,
+                                         const node::admin::UpdatePartitionFlowRequest* request,
+                                         node::admin::UpdatePartitionFlowResponse* response);
+  grpc::Status HandleUpdateEgress(grpc::ServerContextBase* context,
+                                  const node::admin::UpdateEgressRequest* request,
+                                  node::admin::UpdateEgressResponse* response);
+  grpc::Status HandleUpdateArbiter(grpc::ServerContextBase* context,
+                                   const node::admin::UpdateArbiterRequest* request,
+                                   node::admin::UpdateArbiterResponse* response);
+  grpc::Status HandlePausePartition(grpc::ServerContextBase* context,
+                                    const node::admin::PausePartitionRequest* request,
+                                    node::admin::PausePartitionResponse* response);
+  grpc::Status HandleResumePartition(grpc::ServerContextBase* context,
+                                     const node::admin::ResumePartitionRequest* request,
+                                     node::admin::ResumePartitionResponse* response);
+
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* raw_request,
+                                  grpc::ByteBuffer* raw_response,
+                                  grpc::Status (AdminServiceImpl::*handler)(
+                                      grpc::ServerContextBase*, const Request*, Response*));
+  grpc::Status Authorize(const grpc::ServerContextBase* context) const;
 
   Node* const node_;
   const std::string expected_authorization_;  // "Bearer <token>", or "" when no token

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "runtime/node.h"
 #include "runtime/partition.h"
+#include "runtime/raw_call.h"
 
 namespace runtime {
 
@@ -21,18 +22,18 @@ namespace runtime {
 // callbacks, so a callback arriving after the service is gone finds an empty table.
 class ClientServiceImpl::PendingCalls {
  public:
-  // Registers `reactor`; returns its id, or 0 once CancelAll() ran (caller finishes the call).
-  // Registers a call; after shutdown began, answers it UNAVAILABLE at once and returns 0.
-  uint64_t Add(grpc::ServerUnaryReactor* reactor) {
+  // Registers a call; returns its id. After shutdown began, answers it UNAVAILABLE at once and
+  // returns 0.
+  uint64_t Add(UnaryCall* call) {
     {
       absl::MutexLock l(&mu_);
       if (!closed_) {
         uint64_t id = next_id_++;
-        calls_.emplace(id, reactor);
+        calls_.emplace(id, call);
         return id;
       }
     }
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+    call->Reply(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
     return 0;
   }
 
@@ -40,16 +41,16 @@ class ClientServiceImpl::PendingCalls {
   // or trailing metadata) and finishes it with `status`. Owning the call exclusively once it is
   // out of the table, fill and Finish need no lock.
   void Finish(uint64_t id, const grpc::Status& status, absl::FunctionRef<void()> fill) {
-    grpc::ServerUnaryReactor* reactor = nullptr;
+    UnaryCall* call = nullptr;
     {
       absl::MutexLock l(&mu_);
       auto it = calls_.find(id);
       if (it == calls_.end()) return;  // cancelled by shutdown
-      reactor = it->second;
+      call = it->second;
       calls_.erase(it);
     }
     fill();
-    reactor->Finish(status);
+    call->Reply(status);
   }
 
   bool WaitIdle(absl::Time deadline) {
@@ -58,14 +59,14 @@ class ClientServiceImpl::PendingCalls {
   }
 
   void CancelAll() {
-    absl::flat_hash_map<uint64_t, grpc::ServerUnaryReactor*> calls;
+    absl::flat_hash_map<uint64_t, UnaryCall*> calls;
     {
       absl::MutexLock l(&mu_);
       closed_ = true;
       calls.swap(calls_);
     }
-    for (auto& [id, reactor] : calls) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+    for (auto& [id, call] : calls) {
+      call->Reply(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
     }
   }
 
@@ -75,12 +76,13 @@ class ClientServiceImpl::PendingCalls {
   absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_map<uint64_t, grpc::ServerUnaryReactor*> calls_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, UnaryCall*> calls_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace {
 
 using node::client::PartitionRef;
+namespace pb = node::client;
 
 // The client API's code for one submit outcome: transaction defects all read INVALID_ARGUMENT
 // (proto/client.proto); flow-control rejections keep the stage's code.
@@ -108,11 +110,9 @@ void AddRejectionMetadata(grpc::CallbackServerContext* context, const SubmitResu
   if (!result.rejected_by.empty()) context->AddTrailingMetadata("rejected-by", result.rejected_by);
 }
 
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
-                                    const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+grpc::ServerUnaryReactor* FinishNow(UnaryCall* call, const grpc::Status& status) {
+  call->Reply(status);
+  return call;
 }
 
 absl::Status CheckBytes(const std::string& field, const std::string& value, size_t size) {
@@ -148,13 +148,16 @@ absl::Duration ClientServiceImpl::WaitTimeout(uint32_t wait_timeout_ms, absl::Ti
 }
 
 grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContext* context,
-                                                      const node::client::SubmitTxRequest* request,
-                                                      node::client::SubmitTxResponse* response) {
+                                                      const grpc::ByteBuffer* raw_request,
+                                                      grpc::ByteBuffer* raw_response) {
+  auto* call = new RawCall<pb::SubmitTxRequest, pb::SubmitTxResponse>(raw_response);
+  if (!call->Parse(raw_request)) return call;
+  const pb::SubmitTxRequest* request = &call->request;
+  pb::SubmitTxResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
-  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   if (request->signed_tx().empty()) {
-    return FinishNow(context,
-                     grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "signed_tx: required"));
+    return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "signed_tx: required"));
   }
   SubmitOptions options;
   options.wait_for_commit = request->wait_for_commit();
@@ -162,9 +165,8 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
       WaitTimeout(request->wait_timeout_ms(), absl::Now(), absl::FromChrono(context->deadline()));
   options.client = context->peer();
 
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const uint64_t id = pending_->Add(reactor);
-  if (id == 0) return reactor;  // shutting down: already answered
+  const uint64_t id = pending_->Add(call);
+  if (id == 0) return call;  // shutting down: already answered
   // The callback may run inline (early rejection) or later on a partition thread.
   (*partition)
       ->Submit(request->signed_tx(), options,
@@ -180,27 +182,30 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
                    }
                  });
                });
-  return reactor;
+  return call;
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(
-    grpc::CallbackServerContext* context, const node::client::SubmitTxBatchRequest* request,
-    node::client::SubmitTxBatchResponse* response) {
+grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* raw_request,
+                                                           grpc::ByteBuffer* raw_response) {
+  auto* call = new RawCall<pb::SubmitTxBatchRequest, pb::SubmitTxBatchResponse>(raw_response);
+  if (!call->Parse(raw_request)) return call;
+  const pb::SubmitTxBatchRequest* request = &call->request;
+  pb::SubmitTxBatchResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
-  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   const int n = request->signed_txs_size();
   if (n < 1 || n > kMaxBatchTxs) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                           absl::StrCat("signed_txs: must hold 1 to ", kMaxBatchTxs,
-                                                        " transactions, got ", n)));
+    return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        absl::StrCat("signed_txs: must hold 1 to ", kMaxBatchTxs,
+                                                     " transactions, got ", n)));
   }
   std::vector<std::string> txs(request->signed_txs().begin(), request->signed_txs().end());
   SubmitOptions options;
   options.client = context->peer();
 
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const uint64_t id = pending_->Add(reactor);
-  if (id == 0) return reactor;  // shutting down: already answered
+  const uint64_t id = pending_->Add(call);
+  if (id == 0) return call;  // shutting down: already answered
   (*partition)
       ->SubmitBatch(std::move(txs), options,
                     [pending = pending_, id, response](std::vector<SubmitResult> results) {
@@ -219,54 +224,70 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(
                         }
                       });
                     });
-  return reactor;
+  return call;
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext* context,
-                                                   const node::client::GetTxRequest* request,
-                                                   node::client::GetTxResponse* response) {
+grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext*,
+                                                   const grpc::ByteBuffer* raw_request,
+                                                   grpc::ByteBuffer* raw_response) {
+  auto* call = new RawCall<pb::GetTxRequest, pb::GetTxResponse>(raw_response);
+  if (!call->Parse(raw_request)) return call;
+  const pb::GetTxRequest* request = &call->request;
+  pb::GetTxResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
-  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   if (absl::Status s = CheckBytes("tx_hash", request->tx_hash(), 32); !s.ok()) {
-    return FinishNow(context, ToGrpcStatus(s));
+    return FinishNow(call, ToGrpcStatus(s));
   }
   absl::StatusOr<node::client::GetTxResponse> tx = (*partition)->GetTx(request->tx_hash());
   if (tx.ok()) *response = *std::move(tx);
-  return FinishNow(context, ToGrpcStatus(tx.status()));
+  return FinishNow(call, ToGrpcStatus(tx.status()));
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(
-    grpc::CallbackServerContext* context, const node::client::GetAccountRequest* request,
-    node::client::GetAccountResponse* response) {
+grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(grpc::CallbackServerContext*,
+                                                        const grpc::ByteBuffer* raw_request,
+                                                        grpc::ByteBuffer* raw_response) {
+  auto* call = new RawCall<pb::GetAccountRequest, pb::GetAccountResponse>(raw_response);
+  if (!call->Parse(raw_request)) return call;
+  const pb::GetAccountRequest* request = &call->request;
+  pb::GetAccountResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
-  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   if (absl::Status s = CheckBytes("address", request->address(), 32); !s.ok()) {
-    return FinishNow(context, ToGrpcStatus(s));
+    return FinishNow(call, ToGrpcStatus(s));
   }
   absl::StatusOr<node::client::GetAccountResponse> account =
       (*partition)->GetAccount(request->address());
   if (account.ok()) *response = *std::move(account);
-  return FinishNow(context, ToGrpcStatus(account.status()));
+  return FinishNow(call, ToGrpcStatus(account.status()));
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContext* context,
-                                                      const node::client::GetBlockRequest* request,
-                                                      node::client::GetBlockResponse* response) {
+grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContext*,
+                                                      const grpc::ByteBuffer* raw_request,
+                                                      grpc::ByteBuffer* raw_response) {
+  auto* call = new RawCall<pb::GetBlockRequest, pb::GetBlockResponse>(raw_response);
+  if (!call->Parse(raw_request)) return call;
+  const pb::GetBlockRequest* request = &call->request;
+  pb::GetBlockResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
-  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   absl::StatusOr<node::client::GetBlockResponse> block =
       (*partition)->GetBlock(request->height(), request->include_txs());
   if (block.ok()) *response = *std::move(block);
-  return FinishNow(context, ToGrpcStatus(block.status()));
+  return FinishNow(call, ToGrpcStatus(block.status()));
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(
-    grpc::CallbackServerContext* context, const node::client::GetChainStatusRequest* request,
-    node::client::GetChainStatusResponse* response) {
+grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(grpc::CallbackServerContext*,
+                                                            const grpc::ByteBuffer* raw_request,
+                                                            grpc::ByteBuffer* raw_response) {
+  auto* call = new RawCall<pb::GetChainStatusRequest, pb::GetChainStatusResponse>(raw_response);
+  if (!call->Parse(raw_request)) return call;
+  const pb::GetChainStatusRequest* request = &call->request;
+  pb::GetChainStatusResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
-  if (!partition.ok()) return FinishNow(context, ToGrpcStatus(partition.status()));
+  if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   *response = (*partition)->ChainStatus();
-  return FinishNow(context, grpc::Status::OK);
+  return FinishNow(call, grpc::Status::OK);
 }
 
 }  // namespace runtime

@@ -15,6 +15,10 @@
 //                           retrying client can tell "already submitted");
 //   unknown partition       NOT_FOUND; empty ref, hash or address: INVALID_ARGUMENT.
 //
+// Request bodies: every method is registered raw (ByteBuffer; runtime/raw_call.h) and parses
+// its request itself, so a body that is not a valid encoding gets INVALID_ARGUMENT "request does
+// not parse as node.client.SubmitTxRequest (N bytes)" instead of gRPC's bare UNIMPLEMENTED.
+//
 // Shutdown: a call still waiting for its partition when the server stops (e.g. wait_for_commit)
 // is finished by CancelPending() with UNAVAILABLE "server shutting down"; the partition's later
 // callback is then ignored. The pending-call table is shared with those callbacks, so they may
@@ -49,7 +53,16 @@ inline constexpr absl::Duration kMaxWaitTimeout = absl::Seconds(60);
 // absl::Status -> grpc::Status with the same code and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-class ClientServiceImpl final : public node::client::ClientService::CallbackService {
+// Every ClientService method as a raw (ByteBuffer) callback method.
+using RawClientServiceBase = node::client::ClientService::WithRawCallbackMethod_SubmitTx<
+    node::client::ClientService::WithRawCallbackMethod_SubmitTxBatch<
+        node::client::ClientService::WithRawCallbackMethod_GetTx<
+            node::client::ClientService::WithRawCallbackMethod_GetAccount<
+                node::client::ClientService::WithRawCallbackMethod_GetBlock<
+                    node::client::ClientService::WithRawCallbackMethod_GetChainStatus<
+                        node::client::ClientService::Service>>>>>>;
+
+class ClientServiceImpl final : public RawClientServiceBase {
  public:
   // `node` outlives the service.
   explicit ClientServiceImpl(Node* node);
@@ -61,24 +74,26 @@ class ClientServiceImpl final : public node::client::ClientService::CallbackServ
   // SubmitTx / SubmitTxBatch calls fail the same way. Idempotent.
   void CancelPending();
 
+  // The methods, on raw bytes (request: the encoded request message; response: filled with the
+  // encoded response message).
   grpc::ServerUnaryReactor* SubmitTx(grpc::CallbackServerContext* context,
-                                     const node::client::SubmitTxRequest* request,
-                                     node::client::SubmitTxResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* SubmitTxBatch(grpc::CallbackServerContext* context,
-                                          const node::client::SubmitTxBatchRequest* request,
-                                          node::client::SubmitTxBatchResponse* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetTx(grpc::CallbackServerContext* context,
-                                  const node::client::GetTxRequest* request,
-                                  node::client::GetTxResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetAccount(grpc::CallbackServerContext* context,
-                                       const node::client::GetAccountRequest* request,
-                                       node::client::GetAccountResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetBlock(grpc::CallbackServerContext* context,
-                                     const node::client::GetBlockRequest* request,
-                                     node::client::GetBlockResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetChainStatus(grpc::CallbackServerContext* context,
-                                           const node::client::GetChainStatusRequest* request,
-                                           node::client::GetChainStatusResponse* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
 
   // How long a wait_for_commit request may wait: wait_timeout_ms if set, else the time left
   // until the call's deadline (kDefaultWaitTimeout without one); at most kMaxWaitTimeout.

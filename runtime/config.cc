@@ -15,6 +15,7 @@
 #include "google/protobuf/stubs/common.h"  // IsStructurallyValidUTF8 (fuzz, issue 9)
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "runtime/tls.h"
 
 namespace runtime {
 namespace {
@@ -395,6 +396,8 @@ std::vector<ConfigProblem> ValidateNodeConfig(const NodeConfig& config) {
     check.Fail("partitions", absl::StrCat("share.guarantee_fraction sums to ", guarantees,
                                           " over all partitions; must be <= 1"));
   }
+  // TLS (issue 9): reads the PEM files, so a missing or wrong file fails --check and startup.
+  for (ConfigProblem& p : ValidateTlsConfig(config.tls())) problems.push_back(std::move(p));
   return problems;
 }
 

@@ -33,7 +33,9 @@ node::config::NodeConfig DefaultNodeConfig();
 // Fills every unset field with its documented default (see proto/config.proto).
 void ApplyDefaults(node::config::NodeConfig* config);
 
-// Checks a config with defaults applied; returns every problem (empty when valid).
+// Checks a config with defaults applied; returns every problem (empty when valid). Reads the
+// PEM files named in config.tls when a TLS switch is on (runtime/tls.h), so a missing or
+// mismatched file is a config error ("tls.cert_file: cannot read ...").
 std::vector<ConfigProblem> ValidateNodeConfig(const node::config::NodeConfig& config);
 
 // Parses `text` (JSON when `json`, else text format), applies defaults and validates.

@@ -8,11 +8,13 @@
 #include "absl/base/call_once.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "flowctl/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "runtime/admin_service.h"
 #include "runtime/client_service.h"
+#include "runtime/tls.h"
 
 namespace runtime {
 namespace {
@@ -40,16 +42,15 @@ class UnknownMethodService final : public grpc::CallbackGenericService {
 };
 
 // Builds and starts one server for `service` on `address`; fills *port with the bound port.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& api,
-                                                          const std::string& address,
-                                                          grpc::Service* service,
-                                                          grpc::CallbackGenericService* unknown,
-                                                          int max_receive_bytes, int* port) {
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    const std::string& api, const std::string& address,
+    std::shared_ptr<grpc::ServerCredentials> credentials, grpc::Service* service,
+    grpc::CallbackGenericService* unknown, int max_receive_bytes, int* port) {
   if (address.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(api, " API: listen address is empty"));
   }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort(address, std::move(credentials), port);
   builder.RegisterService(service);
   builder.RegisterCallbackGenericService(unknown);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
@@ -80,15 +81,26 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
   servers->client_unknown_methods_ = std::make_unique<UnknownMethodService>("client");
   servers->admin_unknown_methods_ = std::make_unique<UnknownMethodService>("admin");
 
+  // TLS (issue 9): server-side only on these ports; clients show no certificate.
+  std::shared_ptr<grpc::ServerCredentials> client_credentials = grpc::InsecureServerCredentials();
+  std::shared_ptr<grpc::ServerCredentials> admin_credentials = grpc::InsecureServerCredentials();
+  if (config.tls().client() || config.tls().admin()) {
+    ASSIGN_OR_RETURN(TlsMaterial tls, LoadTlsMaterial(config.tls()));
+    if (config.tls().client()) client_credentials = TlsServerCredentials(tls, false);
+    if (config.tls().admin()) admin_credentials = TlsServerCredentials(tls, false);
+  }
+
   absl::StatusOr<std::unique_ptr<grpc::Server>> client =
-      StartServer("client", config.client_listen(), servers->client_service_.get(),
+      StartServer("client", config.client_listen(), std::move(client_credentials),
+                  servers->client_service_.get(),
                   servers->client_unknown_methods_.get(), kClientMaxReceiveBytes,
                   &servers->client_port_);
   if (!client.ok()) return client.status();
   servers->client_server_ = *std::move(client);
 
   absl::StatusOr<std::unique_ptr<grpc::Server>> admin =
-      StartServer("admin", config.admin_listen(), servers->admin_service_.get(),
+      StartServer("admin", config.admin_listen(), std::move(admin_credentials),
+                  servers->admin_service_.get(),
                   servers->admin_unknown_methods_.get(), kAdminMaxReceiveBytes,
                   &servers->admin_port_);
   if (!admin.ok()) {

@@ -4,6 +4,8 @@
 //                                        callback API), max receive message 16 MiB
 //   admin server   config.admin_listen   node.admin.AdminService only (AdminServiceImpl, token
 //                                        auth), max receive message 4 MiB
+// Either port serves TLS instead of plaintext when config.tls.client / config.tls.admin is on
+// (runtime/tls.h; server certificate only, a plaintext client then fails with UNAVAILABLE).
 // Both also serve gRPC server reflection, so grpcurl & co. can list and call them. Because each
 // server registers one service, the client port answers UNIMPLEMENTED to admin methods.
 //

@@ -21,6 +21,7 @@
 #include "runtime/metrics.h"
 #include "runtime/node_metrics.h"
 #include "runtime/partition_impl.h"
+#include "runtime/tls.h"  // TLS (issue 9)
 
 namespace runtime {
 namespace {
@@ -127,6 +128,7 @@ absl::Status Node::Start() {
     p2p::GrpcTransportOptions to;
     to.listen_address = config_.p2p_listen();
     to.peers = specs;
+    to.fault = options_.p2p_fault;
     to.egress.cap_bytes_per_second = static_cast<double>(res.egress_bytes_per_second());
     to.egress.fifo_mode = res.egress_fifo_mode();
     if (res.egress_fifo_mode()) LOG(WARNING) << "egress in FIFO mode (benchmark comparison only)";
@@ -135,6 +137,12 @@ absl::Status Node::Start() {
           static_cast<double>(res.tx_forward_floor_bytes_per_second());
     }
     tx_forward_floor_.store(static_cast<uint64_t>(to.egress.tx_forward_floor_bytes_per_second));
+    if (config_.tls().p2p()) {  // TLS (issue 9): mutual TLS between peers
+      ASSIGN_OR_RETURN(TlsMaterial tls, LoadTlsMaterial(config_.tls()));
+      to.server_credentials = TlsServerCredentials(tls, /*require_client_cert=*/true);
+      to.channel_credentials = TlsPeerChannelCredentials(tls);
+      to.tls_peer_name = config_.tls().peer_server_name();
+    }
     transport_ = std::make_unique<p2p::GrpcTransport>(key_, to, options_.clock);
     network_ = transport_.get();
   }

@@ -63,6 +63,8 @@ struct NodeOptions {
   bool serve_grpc = true;
   bool serve_metrics = true;
   const flowctl::Clock* clock = flowctl::Clock::Real();
+  // Tests only: p2p delay / loss injection (noded --p2p-fault-*); off by default.
+  p2p::FaultOptions p2p_fault = {};  // "= {}": designated initializers may leave it out
 };
 
 class Node {

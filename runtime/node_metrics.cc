@@ -88,6 +88,9 @@ void AddPartitionStatus(const node::admin::PartitionStatus& p, Families* f) {
              {{"partition", p.name()}, {"state", state}}, p.consensus_state() == state ? 1 : 0);
   }
   f->Gauge("noded_partition_paused", "1 while paused by the admin API.", l, p.paused() ? 1 : 0);
+  f->Gauge("noded_partition_observing",
+           "1 while the replica follows the view without voting (observer mode).", l,
+           p.observing() ? 1 : 0);
   f->Gauge("noded_partition_lossless", "1 when the partition runs in lossless mode.", l,
            p.lossless() ? 1 : 0);
 }

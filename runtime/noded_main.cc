@@ -8,6 +8,11 @@
 //   noded --keygen FILE            write a new Ed25519 key (PEM, 0600) unless FILE exists; print
 //                                  its public key as hex
 //
+// Test-only flags (network fault injection, p2p/fault_injector.h; off unless one is given, and
+// logged as a WARNING at start when on): --p2p-fault-delay-ms N, --p2p-fault-jitter-ms N,
+// --p2p-fault-loss P (0..1, whole messages), --p2p-fault-seed N, --p2p-fault-peers ID,ID (node ids
+// or prefixes; default all), --p2p-fault-channels CONSENSUS,SYNC,... (default all).
+//
 // SIGTERM / SIGINT: stop taking requests, drain in-flight ones (up to --drain-ms), flush, exit 0.
 // Exit codes: 0 ok, 1 runtime failure (bind error, unreadable data), 2 usage or config error.
 #include <csignal>
@@ -17,15 +22,18 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "google/protobuf/text_format.h"
 #include "p2p/ed25519.h"
+#include "p2p/fault_injector.h"
 #include "runtime/config.h"
 #include "runtime/node.h"
 
@@ -40,7 +48,11 @@ constexpr char kUsage[] =
     "Runs one node of a multi-partition PBFT cluster. Without --config it runs the embedded\n"
     "default: one node, partitions \"hot\" and \"steady\", data under ./data, ports on 127.0.0.1.\n"
     "SIGTERM or SIGINT drains in-flight requests (up to --drain-ms, default 5000) and exits 0.\n"
-    "Exit codes: 0 ok, 1 runtime failure, 2 usage or config error.\n";
+    "Exit codes: 0 ok, 1 runtime failure, 2 usage or config error.\n"
+    "\n"
+    "Tests only (p2p fault injection, off by default): --p2p-fault-delay-ms N,\n"
+    "--p2p-fault-jitter-ms N, --p2p-fault-loss P (0..1), --p2p-fault-seed N,\n"
+    "--p2p-fault-peers ID,ID (node id prefixes), --p2p-fault-channels CONSENSUS,SYNC,...\n";
 
 int Usage(const std::string& problem) {
   std::cerr << "noded: " << problem << "\n\n" << kUsage;
@@ -87,6 +99,8 @@ int main(int argc, char** argv) {
   bool check = false;
   bool print_default = false;
   int64_t drain_ms = 5000;
+  runtime::NodeOptions node_options;
+  p2p::FaultOptions& fault = node_options.p2p_fault;
   std::vector<std::string> args(argv + 1, argv + argc);
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -96,6 +110,38 @@ int main(int argc, char** argv) {
       return true;
     };
     std::string v;
+    if (absl::StartsWith(a, "--p2p-fault-")) {
+      // --flag VALUE or --flag=VALUE.
+      std::string flag = a;
+      if (size_t eq = a.find('='); eq != std::string::npos) {
+        flag = a.substr(0, eq);
+        v = a.substr(eq + 1);
+      } else if (!value(&v)) {
+        return Usage(absl::StrCat(a, " needs a value"));
+      }
+      bool ok = true;
+      if (flag == "--p2p-fault-delay-ms") {
+        ok = absl::SimpleAtoi(v, &fault.delay_ms);
+      } else if (flag == "--p2p-fault-jitter-ms") {
+        ok = absl::SimpleAtoi(v, &fault.jitter_ms);
+      } else if (flag == "--p2p-fault-loss") {
+        ok = absl::SimpleAtod(v, &fault.loss);
+      } else if (flag == "--p2p-fault-seed") {
+        ok = absl::SimpleAtoi(v, &fault.seed);
+      } else if (flag == "--p2p-fault-peers") {
+        for (absl::string_view id : absl::StrSplit(v, ',', absl::SkipWhitespace())) {
+          fault.peers.emplace_back(absl::StripAsciiWhitespace(id));
+        }
+      } else if (flag == "--p2p-fault-channels") {
+        absl::StatusOr<std::vector<p2p::Channel>> c = p2p::ParseFaultChannels(v);
+        if (!c.ok()) return Usage(absl::StrCat(flag, ": ", c.status().message()));
+        fault.channels = *std::move(c);
+      } else {
+        return Usage(absl::StrCat("unknown argument '", a, "'"));
+      }
+      if (!ok) return Usage(absl::StrCat(flag, ": not a number: '", v, "'"));
+      continue;
+    }
     if (a == "--help" || a == "-h") {
       std::cout << kUsage;
       return 0;
@@ -125,6 +171,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (check && config_path.empty()) return Usage("--check needs --config FILE");
+  if (absl::Status s = p2p::ValidateFaultOptions(fault); !s.ok()) {
+    return Usage(std::string(s.message()));
+  }
+  if (!fault.enabled() && (!fault.peers.empty() || !fault.channels.empty())) {
+    return Usage("--p2p-fault-peers/--p2p-fault-channels need a delay, jitter or loss flag");
+  }
 
   absl::StatusOr<node::config::NodeConfig> config =
       config_path.empty() ? absl::StatusOr<node::config::NodeConfig>(runtime::DefaultNodeConfig())
@@ -143,7 +195,7 @@ int main(int argc, char** argv) {
   sigset_t stop_signals = StopSignals();
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  absl::StatusOr<std::unique_ptr<runtime::Node>> node = runtime::Node::Create(*std::move(config));
+  absl::StatusOr<std::unique_ptr<runtime::Node>> node = runtime::Node::Create(*std::move(config), node_options);
   if (!node.ok()) {
     std::cerr << "noded: " << node.status().message() << "\n";
     return node.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -193,6 +193,8 @@ absl::Status Partition::Impl::Open() {
   pc.request_timeout_ms = cc.view_change_timeout_ms();
   pc.view_change_timeout_ms = cc.view_change_timeout_ms();
   pc.retransmit_ms = std::max<int64_t>(100, cc.view_change_timeout_ms() / 4);
+  // A held tx not proposed within one retransmit period is forwarded (see held_).
+  hold_nanos_ = pc.retransmit_ms * 1'000'000;
   partitions::PbftReplica::LedgerPosition position;
   position.last_executed = chain_.ledger->last_height();
   if (position.last_executed > 0) {
@@ -284,7 +286,8 @@ void Partition::Impl::Stop(absl::Duration drain) {
     absl::Status s = fifo_->PersistReadPosition();
     if (!s.ok()) LOG(WARNING) << "partition " << name_ << ": spill: " << s;
   }
-  LOG(INFO) << "partition " << name_ << " stopped at height " << height_.load();
+  LOG(INFO) << "partition " << name_ << " stopped at height " << height_.load() << "; "
+            << proposal_body_txs_.load() << " own txs sent with proposals";
 }
 
 // ---- Client path ----
@@ -447,7 +450,7 @@ void Partition::Impl::ResolveWaiters(const std::string& hash) {
 absl::Status Partition::Impl::AdmitVerified(partitions::TxPtr tx) {
   partitions::TxPtr keep = tx;
   absl::Status s = pool_->Add(std::move(tx), partitions::TxOrigin::kClient);
-  if (s.ok()) QueueForward(keep->signed_bytes);
+  if (s.ok()) QueueForward(keep);
   return s;
 }
 
@@ -501,13 +504,20 @@ absl::Status Partition::Impl::DrainSink(const flowctl::SpillFifo::Record& record
   return absl::OkStatus();  // duplicate / replayed: already in the pool or the ledger
 }
 
-void Partition::Impl::QueueForward(const std::string& signed_bytes) {
+void Partition::Impl::QueueForward(const partitions::TxPtr& tx) {
   if (env_.replica_ids.size() <= 1) return;
   bool flush = false;
   {
     absl::MutexLock lock(&fwd_mu_);
-    fwd_.push_back(signed_bytes);
-    fwd_bytes_ += signed_bytes.size();
+    if (hold_own_) {
+      const int64_t now = clock_->NowNanos();
+      if (held_.try_emplace(tx->hash, HeldTx{.tx = tx, .since = now}).second) {
+        held_order_.emplace_back(now, tx->hash);
+      }
+      return;
+    }
+    fwd_.push_back(tx->signed_bytes);
+    fwd_bytes_ += tx->signed_bytes.size();
     flush = fwd_bytes_ >= (256 << 10);
   }
   if (flush) FlushForward();
@@ -519,6 +529,19 @@ void Partition::Impl::FlushForward() {
     absl::MutexLock lock(&fwd_mu_);
     txs.swap(fwd_);
     fwd_bytes_ = 0;
+    // Held txs past the hold limit, or all of them when this replica no longer proposes.
+    const bool release_all = !hold_own_ || stopping_.load(std::memory_order_relaxed);
+    const int64_t now = clock_->NowNanos();
+    while (!held_order_.empty()) {
+      const auto& [since, hash] = held_order_.front();
+      auto it = held_.find(hash);
+      if (it != held_.end() && it->second.since == since) {
+        if (!release_all && now - since < hold_nanos_) break;
+        txs.push_back(it->second.tx->signed_bytes);
+        held_.erase(it);
+      }
+      held_order_.pop_front();  // forwarded now, or already proposed
+    }
   }
   if (txs.empty()) return;
   node::partition::PartitionMessage msg;

@@ -264,6 +264,7 @@ node::admin::PartitionStatus Partition::Status() const {
   s.set_paused(paused());
   s.set_lossless(lossless());
   s.set_view_changes(impl_->view_changes_.load());
+  s.set_observing(impl_->observing_.load());
   return s;
 }
 

@@ -185,7 +185,7 @@ void Partition::Impl::StepLocked(const partitions::PbftEvent& event) {
 
 void Partition::Impl::ApplyLocked(std::vector<partitions::PbftAction> actions) {
   for (partitions::PbftAction& action : actions) {
-    if (halted_) return;
+    if (halted_) break;
     std::visit(
         Overloaded{
             [&](partitions::PbftSend& a) {
@@ -194,6 +194,8 @@ void Partition::Impl::ApplyLocked(std::vector<partitions::PbftAction> actions) {
               SendPeer(a.to, ChannelOf(a.channel), m);
             },
             [&](partitions::PbftBroadcast& a) {
+              // The bodies of a new proposal go first, on the same channel (see held_).
+              if (proposal_bodies_ && a.msg.has_pre_prepare()) SendProposalBodiesLocked();
               node::partition::PartitionMessage m;
               *m.mutable_consensus() = std::move(a.msg);
               BroadcastPeers(ChannelOf(a.channel), m);
@@ -253,6 +255,61 @@ void Partition::Impl::ApplyLocked(std::vector<partitions::PbftAction> actions) {
         action);
   }
   view_.store(replica_->view());
+  observing_.store(replica_->observing());
+  UpdateHoldLocked();
+}
+
+void Partition::Impl::UpdateHoldLocked() {
+  const bool primary_normal =
+      !halted_ && replica_->IsPrimary() &&
+      replica_->state() == partitions::ConsensusState::kNormal && env_.replica_ids.size() > 1;
+  if (primary_normal == primary_normal_) return;
+  primary_normal_ = primary_normal;
+  {
+    absl::MutexLock lock(&fwd_mu_);
+    hold_own_ = primary_normal;
+  }
+  // No longer proposing: the next tick forwards everything held, so the new primary gets it.
+  if (!primary_normal) deferred_.push_back([this] { WakeTicker(); });
+}
+
+void Partition::Impl::TakeProposalBodiesLocked(const std::vector<partitions::TxPtr>& batch) {
+  node::partition::PartitionMessage bodies;
+  {
+    absl::MutexLock lock(&fwd_mu_);
+    if (held_.empty()) return;
+    for (const partitions::TxPtr& tx : batch) {
+      if (held_.erase(tx->hash) > 0) bodies.mutable_txs()->add_signed_txs(tx->signed_bytes);
+    }
+  }
+  if (bodies.has_txs()) proposal_bodies_ = std::move(bodies);
+}
+
+void Partition::Impl::SendProposalBodiesLocked() {
+  if (!proposal_bodies_) return;
+  const int n = proposal_bodies_->txs().signed_txs_size();
+  absl::Status s =
+      env_.network->Broadcast(id_, p2p::Channel::CONSENSUS, proposal_bodies_->SerializeAsString());
+  if (!s.ok()) {
+    // Refused (e.g. the CONSENSUS queue is full): forward them; backups fetch what they miss.
+    VLOG(1) << "partition " << name_ << ": proposal bodies: " << s;
+    ReturnProposalBodiesLocked();
+    return;
+  }
+  proposal_body_txs_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  proposal_bodies_.reset();
+}
+
+void Partition::Impl::ReturnProposalBodiesLocked() {
+  if (!proposal_bodies_) return;
+  {
+    absl::MutexLock lock(&fwd_mu_);
+    for (std::string& t : *proposal_bodies_->mutable_txs()->mutable_signed_txs()) {
+      fwd_bytes_ += t.size();
+      fwd_.push_back(std::move(t));
+    }
+  }
+  proposal_bodies_.reset();
 }
 
 absl::Status Partition::Impl::CommitLocked(const partitions::PbftCommit& commit) {
@@ -430,7 +487,9 @@ void Partition::Impl::CutBatchesLocked(int64_t now, int64_t* wake) {
     std::vector<std::string> hashes;
     hashes.reserve(batch.size());
     for (const auto& tx : batch) hashes.push_back(tx->hash);
+    TakeProposalBodiesLocked(batch);
     StepLocked(partitions::PbftBatchReady{std::move(hashes)});
+    ReturnProposalBodiesLocked();  // no pre-prepare came of it: forward them instead
     ready = pool_->CountReady(max_txs);
     ready_since_ = ready.txs > 0 ? now : 0;
     if (ready.txs == 0) return;

@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -96,8 +98,21 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   absl::Status AdmitVerified(partitions::TxPtr tx);
   // Answers the commit waiters of `hash` from the ledger's receipt.
   void ResolveWaiters(const std::string& hash);
-  void QueueForward(const std::string& signed_bytes);
+  // Queues an admitted client tx for TX_FORWARD, or holds it while this replica is the primary
+  // (its body then goes out with the proposal that names it; see held_ below).
+  void QueueForward(const partitions::TxPtr& tx);
+  // Sends what is queued for TX_FORWARD, plus held txs past the hold limit (all of them once
+  // this replica is no longer the primary, or when stopping).
   void FlushForward();
+  // Takes the held bodies of `batch` (about to be proposed) into proposal_bodies_.
+  void TakeProposalBodiesLocked(const std::vector<partitions::TxPtr>& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
+  // Sends proposal_bodies_ on CONSENSUS (right before the pre-prepare), or hands them to
+  // forwarding when that fails or no pre-prepare followed.
+  void SendProposalBodiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
+  void ReturnProposalBodiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
+  // Follows the replica's primary role into hold_own_ (after every Step).
+  void UpdateHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
 
   // Peer path and consensus (partition_consensus.cc).
   void OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std::string payload);
@@ -167,10 +182,14 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   int64_t empty_cut_until_ ABSL_GUARDED_BY(cons_mu_) = 0;
   uint64_t reported_pending_ ABSL_GUARDED_BY(cons_mu_) = 0;
   int64_t next_expire_ ABSL_GUARDED_BY(cons_mu_) = 0;
+  bool primary_normal_ ABSL_GUARDED_BY(cons_mu_) = false;  // last value given to hold_own_
+  // Bodies of the batch being proposed, between TakeProposalBodiesLocked and its pre-prepare.
+  std::optional<node::partition::PartitionMessage> proposal_bodies_ ABSL_GUARDED_BY(cons_mu_);
   bool halted_ ABSL_GUARDED_BY(cons_mu_) = false;
   // Mirrors for lock-free readers.
   std::atomic<int> state_{0};  // partitions::ConsensusState, or kHaltedState
   std::atomic<uint64_t> view_{0};
+  std::atomic<bool> observing_{false};  // replica_->observing() after the last Step
   std::atomic<uint64_t> height_{0};
   std::atomic<uint64_t> view_changes_{0};
   std::atomic<bool> paused_{false};
@@ -189,9 +208,26 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   uint64_t spill_drained_max_ ABSL_GUARDED_BY(spill_mu_) = 0;
 
   // ---- forwarding ----
+  // Why the primary holds its own client txs: a pre-prepare names txs by hash and goes out on
+  // CONSENSUS, which the egress scheduler serves before TX_FORWARD. Had the primary forwarded its
+  // clients' txs, its proposal would overtake their bodies under load; every backup would then
+  // fetch them (SYNC, also ahead of TX_FORWARD) and receive them a second time from the forward.
+  // Held, they go out once, as a TxBatch on CONSENSUS just before the pre-prepare (same partition
+  // and channel, so every peer's link keeps that order). A tx not proposed within hold_nanos_
+  // (or when the replica stops being the primary) is forwarded as usual, so a new primary and the
+  // backups' request timers still learn of it.
+  struct HeldTx {
+    partitions::TxPtr tx;
+    int64_t since = 0;
+  };
   absl::Mutex fwd_mu_;
   std::vector<std::string> fwd_ ABSL_GUARDED_BY(fwd_mu_);
   size_t fwd_bytes_ ABSL_GUARDED_BY(fwd_mu_) = 0;
+  bool hold_own_ ABSL_GUARDED_BY(fwd_mu_) = false;  // primary in NORMAL: hold client txs
+  absl::flat_hash_map<std::string, HeldTx> held_ ABSL_GUARDED_BY(fwd_mu_);  // by tx hash
+  std::deque<std::pair<int64_t, std::string>> held_order_ ABSL_GUARDED_BY(fwd_mu_);  // (since, hash)
+  int64_t hold_nanos_ = 0;  // constant after Open: the replica's retransmit period
+  std::atomic<uint64_t> proposal_body_txs_{0};  // sent with a proposal instead of forwarded
 
   // ---- commit waiters and latency ----
   mutable absl::Mutex wait_mu_;

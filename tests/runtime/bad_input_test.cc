@@ -95,11 +95,13 @@ class BadInputTest : public GrpcServicesTest {
   grpc::Status SubmitHot(std::string tx) { return SubmitBytes(Ref("hot"), std::move(tx)); }
 
   // A unary call whose request body is `body`, not a valid encoding of the method's request.
+  // With `token`, the call carries the admin token.
   grpc::Status RawUnary(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
-                        const std::string& body) {
+                        const std::string& body, bool token = false) {
     grpc::GenericStub stub(channel);
     grpc::ClientContext ctx;
     WithDeadline(&ctx);
+    if (token) WithToken(&ctx);
     grpc::ByteBuffer request = Bytes(body), response;
     grpc::Status result;
     absl::Notification done;
@@ -229,15 +231,21 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
          return RawUnary(*client_channel_, "/node.client.ClientService/SubmitTx",
                          std::string("\xff\xff\xff\xff\x0f garbage", 14));
        },
-       StatusCode::UNIMPLEMENTED, "",
-       "gRPC 1.51 callback handlers fail an undecodable request as UNIMPLEMENTED with no message"},
+       StatusCode::INVALID_ARGUMENT,
+       "request does not parse as node.client.SubmitTxRequest (14 bytes)"},
       {"malformed protobuf (admin)", "admin GetFlowStats, raw bytes 0xff.. as body",
+       [&] {
+         return RawUnary(*admin_channel_, "/node.admin.AdminService/GetFlowStats",
+                         std::string("\xff\xff\xff\xff\x0f garbage", 14), /*token=*/true);
+       },
+       StatusCode::INVALID_ARGUMENT,
+       "request does not parse as node.admin.GetFlowStatsRequest (14 bytes)"},
+      {"malformed protobuf (admin, no token)", "admin GetFlowStats, 0xff.. body, no authorization",
        [&] {
          return RawUnary(*admin_channel_, "/node.admin.AdminService/GetFlowStats",
                          std::string("\xff\xff\xff\xff\x0f garbage", 14));
        },
-       StatusCode::INTERNAL, "",
-       "gRPC 1.51 sync handlers fail an undecodable request as INTERNAL with no message"},
+       StatusCode::UNAUTHENTICATED, "missing or invalid admin token"},
       {"oversized message (17 MiB)", "client SubmitTx, 17 MiB signed_tx",
        [&] { return SubmitHot(std::string(17 << 20, 'x')); }, StatusCode::RESOURCE_EXHAUSTED,
        "larger than max"},
@@ -486,10 +494,27 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
          return RawPeerStream({msg.SerializeAsString()});
        },
        StatusCode::PERMISSION_DENIED, "expected ClientHello"},
+      {"malformed ClientHello", "p2p Connect, ClientHello with a 5-byte public_key",
+       [&] {
+         node::p2p::StreamMessage msg;
+         msg.ParseFromString(HelloFrom('U', true));
+         msg.mutable_client_hello()->set_public_key("short");
+         return RawPeerStream({msg.SerializeAsString()});
+       },
+       StatusCode::PERMISSION_DENIED, "malformed handshake: public_key must be 32 bytes, got 5"},
+      {"ClientHello with a 1 MiB node_id", "p2p Connect, node_id of 1 MiB (kept out of the log)",
+       [&] {
+         node::p2p::StreamMessage msg;
+         msg.ParseFromString(HelloFrom('U', true));
+         msg.mutable_client_hello()->set_node_id(std::string(1 << 20, 'a'));
+         return RawPeerStream({msg.SerializeAsString()});
+       },
+       StatusCode::PERMISSION_DENIED,
+       "malformed handshake: node_id must be 32 lowercase hex characters, got 1048576 bytes"},
       {"garbage frame bytes", "p2p Connect, raw bytes 0xff.. as a StreamMessage",
        [&] { return RawPeerStream({std::string("\xff\xff\xff\xff\x0f garbage", 14)}); },
-       StatusCode::CANCELLED, "no handshake",
-       "p2p/grpc_transport.cc reads an undecodable first message as 'no handshake' (CANCELLED)"},
+       StatusCode::CANCELLED,
+       "no handshake: the stream closed or its first message did not parse"},
       {"empty peer stream", "p2p Connect, half-closed at once", [&] { return RawPeerStream({}); },
        StatusCode::CANCELLED, "no handshake"},
   };
