@@ -508,6 +508,9 @@ KINDS = ["kill_restart", "pause_replica", "pause_primary", "rolling_restart", "k
 # Background load: loadgen, restarted if it exits.
 
 class Load:
+    # Run in the loadgen child before exec (netns.py: die with the test); None: nothing.
+    preexec = None
+
     def __init__(self, cluster, rate, seconds, out):
         self.c, self.rate, self.seconds, self.out = cluster, rate, seconds, out
         self.proc, self.n = None, 0
@@ -523,7 +526,7 @@ class Load:
                "--seed", str(1000 + self.n), "--rpc-timeout-ms", "2000"]
         self.log = open(self.out, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, preexec_fn=self.preexec)
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:

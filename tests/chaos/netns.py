@@ -357,19 +357,7 @@ class NetnsCluster(chaos.Cluster):
 
 class Load(chaos.Load):
     """chaos.Load whose loadgen dies with the test (a SIGKILLed test leaves nothing running)."""
-
-    def ensure(self):
-        if self.proc is not None and self.proc.poll() is None:
-            return
-        self.n += 1
-        cmd = [os.path.join(self.c.build, "tools", "loadgen"), "--targets",
-               self.c.addrs("client"), "--scenario",
-               ";".join("%s:rate=%d" % (p, self.rate) for p in PARTITIONS),
-               "--duration", "%ds" % self.seconds, "--drain", "1s", "--quiet",
-               "--seed", str(1000 + self.n), "--rpc-timeout-ms", "2000"]
-        self.log = open(self.out, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=set_pdeathsig)
+    preexec = staticmethod(set_pdeathsig)
 
 
 # ---------------------------------------------------------------------------------------------

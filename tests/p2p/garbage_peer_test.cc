@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "p2p/grpc_transport.h"
 #include "p2p/handshake.h"
+#include "tests/p2p/p2p_test_util.h"
 
 namespace p2p {
 namespace {
@@ -34,24 +35,11 @@ namespace {
 using node::p2p::StreamMessage;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kWait = absl::Seconds(15);
+using ::p2p::testing::Eventually;
+using ::p2p::testing::KeyFromByte;
+using ::p2p::testing::kWait;
+
 constexpr size_t kMaxFrameBytes = 1 << 20;
-
-PrivateKey KeyFromByte(char b) {
-  absl::StatusOr<PrivateKey> k = PrivateKey::FromSeed(std::string(32, b));
-  CHECK(k.ok());
-  return *std::move(k);
-}
-
-template <typename F>
-bool Eventually(F cond) {
-  const absl::Time deadline = absl::Now() + kWait;
-  while (absl::Now() < deadline) {
-    if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return cond();
-}
 
 // A GrpcTransport plus what its handlers saw.
 class Peer {

@@ -17,6 +17,7 @@
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "p2p/handshake.h"
+#include "tests/p2p/p2p_test_util.h"
 
 namespace p2p {
 namespace {
@@ -24,24 +25,9 @@ namespace {
 using node::p2p::StreamMessage;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kWait = absl::Seconds(15);
-
-PrivateKey KeyFromByte(char b) {
-  absl::StatusOr<PrivateKey> k = PrivateKey::FromSeed(std::string(32, b));
-  CHECK(k.ok());
-  return *std::move(k);
-}
-
-// Polls `cond` until true or kWait passes (waiting for a condition, not ordering by sleep).
-template <typename F>
-bool Eventually(F cond) {
-  const absl::Time deadline = absl::Now() + kWait;
-  while (absl::Now() < deadline) {
-    if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return cond();
-}
+using ::p2p::testing::Eventually;
+using ::p2p::testing::KeyFromByte;
+using ::p2p::testing::kWait;
 
 struct Received {
   NodeId from;

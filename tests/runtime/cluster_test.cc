@@ -37,29 +37,14 @@ namespace runtime {
 namespace {
 
 using ::runtime::testing::FreePort;
+using ::runtime::testing::TestKey;
+using ::runtime::testing::SignedPut;
 using ::runtime::testing::WaitFor;
 
 using ::testing::HasSubstr;
 
 constexpr int kNodes = 4;
 constexpr char kToken[] = "cluster-test-admin-token";
-
-
-
-p2p::PrivateKey Key(char seed) {
-  absl::StatusOr<p2p::PrivateKey> k = p2p::PrivateKey::FromSeed(std::string(32, seed));
-  CHECK(k.ok());
-  return *k;
-}
-
-std::string SignedPut(uint32_t partition, char account, uint64_t nonce) {
-  node::chain::Transaction tx;
-  tx.set_partition(partition);
-  tx.set_nonce(nonce);
-  tx.mutable_put()->set_key(absl::StrCat("k", nonce));
-  tx.mutable_put()->set_value("value");
-  return partitions::SignTx(std::move(tx), Key(account));
-}
 
 class ClusterTest : public ::testing::Test {
  protected:
@@ -71,7 +56,7 @@ class ClusterTest : public ::testing::Test {
     for (int i = 0; i < kNodes; ++i) {
       std::string dir = absl::StrCat(*root_, "/node", i);
       std::filesystem::create_directories(dir);
-      p2p::PrivateKey key = Key(static_cast<char>('A' + i));
+      p2p::PrivateKey key = TestKey(static_cast<char>('A' + i));
       CHECK(key.WritePemFile(dir + "/node.key").ok());
       pubs.push_back(absl::BytesToHexString(key.public_key().bytes()));
       ports.push_back(FreePort());

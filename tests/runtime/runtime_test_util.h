@@ -6,13 +6,38 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
+#include "p2p/ed25519.h"
+#include "partitions/transaction.h"
+#include "proto/chain.pb.h"
 
 namespace runtime::testing {
+
+// A deterministic Ed25519 key: the 32-byte seed is `seed` repeated.
+inline p2p::PrivateKey TestKey(char seed) {
+  absl::StatusOr<p2p::PrivateKey> k = p2p::PrivateKey::FromSeed(std::string(32, seed));
+  CHECK(k.ok());
+  return *std::move(k);
+}
+
+// A signed Put of key "k<nonce>" by the account of TestKey(account).
+inline std::string SignedPut(uint32_t partition, char account, uint64_t nonce) {
+  node::chain::Transaction tx;
+  tx.set_partition(partition);
+  tx.set_nonce(nonce);
+  tx.mutable_put()->set_key(absl::StrCat("k", nonce));
+  tx.mutable_put()->set_value("value");
+  return partitions::SignTx(std::move(tx), TestKey(account));
+}
 
 // A port on 127.0.0.1 that was free a moment ago (for configs that must name their peers'
 // ports before the peers start; the window in which another process could take it is tiny).

@@ -34,25 +34,13 @@ namespace runtime {
 namespace {
 
 using ::runtime::testing::FreePort;
+using ::runtime::testing::TestKey;
+using ::runtime::testing::SignedPut;
 using ::runtime::testing::MakeTestCerts;
 using ::runtime::testing::TestCerts;
 using ::runtime::testing::WaitFor;
 using ::testing::HasSubstr;
 
-p2p::PrivateKey Key(char seed) {
-  absl::StatusOr<p2p::PrivateKey> k = p2p::PrivateKey::FromSeed(std::string(32, seed));
-  CHECK(k.ok());
-  return *k;
-}
-
-std::string SignedPut(uint32_t partition, char account, uint64_t nonce) {
-  node::chain::Transaction tx;
-  tx.set_partition(partition);
-  tx.set_nonce(nonce);
-  tx.mutable_put()->set_key(absl::StrCat("k", nonce));
-  tx.mutable_put()->set_value("value");
-  return partitions::SignTx(std::move(tx), Key(account));
-}
 
 NodeOptions NoMetrics() {
   NodeOptions o;
@@ -211,7 +199,7 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
   for (int i = 0; i < kNodes; ++i) {
     const std::string dir = absl::StrCat(*root_, "/cluster", i);
     std::filesystem::create_directories(dir);
-    p2p::PrivateKey key = Key(static_cast<char>('A' + i));
+    p2p::PrivateKey key = TestKey(static_cast<char>('A' + i));
     ASSERT_TRUE(key.WritePemFile(dir + "/node.key").ok());
     pubs.push_back(absl::BytesToHexString(key.public_key().bytes()));
     ports.push_back(FreePort());
