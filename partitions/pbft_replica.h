@@ -78,6 +78,11 @@ class PbftReplica {
   uint64_t view() const { return view_; }
   // True while following a lower view without voting (see Observing() below).
   bool observing() const { return Observing(); }
+  // ViewChanges held for the current view (own included); 0 when there are none.
+  size_t view_change_votes() const {
+    auto it = view_changes_.find(view_);
+    return it == view_changes_.end() ? 0 : it->second.size();
+  }
   bool IsPrimary() const { return config_.PrimaryOf(view_) == config_.self; }
   uint64_t last_executed() const { return last_executed_; }
   uint64_t low_watermark() const { return h_; }

@@ -443,6 +443,13 @@ int64_t Partition::Impl::Tick(int64_t now) {
       if (due == timers_.end()) break;
       partitions::PbftTimer timer = due->first;
       timers_.erase(due);
+      if (timer == partitions::PbftTimer::kViewChange) {
+        // A view change that outlived its timer: how much support it has says why (the view
+        // moves on only with 2f+1 ViewChanges; fewer means this replica is alone or cut off).
+        LOG(INFO) << "partition " << name_ << ": view change to view " << replica_->view()
+                  << " timed out with " << replica_->view_change_votes() << " of "
+                  << replica_->config().quorum() << " ViewChanges";
+      }
       StepLocked(partitions::PbftTimerFired{timer});
     }
     for (const auto& [timer, at] : timers_) wake = std::min(wake, at);

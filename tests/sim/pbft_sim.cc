@@ -69,6 +69,9 @@ class Cluster {
     if (crash_) At(Rand(300, 1500), [this] { CrashSomeone(); });
     if (isolate_) At(Rand(100, 1000), [this] { IsolateSomeone(); });
     if (pause_) At(Rand(100, 1000), [this] { PauseSomeone(); });
+    if (o_.fault == FaultKind::kCrashPrimary) {
+      for (int64_t t : {500, 5500, 10500}) At(t + Rand(0, 300), [this] { CrashPrimary(); });
+    }
     for (auto& n : nodes_) {
       if (n->byz_garbage) At(Rand(1, 50), [this, id = n->id] { Garbage(id); });
     }
@@ -332,6 +335,29 @@ class Cluster {
     At(now_ + Rand(3500, 6000), [this] { IsolateSomeone(); });
   }
 
+  // The primary of the highest view any up replica is in dies and stays down for 5x the
+  // view-change timeout: the others must change view and commit without it (chaos.py's
+  // kill_primary, which found a 30 s stall here).
+  void CrashPrimary() {
+    uint64_t view = 0;
+    for (auto& n : nodes_) {
+      if (!n->up) return;  // one fault at a time
+      view = std::max(view, n->replica->view());
+    }
+    Node& p = *nodes_[view % o_.n];
+    if (!p.honest()) return;
+    Crash(p);
+    const uint64_t seq = max_seq_;
+    const int64_t bound = 5 * config_.view_change_timeout_ms;
+    At(now_ + bound, [this, id = p.id, seq, bound] {
+      if (max_seq_ <= seq) {
+        Fail(false, absl::StrCat("liveness: no commit within ", bound, "ms of the primary (",
+                                 id, ") crashing (stuck at seq ", seq, ")"));
+      }
+      if (!nodes_[id]->up) Restart(*nodes_[id]);
+    });
+  }
+
   void PauseSomeone() {
     if (!Faulty()) return;
     Node& n = *nodes_[rng_() % o_.n];
@@ -454,7 +480,7 @@ const std::vector<FaultKind>& AllFaultKinds() {
       FaultKind::kNone,      FaultKind::kDelay,      FaultKind::kLoss,
       FaultKind::kDuplicate, FaultKind::kPartition,  FaultKind::kCrash,
       FaultKind::kByzPrimary, FaultKind::kByzReplica, FaultKind::kIsolate,
-      FaultKind::kPause,     FaultKind::kMixed};
+      FaultKind::kPause,     FaultKind::kCrashPrimary, FaultKind::kMixed};
   return kinds;
 }
 
@@ -470,6 +496,7 @@ const char* FaultKindName(FaultKind kind) {
     case FaultKind::kByzReplica: return "byz_replica";
     case FaultKind::kIsolate: return "isolate";
     case FaultKind::kPause: return "pause";
+    case FaultKind::kCrashPrimary: return "crash_primary";
     case FaultKind::kMixed: return "mixed";
   }
   return "unknown";

@@ -39,6 +39,7 @@ enum class FaultKind {
   kByzReplica,   // a replica sends garbage and conflicting votes
   kIsolate,      // one replica at a time is cut off for longer than the view-change timeout
   kPause,        // one replica at a time is suspended (SIGSTOP): its events wait, then all run
+  kCrashPrimary, // the current primary crashes 3 times in a row; the others must commit without it
   kMixed,        // all of the above at once (Byzantine ones within f)
 };
 const std::vector<FaultKind>& AllFaultKinds();
