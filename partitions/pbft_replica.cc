@@ -115,6 +115,17 @@ void PbftReplica::OnTimer(PbftTimer timer) {
       // (Castro & Liskov 4.5.2). Alone, escalating would only take us further from the others.
       auto vcs = view_changes_.find(view_);
       if (vcs == view_changes_.end() || vcs->second.size() < config_.quorum()) {
+        // Short of 2f+1, but some replica already asks for a higher view (e.g. one that went
+        // back to its own earlier, higher ViewChange): join the lowest such view instead of
+        // waiting here for ever. It only moves to a view someone announced, never a new one.
+        uint64_t up = 0;
+        for (const auto& [sender, v] : latest_vc_view_) {
+          if (sender != config_.self && v > view_ && (up == 0 || v < up)) up = v;
+        }
+        if (up > 0) {
+          StartViewChange(up);
+          return;
+        }
         if (own_view_change_) Broadcast(*own_view_change_);
         out_.push_back(PbftSetTimer{PbftTimer::kViewChange, ViewChangeTimeout()});
         return;

@@ -267,6 +267,10 @@ void PbftReplica::InstallNewView(const ConsensusMessage& nv_msg, const NewViewPl
   new_view_msg_ = nv_msg;
   last_installed_view_ = w;
   lower_view_commits_.clear();
+  // The view change succeeded: the next one starts from the base timeout. (Doubling is for
+  // view changes that fail to install; carried across installed views, a few primary crashes
+  // in a row left the survivors waiting 16x the timeout for a dead primary's NewView.)
+  backoff_shift_ = 0;
   ++counters_.new_views_installed;
   ResetViewState();
   out_.push_back(PbftCancelTimer{PbftTimer::kViewChange});

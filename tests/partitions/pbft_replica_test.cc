@@ -435,6 +435,20 @@ TEST(PbftObserverTest, ObserverJoinsWhenTheOthersMoveAndInstallsTheNewView) {
   EXPECT_TRUE(h.replica->CanPropose());
 }
 
+// Short of 2f+1 for its view, but another replica asks for a higher one (it went back to its own
+// earlier ViewChange): the timer joins that view instead of waiting for ever.
+TEST(PbftViewChangeTest, StuckViewChangeJoinsAViewAnotherReplicaAnnounced) {
+  ReplicaHarness h(2);
+  TimeOut(h);
+  h.Deliver(MakeViewChange(1, 3, {}));  // 2 of 3 for view 1
+  h.Deliver(MakeViewChange(3, 0, {}));  // one replica (fewer than f+1) asks for view 3
+  ASSERT_EQ(h.replica->view(), 1u);
+  auto a = h.replica->Step(PbftTimerFired{PbftTimer::kViewChange});
+  EXPECT_EQ(h.replica->view(), 3u);
+  ASSERT_EQ(Sent(a, kVC).size(), 1u);
+  EXPECT_EQ(Sent(a, kVC)[0].view_change().new_view(), 3u);
+}
+
 TEST(PbftObserverTest, RestartWhileObservingResumesTheViewChange) {
   ReplicaHarness h(1);
   TimeOut(h);

@@ -351,8 +351,17 @@ class Cluster {
     const int64_t bound = 5 * config_.view_change_timeout_ms;
     At(now_ + bound, [this, id = p.id, seq, bound] {
       if (max_seq_ <= seq) {
+        std::string states;
+        for (auto& n : nodes_) {
+          if (!n->up) continue;
+          absl::StrAppend(&states, " [", n->id, ": view ", n->replica->view(), " ",
+                          partitions::ConsensusStateName(n->replica->state()),
+                          n->replica->observing() ? " observing" : "", ", ",
+                          n->replica->view_change_votes(), " ViewChanges, executed ",
+                          n->replica->last_executed(), "]");
+        }
         Fail(false, absl::StrCat("liveness: no commit within ", bound, "ms of the primary (",
-                                 id, ") crashing (stuck at seq ", seq, ")"));
+                                 id, ") crashing (stuck at seq ", seq, "):", states));
       }
       if (!nodes_[id]->up) Restart(*nodes_[id]);
     });
