@@ -540,6 +540,17 @@ class Load:
 
 # ---------------------------------------------------------------------------------------------
 
+def finish(subs, load, chk):
+    """Stops the submitters and the load, runs the final check; returns the acked tx count."""
+    for s in subs:
+        s.stop_ev.set()
+    for s in subs:
+        s.join(10)
+    load.stop()
+    chk.check(final=True)
+    return sum(len(s.acked) for s in subs)
+
+
 def main_run(a, tmp):
     generate_stubs(os.path.join(tmp, "gen"))
     ln = load_localnet()
@@ -592,13 +603,7 @@ def main_run(a, tmp):
             log("run %d %s: recovery %.2fs, catch-up %.2fs" % (runs, kind, r["recovery_s"],
                                                                  r["catchup_s"]))
             chk.check()
-        for s in subs:
-            s.stop_ev.set()
-        for s in subs:
-            s.join(10)
-        load.stop()
-        chk.check(final=True)
-        acked = sum(len(s.acked) for s in subs)
+        acked = finish(subs, load, chk)
         print()
         print("| metric | value |")
         print("|---|---|")

@@ -565,13 +565,7 @@ def main_run(a, tmp):
             results.append((kind, rec, took))
             log("phase %s: recovery %.2fs, catch-up %.2fs" % (kind, rec, took))
             chk.check()
-        for s in subs:
-            s.stop_ev.set()
-        for s in subs:
-            s.join(10)
-        load.stop()
-        chk.check(final=True)
-        acked = sum(len(s.acked) for s in subs)
+        acked = chaos.finish(subs, load, chk)
         print()
         print("| metric | value |")
         print("|---|---|")
