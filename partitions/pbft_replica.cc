@@ -477,6 +477,12 @@ bool PbftReplica::HasUnexecutedWork() const {
   return false;
 }
 
+void PbftReplica::CancelRequestTimer() {
+  if (!request_timer_armed_) return;
+  request_timer_armed_ = false;
+  out_.push_back(PbftCancelTimer{PbftTimer::kRequest});
+}
+
 void PbftReplica::UpdateRequestTimer() {
   const bool want = installed_ && (pending_requests_ > 0 || HasUnexecutedWork());
   if (want && !request_timer_armed_) {

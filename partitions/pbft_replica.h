@@ -140,6 +140,7 @@ class PbftReplica {
   bool DivertByView(const ConsensusMessage& msg, uint64_t view);
   bool HasUnexecutedWork() const;
   void UpdateRequestTimer();
+  void CancelRequestTimer();
 
   // Checkpoints and block sync (pbft_sync.cc).
   void OnCheckpoint(const ConsensusMessage& msg);

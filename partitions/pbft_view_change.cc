@@ -41,6 +41,7 @@ void PbftReplica::StartViewChange(uint64_t new_view) {
   new_view_msg_.reset();
   ++counters_.view_changes_started;
   ResetViewState();
+  CancelRequestTimer();  // the view-change timer watches the view change now
 
   ConsensusMessage msg;
   ViewChange* vc = msg.mutable_view_change();
@@ -274,6 +275,10 @@ void PbftReplica::InstallNewView(const ConsensusMessage& nv_msg, const NewViewPl
   ++counters_.new_views_installed;
   ResetViewState();
   out_.push_back(PbftCancelTimer{PbftTimer::kViewChange});
+  // The request timer restarts with the view (Step re-arms it if work is pending). Left running,
+  // a timer armed in the old view fired moments after the install and sent the new view's own
+  // primary into a view change against itself, one view after another.
+  CancelRequestTimer();
   view_changes_.erase(view_changes_.begin(), view_changes_.upper_bound(w));
   for (auto it = latest_vc_view_.begin(); it != latest_vc_view_.end();) {
     it = it->second <= w ? latest_vc_view_.erase(it) : std::next(it);

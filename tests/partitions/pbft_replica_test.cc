@@ -279,6 +279,33 @@ TEST(PbftReplicaTest, RequestTimerStartsViewChangeWithBackoff) {
   EXPECT_EQ(vc_timer(a), 2 * first);
 }
 
+// The request timer is per view. A replica whose request timer was running when f+1 others pulled
+// it into a view change must not carry that timer into the new view: it once fired right after
+// the NewView installed and sent the new primary into a view change against itself.
+TEST(PbftViewChangeTest, RequestTimerRestartsWithTheNewView) {
+  ReplicaHarness h(1);  // primary of view 1
+  auto a = h.replica->Step(PbftPendingRequests{5});
+  ASSERT_EQ(ActionsOf<PbftSetTimer>(a).size(), 1u);  // request timer armed in view 0
+  h.Deliver(MakeViewChange(1, 2, {}));
+  a = h.Deliver(MakeViewChange(1, 3, {}));  // f+1: joins, then 2f+1: sends NewView, installs
+  ASSERT_EQ(Sent(a, kNV).size(), 1u);
+  ASSERT_EQ(h.replica->state(), ConsensusState::kNormal);
+  ASSERT_EQ(h.replica->view(), 1u);
+  // The view-0 timer was cancelled, and a fresh one armed after the install.
+  int cancel_at = -1, arm_at = -1;
+  for (int i = 0; i < static_cast<int>(a.size()); ++i) {
+    if (auto* c = std::get_if<PbftCancelTimer>(&a[i]); c && c->timer == PbftTimer::kRequest) {
+      cancel_at = i;
+    }
+    if (auto* t = std::get_if<PbftSetTimer>(&a[i]); t && t->timer == PbftTimer::kRequest) {
+      arm_at = i;
+      EXPECT_EQ(t->delay_ms, h.config.request_timeout_ms);
+    }
+  }
+  EXPECT_GE(cancel_at, 0);
+  EXPECT_GT(arm_at, cancel_at);
+}
+
 TEST(PbftViewChangeTest, ViewChangeCarriesPreparedCertificate) {
   ReplicaHarness h(2);
   Prepare(h, 0, 1);  // prepared, not committed

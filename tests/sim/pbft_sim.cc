@@ -1,6 +1,8 @@
 #include "tests/sim/pbft_sim.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -144,6 +146,7 @@ class Cluster {
   }
 
   void Crash(Node& n) {
+    if (trace_) std::fprintf(stderr, "%6lld ms  %u: CRASH\n", static_cast<long long>(now_), n.id);
     n.up = false;
     n.replica.reset();
     ++n.incarnation;
@@ -161,7 +164,16 @@ class Cluster {
       });
       return;
     }
+    if (trace_) {
+      last_event_ = static_cast<int>(ev.index());
+      if (auto* tf = std::get_if<partitions::PbftTimerFired>(&ev)) {
+        last_event_ = 100 + static_cast<int>(tf->timer);
+      } else if (auto* m = std::get_if<partitions::PbftMessage>(&ev)) {
+        last_event_ = 200 + static_cast<int>(m->msg.body_case());
+      }
+    }
     Apply(n, n.replica->Step(ev));
+    if (trace_ && n.up) TraceState(n);
     if (n.in_followup) return;
     n.in_followup = true;
     for (int i = 0; i < 64 && n.up; ++i) {
@@ -184,6 +196,33 @@ class Cluster {
     n.in_followup = false;
   }
 
+  // SIM_TRACE=1: one line per replica state change and per view-change message sent.
+  void TraceState(Node& n) {
+    const auto key = std::make_tuple(n.replica->view(), static_cast<int>(n.replica->state()),
+                                     n.replica->observing());
+    if (key == n.traced) return;
+    n.traced = key;
+    std::fprintf(stderr, "%6lld ms  %u: view %llu %s%s executed %llu (event %d)\n",
+                 static_cast<long long>(now_), n.id,
+                 static_cast<unsigned long long>(n.replica->view()),
+                 partitions::ConsensusStateName(n.replica->state()),
+                 n.replica->observing() ? " observing" : "",
+                 static_cast<unsigned long long>(n.replica->last_executed()), last_event_);
+  }
+
+  void TraceSend(const Node& n, const ConsensusMessage& m, int64_t to) {
+    if (!trace_) return;
+    if (m.has_view_change()) {
+      std::fprintf(stderr, "%6lld ms  %u -> %lld: ViewChange(%llu)\n", static_cast<long long>(now_),
+                   n.id, static_cast<long long>(to),
+                   static_cast<unsigned long long>(m.view_change().new_view()));
+    } else if (m.has_new_view()) {
+      std::fprintf(stderr, "%6lld ms  %u -> %lld: NewView(%llu)\n", static_cast<long long>(now_),
+                   n.id, static_cast<long long>(to),
+                   static_cast<unsigned long long>(m.new_view().view()));
+    }
+  }
+
   std::vector<std::string> CutBatch(Node& n) {
     if (n.replica->view() != n.proposed_view) {
       n.proposed.clear();  // the new view re-issues what was prepared; propose the rest again
@@ -201,9 +240,11 @@ class Cluster {
     for (PbftAction& a : actions) {
       if (!result_.ok) return;
       if (auto* s = std::get_if<partitions::PbftSend>(&a)) {
+        TraceSend(n, s->msg, s->to);
         Transmit(n, s->to, std::make_shared<const ConsensusMessage>(std::move(s->msg)));
       } else if (auto* b = std::get_if<partitions::PbftBroadcast>(&a)) {
         auto msg = std::make_shared<const ConsensusMessage>(std::move(b->msg));
+        TraceSend(n, *msg, -1);
         for (uint32_t to = 0; to < o_.n; ++to) {
           if (to != n.id) Transmit(n, to, msg);
         }
@@ -469,6 +510,8 @@ class Cluster {
   partitions::PbftConfig config_;
   std::mt19937_64 rng_;
   bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_;
+  const bool trace_ = std::getenv("SIM_TRACE") != nullptr;
+  int last_event_ = -1;  // SIM_TRACE: variant index; 100 + timer; 200 + message body case
   std::vector<std::unique_ptr<Node>> nodes_;
   std::priority_queue<Event> queue_;
   uint64_t next_order_ = 0;

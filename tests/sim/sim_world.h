@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "partitions/pbft_certs.h"
 #include "partitions/pbft_memory_store.h"
@@ -97,6 +98,7 @@ struct Node {
   uint64_t proposed_view = 0;
   uint64_t reported_pending = ~0ULL;
   bool in_followup = false;
+  std::tuple<uint64_t, int, bool> traced{~0ULL, -1, false};  // last state printed by SIM_TRACE
   int group = 0;
   bool isolated = false;        // kIsolate: no messages in or out
   int64_t paused_until = -1;    // kPause: events for this node wait until then
