@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -68,6 +69,18 @@ absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition,
           options_.max_frame_bytes));
     }
     ChannelState& cs = channels_[idx];
+    if (!blocked_.empty() && blocked_.contains(peer) && !MakeRoomForBlockedPeer(peer, size)) {
+      // Like a full writer queue before: frames for a peer that does not drain are lost to it
+      // (PBFT retransmits and block sync cover consensus). Counted, not an error for the caller.
+      ++blocked_peer_drops_;
+      ++cs.stats.messages_dropped;
+      cs.stats.bytes_dropped += size;
+      LOG_EVERY_N(WARNING, 1000) << "egress: peer " << peer << " blocked with "
+                                 << options_.blocked_peer_bytes << " bytes queued; dropped a "
+                                 << ChannelName(channel) << " message (" << blocked_peer_drops_
+                                 << " so far)";
+      return absl::OkStatus();
+    }
     const size_t limit = options_.queue_bytes[idx];
     if (cs.queued_bytes + size > limit) {
       if (channel == node::p2p::CONSENSUS || channel == node::p2p::SYNC) {
@@ -106,6 +119,7 @@ absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition,
     cs.queued_bytes += size;
     ++cs.queued_messages;
     ++cs.stats.messages_enqueued;
+    peer_bytes_[peer] += size;
   }
   Wake();
   return absl::OkStatus();
@@ -116,15 +130,35 @@ size_t EgressScheduler::ChunkCost(const Message& m) const {
   return std::min(chunk, m.data->size() - m.offset) + kFrameOverheadBytes;
 }
 
-EgressScheduler::PartitionQueue* EgressScheduler::SelectPartition(ChannelState& cs) {
+size_t EgressScheduler::Eligible(const PartitionQueue& pq) const {
+  if (blocked_.empty()) return 0;
+  for (size_t i = 0; i < pq.messages.size(); ++i) {
+    if (!blocked_.contains(pq.messages[i].peer)) return i;
+  }
+  return kNone;
+}
+
+std::pair<EgressScheduler::PartitionQueue*, size_t> EgressScheduler::SelectPartition(
+    ChannelState& cs) {
   // Deficit round robin. Each visit without enough deficit grants one quantum, and the quantum is
   // at least the current chunk cost, so this ends within a few rounds (a message whose chunk size
-  // was fixed under a larger cap may need several quanta).
+  // was fixed under a larger cap may need several quanta). Partitions whose messages all wait on
+  // blocked peers are passed over; once every partition was, there is nothing to send.
+  size_t passed = 0;
   for (;;) {
     const PartitionId p = cs.active.front();
     PartitionQueue& pq = cs.partitions.at(p);
-    const int64_t cost = static_cast<int64_t>(ChunkCost(pq.messages.front()));
-    if (pq.deficit >= cost) return &pq;
+    const size_t pos = Eligible(pq);
+    if (pos == kNone) {
+      if (++passed >= cs.active.size()) return {nullptr, kNone};
+      pq.quantum_given = false;
+      cs.active.pop_front();
+      cs.active.push_back(p);
+      continue;
+    }
+    passed = 0;
+    const int64_t cost = static_cast<int64_t>(ChunkCost(pq.messages[pos]));
+    if (pq.deficit >= cost) return {&pq, pos};
     if (!pq.quantum_given) {
       auto w = weights_.find(p);
       const int64_t weight = w == weights_.end() ? 1 : w->second;
@@ -162,6 +196,10 @@ EgressFrame EgressScheduler::CutChunk(Message& m, int64_t now) {
   m.offset += f.length;
   ++m.next_chunk;
   cs.queued_bytes -= f.length;
+  if (auto pb = peer_bytes_.find(m.peer); pb != peer_bytes_.end()) {
+    pb->second -= std::min<uint64_t>(pb->second, f.length);
+    if (pb->second == 0) peer_bytes_.erase(pb);
+  }
   if (m.next_chunk == count) --cs.queued_messages;
   return f;
 }
@@ -201,7 +239,9 @@ bool EgressScheduler::DropOldest(ChannelState& cs) {
     PartitionQueue* best = nullptr;
     size_t best_pos = 0;
     for (auto& [p, pq] : cs.partitions) {
-      const size_t pos = pq.messages.front().started() ? 1 : 0;
+      // Started messages (on the wire) stay; with blocked peers one may be past the front.
+      size_t pos = 0;
+      while (pos < pq.messages.size() && pq.messages[pos].started()) ++pos;
       if (pos >= pq.messages.size()) continue;
       if (best == nullptr || pq.messages[pos].id < best->messages[best_pos].id) {
         best = &pq;
@@ -213,22 +253,68 @@ bool EgressScheduler::DropOldest(ChannelState& cs) {
     best->messages.erase(best->messages.begin() + best_pos);
     RemovePartitionIfEmpty(cs, victim.partition);
   }
-  cs.queued_bytes -= victim.data->size();
+  Forget(cs, victim);
+  return true;
+}
+
+void EgressScheduler::Forget(ChannelState& cs, const Message& m) {
+  const size_t left = m.data->size() - m.offset;
+  cs.queued_bytes -= left;
   --cs.queued_messages;
   ++cs.stats.messages_dropped;
-  cs.stats.bytes_dropped += victim.data->size();
-  return true;
+  cs.stats.bytes_dropped += left;
+  if (auto pb = peer_bytes_.find(m.peer); pb != peer_bytes_.end()) {
+    pb->second -= std::min<uint64_t>(pb->second, left);
+    if (pb->second == 0) peer_bytes_.erase(pb);
+  }
+}
+
+bool EgressScheduler::MakeRoomForBlockedPeer(const NodeId& peer, size_t size) {
+  const size_t bound = options_.blocked_peer_bytes;
+  auto over = [&] {
+    auto pb = peer_bytes_.find(peer);
+    return (pb == peer_bytes_.end() ? 0 : pb->second) + size > bound;
+  };
+  // Lowest priority first (BULK, then TX_FORWARD), oldest first within a partition's queue.
+  for (int i = kNumChannels - 1; i >= kTxIndex && over(); --i) {
+    ChannelState& cs = channels_[i];
+    std::vector<PartitionId> parts;
+    for (auto& [p, pq] : cs.partitions) {
+      for (size_t j = 0; j < pq.messages.size() && over();) {
+        if (pq.messages[j].peer == peer && !pq.messages[j].started()) {
+          Forget(cs, pq.messages[j]);
+          ++blocked_peer_drops_;
+          pq.messages.erase(pq.messages.begin() + j);
+        } else {
+          ++j;
+        }
+      }
+      parts.push_back(p);
+    }
+    for (PartitionId p : parts) RemovePartitionIfEmpty(cs, p);
+  }
+  return !over();
+}
+
+void EgressScheduler::SetPeerBlocked(const NodeId& peer, bool blocked) {
+  bool wake = false;
+  {
+    absl::MutexLock l(&mu_);
+    if (options_.fifo_mode) return;
+    if (blocked) {
+      if (blocked_.insert(peer).second) ++peer_block_events_;
+    } else {
+      wake = blocked_.erase(peer) > 0;
+    }
+  }
+  if (wake) Wake();
 }
 
 size_t EgressScheduler::DropPeer(const NodeId& peer) {
   absl::MutexLock l(&mu_);
   size_t dropped = 0;
   auto drop = [&](Message& m) {
-    ChannelState& cs = channels_[ChannelIndex(m.channel)];
-    cs.queued_bytes -= m.data->size() - m.offset;
-    --cs.queued_messages;
-    ++cs.stats.messages_dropped;
-    cs.stats.bytes_dropped += m.data->size() - m.offset;
+    Forget(channels_[ChannelIndex(m.channel)], m);
     ++dropped;
   };
   auto is_peer = [&](const Message& m) { return m.peer == peer; };
@@ -247,6 +333,8 @@ size_t EgressScheduler::DropPeer(const NodeId& peer) {
     }
     for (PartitionId p : parts) RemovePartitionIfEmpty(cs, p);
   }
+  peer_bytes_.erase(peer);
+  blocked_.erase(peer);
   return dropped;
 }
 
@@ -297,8 +385,9 @@ DequeueResult EgressScheduler::DequeuePriority(int64_t now) {
   for (int i = 0; i < kNumChannels; ++i) {
     ChannelState& cs = channels_[i];
     if (cs.active.empty()) continue;
-    PartitionQueue* pq = SelectPartition(cs);
-    Message& m = pq->messages.front();
+    auto [pq, pos] = SelectPartition(cs);
+    if (pq == nullptr) continue;  // all of it waits on blocked peers
+    Message& m = pq->messages[pos];
     const size_t cost = ChunkCost(m);
     if (i == kTxIndex && tx_bucket_.NanosUntilAt(cost, now) > 0) {
       // Held to its derived rate; a lower channel may use the budget meanwhile.
@@ -313,7 +402,7 @@ DequeueResult EgressScheduler::DequeuePriority(int64_t now) {
     pq->deficit -= static_cast<int64_t>(cost);
     EgressFrame f = CutChunk(m, now);
     if (m.next_chunk == f.chunk_count) {
-      pq->messages.pop_front();
+      pq->messages.erase(pq->messages.begin() + static_cast<std::ptrdiff_t>(pos));
       RemovePartitionIfEmpty(cs, f.partition);
     }
     Account(f, now);
@@ -381,6 +470,9 @@ EgressStats EgressScheduler::Stats() const {
   }
   s.partitions = partition_stats_;
   s.oversized_refused = oversized_refused_;
+  s.blocked_peers = blocked_.size();
+  s.peer_block_events = peer_block_events_;
+  s.blocked_peer_drops = blocked_peer_drops_;
   s.cap_bytes_per_second = cap_;
   s.tx_forward_rate = tx_rate_;
   s.priority_usage_bytes_per_second = PriorityUsage();

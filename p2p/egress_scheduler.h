@@ -15,7 +15,14 @@
 // - Bounded queues, per channel, in bytes. CONSENSUS and SYNC refuse a message that does not fit
 //   (ResourceExhausted; counted and logged: never dropped silently). TX_FORWARD and BULK drop
 //   their oldest not-yet-started messages to make room (counted).
-// - fifo_mode: one queue in arrival order, global bucket only (for comparison).
+// - Per-peer backpressure: the transport marks a peer blocked while that peer's writer queue is
+//   full (SetPeerBlocked). A blocked peer's messages stay here, skipped by Dequeue, so priorities
+//   keep holding per link: a peer behind a slow link gets its SYNC before its TX_FORWARD once it
+//   drains. Other peers' messages go ahead (order per peer is kept). While blocked, a peer may
+//   hold at most `blocked_peer_bytes` here: beyond that its oldest not-started TX_FORWARD/BULK
+//   messages are dropped to make room, then the new message itself (counted per channel).
+// - fifo_mode: one queue in arrival order, global bucket only, no per-peer backpressure (for
+//   comparison).
 //
 // The scheduler keeps no thread and reads time from the injected clock, so tests drive it with a
 // FakeClock: Enqueue(...) then Dequeue(), which returns the next frame to hand to the transport or
@@ -37,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -70,6 +78,8 @@ struct EgressOptions {
   int64_t usage_window_nanos = 1'000'000'000;
   // Time worth of cap one chunk carries.
   int64_t chunk_time_nanos = 2'000'000;
+  // Most bytes a blocked peer may have queued here (all channels together).
+  size_t blocked_peer_bytes = 1 << 20;
   // Plain FIFO instead of priorities and round robin (comparison only).
   bool fifo_mode = false;
 };
@@ -122,6 +132,9 @@ struct EgressStats {
   std::array<ChannelEgressStats, kNumChannels> channels;  // in priority order
   std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partitions;
   uint64_t oversized_refused = 0;
+  uint64_t blocked_peers = 0;       // peers blocked now
+  uint64_t peer_block_events = 0;   // times a peer became blocked
+  uint64_t blocked_peer_drops = 0;  // messages dropped because a blocked peer was over its bound
   double cap_bytes_per_second = 0;  // kUnlimited when unlimited
   double tx_forward_rate = 0;       // current derived rate; kUnlimited when unlimited
   double priority_usage_bytes_per_second = 0;  // CONSENSUS + SYNC moving average
@@ -150,8 +163,13 @@ class EgressScheduler {
   // The next frame to write now (its bytes are charged to the buckets), or how long to wait.
   DequeueResult Dequeue();
 
-  // Drops every queued message for `peer` (its connection went away). Returns messages dropped.
+  // Drops every queued message for `peer` (its connection went away) and forgets that it was
+  // blocked. Returns messages dropped.
   size_t DropPeer(const NodeId& peer);
+
+  // The transport's backpressure: while `blocked`, Dequeue releases nothing for `peer`.
+  // Unblocking wakes the sender. Ignored in fifo_mode.
+  void SetPeerBlocked(const NodeId& peer, bool blocked);
 
   // Live changes. InvalidArgument for negative values / weight 0.
   absl::Status SetCap(double cap_bytes_per_second);  // 0 = unlimited
@@ -192,8 +210,18 @@ class EgressScheduler {
     flowctl::Histogram delay;
   };
 
+  static constexpr size_t kNone = ~size_t{0};
+
   size_t ChunkCost(const Message& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  PartitionQueue* SelectPartition(ChannelState& cs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Position of the first message in `pq` whose peer is not blocked, or kNone.
+  size_t Eligible(const PartitionQueue& pq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The partition whose turn it is (deficit round robin) among those with an eligible message,
+  // and that message's position; {nullptr, kNone} when every message waits on a blocked peer.
+  std::pair<PartitionQueue*, size_t> SelectPartition(ChannelState& cs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes room for `size` more bytes for the blocked `peer`; false if it cannot.
+  bool MakeRoomForBlockedPeer(const NodeId& peer, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(ChannelState& cs, const Message& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   EgressFrame CutChunk(Message& m, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Account(const EgressFrame& f, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DropOldest(ChannelState& cs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -223,6 +251,10 @@ class EgressScheduler {
   std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partition_stats_
       ABSL_GUARDED_BY(mu_);
   uint64_t oversized_refused_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<NodeId, uint64_t> peer_bytes_ ABSL_GUARDED_BY(mu_);  // queued bytes per peer
+  std::set<NodeId> blocked_ ABSL_GUARDED_BY(mu_);
+  uint64_t peer_block_events_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t blocked_peer_drops_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // CONSENSUS + SYNC bytes per slot of the usage window; slot_start_ is the current slot's start.
   std::array<uint64_t, kUsageSlots> usage_slots_ ABSL_GUARDED_BY(mu_) = {};

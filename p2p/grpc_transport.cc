@@ -111,6 +111,7 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
         [stream](StreamMessage* m) { return stream->Read(m); }, [ctx] { ctx->TryCancel(); },
         t_->options_.peer_queue_bytes, t_->options_.max_batch_bytes,
         t_->options_.egress.max_frame_bytes, &t_->counters_->streams_written);
+    t_->WatchPressure(*conn);
     t_->RunConnection(conn);
     return grpc::Status::OK;
   }
@@ -306,6 +307,13 @@ void GrpcTransport::Unregister(const std::shared_ptr<PeerConnection>& conn) {
   if (on_peer_event_) on_peer_event_(conn->peer(), PeerEvent::kDown);
 }
 
+void GrpcTransport::WatchPressure(PeerConnection& conn) {
+  if (options_.peer_release_bytes == 0) return;
+  conn.SetPressureCallback(options_.peer_release_bytes, [this, peer = conn.peer()](bool blocked) {
+    scheduler_.SetPeerBlocked(peer, blocked);
+  });
+}
+
 void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
   conn->StartWriter();
   Register(conn);
@@ -472,6 +480,7 @@ bool GrpcTransport::DialOnce(const NodeId& peer, const std::string& expected_key
       [s](StreamMessage* m) { return s->Read(m); }, [ctx] { ctx->TryCancel(); },
       options_.peer_queue_bytes, options_.max_batch_bytes, options_.egress.max_frame_bytes,
       &counters_->streams_written);
+  WatchPressure(*conn);
   RunConnection(conn);
   ctx->TryCancel();
   stream->Finish();

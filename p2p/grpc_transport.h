@@ -78,6 +78,10 @@ struct GrpcTransportOptions {
   // Frames queued for one peer's writer beyond this are dropped (counted): a stalled peer must
   // not hold the node's memory. CONSENSUS frames get twice the room.
   size_t peer_queue_bytes = 16 << 20;
+  // Per-peer backpressure: once a peer's writer queue holds this much, the egress scheduler
+  // releases nothing more for it until the writer has drained half (0: off). Keeps the
+  // scheduler's priorities per link: a slow link gets its SYNC before its TX_FORWARD.
+  size_t peer_release_bytes = 512 << 10;
   // Bytes of frames packed into one stream message at most.
   size_t max_batch_bytes = 256 << 10;
   // A stream must finish the handshake within this, or it is cancelled (both sides).
@@ -151,6 +155,8 @@ class GrpcTransport final : public Network {
 
   // Runs an authenticated connection until it ends; called on the reader thread.
   void RunConnection(const std::shared_ptr<PeerConnection>& conn);
+  // Connects the connection's backpressure to the scheduler (options_.peer_release_bytes).
+  void WatchPressure(PeerConnection& conn);
   void Register(const std::shared_ptr<PeerConnection>& conn);
   void Unregister(const std::shared_ptr<PeerConnection>& conn);
   void OnEgressFrame(EgressFrame frame);

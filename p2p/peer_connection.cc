@@ -30,7 +30,18 @@ bool PeerConnection::Push(EgressFrame f) {
   if (closed_ || out_bytes_ + f.length > limit) return false;
   out_bytes_ += f.length;
   out_.push_back(std::move(f));
+  if (release_bytes_ > 0 && !blocked_ && out_bytes_ >= release_bytes_) {
+    blocked_ = true;
+    on_pressure_(true);
+  }
   return true;
+}
+
+void PeerConnection::SetPressureCallback(size_t release_bytes,
+                                         std::function<void(bool blocked)> on_pressure) {
+  absl::MutexLock l(&mu_);
+  release_bytes_ = release_bytes;
+  on_pressure_ = std::move(on_pressure);
 }
 
 void PeerConnection::StartWriter() {
@@ -71,6 +82,10 @@ void PeerConnection::WriterLoop() {
         out_bytes_ -= out_.front().length;
         batch.push_back(std::move(out_.front()));
         out_.pop_front();
+      }
+      if (blocked_ && out_bytes_ <= release_bytes_ / 2) {
+        blocked_ = false;
+        on_pressure_(false);
       }
     }
     node::p2p::FrameBatch* fb = msg.mutable_frames();

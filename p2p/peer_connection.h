@@ -7,6 +7,11 @@
 // Push and Close may be called from any thread. After Detach the stream functions are never
 // called again, so the owner may destroy the stream.
 //
+// Backpressure: when the queue reaches `release_bytes`, `on_pressure(true)` tells the egress
+// scheduler to release nothing more for this peer; when the writer has drained it to half of
+// that, `on_pressure(false)`. Both are called under the connection's lock, so no call of a
+// closed connection can follow the transport's DropPeer (which runs after Close).
+//
 //   auto conn = std::make_shared<PeerConnection>(peer, write, read, cancel, 16 << 20, 256 << 10,
 //                                                max_frame_bytes, &writes);
 //   conn->StartWriter();
@@ -41,6 +46,9 @@ class PeerConnection {
   PeerConnection(NodeId peer, WriteFn write, ReadFn read, std::function<void()> cancel,
                  size_t queue_bytes, size_t batch_bytes, size_t max_frame_bytes,
                  std::atomic<uint64_t>* writes);
+
+  // Turns on backpressure (see above). Call before StartWriter.
+  void SetPressureCallback(size_t release_bytes, std::function<void(bool blocked)> on_pressure);
   ~PeerConnection();  // REQUIRES: Detach() was called if StartWriter() was
 
   PeerConnection(const PeerConnection&) = delete;
@@ -75,6 +83,9 @@ class PeerConnection {
   std::deque<EgressFrame> out_ ABSL_GUARDED_BY(mu_);
   size_t out_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  size_t release_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // 0: no backpressure
+  std::function<void(bool)> on_pressure_ ABSL_GUARDED_BY(mu_);
+  bool blocked_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> cancel_ ABSL_GUARDED_BY(mu_);
 };
 

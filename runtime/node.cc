@@ -320,6 +320,9 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
     e->set_tx_forward_floor_bytes_per_second(static_cast<double>(tx_forward_floor_.load()));
     e->set_tx_forward_derived_bytes_per_second(
         es.tx_forward_rate >= flowctl::TokenBucket::kUnlimited ? 0 : es.tx_forward_rate);
+    e->set_blocked_peers(es.blocked_peers);
+    e->set_peer_block_events(es.peer_block_events);
+    e->set_blocked_peer_drops(es.blocked_peer_drops);
     for (int i = 0; i < p2p::kNumChannels; ++i) {
       const auto& c = es.channels[i];
       auto* cs = e->add_channels();

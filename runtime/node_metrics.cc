@@ -195,6 +195,13 @@ void AddEgress(const node::admin::EgressStats& e, Families* f) {
            e.tx_forward_floor_bytes_per_second());
   f->Gauge("noded_egress_tx_forward_derived_bytes_per_second", "Derived tx-forwarding rate.", {},
            e.tx_forward_derived_bytes_per_second());
+  f->Gauge("noded_egress_blocked_peers", "Peers whose writer queue is full (frames held back).",
+           {}, static_cast<double>(e.blocked_peers()));
+  f->Counter("noded_egress_peer_block_events_total", "Times a peer's writer queue filled up.", {},
+             static_cast<double>(e.peer_block_events()));
+  f->Counter("noded_egress_blocked_peer_drops_total",
+             "Messages dropped because a blocked peer was over its bound.", {},
+             static_cast<double>(e.blocked_peer_drops()));
   for (const node::admin::ChannelStats& c : e.channels()) {
     const Labels l = {{"channel", c.channel()}};
     f->Counter("noded_egress_bytes_sent_total", "Bytes sent to peers on the channel.", l,

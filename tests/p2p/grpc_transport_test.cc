@@ -51,6 +51,9 @@ class Node {
     t_->SetHandlers(
         [this](const NodeId& from, PartitionId p, Channel ch, std::string payload) {
           absl::MutexLock l(&mu_);
+          // Hold(true) stalls the reader thread here, as a node too slow to read would.
+          mu_.Await(absl::Condition(
+              +[](bool* hold) { return !*hold; }, &hold_));
           got_.push_back({from, p, ch, std::move(payload)});
         },
         [this](const NodeId& peer, PeerEvent ev) {
@@ -71,6 +74,10 @@ class Node {
     absl::MutexLock l(&mu_);
     return got_.size();
   }
+  void Hold(bool hold) {
+    absl::MutexLock l(&mu_);
+    hold_ = hold;
+  }
   std::vector<std::string> events() {
     absl::MutexLock l(&mu_);
     return events_;
@@ -89,6 +96,7 @@ class Node {
   absl::Mutex mu_;
   std::vector<Received> got_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Speaks PeerService by hand.
@@ -177,6 +185,7 @@ class GrpcTransportTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    for (auto& [c, n] : nodes_) n->Hold(false);
     for (auto& [c, n] : nodes_) n->t().Stop();
     nodes_.clear();
   }
@@ -239,6 +248,40 @@ TEST_F(GrpcTransportTest, FramesArriveIntactChunkedOnesInterleavedWithConsensus)
   EXPECT_EQ(n('a').got()[0].payload, "block");
   const TransportStats st = n('a').t().Stats();
   EXPECT_GE(st.egress.channels[3].frames_sent, (4u << 20) / 20'000);
+}
+
+// A peer that reads slowly blocks only its own link: its writer queue fills, the scheduler stops
+// releasing frames for it (the rest wait there, bounded), other peers are served meanwhile, and
+// when it reads again its SYNC goes out ahead of the forwarding queued before it.
+TEST_F(GrpcTransportTest, SlowPeerGetsItsSyncBeforeQueuedForwarding) {
+  n('b').Hold(true);
+  const std::string tx(64 << 10, 't');
+  constexpr int kTxs = 200;  // 12.5 MiB: more than gRPC's buffers and the writer queue hold
+  for (int i = 0; i < kTxs; ++i) {
+    ASSERT_TRUE(n('a').t().Send(n('b').id(), 1, node::p2p::TX_FORWARD, tx).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return n('a').t().Stats().egress.blocked_peers == 1; }));
+  ASSERT_TRUE(n('a').t().Send(n('b').id(), 1, node::p2p::SYNC, "sync").ok());
+  ASSERT_TRUE(n('a').t().Send(n('c').id(), 1, node::p2p::SYNC, "to-c").ok());
+  ASSERT_TRUE(Eventually([&] { return n('c').got_count() == 1; }));  // not behind b's backlog
+  const TransportStats st = n('a').t().Stats();
+  EXPECT_GE(st.egress.peer_block_events, 1u);
+  EXPECT_GT(st.egress.blocked_peer_drops, 0u);  // b's share of the scheduler is bounded
+  const size_t expected = kTxs - st.egress.blocked_peer_drops + 1;
+  n('b').Hold(false);
+  ASSERT_TRUE(Eventually([&] { return n('b').got_count() == expected; }))
+      << n('b').got_count() << " of " << expected;
+  const std::vector<Received> got = n('b').got();
+  size_t sync_at = got.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].channel == node::p2p::SYNC) sync_at = i;
+  }
+  ASSERT_LT(sync_at, got.size());
+  EXPECT_EQ(got[sync_at].payload, "sync");
+  // Forwarding still waiting in the scheduler went after the SYNC (without backpressure, every
+  // forwarded message was ahead of it in the 16 MiB writer queue).
+  EXPECT_GE(got.size() - sync_at - 1, 1u) << "sync arrived at " << sync_at;
+  EXPECT_EQ(n('a').t().Stats().egress.blocked_peers, 0u);
 }
 
 TEST_F(GrpcTransportTest, UnknownPeerRefusedWithPermissionDenied) {
