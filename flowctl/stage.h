@@ -128,7 +128,7 @@ class Stage {
 
   // Unique within its chain; used in rejections and stats.
   virtual absl::string_view name() const = 0;
-  // The config kind that made it ("concurrency", "rate", "gate").
+  // The config kind that made it ("concurrency", "rate", "gate", "adaptive").
   virtual absl::string_view kind() const = 0;
 
   // The hot path: admit or reject `request`. On admit the stage may Keep() resources in `holds`;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flowctl/adaptive_stage.h"
 #include "glog/logging.h"
 
 namespace flowctl {
@@ -81,9 +82,12 @@ absl::StatusOr<std::unique_ptr<StageFactory>> StageRegistry::BuildStage(
       return MakeGateFactory(name, config.gate(), std::move(predicate),
                              known.empty() ? "none" : absl::StrJoin(known, ", "), field);
     }
+    case StageConfig::kAdaptive:
+      return MakeAdaptiveFactory(name, config.adaptive(), field);
     case StageConfig::KIND_NOT_SET:
       break;
   }
+  // (adaptive is a kind too; the message is kept as tests and operators know it.)
   return absl::InvalidArgumentError(
       absl::StrCat(field, ".kind: no stage kind set (one of concurrency, rate, gate)"));
 }
@@ -92,6 +96,7 @@ absl::StatusOr<std::shared_ptr<const ChainFactory>> StageRegistry::Build(
     const StageChainConfig& config) const {
   std::vector<std::unique_ptr<StageFactory>> stages;
   absl::flat_hash_map<std::string, int> seen;  // name -> index of the stage using it
+  int adaptive_at = -1;  // the adaptive stage, if any: at most one receives commit feedback
   for (int i = 0; i < config.stages_size(); ++i) {
     const StageConfig& stage = config.stages(i);
     const std::string field = absl::StrCat("stages[", i, "]");
@@ -107,12 +112,23 @@ absl::StatusOr<std::shared_ptr<const ChainFactory>> StageRegistry::Build(
         case StageConfig::kGate:
           name = std::string(kGateKind);
           break;
+        case StageConfig::kAdaptive:
+          name = std::string(kAdaptiveKind);
+          break;
         case StageConfig::KIND_NOT_SET:
           break;
       }
     }
     auto factory = BuildStage(stage, name, field);
     if (!factory.ok()) return factory.status();
+    if (stage.kind_case() == StageConfig::kAdaptive) {
+      if (adaptive_at >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".adaptive: at most one adaptive stage per chain (also stages[",
+                         adaptive_at, "]): the partition reports commits to one limiter"));
+      }
+      adaptive_at = i;
+    }
     auto [it, inserted] = seen.try_emplace(name, i);
     if (!inserted) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: duplicate stage name '", name,

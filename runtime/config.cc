@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "flowctl/adaptive_config.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/stubs/common.h"  // IsStructurallyValidUTF8 (fuzz, issue 9)
 #include "google/protobuf/text_format.h"
@@ -177,9 +178,19 @@ void CheckPartition(Checker& check, const std::string& at, const PartitionConfig
   }
 
   for (int i = 0; i < p.interceptor().stages_size(); ++i) {
-    if (p.interceptor().stages(i).kind_case() == node::flowctl::StageConfig::KIND_NOT_SET) {
-      check.Fail(absl::StrCat(at, ".interceptor.stages[", i, "]"),
-                 "names no stage kind (concurrency, rate or gate)");
+    const node::flowctl::StageConfig& stage = p.interceptor().stages(i);
+    const std::string stage_at = absl::StrCat(at, ".interceptor.stages[", i, "]");
+    if (stage.kind_case() == node::flowctl::StageConfig::KIND_NOT_SET) {
+      check.Fail(stage_at, "names no stage kind (concurrency, rate, gate or adaptive)");
+    } else if (stage.kind_case() == node::flowctl::StageConfig::kAdaptive) {
+      // Checked here too (not only when the partition opens) so the error names the line.
+      // The message is "<path>: <problem>"; the path locates the line.
+      absl::Status s = flowctl::AdaptiveOptionsFromConfig(stage.adaptive(), stage_at).status();
+      if (!s.ok()) {
+        const std::vector<absl::string_view> parts =
+            absl::StrSplit(s.message(), absl::MaxSplits(": ", 1));
+        check.Fail(std::string(parts[0]), parts.size() > 1 ? std::string(parts[1]) : "invalid");
+      }
     }
   }
 

@@ -120,6 +120,12 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
     f->Gauge("noded_stage_current", "Stage value now (in-flight, tokens, gate open).", sl,
              s.current());
     f->Gauge("noded_stage_limit", "Stage limit (max in-flight, rate).", sl, s.limit());
+    for (const auto& [gauge, value] : s.gauges()) {
+      Labels gl = sl;
+      gl.push_back({"gauge", gauge});
+      f->Gauge("noded_stage_gauge", "Every live figure of the stage by name (e.g. an adaptive "
+               "stage's limit, in_flight, baseline_latency_ms, window_latency_ms).", gl, value);
+    }
   }
   for (const node::admin::LaneStats& s : p.lanes()) {
     const Labels ll = {{"partition", name}, {"lane", s.name()}};

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flowctl/adaptive_stage.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
@@ -389,12 +390,19 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
 void Partition::Impl::HandleClientJob(flowctl::Message message) {
   auto job = std::static_pointer_cast<ClientJob>(message.context);
   bool added = false;
+  // An adaptive stage's slot outlives the request: a ticket taken before the item's permit is
+  // released holds it until the tx commits or leaves the pool (see adaptive_stage.h).
+  const std::shared_ptr<flowctl::AdaptiveLimiter> adaptive =
+      flowctl::FindAdaptiveLimiter(*interceptor_->Get());
   for (auto& item : job->items) {
     SubmitResult& r = job->results[item.slot];
     absl::Status s = partitions::VerifySignature(item.tx);
     if (s.ok()) {
       auto tx = std::make_shared<const partitions::DecodedTx>(std::move(item.tx));
+      const bool tracked =
+          adaptive != nullptr && TrackAdaptive(adaptive, r.tx_hash, job->arrival_nanos);
       s = AdmitVerified(tx);
+      if (!s.ok() && tracked) UntrackAdaptive(r.tx_hash);
       if (s.ok()) {
         added = true;
         absl::MutexLock lock(&wait_mu_);

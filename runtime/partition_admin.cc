@@ -34,6 +34,7 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     st->set_rejected(s.rejected);
     if (!s.gauges.empty()) st->set_current(s.gauges[0].value);
     if (s.gauges.size() > 1) st->set_limit(s.gauges[1].value);
+    for (const flowctl::StageGauge& g : s.gauges) (*st->mutable_gauges())[g.name] = g.value;
   }
   for (const flowctl::Dispatcher::LaneStats& l : dispatcher_->GetStats()) {
     auto* ls = out.add_lanes();

@@ -21,6 +21,8 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 constexpr size_t kMaxFetch = 10'000;
 constexpr size_t kFetchReplyBytes = 1 << 20;
 constexpr int64_t kExpireEveryNanos = 1'000'000'000;
+// Adaptive tickets held past max_hold are released this often (and ones whose tx left the pool).
+constexpr int64_t kSweepEveryNanos = 100'000'000;
 
 p2p::Channel ChannelOf(partitions::PbftChannel c) {
   return c == partitions::PbftChannel::kSync ? p2p::Channel::SYNC : p2p::Channel::CONSENSUS;
@@ -378,6 +380,7 @@ absl::Status Partition::Impl::CommitLocked(const partitions::PbftCommit& commit)
 
   const int64_t now = clock_->NowNanos();
   std::vector<std::string> waited;
+  std::vector<flowctl::AdaptiveLimiter::Ticket> tickets;
   {
     absl::MutexLock lock(&wait_mu_);
     for (const auto& tx : txs) {
@@ -385,9 +388,15 @@ absl::Status Partition::Impl::CommitLocked(const partitions::PbftCommit& commit)
         commit_latency_.Record(now - it->second);
         admitted_at_.erase(it);
       }
+      if (auto it = adaptive_tickets_.find(tx->hash); it != adaptive_tickets_.end()) {
+        tickets.push_back(std::move(it->second.ticket));
+        adaptive_tickets_.erase(it);
+      }
       if (waiters_.contains(tx->hash)) waited.push_back(tx->hash);
     }
   }
+  // Latency samples for the adaptive stage (its lock is a leaf, taken after wait_mu_ is free).
+  for (flowctl::AdaptiveLimiter::Ticket& t : tickets) t.Commit();
   for (std::string& h : waited) {
     deferred_.push_back([this, h = std::move(h)] { ResolveWaiters(h); });
   }
@@ -456,6 +465,10 @@ int64_t Partition::Impl::Tick(int64_t now) {
     if (now >= next_expire_) {
       pool_->Expire(now);
       next_expire_ = now + kExpireEveryNanos;
+    }
+    if (now >= next_sweep_) {
+      SweepAdaptiveTicketsLocked(now);
+      next_sweep_ = now + kSweepEveryNanos;
     }
     CutBatchesLocked(now, &wake);
   });

@@ -23,6 +23,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "flowctl/adaptive_limiter.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
 #include "flowctl/quota_drain.h"
@@ -133,6 +134,18 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   int64_t Tick(int64_t now);
   void CutBatchesLocked(int64_t now, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
   void ExpireWaiters(int64_t now);
+  // Adaptive admission (partition_adaptive.cc). Takes a ticket for a verified client tx about to
+  // be pooled (before the pool sees it, so its commit always finds it); false if that tx is
+  // already tracked (a duplicate, which the pool refuses).
+  bool TrackAdaptive(const std::shared_ptr<flowctl::AdaptiveLimiter>& limiter,
+                     const std::string& tx_hash, int64_t admitted_nanos) ABSL_LOCKS_EXCLUDED(wait_mu_);
+  // The pool refused it: gives the slot back without feedback.
+  void UntrackAdaptive(const std::string& tx_hash) ABSL_LOCKS_EXCLUDED(wait_mu_);
+  // Releases the adaptive tickets held past their max_hold (Timeout: no feedback), and those of
+  // txs that left the pool without committing (expired, or made stale by another tx with their
+  // nonce): a drop signal if the pool expired txs since the last sweep, no feedback otherwise. Under cons_mu_ so no commit can be half-way (CommitLocked takes
+  // a committed tx's ticket in the same critical section that removes it from the pool).
+  void SweepAdaptiveTicketsLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(cons_mu_);
   void WakeTicker();
 
   // PbftTxSource / PbftBlockSource (called inside Step, under cons_mu_).
@@ -186,6 +199,8 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   // Bodies of the batch being proposed, between TakeProposalBodiesLocked and its pre-prepare.
   std::optional<node::partition::PartitionMessage> proposal_bodies_ ABSL_GUARDED_BY(cons_mu_);
   bool halted_ ABSL_GUARDED_BY(cons_mu_) = false;
+  uint64_t swept_expired_ ABSL_GUARDED_BY(cons_mu_) = 0;  // pool's `expired` at the last sweep
+  int64_t next_sweep_ ABSL_GUARDED_BY(cons_mu_) = 0;
   // Mirrors for lock-free readers.
   std::atomic<int> state_{0};  // partitions::ConsensusState, or kHaltedState
   std::atomic<uint64_t> view_{0};
@@ -234,6 +249,14 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   absl::flat_hash_map<std::string, std::vector<CommitWaiter>> waiters_ ABSL_GUARDED_BY(wait_mu_);
   absl::flat_hash_map<std::string, int64_t> admitted_at_ ABSL_GUARDED_BY(wait_mu_);
   flowctl::Histogram commit_latency_;  // ns, client admission -> local commit
+  // Client txs admitted through an adaptive stage and pooled, until they commit (Commit: a
+  // latency sample) or leave the pool otherwise (SweepAdaptiveTicketsLocked). Inserted before
+  // the pool sees the tx, so its commit always finds it.
+  struct AdaptiveTicket {
+    flowctl::AdaptiveLimiter::Ticket ticket;
+    int64_t tracked_nanos = 0;  // when inserted: the sweep leaves young tickets alone
+  };
+  absl::flat_hash_map<std::string, AdaptiveTicket> adaptive_tickets_ ABSL_GUARDED_BY(wait_mu_);
   std::atomic<uint64_t> committed_txs_{0};
 
   // ---- peer-message drops (before the replica) ----

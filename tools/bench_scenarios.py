@@ -11,7 +11,10 @@ markdown row to bench-results/scenarios.md (loadgen reports under bench-results/
 The machine's load average is recorded with every figure: 4 nodes + loadgen share the cores, so
 a busy machine (another build) shows up as lower rates; re-run a figure when the load was high.
 
-Environment: BUILD_DIR (default build), BENCH_OUT (default bench-results).
+Environment: BUILD_DIR (default build), BENCH_OUT (default bench-results); goodput: GOODPUT_MODE
+(adaptive, the default: an adaptive stage driven by commit latency bounds admission; static: a
+rate stage at C/4 per node), GOODPUT_RATE (per-node rate), GOODPUT_ADAPTIVE (the adaptive stage's
+config body), GOODPUT_SKIP_OFF=1 (skip the limits-off run).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -38,12 +41,15 @@ CLK = os.sysconf("SC_CLK_TCK")
 LANES = "dispatcher { lane_weights { consensus: 8 sync: 4 tx_forward: 4 bulk: 1 client: 1 } }"
 
 
-def hot_chain(rate, burst, in_flight=256, gates=True):
-    """Interceptor chain text: in-flight cap, health and pool gates, per-node rate limit."""
+def hot_chain(rate, burst, in_flight=256, gates=True, adaptive=None):
+    """Interceptor chain text: in-flight cap, health and pool gates, optionally an adaptive
+    limit (`adaptive` is the body of its AdaptiveStageConfig), per-node rate limit."""
     stages = ['stages { name: "in_flight" concurrency { max_in_flight: %d } }' % in_flight]
     if gates:
         stages += ['stages { name: "health" gate { predicate: "consensus_normal" } }',
                    'stages { name: "pool" gate { predicate: "pool_below_high_water" } }']
+    if adaptive is not None:
+        stages.append('stages { name: "adaptive" adaptive { %s } }' % adaptive)
     if rate is None:
         stages.append('stages { name: "rate" rate { unlimited: true } }')
     else:
@@ -56,9 +62,10 @@ def hot_chain(rate, burst, in_flight=256, gates=True):
 HOT_RATE = 100  # per node; loadgen spreads over the 4 nodes, so the cluster admits 4x this
 
 
-def fc_extra(rate=HOT_RATE, burst=20, node="", steady=""):
+def fc_extra(rate=HOT_RATE, burst=20, node="", steady="", adaptive=None):
     return "%s\n[partition *]\n%s\n[partition hot]\npool { max_txs: 3000 }\n%s\n%s" % (
-        node, LANES, hot_chain(rate, burst), ("[partition steady]\n" + steady) if steady else "")
+        node, LANES, hot_chain(rate, burst, adaptive=adaptive),
+        ("[partition steady]\n" + steady) if steady else "")
 
 
 def log(msg):
@@ -212,7 +219,35 @@ def result(name, ours, baseline, ratio, target, note):
 
 
 # 1. Overload goodput ----------------------------------------------------------------------
+# The "on" run's adaptive stage (GOODPUT_ADAPTIVE replaces the body of its config). max_limit x 4
+# nodes stays below the pool's high water (0.9 x 3000), so the limit, not the pool gate, refuses;
+# max_latency_ms keeps the window p50 far below the 2 s request timeout that starts view changes.
+GOODPUT_ADAPTIVE = ("initial_limit: 64 min_limit: 16 max_limit: 600 tolerance: 2 "
+                    "target_latency_ms: 250 max_latency_ms: 800 window_ms: 500 max_hold_ms: 1000")
+
+
+def adaptive_gauges(stats, partition="hot"):
+    """The adaptive stage's gauges of `partition` in a `nodectl --json stats` object, or None."""
+    found = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            if o.get("name") == partition and isinstance(o.get("stages"), list):
+                found.extend(st.get("gauges", {}) for st in o["stages"]
+                             if isinstance(st, dict) and st.get("kind") == "adaptive")
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+    walk(stats)
+    return found[0] if found else None
+
+
 def goodput():
+    mode = os.environ.get("GOODPUT_MODE", "adaptive")
+    if mode not in ("adaptive", "static"):
+        raise RuntimeError("GOODPUT_MODE must be adaptive or static, got %r" % mode)
     # Capacity C: where the cluster saturates. Measured with the gates, in-flight cap and pool
     # limit on but no rate stage, so admission is not what bounds it (a rate limit here would make
     # C the admission rate and the ratio trivially ~1).
@@ -222,31 +257,70 @@ def goodput():
         cap = peak_window(p["hot"], "committed", 5)
         cap10 = peak_window(p["hot"], "committed", 10)  # less sensitive to commit-poll bunching
         vc_ramp = p["hot"]["view_changes"]
-    # Flow control on, as an operator would set it: the per-node rate at the measured capacity
-    # (GOODPUT_RATE overrides), plus the gates; offered 10x C.
-    rate = int(os.environ.get("GOODPUT_RATE", "0")) or max(1, int(cap / 4))
     offered = int(10 * cap)
-    with Cluster("goodput_on", fc_extra(rate=rate, burst=50)) as c:
+    if mode == "static":
+        # As an operator would set a static limit: the per-node rate at the measured capacity
+        # (GOODPUT_RATE overrides), plus the gates.
+        rate = int(os.environ.get("GOODPUT_RATE", "0")) or max(1, int(cap / 4))
+        adaptive = None
+        how = "rate %d/node burst 50, in_flight 256, health+pool gates, pool 3000" % rate
+    else:
+        # Adaptive admission: the limit follows commit latency; the rate stage is unlimited
+        # (GOODPUT_RATE sets one; at 10x C/4 per node it would equal the offered load and its
+        # burst would refuse part of it) so the adaptive limit is what bounds admission.
+        rate = int(os.environ.get("GOODPUT_RATE", "0")) or None
+        adaptive = os.environ.get("GOODPUT_ADAPTIVE", GOODPUT_ADAPTIVE)
+        how = ("adaptive {%s}, rate %s, in_flight 256, health+pool gates, pool 3000"
+               % (adaptive, "%d/node" % rate if rate else "unlimited"))
+    samples = []
+    with Cluster("goodput_on", fc_extra(rate=rate, burst=50, adaptive=adaptive)) as c:
+        stop = threading.Event()
+
+        def sampler():  # the adaptive limit of every node over the run, for the notes
+            while not stop.wait(2):
+                row = []
+                for i in range(c.nodes):
+                    try:
+                        g = adaptive_gauges(c.stats(i)) or {}
+                    except Exception:  # a node busy past the timeout: skip the sample
+                        g = {}
+                    row.append((g.get("limit", 0), g.get("in_flight", 0),
+                                g.get("window_latency_ms", 0), g.get("baseline_latency_ms", 0)))
+                samples.append(row)
+        t = threading.Thread(target=sampler, daemon=True)
+        if adaptive is not None:
+            t.start()
         p, _ = c.loadgen("goodput_on", "hot:rate=%d" % offered, 25, presign=20000)
+        stop.set()
+        if adaptive is not None:
+            t.join()
         g_on = window_rate(p["hot"], "committed", 5, 25)
         vc_on, p99_on = p["hot"]["view_changes"], p["hot"]["p99_ms"]
+    for k, row in enumerate(samples):
+        log("adaptive t=%2ds limit/in_flight/window p50 ms/baseline ms per node: %s" % (
+            2 * (k + 1), "  ".join("%.0f/%.0f/%.0f/%.0f" % x for x in row)))
     # Lane weights as above, limits off: no gates, unlimited rate, 1e6 in flight / pool.
     off = "[partition hot]\n%s\npool { max_txs: 1000000 }\n%s" % (
         LANES.replace("lane_weights", "budget_messages: 1000000 budget_bytes: 4294967296 "
                       "lane_weights"), hot_chain(None, 0, in_flight=1000000, gates=False))
-    with Cluster("goodput_off", off) as c:
-        p, _ = c.loadgen("goodput_off", "hot:rate=%d" % offered, 25, drain=15,
-                         presign=min(100000, offered * 12))
-        g_off = window_rate(p["hot"], "committed", 5, 25)
-        vc_off, p99_off = p["hot"]["view_changes"], p["hot"]["p99_ms"]
-    result("goodput (flow control on)", "%.0f tx/s at %d tx/s offered (p99 %.0f ms, %d view "
-           "changes)" % (g_on, offered, p99_on, vc_on), "C = %.0f tx/s (peak 5-s, ramp 100->3000, no rate stage, "
-           "%d view changes)" % (cap, vc_ramp), "%.2f (vs peak 10-s %.0f: %.2f)" % (g_on / cap, cap10, g_on / cap10), ">= 0.95",
-           "rate %d/node burst 50, in_flight 256, health+pool gates, pool 3000" % rate)
-    result("goodput (limits off)", "%.0f tx/s at %d tx/s offered (p99 %.0f ms, %d view changes)"
-           % (g_off, offered, p99_off, vc_off), "C = %.0f tx/s" % cap, "%.2f" % (g_off / cap),
-           "collapse expected", "no gates, rate unlimited, in_flight 1e6, pool 1e6, "
-           "dispatcher budget 1e6 msgs")
+    if os.environ.get("GOODPUT_SKIP_OFF"):
+        g_off = None
+    else:
+        with Cluster("goodput_off", off) as c:
+            p, _ = c.loadgen("goodput_off", "hot:rate=%d" % offered, 25, drain=15,
+                             presign=min(100000, offered * 12))
+            g_off = window_rate(p["hot"], "committed", 5, 25)
+            vc_off, p99_off = p["hot"]["view_changes"], p["hot"]["p99_ms"]
+    result("goodput (flow control on, %s)" % mode, "%.0f tx/s at %d tx/s offered (p99 %.0f ms, "
+           "%d view changes)" % (g_on, offered, p99_on, vc_on),
+           "C = %.0f tx/s (peak 5-s, ramp 100->3000, no rate stage, %d view changes)"
+           % (cap, vc_ramp), "%.2f (vs peak 10-s %.0f: %.2f)" % (g_on / cap, cap10, g_on / cap10),
+           ">= 0.95", how)
+    if g_off is not None:
+        result("goodput (limits off)", "%.0f tx/s at %d tx/s offered (p99 %.0f ms, %d view "
+               "changes)" % (g_off, offered, p99_off, vc_off), "C = %.0f tx/s" % cap,
+               "%.2f" % (g_off / cap), "collapse expected", "no gates, rate unlimited, "
+               "in_flight 1e6, pool 1e6, dispatcher budget 1e6 msgs")
 
 
 # 2. Consensus under a tx flood, priority egress vs FIFO -------------------------------------

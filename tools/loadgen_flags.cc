@@ -211,6 +211,8 @@ the targets. Commits are found by polling GetChainStatus/GetBlock every --poll-m
                              at=T         step time      peak=R, period=T   burst
                              start=T stop=T  offered 0 before start / after stop (idle phases)
                              tx_bytes=N   this partition's tx size
+                             keys=unique|per_sender  a new key per tx (default; the state
+                                          grows) or one key per sender (fixed-size state)
                            R: tx/s (2000, 2000/s) or bytes/s (5MB/s, 64KiB/s)
                            T: seconds (20, 20s, 500ms, 1m) since the run started
   --duration T             offer window (default 60s)

@@ -154,11 +154,12 @@ absl::StatusOr<std::vector<PartitionLoad>> ParseScenario(absl::string_view text,
         std::pair<std::string, std::string> p = absl::StrSplit(item, absl::MaxSplits('=', 1));
         std::string key(absl::StripAsciiWhitespace(p.first));
         static const std::set<std::string> kKeys = {
-            "pattern", "rate", "rate2", "peak", "period", "at", "start", "stop", "tx_bytes"};
+            "pattern", "rate", "rate2", "peak", "period", "at", "start", "stop", "tx_bytes",
+            "keys"};
         if (kKeys.count(key) == 0) {
           return Bad(where, absl::StrCat("unknown key '", key,
                                          "' (pattern, rate, rate2, peak, period, at, start, "
-                                         "stop, tx_bytes)"));
+                                         "stop, tx_bytes, keys)"));
         }
         if (!kv.emplace(key, std::string(absl::StripAsciiWhitespace(p.second))).second) {
           return Bad(where, absl::StrCat(key, ": given more than once"));
@@ -169,6 +170,14 @@ absl::StatusOr<std::vector<PartitionLoad>> ParseScenario(absl::string_view text,
     if (auto it = kv.find("tx_bytes"); it != kv.end()) {
       if (!absl::SimpleAtoi(it->second, &l.tx_bytes) || l.tx_bytes < 64 || l.tx_bytes > 65536) {
         return Bad(where, absl::StrCat("tx_bytes: must be an integer in [64, 65536], got '",
+                                       it->second, "'"));
+      }
+    }
+    if (auto it = kv.find("keys"); it != kv.end()) {
+      if (it->second == "per_sender") {
+        l.key_per_sender = true;
+      } else if (it->second != "unique") {
+        return Bad(where, absl::StrCat("keys: must be 'unique' or 'per_sender', got '",
                                        it->second, "'"));
       }
     }

@@ -17,7 +17,7 @@
 //   hot:rate=20000,pattern=constant;steady:rate=200,start=0s
 //   bulk:pattern=burst,rate=5MB/s,peak=100MB/s,period=10s,tx_bytes=4096
 //   hot:pattern=step,rate=0,rate2=20000,at=20s
-// Keys: pattern, rate, rate2, peak, period, at, start, stop, tx_bytes. Rates: `N`, `N/s` (tx/s)
+// Keys: pattern, rate, rate2, peak, period, at, start, stop, tx_bytes, keys. Rates: `N`, `N/s` (tx/s)
 // or `N<B|KB|MB|GB|KiB|MiB|GiB>/s` (bytes/s). Times: `N` seconds or with a unit (`500ms`, `2m`).
 //
 // Thread-safety: Schedule is immutable after construction; all functions are pure.
@@ -51,6 +51,9 @@ struct PartitionLoad {
   double start_s = 0;   // offered 0 before
   double stop_s = 0;    // offered 0 after (= the run's duration unless given)
   uint64_t tx_bytes = 0;
+  // keys=per_sender: each sender overwrites one key (the state stays a fixed size); default
+  // keys=unique: one new key per tx (the state grows with every commit).
+  bool key_per_sender = false;
 };
 
 const char* PatternName(PatternKind kind);

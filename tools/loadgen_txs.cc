@@ -50,7 +50,8 @@ OfferTx TxFactory::Make(uint32_t sender, const p2p::PrivateKey& key, uint64_t no
   tx.set_partition(id_);
   tx.set_sender(key.public_key().bytes());
   tx.set_nonce(nonce);
-  tx.mutable_put()->set_key(absl::StrCat("lg/", name_, "/", sender, "/", nonce));
+  tx.mutable_put()->set_key(key_per_sender_ ? absl::StrCat("lg/", name_, "/", sender)
+                                            : absl::StrCat("lg/", name_, "/", sender, "/", nonce));
   // SignedTransaction = tx (2-3 byte header) + 64-byte signature (2 byte header); the value's
   // length prefix grows with the value, so adjust twice to land on tx_bytes (or just above
   // when the key and headers alone exceed it).

@@ -60,8 +60,13 @@ std::string Sha256(absl::string_view data);
 
 class TxFactory {
  public:
-  TxFactory(std::string partition_name, uint32_t partition_id, uint64_t tx_bytes)
-      : name_(std::move(partition_name)), id_(partition_id), tx_bytes_(tx_bytes) {}
+  // `key_per_sender`: every tx of a sender puts the same key (fixed-size state).
+  TxFactory(std::string partition_name, uint32_t partition_id, uint64_t tx_bytes,
+            bool key_per_sender = false)
+      : name_(std::move(partition_name)),
+        id_(partition_id),
+        tx_bytes_(tx_bytes),
+        key_per_sender_(key_per_sender) {}
   // Signs the Put of (sender, nonce). Thread-safe.
   OfferTx Make(uint32_t sender, const p2p::PrivateKey& key, uint64_t nonce) const;
 
@@ -69,6 +74,7 @@ class TxFactory {
   std::string name_;
   uint32_t id_;
   uint64_t tx_bytes_;
+  bool key_per_sender_;
 };
 
 class SenderBook {

@@ -8,6 +8,10 @@
 #        UNLIMITED=1: no rate stage, so only the pool / memory limits hold the flood back (the
 #        harder case: the pool fills up to its share of the budget); ADMITTED then only sets the
 #        offer (ADMITTED * FACTOR).
+#        KEYS (per_sender): loadgen's keys= (per_sender: each sender overwrites one key, so the
+#        executor's in-memory state stays a fixed size and RSS measures the flood path;
+#        unique: every committed tx adds a key and its value to the state, which is not bounded
+#        by the memory budget: RSS then also grows by what was committed).
 #
 # Not run by ctest (it takes a minute and a whole machine); the figure goes to docs/RELIABILITY.md.
 set -euo pipefail
@@ -19,6 +23,7 @@ FACTOR=${FACTOR:-10}
 DURATION=${DURATION:-60}
 TX_BYTES=${TX_BYTES:-200}
 SLACK_MB=${SLACK_MB:-256}
+KEYS=${KEYS:-per_sender}
 NODED=$BUILD/runtime/noded
 LOADGEN=$BUILD/tools/loadgen
 [[ -x $NODED && -x $LOADGEN ]] || { echo "need $NODED and $LOADGEN" >&2; exit 2; }
@@ -63,7 +68,7 @@ IDLE_KB=$(rss_kb)
 
 OFFER=$((ADMITTED * FACTOR))
 "$LOADGEN" --targets "$CLIENT" --duration "${DURATION}s" --drain 5s --tx-bytes "$TX_BYTES" \
-  --presign 20000 --scenario "hot:rate=$OFFER" --quiet >"$DIR/loadgen.out" 2>&1 &
+  --presign 20000 --scenario "hot:rate=$OFFER,keys=$KEYS" --quiet >"$DIR/loadgen.out" 2>&1 &
 LG=$!
 MAX_KB=$IDLE_KB
 SAMPLES=0
@@ -78,9 +83,9 @@ wait "$LG" || true
 tail -15 "$DIR/loadgen.out"
 
 MAX_MB=$((MAX_KB / 1024))
-printf '\n| budget (memory_bytes) | offered | rate stage | idle RSS | max RSS | max RSS - budget | samples |\n'
-printf '|---|---|---|---|---|---|---|\n'
-printf '| %d MiB | %d tx/s x %d B | %s | %d MiB | %d MiB | %+d MiB | %d |\n' "$BUDGET_MB" "$OFFER" "$TX_BYTES" \
+printf '\n| budget (memory_bytes) | offered | keys | rate stage | idle RSS | max RSS | max RSS - budget | samples |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+printf '| %d MiB | %d tx/s x %d B | %s | %s | %d MiB | %d MiB | %+d MiB | %d |\n' "$BUDGET_MB" "$OFFER" "$TX_BYTES" "$KEYS" \
   "$([[ ${UNLIMITED:-0} == 1 ]] && echo unlimited || echo "$ADMITTED tx/s")" $((IDLE_KB / 1024)) "$MAX_MB" $((MAX_MB - BUDGET_MB)) "$SAMPLES"
 if ((MAX_MB > BUDGET_MB + SLACK_MB)); then
   echo "FAIL: max RSS ${MAX_MB} MiB > budget ${BUDGET_MB} MiB + ${SLACK_MB} MiB" >&2

@@ -114,13 +114,16 @@ TEST(LoadgenScheduleTest, IdlePhasesOfferNothing) {
 
 TEST(LoadgenScheduleTest, ParsesSeveralPartitionsAndUnits) {
   absl::StatusOr<std::vector<PartitionLoad>> loads =
-      ParseScenario("hot:rate=20000,pattern=constant; steady:rate=200/s,tx_bytes=100", 200, 60);
+      ParseScenario("hot:rate=20000,pattern=constant; steady:rate=200/s,tx_bytes=100,keys=per_sender",
+                    200, 60);
   ASSERT_TRUE(loads.ok()) << loads.status();
   ASSERT_EQ(loads->size(), 2u);
   EXPECT_EQ((*loads)[0].name, "hot");
   EXPECT_EQ((*loads)[0].rate, 20000);
   EXPECT_EQ((*loads)[0].stop_s, 60);
   EXPECT_EQ((*loads)[1].tx_bytes, 100u);
+  EXPECT_FALSE((*loads)[0].key_per_sender);
+  EXPECT_TRUE((*loads)[1].key_per_sender);
   EXPECT_EQ(*ParseRate("r", "1MiB/s", 1024), 1024);
   EXPECT_EQ(*ParseRate("r", "64KB/s", 64), 1000);
   EXPECT_EQ(*ParseSeconds("t", "1500ms"), 1.5);
@@ -151,6 +154,7 @@ TEST(LoadgenScheduleTest, BadScenariosNameTheProblem) {
       {"a:rate=1,start=8s,stop=2s", "is after stop"},
       {"a:rate=1,start=soon", "not a duration 'soon'"},
       {"a:rate=1,tx_bytes=10", "tx_bytes: must be an integer in [64, 65536]"},
+      {"a:rate=1,keys=some", "keys: must be 'unique' or 'per_sender'"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<std::vector<PartitionLoad>> r = ParseScenario(c.text, 200, 10);

@@ -197,6 +197,17 @@ TEST(LoadgenTxFactoryTest, SignsPutsOfTheRequestedSize) {
     EXPECT_EQ(body.put().key(), "lg/hot/1/42");
     EXPECT_TRUE((*keys)[1].public_key().Verify(st.tx(), st.signature()));
   }
+  // keys=per_sender: every tx of a sender overwrites one key, still at the requested size.
+  TxFactory fixed("hot", 3, 4096, /*key_per_sender=*/true);
+  for (uint64_t nonce : {1u, 2u}) {
+    OfferTx tx = fixed.Make(1, (*keys)[1], nonce);
+    EXPECT_EQ(tx.bytes.size(), 4096u);
+    node::chain::SignedTransaction st;
+    ASSERT_TRUE(st.ParseFromString(tx.bytes));
+    node::chain::Transaction body;
+    ASSERT_TRUE(body.ParseFromString(st.tx()));
+    EXPECT_EQ(body.put().key(), "lg/hot/1");
+  }
 }
 
 }  // namespace

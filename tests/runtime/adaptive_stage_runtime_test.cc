@@ -1,0 +1,236 @@
+// The `adaptive` interceptor stage inside a real one-node runtime::Node: txs are admitted and
+// commit, commits feed the limiter (baseline and window latency gauges appear in FlowStats), the
+// limit refuses with RESOURCE_EXHAUSTED, every path gives the slot back (refused, invalid,
+// duplicate, expired out of the pool, held past max_hold), live updates apply and bad values name the field (and the
+// config file's line).
+//
+// Waits poll with a bound (real threads and a real ticker); no sleep orders events.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "runtime/config.h"
+#include "runtime/node.h"
+#include "runtime/partition.h"
+#include "tests/runtime/grpc_test_node.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace runtime {
+namespace {
+
+using ::runtime::grpc_test::OneNodeConfig;
+using ::runtime::grpc_test::SignedPut;
+using ::runtime::grpc_test::TempDir;
+using ::runtime::testing::WaitFor;
+using ::testing::HasSubstr;
+
+node::flowctl::StageChainConfig Chain(const std::string& text) {
+  node::flowctl::StageChainConfig chain;
+  CHECK(google::protobuf::TextFormat::ParseFromString(text, &chain)) << text;
+  return chain;
+}
+
+class AdaptiveRuntimeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(TempDir("adaptive_runtime_test"));
+    node::config::NodeConfig config = OneNodeConfig(*dir_);
+    // hot: plain use; steady: a limit of 2; cold: a 1 s pool TTL for the expiry path.
+    *config.mutable_partitions(0)->mutable_interceptor() =
+        Chain("stages { adaptive { initial_limit: 8 min_limit: 1 window_samples: 5 "
+              "max_hold_ms: 2000 } }");
+    *config.mutable_partitions(1)->mutable_interceptor() =
+        Chain("stages { adaptive { initial_limit: 2 min_limit: 1 max_limit: 2 } }");
+    *config.mutable_partitions(2)->mutable_interceptor() =
+        Chain("stages { adaptive { min_limit: 1 window_ms: 10 max_hold_ms: 60000 } }");
+    config.mutable_partitions(2)->mutable_pool()->set_ttl_seconds(1);
+    ASSERT_TRUE(ValidateNodeConfig(config).empty());
+    absl::StatusOr<std::unique_ptr<Node>> node =
+        Node::Create(config, NodeOptions{.serve_metrics = false});
+    ASSERT_TRUE(node.ok()) << node.status();
+    ASSERT_TRUE((*node)->Start().ok());
+    node_ = node->release();
+  }
+  static void TearDownTestSuite() {
+    if (node_ != nullptr) node_->Stop(absl::Seconds(2));
+    delete node_;
+    node_ = nullptr;
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_NE(node_, nullptr); }
+
+  static Partition* Part(const std::string& name) {
+    absl::StatusOr<Partition*> p = node_->FindPartition(name);
+    CHECK(p.ok());
+    return *p;
+  }
+
+  // The adaptive stage's gauges of a partition, by name.
+  static std::map<std::string, double> Gauges(const std::string& partition) {
+    node::admin::PartitionFlowStats stats = Part(partition)->FlowStats();
+    for (const auto& s : stats.stages()) {
+      if (s.kind() == "adaptive") return {s.gauges().begin(), s.gauges().end()};
+    }
+    return {};
+  }
+
+  static SubmitResult SubmitAndWait(const std::string& partition, std::string tx) {
+    absl::Notification done;
+    SubmitResult out;
+    SubmitOptions options;
+    options.wait_for_commit = true;
+    options.wait_timeout = absl::Seconds(15);
+    Part(partition)->Submit(std::move(tx), options, [&](SubmitResult r) {
+      out = std::move(r);
+      done.Notify();
+    });
+    CHECK(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    return out;
+  }
+
+  static inline std::string* dir_ = nullptr;
+  static inline Node* node_ = nullptr;
+};
+
+TEST_F(AdaptiveRuntimeTest, AdmitsCommitsAndReportsTheLimiterGauges) {
+  for (uint64_t nonce = 1; nonce <= 30; ++nonce) {
+    SubmitResult r = SubmitAndWait("hot", SignedPut(1, 'a', nonce, "k"));
+    ASSERT_TRUE(r.status.ok()) << nonce << ": " << r.status;
+    ASSERT_TRUE(r.receipt.has_value());
+  }
+  // Each commit released its slot with a latency sample; 30 samples closed 6 windows.
+  ASSERT_TRUE(WaitFor([] { return Gauges("hot")["in_flight"] == 0; }, absl::Seconds(10)));
+  std::map<std::string, double> g = Gauges("hot");
+  EXPECT_GT(g["baseline_latency_ms"], 0);
+  EXPECT_GT(g["window_latency_ms"], 0);
+  EXPECT_GE(g["limit"], 1);
+  EXPECT_EQ(g["drops"], 0);
+  node::admin::PartitionFlowStats stats = Part("hot")->FlowStats();
+  ASSERT_EQ(stats.stages_size(), 1);
+  EXPECT_EQ(stats.stages(0).name(), "adaptive");
+  EXPECT_EQ(stats.stages(0).admitted(), 30u);
+  EXPECT_EQ(stats.stages(0).current(), 0);  // in_flight, as for `concurrency`
+  EXPECT_EQ(stats.stages(0).limit(), g["limit"]);
+  EXPECT_EQ(stats.committed_txs(), 30u);
+}
+
+TEST_F(AdaptiveRuntimeTest, TheLimitRefusesWithResourceExhaustedAndSlotsComeBack) {
+  std::vector<std::string> txs;
+  for (uint64_t nonce = 1; nonce <= 10; ++nonce) txs.push_back(SignedPut(2, 'b', nonce, "k"));
+  absl::Notification done;
+  std::vector<SubmitResult> results;
+  // One call admits all ten before any is verified: two fit under the limit.
+  Part("steady")->SubmitBatch(std::move(txs), {}, [&](std::vector<SubmitResult> r) {
+    results = std::move(r);
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  int ok = 0;
+  for (const SubmitResult& r : results) {
+    if (r.status.ok()) {
+      ++ok;
+      continue;
+    }
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted) << r.status;
+    EXPECT_EQ(r.rejected_by, "adaptive");
+    EXPECT_THAT(std::string(r.status.message()), HasSubstr("adaptive in-flight limit"));
+    EXPECT_EQ(r.retry_after, absl::Milliseconds(20));
+  }
+  EXPECT_EQ(ok, 2);
+  // The two admitted ones commit and give their slots back.
+  EXPECT_TRUE(WaitFor([] { return Gauges("steady")["in_flight"] == 0; }, absl::Seconds(15)));
+  EXPECT_EQ(Part("steady")->FlowStats().committed_txs(), 2u);
+}
+
+TEST_F(AdaptiveRuntimeTest, RefusedInvalidAndDuplicateTxsGiveTheirSlotsBack) {
+  // Undecodable: admitted by the stage, refused by the decoder.
+  SubmitResult garbage = SubmitAndWait("hot", "not a transaction");
+  EXPECT_FALSE(garbage.status.ok());
+  // Bad signature: decoded, refused by the signature check.
+  std::string tampered = SignedPut(1, 'c', 1, "k");
+  tampered.back() = static_cast<char>(tampered.back() ^ 0x01);
+  EXPECT_FALSE(SubmitAndWait("hot", tampered).status.ok());
+  // Duplicate of a committed tx: refused by the pool.
+  const std::string tx = SignedPut(1, 'c', 1, "k");
+  ASSERT_TRUE(SubmitAndWait("hot", tx).status.ok());
+  EXPECT_FALSE(SubmitAndWait("hot", tx).status.ok());
+  EXPECT_TRUE(WaitFor([] { return Gauges("hot")["in_flight"] == 0; }, absl::Seconds(10)));
+}
+
+TEST_F(AdaptiveRuntimeTest, ATxExpiringOutOfThePoolIsADrop) {
+  // Nonce 5 of a fresh account waits for nonces 1-4 that never come, so it is never proposed
+  // and expires after the 1 s TTL; the ticker's sweep then releases its slot as a drop.
+  absl::Notification done;
+  SubmitResult result;
+  Part("cold")->Submit(SignedPut(3, 'd', 5, "k"), {}, [&](SubmitResult r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  EXPECT_EQ(Gauges("cold")["in_flight"], 1);
+  EXPECT_TRUE(WaitFor([] { return Gauges("cold")["in_flight"] == 0; }, absl::Seconds(15)));
+  EXPECT_EQ(Gauges("cold")["drops"], 1);
+  EXPECT_EQ(Part("cold")->FlowStats().pool().expired(), 1u);
+}
+
+TEST_F(AdaptiveRuntimeTest, ATxHeldPastMaxHoldGivesItsSlotBack) {
+  // Nonce 7 of a fresh account cannot commit (nonces 1-6 never come) and the pool keeps it for
+  // 10 minutes; the slot comes back after max_hold (2 s), counted as a timeout.
+  absl::Notification done;
+  SubmitResult result;
+  Part("hot")->Submit(SignedPut(1, 'e', 7, "k"), {}, [&](SubmitResult r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  const double timeouts = Gauges("hot")["timeouts"];
+  EXPECT_TRUE(WaitFor([] { return Gauges("hot")["in_flight"] == 0; }, absl::Seconds(15)));
+  EXPECT_EQ(Gauges("hot")["timeouts"], timeouts + 1);
+  EXPECT_EQ(Gauges("hot")["drops"], 0);
+}
+
+TEST_F(AdaptiveRuntimeTest, LiveUpdatesApplyAndBadValuesNameTheField) {
+  node::admin::UpdatePartitionFlowRequest update;
+  *update.mutable_interceptor() = Chain("stages { adaptive { min_limit: 1 max_limit: 3 } }");
+  absl::StatusOr<node::config::PartitionConfig> applied = Part("hot")->UpdateFlow(update);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(Gauges("hot")["limit"], 3);
+
+  *update.mutable_interceptor() = Chain("stages { adaptive { decrease_factor: 2 } }");
+  absl::StatusOr<node::config::PartitionConfig> refused = Part("hot")->UpdateFlow(update);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("interceptor.stages[0].adaptive.decrease_factor: must be in (0, 1)"));
+  EXPECT_EQ(Gauges("hot")["limit"], 3);  // nothing changed
+}
+
+TEST(AdaptiveConfigTest, ABadValueNamesTheFieldAndTheLine) {
+  const std::string text =
+      "partitions {\n"
+      "  id: 1\n"
+      "  name: \"hot\"\n"
+      "  interceptor {\n"
+      "    stages {\n"
+      "      adaptive {\n"
+      "        decrease_factor: 1.5\n"
+      "      }\n"
+      "    }\n"
+      "  }\n"
+      "}\n";
+  absl::StatusOr<node::config::NodeConfig> config = ParseConfig(text, "node.conf", false);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr("node.conf:7: partitions[0].interceptor.stages[0].adaptive."
+                        "decrease_factor: must be in (0, 1)"));
+}
+
+}  // namespace
+}  // namespace runtime
