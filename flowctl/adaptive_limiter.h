@@ -51,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "flowctl/clock.h"
+#include "flowctl/slot_permit.h"
 
 namespace flowctl {
 
@@ -94,33 +95,8 @@ struct AdaptiveLimiterState {
 
 class AdaptiveLimiter {
  public:
-  class Permit {
-   public:
-    Permit() = default;
-    Permit(Permit&& other) noexcept : limiter_(std::exchange(other.limiter_, nullptr)) {}
-    Permit& operator=(Permit&& other) noexcept {
-      if (this != &other) {
-        Release();
-        limiter_ = std::exchange(other.limiter_, nullptr);
-      }
-      return *this;
-    }
-    Permit(const Permit&) = delete;
-    Permit& operator=(const Permit&) = delete;
-    ~Permit() { Release(); }
-
-    bool held() const { return limiter_ != nullptr; }
-    explicit operator bool() const { return held(); }
-    // Gives the slot back without feedback; later calls do nothing.
-    void Release() {
-      if (limiter_ != nullptr) std::exchange(limiter_, nullptr)->ReleaseOne();
-    }
-
-   private:
-    friend class AdaptiveLimiter;
-    explicit Permit(AdaptiveLimiter* limiter) : limiter_(limiter) {}
-    AdaptiveLimiter* limiter_ = nullptr;
-  };
+  // A slot for a request's HoldList (flowctl/slot_permit.h); releasing it gives no feedback.
+  using Permit = SlotPermit<AdaptiveLimiter>;
 
   class Ticket {
    public:
@@ -187,6 +163,7 @@ class AdaptiveLimiter {
   const Clock* clock() const { return clock_; }
 
  private:
+  friend Permit;
   void ReleaseOne() { in_flight_.fetch_sub(1, std::memory_order_release); }
   // Feedback from a Ticket; both release its slot first.
   void OnSample(int64_t admitted_nanos) ABSL_LOCKS_EXCLUDED(mu_);

@@ -22,42 +22,15 @@
 #include <cstdint>
 #include <utility>
 
+#include "flowctl/slot_permit.h"
+
 namespace flowctl {
 
 class ConcurrencyLimiter {
  public:
-  // One admitted request's slot. Empty when default-constructed, moved from, released, or returned
-  // by a TryAcquire that failed.
-  class Permit {
-   public:
-    Permit() = default;
-    Permit(Permit&& other) noexcept : limiter_(std::exchange(other.limiter_, nullptr)) {}
-    Permit& operator=(Permit&& other) noexcept {
-      if (this != &other) {
-        Release();
-        limiter_ = std::exchange(other.limiter_, nullptr);
-      }
-      return *this;
-    }
-    Permit(const Permit&) = delete;
-    Permit& operator=(const Permit&) = delete;
-    ~Permit() { Release(); }
-
-    // True while this permit holds a slot.
-    bool held() const { return limiter_ != nullptr; }
-    explicit operator bool() const { return held(); }
-
-    // Gives the slot back now; later calls (and the destructor) do nothing.
-    void Release() {
-      if (limiter_ != nullptr) std::exchange(limiter_, nullptr)->ReleaseOne();
-    }
-
-   private:
-    friend class ConcurrencyLimiter;
-    explicit Permit(ConcurrencyLimiter* limiter) : limiter_(limiter) {}
-
-    ConcurrencyLimiter* limiter_ = nullptr;
-  };
+  // One admitted request's slot (flowctl/slot_permit.h). Empty when default-constructed, moved
+  // from, released, or returned by a TryAcquire that failed.
+  using Permit = SlotPermit<ConcurrencyLimiter>;
 
   // `limit` is the max number of permits held at once; 0 admits nothing.
   explicit ConcurrencyLimiter(int64_t limit) : limit_(limit < 0 ? 0 : limit) {}
@@ -78,6 +51,7 @@ class ConcurrencyLimiter {
   int64_t limit() const { return limit_.load(std::memory_order_relaxed); }
 
  private:
+  friend Permit;
   void ReleaseOne() { in_flight_.fetch_sub(1, std::memory_order_release); }
 
   std::atomic<int64_t> limit_;
