@@ -80,11 +80,13 @@ class AdaptiveRuntimeTest : public ::testing::Test {
     return {};
   }
 
-  static SubmitResult SubmitAndWait(const std::string& partition, std::string tx) {
+  // Submits and returns the answer: once committed, or (wait_for_commit false) once admitted.
+  static SubmitResult SubmitAndWait(const std::string& partition, std::string tx,
+                                    bool wait_for_commit = true) {
     absl::Notification done;
     SubmitResult out;
     SubmitOptions options;
-    options.wait_for_commit = true;
+    options.wait_for_commit = wait_for_commit;
     options.wait_timeout = absl::Seconds(15);
     Part(partition)->Submit(std::move(tx), options, [&](SubmitResult r) {
       out = std::move(r);
@@ -166,13 +168,7 @@ TEST_F(AdaptiveRuntimeTest, RefusedInvalidAndDuplicateTxsGiveTheirSlotsBack) {
 TEST_F(AdaptiveRuntimeTest, ATxExpiringOutOfThePoolIsADrop) {
   // Nonce 5 of a fresh account waits for nonces 1-4 that never come, so it is never proposed
   // and expires after the 1 s TTL; the ticker's sweep then releases its slot as a drop.
-  absl::Notification done;
-  SubmitResult result;
-  Part("cold")->Submit(SignedPut(3, 'd', 5, "k"), {}, [&](SubmitResult r) {
-    result = std::move(r);
-    done.Notify();
-  });
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  const SubmitResult result = SubmitAndWait("cold", SignedPut(3, 'd', 5, "k"), false);
   ASSERT_TRUE(result.status.ok()) << result.status;
   EXPECT_EQ(Gauges("cold")["in_flight"], 1);
   EXPECT_TRUE(WaitFor([] { return Gauges("cold")["in_flight"] == 0; }, absl::Seconds(15)));
@@ -183,13 +179,7 @@ TEST_F(AdaptiveRuntimeTest, ATxExpiringOutOfThePoolIsADrop) {
 TEST_F(AdaptiveRuntimeTest, ATxHeldPastMaxHoldGivesItsSlotBack) {
   // Nonce 7 of a fresh account cannot commit (nonces 1-6 never come) and the pool keeps it for
   // 10 minutes; the slot comes back after max_hold (2 s), counted as a timeout.
-  absl::Notification done;
-  SubmitResult result;
-  Part("hot")->Submit(SignedPut(1, 'e', 7, "k"), {}, [&](SubmitResult r) {
-    result = std::move(r);
-    done.Notify();
-  });
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  const SubmitResult result = SubmitAndWait("hot", SignedPut(1, 'e', 7, "k"), false);
   ASSERT_TRUE(result.status.ok()) << result.status;
   const double timeouts = Gauges("hot")["timeouts"];
   EXPECT_TRUE(WaitFor([] { return Gauges("hot")["in_flight"] == 0; }, absl::Seconds(15)));
