@@ -54,7 +54,7 @@ const std::set<std::string>& ValueFlags() {
       "targets",  "admin",         "admin-token-file", "duration", "drain",
       "scenario", "tx-bytes",      "senders",          "batch-ms", "seed",
       "presign",  "max-in-flight", "rpc-timeout-ms",   "poll-ms",  "out",
-      "expect"};
+      "expect",   "tls-ca"};
   return k;
 }
 
@@ -119,6 +119,10 @@ absl::StatusOr<Options> ParseLoadgenFlags(const std::vector<std::string>& args, 
                  absl::StrCat("give one file or one per --admin address (", o.admins.size(),
                               "), got ", o.admin_token_files.size()));
     }
+  }
+  if (const std::string* v = get("tls-ca")) {
+    if (v->empty()) return Bad("tls-ca", "must name a PEM file");
+    o.tls_ca_file = *v;
   }
   if (const std::string* v = get("duration")) {
     ASSIGN_OR_RETURN(o.duration_s, ParseSeconds("--duration", *v));
@@ -229,6 +233,8 @@ the targets. Commits are found by polling GetChainStatus/GetBlock every --poll-m
   --poll-ms N              commit poll interval (default 100)
   --admin A,B,...          admin ports: view changes per partition over the run
   --admin-token-file F,..  bearer token file for --admin: one for all or one per address
+  --tls-ca FILE            dial --targets and --admin with TLS, trusting the PEM CA in FILE
+                           (e.g. D/tls/ca.crt of `tools/localnet up --tls client`)
   --out DIR                write DIR/series.csv, DIR/summary.json, DIR/report.svg
   --expect EXPR            assertion, repeatable: [PARTITION.]METRIC[@FROM-TO] OP VALUE[UNIT]
                              METRIC: p50 p99 max_latency (ms) | committed accepted offered

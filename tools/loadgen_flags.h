@@ -26,6 +26,8 @@ struct Options {
   std::vector<std::string> admins;   // admin ports (view changes), may be empty
   // Files holding the bearer token for --admin: one for every address, or one per address.
   std::vector<std::string> admin_token_files;
+  // PEM CA certificates to trust: dial --targets and --admin with TLS (empty: plaintext).
+  std::string tls_ca_file;
   double duration_s = 60;
   double drain_s = 10;   // longest wait for outstanding commits after the run
   std::string scenario;  // as given (joined)

@@ -25,6 +25,7 @@
 #include "grpcpp/security/credentials.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/client.grpc.pb.h"
+#include "tools/channel_credentials.h"
 #include "tools/loadgen_client.h"
 #include "tools/loadgen_flags.h"
 #include "tools/loadgen_report.h"
@@ -110,9 +111,10 @@ class Runner {
 };
 
 absl::Status Runner::Setup() {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
+                   tools::ClientCredentials("--tls-ca", o_.tls_ca_file));
   for (const std::string& t : o_.targets) {
-    stubs_.push_back(
-        ClientService::NewStub(grpc::CreateChannel(t, grpc::InsecureChannelCredentials())));
+    stubs_.push_back(ClientService::NewStub(grpc::CreateChannel(t, creds)));
   }
   in_flight_ = std::make_unique<std::atomic<int>[]>(stubs_.size());
   for (size_t i = 0; i < stubs_.size(); ++i) in_flight_[i] = 0;
@@ -140,8 +142,7 @@ absl::Status Runner::Setup() {
     admin_tokens_.push_back(std::move(token));
   }
   for (const std::string& a : o_.admins) {
-    admin_stubs_.push_back(node::admin::AdminService::NewStub(
-        grpc::CreateChannel(a, grpc::InsecureChannelCredentials())));
+    admin_stubs_.push_back(node::admin::AdminService::NewStub(grpc::CreateChannel(a, creds)));
     ASSIGN_OR_RETURN(auto vc, ReadAdmin(admin_stubs_.size() - 1));
     view_changes_start_.push_back(std::move(vc));
   }

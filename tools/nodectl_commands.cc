@@ -14,6 +14,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/admin.grpc.pb.h"
+#include "tools/channel_credentials.h"
 #include "tools/nodectl_flags.h"
 #include "tools/nodectl_format.h"
 #include "tools/nodectl_requests.h"
@@ -30,6 +31,7 @@ const std::vector<FlagSpec>& GlobalFlags() {
   static const auto* const kFlags = new std::vector<FlagSpec>{
       {"admin", "HOST:PORT", "the node's admin API address (default 127.0.0.1:50052)"},
       {"token-file", "FILE", "send 'authorization: Bearer <token>' with the token in FILE"},
+      {"tls-ca", "FILE", "dial the admin port with TLS, trusting the PEM CA certificates in FILE"},
       {"json", "", "print the response as JSON (protobuf JSON mapping, proto field names)"},
       {"timeout-ms", "N", "deadline of each call in ms, 1..3600000 (default 10000; not for watch)"},
   };
@@ -90,6 +92,7 @@ class Context {
   std::string token_;
   uint64_t timeout_ms_ = kDefaultTimeoutMs;
   bool json_ = false;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // --tls-ca, or plaintext
   std::unique_ptr<AdminService::Stub> stub_;
 };
 
@@ -116,6 +119,8 @@ absl::Status Context::Configure(const ParsedFlags& f) {
     ASSIGN_OR_RETURN(timeout_ms_, ParseUint("--timeout-ms", *t, 1, 3600000));
   }
   json_ = f.Has("json");
+  const std::string* ca = f.Last("tls-ca");
+  ASSIGN_OR_RETURN(credentials_, tools::ClientCredentials("--tls-ca", ca == nullptr ? "" : *ca));
   if (const std::string* path = f.Last("token-file")) {
     std::ifstream in(*path);
     if (!in) {
@@ -133,8 +138,9 @@ absl::Status Context::Configure(const ParsedFlags& f) {
 
 AdminService::Stub& Context::Stub() {
   if (stub_ == nullptr) {
-    // The admin port is loopback-only by default; TLS is not part of the admin API yet.
-    stub_ = AdminService::NewStub(grpc::CreateChannel(admin_, grpc::InsecureChannelCredentials()));
+    // Plaintext unless --tls-ca was given (Configure set credentials_).
+    stub_ = AdminService::NewStub(grpc::CreateChannel(
+        admin_, credentials_ != nullptr ? credentials_ : grpc::InsecureChannelCredentials()));
   }
   return *stub_;
 }

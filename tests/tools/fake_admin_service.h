@@ -35,9 +35,12 @@ class FakeAdminService final : public node::admin::AdminService::Service {
  public:
   ~FakeAdminService() override { Stop(); }
 
-  bool Start() {
+  // Plaintext unless `credentials` are given (e.g. grpc::SslServerCredentials).
+  bool Start(std::shared_ptr<grpc::ServerCredentials> credentials = nullptr) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort(
+        "127.0.0.1:0", credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),
+        &port_);
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
     return server_ != nullptr && port_ != 0;
