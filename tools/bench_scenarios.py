@@ -20,6 +20,7 @@ Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario fa
 """
 import json
 import os
+import resource
 import re
 import shutil
 import signal
@@ -155,7 +156,11 @@ class Cluster:
             cmd += ["--expect", e]
         cmd += list(extra)
         log("$ " + " ".join(cmd[:1] + ["..."] + cmd[7:]))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall = time.monotonic() - t0
         with open(os.path.join(out, "loadgen.txt"), "w") as f:
             f.write(r.stdout + r.stderr)
         tail = [l for l in r.stdout.splitlines() if l.strip()][-8:]
@@ -163,6 +168,9 @@ class Cluster:
         with open(os.path.join(out, "summary.json")) as f:
             s = json.load(f)
         s["_rc"], s["_stdout"] = r.returncode, r.stdout
+        # loadgen's own CPU (it shares the machine with the nodes): cores used on average.
+        s["_loadgen_cores"] = ((after.ru_utime - before.ru_utime) +
+                               (after.ru_stime - before.ru_stime)) / max(wall, 1e-9)
         return {p["name"]: p for p in s["partitions"]}, s
 
 
@@ -252,8 +260,9 @@ def goodput():
     # limit on but no rate stage, so admission is not what bounds it (a rate limit here would make
     # C the admission rate and the ratio trivially ~1).
     with Cluster("goodput_cap", fc_extra(rate=None)) as c:
-        p, _ = c.loadgen("goodput_ramp", "hot:pattern=ramp,rate=100,rate2=3000", 40,
+        p, s = c.loadgen("goodput_ramp", "hot:pattern=ramp,rate=100,rate2=3000", 40,
                          presign=40000)
+        lg_ramp = s["_loadgen_cores"]
         cap = peak_window(p["hot"], "committed", 5)
         cap10 = peak_window(p["hot"], "committed", 10)  # less sensitive to commit-poll bunching
         vc_ramp = p["hot"]["view_changes"]
@@ -290,7 +299,8 @@ def goodput():
         t = threading.Thread(target=sampler, daemon=True)
         if adaptive is not None:
             t.start()
-        p, _ = c.loadgen("goodput_on", "hot:rate=%d" % offered, 25, presign=20000)
+        p, s = c.loadgen("goodput_on", "hot:rate=%d" % offered, 25, presign=20000)
+        lg_on = s["_loadgen_cores"]
         stop.set()
         if adaptive is not None:
             t.join()
@@ -315,7 +325,8 @@ def goodput():
            "%d view changes)" % (g_on, offered, p99_on, vc_on),
            "C = %.0f tx/s (peak 5-s, ramp 100->3000, no rate stage, %d view changes)"
            % (cap, vc_ramp), "%.2f (vs peak 10-s %.0f: %.2f)" % (g_on / cap, cap10, g_on / cap10),
-           ">= 0.95", how)
+           ">= 0.95", how + "; loadgen used %.2f cores during the ramp, %.2f at 10x (of 2 "
+           "shared with the nodes; pre-signing included)" % (lg_ramp, lg_on))
     if g_off is not None:
         result("goodput (limits off)", "%.0f tx/s at %d tx/s offered (p99 %.0f ms, %d view "
                "changes)" % (g_off, offered, p99_off, vc_off), "C = %.0f tx/s" % cap,
