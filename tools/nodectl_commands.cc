@@ -92,7 +92,7 @@ class Context {
   std::string token_;
   uint64_t timeout_ms_ = kDefaultTimeoutMs;
   bool json_ = false;
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // --tls-ca, or plaintext
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // set by Configure: --tls-ca or plaintext
   std::unique_ptr<AdminService::Stub> stub_;
 };
 
@@ -138,9 +138,8 @@ absl::Status Context::Configure(const ParsedFlags& f) {
 
 AdminService::Stub& Context::Stub() {
   if (stub_ == nullptr) {
-    // Plaintext unless --tls-ca was given (Configure set credentials_).
-    stub_ = AdminService::NewStub(grpc::CreateChannel(
-        admin_, credentials_ != nullptr ? credentials_ : grpc::InsecureChannelCredentials()));
+    // Plaintext unless --tls-ca was given (Configure, which runs first, set credentials_).
+    stub_ = AdminService::NewStub(grpc::CreateChannel(admin_, credentials_));
   }
   return *stub_;
 }
