@@ -102,7 +102,7 @@ void AdaptiveLimiter::Ticket::Commit() {
   if (limiter_ == nullptr) return;
   std::shared_ptr<AdaptiveLimiter> limiter = std::move(limiter_);
   limiter_ = nullptr;
-  limiter->OnSample(admitted_nanos_);
+  limiter->OnSample(admitted_nanos_, /*timed_out=*/false);
 }
 
 void AdaptiveLimiter::Ticket::Drop() {
@@ -121,7 +121,7 @@ void AdaptiveLimiter::Ticket::Timeout() {
   if (limiter_ == nullptr) return;
   std::shared_ptr<AdaptiveLimiter> limiter = std::move(limiter_);
   limiter_ = nullptr;
-  limiter->OnTimeout();
+  limiter->OnTimeout(admitted_nanos_);
 }
 
 void AdaptiveLimiter::SetOptions(const AdaptiveLimiterOptions& options) {
@@ -152,13 +152,13 @@ void AdaptiveLimiter::SetLimitLocked(double limit) {
   limit_.store(static_cast<int64_t>(exact_limit_), std::memory_order_relaxed);
 }
 
-void AdaptiveLimiter::OnSample(int64_t admitted_nanos) {
+void AdaptiveLimiter::OnSample(int64_t admitted_nanos, bool timed_out) {
   // Counted before the release: the peak says whether the limit was in use.
   const int64_t in_flight_before = in_flight_.load(std::memory_order_relaxed);
   ReleaseOne();
   const int64_t now = clock_->NowNanos();
   absl::MutexLock lock(&mu_);
-  ++state_.samples;
+  ++(timed_out ? state_.timeouts : state_.samples);
   window_peak_in_flight_ = std::max(window_peak_in_flight_, in_flight_before);
   if (admitted_nanos < ignore_before_) {
     ++state_.stale_samples;
@@ -179,10 +179,11 @@ void AdaptiveLimiter::OnDrop() {
   MaybeCloseWindowLocked(now);
 }
 
-void AdaptiveLimiter::OnTimeout() {
-  ReleaseOne();
-  absl::MutexLock lock(&mu_);
-  ++state_.timeouts;
+void AdaptiveLimiter::OnTimeout(int64_t admitted_nanos) {
+  // A censored sample: the unit took at least this long. Without it, units held past max_hold
+  // would give their slots back silently, admission would run at the commit rate plus the
+  // timeout rate, and the limit would never see the latency that made them time out.
+  OnSample(admitted_nanos, /*timed_out=*/true);
 }
 
 void AdaptiveLimiter::MaybeCloseWindowLocked(int64_t now) {

@@ -17,8 +17,10 @@
 //   - after a decrease, samples of units admitted before it are ignored: they queued under the
 //     old limit, and counting them would shrink the limit once per window until they drained.
 //
-// A Ticket held longer than `max_hold` is Overdue(); its holder releases it with Timeout() (no
-// feedback), so units that cannot complete yet do not keep slots forever.
+// A Ticket held longer than `max_hold` is Overdue(); its holder releases it with Timeout(), so
+// units that cannot complete yet do not keep slots forever. A timeout is a censored latency
+// sample (the unit took at least its age): when most of a window times out, the window's latency
+// is above the threshold and the limit shrinks, instead of the freed slots admitting more.
 //
 // Two handles hold a slot, each released exactly once:
 //   - Permit (TryAcquire): 8 bytes, for a request's HoldList; admits only below the limit;
@@ -90,7 +92,7 @@ struct AdaptiveLimiterState {
   uint64_t samples = 0;  // Commit() calls
   uint64_t stale_samples = 0;  // of units admitted before the last decrease (not judged)
   uint64_t drops = 0;
-  uint64_t timeouts = 0;  // tickets released by Timeout()
+  uint64_t timeouts = 0;  // tickets released by Timeout() (censored samples, not in `samples`)
 };
 
 class AdaptiveLimiter {
@@ -124,7 +126,8 @@ class AdaptiveLimiter {
     void Drop();
     // Older than the limiter's max_hold at `now` (false when empty). Lock-free.
     bool Overdue(int64_t now) const;
-    // Held past max_hold: releases with no feedback, counted as a timeout.
+    // Held past max_hold: releases with a censored sample (its age so far), counted as a
+    // timeout.
     void Timeout();
     // No feedback (refused further on, shutdown).
     void Cancel() {
@@ -165,10 +168,10 @@ class AdaptiveLimiter {
  private:
   friend Permit;
   void ReleaseOne() { in_flight_.fetch_sub(1, std::memory_order_release); }
-  // Feedback from a Ticket; both release its slot first.
-  void OnSample(int64_t admitted_nanos) ABSL_LOCKS_EXCLUDED(mu_);
+  // Feedback from a Ticket; each releases its slot first.
+  void OnSample(int64_t admitted_nanos, bool timed_out) ABSL_LOCKS_EXCLUDED(mu_);
   void OnDrop() ABSL_LOCKS_EXCLUDED(mu_);
-  void OnTimeout() ABSL_LOCKS_EXCLUDED(mu_);
+  void OnTimeout(int64_t admitted_nanos) ABSL_LOCKS_EXCLUDED(mu_);
   // Closes the window if it is due at `now`, adjusting the limit.
   void MaybeCloseWindowLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetLimitLocked(double limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

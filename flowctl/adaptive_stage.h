@@ -5,8 +5,9 @@
 // later). The partition, when it hands the tx to its pool, takes a Ticket from the same limiter
 // (FindAdaptiveLimiter on its current chain) before the Admission is finished, and reports the
 // tx's commit (Ticket::Commit, a latency sample) or its leaving the pool uncommitted
-// (Ticket::Drop), and releases tickets held past max_hold (Ticket::Timeout). A chain holds at most one adaptive stage (StageRegistry refuses more), so the
-// feedback has one destination.
+// (Ticket::Drop), and releases tickets held past max_hold (Ticket::Timeout, a censored latency
+// sample). A chain holds at most one adaptive stage (StageRegistry refuses more), so the feedback
+// has one destination.
 //
 // Thread-safety: Check, AppendGauges and the factory's UpdateInPlace are thread-safe; Check is
 // lock-free (one CAS).

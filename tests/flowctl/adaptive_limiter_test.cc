@@ -237,7 +237,32 @@ TEST_F(AdaptiveLimiterTest, EveryHandleReleasesExactlyOnce) {
   EXPECT_EQ(s.drops, 1u);
 }
 
-TEST_F(AdaptiveLimiterTest, AnOverdueTicketTimesOutOnceWithoutFeedback) {
+TEST_F(AdaptiveLimiterTest, AWindowOfTimeoutsShrinksTheLimit) {
+  // Units held past max_hold are censored samples of at least their age: a window of them is a
+  // latency rise, so the limit shrinks rather than refilling the freed slots at once.
+  AdaptiveLimiterOptions o = SmallWindows();
+  o.max_hold = absl::Milliseconds(500);
+  auto limiter = Make(o);
+  Round(limiter, absl::Milliseconds(10));  // baseline 10 ms
+  const int64_t before = limiter->limit();
+  std::vector<AdaptiveLimiter::Ticket> tickets;
+  for (int i = 0; i < 10; ++i) {
+    tickets.push_back(AdaptiveLimiter::Track(limiter, clock_.NowNanos()));
+  }
+  clock_.Advance(absl::Milliseconds(501));
+  for (AdaptiveLimiter::Ticket& t : tickets) {
+    ASSERT_TRUE(t.Overdue(clock_.NowNanos()));
+    t.Timeout();
+  }
+  const AdaptiveLimiterState s = limiter->State();
+  EXPECT_EQ(s.timeouts, 10u);
+  EXPECT_EQ(s.decreases, 1u);
+  EXPECT_EQ(limiter->limit(), before / 2);
+  EXPECT_EQ(limiter->in_flight(), 0);
+  EXPECT_EQ(s.window_latency_nanos, 501'000'000);
+}
+
+TEST_F(AdaptiveLimiterTest, AnOverdueTicketTimesOutOnce) {
   AdaptiveLimiterOptions o = SmallWindows();
   o.max_hold = absl::Milliseconds(500);
   auto limiter = Make(o);
