@@ -1,8 +1,7 @@
 // The `adaptive` interceptor stage inside a real one-node runtime::Node: txs are admitted and
 // commit, commits feed the limiter (baseline and window latency gauges appear in FlowStats), the
 // limit refuses with RESOURCE_EXHAUSTED, every path gives the slot back (refused, invalid,
-// duplicate, expired out of the pool, held past max_hold), live updates apply and bad values name the field (and the
-// config file's line).
+// duplicate, expired out of the pool, held past max_hold, behind a nonce gap), live updates apply and bad values name the field (and the config file's line).
 //
 // Waits poll with a bound (real threads and a real ticker); no sleep orders events.
 #include <map>
@@ -40,15 +39,26 @@ class AdaptiveRuntimeTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(TempDir("adaptive_runtime_test"));
     node::config::NodeConfig config = OneNodeConfig(*dir_);
-    // hot: plain use; steady: a limit of 2; cold: a 1 s pool TTL for the expiry path.
+    // hot: plain use; steady: a limit of 2; cold: a 1 s pool TTL for the expiry path; slow:
+    // max_hold 300 ms for the timeout path. cold and slow wait 10 minutes to fill a batch, so a
+    // ready tx stays unproposed.
     *config.mutable_partitions(0)->mutable_interceptor() =
         Chain("stages { adaptive { initial_limit: 8 min_limit: 1 window_samples: 5 "
               "max_hold_ms: 2000 } }");
     *config.mutable_partitions(1)->mutable_interceptor() =
         Chain("stages { adaptive { initial_limit: 2 min_limit: 1 max_limit: 2 } }");
+    node::config::PartitionConfig* slow = config.add_partitions();
+    *slow = config.partitions(2);
+    slow->set_id(4);
+    slow->set_name("slow");
+    *slow->mutable_interceptor() =
+        Chain("stages { adaptive { min_limit: 1 window_ms: 10 max_hold_ms: 300 } }");
+    slow->mutable_pool()->set_ttl_seconds(60);
+    slow->mutable_consensus()->set_batch_timeout_ms(600'000);
     *config.mutable_partitions(2)->mutable_interceptor() =
         Chain("stages { adaptive { min_limit: 1 window_ms: 10 max_hold_ms: 60000 } }");
     config.mutable_partitions(2)->mutable_pool()->set_ttl_seconds(1);
+    config.mutable_partitions(2)->mutable_consensus()->set_batch_timeout_ms(600'000);
     ASSERT_TRUE(ValidateNodeConfig(config).empty());
     absl::StatusOr<std::unique_ptr<Node>> node =
         Node::Create(config, NodeOptions{.serve_metrics = false});
@@ -166,22 +176,34 @@ TEST_F(AdaptiveRuntimeTest, RefusedInvalidAndDuplicateTxsGiveTheirSlotsBack) {
 }
 
 TEST_F(AdaptiveRuntimeTest, ATxExpiringOutOfThePoolIsADrop) {
-  // Nonce 5 of a fresh account waits for nonces 1-4 that never come, so it is never proposed
-  // and expires after the 1 s TTL; the ticker's sweep then releases its slot as a drop.
-  const SubmitResult result = SubmitAndWait("cold", SignedPut(3, 'd', 5, "k"), false);
+  // Nonce 1 of a fresh account is ready, but cold waits 10 minutes to fill a batch, so the tx
+  // expires unproposed after the 1 s TTL; the ticker's sweep then releases its slot as a drop.
+  const SubmitResult result = SubmitAndWait("cold", SignedPut(3, 'd', 1, "k"), false);
   ASSERT_TRUE(result.status.ok()) << result.status;
   EXPECT_EQ(Gauges("cold")["in_flight"], 1);
   EXPECT_TRUE(WaitFor([] { return Gauges("cold")["in_flight"] == 0; }, absl::Seconds(15)));
   EXPECT_EQ(Gauges("cold")["drops"], 1);
+  EXPECT_EQ(Gauges("cold")["timeouts"], 0);
   EXPECT_EQ(Part("cold")->FlowStats().pool().expired(), 1u);
 }
 
-TEST_F(AdaptiveRuntimeTest, ATxHeldPastMaxHoldGivesItsSlotBack) {
+TEST_F(AdaptiveRuntimeTest, ATxHeldPastMaxHoldGivesItsSlotBackAsACensoredSample) {
+  // Ready and unproposed (slow waits 10 minutes to fill a batch) with a 60 s TTL: the slot comes
+  // back after max_hold (300 ms), counted as a timeout, not a drop.
+  const SubmitResult result = SubmitAndWait("slow", SignedPut(4, 'f', 1, "k"), false);
+  ASSERT_TRUE(result.status.ok()) << result.status;
+  EXPECT_TRUE(WaitFor([] { return Gauges("slow")["in_flight"] == 0; }, absl::Seconds(15)));
+  EXPECT_EQ(Gauges("slow")["timeouts"], 1);
+  EXPECT_EQ(Gauges("slow")["drops"], 0);
+  EXPECT_EQ(Part("slow")->FlowStats().pool().txs(), 1u);  // still pooled
+}
+
+TEST_F(AdaptiveRuntimeTest, ATxBehindANonceGapGivesItsSlotBackAfterMaxHold) {
   // Nonce 7 of a fresh account cannot commit (nonces 1-6 never come) and the pool keeps it for
   // 10 minutes; the slot comes back after max_hold (2 s), counted as a timeout.
+  const double timeouts = Gauges("hot")["timeouts"];
   const SubmitResult result = SubmitAndWait("hot", SignedPut(1, 'e', 7, "k"), false);
   ASSERT_TRUE(result.status.ok()) << result.status;
-  const double timeouts = Gauges("hot")["timeouts"];
   EXPECT_TRUE(WaitFor([] { return Gauges("hot")["in_flight"] == 0; }, absl::Seconds(15)));
   EXPECT_EQ(Gauges("hot")["timeouts"], timeouts + 1);
   EXPECT_EQ(Gauges("hot")["drops"], 0);
