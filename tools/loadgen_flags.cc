@@ -54,7 +54,7 @@ const std::set<std::string>& ValueFlags() {
       "targets",  "admin",         "admin-token-file", "duration", "drain",
       "scenario", "tx-bytes",      "senders",          "batch-ms", "seed",
       "presign",  "max-in-flight", "rpc-timeout-ms",   "poll-ms",  "out",
-      "expect",   "tls-ca"};
+      "expect",   "tls-ca",        "route"};
   return k;
 }
 
@@ -146,6 +146,12 @@ absl::StatusOr<Options> ParseLoadgenFlags(const std::vector<std::string>& args, 
     ASSIGN_OR_RETURN(int64_t n, ParseInt("batch-ms", *v, 1, 1000));
     o.batch_ms = static_cast<int>(n);
   }
+  if (const std::string* v = get("route")) {
+    if (*v != "sender" && *v != "spread") {
+      return Bad("route", absl::StrCat("must be sender or spread, got '", *v, "'"));
+    }
+    o.route_by_sender = *v == "sender";
+  }
   if (const std::string* v = get("seed")) {
     ASSIGN_OR_RETURN(int64_t n, ParseInt("seed", *v, 0, INT64_MAX));
     o.seed = static_cast<uint64_t>(n);
@@ -202,8 +208,8 @@ std::string LoadgenUsage() {
   return R"(usage: loadgen --targets HOST:PORT[,...] --scenario SPEC [flags]
 
 Open-loop load per partition against noded's ClientService. Offers follow the schedule whatever
-the answers; txs due in the same --batch-ms tick go out as one SubmitTxBatch, round-robin over
-the targets. Commits are found by polling GetChainStatus/GetBlock every --poll-ms.
+the answers; txs due in the same --batch-ms tick go out as SubmitTxBatch RPCs, one per target
+(--route sender) or one to the next target (--route spread). Commits are found by polling GetChainStatus/GetBlock every --poll-ms.
 
   --targets A,B,...        client ports of the nodes (required)
   --scenario SPEC          partitions and their load (required; repeatable, joined with ';'):
@@ -226,7 +232,11 @@ the targets. Commits are found by polling GetChainStatus/GetBlock every --poll-m
   --seed N                 derives the sender keys (default 1); the same seed continues nonces
   --presign N              txs signed per partition before the clock starts
                            (default min(total offers, 100000); more are signed on the fly)
-  --batch-ms N             tick length; one SubmitTxBatch per partition and tick (default 10)
+  --batch-ms N             tick length (default 10)
+  --route sender|spread    sender (default): each sender's txs go to one target (sender mod
+                           targets), in nonce order, as a wallet talks to one node; spread:
+                           each tick's batch goes to the next target, so a sender's
+                           consecutive nonces reach different nodes and arrive out of order
   --max-in-flight N        SubmitTxBatch RPCs per target; over it offers count as dropped
                            (default 64)
   --rpc-timeout-ms N       deadline of each RPC (default 5000)

@@ -35,6 +35,9 @@ struct Options {
   uint64_t tx_bytes = 200;
   int senders = 256;
   int batch_ms = 10;
+  // Each sender's txs go to one target (sender % targets), as a wallet talks to one node;
+  // false: every batch goes to the next target whatever its senders (--route spread).
+  bool route_by_sender = true;
   uint64_t seed = 1;
   int64_t presign = -1;    // per partition; -1 = min(total offers, 100000)
   int max_in_flight = 64;  // SubmitTxBatch RPCs per target

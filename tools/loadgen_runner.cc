@@ -80,6 +80,10 @@ class Runner {
   absl::StatusOr<std::map<std::string, uint64_t>> ReadAdmin(size_t admin);
   void OfferLoop();
   void Offer(PartitionRun& p, uint64_t n, int second, int64_t now);
+  // One SubmitTxBatch of up to `chunk` txs to `target`, taken from sender group `group` of
+  // `groups` (see SenderBook::Take).
+  void SendBatch(PartitionRun& p, size_t target, uint64_t chunk, size_t group, size_t groups,
+                 int second, int64_t now);
   void OnBatchDone(Call* call, const grpc::Status& status);
   void PollLoop(PartitionRun* p);
   void SignLoop();
@@ -202,43 +206,64 @@ void Runner::SignLoop() {
 
 void Runner::Offer(PartitionRun& p, uint64_t n, int second, int64_t now) {
   p.stats.AddOffered(second, n);
-  while (n > 0) {
-    const uint64_t chunk = std::min<uint64_t>(n, kMaxBatch);
-    n -= chunk;
-    const size_t target = p.next_target++ % stubs_.size();
-    if (in_flight_[target].load() >= o_.max_in_flight) {
-      p.stats.AddClientDropped(second, chunk);
-      continue;
+  const size_t targets = stubs_.size();
+  const size_t groups = std::min<size_t>(targets, static_cast<size_t>(o_.senders));
+  if (!o_.route_by_sender || groups <= 1) {
+    while (n > 0) {
+      const uint64_t chunk = std::min<uint64_t>(n, kMaxBatch);
+      n -= chunk;
+      SendBatch(p, p.next_target++ % targets, chunk, 0, 1, second, now);
     }
-    auto call = std::make_unique<Call>();
-    call->p = &p;
-    call->target = target;
-    call->second = second;
-    call->req.mutable_partition()->set_id(p.id);
-    for (uint64_t i = 0; i < chunk; ++i) {
-      std::optional<OfferTx> tx = p.book->Take();
-      if (!tx.has_value()) {  // buffers empty: the signer is behind
-        p.stats.AddClientDropped(second, chunk - i);
-        break;
-      }
-      tracker_.Sent(tx->hash, now);
-      call->req.add_signed_txs(tx->bytes);
-      call->txs.push_back(*std::move(tx));
-    }
-    if (call->txs.empty()) continue;
-    call->ctx.set_deadline(DeadlineIn(o_.rpc_timeout_ms));
-    ++in_flight_[target];
-    {
-      absl::MutexLock l(&mu_);
-      ++total_in_flight_;
-    }
-    Call* raw = call.release();
-    stubs_[target]->async()->SubmitTxBatch(&raw->ctx, &raw->req, &raw->resp,
-                                           [this, raw](grpc::Status s) {
-                                             OnBatchDone(raw, s);
-                                             delete raw;
-                                           });
+    return;
   }
+  // Route by sender: target g gets the txs of senders g, g + groups, ...; the tick's offers are
+  // split evenly, the remainder starting at a rotating target.
+  const size_t first = p.next_target++ % groups;
+  for (size_t i = 0; i < groups; ++i) {
+    const size_t g = (first + i) % groups;
+    uint64_t share = n / groups + (i < n % groups ? 1 : 0);
+    while (share > 0) {
+      const uint64_t chunk = std::min<uint64_t>(share, kMaxBatch);
+      share -= chunk;
+      SendBatch(p, g, chunk, g, groups, second, now);
+    }
+  }
+}
+
+void Runner::SendBatch(PartitionRun& p, size_t target, uint64_t chunk, size_t group,
+                       size_t groups, int second, int64_t now) {
+  if (in_flight_[target].load() >= o_.max_in_flight) {
+    p.stats.AddClientDropped(second, chunk);
+    return;
+  }
+  auto call = std::make_unique<Call>();
+  call->p = &p;
+  call->target = target;
+  call->second = second;
+  call->req.mutable_partition()->set_id(p.id);
+  for (uint64_t i = 0; i < chunk; ++i) {
+    std::optional<OfferTx> tx = p.book->Take(group, groups);
+    if (!tx.has_value()) {  // buffers empty: the signer is behind
+      p.stats.AddClientDropped(second, chunk - i);
+      break;
+    }
+    tracker_.Sent(tx->hash, now);
+    call->req.add_signed_txs(tx->bytes);
+    call->txs.push_back(*std::move(tx));
+  }
+  if (call->txs.empty()) return;
+  call->ctx.set_deadline(DeadlineIn(o_.rpc_timeout_ms));
+  ++in_flight_[target];
+  {
+    absl::MutexLock l(&mu_);
+    ++total_in_flight_;
+  }
+  Call* raw = call.release();
+  stubs_[target]->async()->SubmitTxBatch(&raw->ctx, &raw->req, &raw->resp,
+                                         [this, raw](grpc::Status s) {
+                                           OnBatchDone(raw, s);
+                                           delete raw;
+                                         });
 }
 
 void Runner::OnBatchDone(Call* call, const grpc::Status& status) {

@@ -80,11 +80,15 @@ SenderBook::SenderBook(std::vector<uint64_t> next_nonces) : num_senders_(next_no
   }
 }
 
-std::optional<OfferTx> SenderBook::Take() {
+std::optional<OfferTx> SenderBook::Take(size_t group, size_t groups) {
   absl::MutexLock l(&mu_);
-  for (size_t tried = 0; tried < senders_.size(); ++tried) {
-    Sender& s = senders_[cursor_];
-    cursor_ = (cursor_ + 1) % senders_.size();
+  if (groups == 0 || group >= groups || group >= senders_.size()) return std::nullopt;
+  if (cursors_.size() < groups) cursors_.resize(groups, 0);
+  const size_t members = (senders_.size() - group + groups - 1) / groups;
+  size_t& cursor = cursors_[group];
+  for (size_t tried = 0; tried < members; ++tried) {
+    Sender& s = senders_[group + (cursor % members) * groups];
+    cursor = (cursor + 1) % members;
     if (!s.rejected.empty()) {
       OfferTx tx = std::move(s.rejected.begin()->second);
       s.rejected.erase(s.rejected.begin());

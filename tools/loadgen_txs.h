@@ -84,7 +84,8 @@ class SenderBook {
 
   // The next transaction to offer, round-robin over senders: a sender's lowest rejected one
   // first, else its oldest pre-signed one. Nullopt when no sender has anything (buffers empty).
-  std::optional<OfferTx> Take() ABSL_LOCKS_EXCLUDED(mu_);
+  // With `groups` > 1, only senders i with i % groups == group (one target's senders).
+  std::optional<OfferTx> Take(size_t group = 0, size_t groups = 1) ABSL_LOCKS_EXCLUDED(mu_);
   // A sent transaction came back rejected. With `reoffer` it is offered again before the
   // sender's fresh ones; without, it is forgotten (its nonce stays a hole; see file comment).
   void ReturnRejected(OfferTx tx, bool reoffer) ABSL_LOCKS_EXCLUDED(mu_);
@@ -111,7 +112,7 @@ class SenderBook {
   size_t num_senders_;
   mutable absl::Mutex mu_;
   std::vector<Sender> senders_ ABSL_GUARDED_BY(mu_);
-  size_t cursor_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<size_t> cursors_ ABSL_GUARDED_BY(mu_);  // per group: position within the group
   uint64_t buffered_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t pending_ ABSL_GUARDED_BY(mu_) = 0;
 };

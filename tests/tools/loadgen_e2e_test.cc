@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,32 @@ TEST(LoadgenE2eTest, FailedExpectationExitsOneAndContinuesNonces) {
   EXPECT_EQ(*nonces[(*keys)[1].public_key().bytes()].begin(), 1u);
 }
 
+// Senders that reached each of two targets (independent fakes, so commits are not awaited).
+std::pair<std::set<std::string>, std::set<std::string>> SendersPerTarget(const std::string& route) {
+  FakeClientService a({{"p", 5}}), b({{"p", 5}});
+  EXPECT_TRUE(a.Start());
+  EXPECT_TRUE(b.Start());
+  Result r = RunTool({"--targets", absl::StrCat(a.address(), ",", b.address()), "--duration",
+                      "1s", "--drain", "1s", "--senders", "5", "--scenario", "p:rate=300",
+                      "--route", route, "--quiet"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  std::pair<std::set<std::string>, std::set<std::string>> out;
+  for (const auto& [sender, nonces] : a.admitted_nonces("p")) out.first.insert(sender);
+  for (const auto& [sender, nonces] : b.admitted_nonces("p")) out.second.insert(sender);
+  return out;
+}
+
+TEST(LoadgenE2eTest, RouteSenderKeepsEachSenderOnOneTarget) {
+  auto [a, b] = SendersPerTarget("sender");
+  EXPECT_EQ(a.size(), 3u);  // senders 0, 2, 4
+  EXPECT_EQ(b.size(), 2u);  // senders 1, 3
+  for (const std::string& s : a) EXPECT_EQ(b.count(s), 0u) << "a sender reached both targets";
+  // --route spread sends every tick's batch to the next target: senders reach both.
+  auto [c, d] = SendersPerTarget("spread");
+  EXPECT_EQ(c.size(), 5u);
+  EXPECT_EQ(d.size(), 5u);
+}
+
 TEST(LoadgenE2eTest, UnreachableTargetOrUnknownPartitionExitsOne) {
   FakeClientService fake({{"p", 5}});
   ASSERT_TRUE(fake.Start());
@@ -201,6 +228,8 @@ TEST(LoadgenE2eTest, UsageErrorsExitTwoNamingTheFlag) {
        "--seed: given more than once"},
       {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "--batch-ms"},
        "--batch-ms: missing value"},
+      {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "--route", "random"},
+       "--route: must be sender or spread, got 'random'"},
       {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "stray"}, "unexpected argument"},
   };
   for (const Case& c : cases) {

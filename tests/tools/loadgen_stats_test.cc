@@ -140,6 +140,20 @@ TEST(LoadgenSenderBookTest, RoundRobinOverSendersInNonceOrder) {
   EXPECT_FALSE(book.Take().has_value());
 }
 
+TEST(LoadgenSenderBookTest, AGroupTakesOnlyItsSenders) {
+  // --route sender: target g of 2 offers senders g, g + 2, ... only, round-robin among them.
+  SenderBook book({1, 1, 1, 1, 1});
+  for (uint32_t s = 0; s < 5; ++s) book.AddSigned(s, {Tx(s, 1), Tx(s, 2)});
+  std::vector<std::string> odd, even;
+  while (std::optional<OfferTx> tx = book.Take(1, 2)) odd.push_back(tx->hash);
+  EXPECT_THAT(odd, ::testing::ElementsAre("1/1", "3/1", "1/2", "3/2"));
+  for (int i = 0; i < 3; ++i) even.push_back(book.Take(0, 2)->hash);
+  EXPECT_THAT(even, ::testing::ElementsAre("0/1", "2/1", "4/1"));
+  EXPECT_EQ(book.buffered(), 3u);
+  EXPECT_FALSE(book.Take(2, 2).has_value());  // no such group
+  EXPECT_FALSE(book.Take(5, 6).has_value());  // a group past the senders
+}
+
 TEST(LoadgenSenderBookTest, RejectedTxIsReofferedBeforeFreshOnes) {
   SenderBook book({1});
   book.AddSigned(0, {Tx(0, 1), Tx(0, 2), Tx(0, 3), Tx(0, 4), Tx(0, 5)});
