@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -124,6 +125,11 @@ void AdaptiveLimiter::Ticket::Timeout() {
   limiter->OnTimeout(admitted_nanos_);
 }
 
+void AdaptiveLimiter::Ticket::Waive() {
+  if (limiter_ == nullptr) return;
+  std::exchange(limiter_, nullptr)->OnWaive();
+}
+
 void AdaptiveLimiter::SetOptions(const AdaptiveLimiterOptions& options) {
   const absl::Status valid = ValidateAdaptiveLimiterOptions(options);
   CHECK(valid.ok()) << valid;
@@ -184,6 +190,12 @@ void AdaptiveLimiter::OnTimeout(int64_t admitted_nanos) {
   // would give their slots back silently, admission would run at the commit rate plus the
   // timeout rate, and the limit would never see the latency that made them time out.
   OnSample(admitted_nanos, /*timed_out=*/true);
+}
+
+void AdaptiveLimiter::OnWaive() {
+  ReleaseOne();
+  absl::MutexLock lock(&mu_);
+  ++state_.waived;
 }
 
 void AdaptiveLimiter::MaybeCloseWindowLocked(int64_t now) {

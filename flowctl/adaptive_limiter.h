@@ -93,6 +93,7 @@ struct AdaptiveLimiterState {
   uint64_t stale_samples = 0;  // of units admitted before the last decrease (not judged)
   uint64_t drops = 0;
   uint64_t timeouts = 0;  // tickets released by Timeout() (censored samples, not in `samples`)
+  uint64_t waived = 0;    // tickets released by Waive()
 };
 
 class AdaptiveLimiter {
@@ -129,6 +130,9 @@ class AdaptiveLimiter {
     // Held past max_hold: releases with a censored sample (its age so far), counted as a
     // timeout.
     void Timeout();
+    // The unit waits on something outside what the limit protects (a tx behind its client's
+    // nonce gap): releases with no feedback, counted as waived.
+    void Waive();
     // No feedback (refused further on, shutdown).
     void Cancel() {
       if (limiter_ != nullptr) std::exchange(limiter_, nullptr)->ReleaseOne();
@@ -172,6 +176,7 @@ class AdaptiveLimiter {
   void OnSample(int64_t admitted_nanos, bool timed_out) ABSL_LOCKS_EXCLUDED(mu_);
   void OnDrop() ABSL_LOCKS_EXCLUDED(mu_);
   void OnTimeout(int64_t admitted_nanos) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnWaive() ABSL_LOCKS_EXCLUDED(mu_);
   // Closes the window if it is due at `now`, adjusting the limit.
   void MaybeCloseWindowLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetLimitLocked(double limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

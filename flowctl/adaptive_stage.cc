@@ -65,6 +65,7 @@ void AdaptiveStage::AppendGauges(std::vector<StageGauge>& gauges) const {
   gauges.push_back({"decreases", static_cast<double>(s.decreases)});
   gauges.push_back({"drops", static_cast<double>(s.drops)});
   gauges.push_back({"timeouts", static_cast<double>(s.timeouts)});
+  gauges.push_back({"waived", static_cast<double>(s.waived)});
 }
 
 void AdaptiveStage::Set(const AdaptiveLimiterOptions& options, absl::Duration retry_after) {

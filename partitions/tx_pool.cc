@@ -281,6 +281,25 @@ std::vector<std::string> TxPool::Missing(absl::Span<const std::string> hashes) c
   return out;
 }
 
+std::vector<std::string> TxPool::Gapped(absl::Span<const std::string> hashes) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const std::string& h : hashes) {
+    auto it = by_hash_.find(h);
+    if (it == by_hash_.end()) continue;
+    const DecodedTx& tx = *it->second->tx;
+    auto sit = senders_.find(tx.sender());
+    if (sit == senders_.end()) continue;
+    const Sender& s = sit->second;
+    // Pooled nonces are >= next_nonce (RemoveCommitted drops the rest), so the tx is ready iff
+    // the pooled nonces before it are exactly next_nonce .. nonce - 1.
+    const auto before = static_cast<uint64_t>(
+        std::distance(s.by_nonce.begin(), s.by_nonce.find(tx.nonce())));
+    if (tx.nonce() - s.next_nonce != before) out.push_back(h);
+  }
+  return out;
+}
+
 TxPoolStats TxPool::stats() const {
   absl::MutexLock lock(&mu_);
   TxPoolStats s = counters_;

@@ -152,6 +152,11 @@ class TxPool {
   // The hashes of `hashes` not in the pool, in the given order (to fetch them from a peer).
   std::vector<std::string> Missing(absl::Span<const std::string> hashes) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The hashes of `hashes` that are pooled but wait behind a nonce gap: an earlier nonce of
+  // their sender is neither committed nor pooled, so they cannot be proposed until their client
+  // sends it. In the given order. O(sum of the senders' pooled txs before each).
+  std::vector<std::string> Gapped(absl::Span<const std::string> hashes) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Lock-free; read by the interceptor's pool gate on every request.
   bool AboveHighWater() const { return above_high_water_.load(std::memory_order_relaxed); }

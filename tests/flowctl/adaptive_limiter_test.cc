@@ -262,6 +262,21 @@ TEST_F(AdaptiveLimiterTest, AWindowOfTimeoutsShrinksTheLimit) {
   EXPECT_EQ(s.window_latency_nanos, 501'000'000);
 }
 
+TEST_F(AdaptiveLimiterTest, AWaivedTicketReleasesOnceWithoutFeedback) {
+  auto limiter = Make(SmallWindows());
+  AdaptiveLimiter::Ticket t = AdaptiveLimiter::Track(limiter, clock_.NowNanos());
+  clock_.Advance(absl::Seconds(10));
+  t.Waive();
+  t.Waive();
+  t.Commit();
+  EXPECT_FALSE(t.held());
+  EXPECT_EQ(limiter->in_flight(), 0);
+  const AdaptiveLimiterState s = limiter->State();
+  EXPECT_EQ(s.waived, 1u);
+  EXPECT_EQ(s.samples + s.timeouts + s.drops, 0u);
+  EXPECT_EQ(s.windows, 0u);
+}
+
 TEST_F(AdaptiveLimiterTest, AnOverdueTicketTimesOutOnce) {
   AdaptiveLimiterOptions o = SmallWindows();
   o.max_hold = absl::Milliseconds(500);

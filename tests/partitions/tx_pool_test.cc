@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/mocks/fake_clock.h"
 #include "tests/partitions/chain_test_util.h"
@@ -256,6 +257,23 @@ TEST_F(TxPoolTest, GetAndMissing) {
   std::vector<std::string> missing = pool->Missing({a->hash, b->hash});
   ASSERT_EQ(missing.size(), 1u);
   EXPECT_EQ(missing[0], b->hash);
+}
+
+TEST_F(TxPoolTest, GappedNamesTxsWaitingBehindAMissingNonce) {
+  auto pool = MakePool({});
+  TxPtr n1 = Tx(1, 1), n3 = Tx(1, 3), n4 = Tx(1, 4), other = Tx(2, 1);
+  for (const TxPtr& t : {n3, n4, other}) ASSERT_TRUE(pool->Add(t, TxOrigin::kClient).ok());
+  const std::string unknown = Tx(3, 1)->hash;
+  EXPECT_THAT(pool->Gapped({n3->hash, other->hash, n4->hash, unknown}),
+              ::testing::ElementsAre(n3->hash, n4->hash));
+  ASSERT_TRUE(pool->Add(n1, TxOrigin::kClient).ok());
+  EXPECT_THAT(pool->Gapped({n1->hash, n3->hash, n4->hash}),
+              ::testing::ElementsAre(n3->hash, n4->hash))
+      << "nonce 2 is still missing";
+  // Nonces 1 and 2 commit (2 in another replica's block): 3 and 4 are ready now.
+  nonces_.Set(Key(1).public_key().bytes(), 3);
+  pool->RemoveCommitted({n1, Tx(1, 2)});
+  EXPECT_TRUE(pool->Gapped({n3->hash, n4->hash}).empty());
 }
 
 TEST_F(TxPoolTest, ConcurrentAddSelectCommit) {
