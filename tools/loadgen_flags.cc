@@ -234,7 +234,8 @@ the answers; txs due in the same --batch-ms tick go out as SubmitTxBatch RPCs, o
                            (default min(total offers, 100000); more are signed on the fly)
   --batch-ms N             tick length (default 10)
   --route sender|spread    sender (default): each sender's txs go to one target (sender mod
-                           targets), in nonce order, as a wallet talks to one node; spread:
+                           targets), in nonce order, as a wallet talks to one node (for 500 ms
+                           after the target answers UNAVAILABLE, to the next one); spread:
                            each tick's batch goes to the next target, so a sender's
                            consecutive nonces reach different nodes and arrive out of order
   --max-in-flight N        SubmitTxBatch RPCs per target; over it offers count as dropped

@@ -38,6 +38,11 @@ namespace {
 
 constexpr int kMaxBatch = 1000;
 constexpr int kGrpcAlreadyExists = 6;
+constexpr int kGrpcUnavailable = 14;
+// A target that answered UNAVAILABLE (its consensus is not NORMAL, or it is unreachable) gets no
+// batches routed by sender for this long: its senders fail over to the next target, as a client
+// SDK retries another endpoint.
+constexpr int64_t kAvoidNanos = 500'000'000;
 
 using node::client::ClientService;
 
@@ -106,6 +111,7 @@ class Runner {
   std::vector<std::map<std::string, uint64_t>> view_changes_start_;
   CommitTracker tracker_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;
+  std::unique_ptr<std::atomic<int64_t>[]> avoid_until_;  // per target, clock_ nanos
   int64_t t0_ = 0;
   int printed_ = 0;  // seconds already printed
   absl::Notification stop_background_;
@@ -122,6 +128,8 @@ absl::Status Runner::Setup() {
   }
   in_flight_ = std::make_unique<std::atomic<int>[]>(stubs_.size());
   for (size_t i = 0; i < stubs_.size(); ++i) in_flight_[i] = 0;
+  avoid_until_ = std::make_unique<std::atomic<int64_t>[]>(stubs_.size());
+  for (size_t i = 0; i < stubs_.size(); ++i) avoid_until_[i] = 0;
   for (const PartitionLoad& load : o_.loads) {
     auto p = std::make_unique<PartitionRun>();
     p->load = load;
@@ -217,15 +225,23 @@ void Runner::Offer(PartitionRun& p, uint64_t n, int second, int64_t now) {
     return;
   }
   // Route by sender: target g gets the txs of senders g, g + groups, ...; the tick's offers are
-  // split evenly, the remainder starting at a rotating target.
+  // split evenly, the remainder starting at a rotating target. A group whose target is avoided
+  // (it answered UNAVAILABLE) goes to the next target that is not.
   const size_t first = p.next_target++ % groups;
   for (size_t i = 0; i < groups; ++i) {
     const size_t g = (first + i) % groups;
+    size_t target = g;
+    for (size_t k = 0; k < targets; ++k) {
+      if (avoid_until_[(g + k) % targets].load(std::memory_order_relaxed) <= now) {
+        target = (g + k) % targets;
+        break;
+      }
+    }
     uint64_t share = n / groups + (i < n % groups ? 1 : 0);
     while (share > 0) {
       const uint64_t chunk = std::min<uint64_t>(share, kMaxBatch);
       share -= chunk;
-      SendBatch(p, g, chunk, g, groups, second, now);
+      SendBatch(p, target, chunk, g, groups, second, now);
     }
   }
 }
@@ -280,6 +296,7 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
     tracker_.Forget(tx.hash);
     p.book->ReturnRejected(std::move(tx), ShouldReoffer(code, message));
   };
+  bool unavailable = false;
   if (!status.ok()) {
     std::string by;
     const auto& md = call->ctx.GetServerTrailingMetadata();
@@ -288,6 +305,7 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
     for (OfferTx& tx : call->txs) {
       reject(tx, static_cast<int>(status.error_code()), status.error_message(), by);
     }
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) unavailable = true;
   } else {
     for (size_t i = 0; i < call->txs.size(); ++i) {
       if (static_cast<int>(i) >= call->resp.results_size()) {
@@ -299,9 +317,13 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
           (r.code() == kGrpcAlreadyExists && absl::StartsWith(r.message(), "duplicate"))) {
         ++accepted;
       } else {
+        if (r.code() == kGrpcUnavailable) unavailable = true;
         reject(call->txs[i], r.code(), r.message(), "");
       }
     }
+  }
+  if (unavailable && o_.route_by_sender) {
+    avoid_until_[call->target].store(clock_->NowNanos() + kAvoidNanos, std::memory_order_relaxed);
   }
   if (accepted > 0) p.stats.AddAccepted(call->second, accepted);
   for (int r = 0; r < kNumReasons; ++r) {

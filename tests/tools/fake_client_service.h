@@ -71,6 +71,11 @@ class FakeClientService final : public node::client::ClientService::Service {
     reject_rpc_every_ = rpc_every;
     reject_item_every_ = item_every;
   }
+  // Every tx is answered UNAVAILABLE (as a node whose consensus is not NORMAL).
+  void SetUnavailable(bool unavailable) {
+    absl::MutexLock l(&mu_);
+    unavailable_ = unavailable;
+  }
   void SetNonce(const std::string& address, uint64_t nonce) {
     absl::MutexLock l(&mu_);
     nonces_[address] = nonce;
@@ -131,6 +136,11 @@ class FakeClientService final : public node::client::ClientService::Service {
         continue;
       }
       ++items_;
+      if (unavailable_) {
+        r->set_code(static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+        r->set_message("rejected by stage 'health': consensus_normal is false");
+        continue;
+      }
       if (reject_item_every_ > 0 && items_ % reject_item_every_ == 0) {
         ++c->rejected;
         r->set_code(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
@@ -224,6 +234,7 @@ class FakeClientService final : public node::client::ClientService::Service {
   std::map<std::string, uint64_t> nonces_ ABSL_GUARDED_BY(mu_);
   int reject_rpc_every_ ABSL_GUARDED_BY(mu_) = 0;
   int reject_item_every_ ABSL_GUARDED_BY(mu_) = 0;
+  bool unavailable_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t rpcs_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t items_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rejected_rpcs_ ABSL_GUARDED_BY(mu_) = 0;

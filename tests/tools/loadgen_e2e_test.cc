@@ -168,8 +168,10 @@ TEST(LoadgenE2eTest, FailedExpectationExitsOneAndContinuesNonces) {
 }
 
 // Senders that reached each of two targets (independent fakes, so commits are not awaited).
-std::pair<std::set<std::string>, std::set<std::string>> SendersPerTarget(const std::string& route) {
+std::pair<std::set<std::string>, std::set<std::string>> SendersPerTarget(const std::string& route,
+                                                                         bool a_unavailable = false) {
   FakeClientService a({{"p", 5}}), b({{"p", 5}});
+  a.SetUnavailable(a_unavailable);
   EXPECT_TRUE(a.Start());
   EXPECT_TRUE(b.Start());
   Result r = RunTool({"--targets", absl::StrCat(a.address(), ",", b.address()), "--duration",
@@ -191,6 +193,14 @@ TEST(LoadgenE2eTest, RouteSenderKeepsEachSenderOnOneTarget) {
   auto [c, d] = SendersPerTarget("spread");
   EXPECT_EQ(c.size(), 5u);
   EXPECT_EQ(d.size(), 5u);
+}
+
+TEST(LoadgenE2eTest, RouteSenderFailsOverFromATargetThatIsUnavailable) {
+  // a answers every tx UNAVAILABLE: its senders' txs go to b for 500 ms after each such answer,
+  // so every sender is admitted at b and none at a.
+  auto [a, b] = SendersPerTarget("sender", /*a_unavailable=*/true);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(b.size(), 5u);
 }
 
 TEST(LoadgenE2eTest, UnreachableTargetOrUnknownPartitionExitsOne) {
