@@ -217,7 +217,7 @@ void Runner::Offer(PartitionRun& p, uint64_t n, int second, int64_t now) {
   const size_t targets = stubs_.size();
   const size_t groups = std::min<size_t>(targets, static_cast<size_t>(o_.senders));
   if (!o_.route_by_sender || groups <= 1) {
-    while (n > 0) {
+    while (n > 0) {  // each batch to the next target
       const uint64_t chunk = std::min<uint64_t>(n, kMaxBatch);
       n -= chunk;
       SendBatch(p, p.next_target++ % targets, chunk, 0, 1, second, now);
