@@ -101,6 +101,9 @@ absl::Status Node::Start() {
                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   pool_ = std::make_unique<flowctl::WorkerPool>(po);
   RETURN_IF_ERROR(pool_->Start());
+  // One timer for every partition's ticks (partitions own no threads).
+  scheduler_ = std::make_unique<flowctl::TickScheduler>(options_.clock);
+  RETURN_IF_ERROR(scheduler_->Start());
 
   // 2. Replica set: every configured node, sorted by id (the same order on every node).
   std::vector<std::pair<p2p::NodeId, p2p::PublicKey>> members = {{id_, key_.public_key()}};
@@ -167,6 +170,7 @@ absl::Status Node::Start() {
     env.replica_ids = ids;
     env.replica_keys = keys;
     env.clock = options_.clock;
+    env.scheduler = scheduler_.get();
     absl::StatusOr<std::unique_ptr<Partition>> part = Partition::Open(std::move(env));
     if (!part.ok()) {
       return absl::Status(part.status().code(),
@@ -228,6 +232,7 @@ void Node::Stop(absl::Duration drain) {
   stop_arbiter_.Notify();
   if (arbiter_thread_.joinable()) arbiter_thread_.join();
   for (auto it = partitions_.rbegin(); it != partitions_.rend(); ++it) (*it)->Stop(drain);
+  if (scheduler_) scheduler_->Stop();
   if (transport_) transport_->Stop();
   partitions_.clear();
   servers_.reset();

@@ -1,10 +1,11 @@
 // Node: everything one `noded` process runs, composed and started in order, stopped in reverse.
 //
-//   Start:  data dir + key -> worker pool -> p2p transport (egress scheduler inside) ->
-//           partitions (ledger, consensus store, replica; then Start) -> arbiter tick ->
-//           client and admin gRPC servers -> metrics exposer.
+//   Start:  data dir + key -> worker pool, tick scheduler (one timer for every partition) ->
+//           p2p transport (egress scheduler inside) -> partitions (ledger, consensus store,
+//           replica; then Start) -> arbiter tick -> client and admin gRPC servers -> metrics.
 //   Stop:   servers stop taking calls (in-flight ones finish, up to the drain time) -> arbiter ->
-//           partitions (drain lanes, finish callbacks, close stores) -> transport -> pool.
+//           partitions (drain lanes, finish callbacks, close stores) -> tick scheduler ->
+//           transport -> pool.
 //
 // The arbiter ticks every resources.arbiter_tick_ms: it takes each partition's usage
 // (PartitionUsage), derives demand (usage, or unbounded while backlogged), and divides three
@@ -36,6 +37,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "flowctl/clock.h"
+#include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
 #include "p2p/ed25519.h"
 #include "p2p/grpc_transport.h"
@@ -124,6 +126,7 @@ class Node {
   std::string admin_token_;
 
   std::unique_ptr<flowctl::WorkerPool> pool_;
+  std::unique_ptr<flowctl::TickScheduler> scheduler_;
   std::unique_ptr<p2p::GrpcTransport> transport_;  // null with options_.network
   p2p::Network* network_ = nullptr;
   std::vector<std::unique_ptr<Partition>> partitions_;

@@ -15,15 +15,16 @@
 //   PbftCommit --> executor (deterministic) --> one atomic ledger write (block, receipts, state,
 //        commit certificate, chain digest) --> pool.RemoveCommitted --> commit waiters.
 //
-// A ticker thread drives time: consensus timers, the batch policy (the primary cuts a batch from
-// the pool when full or when the oldest tx waited batch_timeout_ms), pool expiry, waiter
-// deadlines and forwarding flushes.
+// Ticks drive time: consensus timers, the batch policy (the primary cuts a batch from the pool
+// when full or when the oldest tx waited batch_timeout_ms), pool expiry, waiter deadlines and
+// forwarding flushes. A partition has no thread: the node's TickScheduler offers a tick to the
+// partition's tick lane when one is due, and the tick runs on the worker pool like any lane.
 //
 // Replica identity: every node of the cluster runs every partition; replica index = position of
 // the node id in the sorted list of all node ids (self + peers), the same on every node.
 //
 // Thread-safety: every public method may be called from any thread after Open(). Submit callbacks
-// run on a worker-pool or ticker thread, or inline when rejected early; they must not block.
+// run on a worker-pool thread, or inline when rejected early; they must not block.
 //
 //   ASSIGN_OR_RETURN(auto part, Partition::Open(std::move(env)));
 //   RETURN_IF_ERROR(part->Start());
@@ -49,9 +50,11 @@
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
+#include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
 #include "p2p/ed25519.h"
 #include "p2p/network.h"
+#include "partitions/client_admission.h"
 #include "proto/admin.pb.h"
 #include "proto/chain.pb.h"
 #include "proto/client.pb.h"
@@ -69,26 +72,15 @@ struct PartitionEnv {
   std::vector<p2p::NodeId> replica_ids;       // sorted; includes self
   std::vector<p2p::PublicKey> replica_keys;   // same order as replica_ids
   const flowctl::Clock* clock = flowctl::Clock::Real();
-  // Ticker period upper bound (timers and batch cuts wake it earlier).
+  // The node's timer (required): it offers this partition's ticks to its tick lane.
+  flowctl::TickScheduler* scheduler = nullptr;
+  // Longest time between two ticks (timers and batch cuts ask for earlier ones).
   absl::Duration tick = absl::Milliseconds(5);
 };
 
-// The outcome of one submitted transaction.
-struct SubmitResult {
-  absl::Status status;  // OK = admitted to the pool (or durably spilled in lossless mode)
-  std::string tx_hash;  // 32 raw bytes; empty if the request did not decode
-  // Set when the status is a flow-control rejection (the stage that said no).
-  std::string rejected_by;
-  absl::Duration retry_after = absl::ZeroDuration();
-  bool spilled = false;                         // lossless mode: in the FIFO, not yet in the pool
-  std::optional<node::chain::Receipt> receipt;  // wait_for_commit: the committed receipt
-};
-
-struct SubmitOptions {
-  bool wait_for_commit = false;
-  absl::Duration wait_timeout = absl::Seconds(10);  // DEADLINE_EXCEEDED after it
-  std::string client;  // peer address, for stages that look at it
-};
+// The outcome of one submitted tx and the submit options (partitions/client_admission.h).
+using SubmitResult = partitions::SubmitResult;
+using SubmitOptions = partitions::SubmitOptions;
 
 // Usage measured since the previous call, and what the partition would use if allowed; the
 // node's arbiter tick reads it (see node.h). Egress usage comes from the egress scheduler.

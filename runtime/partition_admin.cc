@@ -16,11 +16,7 @@ using node::config::PartitionConfig;
 
 // ---- Queries ----
 
-std::string Partition::Impl::StateName() const {
-  int s = state_.load(std::memory_order_relaxed);
-  if (s == kHaltedState) return "HALTED";
-  return partitions::ConsensusStateName(static_cast<partitions::ConsensusState>(s));
-}
+std::string Partition::Impl::StateName() const { return driver_->StateName(); }
 
 node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   node::admin::PartitionFlowStats out;
@@ -79,7 +75,12 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     *out.mutable_egress() = egress_share_;
   }
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
-  out.set_committed_txs(committed_txs_.load());
+  out.set_committed_txs(pipeline_->committed_txs());
+  out.set_send_failures(sender_->send_failures());
+  out.set_broadcast_failures(sender_->broadcast_failures());
+  const partitions::TxTrackerStats tracked = tracker_.stats();
+  out.set_tracked_txs(tracked.entries);
+  out.set_tracker_evicted(tracked.evicted_by_count + tracked.evicted_by_age);
   return out;
 }
 
@@ -220,6 +221,11 @@ absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& 
     out.set_signed_tx(tx->signed_bytes);
     return out;
   }
+  if (impl_->tracker_.Get(tx_hash).spill_seq > 0) {
+    // Lossless: acknowledged and durable in the FIFO, not yet drained into the pool.
+    out.set_state(node::client::GetTxResponse::PENDING);
+    return out;
+  }
   return absl::NotFoundError(absl::StrCat("unknown transaction in partition ", name_,
                                           " (not pooled, not committed)"));
 }
@@ -249,7 +255,7 @@ node::client::GetChainStatusResponse Partition::ChainStatus() const {
   out.set_height(tip.height());
   out.set_last_block_hash(partitions::BlockHash(tip));
   out.set_state_root(tip.state_root());
-  out.set_view(impl_->view_.load());
+  out.set_view(impl_->driver_->view());
   out.set_consensus_state(impl_->StateName());
   out.set_pool_txs(static_cast<uint32_t>(impl_->pool_->stats().txs));
   return out;
@@ -260,12 +266,12 @@ node::admin::PartitionStatus Partition::Status() const {
   s.set_id(id_);
   s.set_name(name_);
   s.set_height(impl_->height_.load());
-  s.set_view(impl_->view_.load());
+  s.set_view(impl_->driver_->view());
   s.set_consensus_state(impl_->StateName());
   s.set_paused(paused());
   s.set_lossless(lossless());
-  s.set_view_changes(impl_->view_changes_.load());
-  s.set_observing(impl_->observing_.load());
+  s.set_view_changes(impl_->driver_->view_changes());
+  s.set_observing(impl_->driver_->observing());
   return s;
 }
 
