@@ -41,18 +41,6 @@ ResourceShareStats ShareStats(const ArbiterConsumer& c, double share, double usa
 
 }  // namespace
 
-const char* ResourceName(Resource resource) {
-  switch (resource) {
-    case Resource::kCpu:
-      return "cpu";
-    case Resource::kMemory:
-      return "memory";
-    case Resource::kEgress:
-      return "egress";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<std::unique_ptr<ArbiterService>> ArbiterService::Create(Options options,
                                                                        EgressAccounting* egress) {
   if (options.tick <= absl::ZeroDuration()) {

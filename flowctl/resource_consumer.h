@@ -33,9 +33,6 @@ enum class Resource : int {
 };
 inline constexpr int kNumResources = 3;
 
-// "cpu", "memory", "egress".
-const char* ResourceName(Resource resource);
-
 // What a consumer used; read once per tick.
 struct ConsumerUsage {
   int64_t cpu_nanos = 0;        // worker CPU time charged since the previous TakeUsage()
