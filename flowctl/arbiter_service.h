@@ -28,7 +28,7 @@
 //
 // Thread-safety: every method is thread-safe. Ticks, UpdateShares and consumer changes are
 // serialized by one mutex, held while consumers and the egress side are called (so they must not
-// call back). Lifecycle: Start once; Stop is idle-safe and final.
+// call back). Lifecycle: Start at most once; Stop is idempotent and final.
 //
 //   flowctl::ArbiterService::Options options{
 //       .cpu_workers = [&pool] { return pool.threads(); }, .memory_bytes = 1 << 30};
