@@ -237,9 +237,9 @@ void ArbiterService::TickLocked() {
     stats.id = c->id();
     stats.name = c->name();
     stats.cpu = ShareStats(cpu[i], (*cpu_shares)[i], static_cast<double>(usage[i].cpu_nanos),
-                        elapsed);
+                           elapsed);
     stats.memory = ShareStats(memory[i], (*memory_shares)[i],
-                           static_cast<double>(usage[i].memory_bytes), 1);
+                              static_cast<double>(usage[i].memory_bytes), 1);
     stats.egress = ShareStats(egress[i], (*egress_shares)[i], egress_rate[i], 1);
     m.stats = std::move(stats);
   }
