@@ -51,16 +51,6 @@ std::vector<int> LaneWeights(const node::config::LaneConfig& w) {
           LaneWeight(w.bulk()), LaneWeight(w.client())};
 }
 
-node::admin::LatencySummary LatencySummaryOf(const flowctl::HistogramSnapshot& h) {
-  node::admin::LatencySummary s;
-  s.set_count(h.count);
-  if (h.count > 0) {
-    s.set_p50_us(static_cast<double>(h.Percentile(0.5)) / 1e3);
-    s.set_p99_us(static_cast<double>(h.Percentile(0.99)) / 1e3);
-    s.set_max_us(static_cast<double>(h.max) / 1e3);
-  }
-  return s;
-}
 
 // ---- Impl: construction ----
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "flowctl/resource_consumer.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
@@ -67,12 +68,6 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     sp->set_disk_bytes(fs.disk_bytes);
     sp->set_segments(fs.segments);
     sp->set_drain_bytes_per_second(drain_->rate());
-  }
-  {
-    absl::MutexLock lock(&config_mu_);
-    *out.mutable_cpu() = cpu_share_;
-    *out.mutable_memory() = memory_share_;
-    *out.mutable_egress() = egress_share_;
   }
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
   out.set_committed_txs(pipeline_->committed_txs());
@@ -287,6 +282,11 @@ PartitionConfig Partition::config() const {
   return impl_->config_;
 }
 
+node::config::ShareConfig Partition::share_config() const {
+  absl::MutexLock lock(&impl_->config_mu_);
+  return impl_->config_.share();
+}
+
 void Partition::SetShareConfig(const node::config::ShareConfig& share) {
   absl::MutexLock lock(&impl_->config_mu_);
   *impl_->config_.mutable_share() = share;
@@ -301,8 +301,8 @@ void Partition::Resume() {
 }
 bool Partition::paused() const { return impl_->paused_.load(std::memory_order_relaxed); }
 
-PartitionUsage Partition::TakeUsage() {
-  PartitionUsage u;
+flowctl::ConsumerUsage Partition::TakeUsage() {
+  flowctl::ConsumerUsage u;
   int64_t cpu = impl_->dispatcher_->CpuNanos();
   u.cpu_nanos = cpu - impl_->last_cpu_nanos_;
   impl_->last_cpu_nanos_ = cpu;
@@ -322,13 +322,19 @@ PartitionUsage Partition::TakeUsage() {
   return u;
 }
 
-void Partition::ApplyShares(double cpu_share, double memory_bytes) {
-  if (cpu_share > 0) {
-    absl::Status s = impl_->dispatcher_->SetCpuShare(cpu_share);
-    if (!s.ok()) {
-      LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": cpu share: " << s;
+void Partition::ApplyShare(flowctl::Resource resource, double amount) {
+  if (resource == flowctl::Resource::kEgress) return;  // the arbiter weights the egress scheduler
+  if (resource == flowctl::Resource::kCpu) {
+    if (amount > 0) {
+      absl::Status s = impl_->dispatcher_->SetCpuShare(amount);
+      if (!s.ok()) {
+        LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": cpu share: " << s;
+      }
     }
+    return;
   }
+  // kMemory.
+  const double memory_bytes = amount;
   absl::MutexLock lock(&impl_->config_mu_);
   const uint64_t configured = impl_->config_.pool().max_bytes();
   // The pool gets its configured fraction of the partition's memory (pool + lane budget + spill
@@ -354,15 +360,6 @@ void Partition::ApplyShares(double cpu_share, double memory_bytes) {
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": memory share: " << s;
   }
-}
-
-void Partition::RecordShares(const node::admin::ResourceShare& cpu,
-                             const node::admin::ResourceShare& memory,
-                             const node::admin::ResourceShare& egress) {
-  absl::MutexLock lock(&impl_->config_mu_);
-  impl_->cpu_share_ = cpu;
-  impl_->memory_share_ = memory;
-  impl_->egress_share_ = egress;
 }
 
 uint64_t Partition::height() const { return impl_->height_.load(); }

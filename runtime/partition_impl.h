@@ -49,6 +49,7 @@
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
 #include "proto/partition.pb.h"
+#include "runtime/latency_summary.h"
 #include "runtime/partition.h"
 
 namespace runtime {
@@ -148,9 +149,6 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   mutable absl::Mutex config_mu_;
   node::config::PartitionConfig config_ ABSL_GUARDED_BY(config_mu_);
   uint64_t pool_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;  // arbiter's memory share applied
-  node::admin::ResourceShare cpu_share_ ABSL_GUARDED_BY(config_mu_);
-  node::admin::ResourceShare memory_share_ ABSL_GUARDED_BY(config_mu_);
-  node::admin::ResourceShare egress_share_ ABSL_GUARDED_BY(config_mu_);
 
   // ---- consensus ----
   std::unique_ptr<partitions::ConsensusDriver> driver_;
@@ -187,8 +185,6 @@ class Partition::Impl final : public partitions::CommitSubscriber {
 
 // Dispatcher weights (>= 1, rounded) of the configured lane weights, in PartitionLane order.
 std::vector<int> LaneWeights(const node::config::LaneConfig& weights);
-node::admin::LatencySummary LatencySummaryOf(const flowctl::HistogramSnapshot& nanos);
-
 
 }  // namespace runtime
 
