@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "flowctl/tick_scheduler.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "p2p/ed25519.h"
@@ -63,6 +64,7 @@ class PartitionResourceConsumerTest : public ::testing::Test {
       env.replica_keys.push_back(pk);
     }
     env.clock = &clock_;
+    env.scheduler = &scheduler_;
     absl::StatusOr<std::unique_ptr<Partition>> p = Partition::Open(std::move(env));
     ASSERT_TRUE(p.ok()) << p.status();
     part_ = *std::move(p);
@@ -84,6 +86,7 @@ class PartitionResourceConsumerTest : public ::testing::Test {
 
   std::string dir_;
   tests::FakeClock clock_;
+  flowctl::TickScheduler scheduler_{&clock_};  // never started: no tick runs
   p2p::InMemoryHub hub_{&clock_};
   std::unique_ptr<p2p::InMemoryNetwork> net_;
   std::unique_ptr<flowctl::WorkerPool> pool_;
