@@ -73,6 +73,14 @@ bool TickScheduler::PopDueLocked(int64_t now, Id* id, Callback** callback) {
   return true;
 }
 
+void TickScheduler::RunPoppedLocked(Callback* callback, int64_t now) {
+  // The entry stays put while it runs: Unregister waits for running_ to change.
+  mu_.Unlock();
+  (*callback)(now);
+  mu_.Lock();
+  running_ = 0;
+}
+
 int TickScheduler::RunDue(int64_t now_nanos) {
   int ran = 0;
   absl::MutexLock lock(&mu_);
@@ -80,11 +88,7 @@ int TickScheduler::RunDue(int64_t now_nanos) {
   Id id = 0;
   Callback* callback = nullptr;
   while (PopDueLocked(now_nanos, &id, &callback)) {
-    mu_.Unlock();
-    // The entry stays put while it runs: Unregister waits for running_ to change.
-    (*callback)(now_nanos);
-    mu_.Lock();
-    running_ = 0;
+    RunPoppedLocked(callback, now_nanos);
     ++ran;
   }
   return ran;
@@ -103,10 +107,7 @@ void TickScheduler::Loop() {
     Id id = 0;
     Callback* callback = nullptr;
     if (PopDueLocked(now, &id, &callback)) {
-      mu_.Unlock();
-      (*callback)(now);
-      mu_.Lock();
-      running_ = 0;
+      RunPoppedLocked(callback, now);
       continue;
     }
     if (queue_.empty()) {

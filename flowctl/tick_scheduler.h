@@ -75,6 +75,8 @@ class TickScheduler {
 
   // Takes the earliest entry due at `now` off the queue and marks it running; false if none.
   bool PopDueLocked(int64_t now, Id* id, Callback** callback) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls a popped callback with mu_ released, then marks nothing running.
+  void RunPoppedLocked(Callback* callback, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
 
   const Clock* const clock_;

@@ -273,17 +273,22 @@ int64_t WorkerPool::CpuNowNanos() const {
   return static_cast<int64_t>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
 }
 
+WorkerPool::Task* WorkerPool::PopNextLocked() {
+  auto first = run_queue_.begin();
+  Task* task = first->task;
+  run_queue_.erase(first);
+  task->queued_ = false;
+  task->running_ = true;
+  virtual_time_ = std::max(virtual_time_, task->pass_);
+  return task;
+}
+
 int WorkerPool::RunQueuedForTest(int max_quanta) {
   absl::MutexLock lock(&mu_);
   CHECK(!started_) << "RunQueuedForTest on a started pool";
   int ran = 0;
   while (ran < max_quanta && !run_queue_.empty()) {
-    auto first = run_queue_.begin();
-    Task* task = first->task;
-    run_queue_.erase(first);
-    task->queued_ = false;
-    task->running_ = true;
-    virtual_time_ = std::max(virtual_time_, task->pass_);
+    Task* task = PopNextLocked();
     mu_.Unlock();
     current_task = task;
     const int64_t start = CpuNowNanos();
@@ -314,12 +319,7 @@ void WorkerPool::WorkerLoop(int index) {
       if (!run_queue_.empty() && idle_workers_ > 0) work_cv_.Signal();
       break;
     }
-    auto first = run_queue_.begin();
-    Task* task = first->task;
-    run_queue_.erase(first);
-    task->queued_ = false;
-    task->running_ = true;
-    virtual_time_ = std::max(virtual_time_, task->pass_);
+    Task* task = PopNextLocked();
     // More runnable work than this worker: make sure a sleeping worker takes it.
     if (!run_queue_.empty() && idle_workers_ > 0) work_cv_.Signal();
 

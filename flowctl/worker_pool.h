@@ -168,6 +168,9 @@ class WorkerPool {
   };
 
   void WorkerLoop(int index);
+  // Takes the task with the smallest pass off the run queue and marks it running.
+  // REQUIRES: the run queue is not empty.
+  Task* PopNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ActivateLocked(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueueLocked(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishQuantumLocked(Task* task, int64_t used_nanos, bool more)

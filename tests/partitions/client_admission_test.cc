@@ -1,0 +1,207 @@
+// ClientAdmission: refusals before any decode, verification on the client lane, the pool, the
+// tracker and the forwarder, and exactly one answer per request whatever happens to its job.
+// One thread drives everything: the worker pool is never started (RunQueuedForTest).
+#include "partitions/client_admission.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "flowctl/dispatcher.h"
+#include "flowctl/stage_registry.h"
+#include "flowctl/worker_pool.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "tests/mocks/fake_clock.h"
+#include "tests/mocks/recording_network.h"
+#include "tests/partitions/chain_test_util.h"
+
+namespace partitions {
+namespace {
+
+constexpr uint32_t kPartition = 0;
+
+class ClientAdmissionTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Build("stages { name: 'in_flight' concurrency { limit: 8 } }"); }
+
+  void Build(const std::string& interceptor_text, int64_t lane_messages = 100) {
+    admission_.reset();
+    dispatcher_.reset();
+    dir_ = absl::StrCat(::testing::TempDir(), "/client_admission_", getpid());
+    std::filesystem::remove_all(dir_);
+    absl::StatusOr<Chain> chain = OpenChain(dir_, kPartition, node::chain::GenesisConfig());
+    ASSERT_TRUE(chain.ok()) << chain.status();
+    chain_ = *std::move(chain);
+    Executor* executor = chain_.executor.get();
+    pool_ = std::make_unique<TxPool>(TxPoolLimits{}, &clock_, [executor](absl::string_view s) {
+      return executor->NextNonce(s);
+    });
+    node::flowctl::StageChainConfig config;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(interceptor_text, &config));
+    absl::StatusOr<std::shared_ptr<const flowctl::ChainFactory>> factory = registry_.Build(config);
+    ASSERT_TRUE(factory.ok()) << factory.status();
+    interceptor_ = std::make_unique<flowctl::StageChainHolder>(
+        (*factory)->Create(flowctl::StageContext{.partition = kPartition, .clock = &clock_}));
+    flowctl::Dispatcher::Options d;
+    d.name = "test";
+    d.clock = &clock_;
+    d.budget = {.max_messages = lane_messages, .max_bytes = 64 << 20};
+    d.lanes.push_back({.name = "client",
+                       .weight = 1,
+                       .handler =
+                           [this](flowctl::Message m) { admission_->HandleJob(std::move(m)); },
+                       .reserved_messages = 0});
+    absl::StatusOr<std::unique_ptr<flowctl::Dispatcher>> dispatcher =
+        flowctl::Dispatcher::Create(&workers_, std::move(d));
+    ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
+    dispatcher_ = *std::move(dispatcher);
+    admission_ = std::make_unique<ClientAdmission>(ClientAdmission::Deps{
+        .partition = kPartition,
+        .name = "test",
+        .clock = &clock_,
+        .interceptor = interceptor_.get(),
+        .dispatcher = dispatcher_.get(),
+        .client_lane = 0,
+        .pool = pool_.get(),
+        .tracker = &tracker_,
+        .forwarder = &forwarder_,
+        .waiters = &waiters_,
+        .ledger = chain_.ledger.get(),
+        .tx_limits = {.partition = kPartition},
+        .consensus_state = [] { return std::string("NORMAL"); },
+        .request_tick = [this] { ++ticks_; },
+        .track = {},
+        .untrack = {}});
+  }
+
+  void TearDown() override {
+    admission_.reset();
+    dispatcher_.reset();
+    pool_.reset();
+    chain_ = Chain();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string SignedPut(uint64_t nonce) {
+    node::chain::Transaction tx;
+    tx.set_partition(kPartition);
+    tx.set_nonce(nonce);
+    tx.mutable_put()->set_key(absl::StrCat("k", nonce));
+    tx.mutable_put()->set_value("v");
+    return SignTx(tx, keys_[0]);
+  }
+
+  // Submits one tx; the answer lands in `out` whenever it comes.
+  void Submit(std::string bytes, std::vector<SubmitResult>* out,
+              absl::Status gate = absl::OkStatus()) {
+    admission_->Submit({std::move(bytes)}, {}, gate, /*single=*/true,
+                       [out](SubmitResult r) { out->push_back(std::move(r)); }, nullptr);
+  }
+
+  tests::FakeClock clock_{1'000'000'000};
+  std::vector<p2p::PrivateKey> keys_ = chaintest::Keys(1);
+  std::string dir_;
+  Chain chain_;
+  std::unique_ptr<TxPool> pool_;
+  TxTracker tracker_{TxTrackerPolicy{}};
+  tests::RecordingNetwork net_{"a", {"b", "c", "d"}};
+  PeerSender sender_{&net_, kPartition, {"a", "b", "c", "d"}, 0};
+  Forwarder forwarder_{&sender_, &clock_, {.hold_nanos = 1'000'000}};
+  CommitWaiters waiters_;
+  flowctl::StageRegistry registry_;
+  std::unique_ptr<flowctl::StageChainHolder> interceptor_;
+  flowctl::WorkerPool workers_{{.cpu_clock = flowctl::WorkerPool::CpuClock::kWall,
+                                .clock = &clock_}};
+  std::unique_ptr<flowctl::Dispatcher> dispatcher_;
+  std::unique_ptr<ClientAdmission> admission_;
+  int ticks_ = 0;
+};
+
+TEST_F(ClientAdmissionTest, AnAdmittedTxIsVerifiedOnTheLaneThenPooledTrackedAndForwarded) {
+  std::vector<SubmitResult> got;
+  const std::string bytes = SignedPut(1);
+  Submit(bytes, &got);
+  EXPECT_TRUE(got.empty());  // waits for the lane: no verification on the caller's thread
+  EXPECT_GT(workers_.RunQueuedForTest(100), 0);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status;
+  ASSERT_NE(pool_->Get(got[0].tx_hash), nullptr);
+  EXPECT_EQ(tracker_.Get(got[0].tx_hash).admitted_nanos, 1'000'000'000);
+  EXPECT_EQ(ticks_, 1);
+  forwarder_.Flush(false);
+  ASSERT_EQ(net_.log().size(), 1u);
+  EXPECT_EQ(net_.log()[0].channel, p2p::Channel::TX_FORWARD);
+}
+
+TEST_F(ClientAdmissionTest, AStageRefusesBeforeAnythingIsDecoded) {
+  Build("stages { name: 'closed' rate { rate_per_second: 0 } }");
+  std::vector<SubmitResult> got;
+  Submit("not a transaction at all", &got);  // refused on its size alone: no decode error
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status.code(), absl::StatusCode::kResourceExhausted) << got[0].status;
+  EXPECT_EQ(got[0].rejected_by, "closed");
+  EXPECT_EQ(got[0].retry_after, absl::Seconds(1));
+  EXPECT_EQ(workers_.RunQueuedForTest(100), 0);
+}
+
+TEST_F(ClientAdmissionTest, DefectsAndAClosedGateAnswerAtOnceWithTheirOwnCodes) {
+  std::vector<SubmitResult> got;
+  Submit("garbage", &got);
+  Submit(SignedPut(1), &got, absl::UnavailableError("paused"));
+  std::string forged = SignedPut(2);
+  forged[forged.size() - 1] ^= 1;  // the signature no longer matches
+  Submit(forged, &got);
+  workers_.RunQueuedForTest(100);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].status.code(), absl::StatusCode::kInvalidArgument) << got[0].status;
+  EXPECT_EQ(got[1].status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(got[2].status.code(), absl::StatusCode::kUnauthenticated) << got[2].status;
+  EXPECT_EQ(pool_->stats().txs, 0u);
+  EXPECT_EQ(tracker_.stats().entries, 0u);
+}
+
+TEST_F(ClientAdmissionTest, AFullLaneRefusesAndAStoppedDispatcherStillAnswersOnce) {
+  Build("stages { name: 'in_flight' concurrency { limit: 8 } }", /*lane_messages=*/1);
+  std::vector<SubmitResult> got;
+  Submit(SignedPut(1), &got);
+  Submit(SignedPut(2), &got);  // the lane holds one job
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(got[0].rejected_by, "client_lane");
+  dispatcher_->Stop();  // the queued job is discarded: its destructor answers
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].status.code(), absl::StatusCode::kUnavailable) << got[1].status;
+  // The in-flight permits came back: a new chain admits up to its limit again.
+  EXPECT_EQ(interceptor_->Get()->Stats()[0].gauges[0].value, 0);
+}
+
+TEST_F(ClientAdmissionTest, WaitForCommitAnswersWithTheReceiptOfTheBlock) {
+  std::vector<SubmitResult> got;
+  SubmitOptions options;
+  options.wait_for_commit = true;
+  admission_->Submit({SignedPut(1)}, options, absl::OkStatus(), true,
+                     [&](SubmitResult r) { got.push_back(std::move(r)); }, nullptr);
+  workers_.RunQueuedForTest(100);
+  EXPECT_TRUE(got.empty());  // pooled, waiting for its block
+  EXPECT_EQ(waiters_.size(), 1u);
+  TxPtr tx = pool_->Get(pool_->SelectBatch(10, 1 << 20).at(0)->hash);
+  CommitEvent e;
+  e.height = 1;
+  e.txs = {tx};
+  node::chain::Receipt receipt;
+  receipt.set_status(node::chain::Receipt::SUCCESS);
+  e.receipts = {receipt};
+  waiters_.OnCommit(e);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got[0].receipt.has_value());
+  EXPECT_EQ(got[0].receipt->status(), node::chain::Receipt::SUCCESS);
+}
+
+}  // namespace
+}  // namespace partitions
