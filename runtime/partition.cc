@@ -338,7 +338,7 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
         continue;
       }
     }
-    absl::StatusOr<partitions::DecodedTx> decoded = partitions::DecodeSignedTx(txs[i], tx_limits_);
+    absl::StatusOr<base::DecodedTx> decoded = base::DecodeSignedTx(txs[i], tx_limits_);
     if (!decoded.ok()) {
       r.status = decoded.status();
       continue;
@@ -396,9 +396,9 @@ void Partition::Impl::HandleClientJob(flowctl::Message message) {
       flowctl::FindAdaptiveLimiter(*interceptor_->Get());
   for (auto& item : job->items) {
     SubmitResult& r = job->results[item.slot];
-    absl::Status s = partitions::VerifySignature(item.tx);
+    absl::Status s = base::VerifySignature(item.tx);
     if (s.ok()) {
-      auto tx = std::make_shared<const partitions::DecodedTx>(std::move(item.tx));
+      auto tx = std::make_shared<const base::DecodedTx>(std::move(item.tx));
       const bool tracked =
           adaptive != nullptr && TrackAdaptive(adaptive, r.tx_hash, job->arrival_nanos);
       s = AdmitVerified(tx);
@@ -473,14 +473,14 @@ void Partition::Impl::SpillRecordDone(uint64_t seq) {
 }
 
 absl::Status Partition::Impl::DrainSink(const flowctl::SpillFifo::Record& record) {
-  absl::StatusOr<partitions::DecodedTx> decoded = partitions::DecodeSignedTx(record.data, tx_limits_);
-  if (!decoded.ok() || !partitions::VerifySignature(*decoded).ok()) {
+  absl::StatusOr<base::DecodedTx> decoded = base::DecodeSignedTx(record.data, tx_limits_);
+  if (!decoded.ok() || !base::VerifySignature(*decoded).ok()) {
     spill_dropped_invalid_.fetch_add(1, std::memory_order_relaxed);
     absl::MutexLock lock(&spill_mu_);
     SpillRecordDone(record.seq);
     return absl::OkStatus();  // acknowledged but invalid: counted and dropped, never retried
   }
-  auto tx = std::make_shared<const partitions::DecodedTx>(*std::move(decoded));
+  auto tx = std::make_shared<const base::DecodedTx>(*std::move(decoded));
   std::string hash = tx->hash;
   {
     // Pending before the pool sees it, so its commit cannot be missed.

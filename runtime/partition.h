@@ -46,11 +46,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
 #include "flowctl/worker_pool.h"
-#include "p2p/ed25519.h"
 #include "p2p/network.h"
 #include "proto/admin.pb.h"
 #include "proto/chain.pb.h"
@@ -65,9 +65,9 @@ struct PartitionEnv {
   std::string dir;                       // e.g. <data_dir>/partition-<id>; created if missing
   flowctl::WorkerPool* pool = nullptr;
   p2p::Network* network = nullptr;
-  std::optional<p2p::PrivateKey> key;         // this node's key (required)
+  std::optional<base::PrivateKey> key;        // this node's key (required)
   std::vector<p2p::NodeId> replica_ids;       // sorted; includes self
-  std::vector<p2p::PublicKey> replica_keys;   // same order as replica_ids
+  std::vector<base::PublicKey> replica_keys;  // same order as replica_ids
   const flowctl::Clock* clock = flowctl::Clock::Real();
   // Ticker period upper bound (timers and batch cuts wake it earlier).
   absl::Duration tick = absl::Milliseconds(5);

@@ -94,7 +94,7 @@ void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
 void Partition::Impl::HandleTxBatch(const node::partition::TxBatch& batch) {
   std::vector<std::string> added;
   for (const std::string& bytes : batch.signed_txs()) {
-    absl::StatusOr<partitions::DecodedTx> tx = partitions::DecodeSignedTx(bytes, tx_limits_);
+    absl::StatusOr<base::DecodedTx> tx = base::DecodeSignedTx(bytes, tx_limits_);
     if (!tx.ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
       continue;
@@ -102,7 +102,7 @@ void Partition::Impl::HandleTxBatch(const node::partition::TxBatch& batch) {
     // Already pooled or already committed (a late forward, or a fetch answered twice): skip the
     // signature check, which is the expensive part.
     if (pool_->Get(tx->hash) != nullptr || chain_.ledger->GetReceipt(tx->hash).ok()) continue;
-    if (!partitions::VerifySignature(*tx).ok()) {
+    if (!base::VerifySignature(*tx).ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
@@ -332,9 +332,9 @@ absl::Status Partition::Impl::CommitLocked(const partitions::PbftCommit& commit)
         return absl::InternalError(absl::StrCat("tx of committed batch ", commit.seq,
                                                 " is neither pooled nor stored"));
       }
-      absl::StatusOr<partitions::DecodedTx> d = partitions::DecodeSignedTx(*stored, tx_limits_);
+      absl::StatusOr<base::DecodedTx> d = base::DecodeSignedTx(*stored, tx_limits_);
       if (!d.ok()) return d.status();
-      tx = std::make_shared<const partitions::DecodedTx>(*std::move(d));
+      tx = std::make_shared<const base::DecodedTx>(*std::move(d));
     }
     txs.push_back(std::move(tx));
   }

@@ -23,6 +23,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "base/transaction.h"
 #include "flowctl/adaptive_limiter.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
@@ -35,7 +36,6 @@
 #include "partitions/pbft_ed25519_crypto.h"
 #include "partitions/pbft_replica.h"
 #include "partitions/rocksdb_consensus_store.h"
-#include "partitions/transaction.h"
 #include "partitions/tx_pool.h"
 #include "proto/partition.pb.h"
 #include "runtime/partition.h"
@@ -58,7 +58,7 @@ enum PartitionLane : int {
 struct ClientJob {
   struct Item {
     int slot = 0;  // index in results
-    partitions::DecodedTx tx;
+    base::DecodedTx tx;
     flowctl::Admission admission;  // holds (in-flight permits) until the item is finished
   };
   std::vector<Item> items;
@@ -166,7 +166,7 @@ class Partition::Impl final : public partitions::PbftTxSource, public partitions
   const flowctl::Clock* const clock_;
   uint32_t self_index_ = 0;
   absl::flat_hash_map<p2p::NodeId, uint32_t> index_of_;
-  partitions::TxLimits tx_limits_;
+  base::TxLimits tx_limits_;
   partitions::Chain chain_;
   std::unique_ptr<partitions::RocksDbConsensusStore> store_;
   std::unique_ptr<partitions::Ed25519PbftCrypto> crypto_;
