@@ -125,7 +125,7 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
   GrpcTransport* const t_;
 };
 
-GrpcTransport::GrpcTransport(PrivateKey key, GrpcTransportOptions options,
+GrpcTransport::GrpcTransport(base::PrivateKey key, GrpcTransportOptions options,
                              const flowctl::Clock* clock)
     : key_(std::move(key)),
       self_(NodeIdFromPublicKey(key_.public_key().bytes())),
@@ -149,7 +149,7 @@ absl::Status GrpcTransport::Start() {
     absl::MutexLock l(&mu_);
     CHECK(!started_) << "GrpcTransport started twice";
     for (const PeerSpec& spec : options_.peers) {
-      if (!PublicKey::FromBytes(spec.public_key).ok()) {
+      if (!base::PublicKey::FromBytes(spec.public_key).ok()) {
         return absl::InvalidArgumentError("peer public key is not a 32-byte Ed25519 key");
       }
     }

@@ -1,6 +1,6 @@
 // GrpcTransport: the Network between real nodes, over authenticated gRPC streams.
 //
-// - Identity: an Ed25519 key (p2p/ed25519.h, read from PEM by the caller); node id =
+// - Identity: an Ed25519 key (base/ed25519.h, read from PEM by the caller); node id =
 //   NodeIdFromPublicKey (p2p/network.h).
 // - One PeerService.Connect bidirectional stream per pair of configured peers: the node with the
 //   LOWER id dials the higher one (so there is exactly one stream per pair, and a restarted node
@@ -21,7 +21,7 @@
 // Thread-safety: Network methods and Stats from any thread; Start/Stop from the owner. Stop()
 // is bounded: it cancels every stream and shuts the server down with a short deadline.
 //
-//   ASSIGN_OR_RETURN(p2p::PrivateKey key, p2p::PrivateKey::ReadPemFile(path));
+//   ASSIGN_OR_RETURN(base::PrivateKey key, base::PrivateKey::ReadPemFile(path));
 //   p2p::GrpcTransportOptions opt;
 //   opt.listen_address = "0.0.0.0:26656";
 //   opt.peers.push_back({peer_public_key_bytes, "10.0.0.2:26656"});
@@ -43,8 +43,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
 #include "flowctl/clock.h"
-#include "p2p/ed25519.h"
 #include "p2p/egress_scheduler.h"
 #include "p2p/egress_sender.h"
 #include "p2p/fault_injector.h"
@@ -115,7 +115,7 @@ struct TransportStats {
 
 class GrpcTransport final : public Network {
  public:
-  GrpcTransport(PrivateKey key, GrpcTransportOptions options,
+  GrpcTransport(base::PrivateKey key, GrpcTransportOptions options,
                 const flowctl::Clock* clock = flowctl::Clock::Real());
   ~GrpcTransport() override;  // Stop()
   GrpcTransport(const GrpcTransport&) = delete;
@@ -170,7 +170,7 @@ class GrpcTransport final : public Network {
   void UnwatchHandshake(uint64_t id);
   void WatchdogLoop();
 
-  const PrivateKey key_;
+  const base::PrivateKey key_;
   const NodeId self_;
   const GrpcTransportOptions options_;
   const flowctl::Clock* const clock_;

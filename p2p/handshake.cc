@@ -72,7 +72,7 @@ absl::Status VerifyHandshake(HandshakeRole signer, absl::string_view raw_key,
                              const NodeId& claimed_id, const NodeId& client_id,
                              const NodeId& server_id, absl::string_view client_nonce,
                              absl::string_view server_nonce, absl::string_view signature) {
-  absl::StatusOr<PublicKey> key = PublicKey::FromBytes(raw_key);
+  absl::StatusOr<base::PublicKey> key = base::PublicKey::FromBytes(raw_key);
   if (!key.ok()) return absl::PermissionDeniedError("handshake: malformed public key");
   if (NodeIdFromPublicKey(raw_key) != claimed_id) {
     return absl::PermissionDeniedError(

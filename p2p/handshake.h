@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "p2p/ed25519.h"
+#include "base/ed25519.h"
 #include "p2p/network.h"
 #include "proto/p2p.pb.h"
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "p2p/sha256.h"
+#include "base/sha256.h"
 
 namespace p2p {
 
@@ -11,8 +11,8 @@ std::ostream& operator<<(std::ostream& os, PeerEvent e) {
 }
 
 NodeId NodeIdFromPublicKey(absl::string_view raw_public_key) {
-  const std::string digest = Sha256Bytes(raw_public_key);
-  return BytesToHex(absl::string_view(digest).substr(0, 16));
+  const std::string digest = base::Sha256Bytes(raw_public_key);
+  return base::BytesToHex(absl::string_view(digest).substr(0, 16));
 }
 
 }  // namespace p2p

@@ -1,8 +1,8 @@
 #include "partitions/block.h"
 
+#include "base/sha256.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
-#include "p2p/sha256.h"
 
 namespace partitions {
 
@@ -14,14 +14,14 @@ std::string BlockHash(const node::chain::BlockHeader& header) {
     coded.SetSerializationDeterministic(true);
     header.SerializeToCodedStream(&coded);
   }
-  return p2p::Sha256Bytes(bytes);
+  return base::Sha256Bytes(bytes);
 }
 
 std::string TxRoot(const google::protobuf::RepeatedPtrField<std::string>& tx_hashes) {
   std::string all;
   all.reserve(tx_hashes.size() * 32);
   for (const std::string& h : tx_hashes) all += h;
-  return p2p::Sha256Bytes(all);
+  return base::Sha256Bytes(all);
 }
 
 }  // namespace partitions

@@ -15,7 +15,7 @@ namespace partitions {
 struct ClientAdmission::Job {
   struct Item {
     int slot = 0;  // index in results
-    DecodedTx tx;
+    base::DecodedTx tx;
     flowctl::Admission admission;  // holds (in-flight permits) until the item is finished
   };
   std::vector<Item> items;
@@ -92,7 +92,7 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
         continue;
       }
     }
-    absl::StatusOr<DecodedTx> decoded = DecodeSignedTx(txs[i], deps_.tx_limits);
+    absl::StatusOr<base::DecodedTx> decoded = base::DecodeSignedTx(txs[i], deps_.tx_limits);
     if (!decoded.ok()) {
       r.status = decoded.status();
       continue;
@@ -149,9 +149,9 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
   bool added = false;
   for (auto& item : job->items) {
     SubmitResult& r = job->results[item.slot];
-    absl::Status s = VerifySignature(item.tx);
+    absl::Status s = base::VerifySignature(item.tx);
     if (s.ok()) {
-      auto tx = std::make_shared<const DecodedTx>(std::move(item.tx));
+      auto tx = std::make_shared<const base::DecodedTx>(std::move(item.tx));
       // An adaptive stage's slot outlives the request: a ticket taken before the item's permit
       // is released holds it until the tx commits or leaves the pool (see adaptive_stage.h).
       const bool tracked = deps_.track && deps_.track(r.tx_hash, job->arrival_nanos);
@@ -205,14 +205,14 @@ absl::Status ClientAdmission::AdmitVerified(TxPtr tx) {
 }
 
 absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record) {
-  absl::StatusOr<DecodedTx> decoded =
-      DecodeSignedTx(record.data, deps_.tx_limits);
-  if (!decoded.ok() || !VerifySignature(*decoded).ok()) {
+  absl::StatusOr<base::DecodedTx> decoded =
+      base::DecodeSignedTx(record.data, deps_.tx_limits);
+  if (!decoded.ok() || !base::VerifySignature(*decoded).ok()) {
     spill_dropped_invalid_.fetch_add(1, std::memory_order_relaxed);
     deps_.spill_cursor->Done(record.seq);
     return absl::OkStatus();  // acknowledged but invalid: counted and dropped, never retried
   }
-  auto tx = std::make_shared<const DecodedTx>(*std::move(decoded));
+  auto tx = std::make_shared<const base::DecodedTx>(*std::move(decoded));
   const std::string hash = tx->hash;
   // Tracked before the pool sees it, so its commit cannot be missed.
   deps_.spill_cursor->Drained(record.seq);

@@ -35,6 +35,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "base/transaction.h"
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/spill_fifo.h"
@@ -43,7 +44,6 @@
 #include "partitions/forwarder.h"
 #include "partitions/ledger.h"
 #include "partitions/spill_cursor.h"
-#include "partitions/transaction.h"
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
 #include "proto/chain.pb.h"
@@ -86,7 +86,7 @@ class ClientAdmission {
     Ledger* ledger = nullptr;
     flowctl::SpillFifo* fifo = nullptr;   // lossless only
     SpillCursor* spill_cursor = nullptr;  // lossless only
-    TxLimits tx_limits;
+    base::TxLimits tx_limits;
     // For the health gate's message ("consensus is VIEW_CHANGE").
     std::function<std::string()> consensus_state;
     // Asks the partition for a tick soon (a batch may be ready).

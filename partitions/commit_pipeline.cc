@@ -36,9 +36,9 @@ absl::StatusOr<std::optional<CommitEvent>> CommitPipeline::Commit(const PbftComm
         return absl::InternalError(absl::StrCat("tx of committed batch ", commit.seq,
                                                 " is neither pooled nor stored"));
       }
-      absl::StatusOr<DecodedTx> d = DecodeSignedTx(*stored, deps_.tx_limits);
+      absl::StatusOr<base::DecodedTx> d = base::DecodeSignedTx(*stored, deps_.tx_limits);
       if (!d.ok()) return d.status();
-      tx = std::make_shared<const DecodedTx>(*std::move(d));
+      tx = std::make_shared<const base::DecodedTx>(*std::move(d));
     }
     txs.push_back(std::move(tx));
   }

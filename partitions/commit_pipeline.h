@@ -26,11 +26,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "base/transaction.h"
 #include "flowctl/clock.h"
 #include "partitions/commit_feed.h"
 #include "partitions/ledger.h"
 #include "partitions/pbft_types.h"
-#include "partitions/transaction.h"
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
 
@@ -47,7 +47,7 @@ class CommitPipeline final : public PbftTxSource, public PbftBlockSource {
     Chain* chain = nullptr;         // ledger + executor
     TxPool* pool = nullptr;
     TxTracker* tracker = nullptr;
-    TxLimits tx_limits;             // for decoding stored txs
+    base::TxLimits tx_limits;             // for decoding stored txs
     const flowctl::Clock* clock = nullptr;
   };
   explicit CommitPipeline(Deps deps);

@@ -88,7 +88,7 @@ void ConsensusDriver::OnConsensusMessage(uint32_t from, const ConsensusMessage& 
 void ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
   std::vector<std::string> added;
   for (const std::string& bytes : batch.signed_txs()) {
-    absl::StatusOr<DecodedTx> tx = DecodeSignedTx(bytes, deps_.tx_limits);
+    absl::StatusOr<base::DecodedTx> tx = base::DecodeSignedTx(bytes, deps_.tx_limits);
     if (!tx.ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
       continue;
@@ -96,7 +96,7 @@ void ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
     // Already pooled or already committed (a late forward, or a fetch answered twice): skip the
     // signature check, which is the expensive part.
     if (deps_.pipeline->HasTx(tx->hash)) continue;
-    if (!VerifySignature(*tx).ok()) {
+    if (!base::VerifySignature(*tx).ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }

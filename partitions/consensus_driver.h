@@ -41,6 +41,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/transaction.h"
 #include "flowctl/clock.h"
 #include "partitions/batch_policy.h"
 #include "partitions/commit_feed.h"
@@ -50,7 +51,6 @@
 #include "partitions/pbft_replica.h"
 #include "partitions/pbft_types.h"
 #include "partitions/peer_sender.h"
-#include "partitions/transaction.h"
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
 #include "proto/partition.pb.h"
@@ -75,7 +75,7 @@ class ConsensusDriver {
     CommitFeed* feed = nullptr;
     Ledger* ledger = nullptr;            // committed txs for fetch answers
     BatchPolicy* batch_policy = nullptr;
-    TxLimits tx_limits;
+    base::TxLimits tx_limits;
     // Called under the driver's lock right after a block committed (before its event is
     // published), and once per tick interval: for bookkeeping that must see commits and pool
     // changes atomically (the adaptive stage's tickets). May be empty.

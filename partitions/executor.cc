@@ -6,8 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/ed25519.h"
 #include "glog/logging.h"
-#include "p2p/ed25519.h"
 
 namespace partitions {
 namespace {
@@ -74,12 +74,12 @@ absl::StatusOr<StateMap> GenesisState(const node::chain::GenesisConfig& genesis)
   for (int i = 0; i < genesis.allocations_size(); ++i) {
     const auto& alloc = genesis.allocations(i);
     const std::string& hex = alloc.address_hex();
-    bool hex_ok = hex.size() == 2 * p2p::kEd25519KeyBytes;
+    bool hex_ok = hex.size() == 2 * base::kEd25519KeyBytes;
     for (char c : hex) hex_ok = hex_ok && absl::ascii_isxdigit(static_cast<unsigned char>(c));
     if (!hex_ok) {
       return absl::InvalidArgumentError(
           absl::StrCat("genesis.allocations[", i, "].address_hex must be ",
-                       2 * p2p::kEd25519KeyBytes, " hex characters, got \"", hex, "\""));
+                       2 * base::kEd25519KeyBytes, " hex characters, got \"", hex, "\""));
     }
     const std::string key = AccountKey(absl::HexStringToBytes(hex));
     if (state.contains(key)) {
@@ -116,7 +116,7 @@ BlockExecution Executor::Execute(uint64_t height, absl::Span<const TxPtr> txs) c
   result.receipts.reserve(txs.size());
   Overlay view(state_);
   for (size_t i = 0; i < txs.size(); ++i) {
-    const DecodedTx& d = *txs[i];
+    const base::DecodedTx& d = *txs[i];
     const node::chain::Transaction& tx = d.tx;
     node::chain::Receipt& r = result.receipts.emplace_back();
     r.set_block_height(height);

@@ -4,9 +4,9 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/sha256.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
-#include "p2p/sha256.h"
 #include "partitions/block.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
@@ -129,8 +129,8 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
   }
   if (!empty_ && h.parent_hash() != tip_hash_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "block ", h.height(), ": parent_hash ", p2p::BytesToHex(h.parent_hash()),
-        " is not the hash of block ", tip_.height(), " (", p2p::BytesToHex(tip_hash_), ")"));
+        "block ", h.height(), ": parent_hash ", base::BytesToHex(h.parent_hash()),
+        " is not the hash of block ", tip_.height(), " (", base::BytesToHex(tip_hash_), ")"));
   }
 
   rocksdb::WriteBatch batch;
@@ -201,13 +201,13 @@ absl::StatusOr<node::chain::Block> Ledger::GetBlock(uint64_t height) const {
 absl::StatusOr<node::chain::Receipt> Ledger::GetReceipt(absl::string_view tx_hash) const {
   ASSIGN_OR_RETURN(std::optional<std::string> loc, Read(Prefixed(kTxIndexPrefix, tx_hash)));
   if (!loc.has_value()) {
-    return absl::NotFoundError(absl::StrCat("no committed tx ", p2p::BytesToHex(tx_hash)));
+    return absl::NotFoundError(absl::StrCat("no committed tx ", base::BytesToHex(tx_hash)));
   }
   ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(Prefixed(kReceiptPrefix, *loc)));
   node::chain::Receipt receipt;
   if (!bytes.has_value() || !receipt.ParseFromString(*bytes)) {
     return absl::DataLossError(
-        absl::StrCat("receipt of tx ", p2p::BytesToHex(tx_hash), " missing or corrupt"));
+        absl::StrCat("receipt of tx ", base::BytesToHex(tx_hash), " missing or corrupt"));
   }
   return receipt;
 }
@@ -215,7 +215,7 @@ absl::StatusOr<node::chain::Receipt> Ledger::GetReceipt(absl::string_view tx_has
 absl::StatusOr<std::string> Ledger::GetTx(absl::string_view tx_hash) const {
   ASSIGN_OR_RETURN(std::optional<std::string> loc, Read(Prefixed(kTxIndexPrefix, tx_hash)));
   if (!loc.has_value() || loc->size() != 12) {
-    return absl::NotFoundError(absl::StrCat("no committed tx ", p2p::BytesToHex(tx_hash)));
+    return absl::NotFoundError(absl::StrCat("no committed tx ", base::BytesToHex(tx_hash)));
   }
   const uint64_t height = GetBe(absl::string_view(*loc).substr(0, 8));
   const uint64_t index = GetBe(absl::string_view(*loc).substr(8, 4));
@@ -232,7 +232,7 @@ absl::StatusOr<node::chain::Account> Ledger::GetAccount(absl::string_view addres
   node::chain::Account account;
   account.set_address(std::string(address));
   if (v.has_value() && !DecodeAccount(*v, &account)) {
-    return absl::DataLossError(absl::StrCat("account ", p2p::BytesToHex(address), " corrupt"));
+    return absl::DataLossError(absl::StrCat("account ", base::BytesToHex(address), " corrupt"));
   }
   return account;
 }
@@ -292,8 +292,8 @@ absl::StatusOr<Chain> OpenChain(const std::string& path, uint32_t partition,
   if (chain.executor->state_root() != tip.state_root()) {
     return absl::DataLossError(absl::StrCat(
         "ledger ", path, ": state does not match the state root of block ", tip.height(), " (",
-        p2p::BytesToHex(chain.executor->state_root()), " vs ",
-        p2p::BytesToHex(tip.state_root()), ")"));
+        base::BytesToHex(chain.executor->state_root()), " vs ",
+        base::BytesToHex(tip.state_root()), ")"));
   }
   return chain;
 }

@@ -17,8 +17,8 @@ std::string Domain(uint32_t partition) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Ed25519PbftCrypto>> Ed25519PbftCrypto::Create(
-    uint32_t partition, uint32_t self, p2p::PrivateKey self_key,
-    std::vector<p2p::PublicKey> replicas) {
+    uint32_t partition, uint32_t self, base::PrivateKey self_key,
+    std::vector<base::PublicKey> replicas) {
   if (self >= replicas.size()) {
     return absl::InvalidArgumentError(absl::StrCat("pbft crypto: self index ", self,
                                                    " is outside the ", replicas.size(),
@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<Ed25519PbftCrypto>> Ed25519PbftCrypto::Create(
       new Ed25519PbftCrypto(partition, std::move(self_key), std::move(replicas)));
 }
 
-Ed25519PbftCrypto::Ed25519PbftCrypto(uint32_t partition, p2p::PrivateKey self_key,
-                                     std::vector<p2p::PublicKey> replicas)
+Ed25519PbftCrypto::Ed25519PbftCrypto(uint32_t partition, base::PrivateKey self_key,
+                                     std::vector<base::PublicKey> replicas)
     : domain_(Domain(partition)), self_key_(std::move(self_key)), replicas_(std::move(replicas)) {}
 
 std::string Ed25519PbftCrypto::SignedPayload(const ConsensusMessage& msg) const {

@@ -7,7 +7,7 @@
 //
 // Thread-safe: immutable after construction (keys are immutable; OpenSSL contexts are per call).
 //
-//   std::vector<p2p::PublicKey> replicas = ...;  // index = replica index in the partition
+//   std::vector<base::PublicKey> replicas = ...;  // index = replica index in the partition
 //   Ed25519PbftCrypto crypto(/*partition=*/1, /*self=*/2, my_key, replicas);
 //   if (!crypto.Verify(incoming)) { ++dropped_bad_signature; return; }
 #ifndef PARTITIONS_PBFT_ED25519_CRYPTO_H_
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "p2p/ed25519.h"
+#include "base/ed25519.h"
 #include "partitions/pbft_types.h"
 
 namespace partitions {
@@ -27,8 +27,8 @@ class Ed25519PbftCrypto final : public PbftCrypto {
  public:
   // InvalidArgument unless `self` < replicas.size() and replicas[self] is `self_key`'s public key.
   static absl::StatusOr<std::unique_ptr<Ed25519PbftCrypto>> Create(
-      uint32_t partition, uint32_t self, p2p::PrivateKey self_key,
-      std::vector<p2p::PublicKey> replicas);
+      uint32_t partition, uint32_t self, base::PrivateKey self_key,
+      std::vector<base::PublicKey> replicas);
 
   std::string Sign(const ConsensusMessage& msg) override;
   // False for a sender outside the replica set, a signature of the wrong length, a signature by
@@ -39,12 +39,12 @@ class Ed25519PbftCrypto final : public PbftCrypto {
   std::string SignedPayload(const ConsensusMessage& msg) const;
 
  private:
-  Ed25519PbftCrypto(uint32_t partition, p2p::PrivateKey self_key,
-                    std::vector<p2p::PublicKey> replicas);
+  Ed25519PbftCrypto(uint32_t partition, base::PrivateKey self_key,
+                    std::vector<base::PublicKey> replicas);
 
   const std::string domain_;  // "noded/pbft/v1" + partition id, 4 bytes big-endian
-  const p2p::PrivateKey self_key_;
-  const std::vector<p2p::PublicKey> replicas_;
+  const base::PrivateKey self_key_;
+  const std::vector<base::PublicKey> replicas_;
 };
 
 }  // namespace partitions

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "p2p/sha256.h"
+#include "base/sha256.h"
 
 namespace partitions {
 namespace {
@@ -27,7 +27,7 @@ void ExpandEntry(absl::string_view key, absl::string_view value, Lanes* out) {
   for (int i = 0; i < 4; ++i) seed_input.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
   seed_input.append(key.data(), key.size());
   seed_input.append(value.data(), value.size());
-  const p2p::Digest seed = p2p::Sha256(seed_input);
+  const base::Digest seed = base::Sha256(seed_input);
 
   static const unsigned char kZeros[StateRoot::kLanes * 2] = {};
   static constexpr unsigned char kIv[16] = {};
@@ -71,7 +71,7 @@ std::string StateRoot::Root() const {
     bytes[2 * i] = static_cast<unsigned char>(lanes_[i] & 0xff);
     bytes[2 * i + 1] = static_cast<unsigned char>(lanes_[i] >> 8);
   }
-  return p2p::Sha256Bytes(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  return base::Sha256Bytes(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 }  // namespace partitions

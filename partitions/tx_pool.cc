@@ -5,7 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "p2p/sha256.h"
+#include "base/sha256.h"
 
 namespace partitions {
 
@@ -41,8 +41,8 @@ TxPoolLimits TxPool::limits() const {
   return limits_;
 }
 
-absl::Status TxPool::Add(DecodedTx tx, TxOrigin origin) {
-  return Add(std::make_shared<const DecodedTx>(std::move(tx)), origin);
+absl::Status TxPool::Add(base::DecodedTx tx, TxOrigin origin) {
+  return Add(std::make_shared<const base::DecodedTx>(std::move(tx)), origin);
 }
 
 TxPool::Sender& TxPool::GetSender(const std::string& sender) {
@@ -64,7 +64,7 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
   if (by_hash_.contains(tx->hash)) {
     ++counters_.rejected_duplicate;
     return absl::AlreadyExistsError(
-        absl::StrCat("duplicate transaction: ", p2p::BytesToHex(tx->hash), " is already pooled"));
+        absl::StrCat("duplicate transaction: ", base::BytesToHex(tx->hash), " is already pooled"));
   }
   const std::string& sender_key = tx->sender();
   Sender& s = GetSender(sender_key);
@@ -287,7 +287,7 @@ std::vector<std::string> TxPool::Gapped(absl::Span<const std::string> hashes) co
   for (const std::string& h : hashes) {
     auto it = by_hash_.find(h);
     if (it == by_hash_.end()) continue;
-    const DecodedTx& tx = *it->second->tx;
+    const base::DecodedTx& tx = *it->second->tx;
     auto sit = senders_.find(tx.sender());
     if (sit == senders_.end()) continue;
     const Sender& s = sit->second;

@@ -55,12 +55,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/transaction.h"
 #include "flowctl/clock.h"
-#include "partitions/transaction.h"
 
 namespace partitions {
 
-using TxPtr = std::shared_ptr<const DecodedTx>;
+using TxPtr = std::shared_ptr<const base::DecodedTx>;
 
 // kFetched: a tx this replica asked its peers for because a proposal or a synced batch names it.
 // Consensus cannot progress without it, so it is admitted past the capacity limits (the
@@ -119,7 +119,7 @@ class TxPool {
   TxPoolLimits limits() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Admits a verified transaction or says why not (see the table above).
-  absl::Status Add(DecodedTx tx, TxOrigin origin) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Add(base::DecodedTx tx, TxOrigin origin) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Add(TxPtr tx, TxOrigin origin) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Up to `max_txs` ready, unproposed txs whose sizes sum to at most `max_bytes`, each sender's in

@@ -41,9 +41,9 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
-absl::StatusOr<p2p::PrivateKey> LoadOrCreateKey(const std::string& path) {
-  if (std::filesystem::exists(path)) return p2p::PrivateKey::ReadPemFile(path);
-  ASSIGN_OR_RETURN(p2p::PrivateKey key, p2p::PrivateKey::Generate());
+absl::StatusOr<base::PrivateKey> LoadOrCreateKey(const std::string& path) {
+  if (std::filesystem::exists(path)) return base::PrivateKey::ReadPemFile(path);
+  ASSIGN_OR_RETURN(base::PrivateKey key, base::PrivateKey::Generate());
   RETURN_IF_ERROR(key.WritePemFile(path));
   LOG(INFO) << "generated a new node key in " << path;
   return key;
@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Node>> Node::Create(NodeConfig config, NodeOption
     return absl::UnavailableError(
         absl::StrCat("data_dir: cannot create ", config.data_dir(), ": ", ec.message()));
   }
-  ASSIGN_OR_RETURN(p2p::PrivateKey key, LoadOrCreateKey(KeyFilePath(config)));
+  ASSIGN_OR_RETURN(base::PrivateKey key, LoadOrCreateKey(KeyFilePath(config)));
   std::string token;
   if (!config.admin_token_file().empty()) {
     ASSIGN_OR_RETURN(token, ReadTokenFile(config.admin_token_file()));
@@ -111,7 +111,7 @@ absl::StatusOr<std::unique_ptr<Node>> Node::Create(NodeConfig config, NodeOption
   return node;
 }
 
-Node::Node(NodeConfig config, NodeOptions options, p2p::PrivateKey key)
+Node::Node(NodeConfig config, NodeOptions options, base::PrivateKey key)
     : config_(std::move(config)),
       options_(options),
       key_(std::move(key)),
@@ -138,11 +138,11 @@ absl::Status Node::Start() {
   RETURN_IF_ERROR(scheduler_->Start());
 
   // 2. Replica set: every configured node, sorted by id (the same order on every node).
-  std::vector<std::pair<p2p::NodeId, p2p::PublicKey>> members = {{id_, key_.public_key()}};
+  std::vector<std::pair<p2p::NodeId, base::PublicKey>> members = {{id_, key_.public_key()}};
   std::vector<p2p::PeerSpec> specs;
   for (const auto& peer : config_.peers()) {
     std::string raw = absl::HexStringToBytes(peer.public_key_hex());
-    ASSIGN_OR_RETURN(p2p::PublicKey pk, p2p::PublicKey::FromBytes(raw));
+    ASSIGN_OR_RETURN(base::PublicKey pk, base::PublicKey::FromBytes(raw));
     members.push_back({p2p::NodeIdFromPublicKey(raw), pk});
     specs.push_back({.public_key = raw, .address = peer.address()});
   }
@@ -187,7 +187,7 @@ absl::Status Node::Start() {
 
   // 4. Partitions (opened before the network delivers anything to them).
   std::vector<p2p::NodeId> ids;
-  std::vector<p2p::PublicKey> keys;
+  std::vector<base::PublicKey> keys;
   for (auto& [id, pk] : members) {
     ids.push_back(id);
     keys.push_back(pk);

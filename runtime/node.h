@@ -31,12 +31,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
 #include "flowctl/arbiter_service.h"
 #include "flowctl/clock.h"
 #include "flowctl/egress_accounting.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
-#include "p2p/ed25519.h"
 #include "p2p/grpc_transport.h"
 #include "p2p/network.h"
 #include "proto/admin.pb.h"
@@ -111,14 +111,14 @@ class Node {
   const std::string& admin_token() const { return admin_token_; }
 
  private:
-  Node(node::config::NodeConfig config, NodeOptions options, p2p::PrivateKey key);
+  Node(node::config::NodeConfig config, NodeOptions options, base::PrivateKey key);
   absl::Status StartServers();
   absl::Status StartArbiter();
   void RegisterMetrics();
 
   node::config::NodeConfig config_;
   const NodeOptions options_;
-  const p2p::PrivateKey key_;
+  const base::PrivateKey key_;
   const p2p::NodeId id_;
   const absl::Time start_time_ = absl::Now();
   std::string admin_token_;

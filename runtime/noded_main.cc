@@ -30,9 +30,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
 #include "glog/logging.h"
 #include "google/protobuf/text_format.h"
-#include "p2p/ed25519.h"
 #include "p2p/fault_injector.h"
 #include "runtime/config.h"
 #include "runtime/node.h"
@@ -60,9 +60,9 @@ int Usage(const std::string& problem) {
 }
 
 int KeyGen(const std::string& path) {
-  absl::StatusOr<p2p::PrivateKey> key = std::filesystem::exists(path)
-                                            ? p2p::PrivateKey::ReadPemFile(path)
-                                            : p2p::PrivateKey::Generate();
+  absl::StatusOr<base::PrivateKey> key = std::filesystem::exists(path)
+                                             ? base::PrivateKey::ReadPemFile(path)
+                                             : base::PrivateKey::Generate();
   if (!key.ok()) {
     std::cerr << "noded: " << path << ": " << key.status().message() << "\n";
     return 1;

@@ -47,13 +47,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
 #include "flowctl/resource_consumer.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
-#include "p2p/ed25519.h"
 #include "p2p/network.h"
 #include "partitions/client_admission.h"
 #include "proto/admin.pb.h"
@@ -69,9 +69,9 @@ struct PartitionEnv {
   std::string dir;                       // e.g. <data_dir>/partition-<id>; created if missing
   flowctl::WorkerPool* pool = nullptr;
   p2p::Network* network = nullptr;
-  std::optional<p2p::PrivateKey> key;         // this node's key (required)
+  std::optional<base::PrivateKey> key;        // this node's key (required)
   std::vector<p2p::NodeId> replica_ids;       // sorted; includes self
-  std::vector<p2p::PublicKey> replica_keys;   // same order as replica_ids
+  std::vector<base::PublicKey> replica_keys;  // same order as replica_ids
   const flowctl::Clock* clock = flowctl::Clock::Real();
   // The node's timer (required): it offers this partition's ticks to its tick lane.
   flowctl::TickScheduler* scheduler = nullptr;

@@ -342,7 +342,7 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   double limit = static_cast<double>(configured + impl_->config_.dispatcher().budget_bytes());
   if (impl_->fifo_) limit += static_cast<double>(impl_->config_.lossless().memory_bytes());
   // A pooled tx is resident at about twice its wire size (the bytes plus the parsed message,
-  // partitions/transaction.h) and the pool counts wire bytes: halve the share for it.
+  // base/transaction.h) and the pool counts wire bytes: halve the share for it.
   uint64_t cap = static_cast<uint64_t>(
       std::max(double{1 << 20}, memory_bytes * static_cast<double>(configured) / limit / 2));
   cap = std::min(cap, configured);

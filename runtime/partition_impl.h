@@ -24,6 +24,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "base/transaction.h"
 #include "flowctl/adaptive_limiter.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
@@ -45,7 +46,6 @@
 #include "partitions/peer_sender.h"
 #include "partitions/rocksdb_consensus_store.h"
 #include "partitions/spill_cursor.h"
-#include "partitions/transaction.h"
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
 #include "proto/partition.pb.h"
@@ -124,7 +124,7 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   const flowctl::Clock* const clock_;
   uint32_t self_index_ = 0;
   absl::flat_hash_map<p2p::NodeId, uint32_t> index_of_;
-  partitions::TxLimits tx_limits_;
+  base::TxLimits tx_limits_;
   partitions::Chain chain_;
   std::unique_ptr<partitions::RocksDbConsensusStore> store_;
   std::unique_ptr<partitions::Ed25519PbftCrypto> crypto_;

@@ -51,7 +51,7 @@ absl::StatusOr<ChainInfo> ResolvePartition(
 absl::StatusOr<std::vector<uint64_t>> ReadNextNonces(node::client::ClientService::Stub& stub,
                                                      const std::string& target,
                                                      uint32_t partition_id,
-                                                     const std::vector<p2p::PrivateKey>& keys) {
+                                                     const std::vector<base::PrivateKey>& keys) {
   std::vector<uint64_t> next(keys.size(), 1);
   for (size_t i = 0; i < keys.size(); ++i) {
     grpc::ClientContext ctx;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "p2p/ed25519.h"
+#include "base/ed25519.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/client.grpc.pb.h"
 
@@ -38,7 +38,7 @@ absl::StatusOr<ChainInfo> ResolvePartition(
 absl::StatusOr<std::vector<uint64_t>> ReadNextNonces(node::client::ClientService::Stub& stub,
                                                      const std::string& target,
                                                      uint32_t partition_id,
-                                                     const std::vector<p2p::PrivateKey>& keys);
+                                                     const std::vector<base::PrivateKey>& keys);
 
 // PartitionStatus.view_changes by partition name, from GetNodeStatus. `token` may be empty.
 absl::StatusOr<std::map<std::string, uint64_t>> ReadViewChanges(

@@ -107,7 +107,7 @@ class Runner {
   std::vector<std::unique_ptr<node::admin::AdminService::Stub>> admin_stubs_;
   std::vector<std::string> admin_tokens_;  // per --admin address, or empty
   std::vector<std::unique_ptr<PartitionRun>> parts_;
-  std::vector<p2p::PrivateKey> keys_;
+  std::vector<base::PrivateKey> keys_;
   std::vector<std::map<std::string, uint64_t>> view_changes_start_;
   CommitTracker tracker_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;

@@ -1,12 +1,10 @@
 #include "tools/loadgen_txs.h"
 
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "partitions/transaction.h"
+#include "base/transaction.h"
 #include "proto/chain.pb.h"
 
 namespace loadgen {
@@ -21,8 +19,8 @@ uint64_t SplitMix64(uint64_t& state) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<p2p::PrivateKey>> MakeSenderKeys(uint64_t seed, int count) {
-  std::vector<p2p::PrivateKey> keys;
+absl::StatusOr<std::vector<base::PrivateKey>> MakeSenderKeys(uint64_t seed, int count) {
+  std::vector<base::PrivateKey> keys;
   keys.reserve(count);
   for (int i = 0; i < count; ++i) {
     uint64_t state = seed * 0x100000001b3ULL + static_cast<uint64_t>(i) + 0x6c6f616467656eULL;
@@ -31,21 +29,14 @@ absl::StatusOr<std::vector<p2p::PrivateKey>> MakeSenderKeys(uint64_t seed, int c
       uint64_t v = SplitMix64(state);
       for (int b = 0; b < 8; ++b) raw[w * 8 + b] = static_cast<char>((v >> (8 * b)) & 0xff);
     }
-    absl::StatusOr<p2p::PrivateKey> key = p2p::PrivateKey::FromSeed(raw);
+    absl::StatusOr<base::PrivateKey> key = base::PrivateKey::FromSeed(raw);
     if (!key.ok()) return key.status();
     keys.push_back(*std::move(key));
   }
   return keys;
 }
 
-std::string Sha256(absl::string_view data) {
-  std::string out(SHA256_DIGEST_LENGTH, '\0');
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(),
-         reinterpret_cast<unsigned char*>(out.data()));
-  return out;
-}
-
-OfferTx TxFactory::Make(uint32_t sender, const p2p::PrivateKey& key, uint64_t nonce) const {
+OfferTx TxFactory::Make(uint32_t sender, const base::PrivateKey& key, uint64_t nonce) const {
   node::chain::Transaction tx;
   tx.set_partition(id_);
   tx.set_sender(key.public_key().bytes());
@@ -57,7 +48,7 @@ OfferTx TxFactory::Make(uint32_t sender, const p2p::PrivateKey& key, uint64_t no
   // when the key and headers alone exceed it).
   std::string signed_bytes;
   for (int round = 0; round < 3; ++round) {
-    signed_bytes = partitions::SignTx(tx, key);
+    signed_bytes = base::SignTx(tx, key);
     if (signed_bytes.size() == tx_bytes_) break;
     int64_t diff = static_cast<int64_t>(tx_bytes_) - static_cast<int64_t>(signed_bytes.size());
     int64_t want = static_cast<int64_t>(tx.put().value().size()) + diff;
@@ -68,7 +59,7 @@ OfferTx TxFactory::Make(uint32_t sender, const p2p::PrivateKey& key, uint64_t no
   OfferTx out;
   out.sender = sender;
   out.nonce = nonce;
-  out.hash = Sha256(signed_bytes);
+  out.hash = base::TxHash(signed_bytes);
   out.bytes = std::move(signed_bytes);
   return out;
 }
@@ -147,8 +138,8 @@ std::vector<uint64_t> SenderBook::PendingNoncesForTest(uint32_t sender) const {
   return out;
 }
 
-void SignMore(const TxFactory& factory, const p2p::PrivateKey& key, uint32_t sender, uint64_t count,
-              SenderBook* book) {
+void SignMore(const TxFactory& factory, const base::PrivateKey& key, uint32_t sender,
+              uint64_t count, SenderBook* book) {
   if (count == 0) return;
   const uint64_t first = book->ReserveNonces(sender, count);
   std::vector<OfferTx> txs;

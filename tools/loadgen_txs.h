@@ -1,7 +1,7 @@
 // Transactions for loadgen: deterministic sender keys, signing, the per-sender buffers with the
 // nonce bookkeeping, and the table of submitted hashes that commit tracking matches blocks against.
 //
-// Senders: key i is p2p::PrivateKey::FromSeed(splitmix64 stream of (seed, i)), so a run with the
+// Senders: key i is base::PrivateKey::FromSeed(splitmix64 stream of (seed, i)), so a run with the
 // same --seed reuses the same accounts, whose next nonce is read with GetAccount at start.
 // Each transaction is a Put with a unique key ("lg/<partition>/<sender>/<nonce>") and a value
 // padded so the SignedTransaction is `tx_bytes` long.
@@ -21,7 +21,7 @@
 //
 // Thread-safety: SenderBook and CommitTracker are thread-safe; TxFactory is immutable.
 //
-//   ASSIGN_OR_RETURN(std::vector<p2p::PrivateKey> keys, MakeSenderKeys(/*seed=*/1, 256));
+//   ASSIGN_OR_RETURN(std::vector<base::PrivateKey> keys, MakeSenderKeys(/*seed=*/1, 256));
 //   TxFactory factory("hot", /*partition_id=*/1, /*tx_bytes=*/200);
 //   SenderBook book(next_nonces);                 // from GetAccount, one per key
 //   SignMore(factory, keys[0], /*sender=*/0, /*count=*/100, &book);
@@ -41,7 +41,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "p2p/ed25519.h"
+#include "base/ed25519.h"
 
 namespace loadgen {
 
@@ -50,13 +50,10 @@ struct OfferTx {
   uint32_t sender = 0;
   uint64_t nonce = 0;
   std::string bytes;  // serialized SignedTransaction
-  std::string hash;   // SHA-256 of `bytes`
+  std::string hash;   // base::TxHash(bytes): SHA-256 of `bytes`
 };
 
-absl::StatusOr<std::vector<p2p::PrivateKey>> MakeSenderKeys(uint64_t seed, int count);
-
-// SHA-256 (32 raw bytes).
-std::string Sha256(absl::string_view data);
+absl::StatusOr<std::vector<base::PrivateKey>> MakeSenderKeys(uint64_t seed, int count);
 
 class TxFactory {
  public:
@@ -68,7 +65,7 @@ class TxFactory {
         tx_bytes_(tx_bytes),
         key_per_sender_(key_per_sender) {}
   // Signs the Put of (sender, nonce). Thread-safe.
-  OfferTx Make(uint32_t sender, const p2p::PrivateKey& key, uint64_t nonce) const;
+  OfferTx Make(uint32_t sender, const base::PrivateKey& key, uint64_t nonce) const;
 
  private:
   std::string name_;
@@ -119,8 +116,8 @@ class SenderBook {
 
 // Reserves `count` nonces of `sender` in `book`, signs them with `factory` and appends them to
 // the sender's buffer. Thread-safe (may run on several threads for different senders).
-void SignMore(const TxFactory& factory, const p2p::PrivateKey& key, uint32_t sender, uint64_t count,
-              SenderBook* book);
+void SignMore(const TxFactory& factory, const base::PrivateKey& key, uint32_t sender,
+              uint64_t count, SenderBook* book);
 
 // Hashes of sent transactions and when they were sent, until their commit is seen.
 class CommitTracker {

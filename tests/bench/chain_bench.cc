@@ -11,43 +11,43 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "benchmark/benchmark.h"
 #include "glog/logging.h"
-#include "p2p/ed25519.h"
 #include "partitions/block.h"
 #include "partitions/executor.h"
 #include "partitions/ledger.h"
 #include "partitions/state_root.h"
-#include "partitions/transaction.h"
 #include "partitions/tx_pool.h"
 #include "tests/mocks/fake_clock.h"
 
 namespace partitions {
 namespace {
 
-p2p::PrivateKey KeyFor(int i) {
+base::PrivateKey KeyFor(int i) {
   std::string seed(32, '\0');
   for (int b = 0; b < 4; ++b) seed[b] = static_cast<char>((i >> (8 * b)) & 0xff);
   seed[31] = 1;
-  return *p2p::PrivateKey::FromSeed(seed);
+  return *base::PrivateKey::FromSeed(seed);
 }
 
-TxPtr MakeTransfer(const p2p::PrivateKey& from, uint64_t nonce, const std::string& to,
+TxPtr MakeTransfer(const base::PrivateKey& from, uint64_t nonce, const std::string& to,
                    uint64_t amount) {
   node::chain::Transaction tx;
   tx.set_nonce(nonce);
   tx.mutable_transfer()->set_to(to);
   tx.mutable_transfer()->set_amount(amount);
-  auto d = DecodeSignedTx(SignTx(tx, from), TxLimits{});
+  auto d = base::DecodeSignedTx(base::SignTx(tx, from), base::TxLimits{});
   CHECK(d.ok()) << d.status();
-  return std::make_shared<const DecodedTx>(*std::move(d));
+  return std::make_shared<const base::DecodedTx>(*std::move(d));
 }
 
 // One signature check as the node runs it (key parse + verify), single thread.
 void BM_Ed25519VerifyTx(benchmark::State& state) {
   TxPtr tx = MakeTransfer(KeyFor(1), 1, KeyFor(2).public_key().bytes(), 5);
   for (auto _ : state) {
-    absl::Status s = VerifySignature(*tx);
+    absl::Status s = base::VerifySignature(*tx);
     benchmark::DoNotOptimize(s);
   }
   state.SetItemsProcessed(state.iterations());
@@ -56,7 +56,7 @@ BENCHMARK(BM_Ed25519VerifyTx);
 
 // The raw verify with the public key already parsed (the floor under BM_Ed25519VerifyTx).
 void BM_Ed25519VerifyRaw(benchmark::State& state) {
-  const p2p::PrivateKey key = KeyFor(1);
+  const base::PrivateKey key = KeyFor(1);
   const std::string msg(120, 'm');
   const std::string sig = key.Sign(msg);
   for (auto _ : state) benchmark::DoNotOptimize(key.public_key().Verify(msg, sig));
@@ -67,7 +67,7 @@ BENCHMARK(BM_Ed25519VerifyRaw);
 void BM_DecodeSignedTx(benchmark::State& state) {
   TxPtr tx = MakeTransfer(KeyFor(1), 1, KeyFor(2).public_key().bytes(), 5);
   for (auto _ : state) {
-    auto d = DecodeSignedTx(tx->signed_bytes, TxLimits{});
+    auto d = base::DecodeSignedTx(tx->signed_bytes, base::TxLimits{});
     benchmark::DoNotOptimize(d);
   }
   state.SetItemsProcessed(state.iterations());
@@ -153,7 +153,7 @@ void BM_LedgerCommit500(benchmark::State& state) {
   std::string dir = "/tmp/chain_bench_XXXXXX";
   CHECK(mkdtemp(dir.data()) != nullptr);
   constexpr int kSenders = 500;
-  std::vector<p2p::PrivateKey> keys;
+  std::vector<base::PrivateKey> keys;
   node::chain::GenesisConfig genesis;
   for (int i = 0; i < kSenders; ++i) {
     keys.push_back(KeyFor(i + 10));

@@ -30,8 +30,8 @@ constexpr size_t kFrameBytes = 1024;
 // Frames in flight at most (sent, not yet received) so the BULK queue never drops.
 constexpr int64_t kWindow = 8192;
 
-PrivateKey Key(char c) {
-  absl::StatusOr<PrivateKey> k = PrivateKey::FromSeed(std::string(32, c));
+base::PrivateKey Key(char c) {
+  absl::StatusOr<base::PrivateKey> k = base::PrivateKey::FromSeed(std::string(32, c));
   CHECK(k.ok());
   return *std::move(k);
 }
@@ -45,7 +45,7 @@ void WaitFor(const std::atomic<int64_t>& counter, int64_t target) {
 }
 
 void BM_P2pTransport(benchmark::State& state) {
-  const PrivateKey ka = Key('a'), kb = Key('b');
+  const base::PrivateKey ka = Key('a'), kb = Key('b');
   GrpcTransportOptions oa, ob;
   oa.peers.push_back({kb.public_key().bytes(), ""});
   ob.peers.push_back({ka.public_key().bytes(), ""});

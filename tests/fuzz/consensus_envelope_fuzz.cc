@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "p2p/ed25519.h"
+#include "base/ed25519.h"
 #include "partitions/pbft_ed25519_crypto.h"
 #include "partitions/pbft_memory_store.h"
 #include "partitions/pbft_replica.h"
@@ -37,8 +37,8 @@ void Require(bool ok, const char* what) {
 }
 
 struct Keys {
-  std::vector<p2p::PrivateKey> keys;
-  std::vector<p2p::PublicKey> publics;
+  std::vector<base::PrivateKey> keys;
+  std::vector<base::PublicKey> publics;
   // crypto[partition][replica]
   std::vector<std::unique_ptr<partitions::Ed25519PbftCrypto>> crypto, other_partition;
 };
@@ -47,7 +47,7 @@ const Keys& TheKeys() {
   static const Keys* k = [] {
     auto* k = new Keys;
     for (uint32_t i = 0; i < kN; ++i) {
-      k->keys.push_back(*p2p::PrivateKey::FromSeed(std::string(32, static_cast<char>('A' + i))));
+      k->keys.push_back(*base::PrivateKey::FromSeed(std::string(32, static_cast<char>('A' + i))));
       k->publics.push_back(k->keys.back().public_key());
     }
     for (uint32_t i = 0; i < kN; ++i) {
@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Require(verified == self.Verify(cm), "Verify is deterministic");
   if (verified) {
     Require(cm.sender() < kN, "verified sender is a replica");
-    Require(cm.signature().size() == p2p::kEd25519SignatureBytes, "verified signature size");
+    Require(cm.signature().size() == base::kEd25519SignatureBytes, "verified signature size");
     Require(!keys.other_partition[kSelf]->Verify(cm), "signature bound to the partition");
   }
   if (verified && cm.sender() == peer && peer != kSelf) {

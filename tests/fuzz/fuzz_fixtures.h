@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "proto/chain.pb.h"
 
 namespace tests {
 
 // The key whose 32-byte seed is `c` repeated.
-inline p2p::PrivateKey FixedKey(char c) { return *p2p::PrivateKey::FromSeed(std::string(32, c)); }
+inline base::PrivateKey FixedKey(char c) { return *base::PrivateKey::FromSeed(std::string(32, c)); }
 
 // A signed transaction on `partition`: a Put when `key` is non-empty, else a Transfer.
 inline std::string FixedTx(char signer, uint32_t partition, uint64_t nonce, const std::string& key,
@@ -31,7 +31,7 @@ inline std::string FixedTx(char signer, uint32_t partition, uint64_t nonce, cons
     tx.mutable_transfer()->set_amount(nonce * 10);
   }
   if (!memo.empty()) tx.set_memo(memo);
-  return partitions::SignTx(tx, FixedKey(signer));
+  return base::SignTx(tx, FixedKey(signer));
 }
 
 // What partition_message_fuzz's pool holds before each input (partition 1).

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "p2p/handshake.h"
 #include "p2p/network.h"
-#include "p2p/sha256.h"
 #include "partitions/pbft_certs.h"
 #include "partitions/pbft_ed25519_crypto.h"
 #include "proto/p2p.pb.h"
@@ -83,7 +83,7 @@ void FrameCorpus() {
                 MakeFrame(1, CONSENSUS, 1, 0, 1, 1, "toolong")},
                2));
   // A ServerHello with a genuine signature over the transcript the target checks.
-  const p2p::PrivateKey key = tests::FixedKey('S');
+  const base::PrivateKey key = tests::FixedKey('S');
   const p2p::NodeId id = p2p::NodeIdFromPublicKey(key.public_key().bytes());
   const std::string nonce_s(32, 's');
   node::p2p::StreamMessage hello;
@@ -156,8 +156,8 @@ std::string PartitionMsg(char peer, const node::partition::PartitionMessage& m) 
 }
 
 void EnvelopeCorpus() {
-  std::vector<p2p::PrivateKey> keys;
-  std::vector<p2p::PublicKey> publics;
+  std::vector<base::PrivateKey> keys;
+  std::vector<base::PublicKey> publics;
   for (int i = 0; i < 4; ++i) {
     keys.push_back(tests::FixedKey(static_cast<char>('A' + i)));
     publics.push_back(keys.back().public_key());
@@ -211,7 +211,7 @@ void EnvelopeCorpus() {
   Write("partition_message", "tx_batch_forwarded", PartitionMsg(2, batch));
   node::partition::PartitionMessage fetch;
   for (const std::string& tx : tests::PrefilledTxs()) {
-    fetch.mutable_fetch()->add_tx_hashes(p2p::Sha256Bytes(tx));
+    fetch.mutable_fetch()->add_tx_hashes(base::Sha256Bytes(tx));
   }
   fetch.mutable_fetch()->add_tx_hashes(std::string(32, 'x'));
   Write("partition_message", "fetch", PartitionMsg(1, fetch));

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "base/transaction.h"
 #include "partitions/pbft_certs.h"
-#include "partitions/transaction.h"
 #include "partitions/tx_pool.h"
 #include "proto/partition.pb.h"
 #include "tests/fuzz/fuzz_fixtures.h"
@@ -93,23 +93,23 @@ void FuzzTxsAndFetch(const node::partition::PartitionMessage& msg, bool fetched)
   limits.max_per_sender = 3;
   limits.max_nonce_gap = 4;
   partitions::TxPool pool(limits, &clock, [](absl::string_view) { return uint64_t{1}; });
-  partitions::TxLimits tx_limits;
+  base::TxLimits tx_limits;
   tx_limits.partition = kPartition;
 
   size_t accepted = 0, fetched_txs = 0, fetched_bytes = 0;
   std::vector<std::string> hashes;
   for (const std::string& bytes : tests::PrefilledTxs()) {
-    absl::StatusOr<partitions::DecodedTx> tx = partitions::DecodeSignedTx(bytes, tx_limits);
+    absl::StatusOr<base::DecodedTx> tx = base::DecodeSignedTx(bytes, tx_limits);
     Require(tx.ok(), "prefilled tx decodes");
     hashes.push_back(tx->hash);
     Require(pool.Add(*std::move(tx), partitions::TxOrigin::kForwarded).ok(), "prefill");
     ++accepted;
   }
   for (const std::string& bytes : msg.txs().signed_txs()) {
-    absl::StatusOr<partitions::DecodedTx> tx = partitions::DecodeSignedTx(bytes, tx_limits);
+    absl::StatusOr<base::DecodedTx> tx = base::DecodeSignedTx(bytes, tx_limits);
     if (!tx.ok()) continue;
     if (pool.Get(tx->hash) != nullptr) continue;
-    if (!partitions::VerifySignature(*tx).ok()) continue;
+    if (!base::VerifySignature(*tx).ok()) continue;
     const std::string hash = tx->hash;
     const auto origin = fetched ? partitions::TxOrigin::kFetched : partitions::TxOrigin::kForwarded;
     if (pool.Add(*std::move(tx), origin).ok()) {
@@ -157,7 +157,7 @@ void FuzzTxsAndFetch(const node::partition::PartitionMessage& msg, bool fetched)
     Require(parsed.ParseFromString(r) && parsed.has_txs(), "reply parses");
     Require(r.size() <= kFetchReplyBytes + 64 * 1024 + 64, "reply size bounded");
     for (const std::string& t : parsed.txs().signed_txs()) {
-      Require(partitions::DecodeSignedTx(t, tx_limits).ok(), "served tx decodes");
+      Require(base::DecodeSignedTx(t, tx_limits).ok(), "served tx decodes");
       ++back;
     }
   }

@@ -1,4 +1,4 @@
-// Fuzz target: transaction decoding and verification (partitions/transaction.h).
+// Fuzz target: transaction decoding and verification (base/transaction.h).
 //
 // Input: byte 0 picks the receiving partition (low 2 bits) and tight or default limits; the rest
 // is a SignedTransaction encoding. DecodeSignedTx must refuse or return a transaction that obeys
@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "p2p/ed25519.h"
-#include "p2p/sha256.h"
-#include "partitions/transaction.h"
+#include "base/ed25519.h"
+#include "base/sha256.h"
+#include "base/transaction.h"
 #include "proto/chain.pb.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -26,9 +26,9 @@ void Require(bool ok, const char* what) {
   }
 }
 
-const p2p::PrivateKey& ResignKey() {
-  static const p2p::PrivateKey* key =
-      new p2p::PrivateKey(*p2p::PrivateKey::FromSeed(std::string(32, '\x07')));
+const base::PrivateKey& ResignKey() {
+  static const base::PrivateKey* key =
+      new base::PrivateKey(*base::PrivateKey::FromSeed(std::string(32, '\x07')));
   return *key;
 }
 
@@ -37,7 +37,7 @@ const p2p::PrivateKey& ResignKey() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tests::QuietProtobufLogs();
   if (size == 0) return 0;
-  partitions::TxLimits limits;
+  base::TxLimits limits;
   limits.partition = data[0] & 3;
   if (data[0] & 4) {
     limits.max_tx_bytes = 200;
@@ -45,13 +45,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     limits.max_memo_bytes = 8;
   }
   const std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
-  absl::StatusOr<partitions::DecodedTx> tx = partitions::DecodeSignedTx(bytes, limits);
+  absl::StatusOr<base::DecodedTx> tx = base::DecodeSignedTx(bytes, limits);
   if (!tx.ok()) return 0;
 
   Require(bytes.size() <= limits.max_tx_bytes, "size limit");
   Require(tx->tx.partition() == limits.partition, "partition");
   Require(tx->nonce() != 0, "nonce");
-  Require(tx->sender().size() == p2p::kEd25519KeyBytes, "sender size");
+  Require(tx->sender().size() == base::kEd25519KeyBytes, "sender size");
   Require(tx->tx.memo().size() <= limits.max_memo_bytes, "memo limit");
   Require(tx->tx.has_put() || tx->tx.has_transfer(), "operation set");
   if (tx->tx.has_put()) {
@@ -59,9 +59,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             "key limit");
   }
   Require(tx->signed_bytes == bytes, "signed_bytes are the input");
-  Require(tx->hash == p2p::Sha256Bytes(bytes), "hash is SHA-256 of the input");
+  Require(tx->hash == base::Sha256Bytes(bytes), "hash is SHA-256 of the input");
   Require(tx->size() == bytes.size(), "size");
-  Require(tx->tx_offset + tx->tx_size + 2 + p2p::kEd25519SignatureBytes == bytes.size(),
+  Require(tx->tx_offset + tx->tx_size + 2 + base::kEd25519SignatureBytes == bytes.size(),
           "tx view inside the input");
 
   // Round trip: the parsed transaction re-encodes to the signed bytes, and the envelope too.
@@ -73,15 +73,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   envelope.set_signature(std::string(tx->signature()));
   Require(envelope.SerializeAsString() == bytes, "envelope re-encodes to the input");
 
-  (void)partitions::VerifySignature(*tx);
+  (void)base::VerifySignature(*tx);
 
   // Re-signed with a known key, the same transaction decodes and verifies.
-  const std::string resigned = partitions::SignTx(tx->tx, ResignKey());
-  partitions::TxLimits loose = limits;
+  const std::string resigned = base::SignTx(tx->tx, ResignKey());
+  base::TxLimits loose = limits;
   loose.max_tx_bytes = resigned.size();
-  absl::StatusOr<partitions::DecodedTx> again = partitions::DecodeSignedTx(resigned, loose);
+  absl::StatusOr<base::DecodedTx> again = base::DecodeSignedTx(resigned, loose);
   Require(again.ok(), "re-signed transaction decodes");
-  Require(partitions::VerifySignature(*again).ok(), "re-signed transaction verifies");
+  Require(base::VerifySignature(*again).ok(), "re-signed transaction verifies");
   Require(again->nonce() == tx->nonce(), "re-signed nonce");
   return 0;
 }

@@ -248,8 +248,8 @@ TEST(FaultInjectorTest, ReleaseThreadDeliversOnRealTimeAndStopDropsHeld) {
 // arrives while a SYNC message sent after it does (one stream keeps order, so had the first not
 // been dropped it would have come first).
 TEST(FaultInjectorTransportTest, DropsWholeMessagesOnTheWire) {
-  auto key = [](char b) { return *PrivateKey::FromSeed(std::string(32, b)); };
-  PrivateKey ka = key('a'), kb = key('b');
+  auto key = [](char b) { return *base::PrivateKey::FromSeed(std::string(32, b)); };
+  base::PrivateKey ka = key('a'), kb = key('b');
   absl::Mutex mu;
   std::vector<std::string> got_b;
   GrpcTransportOptions oa, ob;

@@ -123,7 +123,7 @@ class GarbagePeer {
   }
 
   // The real handshake as the dialer, with `key` (which A has configured). True when accepted.
-  bool Handshake(const PrivateKey& key, const NodeId& target) {
+  bool Handshake(const base::PrivateKey& key, const NodeId& target) {
     const NodeId self = NodeIdFromPublicKey(key.public_key().bytes());
     const std::string nonce = NewHandshakeNonce();
     StreamMessage m;
@@ -295,7 +295,7 @@ TEST_F(GarbagePeerTest, MalformedFirstMessagesAreRefusedWithAReasonAndCounted) {
 }
 
 TEST(ClientHelloShapeTest, NamesTheFieldThatIsWrong) {
-  const PrivateKey key = KeyFromByte('k');
+  const base::PrivateKey key = KeyFromByte('k');
   node::p2p::ClientHello h;
   h.set_public_key(key.public_key().bytes());
   h.set_node_id(NodeIdFromPublicKey(key.public_key().bytes()));

@@ -38,7 +38,8 @@ struct Received {
 
 class Node {
  public:
-  Node(char seed, const std::vector<PrivateKey>& peer_keys, std::string listen = "127.0.0.1:0")
+  Node(char seed, const std::vector<base::PrivateKey>& peer_keys,
+       std::string listen = "127.0.0.1:0")
       : key_(KeyFromByte(seed)) {
     GrpcTransportOptions opt;
     opt.listen_address = std::move(listen);
@@ -46,7 +47,7 @@ class Node {
     opt.max_backoff_ms = 200;
     opt.handshake_timeout_ms = 300;
     opt.egress.max_frame_bytes = 8 << 20;
-    for (const PrivateKey& k : peer_keys) opt.peers.push_back({k.public_key().bytes(), ""});
+    for (const base::PrivateKey& k : peer_keys) opt.peers.push_back({k.public_key().bytes(), ""});
     t_ = std::make_unique<GrpcTransport>(key_, opt);
     t_->SetHandlers(
         [this](const NodeId& from, PartitionId p, Channel ch, std::string payload) {
@@ -89,7 +90,7 @@ class Node {
     return false;
   }
 
-  PrivateKey key_;
+  base::PrivateKey key_;
 
  private:
   std::unique_ptr<GrpcTransport> t_;
@@ -111,7 +112,8 @@ class RawClient {
   }
 
   // Claims `claimed_key` and signs with `signer`. True when the server accepted.
-  bool Handshake(const std::string& claimed_key, const PrivateKey& signer, const NodeId& target) {
+  bool Handshake(const std::string& claimed_key, const base::PrivateKey& signer,
+                 const NodeId& target) {
     const std::string nonce = NewHandshakeNonce();
     const NodeId self = NodeIdFromPublicKey(claimed_key);
     StreamMessage m;
@@ -191,7 +193,7 @@ class GrpcTransportTest : public ::testing::Test {
   }
 
   void StartNode(char c, const std::string& listen) {
-    std::vector<PrivateKey> peers;
+    std::vector<base::PrivateKey> peers;
     for (auto& [d, k] : keys_) {
       if (d != c) peers.push_back(k);
     }
@@ -210,7 +212,7 @@ class GrpcTransportTest : public ::testing::Test {
   Node& n(char c) { return *nodes_.at(c); }
   NodeId e_id() { return NodeIdFromPublicKey(keys_.at('e').public_key().bytes()); }
 
-  std::map<char, PrivateKey> keys_;
+  std::map<char, base::PrivateKey> keys_;
   std::map<char, std::unique_ptr<Node>> nodes_;
 };
 
@@ -285,7 +287,7 @@ TEST_F(GrpcTransportTest, SlowPeerGetsItsSyncBeforeQueuedForwarding) {
 }
 
 TEST_F(GrpcTransportTest, UnknownPeerRefusedWithPermissionDenied) {
-  const PrivateKey stranger = KeyFromByte('z');
+  const base::PrivateKey stranger = KeyFromByte('z');
   RawClient raw(n('a').t().port());
   EXPECT_FALSE(raw.Handshake(stranger.public_key().bytes(), stranger, n('a').id()));
   grpc::Status st = raw.Finish();
@@ -294,7 +296,7 @@ TEST_F(GrpcTransportTest, UnknownPeerRefusedWithPermissionDenied) {
   EXPECT_GE(n('a').t().Stats().handshakes_refused, 1u);
 
   // A real node with an unknown key, configured to reach 'a', never gets connected.
-  std::vector<PrivateKey> peers = {keys_.at('a')};
+  std::vector<base::PrivateKey> peers = {keys_.at('a')};
   Node z('z', peers);
   ASSERT_TRUE(z.t().Start().ok());
   z.t().SetPeerAddress(n('a').id(), n('a').address());

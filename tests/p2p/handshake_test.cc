@@ -2,26 +2,26 @@
 
 #include <string>
 
+#include "base/sha256.h"
 #include "gtest/gtest.h"
-#include "p2p/sha256.h"
 
 namespace p2p {
 namespace {
 
-PrivateKey Key(char c) { return *PrivateKey::FromSeed(std::string(32, c)); }
+base::PrivateKey Key(char c) { return *base::PrivateKey::FromSeed(std::string(32, c)); }
 
 TEST(NodeIdTest, IsHexOfFirst16BytesOfSha256) {
-  const PrivateKey k = Key('a');
+  const base::PrivateKey k = Key('a');
   const NodeId id = NodeIdFromPublicKey(k.public_key().bytes());
   EXPECT_EQ(id.size(), 32u);
-  EXPECT_EQ(id, BytesToHex(Sha256Bytes(k.public_key().bytes()).substr(0, 16)));
+  EXPECT_EQ(id, base::BytesToHex(base::Sha256Bytes(k.public_key().bytes()).substr(0, 16)));
   EXPECT_NE(id, NodeIdFromPublicKey(Key('b').public_key().bytes()));
 }
 
 class HandshakeTest : public ::testing::Test {
  protected:
-  PrivateKey client_ = Key('c');
-  PrivateKey server_ = Key('s');
+  base::PrivateKey client_ = Key('c');
+  base::PrivateKey server_ = Key('s');
   NodeId cid_ = NodeIdFromPublicKey(client_.public_key().bytes());
   NodeId sid_ = NodeIdFromPublicKey(server_.public_key().bytes());
   std::string nc_ = NewHandshakeNonce();

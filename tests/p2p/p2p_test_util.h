@@ -8,16 +8,16 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
 #include "glog/logging.h"
-#include "p2p/ed25519.h"
 
 namespace p2p::testing {
 
 inline constexpr absl::Duration kWait = absl::Seconds(15);
 
 // A deterministic key: the 32-byte seed is `b` repeated.
-inline PrivateKey KeyFromByte(char b) {
-  absl::StatusOr<PrivateKey> k = PrivateKey::FromSeed(std::string(32, b));
+inline base::PrivateKey KeyFromByte(char b) {
+  absl::StatusOr<base::PrivateKey> k = base::PrivateKey::FromSeed(std::string(32, b));
   CHECK(k.ok());
   return *std::move(k);
 }

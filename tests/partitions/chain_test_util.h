@@ -10,39 +10,40 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "glog/logging.h"
-#include "p2p/ed25519.h"
 #include "partitions/block.h"
 #include "partitions/executor.h"
 #include "partitions/ledger.h"
-#include "partitions/transaction.h"
 #include "partitions/tx_pool.h"
 #include "proto/chain.pb.h"
 
 namespace chaintest {
 
 // The key whose seed is `i` repeated: the same for every run.
-inline p2p::PrivateKey Key(int i) {
-  absl::StatusOr<p2p::PrivateKey> k = p2p::PrivateKey::FromSeed(std::string(32, static_cast<char>(i)));
+inline base::PrivateKey Key(int i) {
+  absl::StatusOr<base::PrivateKey> k =
+      base::PrivateKey::FromSeed(std::string(32, static_cast<char>(i)));
   CHECK(k.ok()) << k.status();
   return *std::move(k);
 }
 
-inline std::vector<p2p::PrivateKey> Keys(int n) {
-  std::vector<p2p::PrivateKey> keys;
+inline std::vector<base::PrivateKey> Keys(int n) {
+  std::vector<base::PrivateKey> keys;
   for (int i = 0; i < n; ++i) keys.push_back(Key(i + 1));
   return keys;
 }
 
 inline partitions::TxPtr Decode(const std::string& signed_bytes, uint32_t partition = 0) {
-  partitions::TxLimits limits;
+  base::TxLimits limits;
   limits.partition = partition;
-  absl::StatusOr<partitions::DecodedTx> d = partitions::DecodeSignedTx(signed_bytes, limits);
+  absl::StatusOr<base::DecodedTx> d = base::DecodeSignedTx(signed_bytes, limits);
   CHECK(d.ok()) << d.status();
-  return std::make_shared<const partitions::DecodedTx>(*std::move(d));
+  return std::make_shared<const base::DecodedTx>(*std::move(d));
 }
 
-inline partitions::TxPtr Transfer(const p2p::PrivateKey& from, uint64_t nonce,
+inline partitions::TxPtr Transfer(const base::PrivateKey& from, uint64_t nonce,
                                   const std::string& to, uint64_t amount,
                                   uint32_t partition = 0, const std::string& memo = "") {
   node::chain::Transaction tx;
@@ -51,20 +52,20 @@ inline partitions::TxPtr Transfer(const p2p::PrivateKey& from, uint64_t nonce,
   tx.mutable_transfer()->set_to(to);
   tx.mutable_transfer()->set_amount(amount);
   tx.set_memo(memo);
-  return Decode(partitions::SignTx(tx, from), partition);
+  return Decode(base::SignTx(tx, from), partition);
 }
 
-inline partitions::TxPtr Put(const p2p::PrivateKey& from, uint64_t nonce, const std::string& key,
+inline partitions::TxPtr Put(const base::PrivateKey& from, uint64_t nonce, const std::string& key,
                              const std::string& value, uint32_t partition = 0) {
   node::chain::Transaction tx;
   tx.set_partition(partition);
   tx.set_nonce(nonce);
   tx.mutable_put()->set_key(key);
   tx.mutable_put()->set_value(value);
-  return Decode(partitions::SignTx(tx, from), partition);
+  return Decode(base::SignTx(tx, from), partition);
 }
 
-inline node::chain::GenesisConfig Genesis(const std::vector<p2p::PrivateKey>& keys,
+inline node::chain::GenesisConfig Genesis(const std::vector<base::PrivateKey>& keys,
                                           uint64_t balance) {
   node::chain::GenesisConfig g;
   for (const auto& k : keys) {
@@ -116,7 +117,7 @@ inline absl::Status CommitTxs(partitions::Chain& chain, const std::vector<partit
 // some beyond the sender's funds.
 inline std::vector<partitions::TxPtr> SeededBlockTxs(uint64_t seed, uint64_t height,
                                                      const partitions::Executor& exec,
-                                                     const std::vector<p2p::PrivateKey>& keys) {
+                                                     const std::vector<base::PrivateKey>& keys) {
   std::mt19937_64 rng(seed * 1000003 + height);
   const int n = 5 + static_cast<int>(rng() % 20);
   std::map<int, uint64_t> used;

@@ -94,7 +94,7 @@ class ClientAdmissionTest : public ::testing::Test {
     tx.set_nonce(nonce);
     tx.mutable_put()->set_key(absl::StrCat("k", nonce));
     tx.mutable_put()->set_value("v");
-    return SignTx(tx, keys_[0]);
+    return base::SignTx(tx, keys_[0]);
   }
 
   // Submits one tx; the answer lands in `out` whenever it comes.
@@ -105,7 +105,7 @@ class ClientAdmissionTest : public ::testing::Test {
   }
 
   tests::FakeClock clock_{1'000'000'000};
-  std::vector<p2p::PrivateKey> keys_ = chaintest::Keys(1);
+  std::vector<base::PrivateKey> keys_ = chaintest::Keys(1);
   std::string dir_;
   Chain chain_;
   std::unique_ptr<TxPool> pool_;

@@ -54,7 +54,7 @@ TEST(CommitFeedTest, DeliversEveryBlockOnceInHeightOrderWhateverThePublishOrder)
 }
 
 TEST(CommitWaitersTest, ABlockAnswersItsTxsWaitersWithTheirReceipts) {
-  std::vector<p2p::PrivateKey> keys = chaintest::Keys(1);
+  std::vector<base::PrivateKey> keys = chaintest::Keys(1);
   TxPtr t1 = chaintest::Put(keys[0], 1, "k", "v");
   TxPtr t2 = chaintest::Put(keys[0], 2, "k", "w");
   CommitWaiters waiters;

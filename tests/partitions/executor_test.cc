@@ -9,6 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "partitions/tx_pool.h"
+#include "tests/mocks/fake_clock.h"
 #include "tests/partitions/chain_test_util.h"
 
 namespace partitions {
@@ -32,7 +34,7 @@ node::chain::Account AccountIn(const Snapshot& s, const std::string& address) {
 }
 
 struct Workload {
-  std::vector<p2p::PrivateKey> keys;
+  std::vector<base::PrivateKey> keys;
   node::chain::GenesisConfig genesis;
   std::vector<TxPtr> txs;
 };
@@ -136,6 +138,29 @@ TEST(ExecutorTest, NoncePolicy) {
   EXPECT_EQ(exec->GetValue("k").value_or(""), "v");
 }
 
+// Replayed nonces need account state: the pool refuses them at admission, the executor gives a
+// REJECTED receipt if one reaches a block anyway.
+TEST(ExecutorTest, ReplayedNonceRefusedByPoolAndExecutor) {
+  const base::PrivateKey key = chaintest::Key(1);
+  const std::string to = chaintest::Key(9).public_key().bytes();
+  tests::FakeClock clock;
+  TxPool pool(TxPoolLimits{}, &clock, [](absl::string_view) { return uint64_t{3}; });
+  absl::Status s = pool.Add(chaintest::Transfer(key, 2, to, 1), TxOrigin::kClient);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_TRUE(absl::StartsWith(s.message(), "replayed nonce")) << s;
+
+  auto exec = Executor::FromGenesis(0, chaintest::Genesis({key}, 100));
+  ASSERT_TRUE(exec.ok());
+  TxPtr first = chaintest::Transfer(key, 1, to, 1);
+  BlockExecution r1 = (*exec)->Execute(1, {first});
+  (*exec)->Apply(r1);
+  BlockExecution r2 = (*exec)->Execute(2, {first});
+  ASSERT_EQ(r2.receipts.size(), 1u);
+  EXPECT_EQ(r2.receipts[0].status(), node::chain::Receipt::REJECTED);
+  EXPECT_TRUE(absl::StartsWith(r2.receipts[0].error(), "replayed nonce"));
+  EXPECT_TRUE(r2.writes.empty());
+}
+
 TEST(ExecutorTest, WrongPartitionIsRejected) {
   auto keys = chaintest::Keys(1);
   auto exec = *Executor::FromGenesis(4, chaintest::Genesis(keys, 100));
@@ -156,7 +181,7 @@ TEST(ExecutorTest, RandomizedInvariantsPerTransaction) {
     const uint64_t supply = TotalSupply(exec->SnapshotForTest());
     int counts[4] = {0, 0, 0, 0};
     for (size_t i = 0; i < w.txs.size(); ++i) {
-      const DecodedTx& tx = *w.txs[i];
+      const base::DecodedTx& tx = *w.txs[i];
       const Snapshot before = exec->SnapshotForTest();
       BlockExecution r = exec->Execute(i + 1, {w.txs[i]});
       exec->Apply(r);

@@ -39,7 +39,7 @@ class ForwarderTest : public ::testing::Test {
   tests::FakeClock clock_{0};
   PeerSender sender_;
   Forwarder fwd_;
-  std::vector<p2p::PrivateKey> keys_;
+  std::vector<base::PrivateKey> keys_;
   std::vector<TxPtr> txs_;
 };
 

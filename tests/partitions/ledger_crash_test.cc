@@ -38,7 +38,7 @@ constexpr int kKills = 12;
 constexpr char kDirEnv[] = "CHAIN_CRASH_DIR";
 constexpr char kFdEnv[] = "CHAIN_CRASH_FD";
 
-std::vector<p2p::PrivateKey> CrashKeys() { return chaintest::Keys(5); }
+std::vector<base::PrivateKey> CrashKeys() { return chaintest::Keys(5); }
 node::chain::GenesisConfig CrashGenesis() { return chaintest::Genesis(CrashKeys(), 10'000); }
 
 // Child side: only runs when the parent set the environment.
@@ -52,7 +52,7 @@ TEST(LedgerCrashChild, CommitForever) {
     fprintf(stderr, "child: %s\n", chain.status().ToString().c_str());
     _exit(3);
   }
-  const std::vector<p2p::PrivateKey> keys = CrashKeys();
+  const std::vector<base::PrivateKey> keys = CrashKeys();
   // Bounded: the parent kills long before; a vanished parent ends us through EPIPE.
   for (int i = 0; i < 100'000; ++i) {
     const uint64_t height = chain->ledger->last_height() + 1;
@@ -139,7 +139,7 @@ TEST_F(LedgerCrashTest, ReopenedLedgerHoldsAPrefixOfCommittedBlocks) {
     ref_hashes.push_back(BlockHash(genesis.header()));
     ref_roots.push_back((*ref)->state_root());
   }
-  const std::vector<p2p::PrivateKey> keys = CrashKeys();
+  const std::vector<base::PrivateKey> keys = CrashKeys();
   auto extend_reference_to = [&](uint64_t height) {
     while (ref_hashes.size() <= height) {
       const uint64_t h = ref_hashes.size();

@@ -37,7 +37,7 @@ class LedgerTest : public ::testing::Test {
   std::string Addr(int i) const { return keys_[i].public_key().bytes(); }
 
   std::string dir_;
-  std::vector<p2p::PrivateKey> keys_;
+  std::vector<base::PrivateKey> keys_;
   node::chain::GenesisConfig genesis_;
 };
 

@@ -10,15 +10,15 @@ namespace partitions {
 namespace {
 
 struct Cluster {
-  std::vector<p2p::PrivateKey> keys;
-  std::vector<p2p::PublicKey> publics;
+  std::vector<base::PrivateKey> keys;
+  std::vector<base::PublicKey> publics;
 };
 
 Cluster MakeCluster(int n) {
   Cluster c;
   for (int i = 0; i < n; ++i) {
     // Fixed seeds keep the test deterministic.
-    absl::StatusOr<p2p::PrivateKey> key = p2p::PrivateKey::FromSeed(std::string(32, 'a' + i));
+    absl::StatusOr<base::PrivateKey> key = base::PrivateKey::FromSeed(std::string(32, 'a' + i));
     EXPECT_TRUE(key.ok());
     c.publics.push_back(key->public_key());
     c.keys.push_back(*std::move(key));

@@ -158,7 +158,7 @@ class BadInputTest : public GrpcServicesTest {
 
   // A ClientHello from a fresh key that is not in the node's peer set.
   std::string HelloFrom(char seed_byte, bool matching_id) {
-    p2p::PrivateKey key = *p2p::PrivateKey::FromSeed(std::string(32, seed_byte));
+    base::PrivateKey key = *base::PrivateKey::FromSeed(std::string(32, seed_byte));
     node::p2p::StreamMessage msg;
     auto* hello = msg.mutable_client_hello();
     hello->set_public_key(key.public_key().bytes());
@@ -258,13 +258,13 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        StatusCode::RESOURCE_EXHAUSTED, "larger than max"},
       {"oversize transaction (100 KiB)", "client SubmitTx, Put value of 100 KiB",
        [&] {
-         absl::StatusOr<p2p::PrivateKey> key = p2p::PrivateKey::FromSeed(std::string(32, 'O'));
+         absl::StatusOr<base::PrivateKey> key = base::PrivateKey::FromSeed(std::string(32, 'O'));
          node::chain::Transaction tx;
          tx.set_partition(1);
          tx.set_nonce(1);
          tx.mutable_put()->set_key("big");
          tx.mutable_put()->set_value(std::string(100 << 10, 'v'));
-         return SubmitHot(partitions::SignTx(std::move(tx), *key));
+         return SubmitHot(base::SignTx(std::move(tx), *key));
        },
        StatusCode::INVALID_ARGUMENT, "oversize transaction"},
       // --- Client port: partition references ---

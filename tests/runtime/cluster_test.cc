@@ -21,13 +21,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/runtime_test_util.h"
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/client.grpc.pb.h"
 #include "runtime/config.h"
@@ -56,7 +56,7 @@ class ClusterTest : public ::testing::Test {
     for (int i = 0; i < kNodes; ++i) {
       std::string dir = absl::StrCat(*root_, "/node", i);
       std::filesystem::create_directories(dir);
-      p2p::PrivateKey key = TestKey(static_cast<char>('A' + i));
+      base::PrivateKey key = TestKey(static_cast<char>('A' + i));
       CHECK(key.WritePemFile(dir + "/node.key").ok());
       pubs.push_back(absl::BytesToHexString(key.public_key().bytes()));
       ports.push_back(FreePort());

@@ -22,12 +22,12 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/client.grpc.pb.h"
 #include "runtime/client_service.h"
@@ -71,18 +71,18 @@ inline node::config::NodeConfig OneNodeConfig(const std::string& dir) {
 // A signed Put from the account of `seed_byte`.
 inline std::string SignedPut(uint32_t partition, char seed_byte, uint64_t nonce,
                              const std::string& key) {
-  absl::StatusOr<p2p::PrivateKey> priv = p2p::PrivateKey::FromSeed(std::string(32, seed_byte));
+  absl::StatusOr<base::PrivateKey> priv = base::PrivateKey::FromSeed(std::string(32, seed_byte));
   CHECK(priv.ok()) << priv.status();
   node::chain::Transaction tx;
   tx.set_partition(partition);
   tx.set_nonce(nonce);
   tx.mutable_put()->set_key(key);
   tx.mutable_put()->set_value("v");
-  return partitions::SignTx(std::move(tx), *priv);
+  return base::SignTx(std::move(tx), *priv);
 }
 
 inline std::string Address(char seed_byte) {
-  return p2p::PrivateKey::FromSeed(std::string(32, seed_byte))->public_key().bytes();
+  return base::PrivateKey::FromSeed(std::string(32, seed_byte))->public_key().bytes();
 }
 
 inline node::client::PartitionRef Ref(const std::string& name) {

@@ -14,11 +14,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/runtime_test_util.h"
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
 #include "runtime/config.h"
 #include "runtime/node.h"
 
@@ -52,7 +52,7 @@ node::config::NodeConfig LosslessConfig(const std::string& dir) {
 }
 
 std::vector<std::string> SignedTxs(int n) {
-  absl::StatusOr<p2p::PrivateKey> key = p2p::PrivateKey::FromSeed(std::string(32, 'L'));
+  absl::StatusOr<base::PrivateKey> key = base::PrivateKey::FromSeed(std::string(32, 'L'));
   CHECK(key.ok());
   std::vector<std::string> out;
   for (int i = 1; i <= n; ++i) {
@@ -61,7 +61,7 @@ std::vector<std::string> SignedTxs(int n) {
     tx.set_nonce(i);
     tx.mutable_put()->set_key(absl::StrCat("record-", i));
     tx.mutable_put()->set_value(std::string(100, 'x'));
-    out.push_back(partitions::SignTx(std::move(tx), *key));
+    out.push_back(base::SignTx(std::move(tx), *key));
   }
   return out;
 }
@@ -134,7 +134,7 @@ TEST(LosslessTest, BurstIsAcknowledgedSpilledDrainedAndCommittedOnceAcrossAResta
     }
     EXPECT_EQ(committed, static_cast<uint64_t>(kTxs));
     absl::StatusOr<node::client::GetAccountResponse> account = part->GetAccount(
-        p2p::PrivateKey::FromSeed(std::string(32, 'L'))->public_key().bytes());
+        base::PrivateKey::FromSeed(std::string(32, 'L'))->public_key().bytes());
     ASSERT_TRUE(account.ok());
     EXPECT_EQ(account->account().nonce(), static_cast<uint64_t>(kTxs));
     (*node)->Stop(absl::Seconds(1));

@@ -20,13 +20,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/runtime_test_util.h"
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
 #include "proto/client.grpc.pb.h"
 
 extern char** environ;
@@ -68,14 +68,14 @@ int WaitExit(pid_t pid, absl::Duration timeout) {
 }
 
 std::string SignedPut(uint64_t nonce) {
-  absl::StatusOr<p2p::PrivateKey> key = p2p::PrivateKey::FromSeed(std::string(32, 'p'));
+  absl::StatusOr<base::PrivateKey> key = base::PrivateKey::FromSeed(std::string(32, 'p'));
   CHECK(key.ok());
   node::chain::Transaction tx;
   tx.set_partition(1);
   tx.set_nonce(nonce);
   tx.mutable_put()->set_key(absl::StrCat("key-", nonce));
   tx.mutable_put()->set_value("value");
-  return partitions::SignTx(std::move(tx), *key);
+  return base::SignTx(std::move(tx), *key);
 }
 
 class NodedProcessTest : public ::testing::Test {

@@ -23,10 +23,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
 #include "gtest/gtest.h"
-#include "p2p/ed25519.h"
 #include "p2p/in_memory_network.h"
 #include "runtime/config.h"
 #include "runtime/partition.h"
@@ -41,7 +41,7 @@ constexpr int kReplicas = 4;
 constexpr int64_t kStepNanos = 1'000'000;  // the driver advances time 1 ms at a time
 
 struct Replica {
-  p2p::PrivateKey key;
+  base::PrivateKey key;
   p2p::NodeId id;
   std::unique_ptr<flowctl::WorkerPool> pool;
   std::unique_ptr<flowctl::TickScheduler> scheduler;
@@ -65,7 +65,7 @@ class Cluster {
   Cluster(uint32_t seed, std::string dir) : rng_(seed), dir_(std::move(dir)), hub_(&clock_) {
     std::filesystem::remove_all(dir_);
     for (int i = 0; i < kReplicas; ++i) {
-      p2p::PrivateKey key = testing::TestKey(static_cast<char>('p' + i));
+      base::PrivateKey key = testing::TestKey(static_cast<char>('p' + i));
       const p2p::NodeId id = p2p::NodeIdFromPublicKey(key.public_key().bytes());
       Replica r{.key = std::move(key),
                 .id = id,
@@ -85,7 +85,7 @@ class Cluster {
                                        1000);
     });
     std::vector<p2p::NodeId> ids;
-    std::vector<p2p::PublicKey> keys;
+    std::vector<base::PublicKey> keys;
     for (const Replica& r : replicas_) {
       ids.push_back(r.id);
       keys.push_back(r.key.public_key());

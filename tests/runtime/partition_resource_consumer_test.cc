@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/ed25519.h"
 #include "flowctl/tick_scheduler.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
-#include "p2p/ed25519.h"
 #include "p2p/in_memory_network.h"
 #include "runtime/config.h"
 #include "runtime/partition.h"
@@ -32,9 +32,9 @@ class PartitionResourceConsumerTest : public ::testing::Test {
   void SetUp() override {
     dir_ = absl::StrCat(::testing::TempDir(), "/partition_consumer_", getpid());
     std::filesystem::remove_all(dir_);
-    std::vector<std::pair<p2p::NodeId, p2p::PublicKey>> members;
+    std::vector<std::pair<p2p::NodeId, base::PublicKey>> members;
     for (char seed : {'a', 'b', 'c', 'd'}) {
-      p2p::PrivateKey key = testing::TestKey(seed);
+      base::PrivateKey key = testing::TestKey(seed);
       members.push_back({p2p::NodeIdFromPublicKey(key.public_key().bytes()), key.public_key()});
     }
     std::sort(members.begin(), members.end(),

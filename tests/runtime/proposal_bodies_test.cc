@@ -21,11 +21,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "flowctl/tick_scheduler.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
 #include "proto/partition.pb.h"
 #include "runtime/config.h"
 #include "runtime/partition.h"
@@ -78,12 +78,12 @@ class ProposalBodiesTest : public ::testing::Test {
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     for (int i = 0; i < 4; ++i) {
-      absl::StatusOr<p2p::PrivateKey> k = p2p::PrivateKey::FromSeed(std::string(32, 'a' + i));
+      absl::StatusOr<base::PrivateKey> k = base::PrivateKey::FromSeed(std::string(32, 'a' + i));
       CHECK(k.ok());
       keys_.push_back(*std::move(k));
     }
     // Replica index = position of the id in sorted order.
-    std::sort(keys_.begin(), keys_.end(), [](const p2p::PrivateKey& a, const p2p::PrivateKey& b) {
+    std::sort(keys_.begin(), keys_.end(), [](const base::PrivateKey& a, const base::PrivateKey& b) {
       return p2p::NodeIdFromPublicKey(a.public_key().bytes()) <
              p2p::NodeIdFromPublicKey(b.public_key().bytes());
     });
@@ -142,7 +142,7 @@ class ProposalBodiesTest : public ::testing::Test {
     tx.set_nonce(nonce);
     tx.mutable_put()->set_key(absl::StrCat("k", nonce));
     tx.mutable_put()->set_value(std::string(200, 'v'));
-    return partitions::SignTx(std::move(tx), keys_[3]);
+    return base::SignTx(std::move(tx), keys_[3]);
   }
 
   void SubmitAll(std::vector<std::string> txs) {
@@ -157,9 +157,9 @@ class ProposalBodiesTest : public ::testing::Test {
   std::string dir_;
   tests::FakeClock clock_;
   flowctl::TickScheduler scheduler_{&clock_};
-  std::vector<p2p::PrivateKey> keys_;
+  std::vector<base::PrivateKey> keys_;
   std::vector<p2p::NodeId> ids_;
-  std::vector<p2p::PublicKey> pubs_;
+  std::vector<base::PublicKey> pubs_;
   std::unique_ptr<flowctl::WorkerPool> pool_;
   std::unique_ptr<tests::RecordingNetwork> net_;
   std::unique_ptr<Partition> part_;

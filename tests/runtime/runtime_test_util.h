@@ -15,16 +15,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "glog/logging.h"
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
 #include "proto/chain.pb.h"
 
 namespace runtime::testing {
 
 // A deterministic Ed25519 key: the 32-byte seed is `seed` repeated.
-inline p2p::PrivateKey TestKey(char seed) {
-  absl::StatusOr<p2p::PrivateKey> k = p2p::PrivateKey::FromSeed(std::string(32, seed));
+inline base::PrivateKey TestKey(char seed) {
+  absl::StatusOr<base::PrivateKey> k = base::PrivateKey::FromSeed(std::string(32, seed));
   CHECK(k.ok());
   return *std::move(k);
 }
@@ -36,7 +36,7 @@ inline std::string SignedPut(uint32_t partition, char account, uint64_t nonce) {
   tx.set_nonce(nonce);
   tx.mutable_put()->set_key(absl::StrCat("k", nonce));
   tx.mutable_put()->set_value("value");
-  return partitions::SignTx(std::move(tx), TestKey(account));
+  return base::SignTx(std::move(tx), TestKey(account));
 }
 
 // A port on 127.0.0.1 that was free a moment ago (for configs that must name their peers'

@@ -16,11 +16,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/client.grpc.pb.h"
 #include "proto/p2p.grpc.pb.h"
@@ -199,7 +199,7 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
   for (int i = 0; i < kNodes; ++i) {
     const std::string dir = absl::StrCat(*root_, "/cluster", i);
     std::filesystem::create_directories(dir);
-    p2p::PrivateKey key = TestKey(static_cast<char>('A' + i));
+    base::PrivateKey key = TestKey(static_cast<char>('A' + i));
     ASSERT_TRUE(key.WritePemFile(dir + "/node.key").ok());
     pubs.push_back(absl::BytesToHexString(key.public_key().bytes()));
     ports.push_back(FreePort());

@@ -151,7 +151,7 @@ TEST(LoadgenE2eTest, CountsAddUpAndRejectedTxsAreReoffered) {
 TEST(LoadgenE2eTest, FailedExpectationExitsOneAndContinuesNonces) {
   FakeClientService fake({{"p", 5}});
   ASSERT_TRUE(fake.Start());
-  absl::StatusOr<std::vector<p2p::PrivateKey>> keys = MakeSenderKeys(9, 2);
+  absl::StatusOr<std::vector<base::PrivateKey>> keys = MakeSenderKeys(9, 2);
   ASSERT_TRUE(keys.ok());
   fake.SetNonce((*keys)[0].public_key().bytes(), 41);  // an earlier run used nonces 1..41
   Result r = RunTool({"--targets", fake.address(), "--duration", "1s", "--senders", "2", "--seed",

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/chain.pb.h"
@@ -191,16 +192,16 @@ TEST(LoadgenCommitTrackerTest, MatchesSentHashesOnce) {
 }
 
 TEST(LoadgenTxFactoryTest, SignsPutsOfTheRequestedSize) {
-  absl::StatusOr<std::vector<p2p::PrivateKey>> keys = MakeSenderKeys(1, 2);
+  absl::StatusOr<std::vector<base::PrivateKey>> keys = MakeSenderKeys(1, 2);
   ASSERT_TRUE(keys.ok());
-  absl::StatusOr<std::vector<p2p::PrivateKey>> again = MakeSenderKeys(1, 2);
+  absl::StatusOr<std::vector<base::PrivateKey>> again = MakeSenderKeys(1, 2);
   EXPECT_EQ((*keys)[1].public_key().bytes(), (*again)[1].public_key().bytes());  // seeded
   EXPECT_NE((*keys)[0].public_key().bytes(), (*keys)[1].public_key().bytes());
   for (uint64_t size : {160u, 200u, 1000u, 4096u}) {
     TxFactory f("hot", 3, size);
     OfferTx tx = f.Make(1, (*keys)[1], 42);
     EXPECT_EQ(tx.bytes.size(), size);
-    EXPECT_EQ(tx.hash, Sha256(tx.bytes));
+    EXPECT_EQ(tx.hash, base::Sha256Bytes(tx.bytes));
     EXPECT_EQ(tx.nonce, 42u);
     node::chain::SignedTransaction st;
     ASSERT_TRUE(st.ParseFromString(tx.bytes));

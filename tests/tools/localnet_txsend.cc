@@ -20,8 +20,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "p2p/ed25519.h"
-#include "partitions/transaction.h"
+#include "base/ed25519.h"
+#include "base/transaction.h"
 #include "proto/client.grpc.pb.h"
 
 namespace {
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(flags.timeout_ms);
-  auto key = p2p::PrivateKey::Generate();
+  auto key = base::PrivateKey::Generate();
   if (!key.ok()) {
     std::cerr << "localnet_txsend: " << key.status() << "\n";
     return 1;
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     tx.mutable_put()->set_value("x");
     node::client::SubmitTxRequest request;
     request.mutable_partition()->set_id(flags.partition_id);
-    request.set_signed_tx(partitions::SignTx(tx, *key));
+    request.set_signed_tx(base::SignTx(tx, *key));
     const bool last = nonce == flags.count;
     request.set_wait_for_commit(last);
     while (true) {

@@ -1,9 +1,9 @@
 // SHA-256 (OpenSSL), the hash of transactions, blocks and batches. Thread-safe, stateless.
 //
-//   p2p::Digest d = p2p::Sha256(signed_tx_bytes);
-//   std::string hex = p2p::DigestToHex(d);
-#ifndef P2P_SHA256_H_
-#define P2P_SHA256_H_
+//   base::Digest d = base::Sha256(signed_tx_bytes);
+//   std::string hex = base::DigestToHex(d);
+#ifndef BASE_SHA256_H_
+#define BASE_SHA256_H_
 
 #include <array>
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "absl/strings/string_view.h"
 
-namespace p2p {
+namespace base {
 
 using Digest = std::array<uint8_t, 32>;
 
@@ -21,6 +21,6 @@ std::string Sha256Bytes(absl::string_view data);
 std::string DigestToHex(const Digest& d);
 std::string BytesToHex(absl::string_view bytes);
 
-}  // namespace p2p
+}  // namespace base
 
-#endif  // P2P_SHA256_H_
+#endif  // BASE_SHA256_H_

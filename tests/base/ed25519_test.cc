@@ -1,14 +1,14 @@
-#include "p2p/ed25519.h"
+#include "base/ed25519.h"
 
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 
+#include "base/sha256.h"
 #include "gtest/gtest.h"
-#include "p2p/sha256.h"
 
-namespace p2p {
+namespace base {
 namespace {
 
 TEST(Ed25519Test, SignVerifyRoundTrip) {
@@ -59,11 +59,5 @@ TEST(Ed25519Test, PemFileRoundTripAndErrors) {
   rmdir(dir_template);
 }
 
-TEST(Sha256Test, KnownVector) {
-  EXPECT_EQ(DigestToHex(Sha256("abc")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  EXPECT_EQ(Sha256Bytes("abc").size(), 32u);
-}
-
 }  // namespace
-}  // namespace p2p
+}  // namespace base

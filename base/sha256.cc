@@ -1,10 +1,10 @@
-#include "p2p/sha256.h"
+#include "base/sha256.h"
 
 #include <openssl/evp.h>
 
 #include <cstdlib>
 
-namespace p2p {
+namespace base {
 
 Digest Sha256(absl::string_view data) {
   Digest d;
@@ -36,4 +36,4 @@ std::string DigestToHex(const Digest& d) {
   return BytesToHex(absl::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
 }
 
-}  // namespace p2p
+}  // namespace base

@@ -1,27 +1,28 @@
-#include "partitions/transaction.h"
+#include "base/transaction.h"
 
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "base/ed25519.h"
+#include "base/sha256.h"
 #include "gtest/gtest.h"
-#include "p2p/sha256.h"
-#include "partitions/executor.h"
-#include "partitions/tx_pool.h"
-#include "tests/mocks/fake_clock.h"
-#include "tests/partitions/chain_test_util.h"
+#include "proto/chain.pb.h"
 
-namespace partitions {
+namespace base {
 namespace {
 
 constexpr uint32_t kPartition = 7;
+
+// The key whose seed is `i` repeated: the same for every run.
+PrivateKey Key(int i) { return *PrivateKey::FromSeed(std::string(32, static_cast<char>(i))); }
 
 node::chain::Transaction BaseTx() {
   node::chain::Transaction tx;
   tx.set_partition(kPartition);
   tx.set_nonce(1);
-  tx.mutable_transfer()->set_to(chaintest::Key(9).public_key().bytes());
+  tx.mutable_transfer()->set_to(Key(9).public_key().bytes());
   tx.mutable_transfer()->set_amount(5);
   return tx;
 }
@@ -34,18 +35,18 @@ std::string Raw(const std::string& tx_bytes, const std::string& sig) {
 }
 
 // Signs `tx` as is (sender not overwritten), so malformed senders can be built.
-std::string SignRaw(const node::chain::Transaction& tx, const p2p::PrivateKey& key) {
+std::string SignRaw(const node::chain::Transaction& tx, const PrivateKey& key) {
   const std::string bytes = tx.SerializeAsString();
   return Raw(bytes, key.Sign(bytes));
 }
 
 TEST(TransactionTest, ValidDecodesAndVerifies) {
-  const p2p::PrivateKey key = chaintest::Key(1);
+  const PrivateKey key = Key(1);
   const std::string bytes = SignTx(BaseTx(), key);
   TxLimits limits{.partition = kPartition};
   absl::StatusOr<DecodedTx> d = DecodeSignedTx(bytes, limits);
   ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ(d->hash, p2p::Sha256Bytes(bytes));
+  EXPECT_EQ(d->hash, Sha256Bytes(bytes));
   EXPECT_EQ(d->signed_bytes, bytes);
   EXPECT_EQ(d->sender(), key.public_key().bytes());
   EXPECT_EQ(d->nonce(), 1u);
@@ -62,8 +63,8 @@ struct BadCase {
 };
 
 TEST(TransactionTest, EveryBadInputHasItsOwnError) {
-  const p2p::PrivateKey key = chaintest::Key(1);
-  const p2p::PrivateKey other = chaintest::Key(2);
+  const PrivateKey key = Key(1);
+  const PrivateKey other = Key(2);
   const std::string good = SignTx(BaseTx(), key);
   const auto malformed = absl::StatusCode::kInvalidArgument;
   const std::string kMalformed = "malformed transaction";
@@ -178,28 +179,5 @@ TEST(TransactionTest, EveryBadInputHasItsOwnError) {
   }
 }
 
-// Replayed nonces need account state: the pool refuses them at admission, the executor gives a
-// REJECTED receipt if one reaches a block anyway.
-TEST(TransactionTest, ReplayedNonceRefusedByPoolAndExecutor) {
-  const p2p::PrivateKey key = chaintest::Key(1);
-  const std::string to = chaintest::Key(9).public_key().bytes();
-  tests::FakeClock clock;
-  TxPool pool(TxPoolLimits{}, &clock, [](absl::string_view) { return uint64_t{3}; });
-  absl::Status s = pool.Add(chaintest::Transfer(key, 2, to, 1), TxOrigin::kClient);
-  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
-  EXPECT_TRUE(absl::StartsWith(s.message(), "replayed nonce")) << s;
-
-  auto exec = Executor::FromGenesis(0, chaintest::Genesis({key}, 100));
-  ASSERT_TRUE(exec.ok());
-  TxPtr first = chaintest::Transfer(key, 1, to, 1);
-  BlockExecution r1 = (*exec)->Execute(1, {first});
-  (*exec)->Apply(r1);
-  BlockExecution r2 = (*exec)->Execute(2, {first});
-  ASSERT_EQ(r2.receipts.size(), 1u);
-  EXPECT_EQ(r2.receipts[0].status(), node::chain::Receipt::REJECTED);
-  EXPECT_TRUE(absl::StartsWith(r2.receipts[0].error(), "replayed nonce"));
-  EXPECT_TRUE(r2.writes.empty());
-}
-
 }  // namespace
-}  // namespace partitions
+}  // namespace base

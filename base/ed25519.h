@@ -4,12 +4,12 @@
 // creation, so one object may be used from many threads at once. Keys are 32 raw bytes;
 // signatures are 64 bytes.
 //
-//   ASSIGN_OR_RETURN(p2p::PrivateKey key, p2p::PrivateKey::Generate());
+//   ASSIGN_OR_RETURN(base::PrivateKey key, base::PrivateKey::Generate());
 //   std::string sig = key.Sign(message);
 //   bool ok = key.public_key().Verify(message, sig);
 //   RETURN_IF_ERROR(key.WritePemFile("/etc/noded/node.key"));
-#ifndef P2P_ED25519_H_
-#define P2P_ED25519_H_
+#ifndef BASE_ED25519_H_
+#define BASE_ED25519_H_
 
 #include <memory>
 #include <string>
@@ -19,7 +19,7 @@
 
 typedef struct evp_pkey_st EVP_PKEY;
 
-namespace p2p {
+namespace base {
 
 inline constexpr size_t kEd25519KeyBytes = 32;
 inline constexpr size_t kEd25519SignatureBytes = 64;
@@ -76,6 +76,6 @@ class PrivateKey {
   PublicKey public_;
 };
 
-}  // namespace p2p
+}  // namespace base
 
-#endif  // P2P_ED25519_H_
+#endif  // BASE_ED25519_H_

@@ -1,13 +1,13 @@
-#include "partitions/transaction.h"
+#include "base/transaction.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/sha256.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
-#include "p2p/sha256.h"
 
-namespace partitions {
+namespace base {
 namespace {
 
 absl::Status Malformed(absl::string_view why) {
@@ -41,8 +41,8 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
   if (!Canonical(signed_tx, bytes)) {
     return Malformed("non-canonical SignedTransaction encoding or unknown fields");
   }
-  if (signed_tx.signature().size() != p2p::kEd25519SignatureBytes) {
-    return Malformed(absl::StrCat("signature must be ", p2p::kEd25519SignatureBytes,
+  if (signed_tx.signature().size() != kEd25519SignatureBytes) {
+    return Malformed(absl::StrCat("signature must be ", kEd25519SignatureBytes,
                                   " bytes, got ", signed_tx.signature().size()));
   }
   if (signed_tx.tx().empty()) return Malformed("missing tx payload");
@@ -57,8 +57,8 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
       (tx.has_put() && !NoUnknownFields(tx.put()))) {
     return Malformed("non-canonical Transaction encoding or unknown fields");
   }
-  if (tx.sender().size() != p2p::kEd25519KeyBytes) {
-    return Malformed(absl::StrCat("sender must be a ", p2p::kEd25519KeyBytes,
+  if (tx.sender().size() != kEd25519KeyBytes) {
+    return Malformed(absl::StrCat("sender must be a ", kEd25519KeyBytes,
                                   "-byte public key, got ", tx.sender().size(), " bytes"));
   }
   if (tx.partition() != limits.partition) {
@@ -71,8 +71,8 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
   }
   switch (tx.operation_case()) {
     case node::chain::Transaction::kTransfer:
-      if (tx.transfer().to().size() != p2p::kEd25519KeyBytes) {
-        return Malformed(absl::StrCat("transfer recipient must be ", p2p::kEd25519KeyBytes,
+      if (tx.transfer().to().size() != kEd25519KeyBytes) {
+        return Malformed(absl::StrCat("transfer recipient must be ", kEd25519KeyBytes,
                                       " bytes, got ", tx.transfer().to().size()));
       }
       break;
@@ -90,11 +90,11 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
                                   limits.max_memo_bytes));
   }
 
-  out.hash = p2p::Sha256Bytes(bytes);
+  out.hash = TxHash(bytes);
   out.signed_bytes = std::string(bytes);
   // Canonical layout: 0x0a len(tx) tx 0x12 0x40 signature[64].
   out.tx_size = signed_tx.tx().size();
-  out.tx_offset = bytes.size() - 2 - p2p::kEd25519SignatureBytes - out.tx_size;
+  out.tx_offset = bytes.size() - 2 - kEd25519SignatureBytes - out.tx_size;
   if (out.tx_bytes() != signed_tx.tx() || out.signature() != signed_tx.signature()) {
     return Malformed("unexpected SignedTransaction layout");  // unreachable if canonical
   }
@@ -102,7 +102,7 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
 }
 
 absl::Status VerifySignature(const DecodedTx& tx) {
-  absl::StatusOr<p2p::PublicKey> key = p2p::PublicKey::FromBytes(tx.sender());
+  absl::StatusOr<PublicKey> key = PublicKey::FromBytes(tx.sender());
   if (!key.ok()) {
     return absl::UnauthenticatedError(
         absl::StrCat("bad signature: sender is not a valid Ed25519 key (", key.status().message(),
@@ -110,12 +110,12 @@ absl::Status VerifySignature(const DecodedTx& tx) {
   }
   if (!key->Verify(tx.tx_bytes(), tx.signature())) {
     return absl::UnauthenticatedError(absl::StrCat(
-        "bad signature: does not verify against sender ", p2p::BytesToHex(tx.sender())));
+        "bad signature: does not verify against sender ", BytesToHex(tx.sender())));
   }
   return absl::OkStatus();
 }
 
-std::string SignTx(node::chain::Transaction tx, const p2p::PrivateKey& key) {
+std::string SignTx(node::chain::Transaction tx, const PrivateKey& key) {
   tx.set_sender(key.public_key().bytes());
   node::chain::SignedTransaction signed_tx;
   signed_tx.set_tx(tx.SerializeAsString());
@@ -123,4 +123,6 @@ std::string SignTx(node::chain::Transaction tx, const p2p::PrivateKey& key) {
   return signed_tx.SerializeAsString();
 }
 
-}  // namespace partitions
+std::string TxHash(absl::string_view signed_tx) { return Sha256Bytes(signed_tx); }
+
+}  // namespace base

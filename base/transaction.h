@@ -1,16 +1,22 @@
-// Transactions: decoding, signature verification and signing, as separate steps.
+// Transactions as clients and nodes share them: signing, hashing, decoding and signature
+// verification, as separate steps. Every function is pure: thread-safe, no shared state.
 //
-// The node decodes a request only after the interceptor admitted it (DecodeSignedTx is cheap: no
-// crypto but one SHA-256), and runs VerifySignature (the expensive Ed25519 check) on its worker
-// pool. Both are pure functions: thread-safe, no shared state.
+// A client (loadgen, an SDK) signs a node::chain::Transaction and keeps its hash, the identity
+// it is later looked up by (GetTx, blocks):
+//
+//   std::string signed_tx = SignTx(tx, key);   // SignedTransaction bytes to submit
+//   std::string hash = TxHash(signed_tx);      // 32 raw bytes
+//
+// The node decodes a request only after its admission stages let it in (DecodeSignedTx is cheap:
+// no crypto but one SHA-256), and runs VerifySignature (the expensive Ed25519 check) on its
+// worker pool:
 //
 //   TxLimits limits{.partition = 3};
 //   ASSIGN_OR_RETURN(DecodedTx tx, DecodeSignedTx(request_bytes, limits));
 //   RETURN_IF_ERROR(VerifySignature(tx));   // on a worker thread
-//   RETURN_IF_ERROR(pool.Add(std::move(tx), TxOrigin::kClient));
 //
 // Every bad input has its own status code + message prefix, so clients and metrics can tell them
-// apart (tests/partitions/transaction_test.cc checks each):
+// apart (tests/base/transaction_test.cc checks each):
 //
 //   case                      code                 message starts with         found by
 //   oversize                  OUT_OF_RANGE         "oversize transaction"      DecodeSignedTx
@@ -18,11 +24,11 @@
 //   zero nonce                INVALID_ARGUMENT     "zero nonce"                DecodeSignedTx
 //   wrong partition           FAILED_PRECONDITION  "wrong partition"           DecodeSignedTx
 //   bad signature             UNAUTHENTICATED      "bad signature"             VerifySignature
-//   replayed nonce            ALREADY_EXISTS       "replayed nonce"            TxPool::Add (and the
-//                                                                              executor's receipt)
-// The pool adds its own refusals (duplicate, full, quota, nonce gap), listed in tx_pool.h.
-#ifndef PARTITIONS_TRANSACTION_H_
-#define PARTITIONS_TRANSACTION_H_
+//
+// Checks that need account state (replayed nonce, ALREADY_EXISTS) and the pool's own refusals
+// (duplicate, full, quota, nonce gap) belong to the node: partitions/tx_pool.h lists them.
+#ifndef BASE_TRANSACTION_H_
+#define BASE_TRANSACTION_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -31,10 +37,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "p2p/ed25519.h"
+#include "base/ed25519.h"
 #include "proto/chain.pb.h"
 
-namespace partitions {
+namespace base {
 
 // Limits checked by DecodeSignedTx. Plain values; copy freely.
 struct TxLimits {
@@ -87,8 +93,12 @@ absl::Status VerifySignature(const DecodedTx& tx);
 
 // Serializes and signs `tx` with `key`, returning SignedTransaction bytes. Overwrites tx.sender
 // with the key's public key. For clients, loadgen and tests.
-std::string SignTx(node::chain::Transaction tx, const p2p::PrivateKey& key);
+std::string SignTx(node::chain::Transaction tx, const PrivateKey& key);
 
-}  // namespace partitions
+// The transaction's identity: SHA-256 of its SignedTransaction bytes (32 raw bytes), as
+// DecodedTx::hash and the node's GetTx and blocks use it.
+std::string TxHash(absl::string_view signed_tx);
 
-#endif  // PARTITIONS_TRANSACTION_H_
+}  // namespace base
+
+#endif  // BASE_TRANSACTION_H_

@@ -1,4 +1,4 @@
-#include "p2p/ed25519.h"
+#include "base/ed25519.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "p2p/sha256.h"
+#include "base/sha256.h"
 
-namespace p2p {
+namespace base {
 namespace internal {
 void PkeyDeleter::operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
 }  // namespace internal
@@ -165,4 +165,4 @@ absl::Status PrivateKey::WritePemFile(const std::string& path) const {
   return absl::OkStatus();
 }
 
-}  // namespace p2p
+}  // namespace base
