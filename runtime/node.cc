@@ -369,7 +369,10 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     const auto& e = request.entries(i);
     const std::string at = absl::StrCat("entries[", i, "]");
     absl::StatusOr<Partition*> p = FindPartition(e.partition());
-    if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat(at, ".partition: ", p.status().message()));
+    if (!p.ok()) {
+      return absl::Status(p.status().code(),
+                          absl::StrCat(at, ".partition: ", p.status().message()));
+    }
     node::config::ShareConfig share = ShareFromUpdate(e.share());
     for (ConfigProblem& problem :
          ValidateShareConfig(share, PartitionPath((*p)->name()) + ".share")) {
@@ -385,7 +388,9 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     }
     shares.push_back(share);
   }
-  for (ConfigProblem& problem : ValidateGuaranteeSum(shares)) problems.push_back(std::move(problem));
+  for (ConfigProblem& problem : ValidateGuaranteeSum(shares)) {
+    problems.push_back(std::move(problem));
+  }
   RETURN_IF_ERROR(ProblemsToStatus(problems));
   for (const auto& [p, share] : changes) p->SetShareConfig(share);
   ArbiterTick();
