@@ -2,8 +2,8 @@
 // converts it to AdaptiveLimiterOptions, filling the documented defaults; errors name
 // "<field>.adaptive.<option>", e.g. "stages[1].adaptive.decrease_factor: must be in (0, 1) ...".
 //
-// Header-only on purpose: the node's config checker (runtime/config.cc) also runs it, and the
-// config fuzzer builds that checker without the flowctl library. Pure function, thread-safe.
+// Run by MakeAdaptiveFactory, so by every StageRegistry build (the node's config validation,
+// runtime/config_validation.h, included). Pure function, thread-safe.
 //
 //   ASSIGN_OR_RETURN(flowctl::AdaptiveLimiterOptions options,
 //                    flowctl::AdaptiveOptionsFromConfig(stage.adaptive(), "stages[1]"));

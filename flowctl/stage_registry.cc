@@ -87,9 +87,8 @@ absl::StatusOr<std::unique_ptr<StageFactory>> StageRegistry::BuildStage(
     case StageConfig::KIND_NOT_SET:
       break;
   }
-  // (adaptive is a kind too; the message is kept as tests and operators know it.)
   return absl::InvalidArgumentError(
-      absl::StrCat(field, ".kind: no stage kind set (one of concurrency, rate, gate)"));
+      absl::StrCat(field, ".kind: no stage kind set (one of concurrency, rate, gate, adaptive)"));
 }
 
 absl::StatusOr<std::shared_ptr<const ChainFactory>> StageRegistry::Build(

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -11,9 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "flowctl/adaptive_config.h"
 #include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/stubs/common.h"  // IsStructurallyValidUTF8 (fuzz, issue 9)
+#include "google/protobuf/stubs/common.h"  // IsStructurallyValidUTF8
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "runtime/tls.h"
@@ -23,8 +23,8 @@ namespace {
 
 using node::config::NodeConfig;
 using node::config::PartitionConfig;
-using ::google::protobuf::Descriptor;
 using ::google::protobuf::FieldDescriptor;
+using ::google::protobuf::Message;
 using ::google::protobuf::TextFormat;
 
 constexpr uint64_t kKiB = 1024;
@@ -50,21 +50,16 @@ class CollectErrors : public ::google::protobuf::io::ErrorCollector {
   std::vector<std::string> errors_;
 };
 
-// Appends problems for one config; `At` builds the path of a field under a prefix.
+// Appends problems found by the node-level checks below (the per-message ones are in
+// runtime/config_validation.h).
 class Checker {
  public:
   explicit Checker(std::vector<ConfigProblem>* out) : out_(out) {}
   void Fail(std::string path, std::string message) {
     out_->push_back({std::move(path), std::move(message)});
   }
-  template <typename T>
-  void AtLeast(const std::string& path, T value, T min) {
-    if (value < min) Fail(path, absl::StrCat("must be >= ", min, ", got ", value));
-  }
-  void InRange(const std::string& path, double value, double lo, double hi) {
-    if (!(value >= lo && value <= hi)) {
-      Fail(path, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
-    }
+  void Append(std::vector<ConfigProblem> more) {
+    for (ConfigProblem& p : more) out_->push_back(std::move(p));
   }
 
  private:
@@ -154,124 +149,55 @@ void DefaultPartition(PartitionConfig* p) {
   if (l.sync_interval_ms() == 0) l.set_sync_interval_ms(10);
 }
 
-void CheckPartition(Checker& check, const std::string& at, const PartitionConfig& p) {
-  check.AtLeast<uint32_t>(at + ".id", p.id(), 1);
-  if (p.name().empty()) {
-    check.Fail(at + ".name", "is required");
-  } else {
-    for (char c : p.name()) {
-      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') {
-        check.Fail(at + ".name", absl::StrCat("may hold only letters, digits, '_' and '-', got \"",
-                                              p.name(), "\""));
-        break;
-      }
+// The index within repeated message field `field` of `message` named by `key`: a number, or the
+// value of the element's `name` field ("partitions[hot]"). -1 when there is none.
+int IndexOf(const Message& message, const FieldDescriptor* field, absl::string_view key) {
+  int index = -1;
+  if (absl::SimpleAtoi(key, &index)) return index;
+  if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) return -1;
+  const ::google::protobuf::Reflection* refl = message.GetReflection();
+  for (int i = 0; i < refl->FieldSize(message, field); ++i) {
+    const Message& element = refl->GetRepeatedMessage(message, field, i);
+    const FieldDescriptor* name = element.GetDescriptor()->FindFieldByName("name");
+    if (name != nullptr && name->type() == FieldDescriptor::TYPE_STRING &&
+        !name->is_repeated() && element.GetReflection()->GetString(element, name) == key) {
+      return i;
     }
   }
-  const auto& s = p.share();
-  if (!(s.weight() > 0)) check.Fail(at + ".share.weight", absl::StrCat("must be > 0, got ", s.weight()));
-  check.InRange(at + ".share.guarantee_fraction", s.guarantee_fraction(), 0, 1);
-  check.InRange(at + ".share.ceiling_fraction", s.ceiling_fraction(), 0, 1);
-  if (s.ceiling_fraction() < s.guarantee_fraction()) {
-    check.Fail(at + ".share.ceiling_fraction",
-               absl::StrCat("must be >= guarantee_fraction (", s.guarantee_fraction(), "), got ",
-                            s.ceiling_fraction()));
-  }
-
-  for (int i = 0; i < p.interceptor().stages_size(); ++i) {
-    const node::flowctl::StageConfig& stage = p.interceptor().stages(i);
-    const std::string stage_at = absl::StrCat(at, ".interceptor.stages[", i, "]");
-    if (stage.kind_case() == node::flowctl::StageConfig::KIND_NOT_SET) {
-      check.Fail(stage_at, "names no stage kind (concurrency, rate, gate or adaptive)");
-    } else if (stage.kind_case() == node::flowctl::StageConfig::kAdaptive) {
-      // Checked here too (not only when the partition opens) so the error names the line.
-      // The message is "<path>: <problem>"; the path locates the line.
-      absl::Status s = flowctl::AdaptiveOptionsFromConfig(stage.adaptive(), stage_at).status();
-      if (!s.ok()) {
-        const std::vector<absl::string_view> parts =
-            absl::StrSplit(s.message(), absl::MaxSplits(": ", 1));
-        check.Fail(std::string(parts[0]), parts.size() > 1 ? std::string(parts[1]) : "invalid");
-      }
-    }
-  }
-
-  const auto& w = p.dispatcher().lane_weights();
-  for (auto [name, value] : {std::pair{"consensus", w.consensus()}, {"sync", w.sync()},
-                             {"tx_forward", w.tx_forward()}, {"bulk", w.bulk()},
-                             {"client", w.client()}}) {
-    if (!(value > 0)) {
-      check.Fail(absl::StrCat(at, ".dispatcher.lane_weights.", name),
-                 absl::StrCat("must be > 0, got ", value));
-    }
-  }
-
-  const auto& pool = p.pool();
-  check.InRange(at + ".pool.forward_reserve_fraction", pool.forward_reserve_fraction(), 0, 0.5);
-  check.InRange(at + ".pool.high_water_fraction", pool.high_water_fraction(), 0.01, 1);
-  check.AtLeast<uint32_t>(at + ".pool.max_tx_bytes", pool.max_tx_bytes(), 128);
-  check.AtLeast<uint64_t>(at + ".pool.max_bytes", pool.max_bytes(), pool.max_tx_bytes());
-  if (pool.max_per_sender() > pool.max_txs()) {
-    check.Fail(at + ".pool.max_per_sender",
-               absl::StrCat("must be <= max_txs (", pool.max_txs(), "), got ",
-                            pool.max_per_sender()));
-  }
-
-  const auto& c = p.consensus();
-  check.AtLeast<uint32_t>(at + ".consensus.batch_max_bytes", c.batch_max_bytes(),
-                          pool.max_tx_bytes());
-  if (c.watermark_window() % c.checkpoint_interval() != 0 ||
-      c.watermark_window() < 2 * c.checkpoint_interval()) {
-    check.Fail(at + ".consensus.watermark_window",
-               absl::StrCat("must be a multiple of checkpoint_interval (", c.checkpoint_interval(),
-                            ") and at least twice it, got ", c.watermark_window()));
-  }
-  check.AtLeast<uint32_t>(at + ".consensus.view_change_timeout_ms", c.view_change_timeout_ms(),
-                          100);
-
-  const auto& l = p.lossless();
-  if (l.enabled()) {
-    check.AtLeast<uint64_t>(at + ".lossless.drain_bytes_per_second", l.drain_bytes_per_second(),
-                            1);
-    check.AtLeast<uint64_t>(at + ".lossless.segment_bytes", l.segment_bytes(), 64 * kKiB);
-    if (l.sync_interval_ms() > 10'000) {
-      check.Fail(at + ".lossless.sync_interval_ms",
-                 absl::StrCat("must be <= 10000, got ", l.sync_interval_ms()));
-    }
-  }
-
-  absl::flat_hash_set<std::string> keys;
-  for (int i = 0; i < p.genesis_size(); ++i) {
-    const std::string path = absl::StrCat(at, ".genesis[", i, "].public_key_hex");
-    const std::string key = absl::AsciiStrToLower(p.genesis(i).public_key_hex());
-    if (!IsHexKey(key)) {
-      check.Fail(path, "must be 64 hex characters (an Ed25519 public key)");
-    } else if (!keys.insert(key).second) {
-      check.Fail(path, "repeats an earlier genesis account");
-    }
-  }
+  return -1;
 }
 
-// Walks a path such as "partitions[1].pool.max_txs" through the parse tree.
-int LineInTree(const Descriptor* type, const TextFormat::ParseInfoTree* tree,
+// Walks a path such as "partitions[1].pool.max_txs" or "partitions[hot].pool.max_txs" through
+// the parse tree of `message`; the line of the deepest part that was written in the text.
+int LineInTree(const Message* message, const TextFormat::ParseInfoTree* tree,
                absl::string_view path) {
   int line = 0;
   std::vector<absl::string_view> parts = absl::StrSplit(path, '.');
-  for (size_t i = 0; i < parts.size() && tree != nullptr && type != nullptr; ++i) {
+  for (size_t i = 0; i < parts.size() && tree != nullptr && message != nullptr; ++i) {
     absl::string_view part = parts[i];
     int index = -1;
+    absl::string_view key;
     const size_t bracket = part.find('[');
     if (bracket != absl::string_view::npos) {
-      if (!absl::SimpleAtoi(part.substr(bracket + 1, part.size() - bracket - 2), &index)) return line;
+      if (part.back() != ']') return line;
+      key = part.substr(bracket + 1, part.size() - bracket - 2);
       part = part.substr(0, bracket);
     }
-    const FieldDescriptor* field = type->FindFieldByName(std::string(part));
+    const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(std::string(part));
     if (field == nullptr) return line;
-    if (field->is_repeated() && index < 0) index = 0;
+    if (field->is_repeated()) {
+      index = key.empty() ? 0 : IndexOf(*message, field, key);
+      if (index < 0) return line;
+    }
     const auto loc = tree->GetLocation(field, index);
     if (loc.line < 0) return line;
     line = loc.line + 1;
-    if (field->type() != FieldDescriptor::TYPE_MESSAGE) return line;
+    if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) return line;
+    const ::google::protobuf::Reflection* refl = message->GetReflection();
+    if (field->is_repeated() && index >= refl->FieldSize(*message, field)) return line;
+    message = field->is_repeated() ? &refl->GetRepeatedMessage(*message, field, index)
+                                   : &refl->GetMessage(*message, field);
     tree = tree->GetTreeForNested(field, index);
-    type = field->message_type();
   }
   return line;
 }
@@ -313,7 +239,7 @@ NodeConfig DefaultNodeConfig() {
 
 namespace {
 
-// fuzz (issue 9): proto3 `string` fields must hold UTF-8. The binary and JSON forms refuse
+// Proto3 `string` fields must hold UTF-8. The binary and JSON forms refuse
 // anything else, but text format does not check, so a config with, say, a stage name that is not
 // UTF-8 loaded and then could not round-trip through JSON or the admin API. Found by config_fuzz.
 void CheckUtf8(Checker& check, const ::google::protobuf::Message& m, const std::string& at) {
@@ -342,12 +268,11 @@ void CheckUtf8(Checker& check, const ::google::protobuf::Message& m, const std::
 }
 
 }  // namespace
-// end fuzz
 
 std::vector<ConfigProblem> ValidateNodeConfig(const NodeConfig& config) {
   std::vector<ConfigProblem> problems;
   Checker check(&problems);
-  CheckUtf8(check, config, "");  // fuzz (issue 9)
+  CheckUtf8(check, config, "");
   CheckAddress(check, "p2p_listen", config.p2p_listen(), false);
   CheckAddress(check, "client_listen", config.client_listen(), false);
   CheckAddress(check, "admin_listen", config.admin_listen(), false);
@@ -370,44 +295,34 @@ std::vector<ConfigProblem> ValidateNodeConfig(const NodeConfig& config) {
     }
   }
 
-  const auto& r = config.resources();
-  check.AtLeast<uint32_t>("resources.cpu_workers", r.cpu_workers(), 1);
-  if (r.cpu_workers() > 1024) {
-    check.Fail("resources.cpu_workers", absl::StrCat("must be <= 1024, got ", r.cpu_workers()));
-  }
-  check.AtLeast<uint64_t>("resources.memory_bytes", r.memory_bytes(), 16 * kMiB);
-  if (r.egress_bytes_per_second() != 0 &&
-      r.tx_forward_floor_bytes_per_second() > r.egress_bytes_per_second()) {
-    check.Fail("resources.tx_forward_floor_bytes_per_second",
-               absl::StrCat("must be <= egress_bytes_per_second (", r.egress_bytes_per_second(),
-                            "), got ", r.tx_forward_floor_bytes_per_second()));
-  }
-  if (r.arbiter_tick_ms() < 10 || r.arbiter_tick_ms() > 10'000) {
-    check.Fail("resources.arbiter_tick_ms",
-               absl::StrCat("must be in [10, 10000], got ", r.arbiter_tick_ms()));
-  }
+  check.Append(ValidateResourceConfig(config.resources(), "resources"));
 
   if (config.partitions().empty()) check.Fail("partitions", "at least one partition is required");
+  // A partition is named by its name where that name is valid, unique and not a number (which
+  // would read as a position), else by its position.
+  absl::flat_hash_map<std::string, int> name_count;
+  for (const PartitionConfig& p : config.partitions()) ++name_count[p.name()];
   absl::flat_hash_set<uint32_t> ids;
   absl::flat_hash_set<std::string> names;
-  double guarantees = 0;
+  std::vector<node::config::ShareConfig> shares;
   for (int i = 0; i < config.partitions_size(); ++i) {
     const PartitionConfig& p = config.partitions(i);
-    const std::string at = absl::StrCat("partitions[", i, "]");
-    CheckPartition(check, at, p);
+    uint64_t number = 0;
+    const bool by_name = IsValidPartitionName(p.name()) && name_count[p.name()] == 1 &&
+                         !absl::SimpleAtoi(p.name(), &number);
+    const std::string at = by_name ? PartitionPath(p.name())
+                               : absl::StrCat("partitions[", i, "]");
+    check.Append(ValidatePartitionConfig(p, at));
     if (p.id() != 0 && !ids.insert(p.id()).second) {
       check.Fail(at + ".id", absl::StrCat("repeats partition id ", p.id()));
     }
     if (!p.name().empty() && !names.insert(p.name()).second) {
       check.Fail(at + ".name", absl::StrCat("repeats partition name \"", p.name(), "\""));
     }
-    guarantees += p.share().guarantee_fraction();
+    shares.push_back(p.share());
   }
-  if (guarantees > 1 + 1e-9) {
-    check.Fail("partitions", absl::StrCat("share.guarantee_fraction sums to ", guarantees,
-                                          " over all partitions; must be <= 1"));
-  }
-  // TLS (issue 9): reads the PEM files, so a missing or wrong file fails --check and startup.
+  check.Append(ValidateGuaranteeSum(shares));
+  // TLS: reads the PEM files, so a missing or wrong file fails --check and startup.
   for (ConfigProblem& p : ValidateTlsConfig(config.tls())) problems.push_back(std::move(p));
   return problems;
 }
@@ -420,7 +335,7 @@ int LineOfField(absl::string_view text, absl::string_view path) {
   CollectErrors ignored("");
   parser.RecordErrorsTo(&ignored);
   if (!parser.ParseFromString(std::string(text), &scratch)) return 0;
-  return LineInTree(NodeConfig::descriptor(), &tree, path);
+  return LineInTree(&scratch, &tree, path);
 }
 
 absl::StatusOr<NodeConfig> ParseConfig(absl::string_view text, absl::string_view source_name,

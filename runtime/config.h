@@ -1,8 +1,9 @@
 // Node configuration: loading (protobuf text format or JSON), defaults and validation.
 //
-// Every refusal names the field by its path ("partitions[1].pool.max_txs") and, for text format,
-// the file and line where it was set, so an operator can fix a config without reading code. All
-// problems are reported at once, one per line of the status message.
+// Every refusal names the field by its path ("partitions[hot].pool.max_txs", see
+// runtime/config_validation.h, whose validators this runs) and, for text format, the file and line
+// where it was set, so an operator can fix a config without reading code. All problems are
+// reported at once, one per line of the status message.
 //
 // Thread-compatible free functions; no state.
 //
@@ -17,14 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/config.pb.h"
+#include "runtime/config_validation.h"
 
 namespace runtime {
-
-// One problem found in a config: the field's path and what is wrong with it.
-struct ConfigProblem {
-  std::string path;     // e.g. "partitions[0].consensus.checkpoint_interval"
-  std::string message;  // e.g. "must be >= 1, got 0"
-};
 
 // The configuration `noded` runs with when given no --config: one node, partitions "hot" and
 // "steady", data under ./data, every port on 127.0.0.1. Defaults already applied.
@@ -48,7 +44,8 @@ absl::StatusOr<node::config::NodeConfig> ParseConfig(absl::string_view text,
 absl::StatusOr<node::config::NodeConfig> LoadConfigFile(const std::string& path);
 
 // The line (1-based) at which `path` was set in text-format `text`, or 0 when it was not set
-// there or cannot be parsed. Exposed for tests and for admin updates given as text.
+// there or cannot be parsed. A repeated message may be indexed by position or by its `name`
+// field ("partitions[hot]"). Exposed for tests and for admin updates given as text.
 int LineOfField(absl::string_view text, absl::string_view path);
 
 }  // namespace runtime

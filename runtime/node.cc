@@ -17,6 +17,7 @@
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "runtime/config.h"
+#include "runtime/config_validation.h"
 #include "runtime/grpc_servers.h"
 #include "runtime/latency_summary.h"
 #include "runtime/metrics.h"
@@ -89,12 +90,7 @@ std::string KeyFilePath(const NodeConfig& config) {
 }
 
 absl::StatusOr<std::unique_ptr<Node>> Node::Create(NodeConfig config, NodeOptions options) {
-  std::vector<ConfigProblem> problems = ValidateNodeConfig(config);
-  if (!problems.empty()) {
-    std::vector<std::string> lines;
-    for (const auto& p : problems) lines.push_back(absl::StrCat(p.path, ": ", p.message));
-    return absl::InvalidArgumentError(absl::StrJoin(lines, "; "));
-  }
+  RETURN_IF_ERROR(ProblemsToStatus(ValidateNodeConfig(config)));
   std::error_code ec;
   std::filesystem::create_directories(config.data_dir(), ec);
   if (ec) {
@@ -385,6 +381,13 @@ absl::StatusOr<node::admin::EgressStats> Node::UpdateEgress(
   if (transport_ == nullptr) {
     return absl::FailedPreconditionError("this node has no egress scheduler (in-memory network)");
   }
+  // Validated as the resources section it would leave, as when loading a config.
+  node::config::ResourceConfig current = config_.resources();
+  const double cap = transport_->egress().Stats().cap_bytes_per_second;
+  current.set_egress_bytes_per_second(
+      cap >= flowctl::TokenBucket::kUnlimited ? 0 : static_cast<uint64_t>(cap));
+  current.set_tx_forward_floor_bytes_per_second(tx_forward_floor_.load());
+  RETURN_IF_ERROR(ApplyEgressUpdate(current, request).status());
   if (request.set_cap()) {
     RETURN_IF_ERROR(
         transport_->egress().SetCap(static_cast<double>(request.cap_bytes_per_second())));
@@ -404,50 +407,38 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     return absl::InvalidArgumentError("entries: give at least one partition");
   }
   std::vector<std::pair<Partition*, node::config::ShareConfig>> changes;
+  std::vector<ConfigProblem> problems;  // validated as the config it would leave
   for (int i = 0; i < request.entries_size(); ++i) {
     const auto& e = request.entries(i);
     const std::string at = absl::StrCat("entries[", i, "]");
     absl::StatusOr<Partition*> p = FindPartition(e.partition());
-    if (!p.ok()) return absl::Status(p.status().code(), absl::StrCat(at, ".partition: ", p.status().message()));
-    const auto& s = e.share();
-    if (!(s.weight() > 0) || !std::isfinite(s.weight())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at, ".share.weight: must be > 0, got ", s.weight()));
+    if (!p.ok()) {
+      return absl::Status(p.status().code(),
+                          absl::StrCat(at, ".partition: ", p.status().message()));
     }
-    if (!(s.guarantee_fraction() >= 0 && s.guarantee_fraction() <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          at, ".share.guarantee_fraction: must be in [0, 1], got ", s.guarantee_fraction()));
+    node::config::ShareConfig share = ShareFromUpdate(e.share());
+    for (ConfigProblem& problem :
+         ValidateShareConfig(share, PartitionPath((*p)->name()) + ".share")) {
+      problems.push_back(std::move(problem));
     }
-    double ceiling = s.ceiling_fraction() == 0 ? 1 : s.ceiling_fraction();
-    if (!(ceiling > 0 && ceiling <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          at, ".share.ceiling_fraction: must be in (0, 1] (0 = 1), got ", s.ceiling_fraction()));
-    }
-    if (ceiling < s.guarantee_fraction()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at, ".share.ceiling_fraction: ", ceiling,
-                       " is below guarantee_fraction ", s.guarantee_fraction()));
-    }
-    node::config::ShareConfig share = s;
-    share.set_ceiling_fraction(ceiling);
     changes.push_back({*p, share});
   }
-  double guaranteed = 0;
+  std::vector<node::config::ShareConfig> shares;
   for (const auto& p : partitions_) {
-    double g = p->config().share().guarantee_fraction();
-    for (const auto& [cp, share] : changes) {
-      if (cp == p.get()) g = share.guarantee_fraction();
+    node::config::ShareConfig share = p->config().share();
+    for (const auto& [changed, next] : changes) {
+      if (changed == p.get()) share = next;
     }
-    guaranteed += g;
+    shares.push_back(share);
   }
-  if (guaranteed > 1 + 1e-9) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "entries: guarantee fractions would sum to ", guaranteed, " over all partitions (max 1)"));
+  for (ConfigProblem& problem : ValidateGuaranteeSum(shares)) {
+    problems.push_back(std::move(problem));
   }
+  RETURN_IF_ERROR(ProblemsToStatus(problems));
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
-  std::vector<std::pair<uint32_t, node::config::ShareConfig>> shares;
-  for (const auto& [p, share] : changes) shares.push_back({p->id(), share});
-  RETURN_IF_ERROR(arbiter_->UpdateShares(shares));
+  std::vector<std::pair<uint32_t, node::config::ShareConfig>> updates;
+  for (const auto& [p, share] : changes) updates.push_back({p->id(), share});
+  RETURN_IF_ERROR(arbiter_->UpdateShares(updates));
   std::vector<node::config::PartitionConfig> out;
   for (const auto& p : partitions_) out.push_back(p->config());
   return out;

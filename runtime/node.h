@@ -89,11 +89,14 @@ class Node {
   node::admin::ListPeersResponse Peers() const;
   // `partition` empty = all.
   absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
+  // Validated as the resources section it would leave (runtime/config_validation.h: the messages
+  // config loading gives, "resources.tx_forward_floor_bytes_per_second: ...") before applying.
   absl::StatusOr<node::admin::EgressStats> UpdateEgress(
       const node::admin::UpdateEgressRequest& request);
-  // Validates every entry (unknown partition, weight <= 0, ceiling < guarantee, fractions
-  // outside [0, 1]) before applying any; applied shares are used from the next tick, which is
-  // run at once.
+  // Validates every entry as the config it would leave (unknown partition NOT_FOUND; else
+  // InvalidArgument with config loading's messages, "partitions[hot].share.weight: ...", and the
+  // guarantee sum) before applying any; applied shares are used from the next tick, which is run
+  // at once.
   absl::StatusOr<std::vector<node::config::PartitionConfig>> UpdateArbiter(
       const node::admin::UpdateArbiterRequest& request);
   // Runs one arbiter tick now (tests; the arbiter's thread ticks periodically). No-op before

@@ -116,6 +116,7 @@ class Partition final : public flowctl::ResourceConsumer {
   // ---- Queries. NOT_FOUND for unknown hashes/heights. ----
   absl::StatusOr<node::client::GetTxResponse> GetTx(const std::string& tx_hash) const;
   absl::StatusOr<node::client::GetAccountResponse> GetAccount(const std::string& address) const;
+  // Height 0 = the latest committed block (genesis while none is).
   absl::StatusOr<node::client::GetBlockResponse> GetBlock(uint64_t height, bool include_txs) const;
   node::client::GetChainStatusResponse ChainStatus() const;
 
@@ -123,9 +124,10 @@ class Partition final : public flowctl::ResourceConsumer {
   node::admin::PartitionStatus Status() const;
   // The arbiter's cpu/memory/egress figures are not here: the node adds them (Node::FlowStats).
   node::admin::PartitionFlowStats FlowStats() const;
-  // Validates the whole request first (InvalidArgument naming the field) and then applies
-  // interceptor, lane weights / budget and pool limits together; on error nothing changes.
-  // Returns the effective config.
+  // Validates the whole config the request would leave first (runtime/config_validation.h:
+  // InvalidArgument with the messages config loading gives, "partitions[hot].pool.max_txs: ...")
+  // and then applies interceptor, lane weights / budget and pool limits together; on error
+  // nothing changes. Returns the effective config.
   absl::StatusOr<node::config::PartitionConfig> UpdateFlow(
       const node::admin::UpdatePartitionFlowRequest& request);
   node::config::PartitionConfig config() const;

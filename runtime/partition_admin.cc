@@ -9,6 +9,7 @@
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
+#include "runtime/config_validation.h"
 #include "runtime/partition_impl.h"
 
 namespace runtime {
@@ -86,62 +87,18 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
     absl::MutexLock lock(&config_mu_);
     next = config_;
   }
-  // 1. Validate everything; nothing changes on error.
+  // 1. Validate the whole config the update would leave (runtime/config_validation.h); nothing
+  // changes on error.
+  ASSIGN_OR_RETURN(next, ApplyFlowUpdate(next, request));
   std::shared_ptr<const flowctl::ChainFactory> factory;
   if (request.has_interceptor()) {
-    if (request.interceptor().stages().empty()) {
-      return absl::InvalidArgumentError("interceptor.stages: must list at least one stage");
-    }
-    absl::StatusOr<std::shared_ptr<const flowctl::ChainFactory>> f =
-        registry_.Build(request.interceptor());
-    if (!f.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("interceptor.", f.status().message()));
-    }
-    factory = *f;
-    *next.mutable_interceptor() = request.interceptor();
-  }
-  if (request.has_dispatcher()) {
-    const auto& d = request.dispatcher();
-    const auto& w = d.lane_weights();
-    auto* nw = next.mutable_dispatcher()->mutable_lane_weights();
-    for (auto [name, value, setter] :
-         {std::tuple{"consensus", w.consensus(), &node::config::LaneConfig::set_consensus},
-          {"sync", w.sync(), &node::config::LaneConfig::set_sync},
-          {"tx_forward", w.tx_forward(), &node::config::LaneConfig::set_tx_forward},
-          {"bulk", w.bulk(), &node::config::LaneConfig::set_bulk},
-          {"client", w.client(), &node::config::LaneConfig::set_client}}) {
-      if (value < 0 || std::isnan(value) || value > 1e6) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "dispatcher.lane_weights.", name, ": must be > 0 (0 keeps the current), got ", value));
-      }
-      if (value > 0) (nw->*setter)(value);
-    }
-    if (d.budget_messages() > 0) next.mutable_dispatcher()->set_budget_messages(d.budget_messages());
-    if (d.budget_bytes() > 0) next.mutable_dispatcher()->set_budget_bytes(d.budget_bytes());
-  }
-  if (request.has_pool()) {
-    const auto& p = request.pool();
-    auto* np = next.mutable_pool();
-    if (p.max_txs() > 0) np->set_max_txs(p.max_txs());
-    if (p.max_bytes() > 0) np->set_max_bytes(p.max_bytes());
-    if (p.max_per_sender() > 0) np->set_max_per_sender(p.max_per_sender());
-    if (p.forward_reserve_fraction() != 0) np->set_forward_reserve_fraction(p.forward_reserve_fraction());
-    if (p.high_water_fraction() != 0) np->set_high_water_fraction(p.high_water_fraction());
-    if (p.ttl_seconds() > 0) np->set_ttl_seconds(p.ttl_seconds());
-    if (p.max_tx_bytes() > 0) {
-      return absl::InvalidArgumentError("pool.max_tx_bytes: cannot be changed live (restart)");
-    }
+    // Validated above with the same registry code; this builds it with the real predicates.
+    ASSIGN_OR_RETURN(factory, registry_.Build(next.interceptor()));
   }
   partitions::TxPoolLimits limits = PoolLimitsFrom(next.pool());
-  if (absl::Status s = partitions::ValidateTxPoolLimits(limits); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("pool: ", s.message()));
-  }
   flowctl::Dispatcher::Budget budget{
       .max_messages = next.dispatcher().budget_messages(),
       .max_bytes = static_cast<int64_t>(next.dispatcher().budget_bytes())};
-  if (budget.max_messages < 1 || budget.max_bytes < 1) {
-    return absl::InvalidArgumentError("dispatcher.budget: must be >= 1");
-  }
 
   // 2. Apply (each step below was validated above and cannot fail on values).
   absl::MutexLock lock(&config_mu_);
@@ -236,6 +193,8 @@ absl::StatusOr<node::client::GetAccountResponse> Partition::GetAccount(
 absl::StatusOr<node::client::GetBlockResponse> Partition::GetBlock(uint64_t height,
                                                                    bool include_txs) const {
   node::client::GetBlockResponse out;
+  // Height 0 means the latest committed block (proto/client.proto); genesis while there is none.
+  if (height == 0) height = impl_->chain_.ledger->last_height();
   ASSIGN_OR_RETURN(*out.mutable_block(), impl_->chain_.ledger->GetBlock(height));
   if (!include_txs) out.mutable_block()->clear_txs();
   out.set_block_hash(partitions::BlockHash(out.block().header()));

@@ -140,7 +140,7 @@ TEST_F(StageRegistryTest, ConfigErrorsNameTheField) {
   };
   const std::vector<Case> cases = {
       {"stages { concurrency { max_in_flight: 1 } } stages { name: \"x\" }",
-       "stages[1].kind: no stage kind set (one of concurrency, rate, gate)"},
+       "stages[1].kind: no stage kind set (one of concurrency, rate, gate, adaptive)"},
       {"stages { concurrency { } }",
        "stages[0].concurrency.max_in_flight: must be >= 1 requests, got 0"},
       {"stages { rate { rate_per_second: 1 } } stages { name: \"r2\" rate { rate_per_second: -1 } "

@@ -241,7 +241,8 @@ TEST_F(AdaptiveRuntimeTest, LiveUpdatesApplyAndBadValuesNameTheField) {
   absl::StatusOr<node::config::PartitionConfig> refused = Part("hot")->UpdateFlow(update);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("interceptor.stages[0].adaptive.decrease_factor: must be in (0, 1)"));
+              HasSubstr("partitions[hot].interceptor.stages[0].adaptive.decrease_factor: "
+                        "must be in (0, 1)"));
   EXPECT_EQ(Gauges("hot")["limit"], 3);  // nothing changed
 }
 
@@ -261,7 +262,7 @@ TEST(AdaptiveConfigTest, ABadValueNamesTheFieldAndTheLine) {
   absl::StatusOr<node::config::NodeConfig> config = ParseConfig(text, "node.conf", false);
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(std::string(config.status().message()),
-              HasSubstr("node.conf:7: partitions[0].interceptor.stages[0].adaptive."
+              HasSubstr("node.conf:7: partitions[hot].interceptor.stages[0].adaptive."
                         "decrease_factor: must be in (0, 1)"));
 }
 

@@ -425,7 +425,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        StatusCode::INVALID_ARGUMENT, "interceptor.stages: must list at least one stage"},
       {"negative lane weight", "admin UpdatePartitionFlow, lane_weights.bulk -1",
        [&] { return Flow(WithLaneWeight(-1)); }, StatusCode::INVALID_ARGUMENT,
-       "dispatcher.lane_weights.bulk: must be > 0 (0 keeps the current), got -1"},
+       "partitions[steady].dispatcher.lane_weights.bulk: must be > 0, got -1"},
       {"lane weight 0 keeps the current", "admin UpdatePartitionFlow, lane_weights.bulk 0",
        [&] {
          node::admin::UpdatePartitionFlowResponse response;
@@ -451,7 +451,8 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        [&] {
          return Arbiter({{"steady", 1, 0.5, 0.3}});
        },
-       StatusCode::INVALID_ARGUMENT, "is below guarantee_fraction 0.5"},
+       StatusCode::INVALID_ARGUMENT,
+       "partitions[steady].share.ceiling_fraction: must be >= guarantee_fraction (0.5), got 0.3"},
       {"guarantees sum over 1", "admin UpdateArbiter, hot 0.6 + steady 0.6",
        [&] {
          return Arbiter({{"hot", 1, 0.6, 1}, {"steady", 1, 0.6, 1}});

@@ -320,7 +320,7 @@ TEST(NodeConfigErrors, CreateRefusesABadConfigNamingTheField) {
   absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(c);
   ASSERT_FALSE(node.ok());
   EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(node.status().message(), HasSubstr("partitions[0].consensus.watermark_window"));
+  EXPECT_THAT(node.status().message(), HasSubstr("partitions[hot].consensus.watermark_window"));
 }
 
 }  // namespace

@@ -51,10 +51,10 @@ TEST(ConfigTest, ErrorsNameFieldAndLine) {
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string msg(config.status().message());
-  EXPECT_THAT(msg, HasSubstr("bad.conf:6: partitions[0].consensus.watermark_window: must be a "
+  EXPECT_THAT(msg, HasSubstr("bad.conf:6: partitions[a].consensus.watermark_window: must be a "
                              "multiple of checkpoint_interval (10)"));
-  EXPECT_THAT(msg, HasSubstr("bad.conf:9: partitions[1].id: repeats partition id 1"));
-  EXPECT_THAT(msg, HasSubstr("bad.conf:11: partitions[1].share.weight: must be > 0, got -2"));
+  EXPECT_THAT(msg, HasSubstr("bad.conf:9: partitions[b].id: repeats partition id 1"));
+  EXPECT_THAT(msg, HasSubstr("bad.conf:11: partitions[b].share.weight: must be > 0, got -2"));
 }
 
 TEST(ConfigTest, SyntaxErrorsGiveLineAndColumn) {
@@ -73,7 +73,8 @@ TEST(ConfigTest, JsonIsAccepted) {
   absl::StatusOr<node::config::NodeConfig> bad =
       ParseConfig(R"({"partitions": [{"id": 0, "name": "j"}]})", "c.json", true);
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("c.json: partitions[0].id: must be >= 1"));
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("c.json: partitions[j].id: must be >= 1"));
   EXPECT_FALSE(ParseConfig("{not json", "c.json", true).ok());
 }
 
@@ -100,7 +101,7 @@ TEST(ConfigTest, EachRuleRefuses) {
       {"partitions { id: 1 name: \"a\" lossless { enabled: true } }",
        "lossless.drain_bytes_per_second: must be >= 1"},
       {"partitions { id: 1 name: \"a\" interceptor { stages { name: \"x\" } } }",
-       "interceptor.stages[0]: names no stage kind"},
+       "interceptor.stages[0].kind: no stage kind set"},
       {"partitions { id: 1 name: \"a\" dispatcher { lane_weights { bulk: -1 } } }",
        "lane_weights.bulk: must be > 0"},
   };

@@ -193,6 +193,44 @@ TEST_F(GrpcServicesTest, ClientErrors) {
   }
 }
 
+// proto/client.proto: height 0 is the latest committed block, not genesis.
+TEST_F(GrpcServicesTest, GetBlockHeightZeroIsTheLatestBlock) {
+  grpc::ClientContext submit_ctx;
+  node::client::SubmitTxResponse submitted;
+  grpc::Status st =
+      Submit("hot", SignedPut(1, 'z', 1, "latest"), /*wait=*/true, &submitted, &submit_ctx);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  auto client = Client();
+  auto chain_height = [&] {
+    grpc::ClientContext c;
+    WithDeadline(&c);
+    node::client::GetChainStatusRequest req;
+    *req.mutable_partition() = Ref("hot");
+    node::client::GetChainStatusResponse resp;
+    EXPECT_TRUE(client->GetChainStatus(&c, req, &resp).ok());
+    return resp.height();
+  };
+  auto get_block = [&](uint64_t height) {
+    grpc::ClientContext c;
+    WithDeadline(&c);
+    node::client::GetBlockRequest req;
+    *req.mutable_partition() = Ref("hot");
+    req.set_height(height);
+    node::client::GetBlockResponse resp;
+    grpc::Status s = client->GetBlock(&c, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  };
+  const uint64_t before = chain_height();
+  const node::client::GetBlockResponse latest = get_block(0);
+  const uint64_t after = chain_height();
+  // Blocks may commit between the calls: the answer is the tip at some moment in between.
+  EXPECT_GE(latest.block().header().height(), before);
+  EXPECT_LE(latest.block().header().height(), after);
+  EXPECT_GE(latest.block().header().height(), submitted.receipt().block_height());
+  EXPECT_EQ(latest.block_hash(), get_block(latest.block().header().height()).block_hash());
+}
+
 TEST_F(GrpcServicesTest, PausedPartitionIsUnavailableUntilResumed) {
   auto admin = Admin();
   {

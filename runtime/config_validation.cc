@@ -1,0 +1,327 @@
+#include "runtime/config_validation.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "flowctl/stage_registry.h"
+
+namespace runtime {
+namespace {
+
+using node::config::ConsensusConfig;
+using node::config::DispatcherConfig;
+using node::config::LaneConfig;
+using node::config::LosslessConfig;
+using node::config::PartitionConfig;
+using node::config::PoolConfig;
+using node::config::ResourceConfig;
+using node::config::ShareConfig;
+
+constexpr uint64_t kKiB = 1024;
+constexpr uint64_t kMiB = 1024 * kKiB;
+
+// Appends problems under one path prefix.
+class Checker {
+ public:
+  explicit Checker(std::string at) : at_(std::move(at)) {}
+
+  void Fail(absl::string_view field, std::string message) {
+    problems_.push_back({absl::StrCat(at_, ".", field), std::move(message)});
+  }
+  template <typename T>
+  void AtLeast(absl::string_view field, T value, T min) {
+    if (value < min) Fail(field, absl::StrCat("must be >= ", min, ", got ", value));
+  }
+  template <typename T>
+  void AtMost(absl::string_view field, T value, T max) {
+    if (value > max) Fail(field, absl::StrCat("must be <= ", max, ", got ", value));
+  }
+  void InRange(absl::string_view field, double value, double lo, double hi) {
+    if (!(value >= lo && value <= hi)) {
+      Fail(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", value));
+    }
+  }
+  // > 0 and finite (NaN fails).
+  void Positive(absl::string_view field, double value) {
+    if (!(value > 0)) {
+      Fail(field, absl::StrCat("must be > 0, got ", value));
+    } else if (std::isinf(value)) {
+      Fail(field, absl::StrCat("must be finite, got ", value));
+    }
+  }
+  void Append(std::vector<ConfigProblem> more) {
+    for (ConfigProblem& p : more) problems_.push_back(std::move(p));
+  }
+
+  const std::string& at() const { return at_; }
+  std::vector<ConfigProblem> Take() { return std::move(problems_); }
+
+ private:
+  const std::string at_;
+  std::vector<ConfigProblem> problems_;
+};
+
+bool IsHexKey(absl::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string PartitionPath(absl::string_view name) { return absl::StrCat("partitions[", name, "]"); }
+
+bool IsValidPartitionName(absl::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+absl::Status ProblemsToStatus(const std::vector<ConfigProblem>& problems) {
+  if (problems.empty()) return absl::OkStatus();
+  std::vector<std::string> lines;
+  lines.reserve(problems.size());
+  for (const ConfigProblem& p : problems) lines.push_back(absl::StrCat(p.path, ": ", p.message));
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+std::vector<ConfigProblem> ValidateShareConfig(const ShareConfig& s, const std::string& at) {
+  Checker check(at);
+  check.Positive("weight", s.weight());
+  const bool guarantee_ok = s.guarantee_fraction() >= 0 && s.guarantee_fraction() <= 1;
+  check.InRange("guarantee_fraction", s.guarantee_fraction(), 0, 1);
+  if (!(s.ceiling_fraction() > 0 && s.ceiling_fraction() <= 1)) {
+    check.Fail("ceiling_fraction",
+               absl::StrCat("must be in (0, 1], got ", s.ceiling_fraction()));
+  } else if (guarantee_ok && s.ceiling_fraction() < s.guarantee_fraction()) {
+    check.Fail("ceiling_fraction",
+               absl::StrCat("must be >= guarantee_fraction (", s.guarantee_fraction(), "), got ",
+                            s.ceiling_fraction()));
+  }
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidateLaneConfig(const LaneConfig& w, const std::string& at) {
+  Checker check(at);
+  for (auto [name, value] : {std::pair{"consensus", w.consensus()}, {"sync", w.sync()},
+                             {"tx_forward", w.tx_forward()}, {"bulk", w.bulk()},
+                             {"client", w.client()}}) {
+    if (!(value > 0)) {
+      check.Fail(name, absl::StrCat("must be > 0, got ", value));
+    } else if (value > kMaxLaneWeight) {
+      check.Fail(name, absl::StrCat("must be <= ", static_cast<int64_t>(kMaxLaneWeight),
+                                    ", got ", value));
+    }
+  }
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidateDispatcherConfig(const DispatcherConfig& d,
+                                                    const std::string& at) {
+  Checker check(at);
+  check.AtLeast<uint32_t>("budget_messages", d.budget_messages(), 1);
+  check.AtLeast<uint64_t>("budget_bytes", d.budget_bytes(), 1);
+  check.Append(ValidateLaneConfig(d.lane_weights(), at + ".lane_weights"));
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidatePoolConfig(const PoolConfig& pool, const std::string& at) {
+  Checker check(at);
+  check.AtLeast<uint32_t>("max_txs", pool.max_txs(), 1);
+  check.InRange("forward_reserve_fraction", pool.forward_reserve_fraction(), 0, 0.5);
+  check.InRange("high_water_fraction", pool.high_water_fraction(), 0.01, 1);
+  check.AtLeast<uint32_t>("max_tx_bytes", pool.max_tx_bytes(), 128);
+  check.AtLeast<uint64_t>("max_bytes", pool.max_bytes(), pool.max_tx_bytes());
+  if (pool.max_per_sender() < 1) {
+    check.AtLeast<uint32_t>("max_per_sender", pool.max_per_sender(), 1);
+  } else if (pool.max_per_sender() > pool.max_txs()) {
+    check.Fail("max_per_sender", absl::StrCat("must be <= max_txs (", pool.max_txs(), "), got ",
+                                              pool.max_per_sender()));
+  }
+  check.AtLeast<uint32_t>("ttl_seconds", pool.ttl_seconds(), 1);
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidateConsensusConfig(const ConsensusConfig& c,
+                                                   const std::string& at) {
+  Checker check(at);
+  check.AtLeast<uint32_t>("batch_max_txs", c.batch_max_txs(), 1);
+  check.AtLeast<uint32_t>("checkpoint_interval", c.checkpoint_interval(), 1);
+  if (c.checkpoint_interval() >= 1 && (c.watermark_window() % c.checkpoint_interval() != 0 ||
+                                       c.watermark_window() < 2 * c.checkpoint_interval())) {
+    check.Fail("watermark_window",
+               absl::StrCat("must be a multiple of checkpoint_interval (", c.checkpoint_interval(),
+                            ") and at least twice it, got ", c.watermark_window()));
+  }
+  check.AtLeast<uint32_t>("view_change_timeout_ms", c.view_change_timeout_ms(), 100);
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidateLosslessConfig(const LosslessConfig& l, const std::string& at) {
+  Checker check(at);
+  if (!l.enabled()) return {};
+  check.AtLeast<uint64_t>("drain_bytes_per_second", l.drain_bytes_per_second(), 1);
+  check.AtLeast<uint64_t>("segment_bytes", l.segment_bytes(), 64 * kKiB);
+  check.AtMost<uint32_t>("sync_interval_ms", l.sync_interval_ms(), 10'000);
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidateStageChainConfig(const node::flowctl::StageChainConfig& chain,
+                                                    const std::string& at) {
+  Checker check(at);
+  if (chain.stages().empty()) {
+    check.Fail("stages", "must list at least one stage");
+    return check.Take();
+  }
+  flowctl::StageRegistry registry;
+  for (absl::string_view name : kGatePredicateNames) {
+    absl::Status s = registry.RegisterPredicate(std::string(name),
+                                                [](const flowctl::RequestMeta&) { return true; });
+    if (!s.ok()) check.Fail("stages", absl::StrCat("internal: ", s.message()));
+  }
+  // The registry's errors are "<field>: <problem>" with fields relative to the chain.
+  const absl::Status s = registry.Validate(chain);
+  if (!s.ok()) {
+    const std::vector<absl::string_view> parts =
+        absl::StrSplit(s.message(), absl::MaxSplits(": ", 1));
+    check.Fail(parts[0], parts.size() > 1 ? std::string(parts[1]) : "invalid");
+  }
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
+                                                   const std::string& at) {
+  Checker check(at);
+  check.AtLeast<uint32_t>("id", p.id(), 1);
+  if (p.name().empty()) {
+    check.Fail("name", "is required");
+  } else if (!IsValidPartitionName(p.name())) {
+    check.Fail("name", absl::StrCat("may hold only letters, digits, '_' and '-', got \"",
+                                    p.name(), "\""));
+  }
+  check.Append(ValidateShareConfig(p.share(), at + ".share"));
+  check.Append(ValidateStageChainConfig(p.interceptor(), at + ".interceptor"));
+  check.Append(ValidateDispatcherConfig(p.dispatcher(), at + ".dispatcher"));
+  check.Append(ValidatePoolConfig(p.pool(), at + ".pool"));
+  check.Append(ValidateConsensusConfig(p.consensus(), at + ".consensus"));
+  // A batch must hold at least one transaction of the largest size the pool accepts.
+  check.AtLeast<uint64_t>("consensus.batch_max_bytes", p.consensus().batch_max_bytes(),
+                          p.pool().max_tx_bytes());
+  check.Append(ValidateLosslessConfig(p.lossless(), at + ".lossless"));
+
+  absl::flat_hash_set<std::string> keys;
+  for (int i = 0; i < p.genesis_size(); ++i) {
+    const std::string field = absl::StrCat("genesis[", i, "].public_key_hex");
+    const std::string key = absl::AsciiStrToLower(p.genesis(i).public_key_hex());
+    if (!IsHexKey(key)) {
+      check.Fail(field, "must be 64 hex characters (an Ed25519 public key)");
+    } else if (!keys.insert(key).second) {
+      check.Fail(field, "repeats an earlier genesis account");
+    }
+  }
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidateEgressConfig(const ResourceConfig& r, const std::string& at) {
+  Checker check(at);
+  if (r.egress_bytes_per_second() != 0 &&
+      r.tx_forward_floor_bytes_per_second() > r.egress_bytes_per_second()) {
+    check.Fail("tx_forward_floor_bytes_per_second",
+               absl::StrCat("must be <= egress_bytes_per_second (", r.egress_bytes_per_second(),
+                            "), got ", r.tx_forward_floor_bytes_per_second()));
+  }
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const std::string& at) {
+  Checker check(at);
+  check.AtLeast<uint32_t>("cpu_workers", r.cpu_workers(), 1);
+  check.AtMost<uint32_t>("cpu_workers", r.cpu_workers(), 1024);
+  check.AtLeast<uint64_t>("memory_bytes", r.memory_bytes(), 16 * kMiB);
+  check.Append(ValidateEgressConfig(r, at));
+  if (r.arbiter_tick_ms() < 10 || r.arbiter_tick_ms() > 10'000) {
+    check.Fail("arbiter_tick_ms",
+               absl::StrCat("must be in [10, 10000], got ", r.arbiter_tick_ms()));
+  }
+  return check.Take();
+}
+
+std::vector<ConfigProblem> ValidateGuaranteeSum(const std::vector<ShareConfig>& shares) {
+  double sum = 0;
+  for (const ShareConfig& s : shares) sum += s.guarantee_fraction();
+  if (sum <= 1 + 1e-9) return {};
+  return {{"partitions", absl::StrCat("share.guarantee_fraction sums to ", sum,
+                                      " over all partitions; must be <= 1")}};
+}
+
+absl::StatusOr<PartitionConfig> ApplyFlowUpdate(
+    const PartitionConfig& current, const node::admin::UpdatePartitionFlowRequest& request) {
+  const std::string at = PartitionPath(current.name());
+  PartitionConfig next = current;
+  std::vector<ConfigProblem> problems;
+  if (request.has_interceptor()) *next.mutable_interceptor() = request.interceptor();
+  if (request.has_dispatcher()) {
+    const DispatcherConfig& d = request.dispatcher();
+    DispatcherConfig& nd = *next.mutable_dispatcher();
+    const LaneConfig& w = d.lane_weights();
+    LaneConfig& nw = *nd.mutable_lane_weights();
+    // 0 keeps the current weight; anything else (negative and NaN too) is validated below.
+    if (w.consensus() != 0) nw.set_consensus(w.consensus());
+    if (w.sync() != 0) nw.set_sync(w.sync());
+    if (w.tx_forward() != 0) nw.set_tx_forward(w.tx_forward());
+    if (w.bulk() != 0) nw.set_bulk(w.bulk());
+    if (w.client() != 0) nw.set_client(w.client());
+    if (d.budget_messages() > 0) nd.set_budget_messages(d.budget_messages());
+    if (d.budget_bytes() > 0) nd.set_budget_bytes(d.budget_bytes());
+  }
+  if (request.has_pool()) {
+    const PoolConfig& p = request.pool();
+    PoolConfig& np = *next.mutable_pool();
+    if (p.max_txs() > 0) np.set_max_txs(p.max_txs());
+    if (p.max_bytes() > 0) np.set_max_bytes(p.max_bytes());
+    if (p.max_per_sender() > 0) np.set_max_per_sender(p.max_per_sender());
+    if (p.forward_reserve_fraction() != 0) {
+      np.set_forward_reserve_fraction(p.forward_reserve_fraction());
+    }
+    if (p.high_water_fraction() != 0) np.set_high_water_fraction(p.high_water_fraction());
+    if (p.ttl_seconds() > 0) np.set_ttl_seconds(p.ttl_seconds());
+    if (p.max_tx_bytes() > 0 && p.max_tx_bytes() != current.pool().max_tx_bytes()) {
+      problems.push_back({at + ".pool.max_tx_bytes",
+                          absl::StrCat("cannot be changed live (restart with it in the config), "
+                                       "got ", p.max_tx_bytes())});
+    }
+  }
+  for (ConfigProblem& p : ValidatePartitionConfig(next, at)) problems.push_back(std::move(p));
+  if (absl::Status s = ProblemsToStatus(problems); !s.ok()) return s;
+  return next;
+}
+
+ShareConfig ShareFromUpdate(const ShareConfig& share) {
+  ShareConfig next = share;
+  if (next.ceiling_fraction() == 0) next.set_ceiling_fraction(1);
+  return next;
+}
+
+absl::StatusOr<ResourceConfig> ApplyEgressUpdate(const ResourceConfig& current,
+                                                 const node::admin::UpdateEgressRequest& request) {
+  ResourceConfig next = current;
+  if (request.set_cap()) next.set_egress_bytes_per_second(request.cap_bytes_per_second());
+  if (request.tx_forward_floor_bytes_per_second() > 0) {
+    next.set_tx_forward_floor_bytes_per_second(request.tx_forward_floor_bytes_per_second());
+  }
+  if (absl::Status s = ProblemsToStatus(ValidateEgressConfig(next, "resources")); !s.ok()) {
+    return s;
+  }
+  return next;
+}
+
+}  // namespace runtime

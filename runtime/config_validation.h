@@ -1,0 +1,113 @@
+// Config validation: one validator per config message (proto/config.proto), shared by config
+// loading (runtime/config.h) and by every live update (admin UpdatePartitionFlow, UpdateArbiter,
+// UpdateEgress), so a bad value gets the same "path: what is wrong, got X" text whichever way it
+// arrives. The live updates' merge rules (which request field replaces which config field) live
+// here too, so an update is checked as the whole config it would leave.
+//
+// Paths. A problem's path is the field's path in NodeConfig: "resources.egress_bytes_per_second",
+// "partitions[hot].pool.max_txs". A partition is named by its name in brackets (PartitionPath);
+// only when a config file gives a partition no usable name (empty, invalid or repeated) is it
+// named by its position, "partitions[2]". Config loading adds "FILE:LINE: " in front; a live
+// update refuses with InvalidArgument holding the same lines (ProblemsToStatus).
+//
+// Each validator takes the path of the message it checks (`at`) and returns every problem it finds
+// (empty when valid); StageChainConfig reports its first problem only (flowctl::StageRegistry
+// stops there). Validators see messages with defaults applied (runtime::ApplyDefaults), the form
+// in which both a loaded config and a merged live update reach them.
+//
+// Thread-safe free functions; no state.
+//
+//   std::vector<ConfigProblem> problems =
+//       ValidatePoolConfig(config.pool(), PartitionPath(config.name()) + ".pool");
+//   RETURN_IF_ERROR(ProblemsToStatus(problems));
+#ifndef RUNTIME_CONFIG_VALIDATION_H_
+#define RUNTIME_CONFIG_VALIDATION_H_
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/admin.pb.h"
+#include "proto/config.pb.h"
+#include "proto/flowctl.pb.h"
+
+namespace runtime {
+
+// One problem found in a config: the field's path and what is wrong with it.
+struct ConfigProblem {
+  std::string path;     // e.g. "partitions[hot].consensus.checkpoint_interval"
+  std::string message;  // e.g. "must be >= 1, got 0"
+};
+
+// The gate predicates every partition registers (runtime/partition.cc); a gate stage may name
+// only these.
+inline constexpr std::array<absl::string_view, 2> kGatePredicateNames = {
+    "consensus_normal", "pool_below_high_water"};
+
+// Upper bound of a lane weight (weights become integer strides in the worker pool).
+inline constexpr double kMaxLaneWeight = 1e6;
+
+// "partitions[<name>]".
+std::string PartitionPath(absl::string_view name);
+
+// Letters, digits, '_' and '-', at least one.
+bool IsValidPartitionName(absl::string_view name);
+
+// OK when `problems` is empty; else InvalidArgument with one "path: message" line per problem.
+absl::Status ProblemsToStatus(const std::vector<ConfigProblem>& problems);
+
+// ---- One validator per message ----
+
+std::vector<ConfigProblem> ValidateShareConfig(const node::config::ShareConfig& share,
+                                               const std::string& at);
+std::vector<ConfigProblem> ValidateLaneConfig(const node::config::LaneConfig& lanes,
+                                              const std::string& at);
+std::vector<ConfigProblem> ValidateDispatcherConfig(
+    const node::config::DispatcherConfig& dispatcher, const std::string& at);
+std::vector<ConfigProblem> ValidatePoolConfig(const node::config::PoolConfig& pool,
+                                              const std::string& at);
+std::vector<ConfigProblem> ValidateConsensusConfig(const node::config::ConsensusConfig& consensus,
+                                                   const std::string& at);
+std::vector<ConfigProblem> ValidateLosslessConfig(const node::config::LosslessConfig& lossless,
+                                                  const std::string& at);
+// Builds the chain with a flowctl::StageRegistry holding kGatePredicateNames, the same code that
+// builds it in a partition, and adds "must list at least one stage".
+std::vector<ConfigProblem> ValidateStageChainConfig(
+    const node::flowctl::StageChainConfig& chain, const std::string& at);
+// The whole partition: the messages above plus id, name, genesis accounts and the checks across
+// messages (a batch holds at least one max-size tx).
+std::vector<ConfigProblem> ValidatePartitionConfig(const node::config::PartitionConfig& partition,
+                                                   const std::string& at);
+// The egress settings of a ResourceConfig: cap (0 = unlimited) and the tx-forward floor.
+std::vector<ConfigProblem> ValidateEgressConfig(const node::config::ResourceConfig& resources,
+                                                const std::string& at);
+// Workers, memory, arbiter tick and ValidateEgressConfig.
+std::vector<ConfigProblem> ValidateResourceConfig(const node::config::ResourceConfig& resources,
+                                                  const std::string& at);
+// Across the node's partitions: guarantee fractions sum to at most 1 (path "partitions").
+std::vector<ConfigProblem> ValidateGuaranteeSum(
+    const std::vector<node::config::ShareConfig>& shares);
+
+// ---- Live updates: the config each would leave, validated whole ----
+
+// UpdatePartitionFlow: an interceptor given replaces the chain whole; a dispatcher or pool field
+// left at 0 keeps its current value; pool.max_tx_bytes cannot change live. Paths are under
+// PartitionPath(current.name()).
+absl::StatusOr<node::config::PartitionConfig> ApplyFlowUpdate(
+    const node::config::PartitionConfig& current,
+    const node::admin::UpdatePartitionFlowRequest& request);
+
+// The share an UpdateArbiter entry sets: the entry's share whole, a ceiling of 0 read as 1 (as
+// ApplyDefaults does). Check it with ValidateShareConfig, and the sum with ValidateGuaranteeSum.
+node::config::ShareConfig ShareFromUpdate(const node::config::ShareConfig& share);
+
+// UpdateEgress: the cap when set_cap, the floor when > 0; the rest of `current` is kept.
+absl::StatusOr<node::config::ResourceConfig> ApplyEgressUpdate(
+    const node::config::ResourceConfig& current, const node::admin::UpdateEgressRequest& request);
+
+}  // namespace runtime
+
+#endif  // RUNTIME_CONFIG_VALIDATION_H_
