@@ -531,6 +531,7 @@ absl::Status GrpcTransport::SendShared(const NodeId& peer, PartitionId partition
   const uint32_t count =
       total == 0 ? 1 : static_cast<uint32_t>((total + kDirectChunkBytes - 1) / kDirectChunkBytes);
   const uint64_t id = kDirectIdBase | next_direct_id_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t now = clock_->NowNanos();
   std::vector<EgressFrame> frames(count);
   for (uint32_t i = 0; i < count; ++i) {
     EgressFrame& f = frames[i];
@@ -544,7 +545,7 @@ absl::Status GrpcTransport::SendShared(const NodeId& peer, PartitionId partition
     f.data = payload;
     f.offset = size_t{i} * kDirectChunkBytes;
     f.length = std::min(kDirectChunkBytes, total - f.offset);
-    f.enqueued_at = clock_->NowNanos();
+    f.enqueued_at = now;
   }
   if (!conn->PushAll(std::move(frames))) {
     counters_->frames_dropped_peer_queue.fetch_add(count, std::memory_order_relaxed);

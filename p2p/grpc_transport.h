@@ -23,8 +23,9 @@
 //   dialer thread on the dialing side) reads frame headers, reassembles chunks (p2p/reassembler.h)
 //   and calls the message handler with the undecoded payload.
 //
-// Thread-safety: Network methods and Stats from any thread; Start/Stop from the owner. Stop()
-// is bounded: it cancels every stream and shuts the server down with a short deadline.
+// Thread-safety: Network methods, WriteFrame and Stats from any thread; SetHandlers and
+// SetPressureHandler before Start; Start/Stop from the owner. Stop() is bounded: it cancels every
+// stream and shuts the server down with a short deadline.
 //
 //   ASSIGN_OR_RETURN(p2p::PrivateKey key, p2p::PrivateKey::ReadPemFile(path));
 //   p2p::GrpcTransportOptions opt;
