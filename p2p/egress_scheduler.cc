@@ -11,7 +11,6 @@
 namespace p2p {
 namespace {
 
-constexpr int kTxIndex = 2;  // ChannelIndex(TX_FORWARD)
 constexpr double kTxBurstChunks = 8;
 
 bool IsUnlimited(double cap) { return cap == 0 || std::isinf(cap); }
@@ -21,6 +20,13 @@ double CapOrUnlimited(double cap) {
 }
 
 }  // namespace
+
+const ChannelEgressStats& EgressStats::channel(Channel c) const {
+  auto it = std::find_if(channels.begin(), channels.end(),
+                         [c](const ChannelEgressStats& s) { return s.channel == c; });
+  CHECK(it != channels.end()) << "no egress stats for channel " << static_cast<int>(c);
+  return *it;
+}
 
 size_t ChunkBytesForCap(double cap_bytes_per_second, int64_t chunk_time_nanos) {
   if (IsUnlimited(cap_bytes_per_second)) return kMaxChunkBytes;
@@ -32,6 +38,7 @@ size_t ChunkBytesForCap(double cap_bytes_per_second, int64_t chunk_time_nanos) {
 EgressScheduler::EgressScheduler(const EgressOptions& options, const flowctl::Clock* clock)
     : options_(options),
       clock_(clock),
+      derived_(options_.channels.derived_rate_index()),
       cap_(CapOrUnlimited(options.cap_bytes_per_second)),
       floor_(std::max(0.0, options.tx_forward_floor_bytes_per_second)),
       chunk_bytes_(ChunkBytesForCap(options.cap_bytes_per_second, options.chunk_time_nanos)),
@@ -39,6 +46,10 @@ EgressScheduler::EgressScheduler(const EgressOptions& options, const flowctl::Cl
       global_bucket_(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes), clock),
       tx_bucket_(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes), clock) {
   absl::MutexLock l(&mu_);
+  for (int i = 0; i < kNumChannels; ++i) {
+    channels_[i].desc = &options_.channels.by_priority()[i];
+    channels_[i].stats.channel = channels_[i].desc->channel;
+  }
   slot_start_ = clock_->NowNanos();
   UpdateDerivedRate();
 }
@@ -55,10 +66,10 @@ void EgressScheduler::Wake() {
 
 absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
                                       std::shared_ptr<const std::string> payload) {
-  if (!IsValidChannel(channel)) {
+  const int idx = options_.channels.PriorityIndex(channel);
+  if (idx < 0) {
     return absl::InvalidArgumentError(absl::StrCat("invalid channel ", static_cast<int>(channel)));
   }
-  const int idx = ChannelIndex(channel);
   const size_t size = payload->size();
   {
     absl::MutexLock l(&mu_);
@@ -81,9 +92,9 @@ absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition,
                                  << " so far)";
       return absl::OkStatus();
     }
-    const size_t limit = options_.queue_bytes[idx];
+    const size_t limit = cs.desc->queue_bytes;
     if (cs.queued_bytes + size > limit) {
-      if (channel == node::p2p::CONSENSUS || channel == node::p2p::SYNC) {
+      if (cs.desc->overflow == OverflowPolicy::kRefuseNew) {
         ++cs.stats.messages_refused;
         LOG_EVERY_N(WARNING, 100) << "egress " << ChannelName(channel) << " queue full ("
                                   << cs.queued_bytes << " bytes queued, limit " << limit
@@ -173,7 +184,7 @@ std::pair<EgressScheduler::PartitionQueue*, size_t> EgressScheduler::SelectParti
 }
 
 EgressFrame EgressScheduler::CutChunk(Message& m, int64_t now) {
-  ChannelState& cs = channels_[ChannelIndex(m.channel)];
+  ChannelState& cs = channels_[options_.channels.PriorityIndex(m.channel)];
   const size_t total = m.data->size();
   if (!m.started()) {
     m.chunk_size = static_cast<uint32_t>(chunk_bytes_);
@@ -205,16 +216,15 @@ EgressFrame EgressScheduler::CutChunk(Message& m, int64_t now) {
 }
 
 void EgressScheduler::Account(const EgressFrame& f, int64_t now) {
-  ChannelState& cs = channels_[ChannelIndex(f.channel)];
+  const int idx = options_.channels.PriorityIndex(f.channel);
+  ChannelState& cs = channels_[idx];
   const size_t wire = f.wire_bytes();
   cs.stats.bytes_sent += wire;
   ++cs.stats.frames_sent;
   PartitionEgressStats& ps = partition_stats_[{f.partition, f.channel}];
   ps.bytes_sent += wire;
   ++ps.frames_sent;
-  if (f.channel == node::p2p::CONSENSUS || f.channel == node::p2p::SYNC) {
-    usage_slots_[usage_slot_] += wire;
-  }
+  if (idx < derived_) usage_slots_[usage_slot_] += wire;
 }
 
 void EgressScheduler::RemovePartitionIfEmpty(ChannelState& cs, PartitionId p) {
@@ -225,7 +235,7 @@ void EgressScheduler::RemovePartitionIfEmpty(ChannelState& cs, PartitionId p) {
 }
 
 bool EgressScheduler::DropOldest(ChannelState& cs) {
-  const Channel channel = kChannelsByPriority[&cs - channels_.data()];
+  const Channel channel = cs.desc->channel;
   Message victim;
   if (options_.fifo_mode) {
     auto it = std::find_if(fifo_.begin(), fifo_.end(), [channel](const Message& m) {
@@ -275,9 +285,11 @@ bool EgressScheduler::MakeRoomForBlockedPeer(const NodeId& peer, size_t size) {
     auto pb = peer_bytes_.find(peer);
     return (pb == peer_bytes_.end() ? 0 : pb->second) + size > bound;
   };
-  // Lowest priority first (BULK, then TX_FORWARD), oldest first within a partition's queue.
-  for (int i = kNumChannels - 1; i >= kTxIndex && over(); --i) {
+  // Droppable channels only, lowest priority first (BULK, then TX_FORWARD), oldest first within a
+  // partition's queue.
+  for (int i = kNumChannels - 1; i >= 0 && over(); --i) {
     ChannelState& cs = channels_[i];
+    if (cs.desc->overflow != OverflowPolicy::kDropOldest) continue;
     std::vector<PartitionId> parts;
     for (auto& [p, pq] : cs.partitions) {
       for (size_t j = 0; j < pq.messages.size() && over();) {
@@ -314,7 +326,7 @@ size_t EgressScheduler::DropPeer(const NodeId& peer) {
   absl::MutexLock l(&mu_);
   size_t dropped = 0;
   auto drop = [&](Message& m) {
-    Forget(channels_[ChannelIndex(m.channel)], m);
+    Forget(channels_[options_.channels.PriorityIndex(m.channel)], m);
     ++dropped;
   };
   auto is_peer = [&](const Message& m) { return m.peer == peer; };
@@ -389,16 +401,17 @@ DequeueResult EgressScheduler::DequeuePriority(int64_t now) {
     if (pq == nullptr) continue;  // all of it waits on blocked peers
     Message& m = pq->messages[pos];
     const size_t cost = ChunkCost(m);
-    if (i == kTxIndex && tx_bucket_.NanosUntilAt(cost, now) > 0) {
+    if (i == derived_ && tx_bucket_.NanosUntilAt(cost, now) > 0) {
       // Held to its derived rate; a lower channel may use the budget meanwhile.
       wait = std::min(wait, tx_bucket_.NanosUntilAt(cost, now));
       continue;
     }
     if (!global_bucket_.TryAcquireAt(cost, now)) {
       // Strict priority: nothing lower may take the budget this channel is waiting for.
-      return {std::nullopt, std::min(wait, std::max<int64_t>(1, global_bucket_.NanosUntilAt(cost, now)))};
+      return {std::nullopt,
+              std::min(wait, std::max<int64_t>(1, global_bucket_.NanosUntilAt(cost, now)))};
     }
-    if (i == kTxIndex) tx_bucket_.ConsumeAt(cost, now);
+    if (i == derived_) tx_bucket_.ConsumeAt(cost, now);
     pq->deficit -= static_cast<int64_t>(cost);
     EgressFrame f = CutChunk(m, now);
     if (m.next_chunk == f.chunk_count) {
@@ -432,7 +445,8 @@ absl::Status EgressScheduler::SetCap(double cap_bytes_per_second) {
     absl::MutexLock l(&mu_);
     cap_ = CapOrUnlimited(cap_bytes_per_second);
     chunk_bytes_ = ChunkBytesForCap(cap_bytes_per_second, options_.chunk_time_nanos);
-    CHECK(global_bucket_.SetRate(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes)).ok());
+    CHECK(global_bucket_.SetRate(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes))
+              .ok());
     UpdateDerivedRate();
   }
   Wake();

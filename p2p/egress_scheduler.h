@@ -1,32 +1,37 @@
 // EgressScheduler: the third valve. Decides which frame leaves the node next, for all peers.
 //
+// Per-channel behaviour comes from the channel table (p2p/channel.h, EgressOptions::channels),
+// not from switches over channel names:
 // - One global token bucket in bytes/s (payload + kFrameOverheadBytes per frame) for the whole
 //   node; cap 0 in the options means unlimited.
-// - Strict priority between channels: CONSENSUS > SYNC > TX_FORWARD > BULK.
-// - TX_FORWARD is also held to a derived rate: cap minus what CONSENSUS + SYNC used over the last
-//   `usage_window_nanos` (a sliding window of 10 slots), never below the floor. BULK may use
-//   budget that TX_FORWARD leaves idle because of that rate (it is still under the global cap).
+// - Strict priority between channels, by descriptor priority (CONSENSUS > SYNC > TX_FORWARD >
+//   BULK in the node's table).
+// - The channel whose descriptor has derived_rate (TX_FORWARD) is also held to a derived rate:
+//   cap minus what the channels above it used over the last `usage_window_nanos` (a sliding
+//   window of 10 slots), never below the floor. Channels below it may use budget that it leaves
+//   idle because of that rate (they are still under the global cap).
 // - Within a channel, partitions share by deficit round robin on bytes (quantum = weight x the
 //   chunk cost), weights set live (by the arbiter).
 // - Messages above the chunk size are cut into chunks (chunk = ~2 ms of the cap, clamped to
 //   [1 KiB, 64 KiB]; 64 KiB when unlimited), cut when each chunk is dequeued, so a
 //   higher-priority frame goes out between two chunks. A message's chunk size is fixed when its
 //   first chunk leaves. Messages over max_frame_bytes are refused (InvalidArgument) and counted.
-// - Bounded queues, per channel, in bytes. CONSENSUS and SYNC refuse a message that does not fit
-//   (ResourceExhausted; counted and logged: never dropped silently). TX_FORWARD and BULK drop
-//   their oldest not-yet-started messages to make room (counted).
+// - Bounded queues, per channel, in bytes (descriptor queue_bytes). A kRefuseNew channel refuses
+//   a message that does not fit (ResourceExhausted; counted and logged: never dropped silently).
+//   A kDropOldest channel drops its oldest not-yet-started messages to make room (counted).
 // - Per-peer backpressure: the transport marks a peer blocked while that peer's writer queue is
 //   full (SetPeerBlocked). A blocked peer's messages stay here, skipped by Dequeue, so priorities
 //   keep holding per link: a peer behind a slow link gets its SYNC before its TX_FORWARD once it
 //   drains. Other peers' messages go ahead (order per peer is kept). While blocked, a peer may
-//   hold at most `blocked_peer_bytes` here: beyond that its oldest not-started TX_FORWARD/BULK
-//   messages are dropped to make room, then the new message itself (counted per channel).
+//   hold at most `blocked_peer_bytes` here: beyond that its oldest not-started messages of
+//   kDropOldest channels (lowest priority first) are dropped to make room, then the new message
+//   itself (counted per channel).
 // - fifo_mode: one queue in arrival order, global bucket only, no per-peer backpressure (for
 //   comparison).
 //
 // The scheduler keeps no thread and reads time from the injected clock, so tests drive it with a
 // FakeClock: Enqueue(...) then Dequeue(), which returns the next frame to hand to the transport or
-// how long to wait. EgressSender (p2p/egress_sender.h) runs it on a thread for the transport.
+// how long to wait. EgressValve (p2p/egress_valve.h) puts it in front of any Network.
 //
 // Thread-safety: every method is thread-safe (one internal mutex).
 //
@@ -55,13 +60,12 @@
 #include "flowctl/clock.h"
 #include "flowctl/histogram.h"
 #include "flowctl/token_bucket.h"
+#include "p2p/channel.h"
+#include "p2p/egress_frame.h"
 #include "p2p/network.h"
 
 namespace p2p {
 
-// Bytes charged per frame for its header (an upper estimate of the encoded FrameHeader and its
-// framing), so the cap covers what really goes on the wire.
-inline constexpr size_t kFrameOverheadBytes = 32;
 inline constexpr size_t kMinChunkBytes = 1024;
 inline constexpr size_t kMaxChunkBytes = 64 * 1024;
 
@@ -72,8 +76,8 @@ struct EgressOptions {
   double tx_forward_floor_bytes_per_second = 64 * 1024;
   // Largest message accepted (payload bytes).
   size_t max_frame_bytes = 16 << 20;
-  // Queue bound per channel (payload bytes queued), in priority order.
-  std::array<size_t, kNumChannels> queue_bytes = {8 << 20, 32 << 20, 16 << 20, 32 << 20};
+  // Priority, queue bound, overflow policy and derived rate of each channel.
+  ChannelTable channels = DefaultChannelTable();
   // Window of the CONSENSUS + SYNC usage average behind TX_FORWARD's derived rate.
   int64_t usage_window_nanos = 1'000'000'000;
   // Time worth of cap one chunk carries.
@@ -87,24 +91,6 @@ struct EgressOptions {
 // The chunk size for a cap (bytes/s; 0 or kUnlimited = unlimited).
 size_t ChunkBytesForCap(double cap_bytes_per_second, int64_t chunk_time_nanos = 2'000'000);
 
-// One frame to write: a chunk of a queued message. Shares the message's bytes.
-struct EgressFrame {
-  NodeId peer;
-  PartitionId partition = 0;
-  Channel channel = node::p2p::CONSENSUS;
-  uint64_t message_id = 0;
-  uint32_t message_length = 0;  // whole message
-  uint32_t chunk_index = 0;
-  uint32_t chunk_count = 1;
-  std::shared_ptr<const std::string> data;  // whole message
-  size_t offset = 0;                        // of this chunk in data
-  size_t length = 0;                        // of this chunk
-  int64_t enqueued_at = 0;                  // clock nanos when the message was enqueued
-
-  absl::string_view payload() const { return absl::string_view(*data).substr(offset, length); }
-  size_t wire_bytes() const { return length + kFrameOverheadBytes; }
-};
-
 struct DequeueResult {
   std::optional<EgressFrame> frame;
   // When no frame: nanos until one may be ready (kNever: queues empty or cap closed).
@@ -112,12 +98,13 @@ struct DequeueResult {
 };
 
 struct ChannelEgressStats {
+  Channel channel = node::p2p::CHANNEL_UNSPECIFIED;
   uint64_t bytes_sent = 0;   // payload + kFrameOverheadBytes per frame
   uint64_t frames_sent = 0;
   uint64_t messages_enqueued = 0;
-  uint64_t messages_dropped = 0;  // TX_FORWARD/BULK drop-oldest
+  uint64_t messages_dropped = 0;  // kDropOldest overflow, blocked-peer bound
   uint64_t bytes_dropped = 0;
-  uint64_t messages_refused = 0;  // CONSENSUS/SYNC overflow (Enqueue returned ResourceExhausted)
+  uint64_t messages_refused = 0;  // kRefuseNew overflow (Enqueue returned ResourceExhausted)
   uint64_t queued_bytes = 0;
   uint64_t queued_messages = 0;
   flowctl::HistogramSnapshot queue_delay_nanos;  // enqueue -> first chunk dequeued
@@ -129,7 +116,7 @@ struct PartitionEgressStats {
 };
 
 struct EgressStats {
-  std::array<ChannelEgressStats, kNumChannels> channels;  // in priority order
+  std::array<ChannelEgressStats, kNumChannels> channels;  // in priority order (highest first)
   std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partitions;
   uint64_t oversized_refused = 0;
   uint64_t blocked_peers = 0;       // peers blocked now
@@ -137,8 +124,12 @@ struct EgressStats {
   uint64_t blocked_peer_drops = 0;  // messages dropped because a blocked peer was over its bound
   double cap_bytes_per_second = 0;  // kUnlimited when unlimited
   double tx_forward_rate = 0;       // current derived rate; kUnlimited when unlimited
-  double priority_usage_bytes_per_second = 0;  // CONSENSUS + SYNC moving average
+  // What the channels above the derived-rate one used (CONSENSUS + SYNC), moving average.
+  double priority_usage_bytes_per_second = 0;
   size_t chunk_bytes = 0;
+
+  // The stats of `c`. REQUIRES: c is a wire channel.
+  const ChannelEgressStats& channel(Channel c) const;
 };
 
 class EgressScheduler {
@@ -151,7 +142,7 @@ class EgressScheduler {
   EgressScheduler& operator=(const EgressScheduler&) = delete;
 
   // Queues a message. Errors: InvalidArgument (bad channel; payload over max_frame_bytes, counted),
-  // ResourceExhausted (CONSENSUS/SYNC queue full; counted and logged).
+  // ResourceExhausted (a kRefuseNew channel's queue is full; counted and logged).
   absl::Status Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
                        std::shared_ptr<const std::string> payload);
   absl::Status Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
@@ -182,6 +173,7 @@ class EgressScheduler {
 
   EgressStats Stats() const;
   bool fifo_mode() const { return options_.fifo_mode; }
+  const ChannelTable& channels() const { return options_.channels; }
 
  private:
   struct Message {
@@ -202,6 +194,7 @@ class EgressScheduler {
     bool quantum_given = false;
   };
   struct ChannelState {
+    const ChannelDescriptor* desc = nullptr;            // in options_.channels
     std::map<PartitionId, PartitionQueue> partitions;  // only non-empty ones
     std::deque<PartitionId> active;                     // round-robin order
     uint64_t queued_bytes = 0;
@@ -237,6 +230,8 @@ class EgressScheduler {
   // Constant after construction.
   const EgressOptions options_;
   const flowctl::Clock* const clock_;
+  // Position (in priority order) of the derived-rate channel, or -1.
+  const int derived_;
 
   mutable absl::Mutex mu_;
   double cap_ ABSL_GUARDED_BY(mu_);  // kUnlimited when unlimited
@@ -245,7 +240,7 @@ class EgressScheduler {
   double tx_rate_ ABSL_GUARDED_BY(mu_);
   flowctl::TokenBucket global_bucket_;  // its own synchronization; reconfigured under mu_
   flowctl::TokenBucket tx_bucket_;
-  std::array<ChannelState, kNumChannels> channels_ ABSL_GUARDED_BY(mu_);
+  std::array<ChannelState, kNumChannels> channels_ ABSL_GUARDED_BY(mu_);  // priority order
   std::deque<Message> fifo_ ABSL_GUARDED_BY(mu_);  // fifo_mode only
   std::map<PartitionId, uint32_t> weights_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partition_stats_
@@ -256,7 +251,8 @@ class EgressScheduler {
   uint64_t peer_block_events_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t blocked_peer_drops_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // CONSENSUS + SYNC bytes per slot of the usage window; slot_start_ is the current slot's start.
+  // Bytes of the channels above the derived-rate one, per slot of the usage window; slot_start_
+  // is the current slot's start.
   std::array<uint64_t, kUsageSlots> usage_slots_ ABSL_GUARDED_BY(mu_) = {};
   int usage_slot_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t slot_start_ ABSL_GUARDED_BY(mu_) = 0;

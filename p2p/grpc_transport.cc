@@ -20,6 +20,15 @@ namespace p2p {
 
 using node::p2p::StreamMessage;
 
+namespace {
+
+// Chunk size of messages sent on the transport directly (not through an egress valve).
+constexpr size_t kDirectChunkBytes = 64 * 1024;
+// Direct sends number their messages from here, apart from the valve's scheduler's ids.
+constexpr uint64_t kDirectIdBase = uint64_t{1} << 63;
+
+}  // namespace
+
 struct GrpcTransport::Counters {
   std::atomic<uint64_t> frames_received{0};
   std::atomic<uint64_t> bytes_received{0};
@@ -27,6 +36,7 @@ struct GrpcTransport::Counters {
   std::atomic<uint64_t> frames_refused{0};
   std::atomic<uint64_t> handshakes_accepted{0};
   std::atomic<uint64_t> handshakes_refused{0};
+  std::atomic<uint64_t> frames_written{0};
   std::atomic<uint64_t> frames_dropped_no_peer{0};
   std::atomic<uint64_t> frames_dropped_peer_queue{0};
   std::atomic<uint64_t> streams_written{0};
@@ -58,7 +68,7 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
     } unwatch{t_, watch};
     StreamMessage msg;
     if (!stream->Read(&msg)) {
-      // issue 9: the sync Read cannot tell "closed at once" from "first message does not parse";
+      // The sync Read cannot tell "closed at once" from "first message does not parse";
       // either way a log line and a count (handshakes_refused), not silence.
       t_->counters_->handshakes_refused.fetch_add(1);
       LOG(WARNING) << "p2p " << t_->self_ << ": refused stream from " << ctx->peer()
@@ -68,7 +78,7 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
     }
     if (!msg.has_client_hello()) return Refuse(ctx, "expected ClientHello");
     if (absl::Status shape = CheckClientHelloShape(msg.client_hello()); !shape.ok()) {
-      return Refuse(ctx, std::string(shape.message()));  // issue 9: before any lookup or log
+      return Refuse(ctx, std::string(shape.message()));  // before any lookup or log
     }
     const node::p2p::ClientHello hello = msg.client_hello();
     const NodeId& claimed = hello.node_id();
@@ -110,7 +120,7 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
         claimed, [stream](const StreamMessage& m) { return stream->Write(m); },
         [stream](StreamMessage* m) { return stream->Read(m); }, [ctx] { ctx->TryCancel(); },
         t_->options_.peer_queue_bytes, t_->options_.max_batch_bytes,
-        t_->options_.egress.max_frame_bytes, &t_->counters_->streams_written);
+        t_->options_.max_frame_bytes, &t_->counters_->streams_written);
     t_->WatchPressure(*conn);
     t_->RunConnection(conn);
     return grpc::Status::OK;
@@ -131,8 +141,6 @@ GrpcTransport::GrpcTransport(base::PrivateKey key, GrpcTransportOptions options,
       self_(NodeIdFromPublicKey(key_.public_key().bytes())),
       options_(std::move(options)),
       clock_(clock),
-      scheduler_(options_.egress, clock),
-      sender_(&scheduler_, [this](EgressFrame f) { OnEgressFrame(std::move(f)); }),
       counters_(std::make_unique<Counters>()),
       service_(std::make_unique<Service>(this)) {
   absl::MutexLock l(&mu_);
@@ -155,30 +163,19 @@ absl::Status GrpcTransport::Start() {
     }
     started_ = true;
   }
-  if (options_.fault.enabled()) {  // tests only; built before any stream can Send
-    if (absl::Status s = ValidateFaultOptions(options_.fault); !s.ok()) return s;
-    fault_ = std::make_unique<FaultInjector>(
-        options_.fault,
-        [this](const NodeId& peer, PartitionId partition, Channel channel,
-               std::shared_ptr<const std::string> payload) {
-          return scheduler_.Enqueue(peer, partition, channel, std::move(payload));
-        },
-        clock_);
-    LOG(WARNING) << "p2p " << self_ << ": FAULT INJECTION ON (test flag): "
-                 << DescribeFaultOptions(options_.fault);
-  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options_.listen_address,
                            options_.server_credentials != nullptr
                                ? options_.server_credentials
                                : grpc::InsecureServerCredentials(),
-                           &port);  // TLS (issue 9)
+                           &port);
   builder.RegisterService(service_.get());
   // gRPC sets SO_REUSEPORT by default: a second node on a taken port would bind and split the
   // traffic silently. A taken port must be a start error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options_.keepalive_time_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                             static_cast<int>(options_.keepalive_time_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              static_cast<int>(options_.keepalive_timeout_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -190,8 +187,6 @@ absl::Status GrpcTransport::Start() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));
   }
   port_.store(port);
-  if (fault_ != nullptr) fault_->Start();
-  sender_.Start();
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   absl::MutexLock l(&mu_);
   for (const auto& [id, peer] : peers_) {
@@ -209,8 +204,6 @@ void GrpcTransport::Stop() {
     stopping_ = true;
     if (!started_) return;
   }
-  if (fault_ != nullptr) fault_->Stop();
-  sender_.Stop();
   {
     absl::MutexLock l(&mu_);
     for (auto& [id, ctx] : dialing_) ctx->TryCancel();
@@ -287,7 +280,6 @@ void GrpcTransport::Register(const std::shared_ptr<PeerConnection>& conn) {
   }
   if (old) {
     old->Close();
-    scheduler_.DropPeer(conn->peer());
     if (on_peer_event_) on_peer_event_(conn->peer(), PeerEvent::kDown);
   }
   LOG(INFO) << "p2p " << self_ << ": peer " << conn->peer() << " up";
@@ -302,16 +294,19 @@ void GrpcTransport::Unregister(const std::shared_ptr<PeerConnection>& conn) {
     if (it == peers_.end() || it->second.conn != conn) return;  // replaced: no event
     it->second.conn.reset();
   }
-  scheduler_.DropPeer(conn->peer());
   LOG(INFO) << "p2p " << self_ << ": peer " << conn->peer() << " down";
   if (on_peer_event_) on_peer_event_(conn->peer(), PeerEvent::kDown);
 }
 
 void GrpcTransport::WatchPressure(PeerConnection& conn) {
-  if (options_.peer_release_bytes == 0) return;
+  if (options_.peer_release_bytes == 0 || !on_pressure_) return;
   conn.SetPressureCallback(options_.peer_release_bytes, [this, peer = conn.peer()](bool blocked) {
-    scheduler_.SetPeerBlocked(peer, blocked);
+    on_pressure_(peer, blocked);
   });
+}
+
+void GrpcTransport::SetPressureHandler(PressureHandler handler) {
+  on_pressure_ = std::move(handler);
 }
 
 void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
@@ -346,7 +341,7 @@ void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
   Unregister(conn);
 }
 
-void GrpcTransport::OnEgressFrame(EgressFrame frame) {
+void GrpcTransport::WriteFrame(EgressFrame frame) {
   std::shared_ptr<PeerConnection> conn;
   {
     absl::ReaderMutexLock l(&mu_);
@@ -359,7 +354,9 @@ void GrpcTransport::OnEgressFrame(EgressFrame frame) {
   }
   if (!conn->Push(std::move(frame))) {
     counters_->frames_dropped_peer_queue.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
+  counters_->frames_written.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool GrpcTransport::WaitBackoff(int64_t ms) {
@@ -393,12 +390,13 @@ void GrpcTransport::DialLoop(NodeId peer) {
       args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options_.keepalive_timeout_ms));
       args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
       args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options_.initial_backoff_ms));
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                  static_cast<int>(options_.initial_backoff_ms));
       args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options_.initial_backoff_ms));
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.max_backoff_ms));
       // Our own stream per peer; do not share a TCP connection with other channels.
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-      // TLS (issue 9): mutual TLS when configured; the handshake below still runs inside.
+      // Mutual TLS when configured; the handshake below still runs inside.
       if (!options_.tls_peer_name.empty()) {
         args.SetSslTargetNameOverride(options_.tls_peer_name);
       }
@@ -478,7 +476,7 @@ bool GrpcTransport::DialOnce(const NodeId& peer, const std::string& expected_key
   auto conn = std::make_shared<PeerConnection>(
       peer, [s](const StreamMessage& m) { return s->Write(m); },
       [s](StreamMessage* m) { return s->Read(m); }, [ctx] { ctx->TryCancel(); },
-      options_.peer_queue_bytes, options_.max_batch_bytes, options_.egress.max_frame_bytes,
+      options_.peer_queue_bytes, options_.max_batch_bytes, options_.max_frame_bytes,
       &counters_->streams_written);
   WatchPressure(*conn);
   RunConnection(conn);
@@ -505,32 +503,64 @@ std::vector<NodeId> GrpcTransport::connected_peers() const {
 
 absl::Status GrpcTransport::Send(const NodeId& peer, PartitionId partition, Channel channel,
                                  std::string payload) {
+  return SendShared(peer, partition, channel,
+                    std::make_shared<const std::string>(std::move(payload)));
+}
+
+absl::Status GrpcTransport::SendShared(const NodeId& peer, PartitionId partition,
+                                       Channel channel,
+                                       std::shared_ptr<const std::string> payload) {
+  if (!IsValidChannel(channel)) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid channel ", static_cast<int>(channel)));
+  }
+  if (payload->size() > options_.max_frame_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("frame of ", payload->size(), " bytes on ",
+                                                   ChannelName(channel),
+                                                   " exceeds max_frame_bytes ",
+                                                   options_.max_frame_bytes));
+  }
+  std::shared_ptr<PeerConnection> conn;
   {
     absl::ReaderMutexLock l(&mu_);
     auto it = peers_.find(peer);
     if (it == peers_.end()) return absl::InvalidArgumentError(absl::StrCat("unknown peer ", peer));
-    if (it->second.conn == nullptr) {
-      return absl::UnavailableError(absl::StrCat("peer ", peer, " not connected"));
-    }
+    conn = it->second.conn;
   }
-  if (fault_ != nullptr) {
-    return fault_->Submit(peer, partition, channel,
-                          std::make_shared<const std::string>(std::move(payload)));
+  if (conn == nullptr) return absl::UnavailableError(absl::StrCat("peer ", peer, " not connected"));
+  const size_t total = payload->size();
+  const uint32_t count =
+      total == 0 ? 1 : static_cast<uint32_t>((total + kDirectChunkBytes - 1) / kDirectChunkBytes);
+  const uint64_t id = kDirectIdBase | next_direct_id_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t now = clock_->NowNanos();
+  std::vector<EgressFrame> frames(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    EgressFrame& f = frames[i];
+    f.peer = peer;
+    f.partition = partition;
+    f.channel = channel;
+    f.message_id = id;
+    f.message_length = static_cast<uint32_t>(total);
+    f.chunk_index = i;
+    f.chunk_count = count;
+    f.data = payload;
+    f.offset = size_t{i} * kDirectChunkBytes;
+    f.length = std::min(kDirectChunkBytes, total - f.offset);
+    f.enqueued_at = now;
   }
-  return scheduler_.Enqueue(peer, partition, channel, std::move(payload));
+  if (!conn->PushAll(std::move(frames))) {
+    counters_->frames_dropped_peer_queue.fetch_add(count, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(absl::StrCat("peer ", peer, ": writer queue full"));
+  }
+  counters_->frames_written.fetch_add(count, std::memory_order_relaxed);
+  return absl::OkStatus();
 }
 
 absl::Status GrpcTransport::Broadcast(PartitionId partition, Channel channel,
                                       std::string payload) {
-  if (payload.size() > options_.egress.max_frame_bytes) {
-    // Let the scheduler produce (and count) the error.
-    return scheduler_.Enqueue(self_, partition, channel, std::move(payload));
-  }
   auto shared = std::make_shared<const std::string>(std::move(payload));
   absl::Status first_error;
   for (const NodeId& peer : connected_peers()) {
-    absl::Status s = fault_ != nullptr ? fault_->Submit(peer, partition, channel, shared)
-                                       : scheduler_.Enqueue(peer, partition, channel, shared);
+    absl::Status s = SendShared(peer, partition, channel, shared);
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   return first_error;
@@ -543,13 +573,13 @@ void GrpcTransport::SetHandlers(MessageHandler on_message, PeerEventHandler on_p
 
 TransportStats GrpcTransport::Stats() const {
   TransportStats s;
-  s.egress = scheduler_.Stats();
   s.frames_received = counters_->frames_received.load();
   s.bytes_received = counters_->bytes_received.load();
   s.messages_delivered = counters_->messages_delivered.load();
   s.frames_refused = counters_->frames_refused.load();
   s.handshakes_accepted = counters_->handshakes_accepted.load();
   s.handshakes_refused = counters_->handshakes_refused.load();
+  s.frames_written = counters_->frames_written.load();
   s.frames_dropped_no_peer = counters_->frames_dropped_no_peer.load();
   s.frames_dropped_peer_queue = counters_->frames_dropped_peer_queue.load();
   s.streams_written = counters_->streams_written.load();

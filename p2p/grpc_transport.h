@@ -11,15 +11,21 @@
 //   handshake before it completes ends the stream with PERMISSION_DENIED and a log line. Frames
 //   of an unauthenticated stream never reach the handlers; peer up/down events fire only for
 //   authenticated connections.
-// - Egress: Send/Broadcast -> EgressScheduler (global cap, priorities, chunking) -> one sender
-//   thread -> a bounded queue per peer connection -> that connection's writer thread, which
-//   batches whatever is queued into one stream message.
+// - Egress: a plain transport. In the node, an EgressValve (p2p/egress_valve.h) sits in front
+//   and hands it paced chunks through FrameWriter::WriteFrame; each goes to a bounded queue per
+//   peer connection, drained by that connection's writer thread, which batches whatever is queued
+//   into one stream message. Per-peer backpressure: once a peer's queue holds
+//   `peer_release_bytes`, the pressure handler (the valve's scheduler) is told the peer is
+//   blocked, and unblocked when the writer has drained half.
+//   Send/Broadcast called on the transport itself skip any scheduling: the message is cut into
+//   64 KiB chunks and queued at once (tests and tools; with a valve in front, send through it).
 // - Ingress: the connection's reader thread (the gRPC handler thread on the accepting side, the
 //   dialer thread on the dialing side) reads frame headers, reassembles chunks (p2p/reassembler.h)
 //   and calls the message handler with the undecoded payload.
 //
-// Thread-safety: Network methods and Stats from any thread; Start/Stop from the owner. Stop()
-// is bounded: it cancels every stream and shuts the server down with a short deadline.
+// Thread-safety: Network methods, WriteFrame and Stats from any thread; SetHandlers and
+// SetPressureHandler before Start; Start/Stop from the owner. Stop() is bounded: it cancels every
+// stream and shuts the server down with a short deadline.
 //
 //   ASSIGN_OR_RETURN(base::PrivateKey key, base::PrivateKey::ReadPemFile(path));
 //   p2p::GrpcTransportOptions opt;
@@ -45,16 +51,15 @@
 #include "absl/time/time.h"
 #include "base/ed25519.h"
 #include "flowctl/clock.h"
-#include "p2p/egress_scheduler.h"
-#include "p2p/egress_sender.h"
-#include "p2p/fault_injector.h"
+#include "p2p/egress_frame.h"
+#include "p2p/frame_writer.h"
 #include "p2p/network.h"
 #include "proto/p2p.grpc.pb.h"
 
 namespace grpc {
-class ChannelCredentials;  // TLS (issue 9)
+class ChannelCredentials;
 class ClientContext;
-class ServerCredentials;   // TLS (issue 9)
+class ServerCredentials;
 class Server;
 }  // namespace grpc
 
@@ -70,7 +75,8 @@ struct PeerSpec {
 struct GrpcTransportOptions {
   std::string listen_address = "127.0.0.1:0";  // port 0: pick one, see port()
   std::vector<PeerSpec> peers;
-  EgressOptions egress;
+  // Largest message (payload bytes) sent or accepted; larger ones are refused.
+  size_t max_frame_bytes = 16 << 20;
   int64_t initial_backoff_ms = 50;
   int64_t max_backoff_ms = 2000;
   int64_t keepalive_time_ms = 10'000;
@@ -78,9 +84,9 @@ struct GrpcTransportOptions {
   // Frames queued for one peer's writer beyond this are dropped (counted): a stalled peer must
   // not hold the node's memory. CONSENSUS frames get twice the room.
   size_t peer_queue_bytes = 16 << 20;
-  // Per-peer backpressure: once a peer's writer queue holds this much, the egress scheduler
-  // releases nothing more for it until the writer has drained half (0: off). Keeps the
-  // scheduler's priorities per link: a slow link gets its SYNC before its TX_FORWARD.
+  // Per-peer backpressure: once a peer's writer queue holds this much, the pressure handler (the
+  // egress valve) releases nothing more for it until the writer has drained half (0: off). Keeps
+  // the scheduler's priorities per link: a slow link gets its SYNC before its TX_FORWARD.
   size_t peer_release_bytes = 512 << 10;
   // Bytes of frames packed into one stream message at most.
   size_t max_batch_bytes = 256 << 10;
@@ -88,10 +94,7 @@ struct GrpcTransportOptions {
   int64_t handshake_timeout_ms = 5'000;
   // Deadline of Stop()'s server shutdown.
   int64_t shutdown_grace_ms = 500;
-  // Tests only (issue 9, netns chaos): delay / loss of whole outgoing messages before the egress
-  // scheduler (p2p/fault_injector.h). Off unless enabled(); noded sets it from --p2p-fault-*.
-  FaultOptions fault;
-  // TLS (issue 9): credentials of the listening port and of the dialers; null = plaintext. For
+  // TLS: credentials of the listening port and of the dialers; null = plaintext. For
   // mutual TLS the server credentials require a client certificate. The Ed25519 handshake runs
   // inside either way. `tls_peer_name`, when set, is the name checked in every peer's
   // certificate instead of the host of its address.
@@ -101,19 +104,19 @@ struct GrpcTransportOptions {
 };
 
 struct TransportStats {
-  EgressStats egress;
   uint64_t frames_received = 0;
   uint64_t bytes_received = 0;          // payload bytes
   uint64_t messages_delivered = 0;
   uint64_t frames_refused = 0;          // bad or oversized inbound frames
   uint64_t handshakes_accepted = 0;     // both directions
   uint64_t handshakes_refused = 0;      // both directions
-  uint64_t frames_dropped_no_peer = 0;  // dequeued for a peer that was gone
+  uint64_t frames_written = 0;          // frames queued on a connection (WriteFrame or Send)
+  uint64_t frames_dropped_no_peer = 0;  // written for a peer that was gone
   uint64_t frames_dropped_peer_queue = 0;
   uint64_t streams_written = 0;         // stream messages written (batches)
 };
 
-class GrpcTransport final : public Network {
+class GrpcTransport final : public Network, public FrameWriter {
  public:
   GrpcTransport(base::PrivateKey key, GrpcTransportOptions options,
                 const flowctl::Clock* clock = flowctl::Clock::Real());
@@ -132,7 +135,6 @@ class GrpcTransport final : public Network {
   // Sets (or changes) where a peer is dialed. Ignored for unknown peers.
   void SetPeerAddress(const NodeId& peer, const std::string& address);
 
-  EgressScheduler& egress() { return scheduler_; }
   TransportStats Stats() const;
 
   // Network.
@@ -143,6 +145,10 @@ class GrpcTransport final : public Network {
                     std::string payload) override;
   absl::Status Broadcast(PartitionId partition, Channel channel, std::string payload) override;
   void SetHandlers(MessageHandler on_message, PeerEventHandler on_peer_event) override;
+
+  // FrameWriter.
+  void WriteFrame(EgressFrame frame) override;
+  void SetPressureHandler(PressureHandler handler) override;  // before Start
 
  private:
   class Service;
@@ -155,11 +161,13 @@ class GrpcTransport final : public Network {
 
   // Runs an authenticated connection until it ends; called on the reader thread.
   void RunConnection(const std::shared_ptr<PeerConnection>& conn);
-  // Connects the connection's backpressure to the scheduler (options_.peer_release_bytes).
+  // Send without scheduling: the message's chunks are queued on the connection at once.
+  absl::Status SendShared(const NodeId& peer, PartitionId partition, Channel channel,
+                          std::shared_ptr<const std::string> payload);
+  // Connects the connection's backpressure to the pressure handler (peer_release_bytes).
   void WatchPressure(PeerConnection& conn);
   void Register(const std::shared_ptr<PeerConnection>& conn);
   void Unregister(const std::shared_ptr<PeerConnection>& conn);
-  void OnEgressFrame(EgressFrame frame);
   void DialLoop(NodeId peer);
   // True when the stream got through the handshake (and has now ended).
   bool DialOnce(const NodeId& peer, const std::string& expected_key, grpc::ClientContext* ctx,
@@ -175,9 +183,6 @@ class GrpcTransport final : public Network {
   const GrpcTransportOptions options_;
   const flowctl::Clock* const clock_;
 
-  EgressScheduler scheduler_;
-  EgressSender sender_;
-  std::unique_ptr<FaultInjector> fault_;  // null unless options_.fault.enabled()
   std::unique_ptr<Counters> counters_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -191,8 +196,10 @@ class GrpcTransport final : public Network {
   std::map<NodeId, Peer> peers_ ABSL_GUARDED_BY(mu_);
   // The context of each dialer's current stream, so Stop can cancel it.
   std::map<NodeId, grpc::ClientContext*> dialing_ ABSL_GUARDED_BY(mu_);
-  MessageHandler on_message_;      // set before Start
-  PeerEventHandler on_peer_event_;  // set before Start
+  MessageHandler on_message_;        // set before Start
+  PeerEventHandler on_peer_event_;    // set before Start
+  PressureHandler on_pressure_;       // set before Start
+  std::atomic<uint64_t> next_direct_id_{0};  // message ids of Send/Broadcast on the transport
   struct HandshakeWatch {
     absl::Time deadline;
     std::function<void()> cancel;

@@ -1,8 +1,9 @@
 // Network: how a node's modules talk to their peers, whatever carries the bytes.
 //
-// Two implementations: GrpcTransport (p2p/grpc_transport.h: authenticated gRPC streams with the
-// egress scheduler in front) and InMemoryNetwork (p2p/in_memory_network.h: a hub in one process
-// for tests and the consensus simulator).
+// Two transports: GrpcTransport (p2p/grpc_transport.h: authenticated gRPC streams) and
+// InMemoryNetwork (p2p/in_memory_network.h: a hub in one process for tests and the consensus
+// simulator). One decorator: EgressValve (p2p/egress_valve.h) puts the egress scheduler (global
+// cap, channel priorities, chunking) in front of either; the node always sends through it.
 //
 // Messages are opaque payloads tagged with a partition and a channel. The receiving side hands
 // them to the inbound handler after reading only the frame header, so the payload is decoded by
@@ -22,7 +23,7 @@
 //         partitions.at(part)->dispatcher().Offer(from, ch, std::move(bytes));
 //       },
 //       [&](const p2p::NodeId& peer, p2p::PeerEvent ev) { LOG(INFO) << peer << " " << ev; });
-//   RETURN_IF_ERROR(network->Broadcast(/*partition=*/1, p2p::Channel::CONSENSUS, msg.SerializeAsString()));
+//   RETURN_IF_ERROR(network->Broadcast(/*partition=*/1, p2p::Channel::CONSENSUS, msg_bytes));
 #ifndef P2P_NETWORK_H_
 #define P2P_NETWORK_H_
 
@@ -42,12 +43,9 @@ using NodeId = std::string;
 using PartitionId = uint32_t;
 using Channel = node::p2p::Channel;
 
-// Channels in priority order, highest first; ChannelIndex maps a channel to 0..3 in this order.
+// The wire channels are CONSENSUS..BULK (proto/p2p.proto); what each one is for (priority, queue
+// bound, overflow policy, receiving lane, allowed message kinds) is data: p2p/channel.h.
 inline constexpr int kNumChannels = 4;
-inline constexpr Channel kChannelsByPriority[kNumChannels] = {
-    node::p2p::CONSENSUS, node::p2p::SYNC, node::p2p::TX_FORWARD, node::p2p::BULK};
-// REQUIRES: IsValidChannel(c).
-inline int ChannelIndex(Channel c) { return static_cast<int>(c) - 1; }
 inline bool IsValidChannel(int c) { return c >= node::p2p::CONSENSUS && c <= node::p2p::BULK; }
 // "CONSENSUS", "SYNC", ...
 inline const std::string& ChannelName(Channel c) { return node::p2p::Channel_Name(c); }
@@ -78,7 +76,8 @@ class Network {
   // Queues `payload` for `peer`. OK means accepted for sending, not delivered: a message may
   // still be lost if the connection drops (modules retransmit or sync). Errors:
   // InvalidArgument (unknown peer, bad channel, payload over the max frame size),
-  // Unavailable (peer not connected), ResourceExhausted (the channel's queue is full).
+  // Unavailable (peer not connected), ResourceExhausted (the channel's or the peer's queue is
+  // full).
   virtual absl::Status Send(const NodeId& peer, PartitionId partition, Channel channel,
                             std::string payload) = 0;
   // Send to every connected peer. Errors as Send, for the payload itself; peers that are down

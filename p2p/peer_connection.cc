@@ -37,6 +37,23 @@ bool PeerConnection::Push(EgressFrame f) {
   return true;
 }
 
+bool PeerConnection::PushAll(std::vector<EgressFrame> frames) {
+  if (frames.empty()) return true;
+  absl::MutexLock l(&mu_);
+  const size_t limit =
+      frames.front().channel == node::p2p::CONSENSUS ? 2 * queue_bytes_ : queue_bytes_;
+  size_t bytes = 0;
+  for (const EgressFrame& f : frames) bytes += f.length;
+  if (closed_ || out_bytes_ + bytes > limit) return false;
+  out_bytes_ += bytes;
+  for (EgressFrame& f : frames) out_.push_back(std::move(f));
+  if (release_bytes_ > 0 && !blocked_ && out_bytes_ >= release_bytes_) {
+    blocked_ = true;
+    on_pressure_(true);
+  }
+  return true;
+}
+
 void PeerConnection::SetPressureCallback(size_t release_bytes,
                                          std::function<void(bool blocked)> on_pressure) {
   absl::MutexLock l(&mu_);

@@ -8,9 +8,10 @@
 // called again, so the owner may destroy the stream.
 //
 // Backpressure: when the queue reaches `release_bytes`, `on_pressure(true)` tells the egress
-// scheduler to release nothing more for this peer; when the writer has drained it to half of
-// that, `on_pressure(false)`. Both are called under the connection's lock, so no call of a
-// closed connection can follow the transport's DropPeer (which runs after Close).
+// scheduler (through the transport's pressure handler) to release nothing more for this peer;
+// when the writer has drained it to half of that, `on_pressure(false)`. Both are called under the
+// connection's lock, so no call of a closed connection can follow the peer-down event (which the
+// transport fires after Close, and on which the egress valve drops the peer's queue).
 //
 //   auto conn = std::make_shared<PeerConnection>(peer, write, read, cancel, 16 << 20, 256 << 10,
 //                                                max_frame_bytes, &writes);
@@ -26,10 +27,11 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "p2p/egress_scheduler.h"
+#include "p2p/egress_frame.h"
 #include "p2p/network.h"
 #include "p2p/reassembler.h"
 #include "proto/p2p.pb.h"
@@ -60,6 +62,9 @@ class PeerConnection {
 
   // Queues a frame for the writer. False (frame dropped) when closed or over the bound.
   bool Push(EgressFrame f);
+  // Queues every chunk of one message together (so no other message of its partition and
+  // channel comes between them), or none: false when closed or when they do not all fit.
+  bool PushAll(std::vector<EgressFrame> frames);
 
   void StartWriter();
   // Ends the stream: the writer stops and the reader's Read returns false. Idempotent.

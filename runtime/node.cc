@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
+#include "partitions/partition_channels.h"
 #include "runtime/config.h"
 #include "runtime/config_validation.h"
 #include "runtime/grpc_servers.h"
@@ -152,34 +153,38 @@ absl::Status Node::Start() {
     }
   }
 
-  // 3. Network.
-  if (options_.network != nullptr) {
-    network_ = options_.network;
-  } else {
+  // 3. Network: the transport (or the injected network), and the egress valve over it.
+  p2p::Network* inner = options_.network;
+  if (inner == nullptr) {
     p2p::GrpcTransportOptions to;
     to.listen_address = config_.p2p_listen();
     to.peers = specs;
-    to.fault = options_.p2p_fault;
-    to.egress.cap_bytes_per_second = static_cast<double>(res.egress_bytes_per_second());
-    to.egress.fifo_mode = res.egress_fifo_mode();
-    if (res.egress_fifo_mode()) LOG(WARNING) << "egress in FIFO mode (benchmark comparison only)";
-    if (res.tx_forward_floor_bytes_per_second() > 0) {
-      to.egress.tx_forward_floor_bytes_per_second =
-          static_cast<double>(res.tx_forward_floor_bytes_per_second());
-    }
-    tx_forward_floor_.store(static_cast<uint64_t>(to.egress.tx_forward_floor_bytes_per_second));
-    if (config_.tls().p2p()) {  // TLS (issue 9): mutual TLS between peers
+    if (config_.tls().p2p()) {  // mutual TLS between peers
       ASSIGN_OR_RETURN(TlsMaterial tls, LoadTlsMaterial(config_.tls()));
       to.server_credentials = TlsServerCredentials(tls, /*require_client_cert=*/true);
       to.channel_credentials = TlsPeerChannelCredentials(tls);
       to.tls_peer_name = config_.tls().peer_server_name();
     }
     transport_ = std::make_unique<p2p::GrpcTransport>(key_, to, options_.clock);
-    network_ = transport_.get();
+    inner = transport_.get();
   }
-  if (network_->self() != id_) {
+  if (inner->self() != id_) {
     return absl::InvalidArgumentError("network self id does not match the node key");
   }
+  p2p::EgressValveOptions vo;
+  vo.egress.channels = partitions::NodeChannelTable();
+  vo.egress.cap_bytes_per_second = static_cast<double>(res.egress_bytes_per_second());
+  vo.egress.fifo_mode = res.egress_fifo_mode();
+  if (res.egress_fifo_mode()) LOG(WARNING) << "egress in FIFO mode (benchmark comparison only)";
+  if (res.tx_forward_floor_bytes_per_second() > 0) {
+    vo.egress.tx_forward_floor_bytes_per_second =
+        static_cast<double>(res.tx_forward_floor_bytes_per_second());
+  }
+  tx_forward_floor_.store(static_cast<uint64_t>(vo.egress.tx_forward_floor_bytes_per_second));
+  vo.fault = options_.p2p_fault;
+  ASSIGN_OR_RETURN(egress_, p2p::EgressValve::Create(inner, /*frames=*/transport_.get(),
+                                                     std::move(vo), options_.clock));
+  network_ = egress_.get();
 
   // 4. Partitions (opened before the network delivers anything to them).
   std::vector<p2p::NodeId> ids;
@@ -216,13 +221,8 @@ absl::Status Node::Start() {
         if (it != by_id.end()) it->second->OnPeerMessage(from, ch, std::move(payload));
       },
       [](const p2p::NodeId& peer, p2p::PeerEvent ev) { LOG(INFO) << "peer " << peer << " " << ev; });
-  if (transport_ != nullptr) {
-    RETURN_IF_ERROR(transport_->Start());
-    for (const auto& p : partitions_) {
-      RETURN_IF_ERROR(transport_->egress().SetPartitionWeight(
-          p->id(), static_cast<uint32_t>(std::max(1.0, p->config().share().weight() * 100))));
-    }
-  }
+  if (transport_ != nullptr) RETURN_IF_ERROR(transport_->Start());
+  if (!options_.egress_by_hand) RETURN_IF_ERROR(egress_->Start());
   for (auto& p : partitions_) RETURN_IF_ERROR(p->Start());
 
   // 5. Arbiter.
@@ -259,6 +259,7 @@ void Node::Stop(absl::Duration drain) {
   if (arbiter_) arbiter_->Stop();
   for (auto it = partitions_.rbegin(); it != partitions_.rend(); ++it) (*it)->Stop(drain);
   if (scheduler_) scheduler_->Stop();
+  if (egress_) egress_->Stop();
   if (transport_) transport_->Stop();
   partitions_.clear();
   servers_.reset();
@@ -351,8 +352,8 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
     *p.mutable_memory() = ResourceShareOf(shares->memory);
     *p.mutable_egress() = ResourceShareOf(shares->egress);
   }
-  if (transport_) {
-    p2p::EgressStats es = transport_->egress().Stats();
+  if (egress_) {
+    p2p::EgressStats es = egress_->scheduler().Stats();
     auto* e = out.mutable_egress();
     const bool unlimited = es.cap_bytes_per_second >= flowctl::TokenBucket::kUnlimited;
     e->set_cap_bytes_per_second(unlimited ? 0 : es.cap_bytes_per_second);
@@ -362,10 +363,9 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
     e->set_blocked_peers(es.blocked_peers);
     e->set_peer_block_events(es.peer_block_events);
     e->set_blocked_peer_drops(es.blocked_peer_drops);
-    for (int i = 0; i < p2p::kNumChannels; ++i) {
-      const auto& c = es.channels[i];
+    for (const p2p::ChannelEgressStats& c : es.channels) {  // in priority order
       auto* cs = e->add_channels();
-      cs->set_channel(p2p::ChannelName(p2p::kChannelsByPriority[i]));
+      cs->set_channel(p2p::ChannelName(c.channel));
       cs->set_bytes_sent(c.bytes_sent);
       cs->set_frames_sent(c.frames_sent);
       cs->set_queue_bytes(c.queued_bytes);
@@ -378,22 +378,20 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
 
 absl::StatusOr<node::admin::EgressStats> Node::UpdateEgress(
     const node::admin::UpdateEgressRequest& request) {
-  if (transport_ == nullptr) {
-    return absl::FailedPreconditionError("this node has no egress scheduler (in-memory network)");
-  }
+  if (egress_ == nullptr) return absl::FailedPreconditionError("node not started");
   // Validated as the resources section it would leave, as when loading a config.
   node::config::ResourceConfig current = config_.resources();
-  const double cap = transport_->egress().Stats().cap_bytes_per_second;
+  const double cap = egress_->scheduler().Stats().cap_bytes_per_second;
   current.set_egress_bytes_per_second(
       cap >= flowctl::TokenBucket::kUnlimited ? 0 : static_cast<uint64_t>(cap));
   current.set_tx_forward_floor_bytes_per_second(tx_forward_floor_.load());
   RETURN_IF_ERROR(ApplyEgressUpdate(current, request).status());
   if (request.set_cap()) {
     RETURN_IF_ERROR(
-        transport_->egress().SetCap(static_cast<double>(request.cap_bytes_per_second())));
+        egress_->scheduler().SetCap(static_cast<double>(request.cap_bytes_per_second())));
   }
   if (request.tx_forward_floor_bytes_per_second() > 0) {
-    RETURN_IF_ERROR(transport_->egress().SetTxForwardFloor(
+    RETURN_IF_ERROR(egress_->scheduler().SetTxForwardFloor(
         static_cast<double>(request.tx_forward_floor_bytes_per_second())));
     tx_forward_floor_.store(request.tx_forward_floor_bytes_per_second());
   }
@@ -445,9 +443,7 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
 }
 
 absl::Status Node::StartArbiter() {
-  if (transport_) {
-    egress_accounting_ = std::make_unique<SchedulerEgressAccounting>(&transport_->egress());
-  }
+  egress_accounting_ = std::make_unique<SchedulerEgressAccounting>(&egress_->scheduler());
   flowctl::WorkerPool* pool = pool_.get();
   flowctl::ArbiterService::Options options{
       .tick = absl::Milliseconds(config_.resources().arbiter_tick_ms()),

@@ -1,11 +1,11 @@
 // Node: everything one `noded` process runs, composed and started in order, stopped in reverse.
 //
 //   Start:  data dir + key -> worker pool, tick scheduler (one timer for every partition) ->
-//           p2p transport (egress scheduler inside) -> partitions (ledger, consensus store,
+//           p2p transport + egress valve over it -> partitions (ledger, consensus store,
 //           replica; then Start) -> arbiter tick -> client and admin gRPC servers -> metrics.
 //   Stop:   servers stop taking calls (in-flight ones finish, up to the drain time) -> arbiter ->
 //           partitions (drain lanes, finish callbacks, close stores) -> tick scheduler ->
-//           transport -> pool.
+//           egress valve -> transport -> pool.
 //
 // The arbiter is a flowctl::ArbiterService (flowctl/arbiter_service.h) ticking every
 // resources.arbiter_tick_ms: every partition is one of its ResourceConsumers (usage in, CPU and
@@ -14,7 +14,9 @@
 // FlowStats adds its figures to each partition's stats.
 //
 // The node can also run on an in-process network (tests): NodeOptions::network replaces the gRPC
-// transport.
+// transport. Either way the node sends through its own EgressValve (p2p/egress_valve.h) over that
+// network, built from partitions::NodeChannelTable(), so the egress cap, UpdateEgress and the
+// egress stats work the same on both.
 //
 // Thread-safety: all public methods are thread-safe after Start().
 #ifndef RUNTIME_NODE_H_
@@ -37,6 +39,7 @@
 #include "flowctl/egress_accounting.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
+#include "p2p/egress_valve.h"
 #include "p2p/grpc_transport.h"
 #include "p2p/network.h"
 #include "proto/admin.pb.h"
@@ -64,6 +67,9 @@ struct NodeOptions {
   const flowctl::Clock* clock = flowctl::Clock::Real();
   // Tests only: p2p delay / loss injection (noded --p2p-fault-*); off by default.
   p2p::FaultOptions p2p_fault = {};  // "= {}": designated initializers may leave it out
+  // Tests on a FakeClock: the egress valve runs no sender thread; the test releases frames with
+  // egress()->ReleaseDue() as it moves the clock.
+  bool egress_by_hand = false;
 };
 
 class Node {
@@ -110,6 +116,8 @@ class Node {
   int admin_port() const { return admin_port_; }
   int p2p_port() const;
   std::string metrics_address() const;
+  // The egress valve every partition sends through (after Start).
+  p2p::EgressValve* egress() const { return egress_.get(); }
   // The admin token ("" when none is configured).
   const std::string& admin_token() const { return admin_token_; }
 
@@ -129,7 +137,8 @@ class Node {
   std::unique_ptr<flowctl::WorkerPool> pool_;
   std::unique_ptr<flowctl::TickScheduler> scheduler_;
   std::unique_ptr<p2p::GrpcTransport> transport_;  // null with options_.network
-  p2p::Network* network_ = nullptr;
+  std::unique_ptr<p2p::EgressValve> egress_;       // over transport_ or options_.network
+  p2p::Network* network_ = nullptr;                // egress_, as the partitions see it
   std::vector<std::unique_ptr<Partition>> partitions_;
 
   std::unique_ptr<GrpcServers> servers_;

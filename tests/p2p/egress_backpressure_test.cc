@@ -117,15 +117,15 @@ TEST(EgressBackpressureTest, BlockedPeerIsBoundedLowPriorityGoesFirst) {
   ASSERT_TRUE(s.Enqueue("slow", 1, CONSENSUS, std::string(300, 'c')).ok());
   EgressStats st = s.Stats();
   EXPECT_EQ(st.blocked_peer_drops, 2u);
-  EXPECT_EQ(st.channels[ChannelIndex(BULK)].messages_dropped, 1u);
-  EXPECT_EQ(st.channels[ChannelIndex(TX_FORWARD)].messages_dropped, 1u);
-  EXPECT_EQ(st.channels[ChannelIndex(TX_FORWARD)].queued_messages, 3u);
+  EXPECT_EQ(st.channel(BULK).messages_dropped, 1u);
+  EXPECT_EQ(st.channel(TX_FORWARD).messages_dropped, 1u);
+  EXPECT_EQ(st.channel(TX_FORWARD).queued_messages, 3u);
   // Nothing lower left to drop: a message that does not fit is dropped itself, and counted.
   ASSERT_TRUE(s.Enqueue("slow", 1, CONSENSUS, std::string(800, 'c')).ok());
   st = s.Stats();
   EXPECT_EQ(st.blocked_peer_drops, 6u);  // the three TX_FORWARD, then the new message
-  EXPECT_EQ(st.channels[ChannelIndex(CONSENSUS)].messages_dropped, 1u);
-  EXPECT_EQ(st.channels[ChannelIndex(CONSENSUS)].queued_messages, 1u);
+  EXPECT_EQ(st.channel(CONSENSUS).messages_dropped, 1u);
+  EXPECT_EQ(st.channel(CONSENSUS).queued_messages, 1u);
   // Another peer is not affected by slow's bound.
   ASSERT_TRUE(s.Enqueue("fast", 1, TX_FORWARD, std::string(2000, 'f')).ok());
   EXPECT_EQ(Describe(DrainNow(s)).substr(0, 16), "fast:TX_FORWARD:");

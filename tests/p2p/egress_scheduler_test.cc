@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/mocks/fake_clock.h"
@@ -15,6 +17,15 @@ namespace {
 
 constexpr int64_t kMs = 1'000'000;
 constexpr int64_t kSec = 1'000'000'000;
+
+// The default table with every queue bounded at `bytes`.
+ChannelTable WithQueueBytes(size_t bytes) {
+  std::vector<ChannelDescriptor> d = DefaultChannelDescriptors();
+  for (ChannelDescriptor& c : d) c.queue_bytes = bytes;
+  absl::StatusOr<ChannelTable> t = ChannelTable::Create(std::move(d));
+  CHECK(t.ok()) << t.status();
+  return *std::move(t);
+}
 
 // Drives a scheduler with a fake clock: periodic sources enqueue at their times, the simulated
 // transport takes every frame the scheduler releases instantly, and time jumps to the next event
@@ -97,7 +108,7 @@ PriorityRun RunPriorityScenario(bool fifo) {
   EgressOptions opt;
   opt.cap_bytes_per_second = 2e6;
   opt.fifo_mode = fifo;
-  opt.queue_bytes = {1 << 20, 1 << 20, 1 << 20, 1 << 20};
+  opt.channels = WithQueueBytes(1 << 20);
   EgressScheduler s(opt, &clock);
   Driver d(&s, &clock);
   d.AddSource("b", 1, node::p2p::TX_FORWARD, 16384, 819'200);
@@ -206,7 +217,7 @@ TEST(EgressSchedulerTest, ForwardingDropsOldestFirstConsensusRefusesAndCounts) {
   tests::FakeClock clock;
   EgressOptions opt;
   opt.cap_bytes_per_second = 1e6;
-  opt.queue_bytes = {3000, 3000, 3000, 3000};
+  opt.channels = WithQueueBytes(3000);
   EgressScheduler s(opt, &clock);
   for (char c : std::string("abcd")) {
     ASSERT_TRUE(s.Enqueue("b", 1, node::p2p::TX_FORWARD, std::string(1000, c)).ok());
@@ -307,6 +318,54 @@ TEST(EgressSchedulerTest, DropPeerForgetsItsMessages) {
   EXPECT_EQ(r.frame->peer, "c");
   EXPECT_FALSE(s.Dequeue().frame);
   EXPECT_EQ(s.Stats().channels[0].queued_messages, 0u);
+}
+
+// The scheduler has no idea which channel is which: swap CONSENSUS's and BULK's descriptors and
+// BULK goes first, refuses when full, and CONSENSUS drops its oldest instead.
+TEST(EgressSchedulerTest, PriorityOverflowAndDerivedRateComeFromTheTable) {
+  std::vector<ChannelDescriptor> d = DefaultChannelDescriptors();
+  for (ChannelDescriptor& c : d) {
+    c.queue_bytes = 2000;
+    if (c.channel == node::p2p::CONSENSUS) {
+      c.priority = 1;
+      c.overflow = OverflowPolicy::kDropOldest;
+    } else if (c.channel == node::p2p::BULK) {
+      c.priority = 10;
+      c.overflow = OverflowPolicy::kRefuseNew;
+    }
+    c.derived_rate = c.channel == node::p2p::SYNC;
+  }
+  absl::StatusOr<ChannelTable> table = ChannelTable::Create(std::move(d));
+  ASSERT_TRUE(table.ok()) << table.status();
+  tests::FakeClock clock;
+  EgressOptions opt;
+  opt.channels = *table;
+  opt.cap_bytes_per_second = 1e6;
+  EgressScheduler s(opt, &clock);
+  EXPECT_EQ(s.Stats().channels[0].channel, node::p2p::BULK);
+  EXPECT_EQ(s.Stats().channels[3].channel, node::p2p::CONSENSUS);
+
+  for (char c : std::string("xyz")) {
+    ASSERT_TRUE(s.Enqueue("p", 1, node::p2p::CONSENSUS, std::string(1000, c)).ok());
+  }
+  EXPECT_EQ(s.Stats().channel(node::p2p::CONSENSUS).messages_dropped, 1u);  // 'x' made room
+  ASSERT_TRUE(s.Enqueue("p", 1, node::p2p::BULK, std::string(1000, 'b')).ok());
+  ASSERT_TRUE(s.Enqueue("p", 1, node::p2p::BULK, std::string(1000, 'b')).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(s.Enqueue("p", 1, node::p2p::BULK, "b")));
+  EXPECT_EQ(s.Stats().channel(node::p2p::BULK).messages_refused, 1u);
+
+  std::string order;
+  for (int i = 0; i < 4; ++i) {
+    DequeueResult r = s.Dequeue();
+    ASSERT_TRUE(r.frame) << i;
+    order += r.frame->payload()[0];
+    clock.Advance(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(order, "bbyz");
+  // SYNC now carries the derived rate: cap minus what BULK (the only channel above it) used.
+  clock.Advance(absl::Milliseconds(200));  // past the usage window's current slot
+  EXPECT_FALSE(s.Dequeue().frame);
+  EXPECT_EQ(s.Stats().priority_usage_bytes_per_second, 2 * (1000 + kFrameOverheadBytes) / 0.9);
 }
 
 }  // namespace

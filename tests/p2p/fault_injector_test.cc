@@ -1,5 +1,6 @@
 // FaultInjector: seeded loss, delay on a fake clock, per-peer order, filters; the release thread
-// on the real clock (bounded waits); and two GrpcTransports on loopback with the hook on.
+// on the real clock (bounded waits); two GrpcTransports on loopback behind egress valves with the
+// hook on; and a hand-driven valve over the in-memory network on a fake clock.
 #include "p2p/fault_injector.h"
 
 #include <algorithm>
@@ -14,7 +15,9 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "p2p/egress_valve.h"
 #include "p2p/grpc_transport.h"
+#include "p2p/in_memory_network.h"
 #include "tests/mocks/fake_clock.h"
 
 namespace p2p {
@@ -244,9 +247,9 @@ TEST(FaultInjectorTest, ReleaseThreadDeliversOnRealTimeAndStopDropsHeld) {
   EXPECT_EQ(later.Stats().held, 0u);
 }
 
-// Two real transports on loopback: with loss 1 on CONSENSUS only, a CONSENSUS message never
-// arrives while a SYNC message sent after it does (one stream keeps order, so had the first not
-// been dropped it would have come first).
+// Two real transports on loopback, each behind an egress valve (as in the node): with loss 1 on
+// CONSENSUS only, a CONSENSUS message never arrives while a SYNC message sent after it does (one
+// stream keeps order, so had the first not been dropped it would have come first).
 TEST(FaultInjectorTransportTest, DropsWholeMessagesOnTheWire) {
   auto key = [](char b) { return *base::PrivateKey::FromSeed(std::string(32, b)); };
   base::PrivateKey ka = key('a'), kb = key('b');
@@ -257,12 +260,16 @@ TEST(FaultInjectorTransportTest, DropsWholeMessagesOnTheWire) {
   oa.max_backoff_ms = ob.max_backoff_ms = 200;
   oa.peers = {{kb.public_key().bytes(), ""}};
   ob.peers = {{ka.public_key().bytes(), ""}};
-  oa.fault.loss = 1.0;
-  oa.fault.channels = {node::p2p::CONSENSUS};
-  oa.fault.delay_ms = 5;  // the SYNC message goes straight through (not affected)
+  EgressValveOptions va;
+  va.fault.loss = 1.0;
+  va.fault.channels = {node::p2p::CONSENSUS};
+  va.fault.delay_ms = 5;  // the SYNC message goes straight through (not affected)
   GrpcTransport a(ka, oa), b(kb, ob);
-  a.SetHandlers([](const NodeId&, PartitionId, Channel, std::string) {},
-                [](const NodeId&, PeerEvent) {});
+  absl::StatusOr<std::unique_ptr<EgressValve>> valve = EgressValve::Create(&a, &a, va);
+  ASSERT_TRUE(valve.ok()) << valve.status();
+  EgressValve& av = **valve;
+  av.SetHandlers([](const NodeId&, PartitionId, Channel, std::string) {},
+                 [](const NodeId&, PeerEvent) {});
   b.SetHandlers(
       [&](const NodeId&, PartitionId, Channel ch, std::string payload) {
         absl::MutexLock l(&mu);
@@ -270,6 +277,7 @@ TEST(FaultInjectorTransportTest, DropsWholeMessagesOnTheWire) {
       },
       [](const NodeId&, PeerEvent) {});
   ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(av.Start().ok());
   ASSERT_TRUE(b.Start().ok());
   a.SetPeerAddress(b.self(), absl::StrCat("127.0.0.1:", b.port()));
   b.SetPeerAddress(a.self(), absl::StrCat("127.0.0.1:", a.port()));
@@ -278,17 +286,47 @@ TEST(FaultInjectorTransportTest, DropsWholeMessagesOnTheWire) {
     absl::SleepFor(absl::Milliseconds(5));  // waiting for a condition, bounded
   }
   ASSERT_FALSE(a.connected_peers().empty());
-  ASSERT_TRUE(a.Send(b.self(), 1, node::p2p::CONSENSUS, "vote").ok());  // "accepted", then lost
-  ASSERT_TRUE(a.Broadcast(1, node::p2p::CONSENSUS, "vote2").ok());
-  ASSERT_TRUE(a.Send(b.self(), 1, node::p2p::SYNC, "block").ok());
+  ASSERT_TRUE(av.Send(b.self(), 1, node::p2p::CONSENSUS, "vote").ok());  // "accepted", then lost
+  ASSERT_TRUE(av.Broadcast(1, node::p2p::CONSENSUS, "vote2").ok());
+  ASSERT_TRUE(av.Send(b.self(), 1, node::p2p::SYNC, "block").ok());
   {
     absl::MutexLock l(&mu);
     auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return !got_b.empty(); };
     mu.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(15));
     EXPECT_THAT(got_b, ElementsAre("SYNC:block"));
   }
+  EXPECT_EQ(av.Stats().fault.dropped, 2u);
+  av.Stop();
   a.Stop();
   b.Stop();
+}
+
+// The same valve over the in-memory network, driven by hand on a fake clock: a delayed message
+// reaches the hub only once the clock passes its due time and the valve is pumped.
+TEST(FaultInjectorValveTest, DelaysBeforeTheSchedulerOnAFakeClock) {
+  tests::FakeClock clock;
+  InMemoryHub hub(&clock);
+  std::unique_ptr<InMemoryNetwork> a = hub.AddNode("a");
+  std::unique_ptr<InMemoryNetwork> b = hub.AddNode("b");
+  std::vector<std::string> got;
+  b->SetHandlers([&](const NodeId&, PartitionId, Channel, std::string p) { got.push_back(p); },
+                 nullptr);
+  EgressValveOptions vo;
+  vo.fault.delay_ms = 20;
+  vo.fault.channels = {node::p2p::SYNC};
+  absl::StatusOr<std::unique_ptr<EgressValve>> valve =
+      EgressValve::Create(a.get(), /*frames=*/nullptr, vo, &clock);
+  ASSERT_TRUE(valve.ok()) << valve.status();
+  ASSERT_TRUE((*valve)->Send("b", 1, node::p2p::SYNC, "late").ok());
+  ASSERT_TRUE((*valve)->Send("b", 1, node::p2p::CONSENSUS, "now").ok());
+  EXPECT_EQ((*valve)->ReleaseDue(), 20 * kMs);  // the held one is due in 20 ms
+  hub.DeliverAll();
+  EXPECT_THAT(got, ElementsAre("now"));
+  clock.Advance(absl::Milliseconds(20));
+  EXPECT_EQ((*valve)->ReleaseDue(), EgressScheduler::kNever);
+  hub.DeliverAll();
+  EXPECT_THAT(got, ElementsAre("now", "late"));
+  EXPECT_EQ((*valve)->Stats().fault.released, 1u);
 }
 
 }  // namespace

@@ -49,7 +49,7 @@ class Peer {
     opt.initial_backoff_ms = 20;
     opt.max_backoff_ms = 200;
     opt.handshake_timeout_ms = 2000;
-    opt.egress.max_frame_bytes = kMaxFrameBytes;
+    opt.max_frame_bytes = kMaxFrameBytes;
     for (char s : peer_seeds) opt.peers.push_back({KeyFromByte(s).public_key().bytes(), ""});
     t_ = std::make_unique<GrpcTransport>(KeyFromByte(seed), opt);
     t_->SetHandlers(

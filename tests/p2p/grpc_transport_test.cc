@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
+#include "p2p/egress_valve.h"
 #include "p2p/handshake.h"
 #include "tests/p2p/p2p_test_util.h"
 
@@ -46,10 +47,15 @@ class Node {
     opt.initial_backoff_ms = 20;
     opt.max_backoff_ms = 200;
     opt.handshake_timeout_ms = 300;
-    opt.egress.max_frame_bytes = 8 << 20;
+    opt.max_frame_bytes = 8 << 20;
     for (const base::PrivateKey& k : peer_keys) opt.peers.push_back({k.public_key().bytes(), ""});
     t_ = std::make_unique<GrpcTransport>(key_, opt);
-    t_->SetHandlers(
+    EgressValveOptions vo;
+    vo.egress.max_frame_bytes = 8 << 20;
+    absl::StatusOr<std::unique_ptr<EgressValve>> v = EgressValve::Create(t_.get(), t_.get(), vo);
+    CHECK(v.ok()) << v.status();
+    v_ = *std::move(v);
+    v_->SetHandlers(
         [this](const NodeId& from, PartitionId p, Channel ch, std::string payload) {
           absl::MutexLock l(&mu_);
           // Hold(true) stalls the reader thread here, as a node too slow to read would.
@@ -63,7 +69,18 @@ class Node {
         });
   }
 
+  absl::Status Start() {
+    if (absl::Status s = t_->Start(); !s.ok()) return s;
+    return v_->Start();
+  }
+  void Stop() {
+    v_->Stop();
+    t_->Stop();
+  }
+
   GrpcTransport& t() { return *t_; }
+  // The egress valve in front of the transport, as a node has it.
+  EgressValve& v() { return *v_; }
   const NodeId& id() const { return t_->self(); }
   std::string address() const { return absl::StrCat("127.0.0.1:", t_->port()); }
 
@@ -94,6 +111,7 @@ class Node {
 
  private:
   std::unique_ptr<GrpcTransport> t_;
+  std::unique_ptr<EgressValve> v_;
   absl::Mutex mu_;
   std::vector<Received> got_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> events_ ABSL_GUARDED_BY(mu_);
@@ -188,7 +206,7 @@ class GrpcTransportTest : public ::testing::Test {
 
   void TearDown() override {
     for (auto& [c, n] : nodes_) n->Hold(false);
-    for (auto& [c, n] : nodes_) n->t().Stop();
+    for (auto& [c, n] : nodes_) n->Stop();
     nodes_.clear();
   }
 
@@ -198,7 +216,7 @@ class GrpcTransportTest : public ::testing::Test {
       if (d != c) peers.push_back(k);
     }
     nodes_[c] = std::make_unique<Node>(c, peers, listen);
-    ASSERT_TRUE(nodes_[c]->t().Start().ok());
+    ASSERT_TRUE(nodes_[c]->Start().ok());
   }
 
   void WireAddresses(char c) {
@@ -217,14 +235,15 @@ class GrpcTransportTest : public ::testing::Test {
 };
 
 TEST_F(GrpcTransportTest, FramesArriveIntactChunkedOnesInterleavedWithConsensus) {
-  ASSERT_TRUE(n('a').t().egress().SetCap(10e6).ok());  // 20 KB chunks
+  ASSERT_TRUE(n('a').v().scheduler().SetCap(10e6).ok());  // 20 KB chunks
   std::string big(4 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 131) >> 3);
-  ASSERT_TRUE(n('a').t().Send(n('b').id(), 3, node::p2p::BULK, big).ok());
+  ASSERT_TRUE(n('a').v().Send(n('b').id(), 3, node::p2p::BULK, big).ok());
   for (int i = 0; i < 10; ++i) {
-    ASSERT_TRUE(n('a').t().Send(n('b').id(), 1, node::p2p::CONSENSUS, absl::StrCat("vote", i)).ok());
+    ASSERT_TRUE(
+        n('a').v().Send(n('b').id(), 1, node::p2p::CONSENSUS, absl::StrCat("vote", i)).ok());
   }
-  ASSERT_TRUE(n('c').t().Broadcast(2, node::p2p::SYNC, "block").ok());
+  ASSERT_TRUE(n('c').v().Broadcast(2, node::p2p::SYNC, "block").ok());
   ASSERT_TRUE(Eventually([&] { return n('b').got_count() == 12 && n('a').got_count() == 1; }));
   const std::vector<Received> got = n('b').got();
   // The ten votes overtook the 4 MiB message, which took ~400 ms at the cap.
@@ -248,7 +267,7 @@ TEST_F(GrpcTransportTest, FramesArriveIntactChunkedOnesInterleavedWithConsensus)
   EXPECT_EQ(votes_seen, 10);
   EXPECT_TRUE(big_seen);
   EXPECT_EQ(n('a').got()[0].payload, "block");
-  const TransportStats st = n('a').t().Stats();
+  const EgressValveStats st = n('a').v().Stats();
   EXPECT_GE(st.egress.channels[3].frames_sent, (4u << 20) / 20'000);
 }
 
@@ -260,13 +279,13 @@ TEST_F(GrpcTransportTest, SlowPeerGetsItsSyncBeforeQueuedForwarding) {
   const std::string tx(64 << 10, 't');
   constexpr int kTxs = 200;  // 12.5 MiB: more than gRPC's buffers and the writer queue hold
   for (int i = 0; i < kTxs; ++i) {
-    ASSERT_TRUE(n('a').t().Send(n('b').id(), 1, node::p2p::TX_FORWARD, tx).ok());
+    ASSERT_TRUE(n('a').v().Send(n('b').id(), 1, node::p2p::TX_FORWARD, tx).ok());
   }
-  ASSERT_TRUE(Eventually([&] { return n('a').t().Stats().egress.blocked_peers == 1; }));
-  ASSERT_TRUE(n('a').t().Send(n('b').id(), 1, node::p2p::SYNC, "sync").ok());
-  ASSERT_TRUE(n('a').t().Send(n('c').id(), 1, node::p2p::SYNC, "to-c").ok());
+  ASSERT_TRUE(Eventually([&] { return n('a').v().Stats().egress.blocked_peers == 1; }));
+  ASSERT_TRUE(n('a').v().Send(n('b').id(), 1, node::p2p::SYNC, "sync").ok());
+  ASSERT_TRUE(n('a').v().Send(n('c').id(), 1, node::p2p::SYNC, "to-c").ok());
   ASSERT_TRUE(Eventually([&] { return n('c').got_count() == 1; }));  // not behind b's backlog
-  const TransportStats st = n('a').t().Stats();
+  const EgressValveStats st = n('a').v().Stats();
   EXPECT_GE(st.egress.peer_block_events, 1u);
   EXPECT_GT(st.egress.blocked_peer_drops, 0u);  // b's share of the scheduler is bounded
   const size_t expected = kTxs - st.egress.blocked_peer_drops + 1;
@@ -283,7 +302,25 @@ TEST_F(GrpcTransportTest, SlowPeerGetsItsSyncBeforeQueuedForwarding) {
   // Forwarding still waiting in the scheduler went after the SYNC (without backpressure, every
   // forwarded message was ahead of it in the 16 MiB writer queue).
   EXPECT_GE(got.size() - sync_at - 1, 1u) << "sync arrived at " << sync_at;
-  EXPECT_EQ(n('a').t().Stats().egress.blocked_peers, 0u);
+  EXPECT_EQ(n('a').v().Stats().egress.blocked_peers, 0u);
+}
+
+// The transport on its own (no valve): a message is cut into 64 KiB chunks and queued at once.
+TEST_F(GrpcTransportTest, PlainTransportSendsWithoutAValve) {
+  std::string big(1 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 7) >> 2);
+  const uint64_t written = n('a').t().Stats().frames_written;
+  ASSERT_TRUE(n('a').t().Send(n('b').id(), 4, node::p2p::BULK, big).ok());
+  ASSERT_TRUE(n('a').t().Broadcast(4, node::p2p::SYNC, "small").ok());
+  ASSERT_TRUE(Eventually([&] { return n('b').got_count() == 2 && n('c').got_count() == 1; }));
+  const std::vector<Received> got = n('b').got();
+  EXPECT_TRUE(got[0].payload == big) << got[0].payload.size();
+  EXPECT_EQ(got[1].payload, "small");
+  EXPECT_EQ(n('a').t().Stats().frames_written - written, (1u << 20) / (64u << 10) + 2);
+  EXPECT_EQ(n('a').v().Stats().egress.channel(node::p2p::BULK).frames_sent, 0u);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      n('a').t().Send(n('b').id(), 4, node::p2p::BULK, std::string((8 << 20) + 1, 'x'))));
+  EXPECT_TRUE(absl::IsInvalidArgument(n('a').t().Send("nobody", 4, node::p2p::BULK, "x")));
 }
 
 TEST_F(GrpcTransportTest, UnknownPeerRefusedWithPermissionDenied) {
@@ -298,13 +335,13 @@ TEST_F(GrpcTransportTest, UnknownPeerRefusedWithPermissionDenied) {
   // A real node with an unknown key, configured to reach 'a', never gets connected.
   std::vector<base::PrivateKey> peers = {keys_.at('a')};
   Node z('z', peers);
-  ASSERT_TRUE(z.t().Start().ok());
+  ASSERT_TRUE(z.Start().ok());
   z.t().SetPeerAddress(n('a').id(), n('a').address());
   if (z.id() < n('a').id()) {
     ASSERT_TRUE(Eventually([&] { return n('a').t().Stats().handshakes_refused >= 2; }));
   }
   EXPECT_TRUE(z.t().connected_peers().empty());
-  z.t().Stop();
+  z.Stop();
   for (const std::string& ev : n('a').events()) EXPECT_THAT(ev, ::testing::Not(HasSubstr(z.id())));
 }
 
@@ -339,10 +376,10 @@ TEST_F(GrpcTransportTest, SilentClientIsCancelledAtTheHandshakeDeadline) {
 
 TEST_F(GrpcTransportTest, OversizedFrameRefusedOnSendAndOnReceipt) {
   absl::Status s =
-      n('a').t().Send(n('b').id(), 1, node::p2p::BULK, std::string((8 << 20) + 1, 'x'));
+      n('a').v().Send(n('b').id(), 1, node::p2p::BULK, std::string((8 << 20) + 1, 'x'));
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_THAT(std::string(s.message()), HasSubstr("exceeds max_frame_bytes"));
-  EXPECT_EQ(n('a').t().Stats().egress.oversized_refused, 1u);
+  EXPECT_EQ(n('a').v().Stats().egress.oversized_refused, 1u);
 
   // An authenticated sender that ignores the limit: its oversized frame is refused, the next
   // frame still arrives.
@@ -362,10 +399,10 @@ TEST_F(GrpcTransportTest, OversizedFrameRefusedOnSendAndOnReceipt) {
 TEST_F(GrpcTransportTest, ReconnectsAfterAPeerRestarts) {
   const NodeId b = n('b').id();
   const std::string b_listen = n('b').address();
-  n('b').t().Stop();
+  n('b').Stop();
   nodes_.erase('b');
   ASSERT_TRUE(Eventually([&] { return !n('a').Connected(b) && !n('c').Connected(b); }));
-  EXPECT_TRUE(absl::IsUnavailable(n('a').t().Send(b, 1, node::p2p::CONSENSUS, "x")));
+  EXPECT_TRUE(absl::IsUnavailable(n('a').v().Send(b, 1, node::p2p::CONSENSUS, "x")));
 
   StartNode('b', b_listen);  // same key, same port
   WireAddresses('b');
@@ -373,8 +410,8 @@ TEST_F(GrpcTransportTest, ReconnectsAfterAPeerRestarts) {
     return n('a').Connected(b) && n('c').Connected(b) && n('b').Connected(n('a').id()) &&
            n('b').Connected(n('c').id());
   }));
-  ASSERT_TRUE(n('a').t().Send(b, 1, node::p2p::CONSENSUS, "again").ok());
-  ASSERT_TRUE(n('b').t().Send(n('c').id(), 1, node::p2p::CONSENSUS, "back").ok());
+  ASSERT_TRUE(n('a').v().Send(b, 1, node::p2p::CONSENSUS, "again").ok());
+  ASSERT_TRUE(n('b').v().Send(n('c').id(), 1, node::p2p::CONSENSUS, "back").ok());
   ASSERT_TRUE(Eventually([&] { return n('b').got_count() == 1 && n('c').got_count() == 1; }));
   EXPECT_EQ(n('b').got()[0].payload, "again");
   EXPECT_EQ(n('c').got()[0].payload, "back");
