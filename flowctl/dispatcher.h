@@ -63,6 +63,7 @@ struct Message {
   std::string payload;
   uint32_t peer = 0;          // sender's id, opaque to the dispatcher
   int64_t enqueue_nanos = 0;  // set by Offer() from the dispatcher's clock
+  uint32_t tag = 0;           // the producer's (e.g. the p2p channel); opaque to the dispatcher
   // Anything the producer hands its lane handler besides the bytes (e.g. a client request's
   // completion); opaque to the dispatcher, released with the message.
   std::shared_ptr<void> context;

@@ -204,6 +204,7 @@ absl::Status Node::Start() {
     env.replica_keys = keys;
     env.clock = options_.clock;
     env.scheduler = scheduler_.get();
+    env.channels = &egress_->scheduler().channels();
     absl::StatusOr<std::unique_ptr<Partition>> part = Partition::Open(std::move(env));
     if (!part.ok()) {
       return absl::Status(part.status().code(),

@@ -200,6 +200,17 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
                "Messages to peers the network refused (full egress queue, unknown peer).", lk,
                static_cast<double>(n));
   }
+  for (const auto& [reason, n] : {std::pair{"unknown_peer", p.peer_refused_unknown_peer()},
+                                  std::pair{"malformed", p.peer_refused_malformed()},
+                                  std::pair{"wrong_channel", p.peer_refused_wrong_channel()},
+                                  std::pair{"bad_signature", p.peer_refused_bad_signature()},
+                                  std::pair{"bad_tx", p.peer_refused_bad_tx()}}) {
+    Labels lr = l;
+    lr.emplace_back("reason", reason);
+    f->Counter("noded_partition_peer_messages_refused_total",
+               "Peer messages refused before the replica or the pool, by reason.", lr,
+               static_cast<double>(n));
+  }
   f->Gauge("noded_partition_tracked_txs", "Txs tracked between admission and commit.", l,
            static_cast<double>(p.tracked_txs()));
   f->Counter("noded_partition_tracker_evicted_total",

@@ -14,6 +14,7 @@
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
+#include "partitions/partition_channels.h"
 #include "runtime/partition_impl.h"
 
 namespace runtime {
@@ -148,7 +149,9 @@ absl::Status Partition::Impl::Open() {
   d.budget.max_messages = cfg.dispatcher().budget_messages();
   d.budget.max_bytes = static_cast<int64_t>(cfg.dispatcher().budget_bytes());
   std::vector<int> weights = LaneWeights(cfg.dispatcher().lane_weights());
-  const char* names[kNumPartitionLanes] = {"consensus", "sync", "tx_forward", "bulk", "client"};
+  const char* names[kNumPartitionLanes] = {
+      partitions::kConsensusLaneName, partitions::kSyncLaneName, partitions::kTxForwardLaneName,
+      partitions::kBulkLaneName, "client"};
   if (env_.scheduler == nullptr) {
     return absl::InvalidArgumentError("partition: a tick scheduler is required");
   }
@@ -168,6 +171,18 @@ absl::Status Partition::Impl::Open() {
                      .handler = [this](flowctl::Message) { HandleTick(); },
                      .reserved_messages = 2});
   ASSIGN_OR_RETURN(dispatcher_, flowctl::Dispatcher::Create(env_.pool, std::move(d)));
+  // Inbound routing comes from the channel descriptors: each channel feeds the lane it names.
+  channels_ = env_.channels != nullptr ? env_.channels : &partitions::NodeChannelTable();
+  lane_of_channel_.fill(-1);
+  for (const p2p::ChannelDescriptor& c : channels_->by_priority()) {
+    const int lane = dispatcher_->FindLane(c.lane);
+    if (lane < 0 || lane == kClientLane || lane == kTickLane) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("channel ", p2p::ChannelName(c.channel), " feeds lane \"", c.lane,
+                       "\", which partition ", name_, " does not have"));
+    }
+    lane_of_channel_[static_cast<size_t>(c.channel)] = lane;
+  }
 
   const auto& cc = cfg.consensus();
   partitions::BatchPolicy::Options bp{.max_txs = cc.batch_max_txs(),

@@ -54,6 +54,7 @@
 #include "flowctl/resource_consumer.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
+#include "p2p/channel.h"
 #include "p2p/network.h"
 #include "partitions/client_admission.h"
 #include "proto/admin.pb.h"
@@ -73,6 +74,9 @@ struct PartitionEnv {
   std::vector<p2p::NodeId> replica_ids;       // sorted; includes self
   std::vector<base::PublicKey> replica_keys;  // same order as replica_ids
   const flowctl::Clock* clock = flowctl::Clock::Real();
+  // Channel descriptors: which lane each p2p channel feeds and which message kinds it may carry
+  // (the egress valve's table). Null: partitions::NodeChannelTable().
+  const p2p::ChannelTable* channels = nullptr;
   // The node's timer (required): it offers this partition's ticks to its tick lane.
   flowctl::TickScheduler* scheduler = nullptr;
   // Longest time between two ticks (timers and batch cuts ask for earlier ones).

@@ -77,6 +77,12 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   const partitions::TxTrackerStats tracked = tracker_.stats();
   out.set_tracked_txs(tracked.entries);
   out.set_tracker_evicted(tracked.evicted_by_count + tracked.evicted_by_age);
+  const partitions::ConsensusDriver::Stats driver = driver_->stats();
+  out.set_peer_refused_unknown_peer(dropped_unknown_peer_.load(std::memory_order_relaxed));
+  out.set_peer_refused_malformed(dropped_malformed_.load(std::memory_order_relaxed));
+  out.set_peer_refused_wrong_channel(dropped_wrong_channel_.load(std::memory_order_relaxed));
+  out.set_peer_refused_bad_signature(driver.dropped_bad_signature);
+  out.set_peer_refused_bad_tx(driver.dropped_bad_tx);
   return out;
 }
 

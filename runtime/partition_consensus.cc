@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "partitions/partition_message_kind.h"
 #include "runtime/partition_impl.h"
 
 namespace runtime {
@@ -18,24 +19,17 @@ void Partition::Impl::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channe
     dropped_unknown_peer_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  int lane = kBulkLane;
-  switch (channel) {
-    case p2p::Channel::CONSENSUS:
-      lane = kConsensusLane;
-      break;
-    case p2p::Channel::SYNC:
-      lane = kSyncLane;
-      break;
-    case p2p::Channel::TX_FORWARD:
-      lane = kTxForwardLane;
-      break;
-    default:
-      lane = kBulkLane;
+  const int lane = p2p::IsValidChannel(channel) ? lane_of_channel_[static_cast<size_t>(channel)]
+                                                : -1;
+  if (lane < 0) {  // not a wire channel (the transport refuses those already)
+    dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
   // Full lanes drop and count (Dispatcher stats); PBFT retransmits what matters.
   flowctl::Message m;
   m.payload = std::move(payload);
   m.peer = it->second;
+  m.tag = static_cast<uint32_t>(channel);
   dispatcher_->Offer(lane, std::move(m));
 }
 
@@ -43,6 +37,20 @@ void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
   node::partition::PartitionMessage msg;
   if (!msg.ParseFromString(message.payload)) {
     dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  absl::StatusOr<partitions::PartitionMessageKind> kind = partitions::KindOf(msg);
+  if (!kind.ok()) {
+    dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Before any signature check: a message on a channel that may not carry it costs no crypto.
+  const p2p::ChannelDescriptor* channel =
+      channels_->Find(static_cast<p2p::Channel>(message.tag));
+  if (absl::Status s = partitions::CheckChannelKind(*channel, *kind); !s.ok()) {
+    dropped_wrong_channel_.fetch_add(1, std::memory_order_relaxed);
+    LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": from replica " << message.peer
+                              << ": " << s.message();
     return;
   }
   switch (msg.body_case()) {

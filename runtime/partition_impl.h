@@ -7,6 +7,7 @@
 #ifndef RUNTIME_PARTITION_IMPL_H_
 #define RUNTIME_PARTITION_IMPL_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -144,6 +145,9 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::unique_ptr<flowctl::SpillFifo> fifo_;    // lossless only
   std::unique_ptr<flowctl::QuotaDrain> drain_;  // lossless only
   std::unique_ptr<partitions::ClientAdmission> admission_;
+  const p2p::ChannelTable* channels_ = nullptr;
+  // Dispatcher lane fed by each p2p channel (by Channel value; -1 = none), from channels_.
+  std::array<int, p2p::kNumChannels + 1> lane_of_channel_{};
 
   // ---- configuration and arbiter results ----
   mutable absl::Mutex config_mu_;
@@ -174,6 +178,7 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // ---- peer-message drops (before the replica) ----
   std::atomic<uint64_t> dropped_unknown_peer_{0};
   std::atomic<uint64_t> dropped_malformed_{0};
+  std::atomic<uint64_t> dropped_wrong_channel_{0};  // a kind its channel may not carry
 
   // ---- arbiter usage ----
   int64_t last_cpu_nanos_ = 0;  // TakeUsage only (one caller: the arbiter)

@@ -219,5 +219,24 @@ TEST_F(ProposalBodiesTest, BackupForwardsClientTxsOnTxForward) {
   EXPECT_EQ(Carried(log, node::p2p::CONSENSUS, a), 0);
 }
 
+// Channels as data: a message of a kind its channel may not carry is refused (and counted) before
+// it is looked at; the same message on its own channel is served.
+TEST_F(ProposalBodiesTest, AFetchOnTxForwardIsRefusedAndOnSyncAnswered) {
+  StartReplica(1);
+  const std::string a = Tx(1);
+  SubmitAll({a});
+  node::partition::PartitionMessage fetch;
+  fetch.mutable_fetch()->add_tx_hashes(base::TxHash(a));
+  part_->OnPeerMessage(ids_[0], node::p2p::TX_FORWARD, fetch.SerializeAsString());
+  ASSERT_TRUE(WaitFor([&] { return part_->FlowStats().peer_refused_wrong_channel() == 1; }));
+  EXPECT_EQ(Carried(Log(*net_), node::p2p::SYNC, a), 0);
+  part_->OnPeerMessage(ids_[0], node::p2p::SYNC, fetch.SerializeAsString());
+  ASSERT_TRUE(WaitFor([&] { return Carried(Log(*net_), node::p2p::SYNC, a) == 1; }));
+  EXPECT_EQ(part_->FlowStats().peer_refused_wrong_channel(), 1u);
+  for (const Sent& s : Log(*net_)) {
+    if (s.channel == node::p2p::SYNC) EXPECT_EQ(s.to, ids_[0]);  // the answer goes to the asker
+  }
+}
+
 }  // namespace
 }  // namespace runtime
