@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
   servers->client_unknown_methods_ = std::make_unique<UnknownMethodService>("client");
   servers->admin_unknown_methods_ = std::make_unique<UnknownMethodService>("admin");
 
-  // TLS (issue 9): server-side only on these ports; clients show no certificate.
+  // TLS: server-side only on these ports; clients show no certificate.
   std::shared_ptr<grpc::ServerCredentials> client_credentials = grpc::InsecureServerCredentials();
   std::shared_ptr<grpc::ServerCredentials> admin_credentials = grpc::InsecureServerCredentials();
   if (config.tls().client() || config.tls().admin()) {

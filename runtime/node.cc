@@ -23,7 +23,7 @@
 #include "runtime/latency_summary.h"
 #include "runtime/metrics.h"
 #include "runtime/node_metrics.h"
-#include "runtime/tls.h"  // TLS (issue 9)
+#include "runtime/tls.h"
 
 namespace runtime {
 namespace {

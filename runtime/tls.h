@@ -1,4 +1,4 @@
-// TLS for the node's ports (issue 9): checking the PEM files of config.tls and turning them into
+// TLS for the node's ports: checking the PEM files of config.tls and turning them into
 // gRPC credentials.
 //
 //   client / admin ports  server-side TLS only (clients show no certificate; the admin port still

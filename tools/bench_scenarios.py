@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench_scenarios: the six headline benchmarks of issue 8, each against real noded clusters.
+"""bench_scenarios: the six headline benchmarks, each against real noded clusters.
 
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
@@ -60,7 +60,7 @@ def hot_chain(rate, burst, in_flight=256, gates=True, adaptive=None):
     return "interceptor {\n  " + "\n  ".join(stages) + "\n}"
 
 
-# The flow-control config that holds on this machine (see the lead's notes in issue 8).
+# The flow-control config that holds on this machine (docs/BENCHMARKS.md).
 HOT_RATE = 100  # per node; loadgen spreads over the 4 nodes, so the cluster admits 4x this
 
 

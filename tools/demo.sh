@@ -46,7 +46,7 @@ mkdir -p "$out"
 status=0
 # --route spread: one SubmitTxBatch per partition and 10-ms tick, to the next node. Routed by
 # sender, each node gets one per tick (4x the RPCs), and on 2 shared cores the flood's per-RPC
-# cost alone raised steady's p99 to 1.37-1.45x its idle value (three runs, 2026-11-30) against
+# cost alone raised steady's p99 to 1.37-1.45x its idle value (three runs) against
 # 1.15-1.23x spread; hot is refused by a rate stage here, not by adaptive admission.
 "$build_dir/tools/loadgen" --targets "$targets" --admin "$admins" --admin-token-file "$tokens" \
   --duration "${duration}s" --drain 15s --poll-ms 20 --presign 60000 --seed 1 --route spread \

@@ -223,7 +223,7 @@ std::string StageSummary(const node::flowctl::StageConfig& s) {
       kind = "gate";
       detail = s.gate().predicate();
       break;
-    case node::flowctl::StageConfig::kAdaptive:  // issue 8, adaptive admission
+    case node::flowctl::StageConfig::kAdaptive:
       kind = "adaptive";
       detail = absl::StrCat("limit=[", s.adaptive().min_limit(), ",", s.adaptive().max_limit(),
                             "] (0 = default)");

@@ -1,4 +1,4 @@
-// Hostile peers against a real GrpcTransport on 127.0.0.1 (issue 9, "a peer that sends garbage
+// Hostile peers against a real GrpcTransport on 127.0.0.1 ("a peer that sends garbage
 // frames"). Node A has two configured peers: B, an honest GrpcTransport, and G, a test double
 // that holds a configured key, runs the real handshake (p2p/handshake.h) by hand over a raw
 // (ByteBuffer) stream, and then writes garbage:

@@ -1,4 +1,4 @@
-// Optional TLS on the client, admin and p2p ports (issue 9), with certificates this test makes
+// Optional TLS on the client, admin and p2p ports, with certificates this test makes
 // with the openssl CLI (tests/runtime/tls_test_certs.h):
 //   - config: a TLS switch without files, an unreadable file, a key that is not the
 //     certificate's: each is a config error naming the field and the line;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load-test integration test (issue 8), registered with ctest in tests/CMakeLists.txt (block
+# Load-test integration test, registered with ctest in tests/CMakeLists.txt (block
 # "# load test integration"):
 #
 #   loadtest_integration_test.sh LOCALNET BUILD_DIR
