@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -265,6 +266,10 @@ absl::Status Dispatcher::ValidateOptions(const Options& options) {
                                                      "' is used by another lane"));
     }
     if (absl::Status s = ValidateWeight(lane.weight, lane.name); !s.ok()) return s;
+    if (lane.reserved_messages < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("lanes[", lane.name,
+                                                     "].reserved_messages must be >= 0"));
+    }
     if (!lane.handler) {
       return absl::InvalidArgumentError(absl::StrCat("lanes[", lane.name, "].handler is null"));
     }
@@ -292,6 +297,7 @@ Dispatcher::Dispatcher(WorkerPool* pool, Options options)
         std::make_unique<Lane>(pool_, clock_, std::move(config.name), std::move(config.handler)));
     lanes_.back()->task = pool_->AddTask(group_, lanes_.back().get(), config.weight);
     weights_.push_back(config.weight);
+    reserved_.push_back(config.reserved_messages);
   }
   ApplyCapacitiesLocked();
 }
@@ -313,8 +319,14 @@ int Dispatcher::FindLane(absl::string_view name) const {
 
 void Dispatcher::ApplyCapacitiesLocked() {
   int64_t weight_sum = 0;
-  for (int w : weights_) weight_sum += w;
   for (size_t i = 0; i < lanes_.size(); ++i) {
+    if (reserved_[i] == 0) weight_sum += weights_[i];
+  }
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    if (reserved_[i] > 0) {
+      lanes_[i]->SetCapacity(reserved_[i], std::numeric_limits<int64_t>::max() / 2);
+      continue;
+    }
     lanes_[i]->SetCapacity(ShareOf(budget_.max_messages, weights_[i], weight_sum),
                            ShareOf(budget_.max_bytes, weights_[i], weight_sum));
   }

@@ -76,6 +76,10 @@ class Dispatcher {
     std::string name;  // unique within the dispatcher, non-empty
     int weight = 1;    // >= 1: share of the budget and of the dispatcher's CPU
     Handler handler;   // non-null; runs serially, FIFO
+    // > 0: a control lane with this fixed capacity in messages (no byte bound) outside the
+    // budget; its weight then counts for CPU only. For coalesced control work, such as a
+    // partition's timer ticks, which must not take capacity from the message lanes.
+    int64_t reserved_messages = 0;
   };
 
   struct Budget {
@@ -165,6 +169,7 @@ class Dispatcher {
   const std::string name_;
   const Clock* const clock_;
   std::vector<std::unique_ptr<Lane>> lanes_;
+  std::vector<int64_t> reserved_;  // per lane: LaneConfig::reserved_messages
 
   // Serializes configuration changes and Stop. Lock order: config_mu_, then a lane's mutex, then
   // the pool's.

@@ -273,6 +273,30 @@ int64_t WorkerPool::CpuNowNanos() const {
   return static_cast<int64_t>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
 }
 
+int WorkerPool::RunQueuedForTest(int max_quanta) {
+  absl::MutexLock lock(&mu_);
+  CHECK(!started_) << "RunQueuedForTest on a started pool";
+  int ran = 0;
+  while (ran < max_quanta && !run_queue_.empty()) {
+    auto first = run_queue_.begin();
+    Task* task = first->task;
+    run_queue_.erase(first);
+    task->queued_ = false;
+    task->running_ = true;
+    virtual_time_ = std::max(virtual_time_, task->pass_);
+    mu_.Unlock();
+    current_task = task;
+    const int64_t start = CpuNowNanos();
+    const bool more = task->schedulable_->RunQuantum(max_batch_, max_quantum_nanos_);
+    const int64_t used = CpuNowNanos() - start;
+    current_task = nullptr;
+    mu_.Lock();
+    FinishQuantumLocked(task, used, more);
+    ++ran;
+  }
+  return ran;
+}
+
 void WorkerPool::WorkerLoop(int index) {
   current_pool = this;
   int64_t cpu_mark = CpuNowNanos();

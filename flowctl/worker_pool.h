@@ -127,6 +127,12 @@ class WorkerPool {
   absl::Status SetThreads(int threads);
   int threads() const;
 
+  // Runs queued quanta on the calling thread, in the order the workers would take them, until the
+  // run queue is empty or `max_quanta` have run; returns how many ran. For deterministic tests and
+  // simulations that drive a whole node from one thread (with CpuClock::kWall on a fake clock the
+  // order depends only on what was queued). REQUIRES: the pool was never started.
+  int RunQueuedForTest(int max_quanta);
+
   // Groups. `share` > 0 (finite); InvalidArgument otherwise (AddGroup: CHECK).
   Group* AddGroup(std::string name, double share);
   absl::Status SetGroupShare(Group* group, double share);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -13,14 +14,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "flowctl/arbiter.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "runtime/config.h"
 #include "runtime/grpc_servers.h"
+#include "runtime/latency_summary.h"
 #include "runtime/metrics.h"
 #include "runtime/node_metrics.h"
-#include "runtime/partition_impl.h"
 #include "runtime/tls.h"  // TLS (issue 9)
 
 namespace runtime {
@@ -47,6 +47,38 @@ absl::StatusOr<p2p::PrivateKey> LoadOrCreateKey(const std::string& path) {
   RETURN_IF_ERROR(key.WritePemFile(path));
   LOG(INFO) << "generated a new node key in " << path;
   return key;
+}
+
+// The arbiter's view of the gRPC transport's egress scheduler.
+class SchedulerEgressAccounting final : public flowctl::EgressAccounting {
+ public:
+  explicit SchedulerEgressAccounting(p2p::EgressScheduler* scheduler) : scheduler_(scheduler) {}
+
+  flowctl::EgressUsage Usage() const override {
+    p2p::EgressStats es = scheduler_->Stats();
+    flowctl::EgressUsage u;
+    u.cap_bytes_per_second = es.cap_bytes_per_second;
+    for (const auto& [key, st] : es.partitions) u.bytes_sent[key.first] += st.bytes_sent;
+    return u;
+  }
+  absl::Status SetPartitionWeight(uint32_t partition, uint32_t weight) override {
+    return scheduler_->SetPartitionWeight(partition, weight);
+  }
+
+ private:
+  p2p::EgressScheduler* const scheduler_;
+};
+
+// The admin API's form: an unbounded demand is reported as -1.
+node::admin::ResourceShare ResourceShareOf(const flowctl::ResourceShareStats& s) {
+  node::admin::ResourceShare r;
+  r.set_weight(s.weight);
+  r.set_guarantee(s.guarantee);
+  r.set_ceiling(s.ceiling);
+  r.set_demand(std::isinf(s.demand) ? -1 : s.demand);
+  r.set_share(s.share);
+  r.set_usage(s.usage);
+  return r;
 }
 
 
@@ -101,6 +133,9 @@ absl::Status Node::Start() {
                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   pool_ = std::make_unique<flowctl::WorkerPool>(po);
   RETURN_IF_ERROR(pool_->Start());
+  // One timer for every partition's ticks (partitions own no threads).
+  scheduler_ = std::make_unique<flowctl::TickScheduler>(options_.clock);
+  RETURN_IF_ERROR(scheduler_->Start());
 
   // 2. Replica set: every configured node, sorted by id (the same order on every node).
   std::vector<std::pair<p2p::NodeId, p2p::PublicKey>> members = {{id_, key_.public_key()}};
@@ -167,6 +202,7 @@ absl::Status Node::Start() {
     env.replica_ids = ids;
     env.replica_keys = keys;
     env.clock = options_.clock;
+    env.scheduler = scheduler_.get();
     absl::StatusOr<std::unique_ptr<Partition>> part = Partition::Open(std::move(env));
     if (!part.ok()) {
       return absl::Status(part.status().code(),
@@ -194,8 +230,7 @@ absl::Status Node::Start() {
   for (auto& p : partitions_) RETURN_IF_ERROR(p->Start());
 
   // 5. Arbiter.
-  ArbiterTick();
-  arbiter_thread_ = std::thread([this] { ArbiterLoop(); });
+  RETURN_IF_ERROR(StartArbiter());
 
   // 6. Servers.
   if (options_.serve_grpc) {
@@ -225,9 +260,9 @@ void Node::Stop(absl::Duration drain) {
   LOG(INFO) << "node stopping";
   if (servers_) servers_->Shutdown(drain);
   metrics_.reset();
-  stop_arbiter_.Notify();
-  if (arbiter_thread_.joinable()) arbiter_thread_.join();
+  if (arbiter_) arbiter_->Stop();
   for (auto it = partitions_.rbegin(); it != partitions_.rend(); ++it) (*it)->Stop(drain);
+  if (scheduler_) scheduler_->Stop();
   if (transport_) transport_->Stop();
   partitions_.clear();
   servers_.reset();
@@ -311,6 +346,14 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
     *out.add_partitions() = p->FlowStats();
   } else {
     for (const auto& p : partitions_) *out.add_partitions() = p->FlowStats();
+  }
+  for (auto& p : *out.mutable_partitions()) {
+    std::optional<flowctl::ConsumerShareStats> shares;
+    if (arbiter_) shares = arbiter_->StatsOf(p.id());
+    if (!shares) continue;
+    *p.mutable_cpu() = ResourceShareOf(shares->cpu);
+    *p.mutable_memory() = ResourceShareOf(shares->memory);
+    *p.mutable_egress() = ResourceShareOf(shares->egress);
   }
   if (transport_) {
     p2p::EgressStats es = transport_->egress().Stats();
@@ -401,134 +444,33 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     return absl::InvalidArgumentError(absl::StrCat(
         "entries: guarantee fractions would sum to ", guaranteed, " over all partitions (max 1)"));
   }
-  for (const auto& [p, share] : changes) p->SetShareConfig(share);
-  ArbiterTick();
+  if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
+  std::vector<std::pair<uint32_t, node::config::ShareConfig>> shares;
+  for (const auto& [p, share] : changes) shares.push_back({p->id(), share});
+  RETURN_IF_ERROR(arbiter_->UpdateShares(shares));
   std::vector<node::config::PartitionConfig> out;
   for (const auto& p : partitions_) out.push_back(p->config());
   return out;
 }
 
-void Node::ArbiterLoop() {
-  const absl::Duration tick = absl::Milliseconds(std::max<uint32_t>(
-      10, config_.resources().arbiter_tick_ms() == 0 ? 100 : config_.resources().arbiter_tick_ms()));
-  while (!stop_arbiter_.WaitForNotificationWithTimeout(tick)) ArbiterTick();
+absl::Status Node::StartArbiter() {
+  if (transport_) {
+    egress_accounting_ = std::make_unique<SchedulerEgressAccounting>(&transport_->egress());
+  }
+  flowctl::WorkerPool* pool = pool_.get();
+  flowctl::ArbiterService::Options options{
+      .tick = absl::Milliseconds(config_.resources().arbiter_tick_ms()),
+      .cpu_workers = [pool] { return pool->threads(); },
+      .memory_bytes = config_.resources().memory_bytes(),
+      .clock = options_.clock};
+  ASSIGN_OR_RETURN(arbiter_,
+                   flowctl::ArbiterService::Create(std::move(options), egress_accounting_.get()));
+  for (const auto& p : partitions_) RETURN_IF_ERROR(arbiter_->AddConsumer(p.get()));
+  return arbiter_->Start();
 }
 
 void Node::ArbiterTick() {
-  absl::MutexLock lock(&arbiter_mu_);
-  if (partitions_.empty() || pool_ == nullptr) return;
-  const int64_t now = options_.clock->NowNanos();
-  const double elapsed = arbiter_last_nanos_ == 0
-                             ? 1e8
-                             : std::max<double>(1e6, static_cast<double>(now - arbiter_last_nanos_));
-  arbiter_last_nanos_ = now;
-
-  std::map<uint32_t, uint64_t> egress_bytes;
-  bool egress_limited = false;
-  double egress_cap = 0;
-  if (transport_) {
-    p2p::EgressStats es = transport_->egress().Stats();
-    for (const auto& [key, st] : es.partitions) egress_bytes[key.first] += st.bytes_sent;
-    egress_limited = es.cap_bytes_per_second < flowctl::TokenBucket::kUnlimited;
-    egress_cap = es.cap_bytes_per_second;
-  }
-
-  const size_t n = partitions_.size();
-  std::vector<flowctl::ArbiterConsumer> cpu(n), mem(n), egress(n);
-  std::vector<PartitionUsage> usage(n);
-  std::vector<double> egress_rate(n, 0);
-  const double cpu_capacity = static_cast<double>(pool_->threads()) * elapsed;
-  uint64_t mem_capacity = config_.resources().memory_bytes();
-  uint64_t mem_sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    Partition* p = partitions_[i].get();
-    usage[i] = p->TakeUsage();
-    mem_sum += usage[i].memory_limit;
-  }
-  // No memory budget configured: every partition may use its configured limits.
-  const bool mem_unlimited = mem_capacity == 0;
-  if (mem_unlimited) mem_capacity = mem_sum;
-  for (size_t i = 0; i < n; ++i) {
-    Partition* p = partitions_[i].get();
-    const node::config::ShareConfig s = p->config().share();
-    const double ceiling = s.ceiling_fraction() == 0 ? 1 : s.ceiling_fraction();
-    auto fill = [&](flowctl::ArbiterConsumer& c, double capacity, double demand) {
-      c.weight = s.weight();
-      c.guarantee = s.guarantee_fraction() * capacity;
-      c.ceiling = std::max(c.guarantee, ceiling * capacity);
-      c.demand = demand;
-    };
-    // Demand = what it would use if allowed: unbounded while its lanes are backlogged.
-    fill(cpu[i], cpu_capacity,
-         usage[i].cpu_backlogged ? flowctl::kUnboundedDemand
-                                 : 1.25 * static_cast<double>(usage[i].cpu_nanos) + 1e5);
-    // Memory: a partition using at least half of its last share wants its whole configured
-    // limit; one using less lends the rest (keeping twice its usage, at least a quarter).
-    const double limit = static_cast<double>(usage[i].memory_limit);
-    const double used = static_cast<double>(usage[i].memory_bytes);
-    const double last = mem_last_share_.contains(p->id()) ? mem_last_share_[p->id()] : limit;
-    fill(mem[i], static_cast<double>(mem_capacity),
-         mem_unlimited || used >= 0.5 * last
-             ? limit
-             : std::min(limit, std::max(2 * used, 0.25 * limit)));
-    const uint64_t sent = egress_bytes[p->id()];
-    const uint64_t prev = egress_last_[p->id()];
-    egress_last_[p->id()] = sent;
-    egress_rate[i] = static_cast<double>(sent - std::min(sent, prev)) * 1e9 / elapsed;
-    fill(egress[i], egress_limited ? egress_cap : 1e12, 1.5 * egress_rate[i] + 65536);
-  }
-  auto cpu_shares = flowctl::AllocateFairShares(cpu_capacity, cpu);
-  // What the worker pool gets is each partition's entitlement (every partition backlogged), not
-  // its demand-capped share: the pool's stride scheduling is work-conserving by itself (an idle
-  // group's time goes to the busy ones), and a low weight given to a quiet partition would make
-  // its next message wait behind a busy neighbour's backlog. The demand-based shares above are
-  // what the stats report as the current division.
-  std::vector<flowctl::ArbiterConsumer> entitled = cpu;
-  for (auto& c : entitled) c.demand = flowctl::kUnboundedDemand;
-  auto cpu_weights = flowctl::AllocateFairShares(cpu_capacity, entitled);
-  auto mem_shares = flowctl::AllocateFairShares(static_cast<double>(mem_capacity), mem);
-  auto egress_shares =
-      flowctl::AllocateFairShares(egress_limited ? egress_cap : 1e12, egress);
-  // Egress weights likewise: the scheduler's round robin lends idle share by itself.
-  std::vector<flowctl::ArbiterConsumer> egress_entitled = egress;
-  for (auto& c : egress_entitled) c.demand = flowctl::kUnboundedDemand;
-  auto egress_weights =
-      flowctl::AllocateFairShares(egress_limited ? egress_cap : 1e12, egress_entitled);
-  if (!cpu_shares.ok() || !cpu_weights.ok() || !mem_shares.ok() || !egress_shares.ok() ||
-      !egress_weights.ok()) {
-    LOG_EVERY_N(ERROR, 100) << "arbiter: " << cpu_shares.status() << " " << mem_shares.status()
-                            << " " << egress_shares.status();
-    return;
-  }
-  const double egress_total = egress_limited ? egress_cap : 1e12;
-  for (size_t i = 0; i < n; ++i) {
-    Partition* p = partitions_[i].get();
-    const double cpu_share = std::max((*cpu_weights)[i], cpu_capacity * 1e-3);
-    p->ApplyShares(cpu_share, (*mem_shares)[i]);
-    mem_last_share_[p->id()] = (*mem_shares)[i];
-    if (transport_) {
-      const double frac = (*egress_weights)[i] / egress_total;
-      absl::Status s = transport_->egress().SetPartitionWeight(
-          p->id(), static_cast<uint32_t>(std::clamp(frac * 1000.0, 1.0, 1e6)));
-      if (!s.ok()) {
-        LOG_EVERY_N(WARNING, 100) << "arbiter: egress weight: " << s;
-      }
-    }
-    auto share = [](const flowctl::ArbiterConsumer& c, double value, double used, double unit) {
-      node::admin::ResourceShare r;
-      r.set_weight(c.weight);
-      r.set_guarantee(c.guarantee / unit);
-      r.set_ceiling(c.ceiling / unit);
-      r.set_demand(std::isinf(c.demand) ? -1 : c.demand / unit);
-      r.set_share(value / unit);
-      r.set_usage(used / unit);
-      return r;
-    };
-    // CPU in cores (ns of CPU per ns of wall), memory in bytes, egress in bytes/s.
-    p->RecordShares(share(cpu[i], (*cpu_shares)[i], static_cast<double>(usage[i].cpu_nanos), elapsed),
-                    share(mem[i], (*mem_shares)[i], static_cast<double>(usage[i].memory_bytes), 1),
-                    share(egress[i], (*egress_shares)[i], egress_rate[i], 1));
-  }
+  if (arbiter_) arbiter_->Tick();
 }
 
 }  // namespace runtime

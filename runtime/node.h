@@ -1,18 +1,17 @@
 // Node: everything one `noded` process runs, composed and started in order, stopped in reverse.
 //
-//   Start:  data dir + key -> worker pool -> p2p transport (egress scheduler inside) ->
-//           partitions (ledger, consensus store, replica; then Start) -> arbiter tick ->
-//           client and admin gRPC servers -> metrics exposer.
+//   Start:  data dir + key -> worker pool, tick scheduler (one timer for every partition) ->
+//           p2p transport (egress scheduler inside) -> partitions (ledger, consensus store,
+//           replica; then Start) -> arbiter tick -> client and admin gRPC servers -> metrics.
 //   Stop:   servers stop taking calls (in-flight ones finish, up to the drain time) -> arbiter ->
-//           partitions (drain lanes, finish callbacks, close stores) -> transport -> pool.
+//           partitions (drain lanes, finish callbacks, close stores) -> tick scheduler ->
+//           transport -> pool.
 //
-// The arbiter ticks every resources.arbiter_tick_ms: it takes each partition's usage
-// (PartitionUsage), derives demand (usage, or unbounded while backlogged), and divides three
-// capacities with flowctl::AllocateFairShares by the partitions' ShareConfig (weight, guarantee and
-// ceiling as fractions of the capacity):
-//   CPU     = worker threads x tick (ns)   -> dispatcher group shares
-//   memory  = resources.memory_bytes       -> pool byte limits (never above the configured ones)
-//   egress  = the egress cap (bytes/s)     -> egress scheduler partition weights
+// The arbiter is a flowctl::ArbiterService (flowctl/arbiter_service.h) ticking every
+// resources.arbiter_tick_ms: every partition is one of its ResourceConsumers (usage in, CPU and
+// memory shares out), and the egress scheduler is its EgressAccounting (bytes sent per partition
+// in, partition weights out). It divides worker CPU, resources.memory_bytes and the egress cap;
+// FlowStats adds its figures to each partition's stats.
 //
 // The node can also run on an in-process network (tests): NodeOptions::network replaces the gRPC
 // transport.
@@ -23,19 +22,19 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "flowctl/arbiter_service.h"
 #include "flowctl/clock.h"
+#include "flowctl/egress_accounting.h"
+#include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
 #include "p2p/ed25519.h"
 #include "p2p/grpc_transport.h"
@@ -97,7 +96,8 @@ class Node {
   // run at once.
   absl::StatusOr<std::vector<node::config::PartitionConfig>> UpdateArbiter(
       const node::admin::UpdateArbiterRequest& request);
-  // Runs one arbiter tick now (tests; the ticker calls it periodically).
+  // Runs one arbiter tick now (tests; the arbiter's thread ticks periodically). No-op before
+  // Start() and after Stop().
   void ArbiterTick();
 
   const p2p::NodeId& id() const { return id_; }
@@ -113,7 +113,7 @@ class Node {
  private:
   Node(node::config::NodeConfig config, NodeOptions options, p2p::PrivateKey key);
   absl::Status StartServers();
-  void ArbiterLoop();
+  absl::Status StartArbiter();
   void RegisterMetrics();
 
   node::config::NodeConfig config_;
@@ -124,6 +124,7 @@ class Node {
   std::string admin_token_;
 
   std::unique_ptr<flowctl::WorkerPool> pool_;
+  std::unique_ptr<flowctl::TickScheduler> scheduler_;
   std::unique_ptr<p2p::GrpcTransport> transport_;  // null with options_.network
   p2p::Network* network_ = nullptr;
   std::vector<std::unique_ptr<Partition>> partitions_;
@@ -136,13 +137,10 @@ class Node {
   mutable absl::Mutex mu_;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex arbiter_mu_;  // serializes ticks and UpdateArbiter
-  int64_t arbiter_last_nanos_ ABSL_GUARDED_BY(arbiter_mu_) = 0;
-  std::map<uint32_t, uint64_t> egress_last_ ABSL_GUARDED_BY(arbiter_mu_);  // bytes sent so far
-  std::map<uint32_t, double> mem_last_share_ ABSL_GUARDED_BY(arbiter_mu_);
   std::atomic<uint64_t> tx_forward_floor_{0};
-  absl::Notification stop_arbiter_;
-  std::thread arbiter_thread_;
+  // Set in Start() before any server runs; stopped (not destroyed) by Stop().
+  std::unique_ptr<flowctl::EgressAccounting> egress_accounting_;  // null without transport_
+  std::unique_ptr<flowctl::ArbiterService> arbiter_;
 };
 
 }  // namespace runtime

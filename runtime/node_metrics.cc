@@ -192,6 +192,19 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
              p.commit_latency());
   f->Counter("noded_committed_txs_total", "Transactions committed.", l,
              static_cast<double>(p.committed_txs()));
+  for (const auto& [kind, n] : {std::pair{"send", p.send_failures()},
+                                std::pair{"broadcast", p.broadcast_failures()}}) {
+    Labels lk = l;
+    lk.emplace_back("kind", kind);
+    f->Counter("noded_partition_send_failures_total",
+               "Messages to peers the network refused (full egress queue, unknown peer).", lk,
+               static_cast<double>(n));
+  }
+  f->Gauge("noded_partition_tracked_txs", "Txs tracked between admission and commit.", l,
+           static_cast<double>(p.tracked_txs()));
+  f->Counter("noded_partition_tracker_evicted_total",
+             "Tracked txs forgotten by the tracker's bound (count or age) before they committed.",
+             l, static_cast<double>(p.tracker_evicted()));
 }
 
 void AddEgress(const node::admin::EgressStats& e, Families* f) {

@@ -15,15 +15,16 @@
 //   PbftCommit --> executor (deterministic) --> one atomic ledger write (block, receipts, state,
 //        commit certificate, chain digest) --> pool.RemoveCommitted --> commit waiters.
 //
-// A ticker thread drives time: consensus timers, the batch policy (the primary cuts a batch from
-// the pool when full or when the oldest tx waited batch_timeout_ms), pool expiry, waiter
-// deadlines and forwarding flushes.
+// Ticks drive time: consensus timers, the batch policy (the primary cuts a batch from the pool
+// when full or when the oldest tx waited batch_timeout_ms), pool expiry, waiter deadlines and
+// forwarding flushes. A partition has no thread: the node's TickScheduler offers a tick to the
+// partition's tick lane when one is due, and the tick runs on the worker pool like any lane.
 //
 // Replica identity: every node of the cluster runs every partition; replica index = position of
 // the node id in the sorted list of all node ids (self + peers), the same on every node.
 //
 // Thread-safety: every public method may be called from any thread after Open(). Submit callbacks
-// run on a worker-pool or ticker thread, or inline when rejected early; they must not block.
+// run on a worker-pool thread, or inline when rejected early; they must not block.
 //
 //   ASSIGN_OR_RETURN(auto part, Partition::Open(std::move(env)));
 //   RETURN_IF_ERROR(part->Start());
@@ -49,9 +50,12 @@
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
+#include "flowctl/resource_consumer.h"
+#include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
 #include "p2p/ed25519.h"
 #include "p2p/network.h"
+#include "partitions/client_admission.h"
 #include "proto/admin.pb.h"
 #include "proto/chain.pb.h"
 #include "proto/client.pb.h"
@@ -69,37 +73,19 @@ struct PartitionEnv {
   std::vector<p2p::NodeId> replica_ids;       // sorted; includes self
   std::vector<p2p::PublicKey> replica_keys;   // same order as replica_ids
   const flowctl::Clock* clock = flowctl::Clock::Real();
-  // Ticker period upper bound (timers and batch cuts wake it earlier).
+  // The node's timer (required): it offers this partition's ticks to its tick lane.
+  flowctl::TickScheduler* scheduler = nullptr;
+  // Longest time between two ticks (timers and batch cuts ask for earlier ones).
   absl::Duration tick = absl::Milliseconds(5);
 };
 
-// The outcome of one submitted transaction.
-struct SubmitResult {
-  absl::Status status;  // OK = admitted to the pool (or durably spilled in lossless mode)
-  std::string tx_hash;  // 32 raw bytes; empty if the request did not decode
-  // Set when the status is a flow-control rejection (the stage that said no).
-  std::string rejected_by;
-  absl::Duration retry_after = absl::ZeroDuration();
-  bool spilled = false;                         // lossless mode: in the FIFO, not yet in the pool
-  std::optional<node::chain::Receipt> receipt;  // wait_for_commit: the committed receipt
-};
+// The outcome of one submitted tx and the submit options (partitions/client_admission.h).
+using SubmitResult = partitions::SubmitResult;
+using SubmitOptions = partitions::SubmitOptions;
 
-struct SubmitOptions {
-  bool wait_for_commit = false;
-  absl::Duration wait_timeout = absl::Seconds(10);  // DEADLINE_EXCEEDED after it
-  std::string client;  // peer address, for stages that look at it
-};
-
-// Usage measured since the previous call, and what the partition would use if allowed; the
-// node's arbiter tick reads it (see node.h). Egress usage comes from the egress scheduler.
-struct PartitionUsage {
-  int64_t cpu_nanos = 0;        // worker-pool CPU charged since the last call
-  bool cpu_backlogged = false;  // lanes hold queued work
-  uint64_t memory_bytes = 0;    // pool + lanes + spill memory tier, now
-  uint64_t memory_limit = 0;    // configured pool + lane + spill memory bytes
-};
-
-class Partition {
+// A Partition is a flowctl::ResourceConsumer: the node's arbiter (flowctl/arbiter_service.h)
+// reads its usage and applies its CPU and memory shares through that interface.
+class Partition final : public flowctl::ResourceConsumer {
  public:
   using SubmitDone = absl::AnyInvocable<void(SubmitResult)>;
   using BatchDone = absl::AnyInvocable<void(std::vector<SubmitResult>)>;
@@ -107,7 +93,7 @@ class Partition {
   // Opens the ledger, the consensus store, the replica and (lossless) the spill FIFO.
   // Errors name what failed (e.g. the ledger directory or the replica set).
   static absl::StatusOr<std::unique_ptr<Partition>> Open(PartitionEnv env);
-  ~Partition();  // Stop()
+  ~Partition() override;  // Stop()
   Partition(const Partition&) = delete;
   Partition& operator=(const Partition&) = delete;
 
@@ -135,29 +121,30 @@ class Partition {
 
   // ---- Admin. ----
   node::admin::PartitionStatus Status() const;
-  node::admin::PartitionFlowStats FlowStats() const;  // cpu/memory/egress shares set by node
+  // The arbiter's cpu/memory/egress figures are not here: the node adds them (Node::FlowStats).
+  node::admin::PartitionFlowStats FlowStats() const;
   // Validates the whole request first (InvalidArgument naming the field) and then applies
   // interceptor, lane weights / budget and pool limits together; on error nothing changes.
   // Returns the effective config.
   absl::StatusOr<node::config::PartitionConfig> UpdateFlow(
       const node::admin::UpdatePartitionFlowRequest& request);
   node::config::PartitionConfig config() const;
-  void SetShareConfig(const node::config::ShareConfig& share);
   void Pause();
   void Resume();
   bool paused() const;
 
-  // ---- Arbiter (node.h). ----
-  PartitionUsage TakeUsage();
-  // Applies the shares of this tick: CPU weight of the dispatcher group and memory bytes (caps
-  // the pool's byte limit below its configured value). The node applies the egress share to the
-  // egress scheduler itself.
-  void ApplyShares(double cpu_share, double memory_bytes);
-  void RecordShares(const node::admin::ResourceShare& cpu, const node::admin::ResourceShare& memory,
-                    const node::admin::ResourceShare& egress);
+  // ---- flowctl::ResourceConsumer (the arbiter calls these). ----
+  node::config::ShareConfig share_config() const override;
+  void SetShareConfig(const node::config::ShareConfig& share) override;
+  // Worker-pool CPU of the dispatcher since the last call, backlogged = a lane holds messages;
+  // memory = pool + lane + spill-memory bytes, limit = their configured sum.
+  flowctl::ConsumerUsage TakeUsage() override;
+  // kCpu sets the dispatcher group's CPU share; kMemory caps the pool's byte limit below its
+  // configured value; kEgress is ignored (the arbiter weights the egress scheduler itself).
+  void ApplyShare(flowctl::Resource resource, double amount) override;
 
-  uint32_t id() const { return id_; }
-  const std::string& name() const { return name_; }
+  uint32_t id() const override { return id_; }
+  const std::string& name() const override { return name_; }
   uint64_t height() const;
   bool lossless() const;
   // Consensus state name: "NORMAL", "VIEW_CHANGE", "RECOVERING" (or "HALTED" after a store error).

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "flowctl/resource_consumer.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
@@ -16,11 +17,7 @@ using node::config::PartitionConfig;
 
 // ---- Queries ----
 
-std::string Partition::Impl::StateName() const {
-  int s = state_.load(std::memory_order_relaxed);
-  if (s == kHaltedState) return "HALTED";
-  return partitions::ConsensusStateName(static_cast<partitions::ConsensusState>(s));
-}
+std::string Partition::Impl::StateName() const { return driver_->StateName(); }
 
 node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   node::admin::PartitionFlowStats out;
@@ -72,14 +69,13 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     sp->set_segments(fs.segments);
     sp->set_drain_bytes_per_second(drain_->rate());
   }
-  {
-    absl::MutexLock lock(&config_mu_);
-    *out.mutable_cpu() = cpu_share_;
-    *out.mutable_memory() = memory_share_;
-    *out.mutable_egress() = egress_share_;
-  }
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
-  out.set_committed_txs(committed_txs_.load());
+  out.set_committed_txs(pipeline_->committed_txs());
+  out.set_send_failures(sender_->send_failures());
+  out.set_broadcast_failures(sender_->broadcast_failures());
+  const partitions::TxTrackerStats tracked = tracker_.stats();
+  out.set_tracked_txs(tracked.entries);
+  out.set_tracker_evicted(tracked.evicted_by_count + tracked.evicted_by_age);
   return out;
 }
 
@@ -220,6 +216,11 @@ absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& 
     out.set_signed_tx(tx->signed_bytes);
     return out;
   }
+  if (impl_->tracker_.Get(tx_hash).spill_seq > 0) {
+    // Lossless: acknowledged and durable in the FIFO, not yet drained into the pool.
+    out.set_state(node::client::GetTxResponse::PENDING);
+    return out;
+  }
   return absl::NotFoundError(absl::StrCat("unknown transaction in partition ", name_,
                                           " (not pooled, not committed)"));
 }
@@ -249,7 +250,7 @@ node::client::GetChainStatusResponse Partition::ChainStatus() const {
   out.set_height(tip.height());
   out.set_last_block_hash(partitions::BlockHash(tip));
   out.set_state_root(tip.state_root());
-  out.set_view(impl_->view_.load());
+  out.set_view(impl_->driver_->view());
   out.set_consensus_state(impl_->StateName());
   out.set_pool_txs(static_cast<uint32_t>(impl_->pool_->stats().txs));
   return out;
@@ -260,12 +261,12 @@ node::admin::PartitionStatus Partition::Status() const {
   s.set_id(id_);
   s.set_name(name_);
   s.set_height(impl_->height_.load());
-  s.set_view(impl_->view_.load());
+  s.set_view(impl_->driver_->view());
   s.set_consensus_state(impl_->StateName());
   s.set_paused(paused());
   s.set_lossless(lossless());
-  s.set_view_changes(impl_->view_changes_.load());
-  s.set_observing(impl_->observing_.load());
+  s.set_view_changes(impl_->driver_->view_changes());
+  s.set_observing(impl_->driver_->observing());
   return s;
 }
 
@@ -279,6 +280,11 @@ absl::StatusOr<PartitionConfig> Partition::UpdateFlow(
 PartitionConfig Partition::config() const {
   absl::MutexLock lock(&impl_->config_mu_);
   return impl_->config_;
+}
+
+node::config::ShareConfig Partition::share_config() const {
+  absl::MutexLock lock(&impl_->config_mu_);
+  return impl_->config_.share();
 }
 
 void Partition::SetShareConfig(const node::config::ShareConfig& share) {
@@ -295,8 +301,8 @@ void Partition::Resume() {
 }
 bool Partition::paused() const { return impl_->paused_.load(std::memory_order_relaxed); }
 
-PartitionUsage Partition::TakeUsage() {
-  PartitionUsage u;
+flowctl::ConsumerUsage Partition::TakeUsage() {
+  flowctl::ConsumerUsage u;
   int64_t cpu = impl_->dispatcher_->CpuNanos();
   u.cpu_nanos = cpu - impl_->last_cpu_nanos_;
   impl_->last_cpu_nanos_ = cpu;
@@ -316,13 +322,19 @@ PartitionUsage Partition::TakeUsage() {
   return u;
 }
 
-void Partition::ApplyShares(double cpu_share, double memory_bytes) {
-  if (cpu_share > 0) {
-    absl::Status s = impl_->dispatcher_->SetCpuShare(cpu_share);
-    if (!s.ok()) {
-      LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": cpu share: " << s;
+void Partition::ApplyShare(flowctl::Resource resource, double amount) {
+  if (resource == flowctl::Resource::kEgress) return;  // the arbiter weights the egress scheduler
+  if (resource == flowctl::Resource::kCpu) {
+    if (amount > 0) {
+      absl::Status s = impl_->dispatcher_->SetCpuShare(amount);
+      if (!s.ok()) {
+        LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": cpu share: " << s;
+      }
     }
+    return;
   }
+  // kMemory.
+  const double memory_bytes = amount;
   absl::MutexLock lock(&impl_->config_mu_);
   const uint64_t configured = impl_->config_.pool().max_bytes();
   // The pool gets its configured fraction of the partition's memory (pool + lane budget + spill
@@ -348,15 +360,6 @@ void Partition::ApplyShares(double cpu_share, double memory_bytes) {
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": memory share: " << s;
   }
-}
-
-void Partition::RecordShares(const node::admin::ResourceShare& cpu,
-                             const node::admin::ResourceShare& memory,
-                             const node::admin::ResourceShare& egress) {
-  absl::MutexLock lock(&impl_->config_mu_);
-  impl_->cpu_share_ = cpu;
-  impl_->memory_share_ = memory;
-  impl_->egress_share_ = egress;
 }
 
 uint64_t Partition::height() const { return impl_->height_.load(); }

@@ -255,7 +255,10 @@ TEST_F(ClusterTest, LiveRateLimitAppliesAtOnceAndSharesWithinOneTick) {
     node::admin::UpdateArbiterResponse out;
     ASSERT_TRUE(Admin(1)->UpdateArbiter(&ctx, arb, &out).ok());
   }
-  node::admin::PartitionFlowStats alpha = Part(1, "alpha")->FlowStats();
+  absl::StatusOr<node::admin::FlowStats> stats = (*nodes_)[1]->FlowStats("alpha");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->partitions_size(), 1);
+  const node::admin::PartitionFlowStats& alpha = stats->partitions(0);
   EXPECT_EQ(alpha.cpu().weight(), 7);
   EXPECT_NEAR(alpha.cpu().guarantee(), 0.25 * 1, 1e-6);  // one worker thread = 1 core
 }

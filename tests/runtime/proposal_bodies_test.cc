@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "flowctl/tick_scheduler.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "p2p/ed25519.h"
@@ -29,6 +30,7 @@
 #include "runtime/config.h"
 #include "runtime/partition.h"
 #include "tests/mocks/fake_clock.h"
+#include "tests/mocks/recording_network.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace runtime {
@@ -44,41 +46,16 @@ struct Sent {
   node::partition::PartitionMessage msg;
 };
 
-class RecordingNetwork final : public p2p::Network {
- public:
-  RecordingNetwork(p2p::NodeId self, std::vector<p2p::NodeId> peers)
-      : self_(std::move(self)), peers_(std::move(peers)) {}
-  const p2p::NodeId& self() const override { return self_; }
-  std::vector<p2p::NodeId> peers() const override { return peers_; }
-  std::vector<p2p::NodeId> connected_peers() const override { return peers_; }
-  absl::Status Send(const p2p::NodeId& peer, p2p::PartitionId, p2p::Channel channel,
-                    std::string payload) override {
-    Record(peer, channel, payload);
-    return absl::OkStatus();
+// What the partition sent, parsed.
+std::vector<Sent> Log(const tests::RecordingNetwork& net) {
+  std::vector<Sent> out;
+  for (const tests::RecordingNetwork::Sent& r : net.log()) {
+    Sent s{r.to, r.channel, {}};
+    CHECK(s.msg.ParseFromString(r.payload));
+    out.push_back(std::move(s));
   }
-  absl::Status Broadcast(p2p::PartitionId, p2p::Channel channel, std::string payload) override {
-    Record("", channel, payload);
-    return absl::OkStatus();
-  }
-  void SetHandlers(MessageHandler, PeerEventHandler) override {}
-
-  std::vector<Sent> log() const {
-    absl::MutexLock lock(&mu_);
-    return log_;
-  }
-
- private:
-  void Record(const std::string& to, p2p::Channel channel, const std::string& payload) {
-    Sent s{to, channel, {}};
-    CHECK(s.msg.ParseFromString(payload));
-    absl::MutexLock lock(&mu_);
-    log_.push_back(std::move(s));
-  }
-  const p2p::NodeId self_;
-  const std::vector<p2p::NodeId> peers_;
-  mutable absl::Mutex mu_;
-  std::vector<Sent> log_ ABSL_GUARDED_BY(mu_);
-};
+  return out;
+}
 
 bool HasPrePrepare(const Sent& s) {
   return s.msg.has_consensus() && s.msg.consensus().has_pre_prepare();
@@ -118,6 +95,7 @@ class ProposalBodiesTest : public ::testing::Test {
     po.threads = 2;
     pool_ = std::make_unique<flowctl::WorkerPool>(po);
     CHECK(pool_->Start().ok());
+    CHECK(scheduler_.Start().ok());
   }
 
   void TearDown() override {
@@ -133,7 +111,7 @@ class ProposalBodiesTest : public ::testing::Test {
     for (uint32_t i = 0; i < ids_.size(); ++i) {
       if (i != self) peers.push_back(ids_[i]);
     }
-    net_ = std::make_unique<RecordingNetwork>(ids_[self], peers);
+    net_ = std::make_unique<tests::RecordingNetwork>(ids_[self], peers);
     node::config::NodeConfig nc;
     nc.set_data_dir(dir_);
     auto* pc = nc.add_partitions();
@@ -151,6 +129,7 @@ class ProposalBodiesTest : public ::testing::Test {
     env.replica_ids = ids_;
     env.replica_keys = pubs_;
     env.clock = &clock_;
+    env.scheduler = &scheduler_;
     absl::StatusOr<std::unique_ptr<Partition>> p = Partition::Open(std::move(env));
     ASSERT_TRUE(p.ok()) << p.status();
     part_ = *std::move(p);
@@ -177,11 +156,12 @@ class ProposalBodiesTest : public ::testing::Test {
 
   std::string dir_;
   tests::FakeClock clock_;
+  flowctl::TickScheduler scheduler_{&clock_};
   std::vector<p2p::PrivateKey> keys_;
   std::vector<p2p::NodeId> ids_;
   std::vector<p2p::PublicKey> pubs_;
   std::unique_ptr<flowctl::WorkerPool> pool_;
-  std::unique_ptr<RecordingNetwork> net_;
+  std::unique_ptr<tests::RecordingNetwork> net_;
   std::unique_ptr<Partition> part_;
 };
 
@@ -190,13 +170,13 @@ TEST_F(ProposalBodiesTest, PrimarySendsItsClientTxsOnConsensusRightBeforeThePreP
   const std::string a = Tx(1), b = Tx(2);
   SubmitAll({a, b});  // a full batch (batch_max_txs = 2): cut without any time passing
   ASSERT_TRUE(WaitFor([&] {
-    for (const Sent& s : net_->log()) {
+    for (const Sent& s : Log(*net_)) {
       if (HasPrePrepare(s)) return true;
     }
     return false;
   }));
   part_->Stop(absl::ZeroDuration());  // flushes whatever forwarding still holds
-  const std::vector<Sent> log = net_->log();
+  const std::vector<Sent> log = Log(*net_);
   size_t pp = 0;
   while (!HasPrePrepare(log[pp])) ++pp;
   ASSERT_GT(pp, 0u);
@@ -221,9 +201,9 @@ TEST_F(ProposalBodiesTest, PrimaryForwardsAHeldTxThatIsNotProposedWithinTheHoldL
   // Past the hold limit (the retransmit period: 500 ms with the default 2 s view-change
   // timeout) the next tick forwards it; the fake clock moves only here.
   clock_.Advance(absl::Milliseconds(600));
-  ASSERT_TRUE(WaitFor([&] { return Carried(net_->log(), node::p2p::TX_FORWARD, a) == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return Carried(Log(*net_), node::p2p::TX_FORWARD, a) == 1; }));
   part_->Stop(absl::ZeroDuration());
-  const std::vector<Sent> log = net_->log();
+  const std::vector<Sent> log = Log(*net_);
   EXPECT_EQ(Carried(log, node::p2p::TX_FORWARD, a), 1);
   EXPECT_EQ(Carried(log, node::p2p::CONSENSUS, a), 0);
   for (const Sent& s : log) EXPECT_FALSE(HasPrePrepare(s));
@@ -234,7 +214,7 @@ TEST_F(ProposalBodiesTest, BackupForwardsClientTxsOnTxForward) {
   const std::string a = Tx(1);
   SubmitAll({a});
   part_->Stop(absl::ZeroDuration());  // flushes the forward buffer
-  const std::vector<Sent> log = net_->log();
+  const std::vector<Sent> log = Log(*net_);
   EXPECT_EQ(Carried(log, node::p2p::TX_FORWARD, a), 1);
   EXPECT_EQ(Carried(log, node::p2p::CONSENSUS, a), 0);
 }

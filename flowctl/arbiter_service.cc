@@ -1,0 +1,248 @@
+#include "flowctl/arbiter_service.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace flowctl {
+namespace {
+
+// One consumer of one resource from its ShareConfig, for a capacity in the resource's unit.
+ArbiterConsumer ConsumerOf(const node::config::ShareConfig& share, double capacity,
+                           double demand) {
+  const double ceiling = share.ceiling_fraction() == 0 ? 1 : share.ceiling_fraction();
+  ArbiterConsumer c;
+  c.weight = share.weight();
+  c.guarantee = share.guarantee_fraction() * capacity;
+  c.ceiling = std::max(c.guarantee, ceiling * capacity);
+  c.demand = demand;
+  return c;
+}
+
+// The same consumers, each taking whatever it is given: their entitlements.
+std::vector<ArbiterConsumer> Backlogged(std::vector<ArbiterConsumer> consumers) {
+  for (ArbiterConsumer& c : consumers) c.demand = kUnboundedDemand;
+  return consumers;
+}
+
+// `unit` converts the resource's unit to its display unit (CPU: ns per tick -> cores).
+ResourceShareStats ShareStats(const ArbiterConsumer& c, double share, double usage, double unit) {
+  ResourceShareStats s;
+  s.weight = c.weight;
+  s.guarantee = c.guarantee / unit;
+  s.ceiling = c.ceiling / unit;
+  s.demand = std::isinf(c.demand) ? kUnboundedDemand : c.demand / unit;
+  s.share = share / unit;
+  s.usage = usage / unit;
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ArbiterService>> ArbiterService::Create(Options options,
+                                                                       EgressAccounting* egress) {
+  if (options.tick <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tick: must be > 0, got ", absl::FormatDuration(options.tick)));
+  }
+  if (!options.cpu_workers) return absl::InvalidArgumentError("cpu_workers: required");
+  if (options.memory_bytes == 0) return absl::InvalidArgumentError("memory_bytes: must be > 0");
+  if (options.clock == nullptr) return absl::InvalidArgumentError("clock: required");
+  return std::unique_ptr<ArbiterService>(new ArbiterService(std::move(options), egress));
+}
+
+ArbiterService::ArbiterService(Options options, EgressAccounting* egress)
+    : options_(std::move(options)), egress_(egress) {}
+
+ArbiterService::~ArbiterService() { Stop(); }
+
+absl::Status ArbiterService::AddConsumer(ResourceConsumer* consumer) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::FailedPreconditionError("arbiter stopped");
+  for (const Member& m : members_) {
+    if (m.consumer->id() == consumer->id()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("arbiter: consumer id ", consumer->id(), " is in use"));
+    }
+  }
+  members_.push_back({.consumer = consumer});
+  return absl::OkStatus();
+}
+
+absl::Status ArbiterService::RemoveConsumer(uint32_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = std::find_if(members_.begin(), members_.end(),
+                         [id](const Member& m) { return m.consumer->id() == id; });
+  if (it == members_.end()) {
+    return absl::NotFoundError(absl::StrCat("arbiter: unknown consumer id ", id));
+  }
+  members_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status ArbiterService::Start() {
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (started_ || stopped_) {
+      return absl::FailedPreconditionError("arbiter: Start may be called once, before Stop");
+    }
+    started_ = true;
+    TickLocked();
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void ArbiterService::Stop() {
+  absl::MutexLock lifecycle(&lifecycle_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ArbiterService::Loop() {
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopped_), options_.tick)) TickLocked();
+}
+
+void ArbiterService::Tick() {
+  absl::MutexLock lock(&mu_);
+  TickLocked();
+}
+
+absl::Status ArbiterService::UpdateShares(
+    absl::Span<const std::pair<uint32_t, node::config::ShareConfig>> shares) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::FailedPreconditionError("arbiter stopped");
+  std::vector<ResourceConsumer*> targets;
+  for (const auto& [id, share] : shares) {
+    auto it = std::find_if(members_.begin(), members_.end(),
+                           [id](const Member& m) { return m.consumer->id() == id; });
+    if (it == members_.end()) {
+      return absl::NotFoundError(absl::StrCat("arbiter: unknown consumer id ", id));
+    }
+    targets.push_back(it->consumer);
+  }
+  for (size_t i = 0; i < shares.size(); ++i) targets[i]->SetShareConfig(shares[i].second);
+  TickLocked();
+  return absl::OkStatus();
+}
+
+std::vector<ConsumerShareStats> ArbiterService::Stats() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ConsumerShareStats> out;
+  for (const Member& m : members_) {
+    if (m.stats) out.push_back(*m.stats);
+  }
+  return out;
+}
+
+std::optional<ConsumerShareStats> ArbiterService::StatsOf(uint32_t id) const {
+  absl::MutexLock lock(&mu_);
+  for (const Member& m : members_) {
+    if (m.stats && m.stats->id == id) return m.stats;
+  }
+  return std::nullopt;
+}
+
+void ArbiterService::TickLocked() {
+  if (stopped_ || members_.empty()) return;
+  const int64_t now = options_.clock->NowNanos();
+  const double elapsed =
+      last_tick_nanos_.has_value()
+          ? static_cast<double>(std::max<int64_t>(kMinElapsedNanos, now - *last_tick_nanos_))
+          : static_cast<double>(kFirstTickNanos);
+  last_tick_nanos_ = now;
+
+  // 1. Measure.
+  EgressUsage egress_usage;
+  if (egress_ != nullptr) egress_usage = egress_->Usage();
+  const double egress_capacity = egress_usage.cap_bytes_per_second < TokenBucket::kUnlimited
+                                     ? egress_usage.cap_bytes_per_second
+                                     : kUnlimitedEgressCapacity;
+  const size_t n = members_.size();
+  std::vector<ConsumerUsage> usage(n);
+  for (size_t i = 0; i < n; ++i) usage[i] = members_[i].consumer->TakeUsage();
+  const double cpu_capacity = static_cast<double>(options_.cpu_workers()) * elapsed;
+  const double memory_capacity = static_cast<double>(options_.memory_bytes);
+
+  // 2. Demand.
+  std::vector<ArbiterConsumer> cpu(n), memory(n), egress(n);
+  std::vector<double> egress_rate(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    Member& m = members_[i];
+    const node::config::ShareConfig share = m.consumer->share_config();
+    cpu[i] = ConsumerOf(share, cpu_capacity,
+                        usage[i].cpu_backlogged
+                            ? kUnboundedDemand
+                            : kCpuDemandHeadroom * static_cast<double>(usage[i].cpu_nanos) +
+                                  kCpuDemandSlackNanos);
+    const double limit = static_cast<double>(usage[i].memory_limit);
+    const double held = static_cast<double>(usage[i].memory_bytes);
+    const double last = m.memory_last_share.value_or(limit);
+    memory[i] = ConsumerOf(share, memory_capacity,
+                           held >= kMemoryBusyFraction * last
+                               ? limit
+                               : std::min(limit, std::max(kMemoryIdleHeadroom * held,
+                                                          kMemoryIdleFloorFraction * limit)));
+    auto sent_it = egress_usage.bytes_sent.find(m.consumer->id());
+    const uint64_t sent = sent_it == egress_usage.bytes_sent.end() ? 0 : sent_it->second;
+    const uint64_t prev = m.egress_bytes_last;
+    m.egress_bytes_last = sent;
+    egress_rate[i] = static_cast<double>(sent - std::min(sent, prev)) *
+                     static_cast<double>(kNanosPerSecond) / elapsed;
+    egress[i] = ConsumerOf(share, egress_capacity,
+                           kEgressDemandHeadroom * egress_rate[i] +
+                               kEgressDemandSlackBytesPerSecond);
+  }
+
+  // 3. Allocate.
+  auto cpu_shares = AllocateFairShares(cpu_capacity, cpu);
+  auto cpu_entitled = AllocateFairShares(cpu_capacity, Backlogged(cpu));
+  auto memory_shares = AllocateFairShares(memory_capacity, memory);
+  auto egress_shares = AllocateFairShares(egress_capacity, egress);
+  auto egress_entitled = AllocateFairShares(egress_capacity, Backlogged(egress));
+  for (const absl::Status& s : {cpu_shares.status(), cpu_entitled.status(),
+                                memory_shares.status(), egress_shares.status(),
+                                egress_entitled.status()}) {
+    if (!s.ok()) {
+      LOG_EVERY_N(ERROR, 100) << "arbiter: tick skipped: " << s;
+      return;
+    }
+  }
+
+  // 4. Apply, 5. record.
+  for (size_t i = 0; i < n; ++i) {
+    Member& m = members_[i];
+    ResourceConsumer* c = m.consumer;
+    c->ApplyShare(Resource::kCpu,
+                  std::max((*cpu_entitled)[i], cpu_capacity * kMinCpuWeightFraction));
+    c->ApplyShare(Resource::kMemory, (*memory_shares)[i]);
+    c->ApplyShare(Resource::kEgress, (*egress_entitled)[i]);
+    m.memory_last_share = (*memory_shares)[i];
+    if (egress_ != nullptr) {
+      const double weight = std::clamp((*egress_entitled)[i] / egress_capacity * kEgressWeightScale,
+                                       kMinEgressWeight, kMaxEgressWeight);
+      absl::Status s = egress_->SetPartitionWeight(c->id(), static_cast<uint32_t>(weight));
+      if (!s.ok()) {
+        LOG_EVERY_N(WARNING, 100) << "arbiter: egress weight: " << s;
+      }
+    }
+    ConsumerShareStats stats;
+    stats.id = c->id();
+    stats.name = c->name();
+    stats.cpu = ShareStats(cpu[i], (*cpu_shares)[i], static_cast<double>(usage[i].cpu_nanos),
+                           elapsed);
+    stats.memory = ShareStats(memory[i], (*memory_shares)[i],
+                              static_cast<double>(usage[i].memory_bytes), 1);
+    stats.egress = ShareStats(egress[i], (*egress_shares)[i], egress_rate[i], 1);
+    m.stats = std::move(stats);
+  }
+}
+
+}  // namespace flowctl

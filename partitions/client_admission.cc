@@ -1,0 +1,236 @@
+#include "partitions/client_admission.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace partitions {
+
+// One client request (a single tx or a batch) on its way through the client lane. Whatever
+// happens to it (verified, dropped by a full lane, discarded by Stop), `done` runs exactly once:
+// the destructor answers UNAVAILABLE for a job that was never finished.
+struct ClientAdmission::Job {
+  struct Item {
+    int slot = 0;  // index in results
+    DecodedTx tx;
+    flowctl::Admission admission;  // holds (in-flight permits) until the item is finished
+  };
+  std::vector<Item> items;
+  std::vector<SubmitResult> results;
+  SubmitOptions options;
+  int64_t arrival_nanos = 0;
+  bool single = false;
+  SubmitDone single_done;
+  BatchDone batch_done;
+  bool finished = false;
+
+  ~Job() {
+    if (finished) return;
+    for (SubmitResult& r : results) {
+      if (r.status.ok() && !r.spilled) {
+        r.status =
+            absl::UnavailableError("partition is shutting down; the request was not applied");
+      }
+    }
+    Finish();
+  }
+
+  // Runs the callback with `results` (no-op when already finished).
+  void Finish() {
+    if (finished) return;
+    finished = true;
+    for (Item& item : items) item.admission.Finish();
+    if (single) {
+      if (single_done) single_done(std::move(results[0]));
+    } else if (batch_done) {
+      batch_done(std::move(results));
+    }
+  }
+};
+
+ClientAdmission::ClientAdmission(Deps deps) : deps_(std::move(deps)) {}
+
+void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& options,
+                             const absl::Status& gate, bool single, SubmitDone single_done,
+                             BatchDone batch_done) {
+  auto job = std::make_shared<Job>();
+  job->options = options;
+  job->single = single;
+  job->single_done = std::move(single_done);
+  job->batch_done = std::move(batch_done);
+  job->arrival_nanos = deps_.clock->NowNanos();
+  job->results.resize(txs.size());
+
+  const bool lossless = deps_.fifo != nullptr;
+  uint64_t last_spill_seq = 0;
+  for (size_t i = 0; i < txs.size(); ++i) {
+    SubmitResult& r = job->results[i];
+    if (!gate.ok()) {
+      r.status = gate;
+      continue;
+    }
+    flowctl::Admission admission;
+    if (!lossless) {
+      // Flow control on the raw request: nothing parsed, nothing verified yet.
+      admission = deps_.interceptor->Admit({.partition = deps_.partition,
+                                       .size_bytes = txs[i].size(),
+                                       .peer = options.client,
+                                       .arrival_nanos = job->arrival_nanos});
+      if (!admission.admitted()) {
+        const flowctl::Decision& d = admission.decision();
+        std::string msg = absl::StrCat("rejected by stage '", d.stage(), "': ", d.reason());
+        // The health gate says consensus is not available; everything else is load.
+        r.status = absl::StrContains(d.reason(), "consensus_normal")
+                       ? absl::UnavailableError(absl::StrCat(msg, " (consensus is ",
+                                                             deps_.consensus_state(), ")"))
+                       : absl::ResourceExhaustedError(msg);
+        r.rejected_by = std::string(d.stage());
+        r.retry_after = d.retry_after();
+        continue;
+      }
+    }
+    absl::StatusOr<DecodedTx> decoded = DecodeSignedTx(txs[i], deps_.tx_limits);
+    if (!decoded.ok()) {
+      r.status = decoded.status();
+      continue;
+    }
+    r.tx_hash = decoded->hash;
+    if (lossless) {
+      // Lossless: the record is the acknowledgement; the drain verifies it later.
+      absl::StatusOr<uint64_t> seq = deps_.fifo->Append(txs[i]);
+      if (!seq.ok()) {
+        r.status = seq.status();
+        continue;
+      }
+      last_spill_seq = *seq;
+      r.spilled = true;
+      // GetTx answers PENDING while the record waits in the FIFO.
+      deps_.tracker->NoteSpilled(r.tx_hash, *seq, job->arrival_nanos);
+      continue;
+    }
+    job->items.push_back({.slot = static_cast<int>(i), .tx = *std::move(decoded),
+                          .admission = std::move(admission)});
+  }
+  if (last_spill_seq > 0) {
+    absl::Status durable = deps_.fifo->WaitDurable(last_spill_seq);
+    if (!durable.ok()) {
+      for (SubmitResult& r : job->results) {
+        if (r.spilled) r.status = durable;
+      }
+    }
+  }
+  if (job->items.empty()) {
+    job->Finish();
+    return;
+  }
+  // The job travels as the message context; its bytes stay in the decoded txs, so the lane is
+  // bounded by its message capacity (the interceptor's in-flight stage bounds the bytes).
+  flowctl::Message m;
+  m.context = job;
+  flowctl::Dispatcher::OfferResult offered =
+      deps_.dispatcher->Offer(deps_.client_lane, std::move(m));
+  if (offered != flowctl::Dispatcher::OfferResult::kAccepted) {
+    for (auto& item : job->items) {
+      SubmitResult& r = job->results[item.slot];
+      r.status = absl::ResourceExhaustedError(
+          "rejected: the partition's signature-check lane is full; retry later");
+      r.rejected_by = "client_lane";
+      r.retry_after = absl::Milliseconds(50);
+    }
+    job->Finish();
+  }
+}
+
+void ClientAdmission::HandleJob(flowctl::Message message) {
+  auto job = std::static_pointer_cast<Job>(message.context);
+  bool added = false;
+  for (auto& item : job->items) {
+    SubmitResult& r = job->results[item.slot];
+    absl::Status s = VerifySignature(item.tx);
+    if (s.ok()) {
+      auto tx = std::make_shared<const DecodedTx>(std::move(item.tx));
+      // An adaptive stage's slot outlives the request: a ticket taken before the item's permit
+      // is released holds it until the tx commits or leaves the pool (see adaptive_stage.h).
+      const bool tracked = deps_.track && deps_.track(r.tx_hash, job->arrival_nanos);
+      // Tracked before the pool sees it, so its commit always finds the admission time.
+      deps_.tracker->NoteAdmitted(r.tx_hash, job->arrival_nanos);
+      s = AdmitVerified(tx);
+      if (!s.ok()) {
+        if (tracked) deps_.untrack(r.tx_hash);
+        if (s.code() != absl::StatusCode::kAlreadyExists) deps_.tracker->Forget(r.tx_hash);
+      }
+      if (s.ok()) {
+        added = true;
+      } else if (s.code() == absl::StatusCode::kResourceExhausted) {
+        r.rejected_by = "pool";
+        r.retry_after = absl::Milliseconds(100);
+      }
+    }
+    r.status = s;
+    item.admission.Finish();
+  }
+  if (added) deps_.request_tick();
+  if (job->single && job->options.wait_for_commit && job->results[0].status.ok()) {
+    // The waiter answers from now on. The tx may already have committed (a one-replica
+    // partition commits on its tick at once): look at the ledger after registering.
+    const std::string hash = job->results[0].tx_hash;
+    deps_.waiters->Add(hash,
+                 deps_.clock->NowNanos() + absl::ToInt64Nanoseconds(job->options.wait_timeout),
+                 [result = job->results[0], done = std::move(job->single_done)](
+                     absl::StatusOr<node::chain::Receipt> receipt) mutable {
+                   if (receipt.ok()) {
+                     result.receipt = *std::move(receipt);
+                   } else {
+                     result.status = receipt.status();
+                   }
+                   done(std::move(result));
+                 });
+    job->finished = true;
+    if (auto receipt = deps_.ledger->GetReceipt(hash); receipt.ok()) {
+      deps_.waiters->Resolve(hash, *receipt);
+    }
+    return;
+  }
+  job->Finish();
+}
+
+absl::Status ClientAdmission::AdmitVerified(TxPtr tx) {
+  TxPtr keep = tx;
+  absl::Status s = deps_.pool->Add(std::move(tx), TxOrigin::kClient);
+  if (s.ok()) deps_.forwarder->Queue(keep);
+  return s;
+}
+
+absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record) {
+  absl::StatusOr<DecodedTx> decoded =
+      DecodeSignedTx(record.data, deps_.tx_limits);
+  if (!decoded.ok() || !VerifySignature(*decoded).ok()) {
+    spill_dropped_invalid_.fetch_add(1, std::memory_order_relaxed);
+    deps_.spill_cursor->Done(record.seq);
+    return absl::OkStatus();  // acknowledged but invalid: counted and dropped, never retried
+  }
+  auto tx = std::make_shared<const DecodedTx>(*std::move(decoded));
+  const std::string hash = tx->hash;
+  // Tracked before the pool sees it, so its commit cannot be missed.
+  deps_.spill_cursor->Drained(record.seq);
+  deps_.tracker->NoteSpilled(hash, record.seq, deps_.clock->NowNanos());
+  deps_.tracker->NoteAdmitted(hash, deps_.clock->NowNanos());
+  absl::Status s = AdmitVerified(std::move(tx));
+  if (s.ok()) {
+    deps_.request_tick();
+    return s;
+  }
+  if (s.code() == absl::StatusCode::kResourceExhausted) {
+    // Full pool: keep the record and retry (that is the point of lossless mode).
+    deps_.spill_cursor->Undrained(record.seq);
+    return s;
+  }
+  // Duplicate / replayed: already in the pool (its commit still moves the cursor) or the ledger.
+  deps_.spill_cursor->Done(record.seq);
+  return absl::OkStatus();
+}
+
+}  // namespace partitions

@@ -1,0 +1,130 @@
+// ClientAdmission: a partition's client path, from raw request bytes to a pooled transaction.
+//
+//   Submit (gRPC thread) --> gate (paused / stopping) --> interceptor chain on the raw size and
+//     client address only (in-flight, health, pool, rate, ...; a rejection costs no decode and no
+//     crypto) --> DecodeSignedTx (one SHA-256) --> one job on the dispatcher's client lane
+//   HandleJob (worker pool, under the partition's CPU share) --> Ed25519 verify --> TxTracker
+//     (admission time) --> TxPool::Add --> Forwarder::Queue --> answer (or a commit waiter)
+//
+// Lossless mode (a SpillFifo is given): the rejecting stages are skipped; the decoded request is
+// appended to the FIFO and acknowledged once durable under the FIFO's policy (`spilled`). The
+// quota drain later calls DrainSink, which verifies and pools the record; the SpillCursor keeps
+// the FIFO's persisted position below every drained record whose tx has not committed.
+//
+// Every submit's callback runs exactly once: inline when refused before the lane, on a worker
+// when the job ran, or from the job's destructor (UNAVAILABLE) when the lane dropped it or the
+// dispatcher stopped.
+//
+// Thread-safety: every method is thread-safe. Callbacks run with no lock of ours held and must
+// not block.
+//
+//   ClientAdmission admission(deps);
+//   admission.Submit({bytes}, {}, absl::OkStatus(), /*single=*/true,
+//                    [](SubmitResult r) { ... }, nullptr);
+//   // the dispatcher's client lane handler: admission.HandleJob(std::move(message));
+#ifndef PARTITIONS_CLIENT_ADMISSION_H_
+#define PARTITIONS_CLIENT_ADMISSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "flowctl/clock.h"
+#include "flowctl/dispatcher.h"
+#include "flowctl/spill_fifo.h"
+#include "flowctl/stage_chain.h"
+#include "partitions/commit_waiters.h"
+#include "partitions/forwarder.h"
+#include "partitions/ledger.h"
+#include "partitions/spill_cursor.h"
+#include "partitions/transaction.h"
+#include "partitions/tx_pool.h"
+#include "partitions/tx_tracker.h"
+#include "proto/chain.pb.h"
+
+namespace partitions {
+
+// The outcome of one submitted transaction.
+struct SubmitResult {
+  absl::Status status;  // OK = admitted to the pool (or durably spilled in lossless mode)
+  std::string tx_hash;  // 32 raw bytes; empty if the request did not decode
+  // Set when the status is a flow-control rejection (the stage that said no).
+  std::string rejected_by;
+  absl::Duration retry_after = absl::ZeroDuration();
+  bool spilled = false;                         // lossless mode: in the FIFO, not yet in the pool
+  std::optional<node::chain::Receipt> receipt;  // wait_for_commit: the committed receipt
+};
+
+struct SubmitOptions {
+  bool wait_for_commit = false;
+  absl::Duration wait_timeout = absl::Seconds(10);  // DEADLINE_EXCEEDED after it
+  std::string client;  // peer address, for stages that look at it
+};
+
+class ClientAdmission {
+ public:
+  using SubmitDone = absl::AnyInvocable<void(SubmitResult)>;
+  using BatchDone = absl::AnyInvocable<void(std::vector<SubmitResult>)>;
+
+  struct Deps {
+    uint32_t partition = 0;
+    std::string name;
+    const flowctl::Clock* clock = nullptr;
+    flowctl::StageChainHolder* interceptor = nullptr;
+    flowctl::Dispatcher* dispatcher = nullptr;
+    int client_lane = 0;
+    TxPool* pool = nullptr;
+    TxTracker* tracker = nullptr;
+    Forwarder* forwarder = nullptr;
+    CommitWaiters* waiters = nullptr;
+    Ledger* ledger = nullptr;
+    flowctl::SpillFifo* fifo = nullptr;   // lossless only
+    SpillCursor* spill_cursor = nullptr;  // lossless only
+    TxLimits tx_limits;
+    // For the health gate's message ("consensus is VIEW_CHANGE").
+    std::function<std::string()> consensus_state;
+    // Asks the partition for a tick soon (a batch may be ready).
+    std::function<void()> request_tick;
+    // Optional: an adaptive stage's ticket is taken before the pool sees the tx (false if the
+    // tx is tracked already) and given back if the pool refuses it.
+    std::function<bool(const std::string& hash, int64_t admitted_nanos)> track;
+    std::function<void(const std::string& hash)> untrack;
+  };
+
+  explicit ClientAdmission(Deps deps);
+  ClientAdmission(const ClientAdmission&) = delete;
+  ClientAdmission& operator=(const ClientAdmission&) = delete;
+
+  // Admits each tx on its own (one result per tx, in order); verification runs as one job.
+  // A non-OK `gate` (paused, stopping) answers every tx with it. Calls `single_done` when
+  // `single` (one tx), else `batch_done`.
+  void Submit(std::vector<std::string> txs, const SubmitOptions& options,
+              const absl::Status& gate, bool single, SubmitDone single_done,
+              BatchDone batch_done);
+  // The client lane's handler.
+  void HandleJob(flowctl::Message message);
+  // The quota drain's sink (lossless): verifies and pools one FIFO record. ResourceExhausted
+  // keeps the record in the FIFO (the pool is full); an invalid record is counted and dropped.
+  absl::Status DrainSink(const flowctl::SpillFifo::Record& record);
+
+  uint64_t spill_dropped_invalid() const {
+    return spill_dropped_invalid_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct Job;
+  absl::Status AdmitVerified(TxPtr tx);
+
+  const Deps deps_;
+  std::atomic<uint64_t> spill_dropped_invalid_{0};
+};
+
+}  // namespace partitions
+
+#endif  // PARTITIONS_CLIENT_ADMISSION_H_

@@ -1,0 +1,92 @@
+#include "partitions/commit_waiters.h"
+
+#include <utility>
+
+namespace partitions {
+
+void CommitWaiters::Add(std::string hash, int64_t deadline_nanos, Done done) {
+  absl::MutexLock lock(&mu_);
+  deadlines_.emplace(deadline_nanos, hash);
+  by_hash_[std::move(hash)].push_back({deadline_nanos, std::move(done)});
+  ++count_;
+}
+
+std::vector<CommitWaiters::Waiter> CommitWaiters::TakeLocked(absl::string_view hash) {
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return {};
+  std::vector<Waiter> out = std::move(it->second);
+  by_hash_.erase(it);
+  count_ -= out.size();
+  return out;
+}
+
+void CommitWaiters::Resolve(absl::string_view hash, const node::chain::Receipt& receipt) {
+  std::vector<Waiter> list;
+  {
+    absl::MutexLock lock(&mu_);
+    list = TakeLocked(hash);
+  }
+  for (Waiter& w : list) w.done(receipt);
+}
+
+void CommitWaiters::OnCommit(const CommitEvent& event) {
+  std::vector<std::pair<std::vector<Waiter>, size_t>> answered;
+  {
+    absl::MutexLock lock(&mu_);
+    if (count_ == 0) return;
+    for (size_t i = 0; i < event.txs.size(); ++i) {
+      std::vector<Waiter> list = TakeLocked(event.txs[i]->hash);
+      if (!list.empty()) answered.emplace_back(std::move(list), i);
+    }
+  }
+  for (auto& [list, i] : answered) {
+    for (Waiter& w : list) w.done(event.receipts[i]);
+  }
+}
+
+void CommitWaiters::Expire(int64_t now_nanos) {
+  std::vector<Waiter> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now_nanos) {
+      auto it = by_hash_.find(deadlines_.begin()->second);
+      deadlines_.erase(deadlines_.begin());
+      if (it == by_hash_.end()) continue;  // answered already
+      std::vector<Waiter>& list = it->second;
+      for (size_t i = 0; i < list.size();) {
+        if (list[i].deadline_nanos <= now_nanos) {
+          expired.push_back(std::move(list[i]));
+          list.erase(list.begin() + static_cast<ptrdiff_t>(i));
+          --count_;
+        } else {
+          ++i;
+        }
+      }
+      if (list.empty()) by_hash_.erase(it);
+    }
+  }
+  for (Waiter& w : expired) {
+    w.done(absl::DeadlineExceededError(
+        "the tx is in the pool but did not commit within wait_timeout_ms; query GetTx later"));
+  }
+}
+
+void CommitWaiters::CancelAll(const absl::Status& why) {
+  absl::flat_hash_map<std::string, std::vector<Waiter>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    all.swap(by_hash_);
+    deadlines_.clear();
+    count_ = 0;
+  }
+  for (auto& [hash, list] : all) {
+    for (Waiter& w : list) w.done(why);
+  }
+}
+
+size_t CommitWaiters::size() const {
+  absl::MutexLock lock(&mu_);
+  return count_;
+}
+
+}  // namespace partitions

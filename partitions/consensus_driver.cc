@@ -1,0 +1,349 @@
+#include "partitions/consensus_driver.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace partitions {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+// A fetch asks for at most this many txs; an answer is cut into messages of about this size.
+constexpr size_t kMaxFetch = 10'000;
+constexpr size_t kFetchReplyBytes = 1 << 20;
+constexpr int64_t kExpireEveryNanos = 1'000'000'000;
+// How often on_tick_locked runs (the adaptive stage's ticket sweep).
+constexpr int64_t kHookEveryNanos = 100'000'000;
+// Pipelining: proposals cut in one tick at most.
+constexpr int kMaxCutsPerTick = 8;
+// A ready count that selected nothing (a race with commits) is looked at again after this.
+constexpr int64_t kEmptyCutBackoffNanos = 1'000'000;
+
+p2p::Channel ChannelOf(PbftChannel c) {
+  return c == PbftChannel::kSync ? p2p::Channel::SYNC : p2p::Channel::CONSENSUS;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConsensusDriver>> ConsensusDriver::Create(
+    Deps deps, const PbftConfig& config, const PbftReplica::LedgerPosition& position) {
+  if (deps.clock == nullptr || deps.crypto == nullptr || deps.store == nullptr ||
+      deps.pool == nullptr || deps.tracker == nullptr || deps.forwarder == nullptr ||
+      deps.sender == nullptr || deps.pipeline == nullptr || deps.feed == nullptr ||
+      deps.ledger == nullptr || deps.batch_policy == nullptr || !deps.request_tick) {
+    return absl::InvalidArgumentError("consensus driver: a dependency is missing");
+  }
+  auto driver = std::unique_ptr<ConsensusDriver>(new ConsensusDriver(std::move(deps)));
+  absl::MutexLock lock(&driver->mu_);
+  const Deps& d = driver->deps_;
+  absl::StatusOr<std::unique_ptr<PbftReplica>> replica = PbftReplica::Create(
+      config, {.crypto = d.crypto, .txs = d.pipeline, .store = d.store, .blocks = d.pipeline},
+      position);
+  if (!replica.ok()) return replica.status();
+  driver->replica_ = *std::move(replica);
+  driver->state_.store(static_cast<int>(driver->replica_->state()));
+  driver->view_.store(driver->replica_->view());
+  return driver;
+}
+
+ConsensusDriver::ConsensusDriver(Deps deps) : deps_(std::move(deps)) {}
+
+void ConsensusDriver::Start() {
+  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftStart{}); });
+}
+
+std::string ConsensusDriver::StateName() const {
+  const int s = state();
+  if (s == kHaltedState) return "HALTED";
+  return ConsensusStateName(static_cast<ConsensusState>(s));
+}
+
+ConsensusDriver::Stats ConsensusDriver::stats() const {
+  return {.dropped_bad_signature = dropped_bad_signature_.load(std::memory_order_relaxed),
+          .dropped_bad_tx = dropped_bad_tx_.load(std::memory_order_relaxed)};
+}
+
+// ---- Peer messages ----
+
+void ConsensusDriver::OnConsensusMessage(uint32_t from, const ConsensusMessage& msg) {
+  // The envelope must be signed by the replica the authenticated connection belongs to; checked
+  // outside the lock (the expensive part).
+  if (msg.sender() != from || !deps_.crypto->Verify(msg)) {
+    dropped_bad_signature_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftMessage{msg}); });
+}
+
+void ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
+  std::vector<std::string> added;
+  for (const std::string& bytes : batch.signed_txs()) {
+    absl::StatusOr<DecodedTx> tx = DecodeSignedTx(bytes, deps_.tx_limits);
+    if (!tx.ok()) {
+      dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    // Already pooled or already committed (a late forward, or a fetch answered twice): skip the
+    // signature check, which is the expensive part.
+    if (deps_.pipeline->HasTx(tx->hash)) continue;
+    if (!VerifySignature(*tx).ok()) {
+      dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    std::string hash = tx->hash;
+    const TxOrigin origin =
+        deps_.tracker->TakeWanted(hash) ? TxOrigin::kFetched : TxOrigin::kForwarded;
+    // Refusals (replayed, full) are expected under load and for already-committed txs.
+    if (deps_.pool->Add(*std::move(tx), origin).ok()) added.push_back(std::move(hash));
+  }
+  if (added.empty()) return;
+  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    StepLocked(PbftTxsAvailable{std::move(added)});
+  });
+  deps_.request_tick();
+}
+
+void ConsensusDriver::OnFetch(uint32_t from, const node::partition::TxFetch& fetch) {
+  node::partition::PartitionMessage reply;
+  size_t bytes = 0;
+  size_t n = 0;
+  for (const std::string& hash : fetch.tx_hashes()) {
+    if (++n > kMaxFetch) break;
+    std::string body;
+    if (TxPtr tx = deps_.pool->Get(hash)) {
+      body = tx->signed_bytes;
+    } else if (absl::StatusOr<std::string> stored = deps_.ledger->GetTx(hash); stored.ok()) {
+      body = *std::move(stored);
+    } else {
+      continue;
+    }
+    bytes += body.size();
+    reply.mutable_txs()->add_signed_txs(std::move(body));
+    if (bytes >= kFetchReplyBytes) {
+      deps_.sender->Send(from, p2p::Channel::SYNC, reply);
+      reply.Clear();
+      bytes = 0;
+    }
+  }
+  if (reply.has_txs()) deps_.sender->Send(from, p2p::Channel::SYNC, reply);
+}
+
+// ---- The replica ----
+
+void ConsensusDriver::WithLock(absl::FunctionRef<void()> fn) {
+  std::vector<absl::AnyInvocable<void()>> deferred;
+  std::vector<CommitEvent> committed;
+  {
+    absl::MutexLock lock(&mu_);
+    fn();
+    deferred.swap(deferred_);
+    committed.swap(committed_);
+  }
+  // The feed delivers in height order even when two threads publish at once.
+  for (CommitEvent& e : committed) deps_.feed->Publish(std::move(e));
+  for (auto& d : deferred) d();
+}
+
+void ConsensusDriver::HaltLocked() {
+  halted_ = true;
+  state_.store(kHaltedState);
+}
+
+void ConsensusDriver::StepLocked(const PbftEvent& event) {
+  if (halted_) return;
+  ApplyLocked(replica_->Step(event));
+  if (!replica_->status().ok() && !halted_) {
+    HaltLocked();
+    LOG(ERROR) << "partition " << deps_.name << ": consensus halted: " << replica_->status();
+  }
+}
+
+void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
+  for (PbftAction& action : actions) {
+    if (halted_) break;
+    std::visit(
+        Overloaded{
+            [&](PbftSend& a) {
+              node::partition::PartitionMessage m;
+              *m.mutable_consensus() = std::move(a.msg);
+              deps_.sender->Send(a.to, ChannelOf(a.channel), m);
+            },
+            [&](PbftBroadcast& a) {
+              // The bodies of a new proposal go first, on the same channel (forwarder.h).
+              if (proposal_bodies_ && a.msg.has_pre_prepare()) {
+                deps_.forwarder->SendBodies(*std::move(proposal_bodies_));
+                proposal_bodies_.reset();
+              }
+              node::partition::PartitionMessage m;
+              *m.mutable_consensus() = std::move(a.msg);
+              deps_.sender->Broadcast(ChannelOf(a.channel), m);
+            },
+            [&](PbftCommit& a) {
+              absl::Status s = CommitLocked(a);
+              if (!s.ok()) {
+                HaltLocked();
+                LOG(ERROR) << "partition " << deps_.name << ": commit of seq " << a.seq
+                           << " failed, consensus halted: " << s;
+              }
+            },
+            [&](PbftSetTimer& a) {
+              timers_[a.timer] = deps_.clock->NowNanos() + a.delay_ms * 1'000'000;
+            },
+            [&](PbftCancelTimer& a) { timers_.erase(a.timer); },
+            [&](PbftFetchTxs& a) { FetchLocked(a); },
+            [&](PbftStateChanged& a) {
+              const auto old = static_cast<ConsensusState>(state_.load());
+              state_.store(static_cast<int>(a.state));
+              LOG(INFO) << "partition " << deps_.name << ": consensus "
+                        << ConsensusStateName(old) << " -> " << ConsensusStateName(a.state)
+                        << " (view " << replica_->view() << ")";
+              if (a.state == ConsensusState::kViewChange) {
+                view_changes_.fetch_add(1);
+                // Proposals of the old view are abandoned: their txs become selectable again
+                // (a re-proposed one that commits twice gets a REJECTED receipt the second time).
+                deps_.pool->ReleaseAllProposed();
+                ready_since_ = 0;
+              }
+            },
+        },
+        action);
+  }
+  view_.store(replica_->view());
+  observing_.store(replica_->observing());
+  UpdateHoldLocked();
+}
+
+void ConsensusDriver::FetchLocked(PbftFetchTxs& fetch) {
+  node::partition::PartitionMessage m;
+  bool repeat = true;
+  const int64_t now = deps_.clock->NowNanos();
+  // A fetch is retried every retransmit period while still needed; the tracker's bound forgets
+  // the marks of txs that never arrive.
+  for (std::string& h : fetch.tx_hashes) {
+    if (m.fetch().tx_hashes_size() >= static_cast<int>(kMaxFetch)) break;
+    repeat &= !deps_.tracker->NoteWanted(h, now);
+    m.mutable_fetch()->add_tx_hashes(std::move(h));
+  }
+  // The first ask goes to the primary, which proposed the batch and so holds its txs: one answer
+  // instead of n-1 on the (prioritized) SYNC channel. A repeated ask (the primary did not answer
+  // in a retransmit period, or a synced batch) goes to all.
+  const uint32_t primary = replica_->config().PrimaryOf(replica_->view());
+  if (!repeat && primary != deps_.sender->self()) {
+    deps_.sender->Send(primary, p2p::Channel::SYNC, m);
+  } else {
+    deps_.sender->Broadcast(p2p::Channel::SYNC, m);
+  }
+}
+
+void ConsensusDriver::UpdateHoldLocked() {
+  const bool primary_normal = !halted_ && replica_->IsPrimary() &&
+                              replica_->state() == ConsensusState::kNormal &&
+                              deps_.sender->replicas() > 1;
+  if (primary_normal == primary_normal_) return;
+  primary_normal_ = primary_normal;
+  // No longer proposing: the next tick forwards everything held, so the new primary gets it.
+  if (deps_.forwarder->SetHolding(primary_normal)) {
+    deferred_.push_back([this] { deps_.request_tick(); });
+  }
+}
+
+absl::Status ConsensusDriver::CommitLocked(const PbftCommit& commit) {
+  absl::StatusOr<std::optional<CommitEvent>> event = deps_.pipeline->Commit(commit);
+  if (!event.ok()) return event.status();
+  if (!event->has_value()) return absl::OkStatus();  // already in the ledger (restart)
+  if (deps_.on_commit_locked) deps_.on_commit_locked(**event);
+  committed_.push_back(*std::move(*event));
+  return absl::OkStatus();
+}
+
+// ---- Time ----
+
+int64_t ConsensusDriver::Tick(int64_t now, bool paused) {
+  int64_t wake = std::numeric_limits<int64_t>::max();
+  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // Timers that are due, in deadline order.
+    while (!halted_) {
+      auto due = timers_.end();
+      for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+        if (it->second <= now && (due == timers_.end() || it->second < due->second)) due = it;
+      }
+      if (due == timers_.end()) break;
+      const PbftTimer timer = due->first;
+      timers_.erase(due);
+      if (timer == PbftTimer::kViewChange) {
+        // A view change that outlived its timer: how much support it has says why (the view
+        // moves on only with 2f+1 ViewChanges; fewer means this replica is alone or cut off).
+        LOG(INFO) << "partition " << deps_.name << ": view change to view " << replica_->view()
+                  << " timed out with " << replica_->view_change_votes() << " of "
+                  << replica_->config().quorum() << " ViewChanges";
+      }
+      StepLocked(PbftTimerFired{timer});
+    }
+    for (const auto& [timer, at] : timers_) wake = std::min(wake, at);
+    if (now >= next_expire_) {
+      deps_.pool->Expire(now);
+      deps_.tracker->Evict(now);
+      next_expire_ = now + kExpireEveryNanos;
+    }
+    if (now >= next_hook_) {
+      if (deps_.on_tick_locked) deps_.on_tick_locked(now);
+      next_hook_ = now + kHookEveryNanos;
+    }
+    CutBatchesLocked(now, paused, &wake);
+  });
+  return wake;
+}
+
+void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) {
+  const uint64_t max_txs = deps_.batch_policy->options().max_txs;
+  TxPool::ReadyCount ready = deps_.pool->CountReady(max_txs);
+  if (ready.txs != reported_pending_) {
+    reported_pending_ = ready.txs;
+    StepLocked(PbftPendingRequests{ready.txs});
+  }
+  if (ready.txs == 0) {
+    ready_since_ = 0;
+    return;
+  }
+  if (ready_since_ == 0) ready_since_ = now;
+  if (paused || now < empty_cut_until_) return;
+  for (int round = 0; round < kMaxCutsPerTick && !halted_; ++round) {
+    BatchPolicy::Decision d = deps_.batch_policy->Decide(now, ready.txs, ready.bytes,
+                                                         ready_since_, replica_->CanPropose());
+    if (!d.cut) {
+      if (d.wake_at_nanos) *wake = std::min(*wake, *d.wake_at_nanos);
+      return;
+    }
+    std::vector<TxPtr> batch =
+        deps_.pool->SelectBatch(max_txs, deps_.batch_policy->options().max_bytes);
+    if (batch.empty()) {
+      // Counted as ready but not selectable (races with commits): look again shortly.
+      empty_cut_until_ = now + kEmptyCutBackoffNanos;
+      return;
+    }
+    std::vector<std::string> hashes;
+    hashes.reserve(batch.size());
+    for (const auto& tx : batch) hashes.push_back(tx->hash);
+    proposal_bodies_ = deps_.forwarder->TakeBodies(batch);
+    StepLocked(PbftBatchReady{std::move(hashes)});
+    if (proposal_bodies_) {  // no pre-prepare came of it: forward them instead
+      deps_.forwarder->ReturnBodies(*std::move(proposal_bodies_));
+      proposal_bodies_.reset();
+    }
+    ready = deps_.pool->CountReady(max_txs);
+    ready_since_ = ready.txs > 0 ? now : 0;
+    if (ready.txs == 0) return;
+  }
+}
+
+}  // namespace partitions

@@ -1,0 +1,158 @@
+// ConsensusDriver: runs one partition's PBFT replica against the world.
+//
+// It feeds the replica (a pure state machine, pbft_replica.h) with verified peer messages, fired
+// timers, pending-request counts and batches the primary cuts, and carries out its actions:
+// sends and broadcasts (through the PeerSender; a new proposal's held bodies go out first, see
+// forwarder.h), timers (a small table its Tick fires), missing-tx fetches (first to the primary,
+// repeats to everyone), state changes (a view change makes the pool's proposed txs selectable
+// again) and commits (the CommitPipeline; the resulting CommitEvents are published on the
+// CommitFeed once the driver's lock is released). It also answers peers' tx fetches and pools
+// forwarded and fetched txs.
+//
+// Time comes from outside: Tick(now) fires due timers, expires the pool, runs the caller's
+// periodic hook and cuts batches (the primary cuts when BatchPolicy says so, up to 8 pipelined
+// proposals per tick); it returns when it next wants to run. Nothing in here owns a thread.
+//
+// Locking: one mutex (mu_) serializes the replica, the timers and batch cutting; the pool,
+// tracker, forwarder, ledger and executor have their own leaf locks, taken inside it. Work that
+// must not run under mu_ (commit events, wake-ups) is queued and run once it is released.
+//
+// Thread-safety: every public method is thread-safe (lane handlers of one partition may run on
+// different workers at once).
+//
+//   auto driver = ConsensusDriver::Create(deps, pbft_config, position);
+//   driver->Start();
+//   driver->OnConsensusMessage(peer_index, msg);    // consensus lane
+//   int64_t next = driver->Tick(clock->NowNanos());  // the partition's tick
+#ifndef PARTITIONS_CONSENSUS_DRIVER_H_
+#define PARTITIONS_CONSENSUS_DRIVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "flowctl/clock.h"
+#include "partitions/batch_policy.h"
+#include "partitions/commit_feed.h"
+#include "partitions/commit_pipeline.h"
+#include "partitions/forwarder.h"
+#include "partitions/ledger.h"
+#include "partitions/pbft_replica.h"
+#include "partitions/pbft_types.h"
+#include "partitions/peer_sender.h"
+#include "partitions/transaction.h"
+#include "partitions/tx_pool.h"
+#include "partitions/tx_tracker.h"
+#include "proto/partition.pb.h"
+
+namespace partitions {
+
+// ConsensusState values, plus the driver's own: the replica or a commit failed.
+inline constexpr int kHaltedState = 99;
+
+class ConsensusDriver {
+ public:
+  struct Deps {
+    std::string name;  // for logs
+    const flowctl::Clock* clock = nullptr;
+    PbftCrypto* crypto = nullptr;       // verifies envelopes, signs own messages
+    ConsensusStore* store = nullptr;
+    TxPool* pool = nullptr;
+    TxTracker* tracker = nullptr;
+    Forwarder* forwarder = nullptr;
+    PeerSender* sender = nullptr;
+    CommitPipeline* pipeline = nullptr;  // also the replica's tx and block source
+    CommitFeed* feed = nullptr;
+    Ledger* ledger = nullptr;            // committed txs for fetch answers
+    BatchPolicy* batch_policy = nullptr;
+    TxLimits tx_limits;
+    // Called under the driver's lock right after a block committed (before its event is
+    // published), and once per tick interval: for bookkeeping that must see commits and pool
+    // changes atomically (the adaptive stage's tickets). May be empty.
+    std::function<void(const CommitEvent&)> on_commit_locked;
+    std::function<void(int64_t now)> on_tick_locked;
+    // Asks the owner for a tick soon (e.g. txs arrived, or holding stopped). Required.
+    std::function<void()> request_tick;
+  };
+
+  struct Stats {
+    uint64_t dropped_bad_signature = 0;  // envelope not signed by the connection's replica
+    uint64_t dropped_bad_tx = 0;         // forwarded/fetched tx that does not decode or verify
+  };
+
+  static absl::StatusOr<std::unique_ptr<ConsensusDriver>> Create(
+      Deps deps, const PbftConfig& config, const PbftReplica::LedgerPosition& position);
+  ConsensusDriver(const ConsensusDriver&) = delete;
+  ConsensusDriver& operator=(const ConsensusDriver&) = delete;
+
+  void Start();
+
+  // Peer messages, from replica `from` (already mapped from the authenticated connection).
+  void OnConsensusMessage(uint32_t from, const ConsensusMessage& msg);
+  void OnTxBatch(const node::partition::TxBatch& batch);
+  void OnFetch(uint32_t from, const node::partition::TxFetch& fetch);
+
+  // One round of time-driven work at `now` (no proposals while `paused`); returns the time it
+  // next wants to run.
+  int64_t Tick(int64_t now, bool paused);
+
+  // Lock-free mirrors for readers.
+  int state() const { return state_.load(std::memory_order_relaxed); }  // or kHaltedState
+  std::string StateName() const;
+  uint64_t view() const { return view_.load(std::memory_order_relaxed); }
+  bool observing() const { return observing_.load(std::memory_order_relaxed); }
+  uint64_t view_changes() const { return view_changes_.load(std::memory_order_relaxed); }
+  Stats stats() const;
+
+ private:
+  explicit ConsensusDriver(Deps deps);
+
+  // Runs fn under mu_, then publishes the commits and runs the deferred work it queued.
+  void WithLock(absl::FunctionRef<void()> fn) ABSL_LOCKS_EXCLUDED(mu_);
+  void StepLocked(const PbftEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyLocked(std::vector<PbftAction> actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CommitLocked(const PbftCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FetchLocked(PbftFetchTxs& fetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CutBatchesLocked(int64_t now, bool paused, int64_t* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HaltLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Deps deps_;
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<PbftReplica> replica_ ABSL_GUARDED_BY(mu_);
+  std::map<PbftTimer, int64_t> timers_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::AnyInvocable<void()>> deferred_ ABSL_GUARDED_BY(mu_);
+  std::vector<CommitEvent> committed_ ABSL_GUARDED_BY(mu_);  // published once mu_ is released
+  int64_t ready_since_ ABSL_GUARDED_BY(mu_) = 0;             // 0 = nothing ready
+  int64_t empty_cut_until_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reported_pending_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_expire_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_hook_ ABSL_GUARDED_BY(mu_) = 0;
+  bool primary_normal_ ABSL_GUARDED_BY(mu_) = false;  // last value given to the forwarder
+  // Bodies of the batch being proposed, between Forwarder::TakeBodies and its pre-prepare.
+  std::optional<node::partition::PartitionMessage> proposal_bodies_ ABSL_GUARDED_BY(mu_);
+  bool halted_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::atomic<int> state_{0};
+  std::atomic<uint64_t> view_{0};
+  std::atomic<bool> observing_{false};
+  std::atomic<uint64_t> view_changes_{0};
+  std::atomic<uint64_t> dropped_bad_signature_{0};
+  std::atomic<uint64_t> dropped_bad_tx_{0};
+};
+
+}  // namespace partitions
+
+#endif  // PARTITIONS_CONSENSUS_DRIVER_H_

@@ -1,0 +1,98 @@
+#include "partitions/forwarder.h"
+
+#include "glog/logging.h"
+
+namespace partitions {
+
+Forwarder::Forwarder(PeerSender* sender, const flowctl::Clock* clock, Options options)
+    : sender_(sender), clock_(clock), options_(options) {}
+
+void Forwarder::Queue(const TxPtr& tx) {
+  if (sender_->replicas() <= 1) return;
+  bool flush = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (holding_) {
+      const int64_t now = clock_->NowNanos();
+      if (held_.try_emplace(tx->hash, HeldTx{.tx = tx, .since = now}).second) {
+        held_order_.emplace_back(now, tx->hash);
+      }
+      return;
+    }
+    queued_.push_back(tx->signed_bytes);
+    queued_bytes_ += tx->signed_bytes.size();
+    flush = queued_bytes_ >= options_.flush_bytes;
+  }
+  if (flush) Flush(/*release_all=*/false);
+}
+
+void Forwarder::Flush(bool release_all) {
+  std::vector<std::string> txs;
+  {
+    absl::MutexLock lock(&mu_);
+    txs.swap(queued_);
+    queued_bytes_ = 0;
+    release_all = release_all || !holding_;
+    const int64_t now = clock_->NowNanos();
+    while (!held_order_.empty()) {
+      const auto& [since, hash] = held_order_.front();
+      auto it = held_.find(hash);
+      if (it != held_.end() && it->second.since == since) {
+        if (!release_all && now - since < options_.hold_nanos) break;
+        txs.push_back(it->second.tx->signed_bytes);
+        held_.erase(it);
+      }
+      held_order_.pop_front();  // forwarded now, or already proposed
+    }
+  }
+  if (txs.empty()) return;
+  node::partition::PartitionMessage msg;
+  for (std::string& t : txs) msg.mutable_txs()->add_signed_txs(std::move(t));
+  sender_->Broadcast(p2p::Channel::TX_FORWARD, msg);
+}
+
+bool Forwarder::SetHolding(bool hold) {
+  absl::MutexLock lock(&mu_);
+  const bool stopped = holding_ && !hold;
+  holding_ = hold;
+  return stopped;
+}
+
+std::optional<node::partition::PartitionMessage> Forwarder::TakeBodies(
+    const std::vector<TxPtr>& batch) {
+  node::partition::PartitionMessage bodies;
+  {
+    absl::MutexLock lock(&mu_);
+    if (held_.empty()) return std::nullopt;
+    for (const TxPtr& tx : batch) {
+      if (held_.erase(tx->hash) > 0) bodies.mutable_txs()->add_signed_txs(tx->signed_bytes);
+    }
+  }
+  if (!bodies.has_txs()) return std::nullopt;
+  return bodies;
+}
+
+void Forwarder::SendBodies(node::partition::PartitionMessage bodies) {
+  const int n = bodies.txs().signed_txs_size();
+  if (!sender_->Broadcast(p2p::Channel::CONSENSUS, bodies)) {
+    // Refused (e.g. the CONSENSUS queue is full): forward them; backups fetch what they miss.
+    ReturnBodies(std::move(bodies));
+    return;
+  }
+  proposal_body_txs_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+}
+
+void Forwarder::ReturnBodies(node::partition::PartitionMessage bodies) {
+  absl::MutexLock lock(&mu_);
+  for (std::string& t : *bodies.mutable_txs()->mutable_signed_txs()) {
+    queued_bytes_ += t.size();
+    queued_.push_back(std::move(t));
+  }
+}
+
+size_t Forwarder::held() const {
+  absl::MutexLock lock(&mu_);
+  return held_.size();
+}
+
+}  // namespace partitions

@@ -1,0 +1,108 @@
+// TxTracker: what one partition remembers about a transaction between its admission and its
+// commit, keyed by tx hash, in one place and under one explicit bound.
+//
+// It answers: when did this node's client hand the tx in (commit latency), which lossless FIFO
+// record carries it (the FIFO may persist its read position only past committed records), and did
+// this replica ask its peers for it (a fetched tx is admitted past the pool limits). The commit
+// pipeline takes the entries of a committed block (TakeCommitted) and hands them to the block's
+// CommitEvent, so subscribers see them without a second lookup.
+//
+// Bound. An entry lives until its tx commits, Forget(), or eviction by the policy: at most
+// `max_entries` (the oldest go first) and at most `max_age` since it was created. Evict(now) runs
+// from the partition's tick. An evicted tx loses only bookkeeping: no latency sample, a fetched tx
+// arriving later is treated as forwarded, and a lossless record's commit no longer advances the
+// FIFO's persisted position (a restart replays it; the pool drops the duplicate).
+//
+// Thread-safety: every method is thread-safe (one mutex; leaf lock: no callbacks, no other lock
+// taken inside).
+//
+//   TxTracker tracker({.max_entries = 400'000, .max_age = absl::Minutes(10)});
+//   tracker.NoteAdmitted(tx->hash, now);
+//   ... block commits ... std::vector<TrackedTx> info = tracker.TakeCommitted(hashes);
+#ifndef PARTITIONS_TX_TRACKER_H_
+#define PARTITIONS_TX_TRACKER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace partitions {
+
+struct TxTrackerPolicy {
+  size_t max_entries = 400'000;             // >= 1
+  absl::Duration max_age = absl::Minutes(10);  // > 0
+};
+
+// What is known of one tx. Zero values mean "not known".
+struct TrackedTx {
+  int64_t admitted_nanos = 0;  // this node's client admission (commit latency starts here)
+  uint64_t spill_seq = 0;      // lossless FIFO record that carries it
+  bool fetch_wanted = false;   // this replica asked its peers for it
+};
+
+struct TxTrackerStats {
+  size_t entries = 0;
+  uint64_t evicted_by_count = 0;
+  uint64_t evicted_by_age = 0;
+};
+
+class TxTracker {
+ public:
+  explicit TxTracker(TxTrackerPolicy policy);
+  TxTracker(const TxTracker&) = delete;
+  TxTracker& operator=(const TxTracker&) = delete;
+
+  void NoteAdmitted(absl::string_view hash, int64_t now_nanos);
+  void NoteSpilled(absl::string_view hash, uint64_t seq, int64_t now_nanos);
+  // True if it was not wanted yet (the first ask).
+  bool NoteWanted(absl::string_view hash, int64_t now_nanos);
+  // True if it was wanted; clears the mark.
+  bool TakeWanted(absl::string_view hash);
+
+  // What is known of a tx (zero values if nothing).
+  TrackedTx Get(absl::string_view hash) const;
+  // Removes and returns the entries of `hashes` (in that order; zero values where unknown).
+  std::vector<TrackedTx> TakeCommitted(const std::vector<std::string>& hashes);
+  // Removes one entry (e.g. the pool refused the tx).
+  void Forget(absl::string_view hash);
+
+  // Applies the policy at `now`; returns how many entries it evicted.
+  size_t Evict(int64_t now_nanos);
+  // Changes the bound; the next Evict applies it. REQUIRES: valid values (see the policy).
+  void SetPolicy(TxTrackerPolicy policy);
+
+  TxTrackerStats stats() const;
+
+ private:
+  struct Entry {
+    TrackedTx tx;
+    int64_t created_nanos = 0;
+  };
+
+  Entry& TouchLocked(absl::string_view hash, int64_t now_nanos)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops records of `order_` whose entry is gone or newer (rebuilt when mostly stale).
+  void CompactOrderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  TxTrackerPolicy policy_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Creation order, for eviction: (created, hash). Records of removed entries stay until they
+  // reach the front or a compaction drops them.
+  std::deque<std::pair<int64_t, std::string>> order_ ABSL_GUARDED_BY(mu_);
+  uint64_t evicted_by_count_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t evicted_by_age_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace partitions
+
+#endif  // PARTITIONS_TX_TRACKER_H_

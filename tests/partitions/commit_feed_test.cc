@@ -1,0 +1,132 @@
+// CommitFeed and its subscribers: in-order delivery, commit waiters, the lossless cursor.
+#include "partitions/commit_feed.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "flowctl/spill_fifo.h"
+#include "gtest/gtest.h"
+#include "partitions/commit_waiters.h"
+#include "partitions/spill_cursor.h"
+#include "tests/partitions/chain_test_util.h"
+
+namespace partitions {
+namespace {
+
+class Recorder final : public CommitSubscriber {
+ public:
+  void OnCommit(const CommitEvent& e) override { heights.push_back(e.height); }
+  std::vector<uint64_t> heights;
+};
+
+CommitEvent Event(uint64_t height, std::vector<TxPtr> txs = {}) {
+  CommitEvent e;
+  e.height = height;
+  for (size_t i = 0; i < txs.size(); ++i) {
+    node::chain::Receipt r;
+    r.set_error(absl::StrCat("h", height));  // marks which block answered
+    e.receipts.push_back(r);
+    e.tracked.push_back({});
+  }
+  e.txs = std::move(txs);
+  return e;
+}
+
+TEST(CommitFeedTest, DeliversEveryBlockOnceInHeightOrderWhateverThePublishOrder) {
+  CommitFeed feed(/*last_height=*/4);
+  Recorder a, b;
+  feed.Subscribe(&a);
+  feed.Subscribe(&b);
+  feed.Publish(Event(3));  // committed before this process: ignored
+  feed.Publish(Event(6));  // waits for 5
+  EXPECT_TRUE(a.heights.empty());
+  feed.Publish(Event(5));
+  feed.Publish(Event(7));
+  EXPECT_EQ(a.heights, (std::vector<uint64_t>{5, 6, 7}));
+  EXPECT_EQ(b.heights, a.heights);
+  EXPECT_EQ(feed.delivered_height(), 7u);
+}
+
+TEST(CommitWaitersTest, ABlockAnswersItsTxsWaitersWithTheirReceipts) {
+  std::vector<p2p::PrivateKey> keys = chaintest::Keys(1);
+  TxPtr t1 = chaintest::Put(keys[0], 1, "k", "v");
+  TxPtr t2 = chaintest::Put(keys[0], 2, "k", "w");
+  CommitWaiters waiters;
+  std::vector<std::string> answers;
+  auto record = [&](absl::StatusOr<node::chain::Receipt> r) {
+    answers.push_back(r.ok() ? r->error() : r.status().ToString());
+  };
+  waiters.Add(t1->hash, /*deadline_nanos=*/100, record);
+  waiters.Add(t1->hash, 100, record);
+  waiters.Add(t2->hash, 50, record);
+  EXPECT_EQ(waiters.size(), 3u);
+  waiters.OnCommit(Event(9, {t1}));
+  EXPECT_EQ(answers, (std::vector<std::string>{"h9", "h9"}));
+  waiters.Expire(49);
+  EXPECT_EQ(answers.size(), 2u);
+  waiters.Expire(50);
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_TRUE(absl::StartsWith(answers[2], "DEADLINE_EXCEEDED")) << answers[2];
+  EXPECT_EQ(waiters.size(), 0u);
+  // Answered waiters are not answered again, by a late block or the deadline.
+  waiters.OnCommit(Event(10, {t2}));
+  waiters.Expire(1000);
+  EXPECT_EQ(answers.size(), 3u);
+}
+
+TEST(CommitWaitersTest, ResolveAndCancelAllAnswerEachWaiterOnce) {
+  CommitWaiters waiters;
+  int ok = 0, cancelled = 0;
+  auto record = [&](absl::StatusOr<node::chain::Receipt> r) { (r.ok() ? ok : cancelled)++; };
+  waiters.Add("a", 100, record);
+  waiters.Add("b", 100, record);
+  node::chain::Receipt receipt;
+  waiters.Resolve("a", receipt);
+  waiters.Resolve("a", receipt);
+  waiters.CancelAll(absl::UnavailableError("stopping"));
+  waiters.Expire(1000);
+  EXPECT_EQ(ok, 1);
+  EXPECT_EQ(cancelled, 1);
+}
+
+TEST(SpillCursorTest, ThePersistedPositionStopsBelowTheLowestUncommittedRecord) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/spill_cursor_", getpid());
+  std::filesystem::remove_all(dir);
+  flowctl::SpillFifoOptions o;
+  o.dir = dir;
+  absl::StatusOr<std::unique_ptr<flowctl::SpillFifo>> fifo = flowctl::SpillFifo::Open(o);
+  ASSERT_TRUE(fifo.ok()) << fifo.status();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE((*fifo)->Append(absl::StrCat("r", i)).ok());
+  // The drain consumed 1..4; record 5 is at the front, being offered to the pool.
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE((*fifo)->Front().ok());
+    ASSERT_TRUE((*fifo)->Pop().ok());
+  }
+  SpillCursor cursor(fifo->get(), (*fifo)->stats().persisted_seq);
+  // Records 1..5 drained; 2 had an invalid tx; 4 and 1 commit; 3 and 5 are still pooled.
+  for (uint64_t seq = 1; seq <= 5; ++seq) cursor.Drained(seq);
+  cursor.Done(2);
+  CommitEvent e = Event(1);
+  e.tracked = {{.spill_seq = 4}, {.spill_seq = 1}};
+  cursor.OnCommit(e);
+  ASSERT_TRUE((*fifo)->PersistReadPosition().ok());
+  EXPECT_EQ((*fifo)->stats().persisted_seq, 2u);  // 3 not committed: a restart replays 3..5
+  EXPECT_EQ(cursor.pending(), 3u);                // 3, 4 (done, behind 3) and 5
+  cursor.Undrained(5);  // the pool was full: 5 stays at the FIFO's front
+  e.tracked = {{.spill_seq = 3}};
+  cursor.OnCommit(e);
+  ASSERT_TRUE((*fifo)->PersistReadPosition().ok());
+  EXPECT_EQ((*fifo)->stats().persisted_seq, 4u);  // everything consumed, all of it committed
+  EXPECT_EQ(cursor.pending(), 0u);
+  fifo->reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace partitions

@@ -1,0 +1,92 @@
+// Forwarder: backups batch client txs onto TX_FORWARD; the primary holds them for its proposals
+// and forwards what it did not propose in time.
+#include "partitions/forwarder.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "tests/mocks/fake_clock.h"
+#include "tests/mocks/recording_network.h"
+#include "tests/partitions/chain_test_util.h"
+
+namespace partitions {
+namespace {
+
+class ForwarderTest : public ::testing::Test {
+ protected:
+  ForwarderTest()
+      : sender_(&net_, 1, {"a", "b", "c", "d"}, 0),
+        fwd_(&sender_, &clock_, {.hold_nanos = 100, .flush_bytes = 1 << 20}) {
+    keys_ = chaintest::Keys(1);
+    for (int i = 1; i <= 4; ++i) txs_.push_back(chaintest::Put(keys_[0], i, "k", "v"));
+  }
+
+  // (channel, txs carried) of each broadcast.
+  std::vector<std::pair<p2p::Channel, int>> Sent() const {
+    std::vector<std::pair<p2p::Channel, int>> out;
+    for (const tests::RecordingNetwork::Sent& s : net_.log()) {
+      node::partition::PartitionMessage m;
+      EXPECT_TRUE(m.ParseFromString(s.payload));
+      out.emplace_back(s.channel, m.txs().signed_txs_size());
+    }
+    return out;
+  }
+
+  tests::RecordingNetwork net_{"a", {"b", "c", "d"}};
+  tests::FakeClock clock_{0};
+  PeerSender sender_;
+  Forwarder fwd_;
+  std::vector<p2p::PrivateKey> keys_;
+  std::vector<TxPtr> txs_;
+};
+
+TEST_F(ForwarderTest, ABackupBatchesItsClientTxsOntoTxForward) {
+  fwd_.Queue(txs_[0]);
+  fwd_.Queue(txs_[1]);
+  EXPECT_TRUE(Sent().empty());
+  fwd_.Flush(false);
+  ASSERT_EQ(Sent().size(), 1u);
+  EXPECT_EQ(Sent()[0], std::make_pair(p2p::Channel::TX_FORWARD, 2));
+  fwd_.Flush(false);  // nothing left
+  EXPECT_EQ(Sent().size(), 1u);
+}
+
+TEST_F(ForwarderTest, ThePrimarySendsHeldBodiesWithItsProposalAndForwardsTheRestLate) {
+  fwd_.SetHolding(true);
+  for (const TxPtr& t : txs_) fwd_.Queue(t);
+  fwd_.Flush(false);
+  EXPECT_TRUE(Sent().empty());  // held, not forwarded
+  std::optional<node::partition::PartitionMessage> bodies = fwd_.TakeBodies({txs_[0], txs_[1]});
+  ASSERT_TRUE(bodies.has_value());
+  fwd_.SendBodies(*std::move(bodies));
+  ASSERT_EQ(Sent().size(), 1u);
+  EXPECT_EQ(Sent()[0], std::make_pair(p2p::Channel::CONSENSUS, 2));
+  EXPECT_EQ(fwd_.proposal_body_txs(), 2u);
+  clock_.AdvanceNanos(100);  // the hold limit: the two not proposed are forwarded
+  fwd_.Flush(false);
+  ASSERT_EQ(Sent().size(), 2u);
+  EXPECT_EQ(Sent()[1], std::make_pair(p2p::Channel::TX_FORWARD, 2));
+  EXPECT_EQ(fwd_.held(), 0u);
+}
+
+TEST_F(ForwarderTest, LosingThePrimaryRoleOrARefusedSendForwardsEverythingHeld) {
+  fwd_.SetHolding(true);
+  fwd_.Queue(txs_[0]);
+  fwd_.Queue(txs_[1]);
+  net_.refuse.store(true);
+  std::optional<node::partition::PartitionMessage> bodies = fwd_.TakeBodies({txs_[0]});
+  ASSERT_TRUE(bodies.has_value());
+  fwd_.SendBodies(*std::move(bodies));  // refused: back to forwarding
+  EXPECT_EQ(sender_.broadcast_failures(), 1u);
+  net_.refuse.store(false);
+  EXPECT_TRUE(fwd_.SetHolding(false));
+  fwd_.Flush(false);
+  ASSERT_EQ(Sent().size(), 1u);
+  EXPECT_EQ(Sent()[0], std::make_pair(p2p::Channel::TX_FORWARD, 2));
+}
+
+}  // namespace
+}  // namespace partitions

@@ -1,0 +1,146 @@
+// Partition as a flowctl::ResourceConsumer: what it reports (TakeUsage) and what each applied
+// share does to it (its dispatcher's group share in the worker pool, its pool's byte limit).
+// One partition of a 4-replica set, opened on an in-memory network and never started: nothing
+// is sent, no time passes (FakeClock).
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "flowctl/tick_scheduler.h"
+#include "glog/logging.h"
+#include "gtest/gtest.h"
+#include "p2p/ed25519.h"
+#include "p2p/in_memory_network.h"
+#include "runtime/config.h"
+#include "runtime/partition.h"
+#include "tests/mocks/fake_clock.h"
+#include "tests/runtime/runtime_test_util.h"
+
+namespace runtime {
+namespace {
+
+using flowctl::Resource;
+
+class PartitionResourceConsumerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/partition_consumer_", getpid());
+    std::filesystem::remove_all(dir_);
+    std::vector<std::pair<p2p::NodeId, p2p::PublicKey>> members;
+    for (char seed : {'a', 'b', 'c', 'd'}) {
+      p2p::PrivateKey key = testing::TestKey(seed);
+      members.push_back({p2p::NodeIdFromPublicKey(key.public_key().bytes()), key.public_key()});
+    }
+    std::sort(members.begin(), members.end(),
+              [](const auto& x, const auto& y) { return x.first < y.first; });
+    const p2p::NodeId self = p2p::NodeIdFromPublicKey(testing::TestKey('a').public_key().bytes());
+    net_ = hub_.AddNode(self);
+    flowctl::WorkerPool::Options po;
+    po.threads = 1;
+    pool_ = std::make_unique<flowctl::WorkerPool>(po);
+    ASSERT_TRUE(pool_->Start().ok());
+
+    node::config::NodeConfig nc;
+    nc.set_data_dir(dir_);
+    auto* pc = nc.add_partitions();
+    pc->set_id(5);
+    pc->set_name("p");
+    ApplyDefaults(&nc);
+    config_ = nc.partitions(0);
+    PartitionEnv env;
+    env.config = config_;
+    env.dir = dir_ + "/part";
+    env.pool = pool_.get();
+    env.network = net_.get();
+    env.key = testing::TestKey('a');
+    for (const auto& [id, pk] : members) {
+      env.replica_ids.push_back(id);
+      env.replica_keys.push_back(pk);
+    }
+    env.clock = &clock_;
+    env.scheduler = &scheduler_;
+    absl::StatusOr<std::unique_ptr<Partition>> p = Partition::Open(std::move(env));
+    ASSERT_TRUE(p.ok()) << p.status();
+    part_ = *std::move(p);
+  }
+
+  void TearDown() override {
+    part_.reset();
+    pool_->Stop();
+    std::filesystem::remove_all(dir_);
+  }
+
+  double GroupShare() const {
+    for (const auto& g : pool_->GetGroupStats()) {
+      if (g.name == "p") return g.share;
+    }
+    ADD_FAILURE() << "no worker-pool group for the partition";
+    return 0;
+  }
+
+  std::string dir_;
+  tests::FakeClock clock_;
+  flowctl::TickScheduler scheduler_{&clock_};  // never started: no tick runs
+  p2p::InMemoryHub hub_{&clock_};
+  std::unique_ptr<p2p::InMemoryNetwork> net_;
+  std::unique_ptr<flowctl::WorkerPool> pool_;
+  node::config::PartitionConfig config_;
+  std::unique_ptr<Partition> part_;
+};
+
+TEST_F(PartitionResourceConsumerTest, ReportsIdentityShareConfigAndUsage) {
+  flowctl::ResourceConsumer* consumer = part_.get();
+  EXPECT_EQ(consumer->id(), 5u);
+  EXPECT_EQ(consumer->name(), "p");
+  flowctl::ConsumerUsage u = consumer->TakeUsage();
+  EXPECT_EQ(u.cpu_nanos, 0);
+  EXPECT_FALSE(u.cpu_backlogged);
+  EXPECT_EQ(u.memory_bytes, 0u);
+  EXPECT_EQ(u.memory_limit, config_.pool().max_bytes() + config_.dispatcher().budget_bytes());
+
+  node::config::ShareConfig share;
+  share.set_weight(4);
+  share.set_guarantee_fraction(0.25);
+  share.set_ceiling_fraction(0.5);
+  consumer->SetShareConfig(share);
+  EXPECT_EQ(consumer->share_config().weight(), 4);
+  EXPECT_EQ(consumer->share_config().ceiling_fraction(), 0.5);
+  EXPECT_EQ(part_->config().share().guarantee_fraction(), 0.25);
+}
+
+TEST_F(PartitionResourceConsumerTest, CpuShareBecomesTheDispatcherGroupWeight) {
+  part_->ApplyShare(Resource::kCpu, 12345);
+  EXPECT_EQ(GroupShare(), 12345);
+  part_->ApplyShare(Resource::kCpu, 0);  // not a weight: ignored
+  EXPECT_EQ(GroupShare(), 12345);
+}
+
+TEST_F(PartitionResourceConsumerTest, MemoryShareCapsThePoolBytes) {
+  const uint64_t configured = config_.pool().max_bytes();
+  const double limit = static_cast<double>(part_->TakeUsage().memory_limit);
+  ASSERT_GT(configured / 4, 1u << 20);  // above the 1 MiB floor
+  // Half the partition's memory: the pool gets its part of it, halved for the parsed copy.
+  part_->ApplyShare(Resource::kMemory, limit / 2);
+  EXPECT_NEAR(static_cast<double>(part_->FlowStats().pool().max_bytes()),
+              static_cast<double>(configured) / 4, 1);
+  // Its whole memory: no cap.
+  part_->ApplyShare(Resource::kMemory, limit);
+  EXPECT_EQ(part_->FlowStats().pool().max_bytes(), configured);
+}
+
+TEST_F(PartitionResourceConsumerTest, EgressShareChangesNothingOnThePartition) {
+  const uint64_t max_bytes = part_->FlowStats().pool().max_bytes();
+  const double share = GroupShare();
+  part_->ApplyShare(Resource::kEgress, 1);
+  EXPECT_EQ(part_->FlowStats().pool().max_bytes(), max_bytes);
+  EXPECT_EQ(GroupShare(), share);
+}
+
+}  // namespace
+}  // namespace runtime
