@@ -21,7 +21,9 @@ absl::Status OptionError(absl::string_view option, absl::string_view message) {
 }  // namespace
 
 absl::Status ValidateAdaptiveLimiterOptions(const AdaptiveLimiterOptions& o) {
-  if (o.min_limit < 1) return OptionError("min_limit", absl::StrCat("must be >= 1, got ", o.min_limit));
+  if (o.min_limit < 1) {
+    return OptionError("min_limit", absl::StrCat("must be >= 1, got ", o.min_limit));
+  }
   if (o.max_limit < o.min_limit) {
     return OptionError("max_limit", absl::StrCat("must be >= min_limit (", o.min_limit, "), got ",
                                                  o.max_limit));
@@ -99,11 +101,15 @@ AdaptiveLimiter::Ticket AdaptiveLimiter::Track(std::shared_ptr<AdaptiveLimiter> 
   return Ticket(std::move(limiter), admitted_nanos);
 }
 
-void AdaptiveLimiter::Ticket::Commit() {
+void AdaptiveLimiter::Ticket::Commit(int64_t now_nanos) {
   if (limiter_ == nullptr) return;
   std::shared_ptr<AdaptiveLimiter> limiter = std::move(limiter_);
   limiter_ = nullptr;
-  limiter->OnSample(admitted_nanos_, /*timed_out=*/false);
+  limiter->OnSample(admitted_nanos_, /*timed_out=*/false, now_nanos);
+}
+
+void AdaptiveLimiter::Ticket::Commit() {
+  if (limiter_ != nullptr) Commit(limiter_->clock()->NowNanos());
 }
 
 void AdaptiveLimiter::Ticket::Drop() {
@@ -118,11 +124,15 @@ bool AdaptiveLimiter::Ticket::Overdue(int64_t now) const {
          now - admitted_nanos_ > limiter_->max_hold_nanos_.load(std::memory_order_relaxed);
 }
 
-void AdaptiveLimiter::Ticket::Timeout() {
+void AdaptiveLimiter::Ticket::Timeout(int64_t now_nanos) {
   if (limiter_ == nullptr) return;
   std::shared_ptr<AdaptiveLimiter> limiter = std::move(limiter_);
   limiter_ = nullptr;
-  limiter->OnTimeout(admitted_nanos_);
+  limiter->OnTimeout(admitted_nanos_, now_nanos);
+}
+
+void AdaptiveLimiter::Ticket::Timeout() {
+  if (limiter_ != nullptr) Timeout(limiter_->clock()->NowNanos());
 }
 
 void AdaptiveLimiter::Ticket::Waive() {
@@ -158,11 +168,10 @@ void AdaptiveLimiter::SetLimitLocked(double limit) {
   limit_.store(static_cast<int64_t>(exact_limit_), std::memory_order_relaxed);
 }
 
-void AdaptiveLimiter::OnSample(int64_t admitted_nanos, bool timed_out) {
+void AdaptiveLimiter::OnSample(int64_t admitted_nanos, bool timed_out, int64_t now) {
   // Counted before the release: the peak says whether the limit was in use.
   const int64_t in_flight_before = in_flight_.load(std::memory_order_relaxed);
   ReleaseOne();
-  const int64_t now = clock_->NowNanos();
   absl::MutexLock lock(&mu_);
   ++(timed_out ? state_.timeouts : state_.samples);
   window_peak_in_flight_ = std::max(window_peak_in_flight_, in_flight_before);
@@ -185,11 +194,11 @@ void AdaptiveLimiter::OnDrop() {
   MaybeCloseWindowLocked(now);
 }
 
-void AdaptiveLimiter::OnTimeout(int64_t admitted_nanos) {
+void AdaptiveLimiter::OnTimeout(int64_t admitted_nanos, int64_t now) {
   // A censored sample: the unit took at least this long. Without it, units held past max_hold
   // would give their slots back silently, admission would run at the commit rate plus the
   // timeout rate, and the limit would never see the latency that made them time out.
-  OnSample(admitted_nanos, /*timed_out=*/true);
+  OnSample(admitted_nanos, /*timed_out=*/true, now);
 }
 
 void AdaptiveLimiter::OnWaive() {

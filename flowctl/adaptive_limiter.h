@@ -28,6 +28,7 @@
 //   - Ticket (Track): owns a reference to the limiter and the admission time; taken when the unit
 //     is handed on (e.g. pooled) while the Permit is still held, so the count never dips. Commit()
 //     releases with a latency sample, Drop() with a congestion signal, destruction with neither.
+//     The adaptive stage keeps its tickets itself, by request id (adaptive_tickets.h).
 //
 // Thread-safety: the limiter's methods are thread-safe; one Permit or Ticket object is used by
 // one thread at a time. TryAcquire and Permit release are lock-free (one CAS / one fetch_sub);
@@ -37,7 +38,8 @@
 //   auto limiter = std::make_shared<flowctl::AdaptiveLimiter>(options, clock);
 //   flowctl::AdaptiveLimiter::Permit permit = limiter->TryAcquire();
 //   if (!permit) return Reject("adaptive limit");
-//   auto ticket = flowctl::AdaptiveLimiter::Track(limiter, arrival_nanos);  // before the permit goes
+//   // Before the permit goes:
+//   auto ticket = flowctl::AdaptiveLimiter::Track(limiter, arrival_nanos);
 //   ... later, when its block commits: ticket.Commit();
 #ifndef FLOWCTL_ADAPTIVE_LIMITER_H_
 #define FLOWCTL_ADAPTIVE_LIMITER_H_
@@ -121,7 +123,9 @@ class AdaptiveLimiter {
     bool held() const { return limiter_ != nullptr; }
     int64_t admitted_nanos() const { return admitted_nanos_; }
     // Each releases the slot once; after any of them the ticket is empty and they do nothing.
-    // The unit completed: a latency sample of (clock now - admitted_nanos).
+    // The unit completed: a latency sample of (now_nanos - admitted_nanos); the no-argument form
+    // reads the limiter's clock.
+    void Commit(int64_t now_nanos);
     void Commit();
     // The unit left without completing (expired): a congestion signal.
     void Drop();
@@ -129,6 +133,7 @@ class AdaptiveLimiter {
     bool Overdue(int64_t now) const;
     // Held past max_hold: releases with a censored sample (its age so far), counted as a
     // timeout.
+    void Timeout(int64_t now_nanos);
     void Timeout();
     // The unit waits on something outside what the limit protects (a tx behind its client's
     // nonce gap): releases with no feedback, counted as waived.
@@ -173,9 +178,9 @@ class AdaptiveLimiter {
   friend Permit;
   void ReleaseOne() { in_flight_.fetch_sub(1, std::memory_order_release); }
   // Feedback from a Ticket; each releases its slot first.
-  void OnSample(int64_t admitted_nanos, bool timed_out) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnSample(int64_t admitted_nanos, bool timed_out, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
   void OnDrop() ABSL_LOCKS_EXCLUDED(mu_);
-  void OnTimeout(int64_t admitted_nanos) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnTimeout(int64_t admitted_nanos, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
   void OnWaive() ABSL_LOCKS_EXCLUDED(mu_);
   // Closes the window if it is due at `now`, adjusting the limit.
   void MaybeCloseWindowLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

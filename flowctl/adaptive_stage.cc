@@ -43,12 +43,13 @@ AdaptiveStage::AdaptiveStage(std::string name, const AdaptiveLimiterOptions& opt
                              absl::Duration retry_after, const Clock* clock)
     : name_(std::move(name)),
       limiter_(std::make_shared<AdaptiveLimiter>(options, clock)),
-      retry_after_nanos_(absl::ToInt64Nanoseconds(retry_after)) {}
+      retry_after_nanos_(absl::ToInt64Nanoseconds(retry_after)),
+      tickets_(limiter_) {}
 
 Decision AdaptiveStage::Check(const RequestMeta&, HoldList& holds) {
   AdaptiveLimiter::Permit permit = limiter_->TryAcquire();
   if (!permit) {
-    return Decision::Reject(name_, kAdaptiveReason,
+    return Decision::Reject(name_, RejectKind::kOverloaded, kAdaptiveReason,
                             absl::Nanoseconds(retry_after_nanos_.load(std::memory_order_relaxed)));
   }
   holds.Keep(std::move(permit));
@@ -66,6 +67,7 @@ void AdaptiveStage::AppendGauges(std::vector<StageGauge>& gauges) const {
   gauges.push_back({"drops", static_cast<double>(s.drops)});
   gauges.push_back({"timeouts", static_cast<double>(s.timeouts)});
   gauges.push_back({"waived", static_cast<double>(s.waived)});
+  gauges.push_back({"tickets", static_cast<double>(tickets_.size())});
 }
 
 void AdaptiveStage::Set(const AdaptiveLimiterOptions& options, absl::Duration retry_after) {
@@ -86,14 +88,6 @@ absl::StatusOr<std::unique_ptr<StageFactory>> MakeAdaptiveFactory(
                                          ? kDefaultAdaptiveRetryAfter
                                          : absl::Milliseconds(config.retry_after_ms());
   return std::make_unique<AdaptiveFactory>(std::move(name), *options, retry_after);
-}
-
-std::shared_ptr<AdaptiveLimiter> FindAdaptiveLimiter(const StageChain& chain) {
-  for (const StageChain::Link& link : chain.links()) {
-    if (link.stage->kind() != kAdaptiveKind) continue;
-    if (auto* stage = dynamic_cast<const AdaptiveStage*>(link.stage.get())) return stage->limiter();
-  }
-  return nullptr;
 }
 
 }  // namespace flowctl

@@ -80,7 +80,7 @@ class RateFactory final : public StageFactory {
 class GateFactory final : public StageFactory {
  public:
   GateFactory(std::string name, std::string predicate_name,
-              std::shared_ptr<const GatePredicate> predicate, absl::Duration retry_after)
+              std::shared_ptr<const RegisteredPredicate> predicate, absl::Duration retry_after)
       : name_(std::move(name)),
         predicate_name_(std::move(predicate_name)),
         predicate_(std::move(predicate)),
@@ -97,7 +97,7 @@ class GateFactory final : public StageFactory {
  private:
   const std::string name_;
   const std::string predicate_name_;
-  const std::shared_ptr<const GatePredicate> predicate_;
+  const std::shared_ptr<const RegisteredPredicate> predicate_;
   const absl::Duration retry_after_;
 };
 
@@ -115,7 +115,7 @@ void ConcurrencyStage::SetRetryAfter(absl::Duration d) {
 Decision ConcurrencyStage::Check(const RequestMeta&, HoldList& holds) {
   ConcurrencyLimiter::Permit permit = limiter_.TryAcquire();
   if (!permit) {
-    return Decision::Reject(name_, kConcurrencyReason,
+    return Decision::Reject(name_, RejectKind::kOverloaded, kConcurrencyReason,
                             absl::Nanoseconds(retry_after_nanos_.load(std::memory_order_relaxed)));
   }
   holds.Keep(std::move(permit));
@@ -143,8 +143,9 @@ Decision RateStage::Check(const RequestMeta& request, HoldList&) {
   if (bucket_.TryAcquireAt(cost, now)) return Decision::Admit();
   const int64_t wait = bucket_.NanosUntilAt(cost, now);
   if (wait == TokenBucket::kNever)
-    return Decision::Reject(name_, kClosedReason, kClosedRateRetryAfter);
-  return Decision::Reject(name_, unit == Unit::kBytes ? kByteRateReason : kRequestRateReason,
+    return Decision::Reject(name_, RejectKind::kOverloaded, kClosedReason, kClosedRateRetryAfter);
+  return Decision::Reject(name_, RejectKind::kOverloaded,
+                          unit == Unit::kBytes ? kByteRateReason : kRequestRateReason,
                           absl::Nanoseconds(wait));
 }
 
@@ -155,17 +156,18 @@ void RateStage::AppendGauges(std::vector<StageGauge>& gauges) const {
 }
 
 GateStage::GateStage(std::string name, std::string predicate_name,
-                     std::shared_ptr<const GatePredicate> predicate, absl::Duration retry_after)
+                     std::shared_ptr<const RegisteredPredicate> predicate,
+                     absl::Duration retry_after)
     : name_(std::move(name)),
       reason_(absl::StrCat("predicate '", predicate_name, "' does not hold")),
       predicate_(std::move(predicate)),
       retry_after_(retry_after) {
-  CHECK(predicate_ != nullptr && *predicate_);
+  CHECK(predicate_ != nullptr && predicate_->predicate);
 }
 
 Decision GateStage::Check(const RequestMeta& request, HoldList&) {
-  if ((*predicate_)(request)) return Decision::Admit();
-  return Decision::Reject(name_, reason_, retry_after_);
+  if (predicate_->predicate(request)) return Decision::Admit();
+  return Decision::Reject(name_, predicate_->rejects_as, reason_, retry_after_);
 }
 
 absl::StatusOr<std::unique_ptr<StageFactory>> MakeConcurrencyFactory(
@@ -216,7 +218,7 @@ absl::StatusOr<std::unique_ptr<StageFactory>> MakeRateFactory(
 
 absl::StatusOr<std::unique_ptr<StageFactory>> MakeGateFactory(
     std::string name, const node::flowctl::GateStageConfig& config,
-    std::shared_ptr<const GatePredicate> predicate, absl::string_view known_predicates,
+    std::shared_ptr<const RegisteredPredicate> predicate, absl::string_view known_predicates,
     absl::string_view field) {
   const std::string field_name = absl::StrCat(field, ".gate.predicate");
   if (config.predicate().empty()) {

@@ -1,7 +1,9 @@
 // The built-in stages and their factories: `concurrency` (max in flight), `rate` (token bucket on
-// requests or bytes) and `gate` (admits while a named predicate holds).
+// requests or bytes) and `gate` (admits while a named predicate holds). None follows requests
+// past admission (lifecycle() is null).
 //
-// Normally made by StageRegistry from proto/flowctl.proto; the Make*Factory functions validate
+// Registered with every StageRegistry as kinds, the same way a plug-in is, and built by it from
+// proto/flowctl.proto; the Make*Factory functions validate
 // one stage's config and name the offending field with the given prefix, e.g.
 // "stages[2].rate.rate_per_second: must be >= 0 tokens/s, got -1".
 //
@@ -35,6 +37,12 @@ namespace flowctl {
 // answer for the right partition.
 using GatePredicate = std::function<bool(const RequestMeta& request)>;
 
+// A gate predicate as registered: the condition and what a refusal on it means.
+struct RegisteredPredicate {
+  GatePredicate predicate;  // never empty
+  RejectKind rejects_as = RejectKind::kOverloaded;
+};
+
 inline constexpr absl::string_view kConcurrencyKind = "concurrency";
 inline constexpr absl::string_view kRateKind = "rate";
 inline constexpr absl::string_view kGateKind = "gate";
@@ -46,6 +54,7 @@ inline constexpr absl::Duration kDefaultGateRetryAfter = absl::Milliseconds(100)
 inline constexpr absl::Duration kClosedRateRetryAfter = absl::Seconds(1);
 
 // Admits while fewer than the limit are in flight; the permit is kept in the request's holds.
+// Rejects as overloaded.
 class ConcurrencyStage final : public Stage {
  public:
   ConcurrencyStage(std::string name, int64_t limit, absl::Duration retry_after);
@@ -55,6 +64,7 @@ class ConcurrencyStage final : public Stage {
   Decision Check(const RequestMeta& request, HoldList& holds) override;
   // "in_flight", "limit".
   void AppendGauges(std::vector<StageGauge>& gauges) const override;
+  RequestLifecycle* lifecycle() override { return nullptr; }
 
   // Live changes. Thread-safe.
   void SetLimit(int64_t limit) { limiter_.SetLimit(limit); }
@@ -70,6 +80,7 @@ class ConcurrencyStage final : public Stage {
 
 // Token bucket on request count (cost 1) or bytes (cost = size_bytes). Retry-after is the exact
 // wait until the bucket would admit this request, or kClosedRateRetryAfter when the rate is 0.
+// Rejects as overloaded.
 class RateStage final : public Stage {
  public:
   enum class Unit { kRequests, kBytes };
@@ -82,6 +93,7 @@ class RateStage final : public Stage {
   Decision Check(const RequestMeta& request, HoldList& holds) override;
   // "rate_per_second", "burst", "available" (tokens now; negative while in debt; +inf unlimited).
   void AppendGauges(std::vector<StageGauge>& gauges) const override;
+  RequestLifecycle* lifecycle() override { return nullptr; }
 
   // Live change keeping the bucket's balance. REQUIRES: parameters valid. Thread-safe.
   void Set(double rate, double burst, Unit unit);
@@ -95,22 +107,25 @@ class RateStage final : public Stage {
   std::atomic<Unit> unit_;
 };
 
-// Admits while `predicate` holds. Stateless apart from its parameters.
+// Admits while `predicate` holds; rejects as the predicate was registered (e.g. unavailable).
+// Stateless apart from its parameters.
 class GateStage final : public Stage {
  public:
+  // REQUIRES: predicate is non-null with a non-empty function.
   GateStage(std::string name, std::string predicate_name,
-            std::shared_ptr<const GatePredicate> predicate, absl::Duration retry_after);
+            std::shared_ptr<const RegisteredPredicate> predicate, absl::Duration retry_after);
 
   absl::string_view name() const override { return name_; }
   absl::string_view kind() const override { return kGateKind; }
   Decision Check(const RequestMeta& request, HoldList& holds) override;
   // None: the predicate's answer depends on the request.
   void AppendGauges(std::vector<StageGauge>&) const override {}
+  RequestLifecycle* lifecycle() override { return nullptr; }
 
  private:
   const std::string name_;
   const std::string reason_;  // "predicate '<name>' does not hold"
-  const std::shared_ptr<const GatePredicate> predicate_;
+  const std::shared_ptr<const RegisteredPredicate> predicate_;
   const absl::Duration retry_after_;
 };
 
@@ -119,10 +134,11 @@ absl::StatusOr<std::unique_ptr<StageFactory>> MakeConcurrencyFactory(
     std::string name, const node::flowctl::ConcurrencyStageConfig& config, absl::string_view field);
 absl::StatusOr<std::unique_ptr<StageFactory>> MakeRateFactory(
     std::string name, const node::flowctl::RateStageConfig& config, absl::string_view field);
-// `predicate` is the registered predicate named by config.predicate(), or null if there is none.
+// `predicate` is the registered predicate named by config.predicate(), or null if there is none;
+// `known_predicates` lists the registered names for the error message.
 absl::StatusOr<std::unique_ptr<StageFactory>> MakeGateFactory(
     std::string name, const node::flowctl::GateStageConfig& config,
-    std::shared_ptr<const GatePredicate> predicate, absl::string_view known_predicates,
+    std::shared_ptr<const RegisteredPredicate> predicate, absl::string_view known_predicates,
     absl::string_view field);
 
 }  // namespace flowctl

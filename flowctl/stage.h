@@ -1,9 +1,13 @@
 // Stage: one pluggable check of a partition's interceptor chain (the Envoy network-filter model).
 //
 // A stage sees only a request's cheap metadata (RequestMeta: partition, size, peer id, arrival
-// time; never the decoded body) and answers admit or reject(stage, reason, retry-after). A stage
-// that holds something for an admitted request (a concurrency slot) puts it in the request's
-// HoldList, which releases it when the request finishes, or at once if a later stage rejects it.
+// time; never the decoded body) and answers admit or reject(stage, kind, reason, retry-after).
+// The RejectKind says what the refusal means (load, unavailable, invalid) and so which status the
+// client gets (RejectStatusCode); the reason is for people only. A stage that holds something for
+// an admitted request (a concurrency slot) puts it in the request's HoldList, which releases it
+// when the request finishes, or at once if a later stage rejects it. A stage that follows the
+// request past admission (pooled, committed, dropped) returns its RequestLifecycle from
+// lifecycle() (request_lifecycle.h); every other stage returns null.
 //
 // Stages are built by a StageFactory (one per StageConfig, made once by the StageRegistry from the
 // validated proto) that creates a cheap instance per partition; StageChain (stage_chain.h) runs
@@ -14,8 +18,10 @@
 //
 //   class AlwaysReject final : public flowctl::Stage {
 //     Decision Check(const RequestMeta&, HoldList&) override {
-//       return Decision::Reject(name(), "closed for maintenance", absl::Seconds(5));
+//       return Decision::Reject(name(), RejectKind::kUnavailable, "closed for maintenance",
+//                               absl::Seconds(5));
 //     }
+//     RequestLifecycle* lifecycle() override { return nullptr; }
 //     ...
 //   };
 #ifndef FLOWCTL_STAGE_H_
@@ -29,9 +35,11 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "flowctl/clock.h"
+#include "flowctl/request_lifecycle.h"
 
 namespace flowctl {
 
@@ -43,17 +51,30 @@ struct RequestMeta {
   int64_t arrival_nanos = 0;    // Clock time the request arrived; 0 if unknown
 };
 
-// Admit, or reject with the rejecting stage's name, a human-readable reason, and a retry-after
-// hint for the client. The views point into the stage that made the decision: they stay valid
-// while that stage lives (an Admission keeps its chain, and so its stages, alive).
+// What a rejection means to the client; the status code follows from it (RejectStatusCode).
+enum class RejectKind {
+  kOverloaded,   // too much load now; retry after the hint (RESOURCE_EXHAUSTED)
+  kUnavailable,  // the partition cannot serve now, e.g. consensus is not normal (UNAVAILABLE)
+  kInvalid,      // the request itself is unacceptable; retrying it will not help (INVALID_ARGUMENT)
+};
+
+// overloaded -> RESOURCE_EXHAUSTED, unavailable -> UNAVAILABLE, invalid -> INVALID_ARGUMENT.
+absl::StatusCode RejectStatusCode(RejectKind kind);
+// "overloaded", "unavailable", "invalid".
+absl::string_view RejectKindName(RejectKind kind);
+
+// Admit, or reject with the rejecting stage's name, what the rejection means, a human-readable
+// reason, and a retry-after hint for the client. The views point into the stage that made the
+// decision: they stay valid while that stage lives (an Admission keeps its chain, and so its
+// stages, alive).
 class Decision {
  public:
   // A default Decision admits.
   Decision() = default;
   static Decision Admit() { return Decision(); }
-  static Decision Reject(absl::string_view stage, absl::string_view reason,
+  static Decision Reject(absl::string_view stage, RejectKind kind, absl::string_view reason,
                          absl::Duration retry_after) {
-    return Decision(stage, reason, retry_after);
+    return Decision(stage, kind, reason, retry_after);
   }
 
   bool admitted() const { return admitted_; }
@@ -61,15 +82,24 @@ class Decision {
   absl::string_view stage() const { return stage_; }
   absl::string_view reason() const { return reason_; }
   absl::Duration retry_after() const { return retry_after_; }
+  // Meaningful only when rejected.
+  RejectKind reject_kind() const { return kind_; }
 
-  // "admit" or "rejected by <stage>: <reason> (retry after <d>)", for logs and tests.
+  // OK when admitted; otherwise a status of RejectStatusCode(reject_kind()) with the message
+  // "rejected by stage '<stage>': <reason>". Callers may add context to the message; the code is
+  // the contract.
+  absl::Status ToStatus() const;
+
+  // "admit" or "rejected by <stage> (<kind>): <reason> (retry after <d>)", for logs and tests.
   std::string ToString() const;
 
  private:
-  Decision(absl::string_view stage, absl::string_view reason, absl::Duration retry_after)
-      : admitted_(false), stage_(stage), reason_(reason), retry_after_(retry_after) {}
+  Decision(absl::string_view stage, RejectKind kind, absl::string_view reason,
+           absl::Duration retry_after)
+      : admitted_(false), kind_(kind), stage_(stage), reason_(reason), retry_after_(retry_after) {}
 
   bool admitted_ = true;
+  RejectKind kind_ = RejectKind::kOverloaded;
   absl::string_view stage_;
   absl::string_view reason_;
   absl::Duration retry_after_ = absl::ZeroDuration();
@@ -128,7 +158,7 @@ class Stage {
 
   // Unique within its chain; used in rejections and stats.
   virtual absl::string_view name() const = 0;
-  // The config kind that made it ("concurrency", "rate", "gate", "adaptive").
+  // The registered kind that made it ("concurrency", "rate", "gate", "adaptive", or a plug-in's).
   virtual absl::string_view kind() const = 0;
 
   // The hot path: admit or reject `request`. On admit the stage may Keep() resources in `holds`;
@@ -138,6 +168,10 @@ class Stage {
   // Appends the stage's live figures (limits, in-flight count, tokens); a stage with none appends
   // nothing. Thread-safe; not on the hot path.
   virtual void AppendGauges(std::vector<StageGauge>& gauges) const = 0;
+
+  // The stage's follower of admitted requests (request_lifecycle.h), or null for a stage that
+  // forgets a request once Check returns. Constant for the stage's life (the chain reads it once).
+  virtual RequestLifecycle* lifecycle() = 0;
 };
 
 // Made once from one validated StageConfig; creates per-partition Stage instances. Immutable,

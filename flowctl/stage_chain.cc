@@ -12,6 +12,7 @@ StageChain::StageChain(StageContext context, std::vector<Link> links)
   for (const Link& link : links_) {
     CHECK(link.stage != nullptr);
     CHECK(link.counters != nullptr);
+    if (RequestLifecycle* follower = link.stage->lifecycle()) followers_.push_back(follower);
   }
 }
 
@@ -38,6 +39,22 @@ Decision StageChain::Run(const RequestMeta& request, HoldList& holds) const {
     link.counters->admitted.fetch_add(1, std::memory_order_relaxed);
   }
   return Decision::Admit();
+}
+
+void StageChain::Pooled(absl::string_view id, int64_t admitted_nanos) const {
+  for (RequestLifecycle* f : followers_) f->OnPooled(id, admitted_nanos);
+}
+
+void StageChain::Committed(absl::Span<const std::string> ids, int64_t now_nanos) const {
+  for (RequestLifecycle* f : followers_) f->OnCommitted(ids, now_nanos);
+}
+
+void StageChain::Dropped(absl::string_view id, DropReason reason) const {
+  for (RequestLifecycle* f : followers_) f->OnDropped(id, reason);
+}
+
+void StageChain::Tick(int64_t now_nanos, const PoolQuery& pool) const {
+  for (RequestLifecycle* f : followers_) f->OnTick(now_nanos, pool);
 }
 
 const StageChain::Link* StageChain::Find(absl::string_view name) const {
@@ -67,14 +84,32 @@ Admission& Admission::operator=(Admission&& other) noexcept {
     Finish();
     holds_ = std::move(other.holds_);
     decision_ = other.decision_;
+    admitted_nanos_ = other.admitted_nanos_;
+    finished_ = other.finished_;
     chain_ = std::move(other.chain_);
   }
   return *this;
 }
 
+void Admission::Pooled(absl::string_view id) const {
+  CHECK(admitted()) << "Pooled on a rejected request: " << decision_.ToString();
+  CHECK(!finished_) << "Pooled after Finish: the followers' holds would start from no permit";
+  if (chain_ == nullptr || !chain_->follows_requests()) return;
+  // The clock is read here, not on every admission: most admitted requests carry their arrival.
+  const int64_t admitted =
+      admitted_nanos_ != 0 ? admitted_nanos_ : chain_->context().clock->NowNanos();
+  chain_->Pooled(id, admitted);
+}
+
+void Admission::Dropped(absl::string_view id, DropReason reason) const {
+  CHECK(admitted()) << "Dropped on a rejected request: " << decision_.ToString();
+  if (chain_ != nullptr) chain_->Dropped(id, reason);
+}
+
 Admission Admit(std::shared_ptr<const StageChain> chain, const RequestMeta& request) {
   Admission admission;
   admission.decision_ = chain->Run(request, admission.holds_);
+  if (admission.decision_.admitted()) admission.admitted_nanos_ = request.arrival_nanos;
   admission.chain_ = std::move(chain);
   return admission;
 }

@@ -1,6 +1,13 @@
 // StageChain: runs a partition's stages in order and stops at the first rejection; Admission: the
 // per-request ticket that owns what the stages hold; StageChainHolder: the live-swappable chain.
 //
+// After admission the caller reports each request's life by id (request_lifecycle.h) and the
+// chain forwards it to the stages that follow requests (Stage::lifecycle() non-null): Pooled()
+// on the request's Admission (its permits still held), then Committed() / Dropped() and a
+// periodic Tick() on the holder. A live update keeps a stage object wherever name and kind match,
+// so what such a stage tracks survives the swap; a stage that is dropped from the config releases
+// what it tracked (with no feedback) once the last Admission holding the old chain is gone.
+//
 // A chain is immutable once built, so many threads run it at once without locks. Each link pairs
 // a stage instance with its counters; a live update builds a new chain (stage_registry.h) that
 // shares the links of stages it keeps, so in-flight counts, bucket balances and counters carry
@@ -12,8 +19,10 @@
 //
 //   flowctl::StageChainHolder holder(factory->Create({.partition = 3}));
 //   flowctl::Admission admission = holder.Admit({.partition = 3, .size_bytes = raw.size()});
-//   if (!admission.admitted()) return Reject(admission.decision());
-//   Process(raw);  // permits are released when `admission` is destroyed or Finish()ed
+//   if (!admission.admitted()) return admission.decision().ToStatus();
+//   admission.Pooled(tx.hash);  // then pool.Add(tx); on failure Dropped(tx.hash, kRefused)
+//   admission.Finish();         // permits released; followers keep their own holds
+//   ... holder.Committed(hashes, now); holder.Tick(now, pool_view);
 #ifndef FLOWCTL_STAGE_CHAIN_H_
 #define FLOWCTL_STAGE_CHAIN_H_
 
@@ -27,6 +36,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "flowctl/request_lifecycle.h"
 #include "flowctl/stage.h"
 
 namespace flowctl {
@@ -68,6 +79,15 @@ class StageChain {
   // REQUIRES: `holds` is empty. Thread-safe.
   Decision Run(const RequestMeta& request, HoldList& holds) const;
 
+  // Lifecycle events (request_lifecycle.h), forwarded in chain order to every stage that follows
+  // requests; nothing when none does. Thread-safe.
+  void Pooled(absl::string_view id, int64_t admitted_nanos) const;
+  void Committed(absl::Span<const std::string> ids, int64_t now_nanos) const;
+  void Dropped(absl::string_view id, DropReason reason) const;
+  void Tick(int64_t now_nanos, const PoolQuery& pool) const;
+  // True when some stage follows requests (the caller may skip building ids otherwise).
+  bool follows_requests() const { return !followers_.empty(); }
+
   const StageContext& context() const { return context_; }
   const std::vector<Link>& links() const { return links_; }
   // The link of the stage called `name`, or null.
@@ -77,6 +97,7 @@ class StageChain {
  private:
   const StageContext context_;
   const std::vector<Link> links_;
+  std::vector<RequestLifecycle*> followers_;  // constant after construction; owned by links_
 };
 
 // One request's pass through a chain: the decision, plus ownership of what the stages hold and of
@@ -93,9 +114,25 @@ class Admission {
   bool admitted() const { return decision_.admitted(); }
   const Decision& decision() const { return decision_; }
   size_t holds() const { return holds_.size(); }
+  // RequestMeta::arrival_nanos of an admitted request (0 if unknown, or empty or rejected). The
+  // start of its latency; when 0, Pooled() takes the chain's clock instead.
+  int64_t admitted_nanos() const { return admitted_nanos_; }
+
+  // The request is being handed to the pool as `id` (the tx hash): the chain's followers start
+  // tracking it (the adaptive stage takes a ticket of its own). Call before the pool's Add (so a
+  // commit racing the Add finds it) and before Finish() (so the adaptive count never dips); if
+  // the Add fails, call Dropped(id, DropReason::kRefused). Goes to the chain that admitted the
+  // request, even if the holder has swapped chains since.
+  // REQUIRES: admitted(); Finish() not yet called.
+  void Pooled(absl::string_view id) const;
+  // Forwards Dropped to the chain that admitted the request. REQUIRES: admitted().
+  void Dropped(absl::string_view id, DropReason reason) const;
 
   // Call when the request finishes: releases the holds now. Idempotent; decision() stays valid.
-  void Finish() { holds_.ReleaseAll(); }
+  void Finish() {
+    holds_.ReleaseAll();
+    finished_ = true;
+  }
 
  private:
   friend Admission Admit(std::shared_ptr<const StageChain> chain, const RequestMeta& request);
@@ -103,6 +140,8 @@ class Admission {
   // Declared before holds_ so it is destroyed after them: holds point into the chain's stages.
   std::shared_ptr<const StageChain> chain_;
   Decision decision_;
+  int64_t admitted_nanos_ = 0;
+  bool finished_ = false;
   HoldList holds_;
 };
 
@@ -119,6 +158,13 @@ class StageChainHolder {
 
   // Runs the current chain. Thread-safe.
   Admission Admit(const RequestMeta& request) const { return flowctl::Admit(Get(), request); }
+
+  // Lifecycle events for the current chain's followers (StageChain). Thread-safe.
+  void Committed(absl::Span<const std::string> ids, int64_t now_nanos) const {
+    Get()->Committed(ids, now_nanos);
+  }
+  void Dropped(absl::string_view id, DropReason reason) const { Get()->Dropped(id, reason); }
+  void Tick(int64_t now_nanos, const PoolQuery& pool) const { Get()->Tick(now_nanos, pool); }
 
   std::shared_ptr<const StageChain> Get() const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::ReaderMutexLock lock(&mu_);

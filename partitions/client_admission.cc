@@ -3,7 +3,6 @@
 #include <memory>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
@@ -81,12 +80,12 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
                                        .arrival_nanos = job->arrival_nanos});
       if (!admission.admitted()) {
         const flowctl::Decision& d = admission.decision();
-        std::string msg = absl::StrCat("rejected by stage '", d.stage(), "': ", d.reason());
-        // The health gate says consensus is not available; everything else is load.
-        r.status = absl::StrContains(d.reason(), "consensus_normal")
-                       ? absl::UnavailableError(absl::StrCat(msg, " (consensus is ",
-                                                             deps_.consensus_state(), ")"))
-                       : absl::ResourceExhaustedError(msg);
+        r.status = d.ToStatus();
+        if (d.reject_kind() == flowctl::RejectKind::kUnavailable) {
+          r.status = absl::Status(r.status.code(), absl::StrCat(r.status.message(),
+                                                                " (consensus is ",
+                                                                deps_.consensus_state(), ")"));
+        }
         r.rejected_by = std::string(d.stage());
         r.retry_after = d.retry_after();
         continue;
@@ -152,14 +151,16 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
     absl::Status s = base::VerifySignature(item.tx);
     if (s.ok()) {
       auto tx = std::make_shared<const base::DecodedTx>(std::move(item.tx));
-      // An adaptive stage's slot outlives the request: a ticket taken before the item's permit
-      // is released holds it until the tx commits or leaves the pool (see adaptive_stage.h).
-      const bool tracked = deps_.track && deps_.track(r.tx_hash, job->arrival_nanos);
+      // Stages that follow requests (adaptive admission) learn of it before the pool sees it and
+      // before the item's permits go, so a slot held until commit never dips.
+      if (item.admission.admitted()) item.admission.Pooled(r.tx_hash);
       // Tracked before the pool sees it, so its commit always finds the admission time.
       deps_.tracker->NoteAdmitted(r.tx_hash, job->arrival_nanos);
       s = AdmitVerified(tx);
       if (!s.ok()) {
-        if (tracked) deps_.untrack(r.tx_hash);
+        if (item.admission.admitted()) {
+          item.admission.Dropped(r.tx_hash, flowctl::DropReason::kRefused);
+        }
         if (s.code() != absl::StatusCode::kAlreadyExists) deps_.tracker->Forget(r.tx_hash);
       }
       if (s.ok()) {

@@ -3,8 +3,11 @@
 //   Submit (gRPC thread) --> gate (paused / stopping) --> interceptor chain on the raw size and
 //     client address only (in-flight, health, pool, rate, ...; a rejection costs no decode and no
 //     crypto) --> DecodeSignedTx (one SHA-256) --> one job on the dispatcher's client lane
-//   HandleJob (worker pool, under the partition's CPU share) --> Ed25519 verify --> TxTracker
-//     (admission time) --> TxPool::Add --> Forwarder::Queue --> answer (or a commit waiter)
+//   HandleJob (worker pool, under the partition's CPU share) --> Ed25519 verify --> the chain's
+//     request lifecycle (Admission::Pooled; Dropped if the pool refuses) --> TxTracker (admission
+//     time) --> TxPool::Add --> Forwarder::Queue --> answer (or a commit waiter)
+// A rejection's status comes from its typed kind (flowctl::RejectKind: overloaded ->
+// RESOURCE_EXHAUSTED, unavailable -> UNAVAILABLE, invalid -> INVALID_ARGUMENT).
 //
 // Lossless mode (a SpillFifo is given): the rejecting stages are skipped; the decoded request is
 // appended to the FIFO and acknowledged once durable under the FIFO's policy (`spilled`). The
@@ -91,10 +94,6 @@ class ClientAdmission {
     std::function<std::string()> consensus_state;
     // Asks the partition for a tick soon (a batch may be ready).
     std::function<void()> request_tick;
-    // Optional: an adaptive stage's ticket is taken before the pool sees the tx (false if the
-    // tx is tracked already) and given back if the pool refuses it.
-    std::function<bool(const std::string& hash, int64_t admitted_nanos)> track;
-    std::function<void(const std::string& hash)> untrack;
   };
 
   explicit ClientAdmission(Deps deps);

@@ -183,9 +183,9 @@ std::vector<ConfigProblem> ValidateStageChainConfig(const node::flowctl::StageCh
     return check.Take();
   }
   flowctl::StageRegistry registry;
-  for (absl::string_view name : kGatePredicateNames) {
-    absl::Status s = registry.RegisterPredicate(std::string(name),
-                                                [](const flowctl::RequestMeta&) { return true; });
+  for (const GatePredicateSpec& gate : kGatePredicates) {
+    absl::Status s = registry.RegisterPredicate(
+        std::string(gate.name), gate.rejects_as, [](const flowctl::RequestMeta&) { return true; });
     if (!s.ok()) check.Fail("stages", absl::StrCat("internal: ", s.message()));
   }
   // The registry's errors are "<field>: <problem>" with fields relative to the chain.

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "flowctl/stage.h"
 #include "proto/admin.pb.h"
 #include "proto/config.pb.h"
 #include "proto/flowctl.pb.h"
@@ -42,10 +43,18 @@ struct ConfigProblem {
   std::string message;  // e.g. "must be >= 1, got 0"
 };
 
-// The gate predicates every partition registers (runtime/partition.cc); a gate stage may name
-// only these.
-inline constexpr std::array<absl::string_view, 2> kGatePredicateNames = {
-    "consensus_normal", "pool_below_high_water"};
+// The gate predicates every partition registers (runtime/partition.cc), with the kind of
+// rejection each gives; a gate stage may name only these.
+inline constexpr char kConsensusNormalPredicate[] = "consensus_normal";
+inline constexpr char kPoolBelowHighWaterPredicate[] = "pool_below_high_water";
+struct GatePredicateSpec {
+  absl::string_view name;
+  flowctl::RejectKind rejects_as;
+};
+inline constexpr std::array<GatePredicateSpec, 2> kGatePredicates = {{
+    {kConsensusNormalPredicate, flowctl::RejectKind::kUnavailable},
+    {kPoolBelowHighWaterPredicate, flowctl::RejectKind::kOverloaded},
+}};
 
 // Upper bound of a lane weight (weights become integer strides in the worker pool).
 inline constexpr double kMaxLaneWeight = 1e6;
@@ -73,7 +82,7 @@ std::vector<ConfigProblem> ValidateConsensusConfig(const node::config::Consensus
                                                    const std::string& at);
 std::vector<ConfigProblem> ValidateLosslessConfig(const node::config::LosslessConfig& lossless,
                                                   const std::string& at);
-// Builds the chain with a flowctl::StageRegistry holding kGatePredicateNames, the same code that
+// Builds the chain with a flowctl::StageRegistry holding kGatePredicates, the same code that
 // builds it in a partition, and adds "must list at least one stage".
 std::vector<ConfigProblem> ValidateStageChainConfig(
     const node::flowctl::StageChainConfig& chain, const std::string& at);

@@ -10,11 +10,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "flowctl/adaptive_stage.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
 #include "partitions/partition_channels.h"
+#include "runtime/config_validation.h"
 #include "runtime/partition_impl.h"
 
 namespace runtime {
@@ -131,13 +131,15 @@ absl::Status Partition::Impl::Open() {
   feed_->Subscribe(&waiters_);
   feed_->Subscribe(this);
 
-  // Interceptor predicates read atomics only.
+  // Interceptor predicates read atomics only. Consensus not NORMAL means unavailable (another
+  // node may serve); a full pool means overloaded (retry here later).
   RETURN_IF_ERROR(registry_.RegisterPredicate(
-      "consensus_normal", [this](const flowctl::RequestMeta&) {
+      kConsensusNormalPredicate, flowctl::RejectKind::kUnavailable,
+      [this](const flowctl::RequestMeta&) {
         return driver_->state() == static_cast<int>(partitions::ConsensusState::kNormal);
       }));
   RETURN_IF_ERROR(registry_.RegisterPredicate(
-      "pool_below_high_water",
+      kPoolBelowHighWaterPredicate, flowctl::RejectKind::kOverloaded,
       [this](const flowctl::RequestMeta&) { return !pool_->AboveHighWater(); }));
   ASSIGN_OR_RETURN(auto factory, registry_.Build(cfg.interceptor()));
   interceptor_ = std::make_unique<flowctl::StageChainHolder>(
@@ -227,10 +229,17 @@ absl::Status Partition::Impl::Open() {
   dd.ledger = chain_.ledger.get();
   dd.batch_policy = batch_policy_.get();
   dd.tx_limits = tx_limits_;
+  // Stages that follow requests (adaptive admission) hear of commits in the critical section
+  // that removed the txs from the pool, and tick under the same lock, so a sweep never takes a
+  // just-committed tx for a dropped one.
   dd.on_commit_locked = [this](const partitions::CommitEvent& e) {
-    ReleaseCommittedTicketsLocked(e);
+    if (!interceptor_->Get()->follows_requests()) return;
+    std::vector<std::string> hashes;
+    hashes.reserve(e.txs.size());
+    for (const partitions::TxPtr& tx : e.txs) hashes.push_back(tx->hash);
+    interceptor_->Committed(hashes, e.commit_nanos);
   };
-  dd.on_tick_locked = [this](int64_t now) { SweepAdaptiveTicketsLocked(now); };
+  dd.on_tick_locked = [this](int64_t now) { interceptor_->Tick(now, pool_view_); };
   dd.request_tick = [this] { RequestTick(); };
   ASSIGN_OR_RETURN(driver_, partitions::ConsensusDriver::Create(std::move(dd), pc, position));
 
@@ -273,14 +282,7 @@ absl::Status Partition::Impl::Open() {
       .spill_cursor = spill_cursor_.get(),
       .tx_limits = tx_limits_,
       .consensus_state = [this] { return StateName(); },
-      .request_tick = [this] { RequestTick(); },
-      .track =
-          [this](const std::string& hash, int64_t admitted) {
-            const std::shared_ptr<flowctl::AdaptiveLimiter> adaptive =
-                flowctl::FindAdaptiveLimiter(*interceptor_->Get());
-            return adaptive != nullptr && TrackAdaptive(adaptive, hash, admitted);
-          },
-      .untrack = [this](const std::string& hash) { UntrackAdaptive(hash); }});
+      .request_tick = [this] { RequestTick(); }});
   LOG(INFO) << "partition " << name_ << " (" << id_ << ") open: height " << height_.load()
             << ", replica " << self_index_ << " of " << env_.replica_ids.size()
             << (fifo_ ? ", lossless" : "");

@@ -75,22 +75,12 @@ void Partition::Impl::OnCommit(const partitions::CommitEvent& event) {
   }
 }
 
-void Partition::Impl::ReleaseCommittedTicketsLocked(const partitions::CommitEvent& event) {
-  // In the critical section that removed the txs from the pool, so the ticket sweep never takes
-  // a committed tx for a dropped one.
-  std::vector<flowctl::AdaptiveLimiter::Ticket> tickets;
-  {
-    absl::MutexLock lock(&wait_mu_);
-    if (adaptive_tickets_.empty()) return;
-    for (const auto& tx : event.txs) {
-      if (auto it = adaptive_tickets_.find(tx->hash); it != adaptive_tickets_.end()) {
-        tickets.push_back(std::move(it->second.ticket));
-        adaptive_tickets_.erase(it);
-      }
-    }
-  }
-  // Latency samples for the adaptive stage (its lock is a leaf, taken after wait_mu_ is free).
-  for (flowctl::AdaptiveLimiter::Ticket& t : tickets) t.Commit();
+flowctl::PoolLevel Partition::Impl::PoolView::Level() const {
+  const partitions::TxPoolStats stats = (*pool_)->stats();
+  const partitions::TxPoolLimits limits = (*pool_)->limits();
+  return {.txs = stats.txs,
+          .high_water_txs = limits.high_water * static_cast<double>(limits.max_txs),
+          .expired_total = stats.expired};
 }
 
 // ---- Ticks ----

@@ -2,7 +2,7 @@
 //
 // Locks, in acquisition order: the consensus driver's (replica, timers, batch cutting, commits;
 // partitions/consensus_driver.h) -> the components' leaf locks (pool, executor, ledger, tracker,
-// forwarder) -> wait_mu_ / config_mu_. Callbacks to clients never run under the driver's lock:
+// forwarder) -> config_mu_. Callbacks to clients never run under the driver's lock:
 // commit events and deferred work are queued and run once it is released.
 #ifndef RUNTIME_PARTITION_IMPL_H_
 #define RUNTIME_PARTITION_IMPL_H_
@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "base/transaction.h"
-#include "flowctl/adaptive_limiter.h"
+#include "flowctl/request_lifecycle.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
 #include "flowctl/quota_drain.h"
@@ -84,6 +84,22 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // Commit latency of this node's client txs (CommitSubscriber).
   void OnCommit(const partitions::CommitEvent& event) override;
 
+  // What stages that follow requests may ask of the pool (flowctl/request_lifecycle.h).
+  class PoolView final : public flowctl::PoolQuery {
+   public:
+    explicit PoolView(const std::unique_ptr<partitions::TxPool>* pool) : pool_(pool) {}
+    std::vector<std::string> Gapped(absl::Span<const std::string> ids) const override {
+      return (*pool_)->Gapped(ids);
+    }
+    std::vector<std::string> Missing(absl::Span<const std::string> ids) const override {
+      return (*pool_)->Missing(ids);
+    }
+    flowctl::PoolLevel Level() const override;
+
+   private:
+    const std::unique_ptr<partitions::TxPool>* pool_;  // the partition's pool_, set at Open
+  };
+
   // Peer path and consensus (partition_consensus.cc).
   void OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std::string payload);
   void HandlePeerMessage(flowctl::Message message);
@@ -93,22 +109,6 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   void HandleTick();
   // One round of time-driven work at `now`; returns when it wants to run next.
   int64_t Tick(int64_t now);
-  // Adaptive admission (partition_adaptive.cc). Takes a ticket for a verified client tx about to
-  // be pooled (before the pool sees it, so its commit always finds it); false if that tx is
-  // already tracked (a duplicate, which the pool refuses).
-  bool TrackAdaptive(const std::shared_ptr<flowctl::AdaptiveLimiter>& limiter,
-                     const std::string& tx_hash, int64_t admitted_nanos)
-      ABSL_LOCKS_EXCLUDED(wait_mu_);
-  // The pool refused it: gives the slot back without feedback.
-  void UntrackAdaptive(const std::string& tx_hash) ABSL_LOCKS_EXCLUDED(wait_mu_);
-  // Releases the adaptive tickets held past their max_hold (Timeout: no feedback), and those of
-  // txs that left the pool without committing (expired, or made stale by another tx with their
-  // nonce): a drop signal if the pool expired txs since the last sweep, no feedback otherwise.
-  // Runs under the consensus driver's lock (its on_tick_locked hook), so no commit can be
-  // half-way: ReleaseCommittedTicketsLocked (on_commit_locked) takes a committed tx's ticket in
-  // the critical section that removes it from the pool.
-  void SweepAdaptiveTicketsLocked(int64_t now);
-  void ReleaseCommittedTicketsLocked(const partitions::CommitEvent& event);
   void WakeTicker() { RequestTick(); }
 
   // Queries and admin (partition.cc).
@@ -134,7 +134,8 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::unique_ptr<partitions::PeerSender> sender_;
   std::unique_ptr<partitions::Forwarder> forwarder_;
   std::unique_ptr<partitions::CommitPipeline> pipeline_;
-  // Subscribers: waiters_, spill_cursor_ (lossless), this (latency), adaptive tickets.
+  // Subscribers: waiters_, spill_cursor_ (lossless), this (height, latency). Stages that follow
+  // requests hear of commits through the driver's on_commit_locked hook instead (partition.cc).
   std::unique_ptr<partitions::CommitFeed> feed_;
   partitions::CommitWaiters waiters_;
   std::unique_ptr<partitions::SpillCursor> spill_cursor_;  // lossless only
@@ -156,24 +157,15 @@ class Partition::Impl final : public partitions::CommitSubscriber {
 
   // ---- consensus ----
   std::unique_ptr<partitions::ConsensusDriver> driver_;
-  uint64_t swept_expired_ = 0;  // pool's `expired` at the last ticket sweep (driver's lock)
   // Mirror for lock-free readers.
   std::atomic<uint64_t> height_{0};
   std::atomic<bool> paused_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> started_{false};
 
-  // ---- commit latency and adaptive tickets ----
-  mutable absl::Mutex wait_mu_;
+  // ---- commit latency ----
   flowctl::Histogram commit_latency_;  // ns, client admission -> local commit
-  // Client txs admitted through an adaptive stage and pooled, until they commit (Commit: a
-  // latency sample) or leave the pool otherwise (SweepAdaptiveTicketsLocked). Inserted before
-  // the pool sees the tx, so its commit always finds it.
-  struct AdaptiveTicket {
-    flowctl::AdaptiveLimiter::Ticket ticket;
-    int64_t tracked_nanos = 0;  // when inserted: the sweep leaves young tickets alone
-  };
-  absl::flat_hash_map<std::string, AdaptiveTicket> adaptive_tickets_ ABSL_GUARDED_BY(wait_mu_);
+  PoolView pool_view_{&pool_};
 
   // ---- peer-message drops (before the replica) ----
   std::atomic<uint64_t> dropped_unknown_peer_{0};

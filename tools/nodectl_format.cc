@@ -228,6 +228,13 @@ std::string StageSummary(const node::flowctl::StageConfig& s) {
       detail = absl::StrCat("limit=[", s.adaptive().min_limit(), ",", s.adaptive().max_limit(),
                             "] (0 = default)");
       break;
+    case node::flowctl::StageConfig::kCustom: {
+      // A plug-in kind: nodectl does not know its name, only its config type.
+      const std::string& url = s.custom().type_url();
+      kind = "custom";
+      detail = url.substr(url.rfind('/') + 1);
+      break;
+    }
     case node::flowctl::StageConfig::KIND_NOT_SET:
       kind = "?";
       break;

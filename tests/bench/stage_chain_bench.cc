@@ -61,8 +61,9 @@ BENCHMARK(BM_MutexLimiter_AcquireRelease)->Threads(1)->Threads(2);
 StageChainHolder* TypicalChain(bool gate_open) {
   static std::atomic<bool>* open = new std::atomic<bool>(true);
   open->store(gate_open);
-  auto predicate = std::make_shared<const GatePredicate>(
-      [](const RequestMeta&) { return open->load(std::memory_order_relaxed); });
+  auto predicate = std::make_shared<const RegisteredPredicate>(RegisteredPredicate{
+      .predicate = [](const RequestMeta&) { return open->load(std::memory_order_relaxed); },
+      .rejects_as = RejectKind::kUnavailable});
   return new StageChainHolder(StageChain::Of(
       {}, {std::make_shared<GateStage>("health", "consensus_normal", predicate,
                                        absl::Milliseconds(100)),

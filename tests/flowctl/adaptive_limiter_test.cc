@@ -23,6 +23,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The limiter of the chain's stage called "adaptive" (or `name`).
+std::shared_ptr<AdaptiveLimiter> LimiterOf(const StageChain& chain,
+                                           absl::string_view name = "adaptive") {
+  const StageChain::Link* link = chain.Find(name);
+  if (link == nullptr) return nullptr;
+  auto* stage = dynamic_cast<const AdaptiveStage*>(link->stage.get());
+  return stage == nullptr ? nullptr : stage->limiter();
+}
+
 AdaptiveLimiterOptions SmallWindows() {
   AdaptiveLimiterOptions o;
   o.initial_limit = 20;
@@ -355,12 +364,15 @@ node::flowctl::StageChainConfig ParseChain(const std::string& text) {
 TEST(AdaptiveStageTest, RejectsAtTheLimitAndReleasesWhenALaterStageRejects) {
   tests::FakeClock clock;
   StageRegistry registry;
-  ASSERT_TRUE(registry.RegisterPredicate("never", [](const RequestMeta&) { return false; }).ok());
+  ASSERT_TRUE(registry
+                  .RegisterPredicate("never", RejectKind::kOverloaded,
+                                     [](const RequestMeta&) { return false; })
+                  .ok());
   absl::StatusOr<std::shared_ptr<const ChainFactory>> factory = registry.Build(ParseChain(
       "stages { adaptive { initial_limit: 2 min_limit: 1 retry_after_ms: 7 } }"));
   ASSERT_TRUE(factory.ok()) << factory.status();
   StageChainHolder holder((*factory)->Create({.partition = 1, .clock = &clock}));
-  std::shared_ptr<AdaptiveLimiter> limiter = FindAdaptiveLimiter(*holder.Get());
+  std::shared_ptr<AdaptiveLimiter> limiter = LimiterOf(*holder.Get());
   ASSERT_NE(limiter, nullptr);
 
   Admission a = holder.Admit({.partition = 1});
@@ -383,7 +395,7 @@ TEST(AdaptiveStageTest, RejectsAtTheLimitAndReleasesWhenALaterStageRejects) {
       "stages { gate { predicate: \"never\" } }"));
   ASSERT_TRUE(gated.ok()) << gated.status();
   (*gated)->ApplyTo(holder);
-  EXPECT_EQ(FindAdaptiveLimiter(*holder.Get()), limiter);  // same stage, state kept
+  EXPECT_EQ(LimiterOf(*holder.Get()), limiter);  // same stage, state kept
   for (int i = 0; i < 5; ++i) EXPECT_FALSE(holder.Admit({.partition = 1}).admitted());
   EXPECT_EQ(limiter->in_flight(), 0);
 
@@ -403,12 +415,12 @@ TEST(AdaptiveStageTest, LiveUpdateChangesParametersAndKeepsTheLimit) {
   auto first = registry.Build(ParseChain("stages { name: \"a\" adaptive { initial_limit: 50 } }"));
   ASSERT_TRUE(first.ok());
   StageChainHolder holder((*first)->Create({.partition = 1, .clock = &clock}));
-  auto limiter = FindAdaptiveLimiter(*holder.Get());
+  auto limiter = LimiterOf(*holder.Get(), "a");
   auto second = registry.Build(ParseChain(
       "stages { name: \"a\" adaptive { max_limit: 40 decrease_factor: 0.5 tolerance: 3 } }"));
   ASSERT_TRUE(second.ok());
   (*second)->ApplyTo(holder);
-  ASSERT_EQ(FindAdaptiveLimiter(*holder.Get()), limiter);
+  ASSERT_EQ(LimiterOf(*holder.Get(), "a"), limiter);
   EXPECT_EQ(limiter->limit(), 40);
   EXPECT_EQ(limiter->options().decrease_factor, 0.5);
   EXPECT_EQ(limiter->options().tolerance, 3);

@@ -7,6 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "flowctl/builtin_stages.h"
 #include "gmock/gmock.h"
@@ -50,13 +53,17 @@ class ScriptedStage final : public Stage {
   absl::string_view kind() const override { return "scripted"; }
   Decision Check(const RequestMeta&, HoldList& holds) override {
     log_->push_back("check " + name_);
-    if (!admit_) return Decision::Reject(name_, "scripted no", absl::Milliseconds(7));
+    if (!admit_) {
+      return Decision::Reject(name_, RejectKind::kOverloaded, "scripted no",
+                              absl::Milliseconds(7));
+    }
     if (hold_) holds.Keep(LoggedResource(name_, log_));
     return Decision::Admit();
   }
   void AppendGauges(std::vector<StageGauge>& gauges) const override {
     gauges.push_back({"admit", admit_ ? 1.0 : 0.0});
   }
+  RequestLifecycle* lifecycle() override { return nullptr; }
   void set_admit(bool admit) { admit_ = admit; }
 
  private:
@@ -65,6 +72,111 @@ class ScriptedStage final : public Stage {
   bool admit_;
   const bool hold_;
 };
+
+// A stage that follows requests and logs every lifecycle event it gets.
+class FollowingStage final : public Stage, public RequestLifecycle {
+ public:
+  FollowingStage(std::string name, std::vector<std::string>* log)
+      : name_(std::move(name)), log_(log) {}
+
+  absl::string_view name() const override { return name_; }
+  absl::string_view kind() const override { return "following"; }
+  Decision Check(const RequestMeta&, HoldList&) override { return Decision::Admit(); }
+  void AppendGauges(std::vector<StageGauge>&) const override {}
+  RequestLifecycle* lifecycle() override { return this; }
+
+  void OnPooled(absl::string_view id, int64_t admitted_nanos) override {
+    log_->push_back(absl::StrCat(name_, " pooled ", id, " at ", admitted_nanos));
+  }
+  void OnCommitted(absl::Span<const std::string> ids, int64_t now_nanos) override {
+    log_->push_back(absl::StrCat(name_, " committed ", absl::StrJoin(ids, ","), " at ", now_nanos));
+  }
+  void OnDropped(absl::string_view id, DropReason reason) override {
+    log_->push_back(absl::StrCat(name_, " dropped ", id, " ", DropReasonName(reason)));
+  }
+  void OnTick(int64_t now_nanos, const PoolQuery& pool) override {
+    log_->push_back(absl::StrCat(name_, " tick at ", now_nanos, " txs ", pool.Level().txs));
+  }
+
+ private:
+  const std::string name_;
+  std::vector<std::string>* const log_;
+};
+
+class FixedPool final : public PoolQuery {
+ public:
+  std::vector<std::string> Gapped(absl::Span<const std::string>) const override { return {}; }
+  std::vector<std::string> Missing(absl::Span<const std::string>) const override { return {}; }
+  PoolLevel Level() const override { return {.txs = 3}; }
+};
+
+TEST(StageChainTest, LifecycleGoesToFollowersOnlyInOrder) {
+  FakeClock clock(5'000);
+  std::vector<std::string> log;
+  StageChainHolder holder(StageChain::Of(
+      {.partition = 1, .clock = &clock},
+      {std::make_shared<FollowingStage>("f1", &log), std::make_shared<ScriptedStage>("s", &log),
+       std::make_shared<FollowingStage>("f2", &log)}));
+  EXPECT_TRUE(holder.Get()->follows_requests());
+
+  Admission given = holder.Admit({.arrival_nanos = 42});
+  Admission unstamped = holder.Admit({});
+  EXPECT_EQ(given.admitted_nanos(), 42);
+  EXPECT_EQ(unstamped.admitted_nanos(), 0);
+  log.clear();
+  given.Pooled("tx1");
+  given.Finish();
+  clock.AdvanceNanos(1);
+  unstamped.Pooled("tx2");  // no arrival time: the chain's clock when pooled
+  unstamped.Dropped("tx2", DropReason::kRefused);
+  const std::vector<std::string> ids = {"tx1", "tx3"};
+  holder.Committed(ids, 77);
+  holder.Dropped("tx4", DropReason::kExpired);
+  holder.Tick(88, FixedPool());
+  EXPECT_THAT(log, ElementsAre("f1 pooled tx1 at 42", "f2 pooled tx1 at 42",
+                               "f1 pooled tx2 at 5001", "f2 pooled tx2 at 5001",
+                               "f1 dropped tx2 refused", "f2 dropped tx2 refused",
+                               "f1 committed tx1,tx3 at 77", "f2 committed tx1,tx3 at 77",
+                               "f1 dropped tx4 expired", "f2 dropped tx4 expired",
+                               "f1 tick at 88 txs 3", "f2 tick at 88 txs 3"));
+
+  std::vector<std::string> quiet;
+  auto plain = StageChain::Of({}, {std::make_shared<ScriptedStage>("s", &quiet)});
+  EXPECT_FALSE(plain->follows_requests());
+  Admission a = Admit(plain, {});
+  a.Pooled("tx");  // nobody follows: nothing happens
+  plain->Committed(ids, 1);
+  EXPECT_THAT(quiet, ElementsAre("check s"));
+}
+
+TEST(StageChainTest, PooledGoesToTheChainThatAdmitted) {
+  std::vector<std::string> log;
+  StageChainHolder holder(
+      StageChain::Of({}, {std::make_shared<FollowingStage>("old", &log)}));
+  Admission admission = holder.Admit({.arrival_nanos = 1});
+  holder.Update([&](const StageChain&) {
+    return StageChain::Of({}, {std::make_shared<FollowingStage>("new", &log)});
+  });
+  admission.Pooled("tx");
+  holder.Committed(std::vector<std::string>{"tx"}, 2);
+  EXPECT_THAT(log, ElementsAre("old pooled tx at 1", "new committed tx at 2"));
+}
+
+TEST(StageChainTest, RejectKindDecidesTheStatusCode) {
+  EXPECT_EQ(RejectStatusCode(RejectKind::kOverloaded), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(RejectStatusCode(RejectKind::kUnavailable), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(RejectStatusCode(RejectKind::kInvalid), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Decision::Admit().ToStatus().ok());
+  const Decision d =
+      Decision::Reject("health", RejectKind::kUnavailable, "view change", absl::Seconds(1));
+  EXPECT_EQ(d.reject_kind(), RejectKind::kUnavailable);
+  EXPECT_EQ(d.ToStatus(),
+            absl::UnavailableError("rejected by stage 'health': view change"));
+  EXPECT_EQ(Decision::Reject("x", RejectKind::kInvalid, "too big", absl::ZeroDuration())
+                .ToStatus()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
 
 TEST(StageChainTest, EmptyChainAdmits) {
   auto chain = StageChain::Of({}, {});
@@ -92,7 +204,8 @@ TEST(StageChainTest, StopsAtFirstRejectionAndCounts) {
   EXPECT_EQ(admission.decision().stage(), "b");
   EXPECT_EQ(admission.decision().reason(), "scripted no");
   EXPECT_EQ(admission.decision().retry_after(), absl::Milliseconds(7));
-  EXPECT_EQ(admission.decision().ToString(), "rejected by b: scripted no (retry after 7ms)");
+  EXPECT_EQ(admission.decision().ToString(),
+            "rejected by b (overloaded): scripted no (retry after 7ms)");
   EXPECT_THAT(log, ElementsAre("check a", "check b"));  // c never consulted
 
   b->set_admit(true);
@@ -215,10 +328,13 @@ TEST(StageChainTest, RateStageCountsBytesAndReportsTheWait) {
 TEST(StageChainTest, GateFollowsItsPredicate) {
   std::atomic<bool> open{true};
   std::atomic<uint32_t> seen_partition{0};
-  auto predicate = std::make_shared<const GatePredicate>([&](const RequestMeta& request) {
-    seen_partition.store(request.partition);
-    return open.load();
-  });
+  auto predicate = std::make_shared<const RegisteredPredicate>(
+      RegisteredPredicate{.predicate =
+                              [&](const RequestMeta& request) {
+                                seen_partition.store(request.partition);
+                                return open.load();
+                              },
+                          .rejects_as = RejectKind::kUnavailable});
   auto chain =
       StageChain::Of({}, {std::make_shared<GateStage>("health", "consensus_normal", predicate,
                                                       absl::Milliseconds(100))});
@@ -230,6 +346,7 @@ TEST(StageChainTest, GateFollowsItsPredicate) {
   EXPECT_EQ(rejected.decision().stage(), "health");
   EXPECT_EQ(rejected.decision().reason(), "predicate 'consensus_normal' does not hold");
   EXPECT_EQ(rejected.decision().retry_after(), absl::Milliseconds(100));
+  EXPECT_EQ(rejected.decision().reject_kind(), RejectKind::kUnavailable);
 }
 
 TEST(StageChainTest, AdmissionKeepsItsChainAliveAcrossASwap) {

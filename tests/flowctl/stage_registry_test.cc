@@ -51,11 +51,11 @@ class StageRegistryTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(registry_
-                    .RegisterPredicate("consensus_normal",
+                    .RegisterPredicate("consensus_normal", RejectKind::kUnavailable,
                                        [this](const RequestMeta&) { return normal_.load(); })
                     .ok());
     ASSERT_TRUE(registry_
-                    .RegisterPredicate("pool_below_high_water",
+                    .RegisterPredicate("pool_below_high_water", RejectKind::kOverloaded,
                                        [](const RequestMeta& r) { return r.partition != 9; })
                     .ok());
   }
@@ -86,8 +86,13 @@ TEST_F(StageRegistryTest, BuildsTheConfiguredOrderWithDefaultNames) {
   Admission rejected = Admit(chain, {.partition = 1});
   EXPECT_EQ(rejected.decision().stage(), "gate");
   EXPECT_EQ(rejected.decision().retry_after(), kDefaultGateRetryAfter);
+  // The predicate was registered as unavailable: that, not the reason text, picks the code.
+  EXPECT_EQ(rejected.decision().reject_kind(), RejectKind::kUnavailable);
+  EXPECT_EQ(rejected.decision().ToStatus().code(), absl::StatusCode::kUnavailable);
   normal_.store(true);
-  EXPECT_EQ(Admit(chain, {.partition = 9}).decision().stage(), "pool");
+  Admission full = Admit(chain, {.partition = 9});
+  EXPECT_EQ(full.decision().stage(), "pool");
+  EXPECT_EQ(full.decision().ToStatus().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(StageOf<ConcurrencyStage>(*chain, "concurrency").limiter().in_flight(), 0);
 }
 
@@ -140,7 +145,7 @@ TEST_F(StageRegistryTest, ConfigErrorsNameTheField) {
   };
   const std::vector<Case> cases = {
       {"stages { concurrency { max_in_flight: 1 } } stages { name: \"x\" }",
-       "stages[1].kind: no stage kind set (one of concurrency, rate, gate, adaptive)"},
+       "stages[1].kind: no stage kind set (one of concurrency, rate, gate, adaptive, custom)"},
       {"stages { concurrency { } }",
        "stages[0].concurrency.max_in_flight: must be >= 1 requests, got 0"},
       {"stages { rate { rate_per_second: 1 } } stages { name: \"r2\" rate { rate_per_second: -1 } "
@@ -177,13 +182,16 @@ TEST_F(StageRegistryTest, ConfigErrorsNameTheField) {
 }
 
 TEST_F(StageRegistryTest, PredicateRegistrationErrors) {
-  EXPECT_EQ(registry_.RegisterPredicate("consensus_normal", [](const RequestMeta&) { return true; })
-                .code(),
+  auto yes = [](const RequestMeta&) { return true; };
+  EXPECT_EQ(registry_.RegisterPredicate("consensus_normal", RejectKind::kUnavailable, yes).code(),
             absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry_.RegisterPredicate("", [](const RequestMeta&) { return true; }).code(),
+  EXPECT_EQ(registry_.RegisterPredicate("", RejectKind::kOverloaded, yes).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry_.RegisterPredicate("null", nullptr).code(),
+  EXPECT_EQ(registry_.RegisterPredicate("null", RejectKind::kOverloaded, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+  ASSERT_NE(registry_.FindPredicate("consensus_normal"), nullptr);
+  EXPECT_EQ(registry_.FindPredicate("consensus_normal")->rejects_as, RejectKind::kUnavailable);
+  EXPECT_EQ(registry_.FindPredicate("nope"), nullptr);
   StageRegistry empty;
   EXPECT_THAT(std::string(empty.Validate(Parse("stages { gate { predicate: \"x\" } }")).message()),
               HasSubstr("(registered: none)"));

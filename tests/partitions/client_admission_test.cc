@@ -75,9 +75,7 @@ class ClientAdmissionTest : public ::testing::Test {
         .ledger = chain_.ledger.get(),
         .tx_limits = {.partition = kPartition},
         .consensus_state = [] { return std::string("NORMAL"); },
-        .request_tick = [this] { ++ticks_; },
-        .track = {},
-        .untrack = {}});
+        .request_tick = [this] { ++ticks_; }});
   }
 
   void TearDown() override {

@@ -167,7 +167,7 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
          return Flow(HotStage(stage));
        },
        "partitions[hot].interceptor.stages[0].kind: no stage kind set (one of concurrency, "
-       "rate, gate, adaptive)"},
+       "rate, gate, adaptive, custom)"},
       {"adaptive decrease factor above 1",
        ConfigText("interceptor { stages { adaptive { decrease_factor: 2 } } }"),
        [&] {
