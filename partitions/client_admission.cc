@@ -161,7 +161,9 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
         if (item.admission.admitted()) {
           item.admission.Dropped(r.tx_hash, flowctl::DropReason::kRefused);
         }
-        if (s.code() != absl::StatusCode::kAlreadyExists) deps_.tracker->Forget(r.tx_hash);
+        if (s.code() != absl::StatusCode::kAlreadyExists) {
+          deps_.tracker->ForgetAdmission(r.tx_hash, job->arrival_nanos);
+        }
       }
       if (s.ok()) {
         added = true;
@@ -210,14 +212,13 @@ absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record
       base::DecodeSignedTx(record.data, deps_.tx_limits);
   if (!decoded.ok() || !base::VerifySignature(*decoded).ok()) {
     spill_dropped_invalid_.fetch_add(1, std::memory_order_relaxed);
-    deps_.spill_cursor->Done(record.seq);
+    deps_.spill_cursor->Done(record.seq, decoded.ok() ? decoded->hash : std::string());
     return absl::OkStatus();  // acknowledged but invalid: counted and dropped, never retried
   }
   auto tx = std::make_shared<const base::DecodedTx>(*std::move(decoded));
   const std::string hash = tx->hash;
   // Tracked before the pool sees it, so its commit cannot be missed.
-  deps_.spill_cursor->Drained(record.seq);
-  deps_.tracker->NoteSpilled(hash, record.seq, deps_.clock->NowNanos());
+  deps_.spill_cursor->Drained(record.seq, hash);
   deps_.tracker->NoteAdmitted(hash, deps_.clock->NowNanos());
   absl::Status s = AdmitVerified(std::move(tx));
   if (s.ok()) {
@@ -226,11 +227,11 @@ absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record
   }
   if (s.code() == absl::StatusCode::kResourceExhausted) {
     // Full pool: keep the record and retry (that is the point of lossless mode).
-    deps_.spill_cursor->Undrained(record.seq);
+    deps_.spill_cursor->Undrained(record.seq, hash);
     return s;
   }
   // Duplicate / replayed: already in the pool (its commit still moves the cursor) or the ledger.
-  deps_.spill_cursor->Done(record.seq);
+  deps_.spill_cursor->Done(record.seq, hash);
   return absl::OkStatus();
 }
 

@@ -9,27 +9,40 @@ SpillCursor::SpillCursor(flowctl::SpillFifo* fifo, uint64_t persisted_seq)
   fifo_->SetPersistLimit(persisted_seq);
 }
 
-void SpillCursor::Drained(uint64_t seq) {
+void SpillCursor::Drained(uint64_t seq, const std::string& hash) {
   absl::MutexLock lock(&mu_);
   pending_[seq] = false;
   drained_max_ = std::max(drained_max_, seq);
+  seq_of_.try_emplace(hash, seq);
 }
 
-void SpillCursor::Done(uint64_t seq) {
+void SpillCursor::Done(uint64_t seq, const std::string& hash) {
   absl::MutexLock lock(&mu_);
+  UnmapLocked(hash, seq);
   DoneLocked(seq);
 }
 
-void SpillCursor::Undrained(uint64_t seq) {
+void SpillCursor::Undrained(uint64_t seq, const std::string& hash) {
   absl::MutexLock lock(&mu_);
+  UnmapLocked(hash, seq);
   pending_.erase(seq);
 }
 
 void SpillCursor::OnCommit(const CommitEvent& event) {
   absl::MutexLock lock(&mu_);
-  for (const TrackedTx& t : event.tracked) {
-    if (t.spill_seq > 0) DoneLocked(t.spill_seq);
+  if (seq_of_.empty()) return;
+  for (const TxPtr& tx : event.txs) {
+    auto it = seq_of_.find(tx->hash);
+    if (it == seq_of_.end()) continue;
+    const uint64_t seq = it->second;
+    seq_of_.erase(it);
+    DoneLocked(seq);
   }
+}
+
+void SpillCursor::UnmapLocked(const std::string& hash, uint64_t seq) {
+  auto it = seq_of_.find(hash);
+  if (it != seq_of_.end() && it->second == seq) seq_of_.erase(it);
 }
 
 void SpillCursor::DoneLocked(uint64_t seq) {

@@ -18,7 +18,17 @@ TxTracker::Entry& TxTracker::TouchLocked(absl::string_view hash, int64_t now_nan
 
 void TxTracker::NoteAdmitted(absl::string_view hash, int64_t now_nanos) {
   absl::MutexLock lock(&mu_);
-  TouchLocked(hash, now_nanos).tx.admitted_nanos = now_nanos;
+  TrackedTx& t = TouchLocked(hash, now_nanos).tx;
+  if (t.admitted_nanos == 0) t.admitted_nanos = now_nanos;
+}
+
+void TxTracker::ForgetAdmission(absl::string_view hash, int64_t admitted_nanos) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(hash);
+  if (it == entries_.end() || it->second.tx.admitted_nanos != admitted_nanos) return;
+  TrackedTx& t = it->second.tx;
+  t.admitted_nanos = 0;
+  if (t.spill_seq == 0 && !t.fetch_wanted) entries_.erase(it);
 }
 
 void TxTracker::NoteSpilled(absl::string_view hash, uint64_t seq, int64_t now_nanos) {
@@ -60,11 +70,6 @@ std::vector<TrackedTx> TxTracker::TakeCommitted(const std::vector<std::string>& 
     entries_.erase(it);
   }
   return out;
-}
-
-void TxTracker::Forget(absl::string_view hash) {
-  absl::MutexLock lock(&mu_);
-  entries_.erase(hash);
 }
 
 size_t TxTracker::Evict(int64_t now_nanos) {

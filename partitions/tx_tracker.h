@@ -1,17 +1,17 @@
 // TxTracker: what one partition remembers about a transaction between its admission and its
 // commit, keyed by tx hash, in one place and under one explicit bound.
 //
-// It answers: when did this node's client hand the tx in (commit latency), which lossless FIFO
-// record carries it (the FIFO may persist its read position only past committed records), and did
-// this replica ask its peers for it (a fetched tx is admitted past the pool limits). The commit
+// It answers: when did this node's client hand the tx in (commit latency), is it waiting in the
+// lossless FIFO (GetTx answers PENDING), and did this replica ask its peers for it (a fetched tx
+// is admitted past the pool limits). Nothing whose loss could stall the node lives here: the
+// FIFO's persisted position follows its own SpillCursor map. The commit
 // pipeline takes the entries of a committed block (TakeCommitted) and hands them to the block's
 // CommitEvent, so subscribers see them without a second lookup.
 //
-// Bound. An entry lives until its tx commits, Forget(), or eviction by the policy: at most
+// Bound. An entry lives until its tx commits, or is evicted by the policy: at most
 // `max_entries` (the oldest go first) and at most `max_age` since it was created. Evict(now) runs
 // from the partition's tick. An evicted tx loses only bookkeeping: no latency sample, a fetched tx
-// arriving later is treated as forwarded, and a lossless record's commit no longer advances the
-// FIFO's persisted position (a restart replays it; the pool drops the duplicate).
+// arriving later is treated as forwarded, GetTx answers NOT_FOUND for a record still in the FIFO.
 //
 // Thread-safety: every method is thread-safe (one mutex; leaf lock: no callbacks, no other lock
 // taken inside).
@@ -45,7 +45,7 @@ struct TxTrackerPolicy {
 // What is known of one tx. Zero values mean "not known".
 struct TrackedTx {
   int64_t admitted_nanos = 0;  // this node's client admission (commit latency starts here)
-  uint64_t spill_seq = 0;      // lossless FIFO record that carries it
+  uint64_t spill_seq = 0;      // lossless FIFO record that carries it (appended, not drained)
   bool fetch_wanted = false;   // this replica asked its peers for it
 };
 
@@ -61,7 +61,11 @@ class TxTracker {
   TxTracker(const TxTracker&) = delete;
   TxTracker& operator=(const TxTracker&) = delete;
 
+  // Keeps the first admission time (a duplicate submission does not move it).
   void NoteAdmitted(absl::string_view hash, int64_t now_nanos);
+  // The pool refused the tx this admission brought: forgets the admission time set at
+  // `admitted_nanos` (not another path's), and the entry if nothing else is known.
+  void ForgetAdmission(absl::string_view hash, int64_t admitted_nanos);
   void NoteSpilled(absl::string_view hash, uint64_t seq, int64_t now_nanos);
   // True if it was not wanted yet (the first ask).
   bool NoteWanted(absl::string_view hash, int64_t now_nanos);
@@ -72,8 +76,6 @@ class TxTracker {
   TrackedTx Get(absl::string_view hash) const;
   // Removes and returns the entries of `hashes` (in that order; zero values where unknown).
   std::vector<TrackedTx> TakeCommitted(const std::vector<std::string>& hashes);
-  // Removes one entry (e.g. the pool refused the tx).
-  void Forget(absl::string_view hash);
 
   // Applies the policy at `now`; returns how many entries it evicted.
   size_t Evict(int64_t now_nanos);

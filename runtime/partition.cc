@@ -35,6 +35,8 @@ flowctl::SpillDurability DurabilityOf(node::config::LosslessConfig::Durability d
 
 int LaneWeight(double w) { return static_cast<int>(std::max(1.0, std::round(w))); }
 
+}  // namespace
+
 // The tracker outlives what it tracks by a margin: the pool holds at most max_txs txs for at most
 // its TTL, the lossless FIFO and fetches add a few more.
 partitions::TxTrackerPolicy TrackerPolicyFor(const partitions::TxPoolLimits& pool) {
@@ -45,13 +47,10 @@ partitions::TxTrackerPolicy TrackerPolicyFor(const partitions::TxPoolLimits& poo
           .max_age = std::max(kMinAge, 2 * pool.ttl)};
 }
 
-}  // namespace
-
 std::vector<int> LaneWeights(const node::config::LaneConfig& w) {
   return {LaneWeight(w.consensus()), LaneWeight(w.sync()), LaneWeight(w.tx_forward()),
           LaneWeight(w.bulk()), LaneWeight(w.client())};
 }
-
 
 // ---- Impl: construction ----
 
@@ -128,8 +127,8 @@ absl::Status Partition::Impl::Open() {
                                        .tx_limits = tx_limits_,
                                        .clock = clock_});
   feed_ = std::make_unique<partitions::CommitFeed>(chain_.ledger->last_height());
+  feed_->Subscribe(this);  // first: height() shows a block before its waiters hear of it
   feed_->Subscribe(&waiters_);
-  feed_->Subscribe(this);
 
   // Interceptor predicates read atomics only. Consensus not NORMAL means unavailable (another
   // node may serve); a full pool means overloaded (retry here later).
@@ -173,6 +172,8 @@ absl::Status Partition::Impl::Open() {
                      .handler = [this](flowctl::Message) { HandleTick(); },
                      .reserved_messages = 2});
   ASSIGN_OR_RETURN(dispatcher_, flowctl::Dispatcher::Create(env_.pool, std::move(d)));
+  // Registered once, before anything can ask for a tick; ticks run only after Start.
+  tick_id_ = env_.scheduler->Register([this](int64_t) { RequestTick(); });
   // Inbound routing comes from the channel descriptors: each channel feeds the lane it names.
   channels_ = env_.channels != nullptr ? env_.channels : &partitions::NodeChannelTable();
   lane_of_channel_.fill(-1);
@@ -292,7 +293,7 @@ absl::Status Partition::Impl::Open() {
 absl::Status Partition::Impl::Start() {
   if (started_.exchange(true)) return absl::FailedPreconditionError("partition already started");
   driver_->Start();
-  tick_id_ = env_.scheduler->Register([this](int64_t) { RequestTick(); });
+  ticking_.store(true);
   RequestTick();
   if (drain_) RETURN_IF_ERROR(drain_->Start());
   return absl::OkStatus();
@@ -301,6 +302,7 @@ absl::Status Partition::Impl::Start() {
 void Partition::Impl::Stop(absl::Duration drain) {
   if (stopping_.exchange(true)) return;
   if (!started_.load()) {
+    if (tick_id_ != 0) env_.scheduler->Unregister(tick_id_);
     if (dispatcher_) dispatcher_->Stop();
     return;
   }

@@ -114,6 +114,10 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
     absl::Status s = dispatcher_->SetLaneWeight(i, weights[i]);
     if (!s.ok()) LOG(ERROR) << "partition " << name_ << ": lane weight: " << s;
   }
+  // Ticks compete for CPU like consensus messages (see Open).
+  if (absl::Status s = dispatcher_->SetLaneWeight(kTickLane, weights[kConsensusLane]); !s.ok()) {
+    LOG(ERROR) << "partition " << name_ << ": tick lane weight: " << s;
+  }
   if (absl::Status s = dispatcher_->SetBudget(budget); !s.ok()) {
     LOG(ERROR) << "partition " << name_ << ": budget: " << s;
   }
@@ -121,6 +125,7 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
   if (absl::Status s = pool_->SetLimits(limits); !s.ok()) {
     LOG(ERROR) << "partition " << name_ << ": pool limits: " << s;
   }
+  tracker_.SetPolicy(TrackerPolicyFor(limits));  // the tracker's bound follows the pool's
   config_ = next;
   LOG(INFO) << "partition " << name_ << ": flow configuration updated";
   return next;
@@ -272,9 +277,13 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   u.cpu_nanos = cpu - impl_->last_cpu_nanos_;
   impl_->last_cpu_nanos_ = cpu;
   uint64_t lane_bytes = 0;
-  for (const auto& l : impl_->dispatcher_->GetStats()) {
-    lane_bytes += static_cast<uint64_t>(l.depth_bytes);
-    if (l.depth_messages > 0) u.cpu_backlogged = true;
+  const std::vector<flowctl::Dispatcher::LaneStats> lanes = impl_->dispatcher_->GetStats();
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    lane_bytes += static_cast<uint64_t>(lanes[i].depth_bytes);
+    // A queued tick is the partition's own timer, not demand for CPU.
+    if (lanes[i].depth_messages > 0 && static_cast<int>(i) != kTickLane) {
+      u.cpu_backlogged = true;
+    }
   }
   partitions::TxPoolStats ps = impl_->pool_->stats();
   u.memory_bytes = ps.bytes + lane_bytes;

@@ -86,6 +86,9 @@ flowctl::PoolLevel Partition::Impl::PoolView::Level() const {
 // ---- Ticks ----
 
 void Partition::Impl::RequestTick() {
+  // Before Start (e.g. a forwarded batch that arrives between Open and Start) nothing ticks:
+  // Start asks for the first one.
+  if (!ticking_.load(std::memory_order_acquire)) return;
   if (tick_queued_.exchange(true)) return;
   // The lane refuses only after Stop; a full lane cannot happen with one tick queued at a time.
   if (dispatcher_->Offer(kTickLane, flowctl::Message{}) !=

@@ -176,9 +176,13 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   int64_t last_cpu_nanos_ = 0;  // TakeUsage only (one caller: the arbiter)
 
   // ---- ticks (no thread of its own: the node's TickScheduler and the tick lane) ----
-  flowctl::TickScheduler::Id tick_id_ = 0;  // set by Start
+  flowctl::TickScheduler::Id tick_id_ = 0;  // constant after Open
+  std::atomic<bool> ticking_{false};        // Start ran the replica's start: ticks may run
   std::atomic<bool> tick_queued_{false};    // a tick message waits on kTickLane
 };
+
+// The TxTracker's bound for a pool with these limits.
+partitions::TxTrackerPolicy TrackerPolicyFor(const partitions::TxPoolLimits& pool);
 
 // Dispatcher weights (>= 1, rounded) of the configured lane weights, in PartitionLane order.
 std::vector<int> LaneWeights(const node::config::LaneConfig& weights);

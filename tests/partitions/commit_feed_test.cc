@@ -109,18 +109,27 @@ TEST(SpillCursorTest, ThePersistedPositionStopsBelowTheLowestUncommittedRecord) 
     ASSERT_TRUE((*fifo)->Pop().ok());
   }
   SpillCursor cursor(fifo->get(), (*fifo)->stats().persisted_seq);
-  // Records 1..5 drained; 2 had an invalid tx; 4 and 1 commit; 3 and 5 are still pooled.
-  for (uint64_t seq = 1; seq <= 5; ++seq) cursor.Drained(seq);
-  cursor.Done(2);
-  CommitEvent e = Event(1);
-  e.tracked = {{.spill_seq = 4}, {.spill_seq = 1}};
-  cursor.OnCommit(e);
+  auto tx = [](const std::string& hash) {
+    auto t = std::make_shared<base::DecodedTx>();
+    t->hash = hash;
+    return TxPtr(t);
+  };
+  // Records 1..5 drained (txs a..e); record 2's tx was invalid; d and a commit; c and e are
+  // still pooled.
+  for (uint64_t seq = 1; seq <= 5; ++seq) {
+    cursor.Drained(seq, std::string(1, static_cast<char>('a' + seq - 1)));
+  }
+  cursor.Done(2, "b");
+  cursor.OnCommit(Event(1, {tx("d"), tx("a")}));
   ASSERT_TRUE((*fifo)->PersistReadPosition().ok());
   EXPECT_EQ((*fifo)->stats().persisted_seq, 2u);  // 3 not committed: a restart replays 3..5
   EXPECT_EQ(cursor.pending(), 3u);                // 3, 4 (done, behind 3) and 5
-  cursor.Undrained(5);  // the pool was full: 5 stays at the FIFO's front
-  e.tracked = {{.spill_seq = 3}};
-  cursor.OnCommit(e);
+  cursor.Undrained(5, "e");  // the pool was full: 5 stays at the FIFO's front
+  // A client's retry of c was appended again as record 6 and drained while c is pooled: the pool
+  // refuses the duplicate, and c's commit still frees record 3.
+  cursor.Drained(6, "c");
+  cursor.Done(6, "c");
+  cursor.OnCommit(Event(2, {tx("c")}));
   ASSERT_TRUE((*fifo)->PersistReadPosition().ok());
   EXPECT_EQ((*fifo)->stats().persisted_seq, 4u);  // everything consumed, all of it committed
   EXPECT_EQ(cursor.pending(), 0u);
