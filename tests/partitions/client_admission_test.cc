@@ -28,11 +28,13 @@ constexpr uint32_t kPartition = 0;
 
 class ClientAdmissionTest : public ::testing::Test {
  protected:
-  void SetUp() override { Build("stages { name: 'in_flight' concurrency { limit: 8 } }"); }
+  void SetUp() override { Build("stages { name: 'in_flight' concurrency { max_in_flight: 8 } }"); }
 
   void Build(const std::string& interceptor_text, int64_t lane_messages = 100) {
     admission_.reset();
     dispatcher_.reset();
+    pool_.reset();
+    chain_ = Chain();  // closes the ledger before it is opened afresh
     dir_ = absl::StrCat(::testing::TempDir(), "/client_admission_", getpid());
     std::filesystem::remove_all(dir_);
     absl::StatusOr<Chain> chain = OpenChain(dir_, kPartition, node::chain::GenesisConfig());
@@ -165,7 +167,7 @@ TEST_F(ClientAdmissionTest, DefectsAndAClosedGateAnswerAtOnceWithTheirOwnCodes) 
 }
 
 TEST_F(ClientAdmissionTest, AFullLaneRefusesAndAStoppedDispatcherStillAnswersOnce) {
-  Build("stages { name: 'in_flight' concurrency { limit: 8 } }", /*lane_messages=*/1);
+  Build("stages { name: 'in_flight' concurrency { max_in_flight: 8 } }", /*lane_messages=*/1);
   std::vector<SubmitResult> got;
   Submit(SignedPut(1), &got);
   Submit(SignedPut(2), &got);  // the lane holds one job
