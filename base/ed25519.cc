@@ -37,8 +37,8 @@ using BioPtr = std::unique_ptr<BIO, BioDeleter>;
 
 absl::StatusOr<PublicKey> PublicKey::FromBytes(absl::string_view raw) {
   if (raw.size() != kEd25519KeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("ed25519 public key must be ", kEd25519KeyBytes,
-                                                   " bytes, got ", raw.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ed25519 public key must be ", kEd25519KeyBytes, " bytes, got ", raw.size()));
   }
   EVP_PKEY* p = EVP_PKEY_new_raw_public_key(
       EVP_PKEY_ED25519, nullptr, reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
@@ -52,8 +52,7 @@ bool PublicKey::Verify(absl::string_view message, absl::string_view signature) c
   if (ctx == nullptr) return false;
   if (EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) != 1) return false;
   return EVP_DigestVerify(ctx.get(), reinterpret_cast<const unsigned char*>(signature.data()),
-                          signature.size(),
-                          reinterpret_cast<const unsigned char*>(message.data()),
+                          signature.size(), reinterpret_cast<const unsigned char*>(message.data()),
                           message.size()) == 1;
 }
 
@@ -115,7 +114,8 @@ absl::StatusOr<PrivateKey> PrivateKey::ReadPemFile(const std::string& path) {
   buf << in.rdbuf();
   absl::StatusOr<PrivateKey> key = FromPem(buf.str());
   if (!key.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("key file ", path, ": ", key.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key file ", path, ": ", key.status().message()));
   }
   return key;
 }
@@ -125,8 +125,7 @@ std::string PrivateKey::Sign(absl::string_view message) const {
   size_t len = sig.size();
   MdCtxPtr ctx(EVP_MD_CTX_new());
   const bool ok =
-      ctx != nullptr &&
-      EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) == 1 &&
+      ctx != nullptr && EVP_DigestSignInit(ctx.get(), nullptr, nullptr, nullptr, key_.get()) == 1 &&
       EVP_DigestSign(ctx.get(), reinterpret_cast<unsigned char*>(sig.data()), &len,
                      reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1;
   // Signing with a valid in-memory key only fails on allocation failure.
@@ -156,8 +155,8 @@ absl::Status PrivateKey::WritePemFile(const std::string& path) const {
     return absl::UnavailableError(absl::StrCat("key file ", tmp, ": ", std::strerror(errno)));
   }
   const std::string pem = ToPem();
-  const bool ok = ::write(fd, pem.data(), pem.size()) == static_cast<ssize_t>(pem.size()) &&
-                  ::fsync(fd) == 0;
+  const bool ok =
+      ::write(fd, pem.data(), pem.size()) == static_cast<ssize_t>(pem.size()) && ::fsync(fd) == 0;
   ::close(fd);
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
     return absl::UnavailableError(absl::StrCat("key file ", path, ": ", std::strerror(errno)));

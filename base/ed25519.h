@@ -69,7 +69,8 @@ class PrivateKey {
   std::string seed() const;
 
  private:
-  PrivateKey(internal::PkeyPtr key, PublicKey pub) : key_(std::move(key)), public_(std::move(pub)) {}
+  PrivateKey(internal::PkeyPtr key, PublicKey pub)
+      : key_(std::move(key)), public_(std::move(pub)) {}
   static absl::StatusOr<PrivateKey> FromPkey(EVP_PKEY* owned);
 
   internal::PkeyPtr key_;

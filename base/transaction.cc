@@ -42,8 +42,8 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
     return Malformed("non-canonical SignedTransaction encoding or unknown fields");
   }
   if (signed_tx.signature().size() != kEd25519SignatureBytes) {
-    return Malformed(absl::StrCat("signature must be ", kEd25519SignatureBytes,
-                                  " bytes, got ", signed_tx.signature().size()));
+    return Malformed(absl::StrCat("signature must be ", kEd25519SignatureBytes, " bytes, got ",
+                                  signed_tx.signature().size()));
   }
   if (signed_tx.tx().empty()) return Malformed("missing tx payload");
 
@@ -52,14 +52,13 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
     return Malformed("tx payload is not a Transaction encoding (truncated or corrupt)");
   }
   const node::chain::Transaction& tx = out.tx;
-  if (!Canonical(tx, signed_tx.tx()) ||
-      (tx.has_transfer() && !NoUnknownFields(tx.transfer())) ||
+  if (!Canonical(tx, signed_tx.tx()) || (tx.has_transfer() && !NoUnknownFields(tx.transfer())) ||
       (tx.has_put() && !NoUnknownFields(tx.put()))) {
     return Malformed("non-canonical Transaction encoding or unknown fields");
   }
   if (tx.sender().size() != kEd25519KeyBytes) {
-    return Malformed(absl::StrCat("sender must be a ", kEd25519KeyBytes,
-                                  "-byte public key, got ", tx.sender().size(), " bytes"));
+    return Malformed(absl::StrCat("sender must be a ", kEd25519KeyBytes, "-byte public key, got ",
+                                  tx.sender().size(), " bytes"));
   }
   if (tx.partition() != limits.partition) {
     return absl::FailedPreconditionError(absl::StrCat("wrong partition: transaction is for ",
@@ -78,16 +77,16 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
       break;
     case node::chain::Transaction::kPut:
       if (tx.put().key().empty() || tx.put().key().size() > limits.max_key_bytes) {
-        return Malformed(absl::StrCat("put key must be 1..", limits.max_key_bytes,
-                                      " bytes, got ", tx.put().key().size()));
+        return Malformed(absl::StrCat("put key must be 1..", limits.max_key_bytes, " bytes, got ",
+                                      tx.put().key().size()));
       }
       break;
     case node::chain::Transaction::OPERATION_NOT_SET:
       return Malformed("no operation (transfer or put)");
   }
   if (tx.memo().size() > limits.max_memo_bytes) {
-    return Malformed(absl::StrCat("memo is ", tx.memo().size(), " bytes, limit is ",
-                                  limits.max_memo_bytes));
+    return Malformed(
+        absl::StrCat("memo is ", tx.memo().size(), " bytes, limit is ", limits.max_memo_bytes));
   }
 
   out.hash = TxHash(bytes);
@@ -104,13 +103,12 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
 absl::Status VerifySignature(const DecodedTx& tx) {
   absl::StatusOr<PublicKey> key = PublicKey::FromBytes(tx.sender());
   if (!key.ok()) {
-    return absl::UnauthenticatedError(
-        absl::StrCat("bad signature: sender is not a valid Ed25519 key (", key.status().message(),
-                     ")"));
+    return absl::UnauthenticatedError(absl::StrCat(
+        "bad signature: sender is not a valid Ed25519 key (", key.status().message(), ")"));
   }
   if (!key->Verify(tx.tx_bytes(), tx.signature())) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "bad signature: does not verify against sender ", BytesToHex(tx.sender())));
+    return absl::UnauthenticatedError(
+        absl::StrCat("bad signature: does not verify against sender ", BytesToHex(tx.sender())));
   }
   return absl::OkStatus();
 }

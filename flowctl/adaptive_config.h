@@ -39,25 +39,25 @@ inline absl::StatusOr<AdaptiveLimiterOptions> AdaptiveOptionsFromConfig(
   if (c.min_limit() > 0) o.min_limit = c.min_limit();
   if (c.max_limit() > 0) o.max_limit = c.max_limit();
   if (o.max_limit < o.min_limit) {
-    return FieldError(field, "max_limit",
-                      absl::StrCat("must be >= min_limit (", o.min_limit, " txs), got ",
-                                   o.max_limit));
+    return FieldError(
+        field, "max_limit",
+        absl::StrCat("must be >= min_limit (", o.min_limit, " txs), got ", o.max_limit));
   }
   if (c.initial_limit() == 0) {
     o.initial_limit = std::clamp<int64_t>(32, o.min_limit, o.max_limit);
   } else if (c.initial_limit() < o.min_limit || c.initial_limit() > o.max_limit) {
-    return FieldError(field, "initial_limit",
-                      absl::StrCat("must be in [min_limit, max_limit] = [", o.min_limit, ", ",
-                                   o.max_limit, "] txs (0 for the default), got ",
-                                   c.initial_limit()));
+    return FieldError(
+        field, "initial_limit",
+        absl::StrCat("must be in [min_limit, max_limit] = [", o.min_limit, ", ", o.max_limit,
+                     "] txs (0 for the default), got ", c.initial_limit()));
   } else {
     o.initial_limit = c.initial_limit();
   }
   if (c.tolerance() != 0) {
     if (!std::isfinite(c.tolerance()) || c.tolerance() < 1) {
-      return FieldError(field, "tolerance",
-                        absl::StrCat("must be finite and >= 1 (0 for the default, 2), got ",
-                                     c.tolerance()));
+      return FieldError(
+          field, "tolerance",
+          absl::StrCat("must be finite and >= 1 (0 for the default, 2), got ", c.tolerance()));
     }
     o.tolerance = c.tolerance();
   }
@@ -69,16 +69,16 @@ inline absl::StatusOr<AdaptiveLimiterOptions> AdaptiveOptionsFromConfig(
                                    c.target_latency_ms(), " ms), got ", c.max_latency_ms()));
   }
   if (!std::isfinite(c.increase_step()) || c.increase_step() < 0) {
-    return FieldError(field, "increase_step",
-                      absl::StrCat("must be finite and >= 0 txs (0 means sqrt(limit)), got ",
-                                   c.increase_step()));
+    return FieldError(
+        field, "increase_step",
+        absl::StrCat("must be finite and >= 0 txs (0 means sqrt(limit)), got ", c.increase_step()));
   }
   o.increase_step = c.increase_step();
   if (c.decrease_factor() != 0) {
     if (!(c.decrease_factor() > 0 && c.decrease_factor() < 1)) {
-      return FieldError(field, "decrease_factor",
-                        absl::StrCat("must be in (0, 1) (0 for the default, 0.8), got ",
-                                     c.decrease_factor()));
+      return FieldError(
+          field, "decrease_factor",
+          absl::StrCat("must be in (0, 1) (0 for the default, 0.8), got ", c.decrease_factor()));
     }
     o.decrease_factor = c.decrease_factor();
   }
@@ -86,9 +86,9 @@ inline absl::StatusOr<AdaptiveLimiterOptions> AdaptiveOptionsFromConfig(
   if (c.window_ms() > 0) o.window = absl::Milliseconds(c.window_ms());
   if (c.quantile() != 0) {
     if (!(c.quantile() > 0 && c.quantile() <= 1)) {
-      return FieldError(field, "quantile",
-                        absl::StrCat("must be in (0, 1] (0 for the default, 0.5), got ",
-                                     c.quantile()));
+      return FieldError(
+          field, "quantile",
+          absl::StrCat("must be in (0, 1] (0 for the default, 0.5), got ", c.quantile()));
     }
     o.quantile = c.quantile();
   }

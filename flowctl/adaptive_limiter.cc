@@ -25,8 +25,8 @@ absl::Status ValidateAdaptiveLimiterOptions(const AdaptiveLimiterOptions& o) {
     return OptionError("min_limit", absl::StrCat("must be >= 1, got ", o.min_limit));
   }
   if (o.max_limit < o.min_limit) {
-    return OptionError("max_limit", absl::StrCat("must be >= min_limit (", o.min_limit, "), got ",
-                                                 o.max_limit));
+    return OptionError("max_limit",
+                       absl::StrCat("must be >= min_limit (", o.min_limit, "), got ", o.max_limit));
   }
   if (!(o.tolerance >= 1) || !std::isfinite(o.tolerance)) {
     return OptionError("tolerance", absl::StrCat("must be finite and >= 1, got ", o.tolerance));
@@ -36,10 +36,9 @@ absl::Status ValidateAdaptiveLimiterOptions(const AdaptiveLimiterOptions& o) {
   }
   if (o.max_latency < absl::ZeroDuration() ||
       (o.max_latency > absl::ZeroDuration() && o.max_latency < o.target_latency)) {
-    return OptionError("max_latency",
-                       absl::StrCat("must be 0 (none) or >= target_latency (",
-                                    absl::FormatDuration(o.target_latency), "), got ",
-                                    absl::FormatDuration(o.max_latency)));
+    return OptionError("max_latency", absl::StrCat("must be 0 (none) or >= target_latency (",
+                                                   absl::FormatDuration(o.target_latency),
+                                                   "), got ", absl::FormatDuration(o.max_latency)));
   }
   if (!(o.increase_step >= 0) || !std::isfinite(o.increase_step)) {
     return OptionError("increase_step",
@@ -219,8 +218,8 @@ void AdaptiveLimiter::MaybeCloseWindowLocked(int64_t now) {
   bool decrease = window_drops_ > 0;
   if (samples > 0) {
     // The window's latency: its quantile sample (nearest rank).
-    const size_t rank = static_cast<size_t>(
-        std::ceil(options_.quantile * static_cast<double>(samples))) - 1;
+    const size_t rank =
+        static_cast<size_t>(std::ceil(options_.quantile * static_cast<double>(samples))) - 1;
     std::nth_element(window_.begin(), window_.begin() + static_cast<ptrdiff_t>(rank),
                      window_.end());
     const int64_t latency = window_[rank];
@@ -239,8 +238,8 @@ void AdaptiveLimiter::MaybeCloseWindowLocked(int64_t now) {
     if (state_.baseline_nanos == 0 || latency < state_.baseline_nanos) {
       state_.baseline_nanos = std::max<int64_t>(1, latency);
     } else {
-      int64_t drifted = std::llround(static_cast<double>(state_.baseline_nanos) *
-                                     (1 + options_.baseline_drift));
+      int64_t drifted =
+          std::llround(static_cast<double>(state_.baseline_nanos) * (1 + options_.baseline_drift));
       if (options_.baseline_drift > 0) drifted = std::max(drifted, state_.baseline_nanos + 1);
       state_.baseline_nanos = std::min(latency, drifted);
     }
@@ -249,8 +248,8 @@ void AdaptiveLimiter::MaybeCloseWindowLocked(int64_t now) {
     SetLimitLocked(exact_limit_ * options_.decrease_factor);
     ignore_before_ = now;
     ++state_.decreases;
-  } else if (samples > 0 && (refused_.load(std::memory_order_relaxed) ||
-                             2 * window_peak_in_flight_ >= limit())) {
+  } else if (samples > 0 &&
+             (refused_.load(std::memory_order_relaxed) || 2 * window_peak_in_flight_ >= limit())) {
     // Grow only a limit that was in use (it refused someone, or half of it was held: Netflix's
     // app-limited check): an idle node would otherwise raise it without bound and admit a burst
     // far above what commits.

@@ -60,10 +60,10 @@
 namespace flowctl {
 
 struct AdaptiveLimiterOptions {
-  int64_t initial_limit = 32;  // in [min_limit, max_limit] (clamped)
-  int64_t min_limit = 4;       // >= 1
-  int64_t max_limit = 1000;    // >= min_limit
-  double tolerance = 2.0;      // >= 1
+  int64_t initial_limit = 32;                            // in [min_limit, max_limit] (clamped)
+  int64_t min_limit = 4;                                 // >= 1
+  int64_t max_limit = 1000;                              // >= min_limit
+  double tolerance = 2.0;                                // >= 1
   absl::Duration target_latency = absl::ZeroDuration();  // 0 = none
   absl::Duration max_latency = absl::ZeroDuration();     // 0 = none; >= target_latency
   double increase_step = 0;                              // >= 0; 0 = sqrt(limit)
@@ -91,7 +91,7 @@ struct AdaptiveLimiterState {
   uint64_t windows = 0;              // closed windows
   uint64_t increases = 0;
   uint64_t decreases = 0;
-  uint64_t samples = 0;  // Commit() calls
+  uint64_t samples = 0;        // Commit() calls
   uint64_t stale_samples = 0;  // of units admitted before the last decrease (not judged)
   uint64_t drops = 0;
   uint64_t timeouts = 0;  // tickets released by Timeout() (censored samples, not in `samples`)
@@ -190,7 +190,7 @@ class AdaptiveLimiter {
   // The hot path reads only these two.
   std::atomic<int64_t> limit_;
   std::atomic<int64_t> in_flight_{0};
-  std::atomic<bool> refused_{false};  // TryAcquire refused someone in the current window
+  std::atomic<bool> refused_{false};     // TryAcquire refused someone in the current window
   std::atomic<int64_t> max_hold_nanos_;  // options_.max_hold, for Ticket::Overdue
 
   mutable absl::Mutex mu_;
@@ -200,7 +200,7 @@ class AdaptiveLimiter {
   std::vector<int64_t> window_ ABSL_GUARDED_BY(mu_);  // latency samples, nanos
   uint64_t window_drops_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t window_peak_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t ignore_before_ ABSL_GUARDED_BY(mu_) = 0;  // admissions before the last decrease
+  int64_t ignore_before_ ABSL_GUARDED_BY(mu_) = 0;   // admissions before the last decrease
   AdaptiveLimiterState state_ ABSL_GUARDED_BY(mu_);  // figures other than limit / in_flight
 };
 

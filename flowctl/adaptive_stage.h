@@ -43,8 +43,8 @@ inline constexpr absl::Duration kDefaultAdaptiveRetryAfter = absl::Milliseconds(
 
 class AdaptiveStage final : public Stage {
  public:
-  AdaptiveStage(std::string name, const AdaptiveLimiterOptions& options,
-                absl::Duration retry_after, const Clock* clock);
+  AdaptiveStage(std::string name, const AdaptiveLimiterOptions& options, absl::Duration retry_after,
+                const Clock* clock);
 
   absl::string_view name() const override { return name_; }
   absl::string_view kind() const override { return kAdaptiveKind; }

@@ -106,8 +106,8 @@ void AdaptiveTickets::OnTick(int64_t now, const PoolQuery& pool) {
   for (AdaptiveLimiter::Ticket& t : overdue) t.Timeout(now);
   if (candidates.empty()) return;
 
-  const bool may_waive = static_cast<double>(level.txs) <
-                         options_.waive_below_high_water * level.high_water_txs;
+  const bool may_waive =
+      static_cast<double>(level.txs) < options_.waive_below_high_water * level.high_water_txs;
   const std::vector<std::string> gapped =
       may_waive ? pool.Gapped(candidates) : std::vector<std::string>();
   const std::vector<std::string> gone = pool.Missing(candidates);

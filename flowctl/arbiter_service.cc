@@ -10,8 +10,7 @@ namespace flowctl {
 namespace {
 
 // One consumer of one resource from its ShareConfig, for a capacity in the resource's unit.
-ArbiterConsumer ConsumerOf(const node::config::ShareConfig& share, double capacity,
-                           double demand) {
+ArbiterConsumer ConsumerOf(const node::config::ShareConfig& share, double capacity, double demand) {
   const double ceiling = share.ceiling_fraction() == 0 ? 1 : share.ceiling_fraction();
   ArbiterConsumer c;
   c.weight = share.weight();
@@ -177,11 +176,11 @@ void ArbiterService::TickLocked() {
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
     const node::config::ShareConfig share = m.consumer->share_config();
-    cpu[i] = ConsumerOf(share, cpu_capacity,
-                        usage[i].cpu_backlogged
-                            ? kUnboundedDemand
-                            : kCpuDemandHeadroom * static_cast<double>(usage[i].cpu_nanos) +
-                                  kCpuDemandSlackNanos);
+    cpu[i] = ConsumerOf(
+        share, cpu_capacity,
+        usage[i].cpu_backlogged
+            ? kUnboundedDemand
+            : kCpuDemandHeadroom * static_cast<double>(usage[i].cpu_nanos) + kCpuDemandSlackNanos);
     const double limit = static_cast<double>(usage[i].memory_limit);
     const double held = static_cast<double>(usage[i].memory_bytes);
     const double last = m.memory_last_share.value_or(limit);
@@ -196,9 +195,9 @@ void ArbiterService::TickLocked() {
     m.egress_bytes_last = sent;
     egress_rate[i] = static_cast<double>(sent - std::min(sent, prev)) *
                      static_cast<double>(kNanosPerSecond) / elapsed;
-    egress[i] = ConsumerOf(share, egress_capacity,
-                           kEgressDemandHeadroom * egress_rate[i] +
-                               kEgressDemandSlackBytesPerSecond);
+    egress[i] =
+        ConsumerOf(share, egress_capacity,
+                   kEgressDemandHeadroom * egress_rate[i] + kEgressDemandSlackBytesPerSecond);
   }
 
   // 3. Allocate.
@@ -207,9 +206,8 @@ void ArbiterService::TickLocked() {
   auto memory_shares = AllocateFairShares(memory_capacity, memory);
   auto egress_shares = AllocateFairShares(egress_capacity, egress);
   auto egress_entitled = AllocateFairShares(egress_capacity, Backlogged(egress));
-  for (const absl::Status& s : {cpu_shares.status(), cpu_entitled.status(),
-                                memory_shares.status(), egress_shares.status(),
-                                egress_entitled.status()}) {
+  for (const absl::Status& s : {cpu_shares.status(), cpu_entitled.status(), memory_shares.status(),
+                                egress_shares.status(), egress_entitled.status()}) {
     if (!s.ok()) {
       LOG_EVERY_N(ERROR, 100) << "arbiter: tick skipped: " << s;
       return;
@@ -236,10 +234,10 @@ void ArbiterService::TickLocked() {
     ConsumerShareStats stats;
     stats.id = c->id();
     stats.name = c->name();
-    stats.cpu = ShareStats(cpu[i], (*cpu_shares)[i], static_cast<double>(usage[i].cpu_nanos),
-                           elapsed);
-    stats.memory = ShareStats(memory[i], (*memory_shares)[i],
-                              static_cast<double>(usage[i].memory_bytes), 1);
+    stats.cpu =
+        ShareStats(cpu[i], (*cpu_shares)[i], static_cast<double>(usage[i].cpu_nanos), elapsed);
+    stats.memory =
+        ShareStats(memory[i], (*memory_shares)[i], static_cast<double>(usage[i].memory_bytes), 1);
     stats.egress = ShareStats(egress[i], (*egress_shares)[i], egress_rate[i], 1);
     m.stats = std::move(stats);
   }

@@ -168,7 +168,7 @@ class ArbiterService {
  private:
   struct Member {
     ResourceConsumer* consumer = nullptr;
-    uint64_t egress_bytes_last = 0;           // bytes sent at the previous tick
+    uint64_t egress_bytes_last = 0;                          // bytes sent at the previous tick
     std::optional<double> memory_last_share = std::nullopt;  // none before the first tick
     std::optional<ConsumerShareStats> stats = std::nullopt;  // none before the first tick
   };

@@ -39,7 +39,7 @@ inline uint32_t LoadLe32(const uint8_t* p) {
 // The SSE4.2 `crc32` instruction computes this same CRC eight bytes at a time, about 10x the
 // table loop; spill appends checksum every byte they write, so it matters there.
 __attribute__((target("sse4.2"))) uint32_t Crc32cExtendSse42(uint32_t crc, const void* data,
-                                                              size_t n) {
+                                                             size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   uint64_t c = ~crc;
   while (n > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0) {

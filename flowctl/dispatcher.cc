@@ -262,13 +262,13 @@ absl::Status Dispatcher::ValidateOptions(const Options& options) {
       return absl::InvalidArgumentError(absl::StrCat("lanes[", i, "].name must not be empty"));
     }
     if (!names.insert(lane.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("lanes[", i, "].name '", lane.name,
-                                                     "' is used by another lane"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("lanes[", i, "].name '", lane.name, "' is used by another lane"));
     }
     if (absl::Status s = ValidateWeight(lane.weight, lane.name); !s.ok()) return s;
     if (lane.reserved_messages < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("lanes[", lane.name,
-                                                     "].reserved_messages must be >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("lanes[", lane.name, "].reserved_messages must be >= 0"));
     }
     if (!lane.handler) {
       return absl::InvalidArgumentError(absl::StrCat("lanes[", lane.name, "].handler is null"));
@@ -277,8 +277,7 @@ absl::Status Dispatcher::ValidateOptions(const Options& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(WorkerPool* pool,
-                                                               Options options) {
+absl::StatusOr<std::unique_ptr<Dispatcher>> Dispatcher::Create(WorkerPool* pool, Options options) {
   if (pool == nullptr) return absl::InvalidArgumentError("pool must not be null");
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   return std::unique_ptr<Dispatcher>(new Dispatcher(pool, std::move(options)));
@@ -371,8 +370,8 @@ absl::Status Dispatcher::Drain(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (const auto& lane : lanes_) {
     if (!lane->AwaitHandled(deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat("dispatcher ", name_, ": lane ",
-                                                      lane->name(), " not drained in time"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("dispatcher ", name_, ": lane ", lane->name(), " not drained in time"));
     }
   }
   return absl::OkStatus();

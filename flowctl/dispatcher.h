@@ -89,10 +89,10 @@ class Dispatcher {
   };
 
   struct Options {
-    std::string name;          // for stats and logs (e.g. the partition id)
-    double cpu_share = 1.0;    // > 0, the group share in the WorkerPool
+    std::string name;        // for stats and logs (e.g. the partition id)
+    double cpu_share = 1.0;  // > 0, the group share in the WorkerPool
     Budget budget;
-    std::vector<LaneConfig> lanes;  // at least one
+    std::vector<LaneConfig> lanes;       // at least one
     const Clock* clock = Clock::Real();  // enqueue stamps, delays, quantum time; outlives us
   };
 
@@ -111,11 +111,11 @@ class Dispatcher {
     int64_t depth_messages = 0;  // admitted and not yet handled (queued or in progress)
     int64_t depth_bytes = 0;
     int64_t offered = 0;
-    int64_t processed = 0;       // handlers that returned
-    int64_t dropped_full = 0;    // kLaneFull
-    int64_t dropped_bytes = 0;   // kLaneBytesFull
-    int64_t dropped_stopped = 0; // kStopped: offered after Stop, or discarded by Stop
-    int64_t cpu_nanos = 0;       // CPU the pool charged to this lane
+    int64_t processed = 0;             // handlers that returned
+    int64_t dropped_full = 0;          // kLaneFull
+    int64_t dropped_bytes = 0;         // kLaneBytesFull
+    int64_t dropped_stopped = 0;       // kStopped: offered after Stop, or discarded by Stop
+    int64_t cpu_nanos = 0;             // CPU the pool charged to this lane
     HistogramSnapshot queueing_delay;  // ns from Offer to handler start
 
     int64_t dropped() const { return dropped_full + dropped_bytes + dropped_stopped; }

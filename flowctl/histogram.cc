@@ -33,8 +33,7 @@ void Histogram::Record(int64_t value) {
   count_.fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(value, std::memory_order_relaxed);
   int64_t seen = max_.load(std::memory_order_relaxed);
-  while (value > seen &&
-         !max_.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  while (value > seen && !max_.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
   }
 }
 

@@ -27,8 +27,7 @@ absl::Status QuotaDrain::ValidateOptions(const QuotaDrainOptions& o) {
     return absl::InvalidArgumentError("quota drain: idle_wait must be > 0, error_backoff >= 0");
   }
   if (o.clock == nullptr) return absl::InvalidArgumentError("quota drain: clock must be set");
-  return TokenBucket::ValidateParams(o.rate_bytes_per_sec,
-                                     BurstFor(o.rate_bytes_per_sec, o.tick));
+  return TokenBucket::ValidateParams(o.rate_bytes_per_sec, BurstFor(o.rate_bytes_per_sec, o.tick));
 }
 
 QuotaDrain::QuotaDrain(SpillFifo* fifo, Sink sink, QuotaDrainOptions options)
@@ -116,8 +115,8 @@ void QuotaDrain::WakeLocked() {
 }
 
 absl::Status QuotaDrain::SetRate(double rate_bytes_per_sec) {
-  if (absl::Status s = bucket_.SetRate(rate_bytes_per_sec,
-                                       BurstFor(rate_bytes_per_sec, options_.tick));
+  if (absl::Status s =
+          bucket_.SetRate(rate_bytes_per_sec, BurstFor(rate_bytes_per_sec, options_.tick));
       !s.ok()) {
     return s;
   }

@@ -42,10 +42,10 @@
 namespace flowctl {
 
 struct QuotaDrainOptions {
-  double rate_bytes_per_sec = 0;        // 0 = paused, TokenBucket::kUnlimited = no cap
+  double rate_bytes_per_sec = 0;                // 0 = paused, TokenBucket::kUnlimited = no cap
   absl::Duration tick = absl::Milliseconds(1);  // burst = 2 x rate x tick
-  size_t max_records_per_pump = 1024;   // bounds one PumpOnce call
-  absl::Duration idle_wait = absl::Milliseconds(100);   // thread: longest single wait
+  size_t max_records_per_pump = 1024;           // bounds one PumpOnce call
+  absl::Duration idle_wait = absl::Milliseconds(100);     // thread: longest single wait
   absl::Duration error_backoff = absl::Milliseconds(10);  // thread: pause after a sink error
   const Clock* clock = Clock::Real();
 };
@@ -62,9 +62,9 @@ class QuotaDrain {
   using Sink = std::function<absl::Status(const SpillFifo::Record&)>;
 
   struct PumpResult {
-    size_t records = 0;            // moved by this call
+    size_t records = 0;  // moved by this call
     uint64_t bytes = 0;
-    uint64_t waiting_bytes = 0;    // size of the front record that lacked tokens; 0 = FIFO empty
+    uint64_t waiting_bytes = 0;  // size of the front record that lacked tokens; 0 = FIFO empty
   };
 
   // REQUIRES: ValidateOptions(options).ok(); fifo and clock outlive the drain.
@@ -102,15 +102,15 @@ class QuotaDrain {
   const Sink sink_;
   const QuotaDrainOptions options_;
 
-  TokenBucket bucket_;          // thread-safe itself
-  absl::Mutex pump_mu_;         // serializes PumpOnce (and so the FIFO consumer side)
+  TokenBucket bucket_;   // thread-safe itself
+  absl::Mutex pump_mu_;  // serializes PumpOnce (and so the FIFO consumer side)
 
   mutable absl::Mutex mu_;
   QuotaDrainStats stats_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;          // touched only by Start/Stop, serialized by lifecycle_mu_
+  std::thread thread_;  // touched only by Start/Stop, serialized by lifecycle_mu_
   absl::Mutex lifecycle_mu_;
 };
 

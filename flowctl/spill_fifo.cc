@@ -49,8 +49,7 @@ struct SpillFifo::ActiveFile {
 };
 
 SpillFifo::SpillFifo(SpillFifoOptions options)
-    : options_(std::move(options)),
-      write_through_(options_.durability != SpillDurability::kNone) {}
+    : options_(std::move(options)), write_through_(options_.durability != SpillDurability::kNone) {}
 
 absl::StatusOr<std::unique_ptr<SpillFifo>> SpillFifo::Open(SpillFifoOptions options) {
   RETURN_IF_ERROR(ValidateOptions(options));
@@ -384,8 +383,7 @@ absl::Status SpillFifo::Pop() {
 
 std::vector<uint64_t> SpillFifo::TakeDeletableLocked(uint64_t consumed) {
   std::vector<uint64_t> ids;
-  while (!segments_.empty() && segments_.front().sealed &&
-         segments_.front().last_seq <= consumed) {
+  while (!segments_.empty() && segments_.front().sealed && segments_.front().last_seq <= consumed) {
     ids.push_back(segments_.front().id);
     segments_.pop_front();
   }

@@ -70,14 +70,14 @@ namespace flowctl {
 enum class SpillDurability { kNone, kInterval, kEveryRecord };
 
 struct SpillFifoOptions {
-  std::string dir;                            // created if missing (one level)
-  uint64_t memory_bytes = 4 << 20;            // memory tier budget, payload bytes
-  uint64_t segment_bytes = 64 << 20;          // rotate the active segment past this size
-  uint32_t max_record_bytes = 16 << 20;       // larger appends are refused
+  std::string dir;                       // created if missing (one level)
+  uint64_t memory_bytes = 4 << 20;       // memory tier budget, payload bytes
+  uint64_t segment_bytes = 64 << 20;     // rotate the active segment past this size
+  uint32_t max_record_bytes = 16 << 20;  // larger appends are refused
   SpillDurability durability = SpillDurability::kInterval;
   absl::Duration sync_interval = absl::Milliseconds(10);  // kInterval group-commit period
-  uint64_t persist_every_bytes = 1 << 20;     // replay bound after a crash, payload bytes
-  uint64_t persist_every_records = 4096;      // replay bound after a crash, records
+  uint64_t persist_every_bytes = 1 << 20;  // replay bound after a crash, payload bytes
+  uint64_t persist_every_records = 4096;   // replay bound after a crash, records
 };
 
 struct SpillFifoStats {
@@ -159,7 +159,7 @@ class SpillFifo {
  private:
   struct Segment {
     uint64_t id = 0;
-    uint64_t size = 0;      // bytes of complete frames
+    uint64_t size = 0;  // bytes of complete frames
     uint64_t records = 0;
     uint64_t last_seq = 0;  // 0 when empty
     bool sealed = false;    // no more appends (not the active segment)
@@ -202,7 +202,7 @@ class SpillFifo {
 
   // State below is protected by mu_ (short critical sections only; no I/O under it).
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(manifest_mu_);
-  std::deque<Record> memory_ ABSL_GUARDED_BY(mu_);  // memory tier, oldest first
+  std::deque<Record> memory_ ABSL_GUARDED_BY(mu_);    // memory tier, oldest first
   uint64_t memory_records_ ABSL_GUARDED_BY(mu_) = 0;  // includes a memory front_ not yet popped
   uint64_t memory_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t disk_records_ ABSL_GUARDED_BY(mu_) = 0;  // includes a disk front_ not yet popped
@@ -228,7 +228,7 @@ class SpillFifo {
   // Consumer-owned (only the consumer thread touches these).
   std::optional<Record> front_;
   bool front_on_disk_ = false;
-  uint64_t front_segment_ = 0;      // disk front_: its segment and the offset after it
+  uint64_t front_segment_ = 0;  // disk front_: its segment and the offset after it
   uint64_t front_next_offset_ = 0;
   int reader_fd_ = -1;
   uint64_t reader_segment_ = 0;

@@ -54,9 +54,9 @@ absl::Status SpillFifo::Recover() {
   uint64_t last_seq = 0;
   for (uint64_t id : ids) {
     const std::string path = PathOf(id);
-    ASSIGN_OR_RETURN(spill::SegmentScan scan,
-                     spill::ScanSegment(path, last_seq, manifest.consumed_seq,
-                                        options_.max_record_bytes));
+    ASSIGN_OR_RETURN(
+        spill::SegmentScan scan,
+        spill::ScanSegment(path, last_seq, manifest.consumed_seq, options_.max_record_bytes));
     if (!scan.corruption.ok()) {
       LOG(WARNING) << scan.corruption << "; keeping " << scan.records
                    << " records before it, quarantining the rest";

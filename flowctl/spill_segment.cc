@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/strip.h"
 #include "flowctl/crc32c.h"
 
 namespace flowctl::spill {
@@ -88,8 +87,8 @@ std::string SegmentFileName(uint64_t id) {
 }
 
 bool ParseSegmentFileName(absl::string_view name, uint64_t* id) {
-  if (!absl::ConsumePrefix(&name, kSegmentPrefix) ||
-      !absl::ConsumeSuffix(&name, kSegmentSuffix) || name.size() != 20) {
+  if (!absl::ConsumePrefix(&name, kSegmentPrefix) || !absl::ConsumeSuffix(&name, kSegmentSuffix) ||
+      name.size() != 20) {
     return false;
   }
   return absl::SimpleAtoi(name, id);
@@ -115,9 +114,9 @@ absl::StatusOr<SegmentScan> ScanSegment(const std::string& path, uint64_t after_
     uint64_t next = 0;
     absl::Status s = ReadFrameAt(fd, path, offset, max_record_bytes, &seq, &payload, &next);
     if (s.ok() && seq <= prev_seq) {
-      s = absl::DataLossError(absl::StrFormat(
-          "spill fifo: %s at offset %d: sequence %d does not follow %d", path, offset, seq,
-          prev_seq));
+      s = absl::DataLossError(
+          absl::StrFormat("spill fifo: %s at offset %d: sequence %d does not follow %d", path,
+                          offset, seq, prev_seq));
     }
     if (!s.ok()) {
       if (!absl::IsDataLoss(s)) {
@@ -150,23 +149,23 @@ absl::Status ReadFrameAt(int fd, const std::string& path, uint64_t offset,
   auto got = PreadFull(fd, path, header, sizeof(header), offset);
   if (!got.ok()) return got.status();
   if (*got < sizeof(header)) {
-    return absl::DataLossError(absl::StrFormat(
-        "spill fifo: %s at offset %d: truncated record header (%d of %d bytes)", path, offset,
-        *got, kFrameHeaderBytes));
+    return absl::DataLossError(
+        absl::StrFormat("spill fifo: %s at offset %d: truncated record header (%d of %d bytes)",
+                        path, offset, *got, kFrameHeaderBytes));
   }
   const uint32_t size = GetLe32(header);
   if (size > max_record_bytes) {
-    return absl::DataLossError(absl::StrFormat(
-        "spill fifo: %s at offset %d: record length %d exceeds the maximum %d", path, offset, size,
-        max_record_bytes));
+    return absl::DataLossError(
+        absl::StrFormat("spill fifo: %s at offset %d: record length %d exceeds the maximum %d",
+                        path, offset, size, max_record_bytes));
   }
   payload->resize(size);
   got = PreadFull(fd, path, payload->data(), size, offset + kFrameHeaderBytes);
   if (!got.ok()) return got.status();
   if (*got < size) {
-    return absl::DataLossError(absl::StrFormat(
-        "spill fifo: %s at offset %d: truncated record (%d of %d payload bytes)", path, offset,
-        *got, size));
+    return absl::DataLossError(
+        absl::StrFormat("spill fifo: %s at offset %d: truncated record (%d of %d payload bytes)",
+                        path, offset, *got, size));
   }
   if (FrameCrc(Crc32c(*payload), header) != GetLe32(header + 4)) {
     return absl::DataLossError(

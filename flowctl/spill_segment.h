@@ -40,10 +40,10 @@ bool ParseSegmentFileName(absl::string_view name, uint64_t* id);
 // What a scan of one segment file found. Records are validated in order; the first bad one ends
 // the valid prefix.
 struct SegmentScan {
-  uint64_t valid_bytes = 0;   // length of the valid prefix
-  uint64_t file_bytes = 0;    // length of the file
-  uint64_t records = 0;       // valid records
-  uint64_t first_seq = 0;     // of the valid records; 0 when none
+  uint64_t valid_bytes = 0;  // length of the valid prefix
+  uint64_t file_bytes = 0;   // length of the file
+  uint64_t records = 0;      // valid records
+  uint64_t first_seq = 0;    // of the valid records; 0 when none
   uint64_t last_seq = 0;
   // Valid records with seq > the scan's `consumed_seq`: where the first one starts, how many.
   uint64_t unconsumed_offset = 0;

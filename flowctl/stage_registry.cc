@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "flowctl/adaptive_stage.h"
+#include "glog/logging.h"
 #include "google/protobuf/any.pb.h"
 #include "google/protobuf/descriptor.h"
-#include "glog/logging.h"
 
 namespace flowctl {
 namespace {
@@ -59,8 +59,7 @@ absl::Status RegisterBuiltinKinds(StageRegistry& registry) {
   const StageRegistry* predicates = &registry;
   s = registry.RegisterKind<node::flowctl::GateStageConfig>(
       std::string(kGateKind),
-      [predicates](const StageSpec& spec,
-                   const node::flowctl::GateStageConfig& c) -> BuildResult {
+      [predicates](const StageSpec& spec, const node::flowctl::GateStageConfig& c) -> BuildResult {
         return MakeGateFactory(spec.name, c, predicates->FindPredicate(c.predicate()),
                                predicates->PredicateNames(), spec.stage_field);
       });
@@ -136,9 +135,10 @@ absl::Status StageRegistry::RegisterKind(std::string kind,
           type->full_name(), "; choose another kind name"));
     }
   }
-  auto entry = std::make_shared<Kind>(
-      Kind{.name = kind, .prototype = &config_prototype, .builder = std::move(builder),
-           .options = std::move(options)});
+  auto entry = std::make_shared<Kind>(Kind{.name = kind,
+                                           .prototype = &config_prototype,
+                                           .builder = std::move(builder),
+                                           .options = std::move(options)});
   absl::MutexLock lock(&mu_);
   if (kinds_.contains(kind)) {
     return absl::AlreadyExistsError(absl::StrCat("stage kind '", kind, "' is already registered"));
@@ -222,9 +222,9 @@ absl::StatusOr<StageRegistry::ResolvedStage> StageRegistry::Resolve(
     absl::MutexLock lock(&mu_);
     auto it = kinds_.find(set->name());
     if (it == kinds_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          resolved.config_field, ": no stage kind '", set->name(),
-          "' is registered with this node (registered: ", KindListLocked(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(resolved.config_field, ": no stage kind '", set->name(),
+                       "' is registered with this node (registered: ", KindListLocked(), ")"));
     }
     resolved.kind = it->second;
     resolved.config = &config.GetReflection()->GetMessage(config, set);
@@ -233,24 +233,26 @@ absl::StatusOr<StageRegistry::ResolvedStage> StageRegistry::Resolve(
   const google::protobuf::Any& any = config.custom();
   const absl::string_view type_name = TypeNameOfUrl(any.type_url());
   if (type_name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        resolved.config_field, ": type_url must name the config type of a registered stage kind, "
-        "got '", any.type_url(), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(resolved.config_field,
+                     ": type_url must name the config type of a registered stage kind, "
+                     "got '",
+                     any.type_url(), "'"));
   }
   {
     absl::MutexLock lock(&mu_);
     auto it = kinds_by_type_.find(type_name);
     if (it == kinds_by_type_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          resolved.config_field, ": no stage kind is registered for config type '", type_name,
-          "' (registered: ", KindListLocked(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(resolved.config_field, ": no stage kind is registered for config type '",
+                       type_name, "' (registered: ", KindListLocked(), ")"));
     }
     resolved.kind = it->second;
   }
   resolved.unpacked.reset(resolved.kind->prototype->New());
   if (!any.UnpackTo(resolved.unpacked.get())) {
-    return absl::InvalidArgumentError(absl::StrCat(resolved.config_field,
-                                                   ": cannot parse the value as ", type_name));
+    return absl::InvalidArgumentError(
+        absl::StrCat(resolved.config_field, ": cannot parse the value as ", type_name));
   }
   resolved.config = resolved.unpacked.get();
   return resolved;
@@ -259,7 +261,7 @@ absl::StatusOr<StageRegistry::ResolvedStage> StageRegistry::Resolve(
 absl::StatusOr<std::shared_ptr<const ChainFactory>> StageRegistry::Build(
     const StageChainConfig& config) const {
   std::vector<std::unique_ptr<StageFactory>> stages;
-  absl::flat_hash_map<std::string, int> seen;               // name -> index of the stage using it
+  absl::flat_hash_map<std::string, int> seen;  // name -> index of the stage using it
   absl::flat_hash_map<std::string, std::vector<int>> of_kind;  // kind -> indexes
   for (int i = 0; i < config.stages_size(); ++i) {
     const StageConfig& stage = config.stages(i);
@@ -273,23 +275,22 @@ absl::StatusOr<std::shared_ptr<const ChainFactory>> StageRegistry::Build(
     absl::StatusOr<std::unique_ptr<StageFactory>> factory = kind.builder(spec, *resolved->config);
     if (!factory.ok()) return factory.status();
     if (*factory == nullptr || (*factory)->name() != spec.name || (*factory)->kind() != kind.name) {
-      return absl::InternalError(absl::StrCat(
-          resolved->config_field, ": the builder of stage kind '", kind.name,
-          "' made a factory that is null or does not report name '", spec.name, "' and kind '",
-          kind.name, "'"));
+      return absl::InternalError(
+          absl::StrCat(resolved->config_field, ": the builder of stage kind '", kind.name,
+                       "' made a factory that is null or does not report name '", spec.name,
+                       "' and kind '", kind.name, "'"));
     }
     std::vector<int>& same_kind = of_kind[kind.name];
     if (const int max = kind.options.max_per_chain;
         max > 0 && static_cast<int>(same_kind.size()) >= max) {
-      const std::string also =
-          absl::StrJoin(same_kind, ", ", [](std::string* out, int at) {
-            absl::StrAppend(out, "stages[", at, "]");
-          });
-      return absl::InvalidArgumentError(absl::StrCat(
-          resolved->config_field, ": at most ", max == 1 ? "one" : absl::StrCat(max), " ",
-          kind.name, " stage", max == 1 ? "" : "s", " per chain (also ", also, ")",
-          kind.options.max_per_chain_reason.empty() ? "" : ": ",
-          kind.options.max_per_chain_reason));
+      const std::string also = absl::StrJoin(same_kind, ", ", [](std::string* out, int at) {
+        absl::StrAppend(out, "stages[", at, "]");
+      });
+      return absl::InvalidArgumentError(
+          absl::StrCat(resolved->config_field, ": at most ", max == 1 ? "one" : absl::StrCat(max),
+                       " ", kind.name, " stage", max == 1 ? "" : "s", " per chain (also ", also,
+                       ")", kind.options.max_per_chain_reason.empty() ? "" : ": ",
+                       kind.options.max_per_chain_reason));
     }
     same_kind.push_back(i);
     auto [it, inserted] = seen.try_emplace(spec.name, i);

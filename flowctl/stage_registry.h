@@ -166,7 +166,7 @@ class StageRegistry {
   struct ResolvedStage {
     std::shared_ptr<const Kind> kind;
     std::string config_field;
-    const google::protobuf::Message* config = nullptr;     // points into the StageConfig, or
+    const google::protobuf::Message* config = nullptr;    // points into the StageConfig, or
     std::unique_ptr<google::protobuf::Message> unpacked;  // owns the unpacked Any
   };
 
@@ -177,8 +177,7 @@ class StageRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const Kind>> kinds_ ABSL_GUARDED_BY(mu_);
   // Config message full name -> kind, for `custom`.
-  absl::flat_hash_map<std::string, std::shared_ptr<const Kind>> kinds_by_type_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<const Kind>> kinds_by_type_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<const RegisteredPredicate>> predicates_
       ABSL_GUARDED_BY(mu_);
 };

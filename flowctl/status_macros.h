@@ -15,10 +15,10 @@
 
 // Evaluates `expr` (an absl::Status or a StatusOr<T>) and returns its status from the enclosing
 // function when it is not OK.
-#define RETURN_IF_ERROR(expr)                                          \
-  do {                                                                 \
+#define RETURN_IF_ERROR(expr)                                                \
+  do {                                                                       \
     const ::absl::Status _node_status = ::flowctl::internal::ToStatus(expr); \
-    if (!_node_status.ok()) return _node_status;                       \
+    if (!_node_status.ok()) return _node_status;                             \
   } while (false)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status, else moves the value
@@ -26,8 +26,8 @@
 #define ASSIGN_OR_RETURN(lhs, rexpr) \
   NODE_ASSIGN_OR_RETURN_IMPL_(NODE_STATUS_CONCAT_(_node_statusor_, __LINE__), lhs, rexpr)
 
-#define NODE_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
-  auto statusor = (rexpr);                                \
+#define NODE_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr)  \
+  auto statusor = (rexpr);                                 \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

@@ -57,7 +57,8 @@ void TickScheduler::Unregister(Id id) {
     const Id* running;
     Id id;
   } wait{&running_, id};
-  mu_.Await(absl::Condition(+[](Running* w) { return *w->running != w->id; }, &wait));
+  mu_.Await(absl::Condition(
+      +[](Running* w) { return *w->running != w->id; }, &wait));
   entries_.erase(id);
   changed_cv_.SignalAll();
 }

@@ -11,12 +11,12 @@
 //
 // All methods are thread-safe. The hot path (TryAcquire) is one clock read plus a CAS loop on a
 // single atomic, the "zero time" of folly's TokenBucket: the time at which the bucket was (or will
-// be) empty (stored with an offset, see word_). A refusal costs no write. SetRate serializes against other SetRate calls and keeps
-// the bucket's balance (tokens or debt) across the change. While it swaps the parameters (a few
-// instructions) it parks that atomic, so every admission is judged entirely by the old or
-// entirely by the new parameters. A TryAcquire that lands inside that window spins briefly and
-// is refused only if SetRate stays parked (preempted mid-swap), so the hot path never blocks;
-// Consume, NanosUntil and Available wait for the swap to finish.
+// be) empty (stored with an offset, see word_). A refusal costs no write. SetRate serializes
+// against other SetRate calls and keeps the bucket's balance (tokens or debt) across the change.
+// While it swaps the parameters (a few instructions) it parks that atomic, so every admission is
+// judged entirely by the old or entirely by the new parameters. A TryAcquire that lands inside that
+// window spins briefly and is refused only if SetRate stays parked (preempted mid-swap), so the hot
+// path never blocks; Consume, NanosUntil and Available wait for the swap to finish.
 //
 // Precision: times are doubles in nanoseconds since the bucket was built, so rounding grows with
 // the bucket's age (and with the span of zero times SetRate has moved between): ~1/64 ns after a

@@ -178,8 +178,7 @@ void WorkerPool::Wake(Task* task) {
   uint32_t state = task->state_.load(std::memory_order_acquire);
   while (true) {
     if (state == Task::kIdle) {
-      if (task->state_.compare_exchange_weak(state, Task::kScheduled,
-                                             std::memory_order_acq_rel)) {
+      if (task->state_.compare_exchange_weak(state, Task::kScheduled, std::memory_order_acq_rel)) {
         absl::MutexLock lock(&mu_);
         ActivateLocked(task);
         return;
@@ -206,8 +205,8 @@ std::vector<WorkerPool::GroupStats> WorkerPool::GetGroupStats() const {
   std::vector<GroupStats> out;
   out.reserve(groups_.size());
   for (const auto& g : groups_) {
-    out.push_back({g->name_, g->share_, g->cpu_nanos_.load(std::memory_order_relaxed),
-                   g->quanta_, g->active_tasks_});
+    out.push_back({g->name_, g->share_, g->cpu_nanos_.load(std::memory_order_relaxed), g->quanta_,
+                   g->active_tasks_});
   }
   return out;
 }
@@ -249,8 +248,7 @@ void WorkerPool::FinishQuantumLocked(Task* task, int64_t used_nanos, bool more) 
   }
   if (!more) {
     uint32_t expected = Task::kScheduled;
-    if (task->state_.compare_exchange_strong(expected, Task::kIdle,
-                                             std::memory_order_acq_rel)) {
+    if (task->state_.compare_exchange_strong(expected, Task::kIdle, std::memory_order_acq_rel)) {
       task->active_ = false;
       group->active_weight_ -= task->weight_;
       --group->active_tasks_;

@@ -79,8 +79,8 @@ class WorkerPool {
   };
 
   struct Options {
-    int threads = 1;                                   // >= 1, changeable with SetThreads()
-    int max_batch = 64;                                // items per quantum, >= 1
+    int threads = 1;                                       // >= 1, changeable with SetThreads()
+    int max_batch = 64;                                    // items per quantum, >= 1
     absl::Duration max_quantum = absl::Microseconds(500);  // time per quantum, > 0
     CpuClock cpu_clock = CpuClock::kThreadCpu;
     const Clock* clock = Clock::Real();  // for kWall; must outlive the pool
@@ -96,9 +96,9 @@ class WorkerPool {
   struct GroupStats {
     std::string name;
     double share = 0;
-    int64_t cpu_nanos = 0;   // total CPU charged to the group's tasks since AddGroup
-    int64_t quanta = 0;      // quanta run (items per quantum shows how well work batches)
-    int active_tasks = 0;    // queued or running now
+    int64_t cpu_nanos = 0;  // total CPU charged to the group's tasks since AddGroup
+    int64_t quanta = 0;     // quanta run (items per quantum shows how well work batches)
+    int active_tasks = 0;   // queued or running now
   };
 
   // REQUIRES: ValidateOptions(options).ok().
@@ -220,8 +220,8 @@ class WorkerPool::Task {
   // Guarded by the owning pool's mu_.
   int weight_;
   double pass_ = 0;
-  bool active_ = false;   // counted in group_->active_weight_
-  bool queued_ = false;   // in run_queue_ under queue_key_
+  bool active_ = false;  // counted in group_->active_weight_
+  bool queued_ = false;  // in run_queue_ under queue_key_
   bool running_ = false;
   bool removed_ = false;  // RemoveTask called: never queued again
   QueueKey queue_key_{};

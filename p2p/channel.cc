@@ -26,8 +26,8 @@ absl::StatusOr<ChannelTable> ChannelTable::Create(std::vector<ChannelDescriptor>
     const ChannelDescriptor& d = descriptors[i];
     const std::string where = absl::StrCat("channels[", i, "]");
     if (!IsValidChannel(d.channel)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ".channel: ", static_cast<int>(d.channel), " is not a wire channel"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".channel: ", static_cast<int>(d.channel), " is not a wire channel"));
     }
     if (t.index_[d.channel] != -1) {
       return absl::InvalidArgumentError(
@@ -61,8 +61,8 @@ absl::StatusOr<ChannelTable> ChannelTable::Create(std::vector<ChannelDescriptor>
     if (d.derived_rate) {
       if (t.derived_rate_index_ != -1) {
         return absl::InvalidArgumentError(
-            absl::StrCat("channels: ", descriptors[t.derived_rate_index_].name(), " and ",
-                         d.name(), " both have derived_rate; at most one may"));
+            absl::StrCat("channels: ", descriptors[t.derived_rate_index_].name(), " and ", d.name(),
+                         " both have derived_rate; at most one may"));
       }
       t.derived_rate_index_ = static_cast<int>(i);
     }

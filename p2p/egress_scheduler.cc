@@ -75,9 +75,9 @@ absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition,
     absl::MutexLock l(&mu_);
     if (size > options_.max_frame_bytes) {
       ++oversized_refused_;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "frame of ", size, " bytes on ", ChannelName(channel), " exceeds max_frame_bytes ",
-          options_.max_frame_bytes));
+      return absl::InvalidArgumentError(
+          absl::StrCat("frame of ", size, " bytes on ", ChannelName(channel),
+                       " exceeds max_frame_bytes ", options_.max_frame_bytes));
     }
     ChannelState& cs = channels_[idx];
     if (!blocked_.empty() && blocked_.contains(peer) && !MakeRoomForBlockedPeer(peer, size)) {
@@ -106,8 +106,8 @@ absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition,
       if (size > limit) {
         ++cs.stats.messages_dropped;
         cs.stats.bytes_dropped += size;
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "message of ", size, " bytes exceeds the ", ChannelName(channel), " queue bound"));
+        return absl::ResourceExhaustedError(absl::StrCat("message of ", size, " bytes exceeds the ",
+                                                         ChannelName(channel), " queue bound"));
       }
       // Drop oldest first; if only messages already on the wire remain, overshoot by one.
       while (cs.queued_bytes + size > limit && DropOldest(cs)) {
@@ -445,8 +445,8 @@ absl::Status EgressScheduler::SetCap(double cap_bytes_per_second) {
     absl::MutexLock l(&mu_);
     cap_ = CapOrUnlimited(cap_bytes_per_second);
     chunk_bytes_ = ChunkBytesForCap(cap_bytes_per_second, options_.chunk_time_nanos);
-    CHECK(global_bucket_.SetRate(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes))
-              .ok());
+    CHECK(
+        global_bucket_.SetRate(cap_, static_cast<double>(chunk_bytes_ + kFrameOverheadBytes)).ok());
     UpdateDerivedRate();
   }
   Wake();

@@ -99,7 +99,7 @@ struct DequeueResult {
 
 struct ChannelEgressStats {
   Channel channel = node::p2p::CHANNEL_UNSPECIFIED;
-  uint64_t bytes_sent = 0;   // payload + kFrameOverheadBytes per frame
+  uint64_t bytes_sent = 0;  // payload + kFrameOverheadBytes per frame
   uint64_t frames_sent = 0;
   uint64_t messages_enqueued = 0;
   uint64_t messages_dropped = 0;  // kDropOldest overflow, blocked-peer bound
@@ -194,9 +194,9 @@ class EgressScheduler {
     bool quantum_given = false;
   };
   struct ChannelState {
-    const ChannelDescriptor* desc = nullptr;            // in options_.channels
+    const ChannelDescriptor* desc = nullptr;           // in options_.channels
     std::map<PartitionId, PartitionQueue> partitions;  // only non-empty ones
-    std::deque<PartitionId> active;                     // round-robin order
+    std::deque<PartitionId> active;                    // round-robin order
     uint64_t queued_bytes = 0;
     uint64_t queued_messages = 0;
     ChannelEgressStats stats;
@@ -241,7 +241,7 @@ class EgressScheduler {
   flowctl::TokenBucket global_bucket_;  // its own synchronization; reconfigured under mu_
   flowctl::TokenBucket tx_bucket_;
   std::array<ChannelState, kNumChannels> channels_ ABSL_GUARDED_BY(mu_);  // priority order
-  std::deque<Message> fifo_ ABSL_GUARDED_BY(mu_);  // fifo_mode only
+  std::deque<Message> fifo_ ABSL_GUARDED_BY(mu_);                         // fifo_mode only
   std::map<PartitionId, uint32_t> weights_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partition_stats_
       ABSL_GUARDED_BY(mu_);

@@ -34,8 +34,8 @@ EgressValve::EgressValve(Network* inner, FrameWriter* frames, EgressValveOptions
           return sched->Enqueue(peer, partition, channel, std::move(payload));
         },
         clock_);
-    LOG(WARNING) << "p2p " << inner_->self() << ": FAULT INJECTION ON (test flag): "
-                 << DescribeFaultOptions(options_.fault);
+    LOG(WARNING) << "p2p " << inner_->self()
+                 << ": FAULT INJECTION ON (test flag): " << DescribeFaultOptions(options_.fault);
   }
   if (frames_ != nullptr) {
     frames_->SetPressureHandler([sched = scheduler_](const NodeId& peer, bool blocked) {
@@ -138,14 +138,14 @@ absl::Status EgressValve::Broadcast(PartitionId partition, Channel channel, std:
 }
 
 void EgressValve::SetHandlers(MessageHandler on_message, PeerEventHandler on_peer_event) {
-  inner_->SetHandlers(
-      std::move(on_message),
-      [sched = scheduler_, on_peer_event = std::move(on_peer_event)](const NodeId& peer,
-                                                                     PeerEvent event) {
-        // A peer that went away takes its queued messages with it; it starts afresh, unblocked.
-        if (event == PeerEvent::kDown) sched->DropPeer(peer);
-        if (on_peer_event) on_peer_event(peer, event);
-      });
+  inner_->SetHandlers(std::move(on_message),
+                      [sched = scheduler_, on_peer_event = std::move(on_peer_event)](
+                          const NodeId& peer, PeerEvent event) {
+                        // A peer that went away takes its queued messages with it; it starts
+                        // afresh, unblocked.
+                        if (event == PeerEvent::kDown) sched->DropPeer(peer);
+                        if (on_peer_event) on_peer_event(peer, event);
+                      });
 }
 
 EgressValveStats EgressValve::Stats() const {

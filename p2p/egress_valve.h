@@ -130,7 +130,7 @@ class EgressValve final : public Network {
 
   std::atomic<uint64_t> inner_send_failures_{0};
   absl::Mutex release_mu_;  // one ReleaseDue at a time, so one peer's messages keep their order
-  absl::Mutex mu_;  // Start/Stop against each other
+  absl::Mutex mu_;          // Start/Stop against each other
   std::unique_ptr<EgressSender> sender_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -76,8 +76,8 @@ absl::StatusOr<std::vector<Channel>> ParseFaultChannels(const std::string& names
     const absl::string_view name = absl::StripAsciiWhitespace(piece);
     Channel c;
     if (!node::p2p::Channel_Parse(std::string(name), &c) || !IsValidChannel(c)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown channel '", name, "' (want CONSENSUS, SYNC, TX_FORWARD or BULK)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown channel '", name, "' (want CONSENSUS, SYNC, TX_FORWARD or BULK)"));
     }
     out.push_back(c);
   }
@@ -110,9 +110,8 @@ void FaultInjector::Stop() {
 }
 
 bool FaultInjector::Affects(const NodeId& peer, Channel channel) const {
-  if (!options_.channels.empty() &&
-      std::find(options_.channels.begin(), options_.channels.end(), channel) ==
-          options_.channels.end()) {
+  if (!options_.channels.empty() && std::find(options_.channels.begin(), options_.channels.end(),
+                                              channel) == options_.channels.end()) {
     return false;
   }
   if (options_.peers.empty()) return true;
@@ -146,8 +145,9 @@ absl::Status FaultInjector::Submit(const NodeId& peer, PartitionId partition, Ch
     }
     if (options_.delay_ms > 0 || options_.jitter_ms > 0) {
       const uint64_t jitter_span = static_cast<uint64_t>(options_.jitter_ms * kNanosPerMilli) + 1;
-      const int64_t delay = options_.delay_ms * kNanosPerMilli +
-                            static_cast<int64_t>(options_.jitter_ms > 0 ? r_jitter % jitter_span : 0);
+      const int64_t delay =
+          options_.delay_ms * kNanosPerMilli +
+          static_cast<int64_t>(options_.jitter_ms > 0 ? r_jitter % jitter_span : 0);
       const int64_t due = std::max(clock_->NowNanos() + delay, ps.last_due);
       ps.last_due = due;
       const std::pair<int64_t, uint64_t> key{due, next_seq_++};

@@ -82,9 +82,9 @@ class FaultInjector {
  public:
   // Hands a message on (to the egress scheduler). Its status is Submit's for messages that are
   // not held; for held ones it is counted only.
-  using Deliver = std::function<absl::Status(const NodeId& peer, PartitionId partition,
-                                             Channel channel,
-                                             std::shared_ptr<const std::string> payload)>;
+  using Deliver =
+      std::function<absl::Status(const NodeId& peer, PartitionId partition, Channel channel,
+                                 std::shared_ptr<const std::string> payload)>;
 
   // REQUIRES: ValidateFaultOptions(options).ok().
   FaultInjector(FaultOptions options, Deliver deliver,

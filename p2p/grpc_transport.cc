@@ -94,8 +94,8 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
       }
     }
     if (hello.expected_peer_id() != t_->self_) {
-      return Refuse(ctx, absl::StrCat("dialed ", hello.expected_peer_id(), " but this node is ",
-                                      t_->self_));
+      return Refuse(
+          ctx, absl::StrCat("dialed ", hello.expected_peer_id(), " but this node is ", t_->self_));
     }
     const std::string server_nonce = NewHandshakeNonce();
     StreamMessage reply;
@@ -108,9 +108,9 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
     if (!stream->Write(reply)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
     if (!stream->Read(&msg)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
     if (!msg.has_client_auth()) return Refuse(ctx, "expected ClientAuth");
-    absl::Status ok = VerifyHandshake(HandshakeRole::kClient, hello.public_key(), claimed, claimed,
-                                      t_->self_, hello.nonce(), server_nonce,
-                                      msg.client_auth().signature());
+    absl::Status ok =
+        VerifyHandshake(HandshakeRole::kClient, hello.public_key(), claimed, claimed, t_->self_,
+                        hello.nonce(), server_nonce, msg.client_auth().signature());
     if (!ok.ok()) return Refuse(ctx, std::string(ok.message()));
     reply.mutable_server_accept();
     if (!stream->Write(reply)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
@@ -119,8 +119,8 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
     auto conn = std::make_shared<PeerConnection>(
         claimed, [stream](const StreamMessage& m) { return stream->Write(m); },
         [stream](StreamMessage* m) { return stream->Read(m); }, [ctx] { ctx->TryCancel(); },
-        t_->options_.peer_queue_bytes, t_->options_.max_batch_bytes,
-        t_->options_.max_frame_bytes, &t_->counters_->streams_written);
+        t_->options_.peer_queue_bytes, t_->options_.max_batch_bytes, t_->options_.max_frame_bytes,
+        &t_->counters_->streams_written);
     t_->WatchPressure(*conn);
     t_->RunConnection(conn);
     return grpc::Status::OK;
@@ -224,9 +224,8 @@ void GrpcTransport::Stop() {
 uint64_t GrpcTransport::WatchHandshake(std::function<void()> cancel) {
   absl::MutexLock l(&mu_);
   const uint64_t id = next_watch_id_++;
-  handshakes_[id] =
-      HandshakeWatch{absl::Now() + absl::Milliseconds(options_.handshake_timeout_ms),
-                     std::move(cancel)};
+  handshakes_[id] = HandshakeWatch{absl::Now() + absl::Milliseconds(options_.handshake_timeout_ms),
+                                   std::move(cancel)};
   return id;
 }
 
@@ -507,17 +506,15 @@ absl::Status GrpcTransport::Send(const NodeId& peer, PartitionId partition, Chan
                     std::make_shared<const std::string>(std::move(payload)));
 }
 
-absl::Status GrpcTransport::SendShared(const NodeId& peer, PartitionId partition,
-                                       Channel channel,
+absl::Status GrpcTransport::SendShared(const NodeId& peer, PartitionId partition, Channel channel,
                                        std::shared_ptr<const std::string> payload) {
   if (!IsValidChannel(channel)) {
     return absl::InvalidArgumentError(absl::StrCat("invalid channel ", static_cast<int>(channel)));
   }
   if (payload->size() > options_.max_frame_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("frame of ", payload->size(), " bytes on ",
-                                                   ChannelName(channel),
-                                                   " exceeds max_frame_bytes ",
-                                                   options_.max_frame_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame of ", payload->size(), " bytes on ", ChannelName(channel),
+                     " exceeds max_frame_bytes ", options_.max_frame_bytes));
   }
   std::shared_ptr<PeerConnection> conn;
   {
@@ -555,8 +552,7 @@ absl::Status GrpcTransport::SendShared(const NodeId& peer, PartitionId partition
   return absl::OkStatus();
 }
 
-absl::Status GrpcTransport::Broadcast(PartitionId partition, Channel channel,
-                                      std::string payload) {
+absl::Status GrpcTransport::Broadcast(PartitionId partition, Channel channel, std::string payload) {
   auto shared = std::make_shared<const std::string>(std::move(payload));
   absl::Status first_error;
   for (const NodeId& peer : connected_peers()) {

@@ -105,7 +105,7 @@ struct GrpcTransportOptions {
 
 struct TransportStats {
   uint64_t frames_received = 0;
-  uint64_t bytes_received = 0;          // payload bytes
+  uint64_t bytes_received = 0;  // payload bytes
   uint64_t messages_delivered = 0;
   uint64_t frames_refused = 0;          // bad or oversized inbound frames
   uint64_t handshakes_accepted = 0;     // both directions
@@ -113,7 +113,7 @@ struct TransportStats {
   uint64_t frames_written = 0;          // frames queued on a connection (WriteFrame or Send)
   uint64_t frames_dropped_no_peer = 0;  // written for a peer that was gone
   uint64_t frames_dropped_peer_queue = 0;
-  uint64_t streams_written = 0;         // stream messages written (batches)
+  uint64_t streams_written = 0;  // stream messages written (batches)
 };
 
 class GrpcTransport final : public Network, public FrameWriter {
@@ -196,9 +196,9 @@ class GrpcTransport final : public Network, public FrameWriter {
   std::map<NodeId, Peer> peers_ ABSL_GUARDED_BY(mu_);
   // The context of each dialer's current stream, so Stop can cancel it.
   std::map<NodeId, grpc::ClientContext*> dialing_ ABSL_GUARDED_BY(mu_);
-  MessageHandler on_message_;        // set before Start
-  PeerEventHandler on_peer_event_;    // set before Start
-  PressureHandler on_pressure_;       // set before Start
+  MessageHandler on_message_;                // set before Start
+  PeerEventHandler on_peer_event_;           // set before Start
+  PressureHandler on_pressure_;              // set before Start
   std::atomic<uint64_t> next_direct_id_{0};  // message ids of Send/Broadcast on the transport
   struct HandshakeWatch {
     absl::Time deadline;

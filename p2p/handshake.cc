@@ -12,7 +12,8 @@ namespace {
 
 void AppendField(std::string* out, absl::string_view field) {
   const uint32_t n = static_cast<uint32_t>(field.size());
-  for (int shift = 24; shift >= 0; shift -= 8) out->push_back(static_cast<char>((n >> shift) & 0xff));
+  for (int shift = 24; shift >= 0; shift -= 8)
+    out->push_back(static_cast<char>((n >> shift) & 0xff));
   out->append(field.data(), field.size());
 }
 
@@ -37,9 +38,9 @@ absl::Status CheckClientHelloShape(const node::p2p::ClientHello& hello) {
                                                     hello.nonce().size()));
   }
   if (!IsNodeId(hello.node_id())) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "malformed handshake: node_id must be 32 lowercase hex characters, got ",
-        hello.node_id().size(), " bytes"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("malformed handshake: node_id must be 32 lowercase hex characters, got ",
+                     hello.node_id().size(), " bytes"));
   }
   if (!IsNodeId(hello.expected_peer_id())) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -81,7 +82,8 @@ absl::Status VerifyHandshake(HandshakeRole signer, absl::string_view raw_key,
   if (client_nonce.size() != kHandshakeNonceBytes || server_nonce.size() != kHandshakeNonceBytes) {
     return absl::PermissionDeniedError("handshake: bad nonce length");
   }
-  const std::string t = HandshakeTranscript(signer, client_id, server_id, client_nonce, server_nonce);
+  const std::string t =
+      HandshakeTranscript(signer, client_id, server_id, client_nonce, server_nonce);
   if (!key->Verify(t, signature)) {
     return absl::PermissionDeniedError(
         absl::StrCat("handshake: bad signature from ", claimed_id,

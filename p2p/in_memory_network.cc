@@ -108,9 +108,8 @@ absl::Status InMemoryHub::Enqueue(const NodeId& from, const NodeId& to, Partitio
     return absl::InvalidArgumentError(absl::StrCat("invalid channel ", static_cast<int>(channel)));
   }
   if (payload.size() > max_frame_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat("frame of ", payload.size(),
-                                                   " bytes exceeds max_frame_bytes ",
-                                                   max_frame_bytes_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame of ", payload.size(), " bytes exceeds max_frame_bytes ", max_frame_bytes_));
   }
   absl::MutexLock l(&mu_);
   if (to == from || nodes_.count(to) == 0) {
@@ -131,15 +130,16 @@ absl::Status InMemoryHub::Enqueue(const NodeId& from, const NodeId& to, Partitio
       ++dropped_;
       return absl::OkStatus();  // a lost message looks sent to the sender
     }
-    if (d.action == FaultDecision::Action::kDelay) env.deliver_at += std::max<int64_t>(0, d.delay_nanos);
+    if (d.action == FaultDecision::Action::kDelay)
+      env.deliver_at += std::max<int64_t>(0, d.delay_nanos);
   }
   const auto key = std::make_pair(env.deliver_at, env.seq);
   queue_.emplace(key, std::move(env));
   return absl::OkStatus();
 }
 
-absl::Status InMemoryHub::BroadcastFrom(const NodeId& from, PartitionId partition,
-                                        Channel channel, std::string payload) {
+absl::Status InMemoryHub::BroadcastFrom(const NodeId& from, PartitionId partition, Channel channel,
+                                        std::string payload) {
   for (const NodeId& to : PeersOf(from, /*connected_only=*/true)) {
     absl::Status s = Enqueue(from, to, partition, channel, payload);
     // A link cut between PeersOf and Enqueue is the same as a peer that was down: skipped.

@@ -45,8 +45,8 @@ namespace p2p {
 class InMemoryNetwork;
 
 struct Envelope {
-  uint64_t seq = 0;         // send order, unique within the hub
-  int64_t deliver_at = 0;   // hub clock nanos
+  uint64_t seq = 0;        // send order, unique within the hub
+  int64_t deliver_at = 0;  // hub clock nanos
   NodeId from;
   NodeId to;
   PartitionId partition = 0;
@@ -110,8 +110,8 @@ class InMemoryHub {
   friend class InMemoryNetwork;
   struct Slot;  // one node's handlers, shared with its InMemoryNetwork
 
-  absl::Status Enqueue(const NodeId& from, const NodeId& to, PartitionId partition,
-                       Channel channel, std::string payload);
+  absl::Status Enqueue(const NodeId& from, const NodeId& to, PartitionId partition, Channel channel,
+                       std::string payload);
   absl::Status BroadcastFrom(const NodeId& from, PartitionId partition, Channel channel,
                              std::string payload);
   void RemoveNode(const NodeId& id);

@@ -59,9 +59,8 @@ NodeId NodeIdFromPublicKey(absl::string_view raw_public_key);
 class Network {
  public:
   // (peer the message came from, partition, channel, payload).
-  using MessageHandler =
-      std::function<void(const NodeId& from, PartitionId partition, Channel channel,
-                          std::string payload)>;
+  using MessageHandler = std::function<void(const NodeId& from, PartitionId partition,
+                                            Channel channel, std::string payload)>;
   using PeerEventHandler = std::function<void(const NodeId& peer, PeerEvent event)>;
 
   virtual ~Network() = default;

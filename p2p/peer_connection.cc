@@ -8,9 +8,8 @@
 namespace p2p {
 
 PeerConnection::PeerConnection(NodeId peer, WriteFn write, ReadFn read,
-                               std::function<void()> cancel, size_t queue_bytes,
-                               size_t batch_bytes, size_t max_frame_bytes,
-                               std::atomic<uint64_t>* writes)
+                               std::function<void()> cancel, size_t queue_bytes, size_t batch_bytes,
+                               size_t max_frame_bytes, std::atomic<uint64_t>* writes)
     : peer_(std::move(peer)),
       write_(std::move(write)),
       read_(std::move(read)),

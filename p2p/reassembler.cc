@@ -10,12 +10,10 @@ absl::StatusOr<std::optional<Reassembler::Message>> Reassembler::Add(
     return absl::InvalidArgumentError(absl::StrCat("frame on invalid channel ", h.channel()));
   }
   if (h.length() > max_frame_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat("frame of ", h.length(),
-                                                   " bytes exceeds max_frame_bytes ",
-                                                   max_frame_bytes_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame of ", h.length(), " bytes exceeds max_frame_bytes ", max_frame_bytes_));
   }
-  if (h.chunk_count() == 0 || h.chunk_index() >= h.chunk_count() ||
-      payload.size() > h.length()) {
+  if (h.chunk_count() == 0 || h.chunk_index() >= h.chunk_count() || payload.size() > h.length()) {
     return absl::InvalidArgumentError("frame with inconsistent chunk header");
   }
   const auto key = std::make_pair(h.partition(), static_cast<int>(h.channel()));

@@ -24,8 +24,7 @@ BatchPolicy::Decision BatchPolicy::Decide(int64_t now_nanos, uint64_t ready_txs,
   // batch, a new view) or the pool's next arrival asks again.
   if (ready_txs == 0 || !can_propose) return d;
   const int64_t deadline = oldest_ready_nanos + options_.max_delay_nanos;
-  if (ready_txs >= options_.max_txs || ready_bytes >= options_.max_bytes ||
-      now_nanos >= deadline) {
+  if (ready_txs >= options_.max_txs || ready_bytes >= options_.max_bytes || now_nanos >= deadline) {
     d.cut = true;
   } else {
     d.wake_at_nanos = deadline;

@@ -11,7 +11,8 @@
 //   BatchPolicy policy({.max_txs = 500, .max_bytes = 1 << 20, .max_delay_nanos = 50'000'000});
 //   BatchPolicy::Decision d = policy.Decide(now, pool.ready_txs(), pool.ready_bytes(),
 //                                           pool.oldest_ready_nanos(), replica.CanPropose());
-//   if (d.cut) Propose(pool.SelectBatch(...)); else if (d.wake_at_nanos) ArmTimer(*d.wake_at_nanos);
+//   if (d.cut) Propose(pool.SelectBatch(...)); else if (d.wake_at_nanos)
+//   ArmTimer(*d.wake_at_nanos);
 #ifndef PARTITIONS_BATCH_POLICY_H_
 #define PARTITIONS_BATCH_POLICY_H_
 
@@ -25,9 +26,9 @@ namespace partitions {
 class BatchPolicy {
  public:
   struct Options {
-    uint64_t max_txs = 500;                   // a batch this large is cut at once; >= 1
-    uint64_t max_bytes = 1 << 20;             // likewise in bytes; >= 1
-    int64_t max_delay_nanos = 50'000'000;     // longest a ready tx waits for company; >= 0
+    uint64_t max_txs = 500;                // a batch this large is cut at once; >= 1
+    uint64_t max_bytes = 1 << 20;          // likewise in bytes; >= 1
+    int64_t max_delay_nanos = 50'000'000;  // longest a ready tx waits for company; >= 0
   };
   struct Decision {
     bool cut = false;

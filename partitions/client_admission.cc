@@ -75,16 +75,16 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
     if (!lossless) {
       // Flow control on the raw request: nothing parsed, nothing verified yet.
       admission = deps_.interceptor->Admit({.partition = deps_.partition,
-                                       .size_bytes = txs[i].size(),
-                                       .peer = options.client,
-                                       .arrival_nanos = job->arrival_nanos});
+                                            .size_bytes = txs[i].size(),
+                                            .peer = options.client,
+                                            .arrival_nanos = job->arrival_nanos});
       if (!admission.admitted()) {
         const flowctl::Decision& d = admission.decision();
         r.status = d.ToStatus();
         if (d.reject_kind() == flowctl::RejectKind::kUnavailable) {
-          r.status = absl::Status(r.status.code(), absl::StrCat(r.status.message(),
-                                                                " (consensus is ",
-                                                                deps_.consensus_state(), ")"));
+          r.status = absl::Status(
+              r.status.code(),
+              absl::StrCat(r.status.message(), " (consensus is ", deps_.consensus_state(), ")"));
         }
         r.rejected_by = std::string(d.stage());
         r.retry_after = d.retry_after();
@@ -110,7 +110,8 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
       deps_.tracker->NoteSpilled(r.tx_hash, *seq, job->arrival_nanos);
       continue;
     }
-    job->items.push_back({.slot = static_cast<int>(i), .tx = *std::move(decoded),
+    job->items.push_back({.slot = static_cast<int>(i),
+                          .tx = *std::move(decoded),
                           .admission = std::move(admission)});
   }
   if (last_spill_seq > 0) {
@@ -180,17 +181,17 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
     // The waiter answers from now on. The tx may already have committed (a one-replica
     // partition commits on its tick at once): look at the ledger after registering.
     const std::string hash = job->results[0].tx_hash;
-    deps_.waiters->Add(hash,
-                 deps_.clock->NowNanos() + absl::ToInt64Nanoseconds(job->options.wait_timeout),
-                 [result = job->results[0], done = std::move(job->single_done)](
-                     absl::StatusOr<node::chain::Receipt> receipt) mutable {
-                   if (receipt.ok()) {
-                     result.receipt = *std::move(receipt);
-                   } else {
-                     result.status = receipt.status();
-                   }
-                   done(std::move(result));
-                 });
+    deps_.waiters->Add(
+        hash, deps_.clock->NowNanos() + absl::ToInt64Nanoseconds(job->options.wait_timeout),
+        [result = job->results[0],
+         done = std::move(job->single_done)](absl::StatusOr<node::chain::Receipt> receipt) mutable {
+          if (receipt.ok()) {
+            result.receipt = *std::move(receipt);
+          } else {
+            result.status = receipt.status();
+          }
+          done(std::move(result));
+        });
     job->finished = true;
     if (auto receipt = deps_.ledger->GetReceipt(hash); receipt.ok()) {
       deps_.waiters->Resolve(hash, *receipt);
@@ -208,8 +209,7 @@ absl::Status ClientAdmission::AdmitVerified(TxPtr tx) {
 }
 
 absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record) {
-  absl::StatusOr<base::DecodedTx> decoded =
-      base::DecodeSignedTx(record.data, deps_.tx_limits);
+  absl::StatusOr<base::DecodedTx> decoded = base::DecodeSignedTx(record.data, deps_.tx_limits);
   if (!decoded.ok() || !base::VerifySignature(*decoded).ok()) {
     spill_dropped_invalid_.fetch_add(1, std::memory_order_relaxed);
     deps_.spill_cursor->Done(record.seq, decoded.ok() ? decoded->hash : std::string());

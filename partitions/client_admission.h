@@ -67,7 +67,7 @@ struct SubmitResult {
 struct SubmitOptions {
   bool wait_for_commit = false;
   absl::Duration wait_timeout = absl::Seconds(10);  // DEADLINE_EXCEEDED after it
-  std::string client;  // peer address, for stages that look at it
+  std::string client;                               // peer address, for stages that look at it
 };
 
 class ClientAdmission {
@@ -103,9 +103,8 @@ class ClientAdmission {
   // Admits each tx on its own (one result per tx, in order); verification runs as one job.
   // A non-OK `gate` (paused, stopping) answers every tx with it. Calls `single_done` when
   // `single` (one tx), else `batch_done`.
-  void Submit(std::vector<std::string> txs, const SubmitOptions& options,
-              const absl::Status& gate, bool single, SubmitDone single_done,
-              BatchDone batch_done);
+  void Submit(std::vector<std::string> txs, const SubmitOptions& options, const absl::Status& gate,
+              bool single, SubmitDone single_done, BatchDone batch_done);
   // The client lane's handler.
   void HandleJob(flowctl::Message message);
   // The quota drain's sink (lossless): verifies and pools one FIFO record. ResourceExhausted

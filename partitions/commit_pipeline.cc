@@ -33,8 +33,8 @@ absl::StatusOr<std::optional<CommitEvent>> CommitPipeline::Commit(const PbftComm
       // Committed before (a replay inside a later batch): the executor rejects it again.
       absl::StatusOr<std::string> stored = ledger->GetTx(h);
       if (!stored.ok()) {
-        return absl::InternalError(absl::StrCat("tx of committed batch ", commit.seq,
-                                                " is neither pooled nor stored"));
+        return absl::InternalError(
+            absl::StrCat("tx of committed batch ", commit.seq, " is neither pooled nor stored"));
       }
       absl::StatusOr<base::DecodedTx> d = base::DecodeSignedTx(*stored, deps_.tx_limits);
       if (!d.ok()) return d.status();

@@ -44,10 +44,10 @@ class CommitPipeline final : public PbftTxSource, public PbftBlockSource {
  public:
   struct Deps {
     uint32_t partition = 0;
-    Chain* chain = nullptr;         // ledger + executor
+    Chain* chain = nullptr;  // ledger + executor
     TxPool* pool = nullptr;
     TxTracker* tracker = nullptr;
-    base::TxLimits tx_limits;             // for decoding stored txs
+    base::TxLimits tx_limits;  // for decoding stored txs
     const flowctl::Clock* clock = nullptr;
   };
   explicit CommitPipeline(Deps deps);

@@ -107,9 +107,8 @@ void ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
     if (deps_.pool->Add(*std::move(tx), origin).ok()) added.push_back(std::move(hash));
   }
   if (added.empty()) return;
-  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    StepLocked(PbftTxsAvailable{std::move(added)});
-  });
+  WithLock([&]()
+               ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftTxsAvailable{std::move(added)}); });
   deps_.request_tick();
 }
 
@@ -171,52 +170,52 @@ void ConsensusDriver::StepLocked(const PbftEvent& event) {
 void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
   for (PbftAction& action : actions) {
     if (halted_) break;
-    std::visit(
-        Overloaded{
-            [&](PbftSend& a) {
-              node::partition::PartitionMessage m;
-              *m.mutable_consensus() = std::move(a.msg);
-              deps_.sender->Send(a.to, ChannelOf(a.channel), m);
-            },
-            [&](PbftBroadcast& a) {
-              // The bodies of a new proposal go first, on the same channel (forwarder.h).
-              if (proposal_bodies_ && a.msg.has_pre_prepare()) {
-                deps_.forwarder->SendBodies(*std::move(proposal_bodies_));
-                proposal_bodies_.reset();
-              }
-              node::partition::PartitionMessage m;
-              *m.mutable_consensus() = std::move(a.msg);
-              deps_.sender->Broadcast(ChannelOf(a.channel), m);
-            },
-            [&](PbftCommit& a) {
-              absl::Status s = CommitLocked(a);
-              if (!s.ok()) {
-                HaltLocked();
-                LOG(ERROR) << "partition " << deps_.name << ": commit of seq " << a.seq
-                           << " failed, consensus halted: " << s;
-              }
-            },
-            [&](PbftSetTimer& a) {
-              timers_[a.timer] = deps_.clock->NowNanos() + a.delay_ms * 1'000'000;
-            },
-            [&](PbftCancelTimer& a) { timers_.erase(a.timer); },
-            [&](PbftFetchTxs& a) { FetchLocked(a); },
-            [&](PbftStateChanged& a) {
-              const auto old = static_cast<ConsensusState>(state_.load());
-              state_.store(static_cast<int>(a.state));
-              LOG(INFO) << "partition " << deps_.name << ": consensus "
-                        << ConsensusStateName(old) << " -> " << ConsensusStateName(a.state)
-                        << " (view " << replica_->view() << ")";
-              if (a.state == ConsensusState::kViewChange) {
-                view_changes_.fetch_add(1);
-                // Proposals of the old view are abandoned: their txs become selectable again
-                // (a re-proposed one that commits twice gets a REJECTED receipt the second time).
-                deps_.pool->ReleaseAllProposed();
-                ready_since_ = 0;
-              }
-            },
-        },
-        action);
+    std::visit(Overloaded{
+                   [&](PbftSend& a) {
+                     node::partition::PartitionMessage m;
+                     *m.mutable_consensus() = std::move(a.msg);
+                     deps_.sender->Send(a.to, ChannelOf(a.channel), m);
+                   },
+                   [&](PbftBroadcast& a) {
+                     // The bodies of a new proposal go first, on the same channel (forwarder.h).
+                     if (proposal_bodies_ && a.msg.has_pre_prepare()) {
+                       deps_.forwarder->SendBodies(*std::move(proposal_bodies_));
+                       proposal_bodies_.reset();
+                     }
+                     node::partition::PartitionMessage m;
+                     *m.mutable_consensus() = std::move(a.msg);
+                     deps_.sender->Broadcast(ChannelOf(a.channel), m);
+                   },
+                   [&](PbftCommit& a) {
+                     absl::Status s = CommitLocked(a);
+                     if (!s.ok()) {
+                       HaltLocked();
+                       LOG(ERROR) << "partition " << deps_.name << ": commit of seq " << a.seq
+                                  << " failed, consensus halted: " << s;
+                     }
+                   },
+                   [&](PbftSetTimer& a) {
+                     timers_[a.timer] = deps_.clock->NowNanos() + a.delay_ms * 1'000'000;
+                   },
+                   [&](PbftCancelTimer& a) { timers_.erase(a.timer); },
+                   [&](PbftFetchTxs& a) { FetchLocked(a); },
+                   [&](PbftStateChanged& a) {
+                     const auto old = static_cast<ConsensusState>(state_.load());
+                     state_.store(static_cast<int>(a.state));
+                     LOG(INFO) << "partition " << deps_.name << ": consensus "
+                               << ConsensusStateName(old) << " -> " << ConsensusStateName(a.state)
+                               << " (view " << replica_->view() << ")";
+                     if (a.state == ConsensusState::kViewChange) {
+                       view_changes_.fetch_add(1);
+                       // Proposals of the old view are abandoned: their txs become selectable again
+                       // (a re-proposed one that commits twice gets a REJECTED receipt the second
+                       // time).
+                       deps_.pool->ReleaseAllProposed();
+                       ready_since_ = 0;
+                     }
+                   },
+               },
+               action);
   }
   view_.store(replica_->view());
   observing_.store(replica_->observing());
@@ -318,8 +317,8 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
   if (ready_since_ == 0) ready_since_ = now;
   if (paused || now < empty_cut_until_) return;
   for (int round = 0; round < kMaxCutsPerTick && !halted_; ++round) {
-    BatchPolicy::Decision d = deps_.batch_policy->Decide(now, ready.txs, ready.bytes,
-                                                         ready_since_, replica_->CanPropose());
+    BatchPolicy::Decision d = deps_.batch_policy->Decide(now, ready.txs, ready.bytes, ready_since_,
+                                                         replica_->CanPropose());
     if (!d.cut) {
       if (d.wake_at_nanos) *wake = std::min(*wake, *d.wake_at_nanos);
       return;

@@ -65,7 +65,7 @@ class ConsensusDriver {
   struct Deps {
     std::string name;  // for logs
     const flowctl::Clock* clock = nullptr;
-    PbftCrypto* crypto = nullptr;       // verifies envelopes, signs own messages
+    PbftCrypto* crypto = nullptr;  // verifies envelopes, signs own messages
     ConsensusStore* store = nullptr;
     TxPool* pool = nullptr;
     TxTracker* tracker = nullptr;
@@ -73,7 +73,7 @@ class ConsensusDriver {
     PeerSender* sender = nullptr;
     CommitPipeline* pipeline = nullptr;  // also the replica's tx and block source
     CommitFeed* feed = nullptr;
-    Ledger* ledger = nullptr;            // committed txs for fetch answers
+    Ledger* ledger = nullptr;  // committed txs for fetch answers
     BatchPolicy* batch_policy = nullptr;
     base::TxLimits tx_limits;
     // Called under the driver's lock right after a block committed (before its event is
@@ -124,8 +124,7 @@ class ConsensusDriver {
   absl::Status CommitLocked(const PbftCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FetchLocked(PbftFetchTxs& fetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CutBatchesLocked(int64_t now, bool paused, int64_t* wake)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CutBatchesLocked(int64_t now, bool paused, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HaltLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Deps deps_;

@@ -83,12 +83,12 @@ absl::StatusOr<StateMap> GenesisState(const node::chain::GenesisConfig& genesis)
     }
     const std::string key = AccountKey(absl::HexStringToBytes(hex));
     if (state.contains(key)) {
-      return absl::InvalidArgumentError(absl::StrCat("genesis.allocations[", i,
-                                                     "].address_hex duplicates an earlier one"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("genesis.allocations[", i, "].address_hex duplicates an earlier one"));
     }
     if (alloc.balance() > UINT64_MAX - total) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "genesis.allocations[", i, "].balance: total supply overflows uint64"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("genesis.allocations[", i, "].balance: total supply overflows uint64"));
     }
     total += alloc.balance();
     state[key] = EncodeAccount(alloc.balance(), 0);
@@ -145,8 +145,8 @@ BlockExecution Executor::Execute(uint64_t height, absl::Span<const TxPtr> txs) c
       const std::string& to = tx.transfer().to();
       if (amount > sender.balance()) {
         r.set_status(node::chain::Receipt::FAILED);
-        r.set_error(absl::StrCat("insufficient funds: balance ", sender.balance(),
-                                 ", transfer of ", amount));
+        r.set_error(absl::StrCat("insufficient funds: balance ", sender.balance(), ", transfer of ",
+                                 amount));
         view.SetAccount(tx.sender(), sender);
       } else if (to == tx.sender()) {
         view.SetAccount(tx.sender(), sender);

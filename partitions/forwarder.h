@@ -44,8 +44,8 @@ namespace partitions {
 class Forwarder {
  public:
   struct Options {
-    int64_t hold_nanos = 0;            // how long the primary holds an unproposed tx
-    size_t flush_bytes = 256 << 10;    // queued bytes that flush at once
+    int64_t hold_nanos = 0;          // how long the primary holds an unproposed tx
+    size_t flush_bytes = 256 << 10;  // queued bytes that flush at once
   };
 
   // `sender` and `clock` outlive the forwarder.

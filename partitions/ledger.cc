@@ -67,8 +67,7 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   db_options.paranoid_checks = true;
   rocksdb::DB* raw = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &raw), "open " + path));
-  std::unique_ptr<Ledger> ledger(
-      new Ledger(std::unique_ptr<rocksdb::DB>(raw), partition, options));
+  std::unique_ptr<Ledger> ledger(new Ledger(std::unique_ptr<rocksdb::DB>(raw), partition, options));
   RETURN_IF_ERROR(ledger->LoadTip());
   return ledger;
 }
@@ -92,9 +91,8 @@ absl::Status Ledger::LoadTip() {
     return absl::DataLossError("ledger: the last block record does not parse");
   }
   if (block.header().partition() != partition_) {
-    return absl::FailedPreconditionError(absl::StrCat("ledger belongs to partition ",
-                                                      block.header().partition(), ", not ",
-                                                      partition_));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ledger belongs to partition ", block.header().partition(), ", not ", partition_));
   }
   empty_ = false;
   tip_ = block.header();
@@ -113,8 +111,8 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
   }
   if (h.tx_count() != n || static_cast<size_t>(block.txs_size()) != n || receipts.size() != n) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "block ", h.height(), ": tx_count ", h.tx_count(), ", ", n, " hashes, ",
-        block.txs_size(), " bodies and ", receipts.size(), " receipts must all agree"));
+        "block ", h.height(), ": tx_count ", h.tx_count(), ", ", n, " hashes, ", block.txs_size(),
+        " bodies and ", receipts.size(), " receipts must all agree"));
   }
   if (h.tx_root() != TxRoot(block.tx_hashes())) {
     return absl::InvalidArgumentError(
@@ -123,9 +121,9 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
 
   absl::MutexLock lock(&mu_);
   if (empty_ ? h.height() != 0 : h.height() != tip_.height() + 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "block height ", h.height(), " does not extend the ledger (next is ",
-        empty_ ? 0 : tip_.height() + 1, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("block height ", h.height(),
+                                                      " does not extend the ledger (next is ",
+                                                      empty_ ? 0 : tip_.height() + 1, ")"));
   }
   if (!empty_ && h.parent_hash() != tip_hash_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -227,8 +225,7 @@ absl::StatusOr<std::string> Ledger::GetTx(absl::string_view tx_hash) const {
 }
 
 absl::StatusOr<node::chain::Account> Ledger::GetAccount(absl::string_view address) const {
-  ASSIGN_OR_RETURN(std::optional<std::string> v,
-                   Read(Prefixed(kStatePrefix, AccountKey(address))));
+  ASSIGN_OR_RETURN(std::optional<std::string> v, Read(Prefixed(kStatePrefix, AccountKey(address))));
   node::chain::Account account;
   account.set_address(std::string(address));
   if (v.has_value() && !DecodeAccount(*v, &account)) {
@@ -255,9 +252,9 @@ absl::StatusOr<StateMap> Ledger::LoadState() const {
 absl::Status Ledger::PutConsensusMeta(absl::string_view key, absl::string_view value) {
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return FromRocks(db_->Put(wo, Prefixed(kMetaPrefix, key), rocksdb::Slice(value.data(),
-                                                                           value.size())),
-                   "put consensus meta");
+  return FromRocks(
+      db_->Put(wo, Prefixed(kMetaPrefix, key), rocksdb::Slice(value.data(), value.size())),
+      "put consensus meta");
 }
 
 absl::StatusOr<std::string> Ledger::GetConsensusMeta(absl::string_view key) const {
@@ -290,10 +287,10 @@ absl::StatusOr<Chain> OpenChain(const std::string& path, uint32_t partition,
   chain.executor = std::make_unique<Executor>(partition, std::move(state));
   const node::chain::BlockHeader tip = chain.ledger->last_header();
   if (chain.executor->state_root() != tip.state_root()) {
-    return absl::DataLossError(absl::StrCat(
-        "ledger ", path, ": state does not match the state root of block ", tip.height(), " (",
-        base::BytesToHex(chain.executor->state_root()), " vs ",
-        base::BytesToHex(tip.state_root()), ")"));
+    return absl::DataLossError(
+        absl::StrCat("ledger ", path, ": state does not match the state root of block ",
+                     tip.height(), " (", base::BytesToHex(chain.executor->state_root()), " vs ",
+                     base::BytesToHex(tip.state_root()), ")"));
   }
   return chain;
 }

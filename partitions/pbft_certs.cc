@@ -9,8 +9,8 @@ namespace partitions {
 namespace {
 
 using ::node::consensus::CommittedBatch;
-using ::node::consensus::PrePrepare;
 using ::node::consensus::PreparedCertificate;
+using ::node::consensus::PrePrepare;
 
 constexpr size_t kSha256Bytes = 32;
 
@@ -50,7 +50,8 @@ std::string BatchDigest(const google::protobuf::RepeatedPtrField<std::string>& t
 
 std::string GenesisDigest() { return std::string(kSha256Bytes, '\0'); }
 
-std::string ChainDigest(const std::string& previous, uint64_t seq, const std::string& batch_digest) {
+std::string ChainDigest(const std::string& previous, uint64_t seq,
+                        const std::string& batch_digest) {
   unsigned char seq_be[8];
   for (int i = 0; i < 8; ++i) seq_be[i] = static_cast<unsigned char>(seq >> (56 - 8 * i));
   Sha256 sha;
@@ -71,20 +72,29 @@ std::string SigningBytes(const ConsensusMessage& msg) {
 
 uint64_t MessageView(const ConsensusMessage& msg) {
   switch (msg.body_case()) {
-    case ConsensusMessage::kPrePrepare: return msg.pre_prepare().view();
-    case ConsensusMessage::kPrepare: return msg.prepare().view();
-    case ConsensusMessage::kCommit: return msg.commit().view();
-    default: return 0;
+    case ConsensusMessage::kPrePrepare:
+      return msg.pre_prepare().view();
+    case ConsensusMessage::kPrepare:
+      return msg.prepare().view();
+    case ConsensusMessage::kCommit:
+      return msg.commit().view();
+    default:
+      return 0;
   }
 }
 
 uint64_t MessageSeq(const ConsensusMessage& msg) {
   switch (msg.body_case()) {
-    case ConsensusMessage::kPrePrepare: return msg.pre_prepare().seq();
-    case ConsensusMessage::kPrepare: return msg.prepare().seq();
-    case ConsensusMessage::kCommit: return msg.commit().seq();
-    case ConsensusMessage::kCheckpoint: return msg.checkpoint().seq();
-    default: return 0;
+    case ConsensusMessage::kPrePrepare:
+      return msg.pre_prepare().seq();
+    case ConsensusMessage::kPrepare:
+      return msg.prepare().seq();
+    case ConsensusMessage::kCommit:
+      return msg.commit().seq();
+    case ConsensusMessage::kCheckpoint:
+      return msg.checkpoint().seq();
+    default:
+      return 0;
   }
 }
 

@@ -20,13 +20,12 @@ absl::StatusOr<std::unique_ptr<Ed25519PbftCrypto>> Ed25519PbftCrypto::Create(
     uint32_t partition, uint32_t self, base::PrivateKey self_key,
     std::vector<base::PublicKey> replicas) {
   if (self >= replicas.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("pbft crypto: self index ", self,
-                                                   " is outside the ", replicas.size(),
-                                                   " replicas"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pbft crypto: self index ", self, " is outside the ", replicas.size(), " replicas"));
   }
   if (replicas[self].bytes() != self_key.public_key().bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pbft crypto: replica ", self, "'s public key is not this node's key"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pbft crypto: replica ", self, "'s public key is not this node's key"));
   }
   return std::unique_ptr<Ed25519PbftCrypto>(
       new Ed25519PbftCrypto(partition, std::move(self_key), std::move(replicas)));

@@ -21,8 +21,7 @@ namespace partitions {
 class InMemoryConsensusStore final : public ConsensusStore {
  public:
   absl::Status PutView(const node::consensus::PersistedView& view) override;
-  absl::Status PutStableCheckpoint(
-      const node::consensus::StableCheckpointRecord& record) override;
+  absl::Status PutStableCheckpoint(const node::consensus::StableCheckpointRecord& record) override;
   absl::Status AppendLog(const std::vector<ConsensusMessage>& messages) override;
   absl::StatusOr<node::consensus::PersistedConsensus> Load() const override;
 

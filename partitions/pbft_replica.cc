@@ -11,8 +11,8 @@
 namespace partitions {
 
 using ::node::consensus::Commit;
-using ::node::consensus::PrePrepare;
 using ::node::consensus::Prepare;
+using ::node::consensus::PrePrepare;
 
 template <class... Ts>
 struct Overloaded : Ts... {
@@ -88,16 +88,27 @@ void PbftReplica::OnMessage(const ConsensusMessage& msg) {
     return;
   }
   switch (msg.body_case()) {
-    case ConsensusMessage::kPrePrepare: return OnPrePrepare(msg);
-    case ConsensusMessage::kPrepare: return OnPrepare(msg);
-    case ConsensusMessage::kCommit: return OnCommit(msg);
-    case ConsensusMessage::kCheckpoint: return OnCheckpoint(msg);
-    case ConsensusMessage::kViewChange: return OnViewChange(msg);
-    case ConsensusMessage::kNewView: return OnNewView(msg);
-    case ConsensusMessage::kNewViewRequest: return OnNewViewRequest(msg);
-    case ConsensusMessage::kSyncRequest: return OnSyncRequest(msg);
-    case ConsensusMessage::kSyncResponse: return OnSyncResponse(msg);
-    default: ++counters_.dropped_invalid; return;
+    case ConsensusMessage::kPrePrepare:
+      return OnPrePrepare(msg);
+    case ConsensusMessage::kPrepare:
+      return OnPrepare(msg);
+    case ConsensusMessage::kCommit:
+      return OnCommit(msg);
+    case ConsensusMessage::kCheckpoint:
+      return OnCheckpoint(msg);
+    case ConsensusMessage::kViewChange:
+      return OnViewChange(msg);
+    case ConsensusMessage::kNewView:
+      return OnNewView(msg);
+    case ConsensusMessage::kNewViewRequest:
+      return OnNewViewRequest(msg);
+    case ConsensusMessage::kSyncRequest:
+      return OnSyncRequest(msg);
+    case ConsensusMessage::kSyncResponse:
+      return OnSyncResponse(msg);
+    default:
+      ++counters_.dropped_invalid;
+      return;
   }
 }
 

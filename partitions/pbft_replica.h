@@ -24,7 +24,8 @@
 //    Create() rebuilds from it, so a restarted replica never signs a contradiction.
 // Incoming messages must already be signature-verified by the caller (envelope signer == sender).
 //
-// Thread-compatibility: not thread-safe; one owner calls Step (e.g. the partition's consensus lane).
+// Thread-compatibility: not thread-safe; one owner calls Step (e.g. the partition's consensus
+// lane).
 //
 //   ASSIGN_OR_RETURN(auto replica, PbftReplica::Create(config, deps, {ledger_height, digest}));
 //   Apply(replica->Step(PbftStart{}));
@@ -210,7 +211,7 @@ class PbftReplica {
   uint64_t next_seq_ = 1;  // primary: next seq to assign
   uint64_t last_executed_ = 0;
   std::string chain_digest_;
-  std::set<uint64_t> fetched_for_;  // seqs whose missing txs were already requested
+  std::set<uint64_t> fetched_for_;        // seqs whose missing txs were already requested
   std::vector<ConsensusMessage> future_;  // messages of views not installed yet
 
   // Checkpoints: seq -> sender -> message (bounded per sender).

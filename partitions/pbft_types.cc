@@ -6,9 +6,12 @@ namespace partitions {
 
 const char* ConsensusStateName(ConsensusState state) {
   switch (state) {
-    case ConsensusState::kNormal: return "NORMAL";
-    case ConsensusState::kViewChange: return "VIEW_CHANGE";
-    case ConsensusState::kRecovering: return "RECOVERING";
+    case ConsensusState::kNormal:
+      return "NORMAL";
+    case ConsensusState::kViewChange:
+      return "VIEW_CHANGE";
+    case ConsensusState::kRecovering:
+      return "RECOVERING";
   }
   return "UNKNOWN";
 }

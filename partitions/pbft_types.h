@@ -135,8 +135,8 @@ struct PbftCommit {  // execute and persist; emitted strictly in seq order, each
   uint64_t view = 0;
   std::vector<std::string> tx_hashes;  // empty for a null batch
   std::string digest;
-  std::string chain_digest;                     // after this batch (see Checkpoint)
-  std::vector<ConsensusMessage> certificate;    // 2f+1 signed commits
+  std::string chain_digest;                   // after this batch (see Checkpoint)
+  std::vector<ConsensusMessage> certificate;  // 2f+1 signed commits
 };
 struct PbftSetTimer {  // (re)arm; replaces a pending timer with the same id
   PbftTimer timer;
@@ -151,8 +151,8 @@ struct PbftFetchTxs {  // ask peers for these transactions, then report PbftTxsA
 struct PbftStateChanged {
   ConsensusState state;
 };
-using PbftAction = std::variant<PbftSend, PbftBroadcast, PbftCommit, PbftSetTimer,
-                                PbftCancelTimer, PbftFetchTxs, PbftStateChanged>;
+using PbftAction = std::variant<PbftSend, PbftBroadcast, PbftCommit, PbftSetTimer, PbftCancelTimer,
+                                PbftFetchTxs, PbftStateChanged>;
 
 // What the replica dropped, and why (each dropped message counts once).
 struct PbftCounters {

@@ -238,9 +238,9 @@ void PbftReplica::OnNewView(const ConsensusMessage& msg) {
     const ConsensusMessage& ppm = nv.pre_prepares(static_cast<int>(i));
     const PrePrepare& pp = ppm.pre_prepare();
     const NewViewPlan::Entry& e = plan.entries[i];
-    const bool same_batch = static_cast<size_t>(pp.tx_hashes_size()) == e.tx_hashes.size() &&
-                            std::equal(e.tx_hashes.begin(), e.tx_hashes.end(),
-                                       pp.tx_hashes().begin());
+    const bool same_batch =
+        static_cast<size_t>(pp.tx_hashes_size()) == e.tx_hashes.size() &&
+        std::equal(e.tx_hashes.begin(), e.tx_hashes.end(), pp.tx_hashes().begin());
     if (!ppm.has_pre_prepare() || ppm.sender() != msg.sender() || pp.proposer() != msg.sender() ||
         pp.view() != w || pp.seq() != e.seq || pp.digest() != e.digest || !same_batch ||
         !deps_.crypto->Verify(ppm)) {

@@ -64,8 +64,8 @@ std::string KeyName(const rocksdb::Slice& key) {
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what, const std::string& dir) {
   if (s.ok()) return absl::OkStatus();
-  const std::string msg = absl::StrCat("consensus store ", dir, ": ", what, ": rocksdb: ",
-                                       s.ToString());
+  const std::string msg =
+      absl::StrCat("consensus store ", dir, ": ", what, ": rocksdb: ", s.ToString());
   if (s.IsCorruption()) return absl::DataLossError(msg);
   return absl::UnavailableError(msg);
 }
@@ -165,8 +165,8 @@ absl::Status RocksDbConsensusStore::PutStableCheckpoint(const StableCheckpointRe
                               ? std::string(kLogEnd)
                               : LogKey(record.seq() + 1, 0);
   RETURN_IF_ERROR(FromRocks(batch.DeleteRange(begin, end), "batch log gc", dir_));
-  RETURN_IF_ERROR(WriteSynced(db_.get(), &batch,
-                              absl::StrCat("put stable checkpoint ", record.seq()), dir_));
+  RETURN_IF_ERROR(
+      WriteSynced(db_.get(), &batch, absl::StrCat("put stable checkpoint ", record.seq()), dir_));
   stable_seq_ = record.seq();
   return absl::OkStatus();
 }
@@ -203,8 +203,8 @@ absl::StatusOr<PersistedConsensus> RocksDbConsensusStore::Load() const {
         ConsensusMessage* m = out.add_log();
         if (!m->ParseFromArray(value.data(), static_cast<int>(value.size())) ||
             MessageSeq(*m) != parts.first) {
-          return absl::DataLossError(absl::StrCat("consensus store ", dir_,
-                                                  ": corrupt value under key ", KeyName(key)));
+          return absl::DataLossError(
+              absl::StrCat("consensus store ", dir_, ": corrupt value under key ", KeyName(key)));
         }
         return absl::OkStatus();
       }));

@@ -53,8 +53,7 @@ class RocksDbConsensusStore final : public ConsensusStore {
   RocksDbConsensusStore& operator=(const RocksDbConsensusStore&) = delete;
 
   absl::Status PutView(const node::consensus::PersistedView& view) override;
-  absl::Status PutStableCheckpoint(
-      const node::consensus::StableCheckpointRecord& record) override;
+  absl::Status PutStableCheckpoint(const node::consensus::StableCheckpointRecord& record) override;
   absl::Status AppendLog(const std::vector<ConsensusMessage>& messages) override;
   absl::StatusOr<node::consensus::PersistedConsensus> Load() const override;
 
@@ -69,8 +68,8 @@ class RocksDbConsensusStore final : public ConsensusStore {
 
   // Protected by mu_ (also serialises the writes, so stable_seq_ matches what is on disk).
   mutable absl::Mutex mu_;
-  uint64_t stable_seq_ ABSL_GUARDED_BY(mu_) = 0;    // seq of the record under "c"
-  uint64_t next_append_ ABSL_GUARDED_BY(mu_) = 0;   // counter of the next log key
+  uint64_t stable_seq_ ABSL_GUARDED_BY(mu_) = 0;   // seq of the record under "c"
+  uint64_t next_append_ ABSL_GUARDED_BY(mu_) = 0;  // counter of the next log key
 };
 
 }  // namespace partitions

@@ -32,8 +32,8 @@ void ExpandEntry(absl::string_view key, absl::string_view value, Lanes* out) {
   static const unsigned char kZeros[StateRoot::kLanes * 2] = {};
   static constexpr unsigned char kIv[16] = {};
   // One context per thread, re-keyed per entry: saves an allocation per expansion.
-  thread_local std::unique_ptr<EVP_CIPHER_CTX, void (*)(EVP_CIPHER_CTX*)> ctx(
-      EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free);
+  thread_local std::unique_ptr<EVP_CIPHER_CTX, void (*)(EVP_CIPHER_CTX*)> ctx(EVP_CIPHER_CTX_new(),
+                                                                              EVP_CIPHER_CTX_free);
   unsigned char buf[StateRoot::kLanes * 2];
   int len = 0;
   const bool ok =

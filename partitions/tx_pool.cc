@@ -72,9 +72,9 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
   absl::Status refusal;
   if (nonce < s.next_nonce) {
     ++counters_.rejected_replayed;
-    refusal = absl::AlreadyExistsError(absl::StrCat(
-        "replayed nonce: ", nonce, " already used by this sender (next expected ", s.next_nonce,
-        ")"));
+    refusal = absl::AlreadyExistsError(absl::StrCat("replayed nonce: ", nonce,
+                                                    " already used by this sender (next expected ",
+                                                    s.next_nonce, ")"));
   } else if (s.by_nonce.contains(nonce)) {
     ++counters_.rejected_replayed;
     refusal = absl::AlreadyExistsError(absl::StrCat(
@@ -86,9 +86,9 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
                      " ahead of the next expected ", s.next_nonce));
   } else if (origin == TxOrigin::kClient && s.client_txs >= limits_.max_per_sender) {
     ++counters_.rejected_quota;
-    refusal = absl::ResourceExhaustedError(absl::StrCat(
-        "sender quota: sender already has ", s.client_txs, " pooled transactions (limit ",
-        limits_.max_per_sender, ")"));
+    refusal = absl::ResourceExhaustedError(
+        absl::StrCat("sender quota: sender already has ", s.client_txs,
+                     " pooled transactions (limit ", limits_.max_per_sender, ")"));
   } else if (origin != TxOrigin::kFetched) {
     // Client txs must leave the reserve free; forwarded ones may fill the pool.
     const double keep = origin == TxOrigin::kClient ? limits_.forward_reserve : 0.0;
@@ -98,10 +98,10 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
         limits_.max_bytes - static_cast<size_t>(static_cast<double>(limits_.max_bytes) * keep);
     if (by_hash_.size() >= cap_txs || bytes_ + tx->size() > cap_bytes) {
       ++counters_.rejected_full;
-      refusal = absl::ResourceExhaustedError(absl::StrCat(
-          "pool full: ", by_hash_.size(), " txs / ", bytes_, " bytes pooled, ",
-          origin == TxOrigin::kClient ? "client" : "forwarded", " limit is ", cap_txs, " txs / ",
-          cap_bytes, " bytes"));
+      refusal = absl::ResourceExhaustedError(
+          absl::StrCat("pool full: ", by_hash_.size(), " txs / ", bytes_, " bytes pooled, ",
+                       origin == TxOrigin::kClient ? "client" : "forwarded", " limit is ", cap_txs,
+                       " txs / ", cap_bytes, " bytes"));
     }
   }
   if (!refusal.ok()) {
@@ -148,8 +148,8 @@ std::vector<TxPtr> TxPool::SelectBatch(size_t max_txs, size_t max_bytes) {
   }
   std::vector<TxPtr> out;
   if (cursors.empty() || max_txs == 0) return out;
-  std::rotate(cursors.begin(), cursors.begin() + static_cast<ptrdiff_t>(rr_offset_ % cursors.size()),
-              cursors.end());
+  std::rotate(cursors.begin(),
+              cursors.begin() + static_cast<ptrdiff_t>(rr_offset_ % cursors.size()), cursors.end());
   size_t bytes_left = max_bytes;
   while (out.size() < max_txs && !cursors.empty()) {
     size_t kept = 0;
@@ -293,8 +293,8 @@ std::vector<std::string> TxPool::Gapped(absl::Span<const std::string> hashes) co
     const Sender& s = sit->second;
     // Pooled nonces are >= next_nonce (RemoveCommitted drops the rest), so the tx is ready iff
     // the pooled nonces before it are exactly next_nonce .. nonce - 1.
-    const auto before = static_cast<uint64_t>(
-        std::distance(s.by_nonce.begin(), s.by_nonce.find(tx.nonce())));
+    const auto before =
+        static_cast<uint64_t>(std::distance(s.by_nonce.begin(), s.by_nonce.find(tx.nonce())));
     if (tx.nonce() - s.next_nonce != before) out.push_back(h);
   }
   return out;

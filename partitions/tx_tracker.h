@@ -38,7 +38,7 @@
 namespace partitions {
 
 struct TxTrackerPolicy {
-  size_t max_entries = 400'000;             // >= 1
+  size_t max_entries = 400'000;                // >= 1
   absl::Duration max_age = absl::Minutes(10);  // > 0
 };
 
@@ -90,8 +90,7 @@ class TxTracker {
     int64_t created_nanos = 0;
   };
 
-  Entry& TouchLocked(absl::string_view hash, int64_t now_nanos)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Entry& TouchLocked(absl::string_view hash, int64_t now_nanos) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops records of `order_` whose entry is gone or newer (rebuilt when mostly stale).
   void CompactOrderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -7,8 +7,8 @@
 #include "absl/time/time.h"
 #include "runtime/client_service.h"  // ToGrpcStatus
 #include "runtime/node.h"
-#include "runtime/raw_call.h"
 #include "runtime/partition.h"
+#include "runtime/raw_call.h"
 
 namespace runtime {
 

@@ -46,17 +46,16 @@ bool ConstantTimeEquals(absl::string_view supplied, absl::string_view expected);
 
 // The unary AdminService methods as raw (ByteBuffer) callback methods; WatchFlowStats stays
 // synchronous.
-using RawAdminServiceBase =
-    node::admin::AdminService::WithRawCallbackMethod_GetNodeStatus<
+using RawAdminServiceBase = node::admin::AdminService::WithRawCallbackMethod_GetNodeStatus<
     node::admin::AdminService::WithRawCallbackMethod_ListPartitions<
-    node::admin::AdminService::WithRawCallbackMethod_ListPeers<
-    node::admin::AdminService::WithRawCallbackMethod_GetFlowStats<
-    node::admin::AdminService::WithRawCallbackMethod_UpdatePartitionFlow<
-    node::admin::AdminService::WithRawCallbackMethod_UpdateEgress<
-    node::admin::AdminService::WithRawCallbackMethod_UpdateArbiter<
-    node::admin::AdminService::WithRawCallbackMethod_PausePartition<
-    node::admin::AdminService::WithRawCallbackMethod_ResumePartition<
-    node::admin::AdminService::Service>>>>>>>>>;
+        node::admin::AdminService::WithRawCallbackMethod_ListPeers<
+            node::admin::AdminService::WithRawCallbackMethod_GetFlowStats<
+                node::admin::AdminService::WithRawCallbackMethod_UpdatePartitionFlow<
+                    node::admin::AdminService::WithRawCallbackMethod_UpdateEgress<
+                        node::admin::AdminService::WithRawCallbackMethod_UpdateArbiter<
+                            node::admin::AdminService::WithRawCallbackMethod_PausePartition<
+                                node::admin::AdminService::WithRawCallbackMethod_ResumePartition<
+                                    node::admin::AdminService::Service>>>>>>>>>;
 
 class AdminServiceImpl final : public RawAdminServiceBase {
  public:
@@ -69,23 +68,32 @@ class AdminServiceImpl final : public RawAdminServiceBase {
   // The unary methods, on raw bytes (runtime/raw_call.h): a request body that does not parse
   // gets INVALID_ARGUMENT (after the token check) instead of gRPC's bare INTERNAL.
   grpc::ServerUnaryReactor* GetNodeStatus(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListPartitions(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListPeers(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetFlowStats(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* UpdatePartitionFlow(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* UpdateEgress(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* UpdateArbiter(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* PausePartition(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ResumePartition(grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) override;
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
   // Streams updates; a synchronous method (it holds its thread between updates).
   grpc::Status WatchFlowStats(grpc::ServerContext* context,
                               const node::admin::WatchFlowStatsRequest* request,

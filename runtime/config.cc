@@ -21,11 +21,11 @@
 namespace runtime {
 namespace {
 
-using node::config::NodeConfig;
-using node::config::PartitionConfig;
 using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::Message;
 using ::google::protobuf::TextFormat;
+using node::config::NodeConfig;
+using node::config::PartitionConfig;
 
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
@@ -159,8 +159,8 @@ int IndexOf(const Message& message, const FieldDescriptor* field, absl::string_v
   for (int i = 0; i < refl->FieldSize(message, field); ++i) {
     const Message& element = refl->GetRepeatedMessage(message, field, i);
     const FieldDescriptor* name = element.GetDescriptor()->FindFieldByName("name");
-    if (name != nullptr && name->type() == FieldDescriptor::TYPE_STRING &&
-        !name->is_repeated() && element.GetReflection()->GetString(element, name) == key) {
+    if (name != nullptr && name->type() == FieldDescriptor::TYPE_STRING && !name->is_repeated() &&
+        element.GetReflection()->GetString(element, name) == key) {
       return i;
     }
   }
@@ -279,8 +279,9 @@ std::vector<ConfigProblem> ValidateNodeConfig(const NodeConfig& config) {
   CheckAddress(check, "metrics_listen", config.metrics_listen(), true);
   if (config.admin_listen() == config.client_listen() &&
       !absl::EndsWith(config.admin_listen(), ":0")) {
-    check.Fail("admin_listen", "must differ from client_listen: the client port never serves "
-                               "admin methods");
+    check.Fail("admin_listen",
+               "must differ from client_listen: the client port never serves "
+               "admin methods");
   }
 
   absl::flat_hash_set<std::string> peer_keys;
@@ -310,8 +311,7 @@ std::vector<ConfigProblem> ValidateNodeConfig(const NodeConfig& config) {
     uint64_t number = 0;
     const bool by_name = IsValidPartitionName(p.name()) && name_count[p.name()] == 1 &&
                          !absl::SimpleAtoi(p.name(), &number);
-    const std::string at = by_name ? PartitionPath(p.name())
-                               : absl::StrCat("partitions[", i, "]");
+    const std::string at = by_name ? PartitionPath(p.name()) : absl::StrCat("partitions[", i, "]");
     check.Append(ValidatePartitionConfig(p, at));
     if (p.id() != 0 && !ids.insert(p.id()).second) {
       check.Fail(at + ".id", absl::StrCat("repeats partition id ", p.id()));

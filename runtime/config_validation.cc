@@ -100,8 +100,7 @@ std::vector<ConfigProblem> ValidateShareConfig(const ShareConfig& s, const std::
   const bool guarantee_ok = s.guarantee_fraction() >= 0 && s.guarantee_fraction() <= 1;
   check.InRange("guarantee_fraction", s.guarantee_fraction(), 0, 1);
   if (!(s.ceiling_fraction() > 0 && s.ceiling_fraction() <= 1)) {
-    check.Fail("ceiling_fraction",
-               absl::StrCat("must be in (0, 1], got ", s.ceiling_fraction()));
+    check.Fail("ceiling_fraction", absl::StrCat("must be in (0, 1], got ", s.ceiling_fraction()));
   } else if (guarantee_ok && s.ceiling_fraction() < s.guarantee_fraction()) {
     check.Fail("ceiling_fraction",
                absl::StrCat("must be >= guarantee_fraction (", s.guarantee_fraction(), "), got ",
@@ -112,14 +111,16 @@ std::vector<ConfigProblem> ValidateShareConfig(const ShareConfig& s, const std::
 
 std::vector<ConfigProblem> ValidateLaneConfig(const LaneConfig& w, const std::string& at) {
   Checker check(at);
-  for (auto [name, value] : {std::pair{"consensus", w.consensus()}, {"sync", w.sync()},
-                             {"tx_forward", w.tx_forward()}, {"bulk", w.bulk()},
+  for (auto [name, value] : {std::pair{"consensus", w.consensus()},
+                             {"sync", w.sync()},
+                             {"tx_forward", w.tx_forward()},
+                             {"bulk", w.bulk()},
                              {"client", w.client()}}) {
     if (!(value > 0)) {
       check.Fail(name, absl::StrCat("must be > 0, got ", value));
     } else if (value > kMaxLaneWeight) {
-      check.Fail(name, absl::StrCat("must be <= ", static_cast<int64_t>(kMaxLaneWeight),
-                                    ", got ", value));
+      check.Fail(
+          name, absl::StrCat("must be <= ", static_cast<int64_t>(kMaxLaneWeight), ", got ", value));
     }
   }
   return check.Take();
@@ -184,8 +185,8 @@ std::vector<ConfigProblem> ValidateStageChainConfig(const node::flowctl::StageCh
   }
   flowctl::StageRegistry registry;
   for (const GatePredicateSpec& gate : kGatePredicates) {
-    absl::Status s = registry.RegisterPredicate(
-        std::string(gate.name), gate.rejects_as, [](const flowctl::RequestMeta&) { return true; });
+    absl::Status s = registry.RegisterPredicate(std::string(gate.name), gate.rejects_as,
+                                                [](const flowctl::RequestMeta&) { return true; });
     if (!s.ok()) check.Fail("stages", absl::StrCat("internal: ", s.message()));
   }
   // The registry's errors are "<field>: <problem>" with fields relative to the chain.
@@ -205,8 +206,8 @@ std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
   if (p.name().empty()) {
     check.Fail("name", "is required");
   } else if (!IsValidPartitionName(p.name())) {
-    check.Fail("name", absl::StrCat("may hold only letters, digits, '_' and '-', got \"",
-                                    p.name(), "\""));
+    check.Fail("name",
+               absl::StrCat("may hold only letters, digits, '_' and '-', got \"", p.name(), "\""));
   }
   check.Append(ValidateShareConfig(p.share(), at + ".share"));
   check.Append(ValidateStageChainConfig(p.interceptor(), at + ".interceptor"));
@@ -297,7 +298,8 @@ absl::StatusOr<PartitionConfig> ApplyFlowUpdate(
     if (p.max_tx_bytes() > 0 && p.max_tx_bytes() != current.pool().max_tx_bytes()) {
       problems.push_back({at + ".pool.max_tx_bytes",
                           absl::StrCat("cannot be changed live (restart with it in the config), "
-                                       "got ", p.max_tx_bytes())});
+                                       "got ",
+                                       p.max_tx_bytes())});
     }
   }
   for (ConfigProblem& p : ValidatePartitionConfig(next, at)) problems.push_back(std::move(p));

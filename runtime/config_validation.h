@@ -84,8 +84,8 @@ std::vector<ConfigProblem> ValidateLosslessConfig(const node::config::LosslessCo
                                                   const std::string& at);
 // Builds the chain with a flowctl::StageRegistry holding kGatePredicates, the same code that
 // builds it in a partition, and adds "must list at least one stage".
-std::vector<ConfigProblem> ValidateStageChainConfig(
-    const node::flowctl::StageChainConfig& chain, const std::string& at);
+std::vector<ConfigProblem> ValidateStageChainConfig(const node::flowctl::StageChainConfig& chain,
+                                                    const std::string& at);
 // The whole partition: the messages above plus id, name, genesis accounts and the checks across
 // messages (a batch holds at least one max-size tx).
 std::vector<ConfigProblem> ValidatePartitionConfig(const node::config::PartitionConfig& partition,

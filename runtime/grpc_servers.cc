@@ -32,9 +32,9 @@ class UnknownMethodService final : public grpc::CallbackGenericService {
       explicit Reactor(grpc::Status status) { Finish(std::move(status)); }
       void OnDone() override { delete this; }
     };
-    return new Reactor(grpc::Status(
-        grpc::StatusCode::UNIMPLEMENTED,
-        absl::StrCat("unknown method ", ctx->method(), " on the ", api_, " port")));
+    return new Reactor(
+        grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                     absl::StrCat("unknown method ", ctx->method(), " on the ", api_, " port")));
   }
 
  private:
@@ -92,17 +92,14 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
 
   absl::StatusOr<std::unique_ptr<grpc::Server>> client =
       StartServer("client", config.client_listen(), std::move(client_credentials),
-                  servers->client_service_.get(),
-                  servers->client_unknown_methods_.get(), kClientMaxReceiveBytes,
-                  &servers->client_port_);
+                  servers->client_service_.get(), servers->client_unknown_methods_.get(),
+                  kClientMaxReceiveBytes, &servers->client_port_);
   if (!client.ok()) return client.status();
   servers->client_server_ = *std::move(client);
 
-  absl::StatusOr<std::unique_ptr<grpc::Server>> admin =
-      StartServer("admin", config.admin_listen(), std::move(admin_credentials),
-                  servers->admin_service_.get(),
-                  servers->admin_unknown_methods_.get(), kAdminMaxReceiveBytes,
-                  &servers->admin_port_);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> admin = StartServer(
+      "admin", config.admin_listen(), std::move(admin_credentials), servers->admin_service_.get(),
+      servers->admin_unknown_methods_.get(), kAdminMaxReceiveBytes, &servers->admin_port_);
   if (!admin.ok()) {
     servers->Shutdown(absl::ZeroDuration());
     return admin.status();

@@ -57,8 +57,9 @@ prometheus::MetricFamily HistogramFamily(std::string name, std::string help,
                                          std::vector<prometheus::ClientMetric> samples);
 
 // A gauge family with one sample per entry of `values` (labels -> value).
-prometheus::MetricFamily GaugeFamily(std::string name, std::string help,
-                                     const std::vector<std::pair<prometheus::Labels, double>>& values);
+prometheus::MetricFamily GaugeFamily(
+    std::string name, std::string help,
+    const std::vector<std::pair<prometheus::Labels, double>>& values);
 
 class MetricsServer {
  public:
@@ -88,8 +89,8 @@ class MetricsServer {
                            const prometheus::Labels& labels = {});
 
   // Adds a collector called at each scrape. Collectors run one at a time under an internal lock
-  // (so scrapes are serialized); a collector must not call AddCollector. Family names it returns must not clash with names
-  // used by Counter()/Gauge().
+  // (so scrapes are serialized); a collector must not call AddCollector. Family names it returns
+  // must not clash with names used by Counter()/Gauge().
   void AddCollector(CollectFn fn);
 
  private:

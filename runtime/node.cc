@@ -83,7 +83,6 @@ node::admin::ResourceShare ResourceShareOf(const flowctl::ResourceShareStats& s)
   return r;
 }
 
-
 }  // namespace
 
 std::string KeyFilePath(const NodeConfig& config) {
@@ -147,9 +146,8 @@ absl::Status Node::Start() {
             [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 1; i < members.size(); ++i) {
     if (members[i].first == members[i - 1].first) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("peers: node ", members[i].first,
-                       " is listed twice (or is this node's own key)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "peers: node ", members[i].first, " is listed twice (or is this node's own key)"));
     }
   }
 
@@ -221,7 +219,9 @@ absl::Status Node::Start() {
         auto it = by_id.find(part);
         if (it != by_id.end()) it->second->OnPeerMessage(from, ch, std::move(payload));
       },
-      [](const p2p::NodeId& peer, p2p::PeerEvent ev) { LOG(INFO) << "peer " << peer << " " << ev; });
+      [](const p2p::NodeId& peer, p2p::PeerEvent ev) {
+        LOG(INFO) << "peer " << peer << " " << ev;
+      });
   if (transport_ != nullptr) RETURN_IF_ERROR(transport_->Start());
   if (!options_.egress_by_hand) RETURN_IF_ERROR(egress_->Start());
   for (auto& p : partitions_) RETURN_IF_ERROR(p->Start());

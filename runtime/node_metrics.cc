@@ -123,8 +123,10 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
     for (const auto& [gauge, value] : s.gauges()) {
       Labels gl = sl;
       gl.push_back({"gauge", gauge});
-      f->Gauge("noded_stage_gauge", "Every live figure of the stage by name (e.g. an adaptive "
-               "stage's limit, in_flight, baseline_latency_ms, window_latency_ms).", gl, value);
+      f->Gauge("noded_stage_gauge",
+               "Every live figure of the stage by name (e.g. an adaptive "
+               "stage's limit, in_flight, baseline_latency_ms, window_latency_ms).",
+               gl, value);
     }
   }
   for (const node::admin::LaneStats& s : p.lanes()) {
@@ -192,8 +194,8 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
              p.commit_latency());
   f->Counter("noded_committed_txs_total", "Transactions committed.", l,
              static_cast<double>(p.committed_txs()));
-  for (const auto& [kind, n] : {std::pair{"send", p.send_failures()},
-                                std::pair{"broadcast", p.broadcast_failures()}}) {
+  for (const auto& [kind, n] :
+       {std::pair{"send", p.send_failures()}, std::pair{"broadcast", p.broadcast_failures()}}) {
     Labels lk = l;
     lk.emplace_back("kind", kind);
     f->Counter("noded_partition_send_failures_total",
@@ -225,8 +227,8 @@ void AddEgress(const node::admin::EgressStats& e, Families* f) {
            e.tx_forward_floor_bytes_per_second());
   f->Gauge("noded_egress_tx_forward_derived_bytes_per_second", "Derived tx-forwarding rate.", {},
            e.tx_forward_derived_bytes_per_second());
-  f->Gauge("noded_egress_blocked_peers", "Peers whose writer queue is full (frames held back).",
-           {}, static_cast<double>(e.blocked_peers()));
+  f->Gauge("noded_egress_blocked_peers", "Peers whose writer queue is full (frames held back).", {},
+           static_cast<double>(e.blocked_peers()));
   f->Counter("noded_egress_peer_block_events_total", "Times a peer's writer queue filled up.", {},
              static_cast<double>(e.peer_block_events()));
   f->Counter("noded_egress_blocked_peer_drops_total",

@@ -195,7 +195,8 @@ int main(int argc, char** argv) {
   sigset_t stop_signals = StopSignals();
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  absl::StatusOr<std::unique_ptr<runtime::Node>> node = runtime::Node::Create(*std::move(config), node_options);
+  absl::StatusOr<std::unique_ptr<runtime::Node>> node =
+      runtime::Node::Create(*std::move(config), node_options);
   if (!node.ok()) {
     std::cerr << "noded: " << node.status().message() << "\n";
     return node.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

@@ -85,9 +85,8 @@ absl::Status Partition::Impl::Open() {
   for (uint32_t i = 0; i < env_.replica_ids.size(); ++i) index_of_[env_.replica_ids[i]] = i;
   auto self = index_of_.find(env_.network->self());
   if (self == index_of_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("partition ", name_, ": this node (", env_.network->self(),
-                     ") is not in the replica set"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition ", name_, ": this node (", env_.network->self(), ") is not in the replica set"));
   }
   self_index_ = self->second;
 
@@ -117,8 +116,8 @@ absl::Status Partition::Impl::Open() {
   pool_ = std::make_unique<partitions::TxPool>(
       limits, clock_, [executor](absl::string_view s) { return executor->NextNonce(s); });
   tracker_.SetPolicy(TrackerPolicyFor(limits));
-  sender_ = std::make_unique<partitions::PeerSender>(env_.network, id_, env_.replica_ids,
-                                                     self_index_);
+  sender_ =
+      std::make_unique<partitions::PeerSender>(env_.network, id_, env_.replica_ids, self_index_);
   pipeline_ = std::make_unique<partitions::CommitPipeline>(
       partitions::CommitPipeline::Deps{.partition = id_,
                                        .chain = &chain_,
@@ -188,10 +187,10 @@ absl::Status Partition::Impl::Open() {
   }
 
   const auto& cc = cfg.consensus();
-  partitions::BatchPolicy::Options bp{.max_txs = cc.batch_max_txs(),
-                                      .max_bytes = cc.batch_max_bytes(),
-                                      .max_delay_nanos =
-                                          int64_t{cc.batch_timeout_ms()} * 1'000'000};
+  partitions::BatchPolicy::Options bp{
+      .max_txs = cc.batch_max_txs(),
+      .max_bytes = cc.batch_max_bytes(),
+      .max_delay_nanos = int64_t{cc.batch_timeout_ms()} * 1'000'000};
   RETURN_IF_ERROR(partitions::BatchPolicy::Validate(bp));
   batch_policy_ = std::make_unique<partitions::BatchPolicy>(bp);
 
@@ -256,8 +255,8 @@ absl::Status Partition::Impl::Open() {
     ASSIGN_OR_RETURN(fifo_, flowctl::SpillFifo::Open(so));
     // A drained record is safe only once its tx commits (the pool is memory): the FIFO may
     // record as consumed only what has committed, so a restart replays the rest.
-    spill_cursor_ = std::make_unique<partitions::SpillCursor>(fifo_.get(),
-                                                              fifo_->stats().persisted_seq);
+    spill_cursor_ =
+        std::make_unique<partitions::SpillCursor>(fifo_.get(), fifo_->stats().persisted_seq);
     feed_->Subscribe(spill_cursor_.get());
     flowctl::QuotaDrainOptions qo;
     qo.rate_bytes_per_sec = static_cast<double>(l.drain_bytes_per_second());
@@ -267,23 +266,23 @@ absl::Status Partition::Impl::Open() {
         fifo_.get(),
         [this](const flowctl::SpillFifo::Record& r) { return admission_->DrainSink(r); }, qo);
   }
-  admission_ = std::make_unique<partitions::ClientAdmission>(partitions::ClientAdmission::Deps{
-      .partition = id_,
-      .name = name_,
-      .clock = clock_,
-      .interceptor = interceptor_.get(),
-      .dispatcher = dispatcher_.get(),
-      .client_lane = kClientLane,
-      .pool = pool_.get(),
-      .tracker = &tracker_,
-      .forwarder = forwarder_.get(),
-      .waiters = &waiters_,
-      .ledger = chain_.ledger.get(),
-      .fifo = fifo_.get(),
-      .spill_cursor = spill_cursor_.get(),
-      .tx_limits = tx_limits_,
-      .consensus_state = [this] { return StateName(); },
-      .request_tick = [this] { RequestTick(); }});
+  admission_ = std::make_unique<partitions::ClientAdmission>(
+      partitions::ClientAdmission::Deps{.partition = id_,
+                                        .name = name_,
+                                        .clock = clock_,
+                                        .interceptor = interceptor_.get(),
+                                        .dispatcher = dispatcher_.get(),
+                                        .client_lane = kClientLane,
+                                        .pool = pool_.get(),
+                                        .tracker = &tracker_,
+                                        .forwarder = forwarder_.get(),
+                                        .waiters = &waiters_,
+                                        .ledger = chain_.ledger.get(),
+                                        .fifo = fifo_.get(),
+                                        .spill_cursor = spill_cursor_.get(),
+                                        .tx_limits = tx_limits_,
+                                        .consensus_state = [this] { return StateName(); },
+                                        .request_tick = [this] { RequestTick(); }});
   LOG(INFO) << "partition " << name_ << " (" << id_ << ") open: height " << height_.load()
             << ", replica " << self_index_ << " of " << env_.replica_ids.size()
             << (fifo_ ? ", lossless" : "");

@@ -189,8 +189,8 @@ absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& 
     out.set_state(node::client::GetTxResponse::PENDING);
     return out;
   }
-  return absl::NotFoundError(absl::StrCat("unknown transaction in partition ", name_,
-                                          " (not pooled, not committed)"));
+  return absl::NotFoundError(
+      absl::StrCat("unknown transaction in partition ", name_, " (not pooled, not committed)"));
 }
 
 absl::StatusOr<node::client::GetAccountResponse> Partition::GetAccount(

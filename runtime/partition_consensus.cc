@@ -19,8 +19,8 @@ void Partition::Impl::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channe
     dropped_unknown_peer_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  const int lane = p2p::IsValidChannel(channel) ? lane_of_channel_[static_cast<size_t>(channel)]
-                                                : -1;
+  const int lane =
+      p2p::IsValidChannel(channel) ? lane_of_channel_[static_cast<size_t>(channel)] : -1;
   if (lane < 0) {  // not a wire channel (the transport refuses those already)
     dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -45,12 +45,11 @@ void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
     return;
   }
   // Before any signature check: a message on a channel that may not carry it costs no crypto.
-  const p2p::ChannelDescriptor* channel =
-      channels_->Find(static_cast<p2p::Channel>(message.tag));
+  const p2p::ChannelDescriptor* channel = channels_->Find(static_cast<p2p::Channel>(message.tag));
   if (absl::Status s = partitions::CheckChannelKind(*channel, *kind); !s.ok()) {
     dropped_wrong_channel_.fetch_add(1, std::memory_order_relaxed);
-    LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": from replica " << message.peer
-                              << ": " << s.message();
+    LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": from replica " << message.peer << ": "
+                              << s.message();
     return;
   }
   switch (msg.body_case()) {

@@ -50,7 +50,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
         absl::StrCat(path, " is larger than ", kMaxPemFileBytes, " bytes; not a PEM file"));
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -85,7 +86,8 @@ void Check(const TlsConfig& tls, std::vector<ConfigProblem>* problems, TlsMateri
   if (tls.client()) on.push_back("client");
   if (tls.admin()) on.push_back("admin");
   if (tls.p2p()) on.push_back("p2p");
-  const std::string why = absl::StrCat("is required when TLS is on (", absl::StrJoin(on, ", "), ")");
+  const std::string why =
+      absl::StrCat("is required when TLS is on (", absl::StrJoin(on, ", "), ")");
 
   X509Ptr cert;
   if (tls.cert_file().empty()) {
@@ -110,8 +112,8 @@ void Check(const TlsConfig& tls, std::vector<ConfigProblem>* problems, TlsMateri
   }
   if (cert != nullptr && key != nullptr && X509_check_private_key(cert.get(), key.get()) != 1) {
     ERR_clear_error();
-    fail("key_file", absl::StrCat(tls.key_file(), " is not the key of the certificate in ",
-                                  tls.cert_file()));
+    fail("key_file",
+         absl::StrCat(tls.key_file(), " is not the key of the certificate in ", tls.cert_file()));
   }
 
   if (tls.ca_file().empty()) {

@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev libbenchmark-dev
   librocksdb-dev libssl-dev prometheus-cpp-dev
   python3 python3-grpcio python3-protobuf python3-cryptography
-  procps iproute2 curl
+  procps iproute2 curl clang-format
 )
 
 missing=()

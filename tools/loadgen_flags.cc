@@ -50,11 +50,12 @@ const std::set<std::string>& BoolFlags() {
   return k;
 }
 const std::set<std::string>& ValueFlags() {
-  static const std::set<std::string> k = {
-      "targets",  "admin",         "admin-token-file", "duration", "drain",
-      "scenario", "tx-bytes",      "senders",          "batch-ms", "seed",
-      "presign",  "max-in-flight", "rpc-timeout-ms",   "poll-ms",  "out",
-      "expect",   "tls-ca",        "route"};
+  static const std::set<std::string> k = {"targets",        "admin",   "admin-token-file",
+                                          "duration",       "drain",   "scenario",
+                                          "tx-bytes",       "senders", "batch-ms",
+                                          "seed",           "presign", "max-in-flight",
+                                          "rpc-timeout-ms", "poll-ms", "out",
+                                          "expect",         "tls-ca",  "route"};
   return k;
 }
 

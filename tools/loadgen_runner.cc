@@ -143,8 +143,8 @@ absl::Status Runner::Setup() {
   for (auto& p : parts_) {
     ASSIGN_OR_RETURN(std::vector<uint64_t> next,
                      ReadNextNonces(*stubs_[0], o_.targets[0], p->id, keys_));
-    p->factory = std::make_unique<TxFactory>(p->load.name, p->id, p->load.tx_bytes,
-                                             p->load.key_per_sender);
+    p->factory =
+        std::make_unique<TxFactory>(p->load.name, p->id, p->load.tx_bytes, p->load.key_per_sender);
     p->book = std::make_unique<SenderBook>(std::move(next));
   }
   for (size_t i = 0; i < o_.admins.size() && !o_.admin_token_files.empty(); ++i) {
@@ -246,8 +246,8 @@ void Runner::Offer(PartitionRun& p, uint64_t n, int second, int64_t now) {
   }
 }
 
-void Runner::SendBatch(PartitionRun& p, size_t target, uint64_t chunk, size_t group,
-                       size_t groups, int second, int64_t now) {
+void Runner::SendBatch(PartitionRun& p, size_t target, uint64_t chunk, size_t group, size_t groups,
+                       int second, int64_t now) {
   if (in_flight_[target].load() >= o_.max_in_flight) {
     p.stats.AddClientDropped(second, chunk);
     return;

@@ -153,9 +153,9 @@ absl::StatusOr<std::vector<PartitionLoad>> ParseScenario(absl::string_view text,
            absl::StrSplit(part.substr(colon + 1), ',', absl::SkipWhitespace())) {
         std::pair<std::string, std::string> p = absl::StrSplit(item, absl::MaxSplits('=', 1));
         std::string key(absl::StripAsciiWhitespace(p.first));
-        static const std::set<std::string> kKeys = {
-            "pattern", "rate", "rate2", "peak", "period", "at", "start", "stop", "tx_bytes",
-            "keys"};
+        static const std::set<std::string> kKeys = {"pattern",  "rate", "rate2", "peak",
+                                                    "period",   "at",   "start", "stop",
+                                                    "tx_bytes", "keys"};
         if (kKeys.count(key) == 0) {
           return Bad(where, absl::StrCat("unknown key '", key,
                                          "' (pattern, rate, rate2, peak, period, at, start, "
@@ -177,8 +177,8 @@ absl::StatusOr<std::vector<PartitionLoad>> ParseScenario(absl::string_view text,
       if (it->second == "per_sender") {
         l.key_per_sender = true;
       } else if (it->second != "unique") {
-        return Bad(where, absl::StrCat("keys: must be 'unique' or 'per_sender', got '",
-                                       it->second, "'"));
+        return Bad(where,
+                   absl::StrCat("keys: must be 'unique' or 'per_sender', got '", it->second, "'"));
       }
     }
     auto rate = [&](const char* key, double* dst) -> absl::Status {

@@ -17,8 +17,9 @@
 //   hot:rate=20000,pattern=constant;steady:rate=200,start=0s
 //   bulk:pattern=burst,rate=5MB/s,peak=100MB/s,period=10s,tx_bytes=4096
 //   hot:pattern=step,rate=0,rate2=20000,at=20s
-// Keys: pattern, rate, rate2, peak, period, at, start, stop, tx_bytes, keys. Rates: `N`, `N/s` (tx/s)
-// or `N<B|KB|MB|GB|KiB|MiB|GiB>/s` (bytes/s). Times: `N` seconds or with a unit (`500ms`, `2m`).
+// Keys: pattern, rate, rate2, peak, period, at, start, stop, tx_bytes, keys. Rates: `N`, `N/s`
+// (tx/s) or `N<B|KB|MB|GB|KiB|MiB|GiB>/s` (bytes/s). Times: `N` seconds or with a unit (`500ms`,
+// `2m`).
 //
 // Thread-safety: Schedule is immutable after construction; all functions are pure.
 //

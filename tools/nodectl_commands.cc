@@ -92,7 +92,8 @@ class Context {
   std::string token_;
   uint64_t timeout_ms_ = kDefaultTimeoutMs;
   bool json_ = false;
-  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // set by Configure: --tls-ca or plaintext
+  std::shared_ptr<grpc::ChannelCredentials>
+      credentials_;  // set by Configure: --tls-ca or plaintext
   std::unique_ptr<AdminService::Stub> stub_;
 };
 
@@ -328,7 +329,8 @@ const std::vector<Command>& Commands() {
            "high_water_fraction (0..1], ttl_seconds, max_tx_bytes.\n",
        .flags = {{"partition", "P", "the partition (by name); required"},
                  {"interceptor", "FILE|TEXT", "new interceptor chain (StageChainConfig text)"},
-                 {"lane-weights", "K=V,...", "consensus=, sync=, tx_forward=, bulk=, client= (each > 0)"},
+                 {"lane-weights", "K=V,...",
+                  "consensus=, sync=, tx_forward=, bulk=, client= (each > 0)"},
                  {"budget", "K=V,...", "dispatcher budget: messages=N, bytes=SIZE"},
                  {"pool", "K=V,...", "pool limits, e.g. max_txs=50000,max_bytes=64MiB"}},
        .run = RunUpdateFlow},

@@ -170,8 +170,8 @@ void BM_LedgerCommit500(benchmark::State& state) {
     const uint64_t height = chain->ledger->last_height() + 1;
     std::vector<TxPtr> txs;
     for (int i = 0; i < kSenders; ++i) {
-      txs.push_back(MakeTransfer(keys[i], height, keys[(i + 1) % kSenders].public_key().bytes(),
-                                 1));
+      txs.push_back(
+          MakeTransfer(keys[i], height, keys[(i + 1) % kSenders].public_key().bytes(), 1));
     }
     state.ResumeTiming();
     BlockExecution r = chain->executor->Execute(height, txs);

@@ -57,11 +57,9 @@ void BM_P2pTransport(benchmark::State& state) {
   EgressValve& av = **valve;
   av.SetHandlers(nullptr, nullptr);
   std::atomic<int64_t> received{0};
-  b.SetHandlers(
-      [&](const NodeId&, PartitionId, Channel, std::string payload) {
-        received.fetch_add(1, std::memory_order_release);
-      },
-      nullptr);
+  b.SetHandlers([&](const NodeId&, PartitionId, Channel,
+                    std::string payload) { received.fetch_add(1, std::memory_order_release); },
+                nullptr);
   CHECK(a.Start().ok());
   CHECK(av.Start().ok());
   CHECK(b.Start().ok());
@@ -86,8 +84,9 @@ void BM_P2pTransport(benchmark::State& state) {
   state.SetItemsProcessed(sent);
   state.SetBytesProcessed(sent * static_cast<int64_t>(kFrameBytes));
   state.counters["frames_per_batch"] =
-      st.streams_written == 0 ? 0 : static_cast<double>(st.frames_written) /
-                                        static_cast<double>(st.streams_written);
+      st.streams_written == 0
+          ? 0
+          : static_cast<double>(st.frames_written) / static_cast<double>(st.streams_written);
   b.Stop();
   av.Stop();
   a.Stop();
@@ -97,10 +96,9 @@ BENCHMARK(BM_P2pTransport)->Unit(benchmark::kMillisecond)->UseRealTime();
 // Counts the frames of every stream message it reads.
 class CountingService final : public node::p2p::PeerService::Service {
  public:
-  grpc::Status Connect(
-      grpc::ServerContext*,
-      grpc::ServerReaderWriter<node::p2p::StreamMessage, node::p2p::StreamMessage>* stream)
-      override {
+  grpc::Status Connect(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<node::p2p::StreamMessage, node::p2p::StreamMessage>*
+                           stream) override {
     node::p2p::StreamMessage m;
     while (stream->Read(&m)) {
       frames.fetch_add(m.frames().frames_size(), std::memory_order_release);
@@ -118,8 +116,8 @@ void BM_BareGrpcStream(benchmark::State& state) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   CHECK(server != nullptr);
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
   auto stub = node::p2p::PeerService::NewStub(channel);
   grpc::ClientContext ctx;
   auto stream = stub->Connect(&ctx);

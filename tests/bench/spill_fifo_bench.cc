@@ -151,10 +151,8 @@ void BM_SpillAppend(benchmark::State& state, SpillDurability durability, int bat
 // Batches: 256 records (1 MiB) per iteration; 16 under kEveryRecord, whose fdatasync per
 // record makes a batch slow.
 BENCHMARK_CAPTURE(BM_SpillAppend, none, SpillDurability::kNone, 256)->UseManualTime();
-BENCHMARK_CAPTURE(BM_SpillAppend, interval_10ms, SpillDurability::kInterval, 256)
-    ->UseManualTime();
-BENCHMARK_CAPTURE(BM_SpillAppend, every_record, SpillDurability::kEveryRecord, 16)
-    ->UseManualTime();
+BENCHMARK_CAPTURE(BM_SpillAppend, interval_10ms, SpillDurability::kInterval, 256)->UseManualTime();
+BENCHMARK_CAPTURE(BM_SpillAppend, every_record, SpillDurability::kEveryRecord, 16)->UseManualTime();
 
 }  // namespace
 }  // namespace flowctl

@@ -368,8 +368,8 @@ TEST(AdaptiveStageTest, RejectsAtTheLimitAndReleasesWhenALaterStageRejects) {
                   .RegisterPredicate("never", RejectKind::kOverloaded,
                                      [](const RequestMeta&) { return false; })
                   .ok());
-  absl::StatusOr<std::shared_ptr<const ChainFactory>> factory = registry.Build(ParseChain(
-      "stages { adaptive { initial_limit: 2 min_limit: 1 retry_after_ms: 7 } }"));
+  absl::StatusOr<std::shared_ptr<const ChainFactory>> factory = registry.Build(
+      ParseChain("stages { adaptive { initial_limit: 2 min_limit: 1 retry_after_ms: 7 } }"));
   ASSERT_TRUE(factory.ok()) << factory.status();
   StageChainHolder holder((*factory)->Create({.partition = 1, .clock = &clock}));
   std::shared_ptr<AdaptiveLimiter> limiter = LimiterOf(*holder.Get());
@@ -390,9 +390,9 @@ TEST(AdaptiveStageTest, RejectsAtTheLimitAndReleasesWhenALaterStageRejects) {
   EXPECT_EQ(limiter->in_flight(), 0);
 
   // A later stage refuses: the adaptive slot goes back at once.
-  absl::StatusOr<std::shared_ptr<const ChainFactory>> gated = registry.Build(ParseChain(
-      "stages { adaptive { initial_limit: 2 min_limit: 1 } } "
-      "stages { gate { predicate: \"never\" } }"));
+  absl::StatusOr<std::shared_ptr<const ChainFactory>> gated =
+      registry.Build(ParseChain("stages { adaptive { initial_limit: 2 min_limit: 1 } } "
+                                "stages { gate { predicate: \"never\" } }"));
   ASSERT_TRUE(gated.ok()) << gated.status();
   (*gated)->ApplyTo(holder);
   EXPECT_EQ(LimiterOf(*holder.Get()), limiter);  // same stage, state kept

@@ -59,7 +59,7 @@ AdaptiveLimiterOptions Options() {
   o.initial_limit = 10;
   o.min_limit = 1;
   o.max_limit = 100;
-  o.window_samples = 1000;    // no window closes in these tests unless asked
+  o.window_samples = 1000;  // no window closes in these tests unless asked
   o.window = absl::Hours(1);
   o.max_hold = absl::Seconds(1);
   return o;
@@ -247,8 +247,8 @@ TEST_F(AdaptiveTicketsTest, ConcurrentEventsReleaseEverySlotOnce) {
   const AdaptiveLimiterState s = State();
   // Each committed id is one sample, unless a sweep released it first (no such path here: no id
   // is missing, gapped or older than max_hold).
-  EXPECT_EQ(s.samples + s.timeouts + s.waived, static_cast<uint64_t>(kThreads) *
-                                                   (kPerThread - (kPerThread + 2) / 3));
+  EXPECT_EQ(s.samples + s.timeouts + s.waived,
+            static_cast<uint64_t>(kThreads) * (kPerThread - (kPerThread + 2) / 3));
 }
 
 // ---- through a chain ----
@@ -280,9 +280,9 @@ TEST(AdaptiveStageLifecycleTest, TicketsSurviveALiveUpdateThatKeepsTheStage) {
   a.Finish();
   EXPECT_EQ(limiter->in_flight(), 1);
 
-  auto v2 = registry.Build(ParseChain(
-      "stages { concurrency { max_in_flight: 5 } } "
-      "stages { adaptive { initial_limit: 2 min_limit: 1 max_limit: 50 } }"));
+  auto v2 = registry.Build(
+      ParseChain("stages { concurrency { max_in_flight: 5 } } "
+                 "stages { adaptive { initial_limit: 2 min_limit: 1 max_limit: 50 } }"));
   ASSERT_TRUE(v2.ok()) << v2.status();
   (*v2)->ApplyTo(holder);
   ASSERT_EQ(AdaptiveOf(*holder.Get()).limiter(), limiter);  // the same stage object

@@ -35,12 +35,12 @@ class ArbiterServiceTest : public ::testing::Test {
   // An arbiter over `consumers` with kWorkers workers, kMemory bytes and `egress` (may be null).
   std::unique_ptr<ArbiterService> Make(std::vector<FakeResourceConsumer*> consumers,
                                        EgressAccounting* egress) {
-    absl::StatusOr<std::unique_ptr<ArbiterService>> arbiter = ArbiterService::Create(
-        {.tick = absl::Hours(1),  // the thread never ticks within a test
-         .cpu_workers = [this] { return workers_; },
-         .memory_bytes = kMemory,
-         .clock = &clock_},
-        egress);
+    absl::StatusOr<std::unique_ptr<ArbiterService>> arbiter =
+        ArbiterService::Create({.tick = absl::Hours(1),  // the thread never ticks within a test
+                                .cpu_workers = [this] { return workers_; },
+                                .memory_bytes = kMemory,
+                                .clock = &clock_},
+                               egress);
     EXPECT_TRUE(arbiter.ok()) << arbiter.status();
     for (FakeResourceConsumer* c : consumers) EXPECT_TRUE((*arbiter)->AddConsumer(c).ok());
     return *std::move(arbiter);
@@ -113,16 +113,15 @@ TEST_F(ArbiterServiceTest, CpuUsageAndDemandAreMeasuredOverTheElapsedTime) {
   arbiter->Tick();
   ConsumerShareStats a = StatsOf(*arbiter, 1);
   EXPECT_NEAR(a.cpu.usage, 0.25, 1e-12);
-  EXPECT_NEAR(a.cpu.demand,
-              (ArbiterService::kCpuDemandHeadroom * 50e6 + ArbiterService::kCpuDemandSlackNanos) /
-                  200e6,
-              1e-12);
+  EXPECT_NEAR(
+      a.cpu.demand,
+      (ArbiterService::kCpuDemandHeadroom * 50e6 + ArbiterService::kCpuDemandSlackNanos) / 200e6,
+      1e-12);
   // A tick right after another measures at least kMinElapsedNanos.
   a_.SetUsage({.cpu_nanos = 500'000});
   clock_.Advance(absl::Microseconds(10));
   arbiter->Tick();
-  EXPECT_NEAR(StatsOf(*arbiter, 1).cpu.usage,
-              500'000.0 / ArbiterService::kMinElapsedNanos, 1e-12);
+  EXPECT_NEAR(StatsOf(*arbiter, 1).cpu.usage, 500'000.0 / ArbiterService::kMinElapsedNanos, 1e-12);
 }
 
 TEST_F(ArbiterServiceTest, CpuCapacityFollowsTheWorkerCount) {
@@ -351,9 +350,9 @@ TEST_F(ArbiterServiceTest, CreateRejectsBadOptions) {
     return ArbiterService::Create(std::move(o), nullptr).status();
   };
   const auto workers = [] { return 1; };
-  EXPECT_THAT(create({.tick = absl::ZeroDuration(), .cpu_workers = workers, .memory_bytes = 1})
-                  .message(),
-              HasSubstr("tick"));
+  EXPECT_THAT(
+      create({.tick = absl::ZeroDuration(), .cpu_workers = workers, .memory_bytes = 1}).message(),
+      HasSubstr("tick"));
   EXPECT_THAT(create({.memory_bytes = 1}).message(), HasSubstr("cpu_workers"));
   EXPECT_THAT(create({.cpu_workers = workers}).message(), HasSubstr("memory_bytes"));
   EXPECT_THAT(create({.cpu_workers = workers, .memory_bytes = 1, .clock = nullptr}).message(),

@@ -139,10 +139,9 @@ TEST(DispatcherTest, QueueingDelayUsesTheInjectedClock) {
 TEST(DispatcherTest, LiveCapacityChangeKeepsQueuedMessages) {
   WorkerPool pool({});
   std::vector<std::string> seen;
-  std::unique_ptr<Dispatcher> d =
-      MustCreate(&pool, Opts({{"a", 1, [&seen](Message m) { seen.push_back(m.payload); }},
-                              {"b", 1, Noop}},
-                             20));
+  std::unique_ptr<Dispatcher> d = MustCreate(
+      &pool,
+      Opts({{"a", 1, [&seen](Message m) { seen.push_back(m.payload); }}, {"b", 1, Noop}}, 20));
   for (int i = 0; i < 10; ++i) {
     ASSERT_EQ(d->Offer(0, Msg(std::to_string(i))), OfferResult::kAccepted);
   }
@@ -391,16 +390,16 @@ TEST(DispatcherTest, LanesRunInParallel) {
   ASSERT_TRUE(pool.Start().ok());
   absl::Notification a_in, b_in;
   std::atomic<bool> a_saw_b{false}, b_saw_a{false};
-  std::unique_ptr<Dispatcher> d = MustCreate(
-      &pool, Opts({{"a", 1,
-                    [&](Message) {
-                      a_in.Notify();
-                      a_saw_b = b_in.WaitForNotificationWithTimeout(kWait);
-                    }},
-                   {"b", 1, [&](Message) {
-                      b_in.Notify();
-                      b_saw_a = a_in.WaitForNotificationWithTimeout(kWait);
-                    }}}));
+  std::unique_ptr<Dispatcher> d =
+      MustCreate(&pool, Opts({{"a", 1,
+                               [&](Message) {
+                                 a_in.Notify();
+                                 a_saw_b = b_in.WaitForNotificationWithTimeout(kWait);
+                               }},
+                              {"b", 1, [&](Message) {
+                                 b_in.Notify();
+                                 b_saw_a = a_in.WaitForNotificationWithTimeout(kWait);
+                               }}}));
   ASSERT_EQ(d->Offer(0, Msg("a")), OfferResult::kAccepted);
   ASSERT_EQ(d->Offer(1, Msg("b")), OfferResult::kAccepted);
   ASSERT_TRUE(d->Drain(kWait).ok());
@@ -426,19 +425,19 @@ TEST(DispatcherTest, SlowBulkLaneDoesNotDelayConsensus) {
   constexpr int kConsensus = 20;
   std::array<absl::Notification, kConsensus> handled;
   std::array<int64_t, kConsensus> bulk_done_at_handling{};
-  std::unique_ptr<Dispatcher> d = MustCreate(
-      &pool, Opts({{"consensus", 8,
-                    [&](Message m) {
-                      const int i = std::stoi(m.payload);
-                      bulk_done_at_handling[i] = bulk_done.load();
-                      handled[i].Notify();
-                    }},
-                   {"bulk", 1,
-                    [&](Message) {
-                      BusyFor(absl::Milliseconds(1));  // longer than a quantum
-                      bulk_done.fetch_add(1);
-                    }}},
-                  /*max_messages=*/36));  // consensus 32, bulk 4
+  std::unique_ptr<Dispatcher> d =
+      MustCreate(&pool, Opts({{"consensus", 8,
+                               [&](Message m) {
+                                 const int i = std::stoi(m.payload);
+                                 bulk_done_at_handling[i] = bulk_done.load();
+                                 handled[i].Notify();
+                               }},
+                              {"bulk", 1,
+                               [&](Message) {
+                                 BusyFor(absl::Milliseconds(1));  // longer than a quantum
+                                 bulk_done.fetch_add(1);
+                               }}},
+                             /*max_messages=*/36));  // consensus 32, bulk 4
   const int consensus = d->FindLane("consensus");
   const int bulk = d->FindLane("bulk");
   for (int i = 0; i < kConsensus; ++i) {
@@ -473,15 +472,14 @@ TEST(DispatcherTest, StuckBulkLaneFillsAndDropsWhileConsensusFlows) {
   constexpr int kConsensus = 500;
   std::atomic<int> consensus_count{0};
   std::unique_ptr<Dispatcher> d = MustCreate(
-      &pool, Opts({{"consensus", 8,
-                    [&](Message) {
-                      if (consensus_count.fetch_add(1) + 1 == kConsensus) consensus_done.Notify();
-                    }},
-                   {"bulk", 1,
-                    [&](Message) {
-                      EXPECT_TRUE(release_bulk.WaitForNotificationWithTimeout(kWait));
-                    }}},
-                  /*max_messages=*/90));  // consensus 80, bulk 10
+      &pool,
+      Opts({{"consensus", 8,
+             [&](Message) {
+               if (consensus_count.fetch_add(1) + 1 == kConsensus) consensus_done.Notify();
+             }},
+            {"bulk", 1,
+             [&](Message) { EXPECT_TRUE(release_bulk.WaitForNotificationWithTimeout(kWait)); }}},
+           /*max_messages=*/90));  // consensus 80, bulk 10
   const int consensus = d->FindLane("consensus");
   const int bulk = d->FindLane("bulk");
   for (int i = 0; i < 50; ++i) d->Offer(bulk, Msg("bulk"));

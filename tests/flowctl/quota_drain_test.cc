@@ -97,7 +97,11 @@ TEST(QuotaDrainTest, SetRateIsLive) {
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(fifo->Append(Payload(i, 100)).ok());
   uint64_t count = 0;
   QuotaDrain drain(
-      fifo.get(), [&](const SpillFifo::Record&) { ++count; return absl::OkStatus(); },
+      fifo.get(),
+      [&](const SpillFifo::Record&) {
+        ++count;
+        return absl::OkStatus();
+      },
       DrainOpts(0, &clock));  // paused
   for (int i = 0; i < 100; ++i) {
     clock.Advance(absl::Milliseconds(1));
@@ -156,7 +160,7 @@ TEST(QuotaDrainTest, BackgroundThreadDrainsAsRecordsArrive) {
   const absl::Time stop_start = absl::Now();
   drain.Stop();
   EXPECT_LT(absl::Now() - stop_start, absl::Seconds(5));  // Stop wakes the idle wait
-  drain.Stop();  // idempotent
+  drain.Stop();                                           // idempotent
   absl::MutexLock l(&mu);
   for (size_t i = 1; i < got.size(); ++i) ASSERT_GT(got[i], got[i - 1]);
 }

@@ -30,15 +30,15 @@ constexpr uint64_t kPersistEvery = 8;
 struct Msg {
   uint64_t kind;  // 'A': Append returned (acknowledged); 'T': consumer took it (about to Pop)
   uint64_t seq;
-  uint64_t tag;   // payload tag (size in the low 16 bits)
+  uint64_t tag;  // payload tag (size in the low 16 bits)
 };
 
 SpillFifoOptions Options(const std::string& dir, SpillDurability d) {
   SpillFifoOptions o;
   o.dir = dir;
   o.durability = d;
-  o.memory_bytes = 4 << 10;      // small: records go back and forth between tiers
-  o.segment_bytes = 8 << 10;     // small: rotation and deletion happen all the time
+  o.memory_bytes = 4 << 10;   // small: records go back and forth between tiers
+  o.segment_bytes = 8 << 10;  // small: rotation and deletion happen all the time
   o.persist_every_records = kPersistEvery;
   o.sync_interval = absl::Milliseconds(1);
   return o;

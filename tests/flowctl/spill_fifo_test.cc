@@ -307,8 +307,8 @@ TEST(SpillFifoTest, RejectsOversizedRecordsAndSecondOpen) {
   EXPECT_TRUE(absl::IsFailedPrecondition(SpillFifo::Open(o).status()));
   o.dir = "";
   EXPECT_TRUE(absl::IsInvalidArgument(SpillFifo::Open(o).status()));
-  EXPECT_TRUE(absl::IsFailedPrecondition(MustOpen(Opts(dir.Sub("x"), SpillDurability::kNone, 0))
-                                             ->Pop()));
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(MustOpen(Opts(dir.Sub("x"), SpillDurability::kNone, 0))->Pop()));
 }
 
 TEST(SpillFifoTest, ManyProducersOneConsumerKeepOrder) {

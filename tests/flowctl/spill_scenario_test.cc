@@ -54,7 +54,7 @@ TEST_P(SpillScenarioTest, PeaksSpillAndDrainStaysUnderCapLosslessly) {
   ASSERT_TRUE(fifo_or.ok()) << fifo_or.status();
   SpillFifo& fifo = **fifo_or;
 
-  uint64_t delivered = 0;   // records the sink got, which must be 0, 1, 2, ... in order
+  uint64_t delivered = 0;  // records the sink got, which must be 0, 1, 2, ... in order
   uint64_t last_seq = 0;
   uint64_t tick_bytes = 0;  // drained in the current tick
   bool in_order = true;

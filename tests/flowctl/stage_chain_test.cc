@@ -54,8 +54,7 @@ class ScriptedStage final : public Stage {
   Decision Check(const RequestMeta&, HoldList& holds) override {
     log_->push_back("check " + name_);
     if (!admit_) {
-      return Decision::Reject(name_, RejectKind::kOverloaded, "scripted no",
-                              absl::Milliseconds(7));
+      return Decision::Reject(name_, RejectKind::kOverloaded, "scripted no", absl::Milliseconds(7));
     }
     if (hold_) holds.Keep(LoggedResource(name_, log_));
     return Decision::Admit();
@@ -133,12 +132,12 @@ TEST(StageChainTest, LifecycleGoesToFollowersOnlyInOrder) {
   holder.Committed(ids, 77);
   holder.Dropped("tx4", DropReason::kExpired);
   holder.Tick(88, FixedPool());
-  EXPECT_THAT(log, ElementsAre("f1 pooled tx1 at 42", "f2 pooled tx1 at 42",
-                               "f1 pooled tx2 at 5001", "f2 pooled tx2 at 5001",
-                               "f1 dropped tx2 refused", "f2 dropped tx2 refused",
-                               "f1 committed tx1,tx3 at 77", "f2 committed tx1,tx3 at 77",
-                               "f1 dropped tx4 expired", "f2 dropped tx4 expired",
-                               "f1 tick at 88 txs 3", "f2 tick at 88 txs 3"));
+  EXPECT_THAT(
+      log, ElementsAre("f1 pooled tx1 at 42", "f2 pooled tx1 at 42", "f1 pooled tx2 at 5001",
+                       "f2 pooled tx2 at 5001", "f1 dropped tx2 refused", "f2 dropped tx2 refused",
+                       "f1 committed tx1,tx3 at 77", "f2 committed tx1,tx3 at 77",
+                       "f1 dropped tx4 expired", "f2 dropped tx4 expired", "f1 tick at 88 txs 3",
+                       "f2 tick at 88 txs 3"));
 
   std::vector<std::string> quiet;
   auto plain = StageChain::Of({}, {std::make_shared<ScriptedStage>("s", &quiet)});
@@ -151,8 +150,7 @@ TEST(StageChainTest, LifecycleGoesToFollowersOnlyInOrder) {
 
 TEST(StageChainTest, PooledGoesToTheChainThatAdmitted) {
   std::vector<std::string> log;
-  StageChainHolder holder(
-      StageChain::Of({}, {std::make_shared<FollowingStage>("old", &log)}));
+  StageChainHolder holder(StageChain::Of({}, {std::make_shared<FollowingStage>("old", &log)}));
   Admission admission = holder.Admit({.arrival_nanos = 1});
   holder.Update([&](const StageChain&) {
     return StageChain::Of({}, {std::make_shared<FollowingStage>("new", &log)});
@@ -170,8 +168,7 @@ TEST(StageChainTest, RejectKindDecidesTheStatusCode) {
   const Decision d =
       Decision::Reject("health", RejectKind::kUnavailable, "view change", absl::Seconds(1));
   EXPECT_EQ(d.reject_kind(), RejectKind::kUnavailable);
-  EXPECT_EQ(d.ToStatus(),
-            absl::UnavailableError("rejected by stage 'health': view change"));
+  EXPECT_EQ(d.ToStatus(), absl::UnavailableError("rejected by stage 'health': view change"));
   EXPECT_EQ(Decision::Reject("x", RejectKind::kInvalid, "too big", absl::ZeroDuration())
                 .ToStatus()
                 .code(),

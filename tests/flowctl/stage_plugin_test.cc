@@ -87,7 +87,7 @@ class ShedFactory final : public StageFactory {
 };
 
 absl::StatusOr<std::unique_ptr<StageFactory>> BuildShed(const StageSpec& spec,
-                                                       const ShedStageConfig& config) {
+                                                        const ShedStageConfig& config) {
   if (config.every_nth() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat(spec.config_field, ".every_nth: must be >= 1, got ", config.every_nth()));
@@ -195,7 +195,9 @@ TEST_F(StagePluginTest, CustomConfigErrorsNameTheField) {
       {R"pb(stages { rate { unlimited: true } }
             stages { concurrency { max_in_flight: 1 } }
             stages {
-              custom { [type.googleapis.com/google.protobuf.UInt32Value] { value: 1 } }
+              custom {
+                [type.googleapis.com/google.protobuf.UInt32Value] { value: 1 }
+              }
             })pb",
        "stages[2].custom: no stage kind is registered for config type "
        "'google.protobuf.UInt32Value' (registered: adaptive (node.flowctl.AdaptiveStageConfig)"},
@@ -203,15 +205,28 @@ TEST_F(StagePluginTest, CustomConfigErrorsNameTheField) {
        "stages[0].custom: type_url must name the config type of a registered stage kind, "
        "got 'nonsense'"},
       {R"pb(stages {
-              custom { type_url: "type.googleapis.com/node.flowctl.test.ShedStageConfig"
-                       value: "\377\377" } })pb",
+              custom {
+                type_url: "type.googleapis.com/node.flowctl.test.ShedStageConfig"
+                value: "\377\377"
+              }
+            })pb",
        "stages[0].custom: cannot parse the value as node.flowctl.test.ShedStageConfig"},
-      {R"pb(stages { custom { [type.googleapis.com/node.flowctl.test.ShedStageConfig] {} } })pb",
+      {R"pb(stages {
+              custom {
+                [type.googleapis.com/node.flowctl.test.ShedStageConfig] {}
+              }
+            })pb",
        "stages[0].custom.every_nth: must be >= 1, got 0"},
-      {R"pb(stages { custom { [type.googleapis.com/node.flowctl.test.ShedStageConfig] {
-                       every_nth: 1 } } }
-            stages { custom { [type.googleapis.com/node.flowctl.test.ShedStageConfig] {
-                       every_nth: 2 } } })pb",
+      {R"pb(stages {
+              custom {
+                [type.googleapis.com/node.flowctl.test.ShedStageConfig] { every_nth: 1 }
+              }
+            }
+            stages {
+              custom {
+                [type.googleapis.com/node.flowctl.test.ShedStageConfig] { every_nth: 2 }
+              }
+            })pb",
        "stages[1].name: duplicate stage name 'shed' (also stages[0])"},
   };
   for (const Case& c : cases) {
@@ -224,8 +239,9 @@ TEST_F(StagePluginTest, CustomConfigErrorsNameTheField) {
 TEST_F(StagePluginTest, RegistrationErrors) {
   using Builder = std::function<absl::StatusOr<std::unique_ptr<StageFactory>>(
       const StageSpec&, const google::protobuf::UInt32Value&)>;
-  Builder never = [](const StageSpec&, const google::protobuf::UInt32Value&)
-      -> absl::StatusOr<std::unique_ptr<StageFactory>> {
+  Builder never =
+      [](const StageSpec&,
+         const google::protobuf::UInt32Value&) -> absl::StatusOr<std::unique_ptr<StageFactory>> {
     return absl::UnimplementedError("not built in this test");
   };
   // Taken kind name, taken config type (an Any must name one kind).

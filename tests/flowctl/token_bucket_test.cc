@@ -64,7 +64,7 @@ TEST_P(TokenBucketAccuracyTest, DeliversRateTimesTimePlusBurst) {
 INSTANTIATE_TEST_SUITE_P(
     Rates, TokenBucketAccuracyTest,
     ::testing::Combine(::testing::Values(10, 100, 1000, 10'000, 100'000, 1'000'000),
-                       ::testing::Values(0.01, 1.0),  // burst of 10 ms and of 1 s of traffic
+                       ::testing::Values(0.01, 1.0),    // burst of 10 ms and of 1 s of traffic
                        ::testing::Values(0.0, 1e-3)));  // requests of 1 and of 1 ms of traffic
 
 // Zero burst driven by NanosUntil: each token exactly when due, so delivery is exactly the rate.
@@ -96,7 +96,8 @@ TEST(TokenBucketTest, NeverExceedsRateTimesWindowPlusBurstOrLargestRequest) {
   std::mt19937_64 rng(20261129);
   for (int round = 0; round < 20; ++round) {
     const double rate = std::pow(10.0, std::uniform_real_distribution<double>(1, 6)(rng));
-    const double burst = round % 4 == 0 ? 0 : rate * std::uniform_real_distribution<double>(0, 0.1)(rng);
+    const double burst =
+        round % 4 == 0 ? 0 : rate * std::uniform_real_distribution<double>(0, 0.1)(rng);
     const double max_request = std::max(1.0, burst * 2);
     FakeClock clock;
     TokenBucket bucket(rate, burst, &clock);
@@ -192,13 +193,13 @@ TEST(TokenBucketTest, RequestAboveBurstNeedsFullBucketAndLeavesDebt) {
   FakeClock clock;
   TokenBucket bucket(10, 5, &clock);
   EXPECT_TRUE(bucket.TryAcquire(1));
-  EXPECT_FALSE(bucket.TryAcquire(8));                    // not full
-  EXPECT_EQ(bucket.NanosUntil(8), 100'000'000);          // full again in 100 ms
+  EXPECT_FALSE(bucket.TryAcquire(8));            // not full
+  EXPECT_EQ(bucket.NanosUntil(8), 100'000'000);  // full again in 100 ms
   clock.Advance(absl::Milliseconds(100));
   EXPECT_TRUE(bucket.TryAcquire(8));
   EXPECT_DOUBLE_EQ(bucket.Available(), -3);
-  EXPECT_EQ(bucket.NanosUntil(1), 400'000'000);          // pay 3, then earn 1
-  EXPECT_EQ(bucket.NanosUntil(8), 800'000'000);          // pay 3, then fill 5
+  EXPECT_EQ(bucket.NanosUntil(1), 400'000'000);  // pay 3, then earn 1
+  EXPECT_EQ(bucket.NanosUntil(8), 800'000'000);  // pay 3, then fill 5
 }
 
 TEST(TokenBucketTest, ConsumeGoesIntoDebt) {
@@ -292,8 +293,8 @@ TEST(TokenBucketTest, NanosUntilIsTheFirstNanosecondThatAdmits) {
       ASSERT_TRUE(bucket.TryAcquireAt(n, now + wait))
           << "rate " << rate << " burst " << burst << " n " << n << " wait " << wait;
       ++checked;
-      now += wait + static_cast<int64_t>(
-                        std::uniform_real_distribution<double>(0, 2e9 / rate)(rng));
+      now +=
+          wait + static_cast<int64_t>(std::uniform_real_distribution<double>(0, 2e9 / rate)(rng));
     }
   }
   EXPECT_EQ(checked, 40 * 200);
@@ -383,8 +384,8 @@ TEST(TokenBucketSetRateTest, InvalidParamsAreRefusedAndBucketUnchanged) {
   TokenBucket bucket(10, 5, &clock);
   ASSERT_TRUE(bucket.TryAcquire(2));
   const std::vector<std::pair<double, double>> bad = {
-      {-1, 5}, {kNaN, 5}, {-kInf, 5},        // rates
-      {10, -1}, {10, kNaN}, {10, kInf},     // bursts
+      {-1, 5},  {kNaN, 5},  {-kInf, 5},  // rates
+      {10, -1}, {10, kNaN}, {10, kInf},  // bursts
   };
   for (const auto& [rate, burst] : bad) {
     const absl::Status s = bucket.SetRate(rate, burst);

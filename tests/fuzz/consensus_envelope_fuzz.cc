@@ -88,10 +88,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     partitions::InMemoryConsensusStore store;
     partitions::testing::TestBlocks blocks;
     // Step's crypto is the node's own (Sign needs the private key; Verify is the same).
-    auto crypto = *partitions::Ed25519PbftCrypto::Create(kPartition, kSelf, keys.keys[kSelf],
-                                                         keys.publics);
-    auto replica = partitions::PbftReplica::Create(config, {crypto.get(), &pool, &store, &blocks},
-                                                   {});
+    auto crypto =
+        *partitions::Ed25519PbftCrypto::Create(kPartition, kSelf, keys.keys[kSelf], keys.publics);
+    auto replica =
+        partitions::PbftReplica::Create(config, {crypto.get(), &pool, &store, &blocks}, {});
     Require(replica.ok(), "replica created");
     (*replica)->Step(partitions::PbftStart{});
     (*replica)->Step(partitions::PbftMessage{cm});

@@ -150,9 +150,12 @@ class World {
   }
   std::string Digest(const std::vector<std::string>& txs) {
     switch (in_.Byte() % 8) {
-      case 0: return in_.Blob(40);
-      case 1: return partitions::BatchDigest(std::vector<std::string>{});
-      default: return partitions::BatchDigest(txs);
+      case 0:
+        return in_.Blob(40);
+      case 1:
+        return partitions::BatchDigest(std::vector<std::string>{});
+      default:
+        return partitions::BatchDigest(txs);
     }
   }
   std::string StateDigest() {
@@ -191,8 +194,16 @@ class World {
         auto* commit = op == 2 ? m.mutable_commit() : nullptr;
         const uint64_t view = View(), seq = Seq();
         const std::string digest = Digest(TxSet());
-        if (body) { body->set_view(view); body->set_seq(seq); body->set_digest(digest); }
-        if (commit) { commit->set_view(view); commit->set_seq(seq); commit->set_digest(digest); }
+        if (body) {
+          body->set_view(view);
+          body->set_seq(seq);
+          body->set_digest(digest);
+        }
+        if (commit) {
+          commit->set_view(view);
+          commit->set_seq(seq);
+          commit->set_digest(digest);
+        }
         return Deliver(SignAs(Sender(), m));
       }
       case 3:
@@ -244,8 +255,7 @@ class World {
         return Deliver(SignAs(Sender(), m));
       }
       case 9:
-        return Step(partitions::PbftTimerFired{
-            static_cast<partitions::PbftTimer>(in_.Below(3))});
+        return Step(partitions::PbftTimerFired{static_cast<partitions::PbftTimer>(in_.Below(3))});
       case 10:
         if (replica_->CanPropose()) Step(partitions::PbftBatchReady{TxSet()});
         return;

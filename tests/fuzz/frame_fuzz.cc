@@ -93,9 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     case node::p2p::StreamMessage::kServerHello: {
       const node::p2p::ServerHello& s = msg.server_hello();
-      (void)p2p::VerifyHandshake(p2p::HandshakeRole::kServer, s.public_key(), s.node_id(),
-                                 "client", s.node_id(), std::string(32, 'c'), s.nonce(),
-                                 s.signature());
+      (void)p2p::VerifyHandshake(p2p::HandshakeRole::kServer, s.public_key(), s.node_id(), "client",
+                                 s.node_id(), std::string(32, 'c'), s.nonce(), s.signature());
       break;
     }
     default:

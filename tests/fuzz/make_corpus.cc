@@ -78,10 +78,11 @@ void FrameCorpus() {
         Frames({MakeFrame(1, SYNC, 6, 0, 2, 1, "abc"), MakeFrame(1, SYNC, 6, 1, 2, 2, "xyz"),
                 MakeFrame(1, SYNC, 6, 1, 2, 1, "def")}));
   Write("frame", "bad_headers",
-        Frames({MakeFrame(1, node::p2p::CHANNEL_UNSPECIFIED, 1, 0, 1, 1, "a"),
-                MakeFrame(1, CONSENSUS, 100000, 0, 1, 1, "a"), MakeFrame(1, CONSENSUS, 1, 0, 0, 1, ""),
-                MakeFrame(1, CONSENSUS, 1, 0, 1, 1, "toolong")},
-               2));
+        Frames(
+            {MakeFrame(1, node::p2p::CHANNEL_UNSPECIFIED, 1, 0, 1, 1, "a"),
+             MakeFrame(1, CONSENSUS, 100000, 0, 1, 1, "a"), MakeFrame(1, CONSENSUS, 1, 0, 0, 1, ""),
+             MakeFrame(1, CONSENSUS, 1, 0, 1, 1, "toolong")},
+            2));
   // A ServerHello with a genuine signature over the transcript the target checks.
   const base::PrivateKey key = tests::FixedKey('S');
   const p2p::NodeId id = p2p::NodeIdFromPublicKey(key.public_key().bytes());
@@ -204,7 +205,7 @@ void EnvelopeCorpus() {
   node::partition::PartitionMessage batch;
   batch.mutable_txs()->add_signed_txs(tests::FixedTx('R', 1, 1, "a"));
   batch.mutable_txs()->add_signed_txs(tests::FixedTx('R', 1, 2, ""));
-  batch.mutable_txs()->add_signed_txs(tests::PrefilledTxs()[0]);  // duplicate
+  batch.mutable_txs()->add_signed_txs(tests::PrefilledTxs()[0]);        // duplicate
   batch.mutable_txs()->add_signed_txs(tests::FixedTx('R', 2, 3, "a"));  // wrong partition
   batch.mutable_txs()->add_signed_txs("garbage");
   Write("partition_message", "tx_batch_fetched", PartitionMsg(1, batch));  // byte 0 bit 0: fetched
@@ -231,13 +232,16 @@ void ConfigCorpus() {
   Write("config", "default_binary", std::string(1, 2) + config.SerializeAsString());
   Write("config", "empty_text", std::string(1, 0));
   Write("config", "small_text",
-        std::string(1, 0) + "data_dir: \"/tmp/x\"\npeers { address: \"127.0.0.1:1\" }\n"
-                            "partitions { id: 3 name: \"p\" consensus { checkpoint_interval: 4 "
-                            "watermark_window: 16 } }\n");
+        std::string(1, 0) +
+            "data_dir: \"/tmp/x\"\npeers { address: \"127.0.0.1:1\" }\n"
+            "partitions { id: 3 name: \"p\" consensus { checkpoint_interval: 4 "
+            "watermark_window: 16 } }\n");
   Write("config", "invalid_text",
-        std::string(1, 0) + "partitions { id: 0 consensus { checkpoint_interval: 0 } }\n"
-                            "resources { cpu_workers: 100000 }\nbogus: 1\n");
-  Write("config", "invalid_json", std::string(1, 1) + "{\"partitions\": [{\"id\": \"x\"}], \"z\": 1}");
+        std::string(1, 0) +
+            "partitions { id: 0 consensus { checkpoint_interval: 0 } }\n"
+            "resources { cpu_workers: 100000 }\nbogus: 1\n");
+  Write("config", "invalid_json",
+        std::string(1, 1) + "{\"partitions\": [{\"id\": \"x\"}], \"z\": 1}");
 }
 
 }  // namespace

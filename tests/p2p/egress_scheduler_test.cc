@@ -55,8 +55,8 @@ class Driver {
       int64_t next_arrival = end;
       for (Source& src : sources_) {
         while (src.next <= now) {
-          absl::Status st = s_->Enqueue(src.peer, src.partition, src.channel,
-                                        std::string(src.bytes, 'x'));
+          absl::Status st =
+              s_->Enqueue(src.peer, src.partition, src.channel, std::string(src.bytes, 'x'));
           if (!st.ok()) ++enqueue_errors_;
           src.next += src.period;
         }
@@ -125,11 +125,12 @@ PriorityRun RunPriorityScenario(bool fifo) {
 TEST(EgressSchedulerTest, ConsensusBeatsForwardingFloodAndFifoIsFarWorse) {
   const PriorityRun prio = RunPriorityScenario(/*fifo=*/false);
   const PriorityRun fifo = RunPriorityScenario(/*fifo=*/true);
-  std::printf("consensus p99 queueing delay: priority %.3f ms, fifo %.3f ms; wire bytes in 5 s: "
-              "priority %llu, fifo %llu (cap x time = 10000000)\n",
-              prio.consensus_p99 / 1e6, fifo.consensus_p99 / 1e6,
-              static_cast<unsigned long long>(prio.wire_in_window),
-              static_cast<unsigned long long>(fifo.wire_in_window));
+  std::printf(
+      "consensus p99 queueing delay: priority %.3f ms, fifo %.3f ms; wire bytes in 5 s: "
+      "priority %llu, fifo %llu (cap x time = 10000000)\n",
+      prio.consensus_p99 / 1e6, fifo.consensus_p99 / 1e6,
+      static_cast<unsigned long long>(prio.wire_in_window),
+      static_cast<unsigned long long>(fifo.wire_in_window));
   EXPECT_LE(prio.consensus_p99, 5 * kMs);
   EXPECT_GE(fifo.consensus_p99, 20 * prio.consensus_p99)
       << "priority p99 " << prio.consensus_p99 << " fifo p99 " << fifo.consensus_p99;
@@ -200,8 +201,8 @@ TEST(EgressSchedulerTest, ForwardingHeldToDerivedRate) {
   opt.tx_forward_floor_bytes_per_second = 100'000;
   EgressScheduler s(opt, &clock);
   Driver d(&s, &clock);
-  d.AddSource("b", 1, node::p2p::SYNC, 2968, 5 * kMs);       // 600 KB/s
-  d.AddSource("b", 1, node::p2p::TX_FORWARD, 1968, kMs);     // 2 MB/s offered
+  d.AddSource("b", 1, node::p2p::SYNC, 2968, 5 * kMs);    // 600 KB/s
+  d.AddSource("b", 1, node::p2p::TX_FORWARD, 1968, kMs);  // 2 MB/s offered
   d.RunUntil(clock.NowNanos() + 2 * kSec);
   const EgressStats before = s.Stats();
   d.RunUntil(clock.NowNanos() + 2 * kSec);
@@ -237,8 +238,8 @@ TEST(EgressSchedulerTest, ForwardingDropsOldestFirstConsensusRefusesAndCounts) {
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(s.Enqueue("b", 1, node::p2p::CONSENSUS, std::string(1000, 'c')).ok());
   }
-  EXPECT_TRUE(absl::IsResourceExhausted(
-      s.Enqueue("b", 1, node::p2p::CONSENSUS, std::string(1000, 'c'))));
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(s.Enqueue("b", 1, node::p2p::CONSENSUS, std::string(1000, 'c'))));
   EXPECT_EQ(s.Stats().channels[0].messages_refused, 1u);
   EXPECT_EQ(s.Stats().channels[0].queued_messages, 3u);
 }

@@ -118,7 +118,8 @@ class GarbagePeer {
     std::vector<grpc::Slice> slices;
     if (!buffer.Dump(&slices).ok()) return false;
     std::string bytes;
-    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
     return m->ParseFromString(bytes);
   }
 
@@ -133,8 +134,8 @@ class GarbagePeer {
     m.mutable_client_hello()->set_nonce(nonce);
     if (!Write(m) || !Read(&m) || !m.has_server_hello()) return false;
     const node::p2p::ServerHello sh = m.server_hello();
-    if (!VerifyHandshake(HandshakeRole::kServer, sh.public_key(), sh.node_id(), self, target,
-                         nonce, sh.nonce(), sh.signature())
+    if (!VerifyHandshake(HandshakeRole::kServer, sh.public_key(), sh.node_id(), self, target, nonce,
+                         sh.nonce(), sh.signature())
              .ok()) {
       return false;
     }
@@ -229,14 +230,14 @@ TEST_F(GarbagePeerTest, GarbageFramesAfterTheHandshakeAreRefusedThenUndecodableB
   // Frames that parse as protobuf but make no sense.
   StreamMessage bad;
   auto* frames = bad.mutable_frames()->mutable_frames();
-  *frames->Add() = MakeFrame(1, 99, 3, 0, 1, 1, "abc");                    // invalid channel
-  *frames->Add() = MakeFrame(1, 0, 3, 0, 1, 2, "abc");                     // CHANNEL_UNSPECIFIED
-  *frames->Add() = MakeFrame(1, 1, kMaxFrameBytes + 1, 0, 1, 3, "abc");    // over the limit
-  *frames->Add() = MakeFrame(1, 1, 3, 0, 0, 4, "abc");                     // zero chunks
-  *frames->Add() = MakeFrame(1, 1, 3, 5, 2, 5, "abc");                     // index >= count
-  *frames->Add() = MakeFrame(1, 1, 10, 0, 1, 6, "abc");                    // size mismatch
-  *frames->Add() = MakeFrame(1, 1, 6, 1, 2, 7, "abc");                     // chunk 1 without 0
-  *frames->Add() = MakeFrame(1, 1, 4000000000u, 0, 1000000000u, 8, "x");   // huge claims
+  *frames->Add() = MakeFrame(1, 99, 3, 0, 1, 1, "abc");                   // invalid channel
+  *frames->Add() = MakeFrame(1, 0, 3, 0, 1, 2, "abc");                    // CHANNEL_UNSPECIFIED
+  *frames->Add() = MakeFrame(1, 1, kMaxFrameBytes + 1, 0, 1, 3, "abc");   // over the limit
+  *frames->Add() = MakeFrame(1, 1, 3, 0, 0, 4, "abc");                    // zero chunks
+  *frames->Add() = MakeFrame(1, 1, 3, 5, 2, 5, "abc");                    // index >= count
+  *frames->Add() = MakeFrame(1, 1, 10, 0, 1, 6, "abc");                   // size mismatch
+  *frames->Add() = MakeFrame(1, 1, 6, 1, 2, 7, "abc");                    // chunk 1 without 0
+  *frames->Add() = MakeFrame(1, 1, 4000000000u, 0, 1000000000u, 8, "x");  // huge claims
   constexpr int kBad = 8;
   ASSERT_TRUE(g.Write(bad));
 
@@ -250,9 +251,8 @@ TEST_F(GarbagePeerTest, GarbageFramesAfterTheHandshakeAreRefusedThenUndecodableB
                   rng() % 8, std::move(payload));
   }
   ASSERT_TRUE(g.Write(random));
-  ASSERT_TRUE(Eventually([&] {
-    return a_->t().Stats().frames_received >= before.frames_received + kBad + 300;
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return a_->t().Stats().frames_received >= before.frames_received + kBad + 300; }));
   const TransportStats after = a_->t().Stats();
   EXPECT_GE(after.frames_refused, before.frames_refused + kBad);
   EXPECT_TRUE(a_->Connected(g_)) << "refused frames alone do not end the stream";
@@ -304,7 +304,8 @@ TEST(ClientHelloShapeTest, NamesTheFieldThatIsWrong) {
   EXPECT_TRUE(CheckClientHelloShape(h).ok());
   node::p2p::ClientHello bad = h;
   bad.set_public_key("");
-  EXPECT_THAT(CheckClientHelloShape(bad).message(), HasSubstr("public_key must be 32 bytes, got 0"));
+  EXPECT_THAT(CheckClientHelloShape(bad).message(),
+              HasSubstr("public_key must be 32 bytes, got 0"));
   bad = h;
   bad.set_node_id(std::string(1 << 20, 'a'));
   EXPECT_EQ(CheckClientHelloShape(bad).code(), absl::StatusCode::kPermissionDenied);

@@ -44,8 +44,8 @@ TEST_F(HandshakeTest, SignatureBindsRoleIdsAndNonces) {
   EXPECT_TRUE(absl::IsPermissionDenied(
       VerifyHandshake(HandshakeRole::kClient, pk, sid_, cid_, sid_, nc_, ns_, sig)));
   // Replayed on another stream (fresh nonce).
-  EXPECT_TRUE(absl::IsPermissionDenied(VerifyHandshake(
-      HandshakeRole::kServer, pk, sid_, cid_, sid_, NewHandshakeNonce(), ns_, sig)));
+  EXPECT_TRUE(absl::IsPermissionDenied(VerifyHandshake(HandshakeRole::kServer, pk, sid_, cid_, sid_,
+                                                       NewHandshakeNonce(), ns_, sig)));
   // Replayed towards another client.
   EXPECT_TRUE(absl::IsPermissionDenied(
       VerifyHandshake(HandshakeRole::kServer, pk, sid_, sid_, sid_, nc_, ns_, sig)));
@@ -57,8 +57,7 @@ TEST_F(HandshakeTest, SignatureBindsRoleIdsAndNonces) {
       VerifyHandshake(HandshakeRole::kServer, pk, sid_, cid_, sid_, "n", ns_, sig)));
   EXPECT_TRUE(absl::IsPermissionDenied(
       VerifyHandshake(HandshakeRole::kServer, "short", sid_, cid_, sid_, nc_, ns_, sig)));
-  EXPECT_TRUE(
-      VerifyHandshake(HandshakeRole::kServer, pk, sid_, cid_, sid_, nc_, ns_, sig).ok());
+  EXPECT_TRUE(VerifyHandshake(HandshakeRole::kServer, pk, sid_, cid_, sid_, nc_, ns_, sig).ok());
 }
 
 }  // namespace

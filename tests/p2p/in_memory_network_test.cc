@@ -133,8 +133,7 @@ TEST_F(InMemoryNetworkTest, DeliveryThreadDeliversWithRealClock) {
   auto a = hub.AddNode("a");
   auto b = hub.AddNode("b");
   absl::Notification got;
-  b->SetHandlers([&](const NodeId&, PartitionId, Channel, std::string) { got.Notify(); },
-                 nullptr);
+  b->SetHandlers([&](const NodeId&, PartitionId, Channel, std::string) { got.Notify(); }, nullptr);
   hub.StartDeliveryThread();
   ASSERT_TRUE(a->Send("b", 1, node::p2p::CONSENSUS, "x").ok());
   EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(10)));

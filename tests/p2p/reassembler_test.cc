@@ -48,12 +48,12 @@ TEST(ReassemblerTest, RefusesOversizedBadChannelAndBrokenSequences) {
   Reassembler r(10);
   EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 11, 0, 1, 1), "x").ok());
   EXPECT_FALSE(r.Add(H(1, node::p2p::CHANNEL_UNSPECIFIED, 1, 0, 1, 1), "x").ok());
-  EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 2, 0, 1, 1), "x").ok());    // size != length
-  EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 4, 1, 2, 1), "xy").ok());   // no chunk 0
-  EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 4, 2, 2, 1), "xy").ok());   // index >= count
+  EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 2, 0, 1, 1), "x").ok());   // size != length
+  EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 4, 1, 2, 1), "xy").ok());  // no chunk 0
+  EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 4, 2, 2, 1), "xy").ok());  // index >= count
   EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 4, 0, 2, 5), "xy")->has_value());
-  EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 4, 1, 2, 6), "zw").ok());   // other message id
-  EXPECT_EQ(r.partial_messages(), 0u);                                 // partial discarded
+  EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 4, 1, 2, 6), "zw").ok());  // other message id
+  EXPECT_EQ(r.partial_messages(), 0u);                                // partial discarded
   // A new message restarts cleanly after the broken one.
   EXPECT_FALSE(r.Add(H(1, node::p2p::BULK, 4, 0, 2, 7), "ab")->has_value());
   auto m = r.Add(H(1, node::p2p::BULK, 4, 1, 2, 7), "cd");

@@ -44,8 +44,8 @@ inline partitions::TxPtr Decode(const std::string& signed_bytes, uint32_t partit
 }
 
 inline partitions::TxPtr Transfer(const base::PrivateKey& from, uint64_t nonce,
-                                  const std::string& to, uint64_t amount,
-                                  uint32_t partition = 0, const std::string& memo = "") {
+                                  const std::string& to, uint64_t amount, uint32_t partition = 0,
+                                  const std::string& memo = "") {
   node::chain::Transaction tx;
   tx.set_partition(partition);
   tx.set_nonce(nonce);

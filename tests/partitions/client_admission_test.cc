@@ -54,30 +54,30 @@ class ClientAdmissionTest : public ::testing::Test {
     d.name = "test";
     d.clock = &clock_;
     d.budget = {.max_messages = lane_messages, .max_bytes = 64 << 20};
-    d.lanes.push_back({.name = "client",
-                       .weight = 1,
-                       .handler =
-                           [this](flowctl::Message m) { admission_->HandleJob(std::move(m)); },
-                       .reserved_messages = 0});
+    d.lanes.push_back(
+        {.name = "client",
+         .weight = 1,
+         .handler = [this](flowctl::Message m) { admission_->HandleJob(std::move(m)); },
+         .reserved_messages = 0});
     absl::StatusOr<std::unique_ptr<flowctl::Dispatcher>> dispatcher =
         flowctl::Dispatcher::Create(&workers_, std::move(d));
     ASSERT_TRUE(dispatcher.ok()) << dispatcher.status();
     dispatcher_ = *std::move(dispatcher);
-    admission_ = std::make_unique<ClientAdmission>(ClientAdmission::Deps{
-        .partition = kPartition,
-        .name = "test",
-        .clock = &clock_,
-        .interceptor = interceptor_.get(),
-        .dispatcher = dispatcher_.get(),
-        .client_lane = 0,
-        .pool = pool_.get(),
-        .tracker = &tracker_,
-        .forwarder = &forwarder_,
-        .waiters = &waiters_,
-        .ledger = chain_.ledger.get(),
-        .tx_limits = {.partition = kPartition},
-        .consensus_state = [] { return std::string("NORMAL"); },
-        .request_tick = [this] { ++ticks_; }});
+    admission_ = std::make_unique<ClientAdmission>(
+        ClientAdmission::Deps{.partition = kPartition,
+                              .name = "test",
+                              .clock = &clock_,
+                              .interceptor = interceptor_.get(),
+                              .dispatcher = dispatcher_.get(),
+                              .client_lane = 0,
+                              .pool = pool_.get(),
+                              .tracker = &tracker_,
+                              .forwarder = &forwarder_,
+                              .waiters = &waiters_,
+                              .ledger = chain_.ledger.get(),
+                              .tx_limits = {.partition = kPartition},
+                              .consensus_state = [] { return std::string("NORMAL"); },
+                              .request_tick = [this] { ++ticks_; }});
   }
 
   void TearDown() override {
@@ -100,8 +100,9 @@ class ClientAdmissionTest : public ::testing::Test {
   // Submits one tx; the answer lands in `out` whenever it comes.
   void Submit(std::string bytes, std::vector<SubmitResult>* out,
               absl::Status gate = absl::OkStatus()) {
-    admission_->Submit({std::move(bytes)}, {}, gate, /*single=*/true,
-                       [out](SubmitResult r) { out->push_back(std::move(r)); }, nullptr);
+    admission_->Submit(
+        {std::move(bytes)}, {}, gate, /*single=*/true,
+        [out](SubmitResult r) { out->push_back(std::move(r)); }, nullptr);
   }
 
   tests::FakeClock clock_{1'000'000'000};
@@ -116,8 +117,8 @@ class ClientAdmissionTest : public ::testing::Test {
   CommitWaiters waiters_;
   flowctl::StageRegistry registry_;
   std::unique_ptr<flowctl::StageChainHolder> interceptor_;
-  flowctl::WorkerPool workers_{{.cpu_clock = flowctl::WorkerPool::CpuClock::kWall,
-                                .clock = &clock_}};
+  flowctl::WorkerPool workers_{
+      {.cpu_clock = flowctl::WorkerPool::CpuClock::kWall, .clock = &clock_}};
   std::unique_ptr<flowctl::Dispatcher> dispatcher_;
   std::unique_ptr<ClientAdmission> admission_;
   int ticks_ = 0;
@@ -185,8 +186,9 @@ TEST_F(ClientAdmissionTest, WaitForCommitAnswersWithTheReceiptOfTheBlock) {
   std::vector<SubmitResult> got;
   SubmitOptions options;
   options.wait_for_commit = true;
-  admission_->Submit({SignedPut(1)}, options, absl::OkStatus(), true,
-                     [&](SubmitResult r) { got.push_back(std::move(r)); }, nullptr);
+  admission_->Submit(
+      {SignedPut(1)}, options, absl::OkStatus(), true,
+      [&](SubmitResult r) { got.push_back(std::move(r)); }, nullptr);
   workers_.RunQueuedForTest(100);
   EXPECT_TRUE(got.empty());  // pooled, waiting for its block
   EXPECT_EQ(waiters_.size(), 1u);

@@ -124,7 +124,7 @@ TEST(SpillCursorTest, ThePersistedPositionStopsBelowTheLowestUncommittedRecord) 
   ASSERT_TRUE((*fifo)->PersistReadPosition().ok());
   EXPECT_EQ((*fifo)->stats().persisted_seq, 2u);  // 3 not committed: a restart replays 3..5
   EXPECT_EQ(cursor.pending(), 3u);                // 3, 4 (done, behind 3) and 5
-  cursor.Undrained(5, "e");  // the pool was full: 5 stays at the FIFO's front
+  cursor.Undrained(5, "e");                       // the pool was full: 5 stays at the FIFO's front
   // A client's retry of c was appended again as record 6 and drained while c is pooled: the pool
   // refuses the duplicate, and c's commit still frees record 3.
   cursor.Drained(6, "c");

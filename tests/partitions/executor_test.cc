@@ -55,9 +55,12 @@ Workload MakeWorkload(uint32_t seed, int n_keys, int n_txs) {
     const int s = static_cast<int>(rng() % n_keys);
     uint64_t nonce = next[s];
     const int fault = static_cast<int>(rng() % 20);
-    if (fault == 0 && nonce > 1) nonce -= 1 + rng() % (nonce - 1);  // replayed
-    else if (fault == 1) nonce += 1 + rng() % 3;                    // ahead
-    else ++next[s];
+    if (fault == 0 && nonce > 1)
+      nonce -= 1 + rng() % (nonce - 1);  // replayed
+    else if (fault == 1)
+      nonce += 1 + rng() % 3;  // ahead
+    else
+      ++next[s];
     if (rng() % 4 == 0) {
       w.txs.push_back(chaintest::Put(w.keys[s], nonce, absl::StrCat("key", rng() % 10),
                                      absl::StrCat("v", rng())));
@@ -109,12 +112,12 @@ TEST(ExecutorTest, NoncePolicy) {
   const std::string b = keys[1].public_key().bytes();
   auto exec = *Executor::FromGenesis(0, chaintest::Genesis(keys, 100));
   BlockExecution r = exec->Execute(
-      1, {chaintest::Transfer(keys[0], 1, b, 30),    // ok
-          chaintest::Transfer(keys[0], 2, b, 500),   // insufficient funds: nonce consumed
-          chaintest::Transfer(keys[0], 2, b, 1),     // replayed
-          chaintest::Transfer(keys[0], 9, b, 1),     // ahead
-          chaintest::Transfer(keys[0], 3, a, 70),    // to self
-          chaintest::Put(keys[1], 1, "k", "v"),      // put
+      1, {chaintest::Transfer(keys[0], 1, b, 30),   // ok
+          chaintest::Transfer(keys[0], 2, b, 500),  // insufficient funds: nonce consumed
+          chaintest::Transfer(keys[0], 2, b, 1),    // replayed
+          chaintest::Transfer(keys[0], 9, b, 1),    // ahead
+          chaintest::Transfer(keys[0], 3, a, 70),   // to self
+          chaintest::Put(keys[1], 1, "k", "v"),     // put
           chaintest::Transfer(keys[0], 4, b, 0, /*partition=*/0)});
   ASSERT_EQ(r.receipts.size(), 7u);
   using R = node::chain::Receipt;
@@ -217,8 +220,8 @@ TEST(ExecutorTest, RandomizedInvariantsPerTransaction) {
           FAIL() << "unexpected status " << rc.status();
       }
       ASSERT_EQ(after, expected) << "tx " << i << " status " << rc.status() << " " << rc.error();
-      ASSERT_EQ(s1.nonce(), rc.status() == node::chain::Receipt::REJECTED ? s0.nonce()
-                                                                           : tx.nonce());
+      ASSERT_EQ(s1.nonce(),
+                rc.status() == node::chain::Receipt::REJECTED ? s0.nonce() : tx.nonce());
     }
     // The workload exercises every outcome.
     EXPECT_GT(counts[node::chain::Receipt::SUCCESS], 0);

@@ -146,9 +146,8 @@ TEST_F(LedgerCrashTest, ReopenedLedgerHoldsAPrefixOfCommittedBlocks) {
       std::vector<TxPtr> txs = chaintest::SeededBlockTxs(kSeed, h, **ref, keys);
       BlockExecution r = (*ref)->Execute(h, txs);
       (*ref)->Apply(r);
-      ref_hashes.push_back(
-          BlockHash(chaintest::MakeBlock(kPartition, h, ref_hashes.back(), txs, r.state_root)
-                        .header()));
+      ref_hashes.push_back(BlockHash(
+          chaintest::MakeBlock(kPartition, h, ref_hashes.back(), txs, r.state_root).header()));
       ref_roots.push_back(r.state_root);
     }
   };

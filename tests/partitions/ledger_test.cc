@@ -96,10 +96,10 @@ TEST_F(LedgerTest, CommitQueryAndReopen) {
   EXPECT_EQ(chain.ledger->GetReceipt(std::string(32, 'n')).status().code(),
             absl::StatusCode::kNotFound);
   // Resumes after the last block.
-  ASSERT_TRUE(chaintest::CommitTxs(chain, {chaintest::Put(keys_[0], chain.executor->NextNonce(
-                                                                        Addr(0)),
-                                                          "hello", "world", kPartition)})
-                  .ok());
+  ASSERT_TRUE(
+      chaintest::CommitTxs(chain, {chaintest::Put(keys_[0], chain.executor->NextNonce(Addr(0)),
+                                                  "hello", "world", kPartition)})
+          .ok());
   EXPECT_EQ(chain.ledger->last_height(), 6u);
   absl::StatusOr<std::optional<std::string>> v = chain.ledger->GetValue("hello");
   ASSERT_TRUE(v.ok());
@@ -155,8 +155,7 @@ TEST_F(LedgerTest, ReplayedTxKeepsItsFirstReceipt) {
 TEST_F(LedgerTest, ConsensusMetaAloneAndWithABlock) {
   {
     Chain chain = Open();
-    EXPECT_EQ(chain.ledger->GetConsensusMeta("view").status().code(),
-              absl::StatusCode::kNotFound);
+    EXPECT_EQ(chain.ledger->GetConsensusMeta("view").status().code(), absl::StatusCode::kNotFound);
     ASSERT_TRUE(chain.ledger->PutConsensusMeta("view", "7").ok());
     ASSERT_TRUE(chaintest::CommitTxs(chain, {}, {{"checkpoint", "cp-1"}, {"view", "8"}}).ok());
   }

@@ -36,7 +36,7 @@ TEST(CheckChannelKindTest, NodeTableAllowsWhatThePartitionSends) {
   EXPECT_TRUE(Check(node::p2p::CONSENSUS, K::kTxs).ok());        // proposal bodies
   EXPECT_TRUE(Check(node::p2p::SYNC, K::kConsensus).ok());       // block sync
   EXPECT_TRUE(Check(node::p2p::SYNC, K::kFetch).ok());
-  EXPECT_TRUE(Check(node::p2p::SYNC, K::kTxs).ok());             // fetch answers
+  EXPECT_TRUE(Check(node::p2p::SYNC, K::kTxs).ok());  // fetch answers
   EXPECT_TRUE(Check(node::p2p::TX_FORWARD, K::kTxs).ok());
 
   const absl::Status s = Check(node::p2p::TX_FORWARD, K::kConsensus);

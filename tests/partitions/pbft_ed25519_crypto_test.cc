@@ -26,8 +26,7 @@ Cluster MakeCluster(int n) {
   return c;
 }
 
-std::unique_ptr<Ed25519PbftCrypto> CryptoFor(const Cluster& c, uint32_t partition,
-                                             uint32_t self) {
+std::unique_ptr<Ed25519PbftCrypto> CryptoFor(const Cluster& c, uint32_t partition, uint32_t self) {
   auto crypto = Ed25519PbftCrypto::Create(partition, self, c.keys[self], c.publics);
   EXPECT_TRUE(crypto.ok()) << crypto.status();
   return *std::move(crypto);

@@ -28,8 +28,8 @@ using ::node::consensus::PersistedView;
 using ::node::consensus::StableCheckpointRecord;
 using testing::MakeCheckpoint;
 using testing::MakeCommit;
-using testing::MakePrePrepare;
 using testing::MakePrepare;
+using testing::MakePrePrepare;
 using testing::Sent;
 using testing::Tx;
 
@@ -293,7 +293,7 @@ TEST_F(RocksDbConsensusStoreTest, ReplicaRestartsToTheSameStateAsWithTheInMemory
     const std::vector<uint64_t> seqs = Seqs(LoadOk(*store));
     ASSERT_FALSE(seqs.empty());
     EXPECT_EQ(seqs.front(), 3u);  // seqs 1-2 collected at the stable checkpoint
-  }  // replica, then store, destroyed: the process "crashed"
+  }                               // replica, then store, destroyed: the process "crashed"
 
   std::vector<PbftAction> mem_start, rocks_start;
   auto mem_after = mem_world.Start(&memory, pos, &mem_start);

@@ -41,11 +41,11 @@ class AdaptiveRuntimeTest : public ::testing::Test {
     dir_ = new std::string(TempDir("adaptive_runtime_test"));
     node::config::NodeConfig config = OneNodeConfig(*dir_);
     // hot: plain use; steady: a limit of 2; cold: a 1 s pool TTL for the expiry path; slow:
-    // max_hold 300 ms and a small pool for the timeout paths. cold and slow wait 10 minutes to fill a batch, so a
-    // ready tx stays unproposed.
-    *config.mutable_partitions(0)->mutable_interceptor() =
-        Chain("stages { adaptive { initial_limit: 8 min_limit: 1 window_samples: 5 "
-              "max_hold_ms: 2000 } }");
+    // max_hold 300 ms and a small pool for the timeout paths. cold and slow wait 10 minutes to fill
+    // a batch, so a ready tx stays unproposed.
+    *config.mutable_partitions(0)->mutable_interceptor() = Chain(
+        "stages { adaptive { initial_limit: 8 min_limit: 1 window_samples: 5 "
+        "max_hold_ms: 2000 } }");
     *config.mutable_partitions(1)->mutable_interceptor() =
         Chain("stages { adaptive { initial_limit: 2 min_limit: 1 max_limit: 2 } }");
     node::config::PartitionConfig* slow = config.add_partitions();

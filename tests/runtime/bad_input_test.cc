@@ -514,8 +514,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        "malformed handshake: node_id must be 32 lowercase hex characters, got 1048576 bytes"},
       {"garbage frame bytes", "p2p Connect, raw bytes 0xff.. as a StreamMessage",
        [&] { return RawPeerStream({std::string("\xff\xff\xff\xff\x0f garbage", 14)}); },
-       StatusCode::CANCELLED,
-       "no handshake: the stream closed or its first message did not parse"},
+       StatusCode::CANCELLED, "no handshake: the stream closed or its first message did not parse"},
       {"empty peer stream", "p2p Connect, half-closed at once", [&] { return RawPeerStream({}); },
        StatusCode::CANCELLED, "no handshake"},
   };

@@ -6,8 +6,8 @@
 //
 // Waits poll a condition with a bound (the cluster runs on real threads and a real network); no
 // sleep orders events.
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -27,18 +27,18 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/runtime/runtime_test_util.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/client.grpc.pb.h"
 #include "runtime/config.h"
 #include "runtime/node.h"
+#include "tests/runtime/runtime_test_util.h"
 
 namespace runtime {
 namespace {
 
 using ::runtime::testing::FreePort;
-using ::runtime::testing::TestKey;
 using ::runtime::testing::SignedPut;
+using ::runtime::testing::TestKey;
 using ::runtime::testing::WaitFor;
 
 using ::testing::HasSubstr;
@@ -89,7 +89,8 @@ class ClusterTest : public ::testing::Test {
         p->mutable_consensus()->set_view_change_timeout_ms(3000);
       }
       ApplyDefaults(&c);
-      absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(c, NodeOptions{.serve_metrics = false});
+      absl::StatusOr<std::unique_ptr<Node>> node =
+          Node::Create(c, NodeOptions{.serve_metrics = false});
       CHECK(node.ok()) << node.status();
       CHECK((*node)->Start().ok());
       nodes_->push_back(*std::move(node));
@@ -168,10 +169,11 @@ TEST_F(ClusterTest, TxsSubmittedToAnyNodeCommitOnAllAndPartitionsAreIndependent)
   for (const std::string& h : hashes) {
     uint64_t height = 0;
     for (int i = 0; i < kNodes; ++i) {
-      ASSERT_TRUE(WaitFor([&] { return Part(i, "alpha")->GetTx(h).ok() &&
-                                       Part(i, "alpha")->GetTx(h)->state() ==
-                                           node::client::GetTxResponse::COMMITTED; }))
-          << "node " << i;
+      ASSERT_TRUE(WaitFor([&] {
+        return Part(i, "alpha")->GetTx(h).ok() &&
+               Part(i, "alpha")->GetTx(h)->state() == node::client::GetTxResponse::COMMITTED;
+      })) << "node "
+          << i;
       uint64_t hi = Part(i, "alpha")->GetTx(h)->receipt().block_height();
       if (i == 0) height = hi;
       EXPECT_EQ(hi, height) << "node " << i;

@@ -23,9 +23,14 @@ TEST(ConfigTest, DefaultIsValidWithTwoPartitionsOnLoopback) {
 
 TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
   absl::StatusOr<node::config::NodeConfig> config = ParseConfig(R"pb(
-    data_dir: "/tmp/n1"
-    partitions { id: 7 name: "payments" pool { max_txs: 5000 } }
-  )pb", "n1.conf", false);
+                                                                  data_dir: "/tmp/n1"
+                                                                  partitions {
+                                                                    id: 7
+                                                                    name: "payments"
+                                                                    pool { max_txs: 5000 }
+                                                                  }
+                                                                )pb",
+                                                                "n1.conf", false);
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_EQ(config->partitions_size(), 1);
   EXPECT_EQ(config->partitions(0).pool().max_txs(), 5000u);
@@ -35,17 +40,17 @@ TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
 
 TEST(ConfigTest, ErrorsNameFieldAndLine) {
   const std::string text =
-      "data_dir: \"/tmp/x\"\n"                                   // line 1
-      "partitions {\n"                                           // line 2
-      "  id: 1\n"                                                // line 3
-      "  name: \"a\"\n"                                          // line 4
-      "  consensus { checkpoint_interval: 10\n"                  // line 5
-      "              watermark_window: 15 }\n"                   // line 6
-      "}\n"                                                      // line 7
-      "partitions {\n"                                           // line 8
-      "  id: 1\n"                                                // line 9
-      "  name: \"b\"\n"                                          // line 10
-      "  share { weight: -2 }\n"                                 // line 11
+      "data_dir: \"/tmp/x\"\n"                   // line 1
+      "partitions {\n"                           // line 2
+      "  id: 1\n"                                // line 3
+      "  name: \"a\"\n"                          // line 4
+      "  consensus { checkpoint_interval: 10\n"  // line 5
+      "              watermark_window: 15 }\n"   // line 6
+      "}\n"                                      // line 7
+      "partitions {\n"                           // line 8
+      "  id: 1\n"                                // line 9
+      "  name: \"b\"\n"                          // line 10
+      "  share { weight: -2 }\n"                 // line 11
       "}\n";
   absl::StatusOr<node::config::NodeConfig> config = ParseConfig(text, "bad.conf", false);
   ASSERT_FALSE(config.ok());
@@ -113,8 +118,7 @@ TEST(ConfigTest, EachRuleRefuses) {
 }
 
 TEST(ConfigTest, MissingFileIsNotFound) {
-  EXPECT_EQ(LoadConfigFile("/nonexistent/noded.conf").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(LoadConfigFile("/nonexistent/noded.conf").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

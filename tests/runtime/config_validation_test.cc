@@ -27,8 +27,8 @@ using ::testing::HasSubstr;
 // placed inside the first two partitions and `resources` inside a resources block.
 std::string ConfigText(const std::string& hot, const std::string& steady = "",
                        const std::string& resources = "") {
-  return absl::StrCat("data_dir: \"/tmp/unused\"\n",                         // line 1
-                      "resources {\n", resources, "\n}\n",                   // lines 2-4
+  return absl::StrCat("data_dir: \"/tmp/unused\"\n",                          // line 1
+                      "resources {\n", resources, "\n}\n",                    // lines 2-4
                       "partitions {\n  id: 1 name: \"hot\"\n", hot, "\n}\n",  // lines 5-8
                       "partitions {\n  id: 2 name: \"steady\"\n", steady, "\n}\n",
                       "partitions { id: 3 name: \"cold\" }\n");
@@ -40,8 +40,7 @@ std::string StripFileLine(const std::string& message) {
   const size_t colon = message.find(": ", prefix.size());
   int line = 0;
   if (!absl::StartsWith(message, prefix) || colon == std::string::npos ||
-      !absl::SimpleAtoi(message.substr(prefix.size(), colon - prefix.size()), &line) ||
-      line <= 0) {
+      !absl::SimpleAtoi(message.substr(prefix.size(), colon - prefix.size()), &line) || line <= 0) {
     ADD_FAILURE() << "no FILE:LINE in: " << message;
     return "";
   }
@@ -94,13 +93,12 @@ void AddShare(node::admin::UpdateArbiterRequest* r, const std::string& partition
 TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
   struct Case {
     std::string name;
-    std::string file;                   // a whole text config
+    std::string file;                    // a whole text config
     std::function<grpc::Status()> live;  // the same bad value as a live update
-    std::string expect;                 // "path: message", exactly
+    std::string expect;                  // "path: message", exactly
   };
   const std::vector<Case> cases = {
-      {"pool max_per_sender above max_txs",
-       ConfigText("pool { max_txs: 100 max_per_sender: 200 }"),
+      {"pool max_per_sender above max_txs", ConfigText("pool { max_txs: 100 max_per_sender: 200 }"),
        [&] {
          auto r = HotFlow();
          r.mutable_pool()->set_max_txs(100);
@@ -222,8 +220,7 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
        },
        "partitions: share.guarantee_fraction sums to 1.2 over all partitions; must be <= 1"},
       {"egress floor above the cap",
-       ConfigText("", "",
-                  "egress_bytes_per_second: 1000 tx_forward_floor_bytes_per_second: 2000"),
+       ConfigText("", "", "egress_bytes_per_second: 1000 tx_forward_floor_bytes_per_second: 2000"),
        [&] {
          node::admin::UpdateEgressRequest r;
          r.set_set_cap(true);

@@ -108,8 +108,7 @@ TEST_F(GrpcServicesTest, BatchGivesOneResultPerTx) {
 TEST_F(GrpcServicesTest, MessagesOverTheReceiveLimitAreRefused) {
   grpc::ClientContext ctx;
   node::client::SubmitTxResponse resp;
-  grpc::Status st =
-      Submit("hot", std::string(kClientMaxReceiveBytes + 1, 'x'), false, &resp, &ctx);
+  grpc::Status st = Submit("hot", std::string(kClientMaxReceiveBytes + 1, 'x'), false, &resp, &ctx);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
 }
 

@@ -18,15 +18,14 @@
 #include "base/transaction.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
-#include "tests/runtime/runtime_test_util.h"
 #include "runtime/config.h"
 #include "runtime/node.h"
+#include "tests/runtime/runtime_test_util.h"
 
 namespace runtime {
 namespace {
 
 using ::runtime::testing::WaitFor;
-
 
 node::config::NodeConfig LosslessConfig(const std::string& dir) {
   node::config::NodeConfig c;
@@ -42,7 +41,7 @@ node::config::NodeConfig LosslessConfig(const std::string& dir) {
   p->mutable_consensus()->set_batch_timeout_ms(5);
   auto* l = p->mutable_lossless();
   l->set_enabled(true);
-  l->set_memory_bytes(64 << 10);   // a small memory tier: most of the burst goes to disk
+  l->set_memory_bytes(64 << 10);  // a small memory tier: most of the burst goes to disk
   l->set_segment_bytes(64 << 10);
   l->set_durability(node::config::LosslessConfig::INTERVAL);
   l->set_sync_interval_ms(5);
@@ -106,8 +105,8 @@ TEST(LosslessTest, BurstIsAcknowledgedSpilledDrainedAndCommittedOnceAcrossAResta
     EXPECT_EQ(stats.spill().appended(), static_cast<uint64_t>(kTxs));
     EXPECT_GT(stats.spill().disk_bytes(), 0u) << "the burst should overflow the 64 KiB memory tier";
     // Stop in the middle of the drain.
-    ASSERT_TRUE(WaitFor([&] { return part->FlowStats().spill().drained() > 100; },
-                        absl::Seconds(20)));
+    ASSERT_TRUE(
+        WaitFor([&] { return part->FlowStats().spill().drained() > 100; }, absl::Seconds(20)));
     EXPECT_LT(part->FlowStats().spill().drained(), static_cast<uint64_t>(kTxs));
     (*node)->Stop(absl::Seconds(2));
   }
@@ -133,8 +132,8 @@ TEST(LosslessTest, BurstIsAcknowledgedSpilledDrainedAndCommittedOnceAcrossAResta
       committed += part->GetBlock(h, false)->block().tx_hashes_size();
     }
     EXPECT_EQ(committed, static_cast<uint64_t>(kTxs));
-    absl::StatusOr<node::client::GetAccountResponse> account = part->GetAccount(
-        base::PrivateKey::FromSeed(std::string(32, 'L'))->public_key().bytes());
+    absl::StatusOr<node::client::GetAccountResponse> account =
+        part->GetAccount(base::PrivateKey::FromSeed(std::string(32, 'L'))->public_key().bytes());
     ASSERT_TRUE(account.ok());
     EXPECT_EQ(account->account().nonce(), static_cast<uint64_t>(kTxs));
     (*node)->Stop(absl::Seconds(1));

@@ -61,8 +61,8 @@ TEST(MetricsServerTest, ExposesCountersGaugesAndCollectedHistograms) {
   EXPECT_GT(metrics.port(), 0);  // the port actually bound, not the requested 0
   EXPECT_EQ(metrics.address(), "127.0.0.1:0");
 
-  prometheus::Counter& admitted = metrics.Counter(
-      "node_admitted_total", "Admitted requests.", {{"partition", "hot"}, {"stage", "rate"}});
+  prometheus::Counter& admitted = metrics.Counter("node_admitted_total", "Admitted requests.",
+                                                  {{"partition", "hot"}, {"stage", "rate"}});
   admitted.Increment(3);
   // Same name and labels: the same series.
   metrics.Counter("node_admitted_total", "ignored", {{"partition", "hot"}, {"stage", "rate"}})
@@ -95,12 +95,14 @@ TEST(MetricsServerTest, ExposesCountersGaugesAndCollectedHistograms) {
 
   EXPECT_THAT(text, HasSubstr("# TYPE node_queue_delay histogram"));
   // Labels are sorted by name (std::map): channel before partition.
-  EXPECT_THAT(text, HasSubstr("node_queue_delay_bucket{channel=\"1\",partition=\"hot\",le=\"2\"} 3\n"));
-  EXPECT_THAT(text, HasSubstr("node_queue_delay_bucket{channel=\"1\",partition=\"hot\",le=\"8\"} 4\n"));
+  EXPECT_THAT(text,
+              HasSubstr("node_queue_delay_bucket{channel=\"1\",partition=\"hot\",le=\"2\"} 3\n"));
+  EXPECT_THAT(text,
+              HasSubstr("node_queue_delay_bucket{channel=\"1\",partition=\"hot\",le=\"8\"} 4\n"));
   EXPECT_THAT(text,
               HasSubstr("node_queue_delay_bucket{channel=\"1\",partition=\"hot\",le=\"16\"} 5\n"));
-  EXPECT_THAT(text,
-              HasSubstr("node_queue_delay_bucket{channel=\"1\",partition=\"hot\",le=\"+Inf\"} 6\n"));
+  EXPECT_THAT(
+      text, HasSubstr("node_queue_delay_bucket{channel=\"1\",partition=\"hot\",le=\"+Inf\"} 6\n"));
   EXPECT_THAT(text, HasSubstr("node_queue_delay_sum{channel=\"1\",partition=\"hot\"} 128\n"));
   EXPECT_THAT(text, HasSubstr("node_queue_delay_count{channel=\"1\",partition=\"hot\"} 6\n"));
   EXPECT_THAT(text, HasSubstr("node_channel_credit{channel=\"1\"} 1.5\n"));

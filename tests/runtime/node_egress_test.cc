@@ -34,8 +34,7 @@ void RunUntil(p2p::EgressValve& valve, tests::FakeClock& clock, int64_t end) {
 }
 
 TEST(NodeEgressTest, UpdateEgressChangesWhatLeavesANodeOnTheInMemoryNetwork) {
-  const std::string dir =
-      ::testing::TempDir() + "/node_egress_test_" + std::to_string(getpid());
+  const std::string dir = ::testing::TempDir() + "/node_egress_test_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const base::PrivateKey key = testing::TestKey('e');
@@ -75,8 +74,7 @@ TEST(NodeEgressTest, UpdateEgressChangesWhatLeavesANodeOnTheInMemoryNetwork) {
 
   // A backlog far larger than either cap lets through in a second.
   for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(
-        valve.Send("sink", kProbePartition, node::p2p::BULK, std::string(5000, 'x')).ok());
+    ASSERT_TRUE(valve.Send("sink", kProbePartition, node::p2p::BULK, std::string(5000, 'x')).ok());
   }
   RunUntil(valve, clock, clock.NowNanos() + kSec);
   const uint64_t first = probe_bytes.load();

@@ -3,11 +3,11 @@
 // transactions kept, next nonce accepted), SIGKILL and restart (nothing committed lost), and a
 // bad config (exit 2 with FILE:LINE: field).
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,8 +26,8 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "tests/runtime/runtime_test_util.h"
 #include "proto/client.grpc.pb.h"
+#include "tests/runtime/runtime_test_util.h"
 
 extern char** environ;
 
@@ -37,8 +37,6 @@ using ::runtime::testing::FreePort;
 using ::runtime::testing::WaitFor;
 
 using ::testing::HasSubstr;
-
-
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;
@@ -86,12 +84,13 @@ class NodedProcessTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     client_ = absl::StrCat("127.0.0.1:", FreePort());
     config_ = dir_ + "/node.conf";
-    std::ofstream(config_) << "data_dir: \"" << dir_ << "/data\"\n"
-                           << "p2p_listen: \"127.0.0.1:" << FreePort() << "\"\n"
-                           << "client_listen: \"" << client_ << "\"\n"
-                           << "admin_listen: \"127.0.0.1:" << FreePort() << "\"\n"
-                           << "metrics_listen: \"\"\n"
-                           << "partitions { id: 1 name: \"main\" consensus { batch_timeout_ms: 5 } }\n";
+    std::ofstream(config_)
+        << "data_dir: \"" << dir_ << "/data\"\n"
+        << "p2p_listen: \"127.0.0.1:" << FreePort() << "\"\n"
+        << "client_listen: \"" << client_ << "\"\n"
+        << "admin_listen: \"127.0.0.1:" << FreePort() << "\"\n"
+        << "metrics_listen: \"\"\n"
+        << "partitions { id: 1 name: \"main\" consensus { batch_timeout_ms: 5 } }\n";
     log_ = dir_ + "/noded.log";
   }
   void TearDown() override {

@@ -54,8 +54,8 @@ struct Replica {
 struct Outcome {
   std::vector<std::string> chains;  // per replica: "height:hash,..." of its blocks
   std::vector<uint64_t> views;
-  std::vector<uint64_t> nonces;  // per replica: account 'a''s committed nonce
-  std::vector<std::string> answers;  // per submitted tx, in submit order: its final status
+  std::vector<uint64_t> nonces;       // per replica: account 'a''s committed nonce
+  std::vector<std::string> answers;   // per submitted tx, in submit order: its final status
   std::vector<std::string> refusals;  // every refusal on the way, in order (then re-sent)
   uint64_t committed_after_crash = 0;
 };
@@ -104,7 +104,7 @@ class Cluster {
       flowctl::WorkerPool::Options po;
       po.cpu_clock = flowctl::WorkerPool::CpuClock::kWall;  // fake time: no CPU is "used"
       po.clock = &clock_;
-      r.pool = std::make_unique<flowctl::WorkerPool>(po);  // never started
+      r.pool = std::make_unique<flowctl::WorkerPool>(po);               // never started
       r.scheduler = std::make_unique<flowctl::TickScheduler>(&clock_);  // never started
       r.network = hub_.AddNode(r.id);
       PartitionEnv env;
@@ -196,15 +196,14 @@ class Cluster {
       if (!replicas_[r].crashed) live.push_back(r);
     }
     const int target = live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng_)];
-    replicas_[target].partition->Submit(
-        tx, {}, [this, slot, tx](SubmitResult r) {
-          answers_[slot] = r.status.ToString();
-          if (r.status.ok() || r.status.code() == absl::StatusCode::kAlreadyExists) return;
-          refusals_.push_back(absl::StrCat(slot, ": ", r.status.ToString()));
-          const int64_t wait = std::max<int64_t>(absl::ToInt64Nanoseconds(r.retry_after),
-                                                 20 * kStepNanos);
-          retries_.push_back({clock_.NowNanos() + wait, slot, tx});
-        });
+    replicas_[target].partition->Submit(tx, {}, [this, slot, tx](SubmitResult r) {
+      answers_[slot] = r.status.ToString();
+      if (r.status.ok() || r.status.code() == absl::StatusCode::kAlreadyExists) return;
+      refusals_.push_back(absl::StrCat(slot, ": ", r.status.ToString()));
+      const int64_t wait =
+          std::max<int64_t>(absl::ToInt64Nanoseconds(r.retry_after), 20 * kStepNanos);
+      retries_.push_back({clock_.NowNanos() + wait, slot, tx});
+    });
   }
 
   Outcome Snapshot() {

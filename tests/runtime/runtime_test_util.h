@@ -55,8 +55,7 @@ inline int FreePort() {
 
 // Polls `cond` every 10 ms until it holds or `timeout` passes; returns its last value. For
 // conditions reached by real threads and sockets: the poll bounds the wait, it orders nothing.
-inline bool WaitFor(const std::function<bool()>& cond,
-                    absl::Duration timeout = absl::Seconds(30)) {
+inline bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(30)) {
   const absl::Time end = absl::Now() + timeout;
   while (absl::Now() < end) {
     if (cond()) return true;

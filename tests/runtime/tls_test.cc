@@ -34,13 +34,12 @@ namespace runtime {
 namespace {
 
 using ::runtime::testing::FreePort;
-using ::runtime::testing::TestKey;
-using ::runtime::testing::SignedPut;
 using ::runtime::testing::MakeTestCerts;
+using ::runtime::testing::SignedPut;
 using ::runtime::testing::TestCerts;
+using ::runtime::testing::TestKey;
 using ::runtime::testing::WaitFor;
 using ::testing::HasSubstr;
-
 
 NodeOptions NoMetrics() {
   NodeOptions o;
@@ -108,10 +107,12 @@ TestCerts* TlsTest::certs_ = nullptr;
 
 TEST_F(TlsTest, ConfigErrorsNameTheFieldAndLine) {
   const std::string text = absl::StrCat(
-      "partitions { id: 1 name: \"a\" }\n"   // line 1
-      "tls {\n"                              // line 2
-      "  client: true\n"                     // line 3
-      "  cert_file: \"", *root_, "/missing.crt\"\n"  // line 4
+      "partitions { id: 1 name: \"a\" }\n"  // line 1
+      "tls {\n"                             // line 2
+      "  client: true\n"                    // line 3
+      "  cert_file: \"",
+      *root_,
+      "/missing.crt\"\n"  // line 4
       "}\n");
   absl::StatusOr<node::config::NodeConfig> c = ParseConfig(text, "t.conf", false);
   ASSERT_FALSE(c.ok());
@@ -175,9 +176,9 @@ TEST_F(TlsTest, ClientAndAdminPortsServeTlsOnly) {
 
   // The admin port too.
   for (bool tls : {true, false}) {
-    auto admin = node::admin::AdminService::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", (*node)->admin_port()),
-        tls ? TrustingCa(certs_->ca_pem) : grpc::InsecureChannelCredentials()));
+    auto admin = node::admin::AdminService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*node)->admin_port()),
+                            tls ? TrustingCa(certs_->ca_pem) : grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     node::admin::NodeStatus status;
@@ -219,8 +220,7 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
       peer->set_public_key_hex(pubs[j]);
     }
     ApplyDefaults(&c);
-    absl::StatusOr<std::unique_ptr<Node>> node =
-        Node::Create(c, NoMetrics());
+    absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(c, NoMetrics());
     ASSERT_TRUE(node.ok()) << node.status();
     ASSERT_TRUE((*node)->Start().ok());
     nodes.push_back(*std::move(node));
@@ -256,7 +256,8 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
       absl::StatusOr<Partition*> p = nodes[i]->FindPartition("alpha");
       return p.ok() && (*p)->GetTx(resp.tx_hash()).ok() &&
              (*p)->GetTx(resp.tx_hash())->receipt().block_height() == height;
-    })) << "node " << i;
+    })) << "node "
+        << i;
   }
 
   // A plaintext dialer does not get through the p2p port (not even to the handshake).

@@ -38,10 +38,10 @@ inline TestCerts MakeTestCerts(const std::string& dir) {
                                      "basicConstraints=CA:FALSE\n";
   const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
   const std::string script = absl::StrCat(
-      "set -e; cd '", dir, "';",
-      "openssl req -x509 ", ec, " -keyout ca.key -out ca.crt -days 2 -subj /CN=test-ca;",
-      "openssl req -x509 ", ec, " -keyout other_ca.key -out other_ca.crt -days 2 -subj /CN=other;",
-      "openssl req -new ", ec, " -keyout node.key -out node.csr -subj /CN=node;",
+      "set -e; cd '", dir, "';", "openssl req -x509 ", ec,
+      " -keyout ca.key -out ca.crt -days 2 -subj /CN=test-ca;", "openssl req -x509 ", ec,
+      " -keyout other_ca.key -out other_ca.crt -days 2 -subj /CN=other;", "openssl req -new ", ec,
+      " -keyout node.key -out node.csr -subj /CN=node;",
       "openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt",
       " -days 2 -extfile ext.cnf");
   const std::string cmd = absl::StrCat("bash -c \"", script, "\" >'", dir, "/openssl.log' 2>&1");

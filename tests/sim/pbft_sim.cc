@@ -113,7 +113,9 @@ class Cluster {
     }
   };
 
-  void At(int64_t t, std::function<void()> fn) { queue_.push(Event{t, next_order_++, std::move(fn)}); }
+  void At(int64_t t, std::function<void()> fn) {
+    queue_.push(Event{t, next_order_++, std::move(fn)});
+  }
   int64_t Rand(int64_t lo, int64_t hi) {
     return lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
   }
@@ -135,7 +137,8 @@ class Cluster {
     config_.self = n.id;
     auto replica = PbftReplica::Create(config_, deps, pos);
     if (!replica.ok()) {
-      Fail(false, absl::StrCat("replica ", n.id, " failed to restart: ", replica.status().ToString()));
+      Fail(false,
+           absl::StrCat("replica ", n.id, " failed to restart: ", replica.status().ToString()));
       return;
     }
     n.replica = std::move(*replica);
@@ -255,7 +258,8 @@ class Cluster {
         const uint64_t gen = ++n.timer_gen[idx];
         At(now_ + st->delay_ms, [this, id = n.id, idx, gen, timer = st->timer] {
           Node& node = *nodes_[id];
-          if (node.up && node.timer_gen[idx] == gen) StepNode(node, partitions::PbftTimerFired{timer});
+          if (node.up && node.timer_gen[idx] == gen)
+            StepNode(node, partitions::PbftTimerFired{timer});
         });
       } else if (auto* ct = std::get_if<partitions::PbftCancelTimer>(&a)) {
         ++n.timer_gen[static_cast<int>(ct->timer)];
@@ -278,9 +282,13 @@ class Cluster {
   void Transmit(Node& from, uint32_t to, std::shared_ptr<const ConsensusMessage> msg) {
     if (from.byz_primary && msg->has_pre_prepare()) {
       switch (rng_() % 3) {
-        case 0: break;                           // the real one
-        case 1: msg = Equivocate(from, *msg); break;  // a conflicting one
-        default: return;                         // nothing
+        case 0:
+          break;  // the real one
+        case 1:
+          msg = Equivocate(from, *msg);
+          break;  // a conflicting one
+        default:
+          return;  // nothing
       }
     }
     if (from.byz_garbage && (msg->has_prepare() || msg->has_commit()) && Chance(0.5)) {
@@ -332,8 +340,8 @@ class Cluster {
   void Garbage(uint32_t id) {
     Node& n = *nodes_[id];
     if (n.up && n.replica) {
-      ConsensusMessage m = MakeGarbage(rng_, config_, n.replica->view(),
-                                       n.replica->last_executed(), id, n.crypto);
+      ConsensusMessage m =
+          MakeGarbage(rng_, config_, n.replica->view(), n.replica->last_executed(), id, n.crypto);
       const uint32_t to = static_cast<uint32_t>(Rand(0, o_.n - 1));
       if (to != id) Send(id, to, std::make_shared<const ConsensusMessage>(std::move(m)));
     }
@@ -401,8 +409,8 @@ class Cluster {
                           n->replica->view_change_votes(), " ViewChanges, executed ",
                           n->replica->last_executed(), "]");
         }
-        Fail(false, absl::StrCat("liveness: no commit within ", bound, "ms of the primary (",
-                                 id, ") crashing (stuck at seq ", seq, "):", states));
+        Fail(false, absl::StrCat("liveness: no commit within ", bound, "ms of the primary (", id,
+                                 ") crashing (stuck at seq ", seq, "):", states));
       }
       if (!nodes_[id]->up) Restart(*nodes_[id]);
     });
@@ -440,9 +448,8 @@ class Cluster {
     for (auto& n : nodes_) {
       // Under loss, forwarding of some txs to some replicas is late (after healing): those
       // replicas fetch them when a pre-prepare needs them.
-      const int64_t when = Faulty() && loss_ && Chance(0.1)
-                               ? o_.fault_end_ms + Rand(1, 3000)
-                               : now_ + Rand(1, 30);
+      const int64_t when =
+          Faulty() && loss_ && Chance(0.1) ? o_.fault_end_ms + Rand(1, 3000) : now_ + Rand(1, 30);
       At(when, [this, id = n->id, h] {
         Node& node = *nodes_[id];
         node.pool.Add(h);
@@ -529,27 +536,38 @@ class Cluster {
 
 const std::vector<FaultKind>& AllFaultKinds() {
   static const std::vector<FaultKind> kinds = {
-      FaultKind::kNone,      FaultKind::kDelay,      FaultKind::kLoss,
-      FaultKind::kDuplicate, FaultKind::kPartition,  FaultKind::kCrash,
-      FaultKind::kByzPrimary, FaultKind::kByzReplica, FaultKind::kIsolate,
-      FaultKind::kPause,     FaultKind::kCrashPrimary, FaultKind::kMixed};
+      FaultKind::kNone,      FaultKind::kDelay, FaultKind::kLoss,         FaultKind::kDuplicate,
+      FaultKind::kPartition, FaultKind::kCrash, FaultKind::kByzPrimary,   FaultKind::kByzReplica,
+      FaultKind::kIsolate,   FaultKind::kPause, FaultKind::kCrashPrimary, FaultKind::kMixed};
   return kinds;
 }
 
 const char* FaultKindName(FaultKind kind) {
   switch (kind) {
-    case FaultKind::kNone: return "none";
-    case FaultKind::kDelay: return "delay";
-    case FaultKind::kLoss: return "loss";
-    case FaultKind::kDuplicate: return "duplicate";
-    case FaultKind::kPartition: return "partition";
-    case FaultKind::kCrash: return "crash";
-    case FaultKind::kByzPrimary: return "byz_primary";
-    case FaultKind::kByzReplica: return "byz_replica";
-    case FaultKind::kIsolate: return "isolate";
-    case FaultKind::kPause: return "pause";
-    case FaultKind::kCrashPrimary: return "crash_primary";
-    case FaultKind::kMixed: return "mixed";
+    case FaultKind::kNone:
+      return "none";
+    case FaultKind::kDelay:
+      return "delay";
+    case FaultKind::kLoss:
+      return "loss";
+    case FaultKind::kDuplicate:
+      return "duplicate";
+    case FaultKind::kPartition:
+      return "partition";
+    case FaultKind::kCrash:
+      return "crash";
+    case FaultKind::kByzPrimary:
+      return "byz_primary";
+    case FaultKind::kByzReplica:
+      return "byz_replica";
+    case FaultKind::kIsolate:
+      return "isolate";
+    case FaultKind::kPause:
+      return "pause";
+    case FaultKind::kCrashPrimary:
+      return "crash_primary";
+    case FaultKind::kMixed:
+      return "mixed";
   }
   return "unknown";
 }

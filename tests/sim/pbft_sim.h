@@ -30,17 +30,17 @@ namespace sim {
 
 enum class FaultKind {
   kNone,
-  kDelay,        // large random delays (heavy reordering)
-  kLoss,         // random message loss (and txs that must be fetched)
-  kDuplicate,    // random duplication
-  kPartition,    // network partitions that change, then heal
-  kCrash,        // crash and restart from persisted state
-  kByzPrimary,   // primary of view 0 equivocates (different pre-prepares to different replicas)
-  kByzReplica,   // a replica sends garbage and conflicting votes
-  kIsolate,      // one replica at a time is cut off for longer than the view-change timeout
-  kPause,        // one replica at a time is suspended (SIGSTOP): its events wait, then all run
-  kCrashPrimary, // the current primary crashes 3 times in a row; the others must commit without it
-  kMixed,        // all of the above at once (Byzantine ones within f)
+  kDelay,         // large random delays (heavy reordering)
+  kLoss,          // random message loss (and txs that must be fetched)
+  kDuplicate,     // random duplication
+  kPartition,     // network partitions that change, then heal
+  kCrash,         // crash and restart from persisted state
+  kByzPrimary,    // primary of view 0 equivocates (different pre-prepares to different replicas)
+  kByzReplica,    // a replica sends garbage and conflicting votes
+  kIsolate,       // one replica at a time is cut off for longer than the view-change timeout
+  kPause,         // one replica at a time is suspended (SIGSTOP): its events wait, then all run
+  kCrashPrimary,  // the current primary crashes 3 times in a row; the others must commit without it
+  kMixed,         // all of the above at once (Byzantine ones within f)
 };
 const std::vector<FaultKind>& AllFaultKinds();
 const char* FaultKindName(FaultKind kind);
@@ -60,7 +60,7 @@ struct SimOptions {
 
 struct SimResult {
   bool ok = true;
-  std::string failure;           // first violation, empty when ok
+  std::string failure;            // first violation, empty when ok
   bool safety_violation = false;  // agreement, validity or order (never acceptable)
   uint64_t max_committed_seq = 0;
   uint64_t submitted = 0;

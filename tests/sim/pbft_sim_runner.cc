@@ -45,13 +45,20 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     const char* val = i + 1 < argc ? argv[i + 1] : nullptr;
     if (val == nullptr) return Usage();
-    if (arg == "--runs") runs = std::strtoull(val, nullptr, 10);
-    else if (arg == "--first-seed") first_seed = std::strtoull(val, nullptr, 10);
-    else if (arg == "--jobs") jobs = static_cast<unsigned>(std::atoi(val));
-    else if (arg == "--seed") seed = std::strtoull(val, nullptr, 10);
-    else if (arg == "--fault") fault = val;
-    else if (arg == "--n") n = static_cast<uint32_t>(std::atoi(val));
-    else return Usage();
+    if (arg == "--runs")
+      runs = std::strtoull(val, nullptr, 10);
+    else if (arg == "--first-seed")
+      first_seed = std::strtoull(val, nullptr, 10);
+    else if (arg == "--jobs")
+      jobs = static_cast<unsigned>(std::atoi(val));
+    else if (arg == "--seed")
+      seed = std::strtoull(val, nullptr, 10);
+    else if (arg == "--fault")
+      fault = val;
+    else if (arg == "--n")
+      n = static_cast<uint32_t>(std::atoi(val));
+    else
+      return Usage();
     ++i;
   }
   if (seed != 0) {
@@ -64,17 +71,18 @@ int main(int argc, char** argv) {
       o.fault = *kind;
     }
     const sim::SimResult r = sim::RunSimulation(o);
-    std::printf("seed %llu fault %s n %u: %s%s\n  max seq %llu, txs %llu/%llu, view changes %llu, "
-                "synced batches %llu, messages %llu, dropped by replicas %llu\n",
-                static_cast<unsigned long long>(seed), sim::FaultKindName(o.fault), o.n,
-                r.ok ? "PASS" : (r.safety_violation ? "SAFETY VIOLATION: " : "FAIL: "),
-                r.failure.c_str(), static_cast<unsigned long long>(r.max_committed_seq),
-                static_cast<unsigned long long>(r.committed_txs),
-                static_cast<unsigned long long>(r.submitted),
-                static_cast<unsigned long long>(r.view_changes),
-                static_cast<unsigned long long>(r.synced_batches),
-                static_cast<unsigned long long>(r.messages_delivered),
-                static_cast<unsigned long long>(r.dropped_by_replicas));
+    std::printf(
+        "seed %llu fault %s n %u: %s%s\n  max seq %llu, txs %llu/%llu, view changes %llu, "
+        "synced batches %llu, messages %llu, dropped by replicas %llu\n",
+        static_cast<unsigned long long>(seed), sim::FaultKindName(o.fault), o.n,
+        r.ok ? "PASS" : (r.safety_violation ? "SAFETY VIOLATION: " : "FAIL: "), r.failure.c_str(),
+        static_cast<unsigned long long>(r.max_committed_seq),
+        static_cast<unsigned long long>(r.committed_txs),
+        static_cast<unsigned long long>(r.submitted),
+        static_cast<unsigned long long>(r.view_changes),
+        static_cast<unsigned long long>(r.synced_batches),
+        static_cast<unsigned long long>(r.messages_delivered),
+        static_cast<unsigned long long>(r.dropped_by_replicas));
     return r.ok ? 0 : (r.safety_violation ? 2 : 1);
   }
   if (runs == 0) return Usage();

@@ -16,8 +16,8 @@
 
 namespace sim {
 
-using partitions::ConsensusMessage;
 using ::node::consensus::CommittedBatch;
+using partitions::ConsensusMessage;
 using partitions::PbftReplica;
 
 // Keyed MAC stand-in: only the sim's transport and each node's own crypto object ever call it, so
@@ -100,8 +100,8 @@ struct Node {
   bool in_followup = false;
   std::tuple<uint64_t, int, bool> traced{~0ULL, -1, false};  // last state printed by SIM_TRACE
   int group = 0;
-  bool isolated = false;        // kIsolate: no messages in or out
-  int64_t paused_until = -1;    // kPause: events for this node wait until then
+  bool isolated = false;      // kIsolate: no messages in or out
+  int64_t paused_until = -1;  // kPause: events for this node wait until then
   bool honest() const { return !byz_primary && !byz_garbage; }
 };
 

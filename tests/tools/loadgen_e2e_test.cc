@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <sstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -168,15 +168,15 @@ TEST(LoadgenE2eTest, FailedExpectationExitsOneAndContinuesNonces) {
 }
 
 // Senders that reached each of two targets (independent fakes, so commits are not awaited).
-std::pair<std::set<std::string>, std::set<std::string>> SendersPerTarget(const std::string& route,
-                                                                         bool a_unavailable = false) {
+std::pair<std::set<std::string>, std::set<std::string>> SendersPerTarget(
+    const std::string& route, bool a_unavailable = false) {
   FakeClientService a({{"p", 5}}), b({{"p", 5}});
   a.SetUnavailable(a_unavailable);
   EXPECT_TRUE(a.Start());
   EXPECT_TRUE(b.Start());
-  Result r = RunTool({"--targets", absl::StrCat(a.address(), ",", b.address()), "--duration",
-                      "1s", "--drain", "1s", "--senders", "5", "--scenario", "p:rate=300",
-                      "--route", route, "--quiet"});
+  Result r = RunTool({"--targets", absl::StrCat(a.address(), ",", b.address()), "--duration", "1s",
+                      "--drain", "1s", "--senders", "5", "--scenario", "p:rate=300", "--route",
+                      route, "--quiet"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   std::pair<std::set<std::string>, std::set<std::string>> out;
   for (const auto& [sender, nonces] : a.admitted_nonces("p")) out.first.insert(sender);

@@ -113,9 +113,8 @@ TEST(LoadgenScheduleTest, IdlePhasesOfferNothing) {
 }
 
 TEST(LoadgenScheduleTest, ParsesSeveralPartitionsAndUnits) {
-  absl::StatusOr<std::vector<PartitionLoad>> loads =
-      ParseScenario("hot:rate=20000,pattern=constant; steady:rate=200/s,tx_bytes=100,keys=per_sender",
-                    200, 60);
+  absl::StatusOr<std::vector<PartitionLoad>> loads = ParseScenario(
+      "hot:rate=20000,pattern=constant; steady:rate=200/s,tx_bytes=100,keys=per_sender", 200, 60);
   ASSERT_TRUE(loads.ok()) << loads.status();
   ASSERT_EQ(loads->size(), 2u);
   EXPECT_EQ((*loads)[0].name, "hot");
