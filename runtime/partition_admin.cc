@@ -126,6 +126,9 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
     LOG(ERROR) << "partition " << name_ << ": pool limits: " << s;
   }
   tracker_.SetPolicy(TrackerPolicyFor(limits));  // the tracker's bound follows the pool's
+  // A flow update never changes the share; an UpdateArbiter that landed while this one was
+  // validated outside the lock keeps its share.
+  *next.mutable_share() = config_.share();
   config_ = next;
   LOG(INFO) << "partition " << name_ << ": flow configuration updated";
   return next;
