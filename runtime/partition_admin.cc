@@ -270,7 +270,7 @@ void Partition::Pause() {
 }
 void Partition::Resume() {
   if (impl_->paused_.exchange(false)) LOG(INFO) << "partition " << name_ << " resumed";
-  impl_->WakeTicker();
+  impl_->RequestTick();
 }
 bool Partition::paused() const { return impl_->paused_.load(std::memory_order_relaxed); }
 

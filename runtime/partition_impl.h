@@ -109,7 +109,6 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   void HandleTick();
   // One round of time-driven work at `now`; returns when it wants to run next.
   int64_t Tick(int64_t now);
-  void WakeTicker() { RequestTick(); }
 
   // Queries and admin (partition.cc).
   node::admin::PartitionFlowStats FlowStats() const;

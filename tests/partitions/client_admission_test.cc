@@ -89,12 +89,7 @@ class ClientAdmissionTest : public ::testing::Test {
   }
 
   std::string SignedPut(uint64_t nonce) {
-    node::chain::Transaction tx;
-    tx.set_partition(kPartition);
-    tx.set_nonce(nonce);
-    tx.mutable_put()->set_key(absl::StrCat("k", nonce));
-    tx.mutable_put()->set_value("v");
-    return base::SignTx(tx, keys_[0]);
+    return chaintest::Put(keys_[0], nonce, absl::StrCat("k", nonce), "v", kPartition)->signed_bytes;
   }
 
   // Submits one tx; the answer lands in `out` whenever it comes.
