@@ -1,7 +1,8 @@
 // RocksDbConsensusStore: the durable ConsensusStore (pbft_types.h) of a partition's PBFT replica,
-// in its own RocksDB next to the ledger (e.g. <partition dir>/consensus). Same semantics as
-// InMemoryConsensusStore, but it survives a process crash: every write is one WriteBatch with
-// WriteOptions.sync, so a call that returns OK is on disk.
+// in its own RocksDB next to the ledger (e.g. <partition dir>/consensus). It survives a process
+// crash: every write is one WriteBatch with WriteOptions.sync, so a call that returns OK is on
+// disk. Tests hold it to the in-memory model of the same semantics (tests/mocks/
+// fake_consensus_store.h).
 //
 // Layout (one key space):
 //   "v"                                      -> PersistedView

@@ -12,17 +12,12 @@
 
 #include "benchmark/benchmark.h"
 #include "partitions/pbft_certs.h"
-#include "partitions/pbft_memory_store.h"
 #include "partitions/pbft_replica.h"
+#include "tests/mocks/fake_consensus_store.h"
+#include "tests/mocks/fake_pbft_crypto.h"
 
 namespace partitions {
 namespace {
-
-class NoopCrypto final : public PbftCrypto {
- public:
-  std::string Sign(const ConsensusMessage&) override { return std::string(); }
-  bool Verify(const ConsensusMessage&) const override { return true; }
-};
 
 class AllTxs final : public PbftTxSource {
  public:
@@ -43,7 +38,7 @@ class Cluster {
       PbftConfig config;
       config.n = n;
       config.self = i;
-      stores_.push_back(std::make_unique<InMemoryConsensusStore>());
+      stores_.push_back(std::make_unique<tests::FakeConsensusStore>());
       auto r = PbftReplica::Create(config, {&crypto_, &txs_, stores_.back().get(), &blocks_}, {});
       replicas_.push_back(std::move(*r));
       Apply(i, replicas_.back()->Step(PbftStart{}));
@@ -83,10 +78,11 @@ class Cluster {
     }
   }
 
-  NoopCrypto crypto_;
+  // Signatures are free here: the benchmark measures the state machine alone.
+  tests::FakePbftCrypto crypto_{0, tests::FakePbftCrypto::Trust::kAll};
   AllTxs txs_;
   NoBlocks blocks_;
-  std::vector<std::unique_ptr<InMemoryConsensusStore>> stores_;
+  std::vector<std::unique_ptr<tests::FakeConsensusStore>> stores_;
   std::vector<std::unique_ptr<PbftReplica>> replicas_;
   std::deque<std::pair<uint32_t, std::shared_ptr<const ConsensusMessage>>> queue_;
   uint64_t commits_ = 0;

@@ -17,10 +17,10 @@
 
 #include "base/ed25519.h"
 #include "partitions/pbft_ed25519_crypto.h"
-#include "partitions/pbft_memory_store.h"
 #include "partitions/pbft_replica.h"
 #include "proto/partition.pb.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "tests/mocks/fake_consensus_store.h"
 #include "tests/partitions/pbft_test_util.h"
 
 namespace {
@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     config.n = kN;
     config.self = kSelf;
     partitions::testing::TestPool pool;
-    partitions::InMemoryConsensusStore store;
+    tests::FakeConsensusStore store;
     partitions::testing::TestBlocks blocks;
     // Step's crypto is the node's own (Sign needs the private key; Verify is the same).
     auto crypto =

@@ -20,16 +20,17 @@
 #include <vector>
 
 #include "partitions/pbft_certs.h"
-#include "partitions/pbft_memory_store.h"
 #include "partitions/pbft_replica.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "tests/mocks/fake_consensus_store.h"
+#include "tests/mocks/fake_pbft_crypto.h"
 #include "tests/partitions/pbft_test_util.h"
 
 namespace {
 
 using node::consensus::CommittedBatch;
 using partitions::ConsensusMessage;
-using partitions::testing::TestTag;
+using ::tests::SignedAs;
 
 constexpr uint32_t kN = 4;
 constexpr uint32_t kSelf = 1;
@@ -41,26 +42,6 @@ void Require(bool ok, const char* what) {
     std::fprintf(stderr, "consensus_fuzz: invariant violated: %s\n", what);
     std::abort();
   }
-}
-
-// Others' signatures always verify; the replica's own must be real (nobody can forge them).
-class PermissiveCrypto final : public partitions::PbftCrypto {
- public:
-  std::string Sign(const ConsensusMessage& msg) override {
-    return TestTag(kSelf, partitions::SigningBytes(msg));
-  }
-  bool Verify(const ConsensusMessage& msg) const override {
-    if (msg.sender() >= kN) return false;
-    if (msg.sender() != kSelf) return true;
-    return msg.signature() == TestTag(kSelf, partitions::SigningBytes(msg));
-  }
-};
-
-ConsensusMessage SignAs(uint32_t sender, ConsensusMessage m) {
-  m.set_sender(sender);
-  m.clear_signature();
-  m.set_signature(TestTag(sender, partitions::SigningBytes(m)));
-  return m;
 }
 
 class World {
@@ -186,7 +167,7 @@ class World {
         pp->set_digest(Digest(txs));
         const uint32_t s = Sender();
         pp->set_proposer(in_.Byte() % 8 == 0 ? AnyReplica() : s);
-        return Deliver(SignAs(s, m));
+        return Deliver(SignedAs(s, m));
       }
       case 1:
       case 2: {
@@ -204,12 +185,12 @@ class World {
           commit->set_seq(seq);
           commit->set_digest(digest);
         }
-        return Deliver(SignAs(Sender(), m));
+        return Deliver(SignedAs(Sender(), m));
       }
       case 3:
         m.mutable_checkpoint()->set_seq(Seq());
         m.mutable_checkpoint()->set_state_digest(StateDigest());
-        return Deliver(SignAs(Sender(), m));
+        return Deliver(SignedAs(Sender(), m));
       case 4: {
         auto* vc = m.mutable_view_change();
         vc->set_new_view(View());
@@ -221,22 +202,22 @@ class World {
           *cert->mutable_pre_prepare() = pp;
           for (auto& p : Earlier(ConsensusMessage::kPrepare, 3)) *cert->add_prepares() = p;
         }
-        return Deliver(SignAs(Sender(), m));
+        return Deliver(SignedAs(Sender(), m));
       }
       case 5: {
         auto* nv = m.mutable_new_view();
         nv->set_view(View());
         for (auto& v : Earlier(ConsensusMessage::kViewChange, 4)) *nv->add_view_changes() = v;
         for (auto& pp : Earlier(ConsensusMessage::kPrePrepare, 3)) *nv->add_pre_prepares() = pp;
-        return Deliver(SignAs(Sender(), m));
+        return Deliver(SignedAs(Sender(), m));
       }
       case 6:
         m.mutable_new_view_request()->set_min_view(View());
-        return Deliver(SignAs(Sender(), m));
+        return Deliver(SignedAs(Sender(), m));
       case 7:
         m.mutable_sync_request()->set_from_seq(Seq());
         m.mutable_sync_request()->set_to_seq(Seq());
-        return Deliver(SignAs(Sender(), m));
+        return Deliver(SignedAs(Sender(), m));
       case 8: {  // sync response: batches we committed, or made up from earlier commits
         auto* sr = m.mutable_sync_response();
         const size_t count = in_.Below(4);
@@ -252,7 +233,7 @@ class World {
           }
         }
         sr->set_last_executed(Seq());
-        return Deliver(SignAs(Sender(), m));
+        return Deliver(SignedAs(Sender(), m));
       }
       case 9:
         return Step(partitions::PbftTimerFired{static_cast<partitions::PbftTimer>(in_.Below(3))});
@@ -280,16 +261,17 @@ class World {
         }
         const uint32_t s = Sender();
         if (m.has_pre_prepare()) m.mutable_pre_prepare()->set_proposer(s);
-        return Deliver(SignAs(s, m));
+        return Deliver(SignedAs(s, m));
       }
     }
   }
 
   tests::FuzzInput& in_;
   partitions::PbftConfig config_;
-  PermissiveCrypto crypto_;
+  // Others' signatures always verify; the replica's own must be real (nobody can forge them).
+  tests::FakePbftCrypto crypto_{kSelf, tests::FakePbftCrypto::Trust::kOthers, kN};
   partitions::testing::TestPool pool_;
-  partitions::InMemoryConsensusStore store_;
+  tests::FakeConsensusStore store_;
   partitions::testing::TestBlocks blocks_;
   std::unique_ptr<partitions::PbftReplica> replica_;
   std::vector<std::string> txs_;

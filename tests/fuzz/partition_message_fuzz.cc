@@ -26,6 +26,7 @@
 #include "tests/fuzz/fuzz_fixtures.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/mocks/fake_clock.h"
+#include "tests/mocks/fake_pbft_crypto.h"
 
 namespace {
 
@@ -41,12 +42,6 @@ void Require(bool ok, const char* what) {
   }
 }
 
-class AcceptAll final : public partitions::PbftCrypto {
- public:
-  std::string Sign(const partitions::ConsensusMessage&) override { return std::string(8, 's'); }
-  bool Verify(const partitions::ConsensusMessage& m) const override { return m.sender() < 4; }
-};
-
 void FuzzConsensus(const partitions::ConsensusMessage& cm) {
   const std::string bytes = partitions::SigningBytes(cm);
   Require(bytes == partitions::SigningBytes(cm), "SigningBytes deterministic");
@@ -57,7 +52,7 @@ void FuzzConsensus(const partitions::ConsensusMessage& cm) {
   (void)partitions::MessageSeq(cm);
 
   partitions::PbftConfig config;
-  AcceptAll crypto;
+  tests::FakePbftCrypto crypto(0, tests::FakePbftCrypto::Trust::kAll, 4);
   partitions::PbftValidator validator(config, &crypto);
   if (cm.has_pre_prepare()) (void)validator.ValidBatch(cm.pre_prepare());
   if (cm.has_view_change()) {

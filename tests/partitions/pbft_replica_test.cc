@@ -16,7 +16,7 @@ using testing::MakePrepare;
 using testing::MakePrePrepare;
 using testing::ReplicaHarness;
 using testing::Sent;
-using testing::SignAs;
+using ::tests::SignedAs;
 using testing::Tx;
 
 constexpr auto kPP = ConsensusMessage::kPrePrepare;
@@ -84,7 +84,7 @@ TEST(PbftReplicaTest, PrimaryProposesAndPersistsPrePrepare) {
   EXPECT_EQ(pps[0].pre_prepare().view(), 0u);
   EXPECT_EQ(pps[0].pre_prepare().digest(), BatchDigest(kBatch));
   EXPECT_TRUE(h.crypto.Verify(pps[0]));
-  EXPECT_EQ(h.store.LogSizeForTest(), 1u);
+  EXPECT_EQ(h.store.log_size(), 1u);
   // A backup never proposes.
   ReplicaHarness b(1);
   EXPECT_FALSE(b.replica->CanPropose());
@@ -131,7 +131,7 @@ TEST(PbftReplicaTest, DropsPrePrepareFromNonPrimaryAndBadDigest) {
   EXPECT_TRUE(Sent(h.Deliver(MakePrePrepare(0, 1, kBatch, 2)), kPrep).empty());
   ConsensusMessage bad = MakePrePrepare(0, 1, kBatch, 0);
   bad.mutable_pre_prepare()->set_digest(std::string(32, 'x'));
-  EXPECT_TRUE(Sent(h.Deliver(SignAs(0, bad)), kPrep).empty());
+  EXPECT_TRUE(Sent(h.Deliver(SignedAs(0, bad)), kPrep).empty());
   EXPECT_EQ(h.replica->counters().dropped_invalid, 2u);
 }
 
@@ -205,11 +205,11 @@ TEST(PbftReplicaTest, StableCheckpointAdvancesWatermarkAndCollectsLog) {
   EXPECT_EQ(own[0].checkpoint().seq(), 2u);
   EXPECT_EQ(h.replica->low_watermark(), 0u);
   const std::string digest = h.replica->chain_digest();
-  const size_t log_before = h.store.LogSizeForTest();
+  const size_t log_before = h.store.log_size();
   h.Deliver(MakeCheckpoint(2, digest, 2));
   h.Deliver(MakeCheckpoint(2, digest, 3));
   EXPECT_EQ(h.replica->low_watermark(), 2u);
-  EXPECT_LT(h.store.LogSizeForTest(), log_before);
+  EXPECT_LT(h.store.log_size(), log_before);
   // Now seq 6 = h + L is inside the window, seq 7 is not.
   h.pool.have.insert(Tx(9));
   EXPECT_EQ(Sent(h.Deliver(MakePrePrepare(0, 6, {Tx(9)}, 0)), kPrep).size(), 1u);
@@ -225,7 +225,7 @@ ConsensusMessage MakeViewChange(uint64_t view, uint32_t from,
   vc->set_new_view(view);
   vc->set_stable_digest(GenesisDigest());
   for (const auto& c : certs) *vc->add_prepared() = c;
-  return SignAs(from, m);
+  return SignedAs(from, m);
 }
 
 node::consensus::PreparedCertificate MakeCert(uint64_t view, uint64_t seq,
@@ -379,7 +379,7 @@ TEST(PbftViewChangeTest, RejectsNewViewThatDropsAPreparedBatch) {
   *nv.mutable_new_view()->add_view_changes() = MakeViewChange(1, 2, {MakeCert(0, 1, kBatch)});
   // The primary "forgets" the prepared batch at seq 1 and proposes another one.
   *nv.mutable_new_view()->add_pre_prepares() = MakePrePrepare(1, 1, {Tx(9)}, 1);
-  b.Deliver(SignAs(1, nv));
+  b.Deliver(SignedAs(1, nv));
   EXPECT_EQ(b.replica->state(), ConsensusState::kViewChange);
   EXPECT_EQ(b.replica->counters().dropped_invalid, 1u);
 }
@@ -515,7 +515,7 @@ TEST(PbftPersistenceTest, RestartKeepsPreparedCertificateForViewChange) {
 
 TEST(PbftPersistenceTest, StoreFailureHaltsTheReplica) {
   ReplicaHarness h(0);
-  h.store.FailWritesForTest(true);
+  h.store.FailWrites(true);
   EXPECT_TRUE(h.replica->Step(PbftBatchReady{kBatch}).empty());
   EXPECT_FALSE(h.replica->status().ok());
   EXPECT_TRUE(h.replica->Step(PbftTimerFired{PbftTimer::kRetransmit}).empty());
@@ -578,13 +578,13 @@ TEST(PbftSyncTest, RejectsForgedCommitCertificate) {
   CommittedBatch forged = batches[1];
   forged.mutable_commit_certificate(1)->set_signature("forged");
   *resp.mutable_sync_response()->add_batches() = forged;
-  auto a = h.Deliver(SignAs(2, resp));
+  auto a = h.Deliver(SignedAs(2, resp));
   EXPECT_TRUE(ActionsOf<PbftCommit>(a).empty());
   EXPECT_EQ(h.replica->counters().dropped_invalid, 1u);
   // The genuine one is applied.
   ConsensusMessage good;
   *good.mutable_sync_response()->add_batches() = batches[1];
-  EXPECT_EQ(ActionsOf<PbftCommit>(h.Deliver(SignAs(2, good))).size(), 1u);
+  EXPECT_EQ(ActionsOf<PbftCommit>(h.Deliver(SignedAs(2, good))).size(), 1u);
 }
 
 TEST(PbftNewViewRequestTest, InstalledReplicaHandsOverItsNewView) {
@@ -595,7 +595,7 @@ TEST(PbftNewViewRequestTest, InstalledReplicaHandsOverItsNewView) {
   ASSERT_EQ(h.replica->state(), ConsensusState::kNormal);
   ConsensusMessage req;
   req.mutable_new_view_request()->set_min_view(1);
-  auto a = h.Deliver(SignAs(0, req));
+  auto a = h.Deliver(SignedAs(0, req));
   auto nvs = Sent(a, kNV);
   ASSERT_EQ(nvs.size(), 1u);
   EXPECT_EQ(nvs[0].new_view().view(), 1u);

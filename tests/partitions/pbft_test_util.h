@@ -1,4 +1,4 @@
-// Test harness for PbftReplica unit tests: a deterministic test signer (any replica's key), a
+// Test harness for PbftReplica unit tests (the signer and the store are tests/mocks' fakes): a
 // set-backed pool, a map-backed block source, message builders and action filters.
 #ifndef TESTS_PARTITIONS_PBFT_TEST_UTIL_H_
 #define TESTS_PARTITIONS_PBFT_TEST_UTIL_H_
@@ -10,31 +10,11 @@
 #include <vector>
 
 #include "partitions/pbft_certs.h"
-#include "partitions/pbft_memory_store.h"
 #include "partitions/pbft_replica.h"
+#include "tests/mocks/fake_consensus_store.h"
+#include "tests/mocks/fake_pbft_crypto.h"
 
 namespace partitions::testing {
-
-inline std::string TestTag(uint32_t signer, const std::string& bytes) {
-  uint64_t h = 1469598103934665603ULL ^ (0x9e3779b97f4a7c15ULL * (signer + 1));
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
-}
-
-class TestCrypto final : public PbftCrypto {
- public:
-  explicit TestCrypto(uint32_t id) : id_(id) {}
-  std::string Sign(const ConsensusMessage& msg) override { return TestTag(id_, SigningBytes(msg)); }
-  bool Verify(const ConsensusMessage& msg) const override {
-    return msg.signature() == TestTag(msg.sender(), SigningBytes(msg));
-  }
-
- private:
-  uint32_t id_;
-};
 
 class TestPool final : public PbftTxSource {
  public:
@@ -56,12 +36,7 @@ inline std::string Tx(int i) {
   return ChainDigest(GenesisDigest(), static_cast<uint64_t>(i), "test-tx");
 }
 
-inline ConsensusMessage SignAs(uint32_t id, ConsensusMessage m) {
-  m.set_sender(id);
-  m.clear_signature();
-  m.set_signature(TestTag(id, SigningBytes(m)));
-  return m;
-}
+using ::tests::SignedAs;
 
 inline ConsensusMessage MakePrePrepare(uint64_t view, uint64_t seq,
                                        const std::vector<std::string>& txs, uint32_t proposer) {
@@ -72,7 +47,7 @@ inline ConsensusMessage MakePrePrepare(uint64_t view, uint64_t seq,
   for (const auto& h : txs) pp->add_tx_hashes(h);
   pp->set_digest(BatchDigest(txs));
   pp->set_proposer(proposer);
-  return SignAs(proposer, m);
+  return SignedAs(proposer, m);
 }
 
 inline ConsensusMessage MakePrepare(uint64_t view, uint64_t seq, const std::string& digest,
@@ -81,7 +56,7 @@ inline ConsensusMessage MakePrepare(uint64_t view, uint64_t seq, const std::stri
   m.mutable_prepare()->set_view(view);
   m.mutable_prepare()->set_seq(seq);
   m.mutable_prepare()->set_digest(digest);
-  return SignAs(from, m);
+  return SignedAs(from, m);
 }
 
 inline ConsensusMessage MakeCommit(uint64_t view, uint64_t seq, const std::string& digest,
@@ -90,14 +65,14 @@ inline ConsensusMessage MakeCommit(uint64_t view, uint64_t seq, const std::strin
   m.mutable_commit()->set_view(view);
   m.mutable_commit()->set_seq(seq);
   m.mutable_commit()->set_digest(digest);
-  return SignAs(from, m);
+  return SignedAs(from, m);
 }
 
 inline ConsensusMessage MakeCheckpoint(uint64_t seq, const std::string& digest, uint32_t from) {
   ConsensusMessage m;
   m.mutable_checkpoint()->set_seq(seq);
   m.mutable_checkpoint()->set_state_digest(digest);
-  return SignAs(from, m);
+  return SignedAs(from, m);
 }
 
 // Messages of one body kind among the broadcasts and sends in `actions`.
@@ -140,9 +115,9 @@ struct ReplicaHarness {
     return replica->Step(PbftMessage{m});
   }
   PbftConfig config;
-  TestCrypto crypto;
+  tests::FakePbftCrypto crypto;
   TestPool pool;
-  InMemoryConsensusStore store;
+  tests::FakeConsensusStore store;
   TestBlocks blocks;
   std::unique_ptr<PbftReplica> replica;
 };

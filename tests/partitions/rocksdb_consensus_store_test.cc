@@ -1,4 +1,4 @@
-// Tests for RocksDbConsensusStore: the InMemoryConsensusStore's semantics, kept across closing
+// Tests for RocksDbConsensusStore: the FakeConsensusStore's semantics, kept across closing
 // and re-opening the database (round trip, checkpoint GC, log order, skipped stale appends),
 // error mapping (unusable dir, corrupt values), and a PbftReplica restarted from it restoring
 // the same state as one restarted from the in-memory store.
@@ -14,9 +14,9 @@
 
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "partitions/pbft_memory_store.h"
 #include "partitions/pbft_replica.h"
 #include "rocksdb/db.h"
+#include "tests/mocks/fake_consensus_store.h"
 #include "tests/partitions/pbft_test_util.h"
 
 namespace partitions {
@@ -75,18 +75,18 @@ StableCheckpointRecord Checkpoint(uint64_t seq) {
 TEST_F(RocksDbConsensusStoreTest, FreshStoreLoadsDefault) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
-  InMemoryConsensusStore memory;
+  tests::FakeConsensusStore memory;
   EXPECT_TRUE(MessageDifferencer::Equals(LoadOk(*store), LoadOk(memory)));
 }
 
 TEST_F(RocksDbConsensusStoreTest, RoundTripAcrossReopenMatchesInMemory) {
-  InMemoryConsensusStore memory;
+  tests::FakeConsensusStore memory;
   PersistedView view;
   view.set_view(3);
   view.set_installed(false);
   ConsensusMessage vc;
   vc.mutable_view_change()->set_new_view(3);
-  *view.mutable_own_view_change() = testing::SignAs(1, vc);
+  *view.mutable_own_view_change() = tests::SignedAs(1, vc);
   const std::vector<ConsensusMessage> first = {MakePrePrepare(2, 3, {Tx(1)}, 2),
                                                MakePrepare(2, 3, BatchDigest({Tx(1)}), 1)};
   const std::vector<ConsensusMessage> second = {MakeCommit(2, 4, BatchDigest({Tx(2)}), 1)};
@@ -142,7 +142,7 @@ TEST_F(RocksDbConsensusStoreTest, LoadOrdersBySeqThenAppendOrder) {
   const ConsensusMessage c = MakePrepare(0, 5, "c", 1);
   const ConsensusMessage d = MakePrepare(0, 3, "d", 1);
   const ConsensusMessage e = MakePrepare(0, 3, "e", 1);
-  InMemoryConsensusStore memory;
+  tests::FakeConsensusStore memory;
   {
     auto store = OpenStore();
     ASSERT_NE(store, nullptr);
@@ -244,7 +244,7 @@ struct World {
     return std::move(*r);
   }
   PbftConfig config;
-  testing::TestCrypto crypto;
+  tests::FakePbftCrypto crypto;
   testing::TestPool pool;
   testing::TestBlocks blocks;
 };
@@ -270,7 +270,7 @@ void Drive(PbftReplica& r) {
 
 TEST_F(RocksDbConsensusStoreTest, ReplicaRestartsToTheSameStateAsWithTheInMemoryStore) {
   World mem_world, rocks_world;
-  InMemoryConsensusStore memory;
+  tests::FakeConsensusStore memory;
   std::vector<PbftAction> ignored;
   PbftReplica::LedgerPosition pos;
   {

@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "partitions/pbft_certs.h"
-#include "partitions/pbft_memory_store.h"
 #include "partitions/pbft_replica.h"
 #include "tests/sim/sim_byzantine.h"
 #include "tests/sim/sim_world.h"

@@ -11,7 +11,8 @@
 #include <tuple>
 
 #include "partitions/pbft_certs.h"
-#include "partitions/pbft_memory_store.h"
+#include "tests/mocks/fake_consensus_store.h"
+#include "tests/mocks/fake_pbft_crypto.h"
 #include "partitions/pbft_replica.h"
 
 namespace sim {
@@ -19,31 +20,6 @@ namespace sim {
 using ::node::consensus::CommittedBatch;
 using partitions::ConsensusMessage;
 using partitions::PbftReplica;
-
-// Keyed MAC stand-in: only the sim's transport and each node's own crypto object ever call it, so
-// a Byzantine node can sign only as itself (authentication by construction).
-inline std::string Tag(uint32_t signer, const std::string& bytes) {
-  uint64_t h = 1469598103934665603ULL ^ (0x9e3779b97f4a7c15ULL * (signer + 1));
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
-}
-
-class SimCrypto final : public partitions::PbftCrypto {
- public:
-  explicit SimCrypto(uint32_t id) : id_(id) {}
-  std::string Sign(const ConsensusMessage& msg) override {
-    return Tag(id_, partitions::SigningBytes(msg));
-  }
-  bool Verify(const ConsensusMessage& msg) const override {
-    return msg.signature() == Tag(msg.sender(), partitions::SigningBytes(msg));
-  }
-
- private:
-  const uint32_t id_;
-};
 
 // The ledger survives crashes (it is on disk in the node).
 class SimLedger final : public partitions::PbftBlockSource {
@@ -88,8 +64,9 @@ struct Node {
   bool byz_garbage = false;
   bool up = true;
   uint64_t incarnation = 0;
-  SimCrypto crypto;
-  partitions::InMemoryConsensusStore store;
+  // Signs only as itself: a Byzantine node cannot forge another replica's messages.
+  tests::FakePbftCrypto crypto;
+  tests::FakeConsensusStore store;
   SimLedger ledger;
   SimPool pool;
   std::unique_ptr<PbftReplica> replica;
