@@ -16,8 +16,8 @@ using testing::MakePrepare;
 using testing::MakePrePrepare;
 using testing::ReplicaHarness;
 using testing::Sent;
-using ::tests::SignedAs;
 using testing::Tx;
+using ::tests::SignedAs;
 
 constexpr auto kPP = ConsensusMessage::kPrePrepare;
 constexpr auto kPrep = ConsensusMessage::kPrepare;

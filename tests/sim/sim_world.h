@@ -11,9 +11,9 @@
 #include <tuple>
 
 #include "partitions/pbft_certs.h"
+#include "partitions/pbft_replica.h"
 #include "tests/mocks/fake_consensus_store.h"
 #include "tests/mocks/fake_pbft_crypto.h"
-#include "partitions/pbft_replica.h"
 
 namespace sim {
 
