@@ -1,0 +1,391 @@
+// ConsensusDriver: one replica of a 4-replica partition with its real pool, tracker, forwarder,
+// commit pipeline and RocksDB ledger; the test plays the other three replicas with fake
+// signatures (tests/mocks) and reads what the driver sends off a RecordingNetwork. Time is a
+// FakeClock moved by the test; nothing runs on another thread.
+#include "partitions/consensus_driver.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "partitions/pbft_certs.h"
+#include "tests/mocks/fake_clock.h"
+#include "tests/mocks/fake_consensus_store.h"
+#include "tests/mocks/fake_pbft_crypto.h"
+#include "tests/mocks/recording_network.h"
+#include "tests/partitions/chain_test_util.h"
+
+namespace partitions {
+namespace {
+
+constexpr uint32_t kPartition = 3;
+constexpr int64_t kMs = 1'000'000;
+const std::vector<p2p::NodeId> kIds = {"n0", "n1", "n2", "n3"};
+
+std::vector<p2p::NodeId> PeersOf(uint32_t self) {
+  std::vector<p2p::NodeId> peers;
+  for (uint32_t i = 0; i < kIds.size(); ++i) {
+    if (i != self) peers.push_back(kIds[i]);
+  }
+  return peers;
+}
+
+// Records the heights it hears of, and may call back into the driver while it hears of one.
+class Recorder final : public CommitSubscriber {
+ public:
+  void OnCommit(const CommitEvent& e) override {
+    heights.push_back(e.height);
+    txs += e.txs.size();
+    if (on_commit) on_commit();
+  }
+  std::vector<uint64_t> heights;
+  size_t txs = 0;
+  std::function<void()> on_commit;
+};
+
+class ConsensusDriverTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    driver_.reset();
+    chain_ = Chain();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // A driver for replica `self` (replica 0 is view 0's primary).
+  void Build(uint32_t self) {
+    self_ = self;
+    dir_ = absl::StrCat(::testing::TempDir(), "/consensus_driver_", getpid(), "_", self);
+    std::filesystem::remove_all(dir_);
+    absl::StatusOr<Chain> chain = OpenChain(dir_, kPartition, node::chain::GenesisConfig());
+    ASSERT_TRUE(chain.ok()) << chain.status();
+    chain_ = *std::move(chain);
+    Executor* executor = chain_.executor.get();
+    pool_ = std::make_unique<TxPool>(TxPoolLimits{}, &clock_, [executor](absl::string_view s) {
+      return executor->NextNonce(s);
+    });
+    crypto_ = std::make_unique<tests::FakePbftCrypto>(self);
+    net_ = std::make_unique<tests::RecordingNetwork>(kIds[self], PeersOf(self));
+    sender_ = std::make_unique<PeerSender>(net_.get(), kPartition, kIds, self);
+    forwarder_ = std::make_unique<Forwarder>(sender_.get(), &clock_,
+                                             Forwarder::Options{.hold_nanos = 500 * kMs});
+    pipeline_ = std::make_unique<CommitPipeline>(CommitPipeline::Deps{.partition = kPartition,
+                                                                      .chain = &chain_,
+                                                                      .pool = pool_.get(),
+                                                                      .tracker = &tracker_,
+                                                                      .tx_limits = limits_,
+                                                                      .clock = &clock_});
+    feed_ = std::make_unique<CommitFeed>(chain_.ledger->last_height());
+    feed_->Subscribe(&recorder_);
+    config_.n = 4;
+    config_.self = self;
+    ConsensusDriver::Deps d;
+    d.name = "test";
+    d.clock = &clock_;
+    d.crypto = crypto_.get();
+    d.store = &store_;
+    d.pool = pool_.get();
+    d.tracker = &tracker_;
+    d.forwarder = forwarder_.get();
+    d.sender = sender_.get();
+    d.pipeline = pipeline_.get();
+    d.feed = feed_.get();
+    d.ledger = chain_.ledger.get();
+    d.batch_policy = &batch_policy_;
+    d.tx_limits = limits_;
+    d.on_commit_locked = [this](const CommitEvent& e) { locked_commits_.push_back(e.height); };
+    d.request_tick = [this] { ++tick_requests_; };
+    absl::StatusOr<std::unique_ptr<ConsensusDriver>> driver =
+        ConsensusDriver::Create(std::move(d), config_, {});
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = *std::move(driver);
+    driver_->Start();
+  }
+
+  TxPtr NewTx() {
+    ++nonce_;
+    return chaintest::Put(keys_[0], nonce_, absl::StrCat("k", nonce_), "v", kPartition);
+  }
+  // What client admission does with a verified tx.
+  void AdmitAsClient(const TxPtr& tx) {
+    ASSERT_TRUE(pool_->Add(tx, TxOrigin::kClient).ok());
+    forwarder_->Queue(tx);
+  }
+  static std::vector<std::string> Hashes(const std::vector<TxPtr>& txs) {
+    std::vector<std::string> out;
+    for (const TxPtr& t : txs) out.push_back(t->hash);
+    return out;
+  }
+  static node::partition::TxBatch Bodies(const std::vector<TxPtr>& txs) {
+    node::partition::TxBatch batch;
+    for (const TxPtr& t : txs) batch.add_signed_txs(t->signed_bytes);
+    return batch;
+  }
+
+  // The messages sent so far, from index `from` on, parsed.
+  struct Out {
+    std::string to;  // empty: broadcast
+    p2p::Channel channel;
+    node::partition::PartitionMessage msg;
+  };
+  std::vector<Out> SentSince(size_t from) const {
+    std::vector<Out> out;
+    std::vector<tests::RecordingNetwork::Sent> log = net_->log();
+    for (size_t i = from; i < log.size(); ++i) {
+      Out o{log[i].to, log[i].channel, {}};
+      EXPECT_EQ(log[i].partition, kPartition);
+      EXPECT_TRUE(o.msg.ParseFromString(log[i].payload));
+      out.push_back(std::move(o));
+    }
+    return out;
+  }
+  static std::vector<ConsensusMessage> Consensus(const std::vector<Out>& out,
+                                                 ConsensusMessage::BodyCase body) {
+    std::vector<ConsensusMessage> msgs;
+    for (const Out& o : out) {
+      if (o.msg.has_consensus() && o.msg.consensus().body_case() == body) {
+        msgs.push_back(o.msg.consensus());
+      }
+    }
+    return msgs;
+  }
+  size_t Mark() const { return net_->log().size(); }
+
+  // Prepares and commits for (view 0, seq, digest) from replicas `from`.
+  void Vote(uint64_t seq, const std::string& digest, std::vector<uint32_t> prepare_from,
+            std::vector<uint32_t> commit_from) {
+    for (uint32_t r : prepare_from) {
+      ConsensusMessage m;
+      m.mutable_prepare()->set_seq(seq);
+      m.mutable_prepare()->set_digest(digest);
+      driver_->OnConsensusMessage(r, tests::SignedAs(r, std::move(m)));
+    }
+    for (uint32_t r : commit_from) {
+      ConsensusMessage m;
+      m.mutable_commit()->set_seq(seq);
+      m.mutable_commit()->set_digest(digest);
+      driver_->OnConsensusMessage(r, tests::SignedAs(r, std::move(m)));
+    }
+  }
+  ConsensusMessage PrePrepareFromPrimary(uint64_t seq, const std::vector<TxPtr>& txs) {
+    ConsensusMessage m;
+    auto* pp = m.mutable_pre_prepare();
+    pp->set_seq(seq);
+    for (const TxPtr& t : txs) pp->add_tx_hashes(t->hash);
+    pp->set_digest(BatchDigest(Hashes(txs)));
+    pp->set_proposer(0);
+    return tests::SignedAs(0, std::move(m));
+  }
+
+  tests::FakeClock clock_{1'000'000'000};
+  std::vector<base::PrivateKey> keys_ = chaintest::Keys(1);
+  uint64_t nonce_ = 0;
+  base::TxLimits limits_{.partition = kPartition};
+  uint32_t self_ = 0;
+  std::string dir_;
+  Chain chain_;
+  std::unique_ptr<TxPool> pool_;
+  TxTracker tracker_{TxTrackerPolicy{}};
+  tests::FakeConsensusStore store_;
+  std::unique_ptr<tests::FakePbftCrypto> crypto_;
+  std::unique_ptr<tests::RecordingNetwork> net_;
+  std::unique_ptr<PeerSender> sender_;
+  std::unique_ptr<Forwarder> forwarder_;
+  std::unique_ptr<CommitPipeline> pipeline_;
+  std::unique_ptr<CommitFeed> feed_;
+  BatchPolicy batch_policy_{{.max_txs = 3, .max_bytes = 1 << 20, .max_delay_nanos = 10 * kMs}};
+  Recorder recorder_;
+  PbftConfig config_;
+  std::vector<uint64_t> locked_commits_;
+  int tick_requests_ = 0;
+  std::unique_ptr<ConsensusDriver> driver_;
+};
+
+TEST_F(ConsensusDriverTest, ThePrimaryCutsABatchSendsItsBodiesFirstAndCommitsOnAQuorum) {
+  Build(0);
+  std::vector<TxPtr> txs = {NewTx(), NewTx()};
+  for (const TxPtr& t : txs) AdmitAsClient(t);
+  forwarder_->Flush(false);
+  const size_t mark = Mark();
+  // Two ready txs of a batch of three: the policy waits up to 10 ms for company.
+  const int64_t wake = driver_->Tick(clock_.NowNanos(), /*paused=*/false);
+  EXPECT_TRUE(SentSince(mark).empty()) << "the primary holds its clients' txs";
+  EXPECT_LE(wake, clock_.NowNanos() + 10 * kMs);
+  clock_.Advance(absl::Milliseconds(10));
+  driver_->Tick(clock_.NowNanos(), false);
+
+  std::vector<Out> out = SentSince(mark);
+  ASSERT_EQ(out.size(), 2u);
+  // The bodies go out once, on CONSENSUS, right before the pre-prepare that names them.
+  EXPECT_EQ(out[0].to, "");
+  EXPECT_EQ(out[0].channel, p2p::Channel::CONSENSUS);
+  ASSERT_TRUE(out[0].msg.has_txs());
+  EXPECT_EQ(out[0].msg.txs().signed_txs_size(), 2);
+  ASSERT_TRUE(out[1].msg.consensus().has_pre_prepare());
+  EXPECT_EQ(out[1].channel, p2p::Channel::CONSENSUS);
+  const auto& pp = out[1].msg.consensus().pre_prepare();
+  EXPECT_EQ(pp.seq(), 1u);
+  EXPECT_EQ(std::vector<std::string>(pp.tx_hashes().begin(), pp.tx_hashes().end()), Hashes(txs));
+  EXPECT_TRUE(crypto_->Verify(out[1].msg.consensus()));
+
+  Vote(1, pp.digest(), {1, 2}, {1});
+  EXPECT_TRUE(recorder_.heights.empty()) << "two commits of three";
+  EXPECT_EQ(Consensus(SentSince(mark), ConsensusMessage::kCommit).size(), 1u);
+  Vote(1, pp.digest(), {}, {2});
+  EXPECT_EQ(recorder_.heights, std::vector<uint64_t>{1});
+  EXPECT_EQ(locked_commits_, std::vector<uint64_t>{1});
+  EXPECT_EQ(recorder_.txs, 2u);
+  EXPECT_EQ(chain_.ledger->last_height(), 1u);
+  EXPECT_EQ(pool_->Get(txs[0]->hash), nullptr);
+  EXPECT_EQ(driver_->StateName(), "NORMAL");
+}
+
+TEST_F(ConsensusDriverTest, ABackupFetchesMissingTxsFromThePrimaryThenPrepares) {
+  Build(1);
+  std::vector<TxPtr> txs = {NewTx(), NewTx()};
+  size_t mark = Mark();
+  driver_->OnConsensusMessage(0, PrePrepareFromPrimary(1, txs));
+  std::vector<Out> out = SentSince(mark);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].to, "n0") << "the first ask goes to the primary alone";
+  EXPECT_EQ(out[0].channel, p2p::Channel::SYNC);
+  ASSERT_TRUE(out[0].msg.has_fetch());
+  EXPECT_EQ(out[0].msg.fetch().tx_hashes_size(), 2);
+  EXPECT_TRUE(Consensus(out, ConsensusMessage::kPrepare).empty());
+
+  mark = Mark();
+  const int requests = tick_requests_;
+  driver_->OnTxBatch(Bodies(txs));
+  EXPECT_GT(tick_requests_, requests);
+  std::vector<ConsensusMessage> prepares = Consensus(SentSince(mark), ConsensusMessage::kPrepare);
+  ASSERT_EQ(prepares.size(), 1u);
+  EXPECT_EQ(prepares[0].sender(), 1u);
+  EXPECT_NE(pool_->Get(txs[1]->hash), nullptr);
+
+  Vote(1, prepares[0].prepare().digest(), {2}, {0, 2});
+  EXPECT_EQ(recorder_.heights, std::vector<uint64_t>{1});
+  EXPECT_EQ(driver_->stats().dropped_bad_tx, 0u);
+}
+
+TEST_F(ConsensusDriverTest, EnvelopesNotSignedByTheirConnectionsReplicaAreDropped) {
+  Build(1);
+  std::vector<TxPtr> txs = {NewTx()};
+  ConsensusMessage pp = PrePrepareFromPrimary(1, txs);
+  size_t mark = Mark();
+  driver_->OnConsensusMessage(2, pp);  // replica 0's message on replica 2's connection
+  ConsensusMessage forged = pp;
+  forged.mutable_pre_prepare()->set_seq(2);  // the signature no longer matches
+  driver_->OnConsensusMessage(0, forged);
+  EXPECT_EQ(driver_->stats().dropped_bad_signature, 2u);
+  EXPECT_TRUE(SentSince(mark).empty());
+  driver_->OnConsensusMessage(0, pp);
+  EXPECT_EQ(SentSince(mark).size(), 1u);  // the fetch: the genuine one was taken
+}
+
+TEST_F(ConsensusDriverTest, ForwardedTxsThatDoNotDecodeOrVerifyAreCountedAndNotPooled) {
+  Build(1);
+  TxPtr good = NewTx();
+  std::string tampered = NewTx()->signed_bytes;
+  tampered[tampered.size() / 2] ^= 0x01;
+  node::partition::TxBatch batch;
+  batch.add_signed_txs("not a transaction");
+  batch.add_signed_txs(tampered);
+  batch.add_signed_txs(good->signed_bytes);
+  driver_->OnTxBatch(batch);
+  EXPECT_EQ(driver_->stats().dropped_bad_tx, 2u);
+  EXPECT_NE(pool_->Get(good->hash), nullptr);
+  EXPECT_EQ(pool_->stats().txs, 1u);
+}
+
+TEST_F(ConsensusDriverTest, AFetchIsAnsweredFromThePoolAndTheLedgerOnSync) {
+  Build(0);
+  std::vector<TxPtr> txs = {NewTx(), NewTx(), NewTx()};  // a full batch: cut at once
+  for (const TxPtr& t : txs) AdmitAsClient(t);
+  driver_->Tick(clock_.NowNanos(), false);
+  std::vector<ConsensusMessage> pps =
+      Consensus(SentSince(0), ConsensusMessage::kPrePrepare);
+  ASSERT_EQ(pps.size(), 1u);
+  Vote(1, pps[0].pre_prepare().digest(), {1, 2}, {1, 2});
+  ASSERT_EQ(chain_.ledger->last_height(), 1u);
+  TxPtr pooled = NewTx();
+  AdmitAsClient(pooled);
+
+  node::partition::TxFetch fetch;
+  fetch.add_tx_hashes(txs[0]->hash);   // committed: from the ledger
+  fetch.add_tx_hashes(pooled->hash);   // pooled
+  fetch.add_tx_hashes(std::string(32, 'x'));  // unknown: skipped
+  const size_t mark = Mark();
+  driver_->OnFetch(2, fetch);
+  std::vector<Out> out = SentSince(mark);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].to, "n2");
+  EXPECT_EQ(out[0].channel, p2p::Channel::SYNC);
+  ASSERT_EQ(out[0].msg.txs().signed_txs_size(), 2);
+  EXPECT_EQ(out[0].msg.txs().signed_txs(0), txs[0]->signed_bytes);
+  EXPECT_EQ(out[0].msg.txs().signed_txs(1), pooled->signed_bytes);
+}
+
+TEST_F(ConsensusDriverTest, ABackupWithPendingTxsAndNoProgressStartsAViewChangeOnItsTimer) {
+  Build(1);
+  driver_->OnTxBatch(Bodies({NewTx()}));  // forwarded to a backup, never proposed
+  driver_->Tick(clock_.NowNanos(), false);  // reports the pending tx: the request timer starts
+  clock_.Advance(absl::Milliseconds(config_.request_timeout_ms - 1));
+  driver_->Tick(clock_.NowNanos(), false);
+  EXPECT_EQ(driver_->StateName(), "NORMAL");
+  const size_t mark = Mark();
+  clock_.Advance(absl::Milliseconds(1));
+  driver_->Tick(clock_.NowNanos(), false);
+  EXPECT_EQ(driver_->StateName(), "VIEW_CHANGE");
+  EXPECT_EQ(driver_->view(), 1u);
+  EXPECT_EQ(driver_->view_changes(), 1u);
+  std::vector<ConsensusMessage> vcs = Consensus(SentSince(mark), ConsensusMessage::kViewChange);
+  ASSERT_EQ(vcs.size(), 1u);
+  EXPECT_EQ(vcs[0].view_change().new_view(), 1u);
+}
+
+TEST_F(ConsensusDriverTest, AFailedConsensusStoreWriteHaltsTheDriverForGood) {
+  Build(0);
+  store_.FailWrites(true);
+  std::vector<TxPtr> txs = {NewTx(), NewTx(), NewTx()};
+  for (const TxPtr& t : txs) AdmitAsClient(t);
+  driver_->Tick(clock_.NowNanos(), false);
+  EXPECT_EQ(driver_->state(), kHaltedState);
+  EXPECT_EQ(driver_->StateName(), "HALTED");
+  EXPECT_TRUE(Consensus(SentSince(0), ConsensusMessage::kPrePrepare).empty())
+      << "nothing is sent that the store did not keep";
+  // Halted for good: writes work again, but nothing is proposed or voted.
+  store_.FailWrites(false);
+  const size_t mark = Mark();
+  clock_.Advance(absl::Seconds(10));
+  driver_->Tick(clock_.NowNanos(), false);
+  Vote(1, BatchDigest(Hashes(txs)), {1, 2}, {1, 2});
+  for (const Out& o : SentSince(mark)) EXPECT_FALSE(o.msg.has_consensus());
+  EXPECT_EQ(chain_.ledger->last_height(), 0u);
+}
+
+TEST_F(ConsensusDriverTest, CommitEventsArePublishedOutsideTheDriversLock) {
+  Build(0);
+  // A subscriber that calls back into the driver would deadlock if events were published under
+  // its lock.
+  int reentered = 0;
+  recorder_.on_commit = [&] {
+    driver_->Tick(clock_.NowNanos(), /*paused=*/true);
+    ++reentered;
+  };
+  std::vector<TxPtr> txs = {NewTx(), NewTx(), NewTx()};
+  for (const TxPtr& t : txs) AdmitAsClient(t);
+  driver_->Tick(clock_.NowNanos(), false);
+  std::vector<ConsensusMessage> pps = Consensus(SentSince(0), ConsensusMessage::kPrePrepare);
+  ASSERT_EQ(pps.size(), 1u);
+  Vote(1, pps[0].pre_prepare().digest(), {1, 2}, {1, 2});
+  EXPECT_EQ(reentered, 1);
+  EXPECT_EQ(recorder_.heights, std::vector<uint64_t>{1});
+}
+
+}  // namespace
+}  // namespace partitions
