@@ -1,0 +1,158 @@
+// Unit tests for CheckpointTracker: vote admission and its per-sender bound, quorum proofs, the
+// stable checkpoint and its GC, re-announcement and restore.
+#include "partitions/pbft_checkpoints.h"
+
+#include "gtest/gtest.h"
+#include "partitions/pbft_certs.h"
+#include "tests/partitions/pbft_test_util.h"
+
+namespace partitions {
+namespace {
+
+using testing::MakeCheckpoint;
+using testing::Tx;
+using Vote = CheckpointTracker::Vote;
+
+const std::string kA = Tx(1);
+const std::string kB = Tx(2);
+
+class CheckpointTrackerTest : public ::testing::Test {
+ protected:
+  PbftConfig config_{.n = 4, .self = 1};  // K = 16, window 64: 6 votes kept per sender
+  CheckpointTracker tracker_{config_};
+};
+
+TEST_F(CheckpointTrackerTest, StartsAtGenesis) {
+  EXPECT_EQ(tracker_.stable_seq(), 0u);
+  EXPECT_EQ(tracker_.stable_digest(), GenesisDigest());
+  EXPECT_TRUE(tracker_.stable_proof().empty());
+  const auto record = tracker_.StableRecord();
+  EXPECT_EQ(record.seq(), 0u);
+  EXPECT_EQ(record.state_digest(), GenesisDigest());
+  EXPECT_EQ(tracker_.LatestOwnVote(), nullptr);
+}
+
+TEST_F(CheckpointTrackerTest, ClassifiesVotes) {
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(0, kA, 2)), Vote::kStale);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(17, kA, 2)), Vote::kInvalid);  // not a multiple of K
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, "short", 2)), Vote::kInvalid);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), Vote::kAdded);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), Vote::kDuplicate);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kB, 2)), Vote::kConflicting);
+}
+
+TEST_F(CheckpointTrackerTest, QuorumOfMatchingVotes) {
+  tracker_.Add(MakeCheckpoint(16, kA, 0));
+  tracker_.Add(MakeCheckpoint(16, kB, 2));
+  tracker_.Add(MakeCheckpoint(16, kA, 3));
+  EXPECT_FALSE(tracker_.QuorumAt(16).has_value());
+  EXPECT_FALSE(tracker_.QuorumAt(32).has_value());
+  tracker_.Add(MakeCheckpoint(16, kA, 1));
+  const auto quorum = tracker_.QuorumAt(16);
+  ASSERT_TRUE(quorum.has_value());
+  EXPECT_EQ(quorum->seq, 16u);
+  EXPECT_EQ(quorum->digest, kA);
+  ASSERT_EQ(quorum->proof.size(), 3u);
+  EXPECT_EQ(quorum->proof[0].sender(), 0u);
+  EXPECT_EQ(quorum->proof[1].sender(), 1u);
+  EXPECT_EQ(quorum->proof[2].sender(), 3u);
+}
+
+TEST_F(CheckpointTrackerTest, ProofForOwnDigest) {
+  tracker_.AddOwn(MakeCheckpoint(16, kA, 1));
+  tracker_.Add(MakeCheckpoint(16, kA, 2));
+  EXPECT_FALSE(tracker_.ProofFor(16, kA).has_value());
+  tracker_.Add(MakeCheckpoint(16, kB, 3));
+  EXPECT_FALSE(tracker_.ProofFor(16, kA).has_value());
+  tracker_.Add(MakeCheckpoint(16, kA, 0));
+  const auto proof = tracker_.ProofFor(16, kA);
+  ASSERT_TRUE(proof.has_value());
+  EXPECT_EQ(proof->size(), 3u);
+  EXPECT_FALSE(tracker_.ProofFor(16, kB).has_value());
+}
+
+TEST_F(CheckpointTrackerTest, MakeStableMovesTheWatermarkAndCollectsGarbage) {
+  tracker_.AddOwn(MakeCheckpoint(16, kA, 1));
+  tracker_.AddOwn(MakeCheckpoint(32, kB, 1));
+  tracker_.Add(MakeCheckpoint(16, kA, 2));
+  tracker_.Add(MakeCheckpoint(48, kA, 2));
+  std::vector<ConsensusMessage> proof = {MakeCheckpoint(16, kA, 0), MakeCheckpoint(16, kA, 1),
+                                         MakeCheckpoint(16, kA, 2)};
+  ASSERT_TRUE(tracker_.MakeStable(16, kA, proof).ok());
+  EXPECT_EQ(tracker_.stable_seq(), 16u);
+  EXPECT_EQ(tracker_.stable_digest(), kA);
+  EXPECT_EQ(tracker_.stable_proof().size(), 3u);
+  EXPECT_EQ(tracker_.StableRecord().proof_size(), 3);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 3)), Vote::kStale);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(48, kA, 2)), Vote::kDuplicate);  // above: kept
+  ASSERT_NE(tracker_.LatestOwnVote(), nullptr);
+  EXPECT_EQ(tracker_.LatestOwnVote()->checkpoint().seq(), 32u);
+}
+
+TEST_F(CheckpointTrackerTest, StableCheckpointMustMatchOwn) {
+  tracker_.AddOwn(MakeCheckpoint(16, kA, 1));
+  const absl::Status s = tracker_.MakeStable(16, kB, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(tracker_.stable_seq(), 0u);
+  EXPECT_TRUE(tracker_.MakeStable(32, kB, {}).ok());  // no own checkpoint there
+}
+
+TEST_F(CheckpointTrackerTest, KeepsEachSendersMostRecentVotes) {
+  for (uint64_t seq = 16; seq <= 7 * 16; seq += 16) {
+    ASSERT_EQ(tracker_.Add(MakeCheckpoint(seq, kA, 2)), Vote::kAdded);
+  }
+  // 7 votes, 6 kept: the one at 16 was dropped (so it is new again, and dropped again).
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), Vote::kAdded);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(32, kA, 2)), Vote::kDuplicate);
+  // Another sender's votes are not affected.
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 3)), Vote::kAdded);
+}
+
+TEST_F(CheckpointTrackerTest, VotesAbove) {
+  tracker_.Add(MakeCheckpoint(16, kA, 0));
+  tracker_.Add(MakeCheckpoint(32, kA, 0));
+  tracker_.Add(MakeCheckpoint(32, kB, 2));
+  EXPECT_TRUE(tracker_.VotesAbove(0, 2));
+  EXPECT_TRUE(tracker_.VotesAbove(16, 2));
+  EXPECT_FALSE(tracker_.VotesAbove(16, 3));
+  EXPECT_FALSE(tracker_.VotesAbove(32, 1));
+}
+
+TEST_F(CheckpointTrackerTest, LatestOwnVoteIsReannounced) {
+  tracker_.AddOwn(MakeCheckpoint(16, kA, 1));
+  tracker_.AddOwn(MakeCheckpoint(32, kB, 1));
+  ASSERT_NE(tracker_.LatestOwnVote(), nullptr);
+  EXPECT_EQ(tracker_.LatestOwnVote()->checkpoint().seq(), 32u);
+  EXPECT_EQ(tracker_.LatestOwnVote()->checkpoint().state_digest(), kB);
+}
+
+TEST_F(CheckpointTrackerTest, RestoresStableCheckpointAndOwnVotes) {
+  node::consensus::StableCheckpointRecord record;
+  record.set_seq(16);
+  record.set_state_digest(kA);
+  *record.add_proof() = MakeCheckpoint(16, kA, 0);
+  google::protobuf::RepeatedPtrField<ConsensusMessage> log;
+  *log.Add() = MakeCheckpoint(16, kA, 1);  // at the stable seq: skipped
+  *log.Add() = MakeCheckpoint(32, kB, 1);  // own, above
+  *log.Add() = MakeCheckpoint(48, kB, 2);  // another replica's: skipped
+  *log.Add() = testing::MakeCommit(0, 33, kA, 1);
+
+  tracker_.RestoreStable(record);
+  tracker_.RestoreOwn(log);
+  EXPECT_EQ(tracker_.stable_seq(), 16u);
+  EXPECT_EQ(tracker_.stable_digest(), kA);
+  EXPECT_EQ(tracker_.stable_proof().size(), 1u);
+  ASSERT_NE(tracker_.LatestOwnVote(), nullptr);
+  EXPECT_EQ(tracker_.LatestOwnVote()->checkpoint().seq(), 32u);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(48, kB, 2)), Vote::kAdded);
+  // An own checkpoint restored for 32 with digest kB: a stable kA there is a divergence.
+  EXPECT_EQ(tracker_.MakeStable(32, kA, {}).code(), absl::StatusCode::kInternal);
+
+  CheckpointTracker fresh(config_);
+  fresh.RestoreStable(node::consensus::StableCheckpointRecord{});  // none persisted
+  EXPECT_EQ(fresh.stable_seq(), 0u);
+  EXPECT_EQ(fresh.stable_digest(), GenesisDigest());
+}
+
+}  // namespace
+}  // namespace partitions
