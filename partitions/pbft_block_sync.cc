@@ -1,0 +1,86 @@
+#include "partitions/pbft_block_sync.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace partitions {
+
+using ::node::consensus::CommittedBatch;
+
+BlockSync::BlockSync(const PbftConfig& config, uint64_t last_executed)
+    : config_(config), executed_at_last_tick_(last_executed) {}
+
+void BlockSync::RecoverTo(uint64_t seq) {
+  recovering_ = true;
+  target_ = std::max(target_, seq);
+}
+
+void BlockSync::NoteExecuted(uint64_t last_executed) {
+  if (recovering_ && last_executed >= target_) recovering_ = false;
+}
+
+std::optional<BlockSync::Request> BlockSync::NextRequest(uint64_t last_executed) {
+  if (config_.n == 1) return std::nullopt;
+  Request req;
+  const uint32_t offset = 1 + (next_peer_++ % (config_.n - 1));
+  req.peer = (config_.self + offset) % config_.n;
+  req.msg.mutable_sync_request()->set_from_seq(last_executed + 1);
+  req.msg.mutable_sync_request()->set_to_seq(last_executed + config_.sync_chunk);
+  in_flight_ = true;
+  return req;
+}
+
+bool BlockSync::TickStalled(uint64_t last_executed) {
+  const bool stalled = last_executed == executed_at_last_tick_;
+  executed_at_last_tick_ = last_executed;
+  return stalled;
+}
+
+bool BlockSync::Accept(const node::consensus::SyncResponse& resp, uint64_t last_executed,
+                       const PbftValidator& validator) {
+  in_flight_ = false;
+  const uint64_t horizon = last_executed + std::max<uint64_t>(config_.window, config_.sync_chunk);
+  for (const CommittedBatch& batch : resp.batches()) {
+    if (batch.seq() <= last_executed || batches_.count(batch.seq()) > 0) continue;
+    if (batch.seq() > horizon) break;
+    if (!validator.ValidCommittedBatch(batch)) return true;
+    batches_.emplace(batch.seq(), batch);
+  }
+  return false;
+}
+
+std::optional<PbftCommit> BlockSync::Batch(uint64_t seq) const {
+  auto it = batches_.find(seq);
+  if (it == batches_.end()) return std::nullopt;
+  const CommittedBatch& batch = it->second;
+  PbftCommit commit;
+  commit.seq = seq;
+  commit.view = batch.commit_certificate(0).commit().view();
+  commit.tx_hashes.assign(batch.tx_hashes().begin(), batch.tx_hashes().end());
+  commit.digest = BatchDigest(commit.tx_hashes);
+  commit.certificate.assign(batch.commit_certificate().begin(), batch.commit_certificate().end());
+  return commit;
+}
+
+void BlockSync::DropThrough(uint64_t seq) {
+  batches_.erase(batches_.begin(), batches_.upper_bound(seq));
+}
+
+ConsensusMessage BlockSync::Serve(const node::consensus::SyncRequest& req, uint64_t last_executed,
+                                  const PbftBlockSource& blocks) const {
+  ConsensusMessage msg;
+  auto* resp = msg.mutable_sync_response();
+  resp->set_last_executed(last_executed);
+  if (req.from_seq() >= 1 && req.to_seq() >= req.from_seq()) {
+    const uint64_t last =
+        std::min({req.to_seq(), req.from_seq() + config_.sync_chunk - 1, last_executed});
+    for (uint64_t s = req.from_seq(); s <= last; ++s) {
+      std::optional<CommittedBatch> batch = blocks.GetCommitted(s);
+      if (!batch) break;
+      *resp->add_batches() = std::move(*batch);
+    }
+  }
+  return msg;
+}
+
+}  // namespace partitions

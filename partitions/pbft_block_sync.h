@@ -1,0 +1,87 @@
+// BlockSync: a PBFT replica's block sync, both sides: catching up on committed batches from peers,
+// and serving them.
+//
+// A replica that learns of a stable checkpoint it has not executed is recovering until it has
+// executed up to it (the target). It asks one peer at a time, round robin, for a chunk of
+// committed batches after its last executed seq; a response's batches are verified (2f+1 signed
+// commits each, through PbftValidator) and held until the replica executes them. The replica
+// owns execution; BlockSync only tells what is there to execute.
+//
+// Invariants: held batches are verified, above the last executed seq when they were accepted,
+// and at most max(window, sync_chunk) ahead of it; requests go to every other replica in turn,
+// never to self; in_flight() is true from a request until the next response (a lost request is
+// replaced by the next one the replica makes on its retransmit timer).
+//
+// Thread-compatibility: not thread-safe; owned by one PbftReplica. Serve is const.
+//
+//   BlockSync sync(config, last_executed);
+//   sync.RecoverTo(stable_seq);
+//   if (auto req = sync.NextRequest(last_executed)) Send(req->peer, Sign(req->msg));
+//   if (sync.Accept(msg.sync_response(), last_executed, validator)) ++dropped_invalid;
+//   while (auto commit = sync.Batch(last_executed + 1)) Execute(*commit);
+#ifndef PARTITIONS_PBFT_BLOCK_SYNC_H_
+#define PARTITIONS_PBFT_BLOCK_SYNC_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "partitions/pbft_certs.h"
+#include "partitions/pbft_types.h"
+
+namespace partitions {
+
+class BlockSync {
+ public:
+  struct Request {
+    uint32_t peer = 0;
+    ConsensusMessage msg;  // a SyncRequest, unsigned
+  };
+
+  // `last_executed`: where the ledger stands (starts the stall detection of TickStalled).
+  BlockSync(const PbftConfig& config, uint64_t last_executed);
+
+  // Recovering: executing up to a stable checkpoint that the log no longer holds.
+  bool recovering() const { return recovering_; }
+  void RecoverTo(uint64_t seq);
+  // Ends recovery once `last_executed` reached the target.
+  void NoteExecuted(uint64_t last_executed);
+  // Recovering, with no batch held and no request in flight: time to ask again.
+  bool WantsRequest() const { return recovering_ && batches_.empty() && !in_flight_; }
+
+  // The next request, for the chunk after `last_executed`, to the next peer in turn; marks it in
+  // flight. nullopt for a replica without peers (n = 1).
+  std::optional<Request> NextRequest(uint64_t last_executed);
+  bool in_flight() const { return in_flight_; }
+  // Called once per retransmit period: true if `last_executed` did not move since the previous
+  // call (or since construction).
+  bool TickStalled(uint64_t last_executed);
+
+  // A peer's SyncResponse: holds its batches in (last_executed, last_executed + max(window,
+  // sync_chunk)] in order, stopping at the first invalid one. Clears the in-flight request.
+  // Returns true if an invalid batch was found (the rest of the response is dropped).
+  bool Accept(const node::consensus::SyncResponse& resp, uint64_t last_executed,
+              const PbftValidator& validator);
+  // The held batch for `seq` as a commit (all but chain_digest filled); nullopt if none.
+  std::optional<PbftCommit> Batch(uint64_t seq) const;
+  // Forgets the held batches up to `seq` (executed).
+  void DropThrough(uint64_t seq);
+
+  // Answers a peer's SyncRequest from this replica's ledger: at most sync_chunk batches from
+  // from_seq on, none above `last_executed`, stopping at the first the ledger lacks. Unsigned.
+  ConsensusMessage Serve(const node::consensus::SyncRequest& req, uint64_t last_executed,
+                         const PbftBlockSource& blocks) const;
+
+ private:
+  const PbftConfig config_;
+  bool recovering_ = false;
+  uint64_t target_ = 0;
+  std::map<uint64_t, node::consensus::CommittedBatch> batches_;  // verified, not yet executed
+  bool in_flight_ = false;
+  uint32_t next_peer_ = 0;  // round robin over the other replicas
+  uint64_t executed_at_last_tick_ = 0;
+};
+
+}  // namespace partitions
+
+#endif  // PARTITIONS_PBFT_BLOCK_SYNC_H_

@@ -1,0 +1,160 @@
+// Unit tests for BlockSync: recovery target, round-robin requests, accepting verified batches
+// (horizon, stop at the first invalid one), handing them to execution, serving requests.
+#include "partitions/pbft_block_sync.h"
+
+#include "gtest/gtest.h"
+#include "tests/partitions/pbft_test_util.h"
+
+namespace partitions {
+namespace {
+
+using ::node::consensus::CommittedBatch;
+using ::node::consensus::SyncRequest;
+using ::node::consensus::SyncResponse;
+using testing::MakeCommit;
+using testing::TestBlocks;
+using testing::Tx;
+
+// A batch at `seq` committed in `view` with a certificate from replicas 0, 2 and 3.
+CommittedBatch Batch(uint64_t seq, uint64_t view = 0) {
+  CommittedBatch b;
+  b.set_seq(seq);
+  const std::vector<std::string> txs = {Tx(static_cast<int>(seq))};
+  for (const std::string& h : txs) b.add_tx_hashes(h);
+  for (uint32_t r : {0u, 2u, 3u})
+    *b.add_commit_certificate() = MakeCommit(view, seq, BatchDigest(txs), r);
+  return b;
+}
+
+SyncResponse Response(const std::vector<CommittedBatch>& batches, uint64_t last_executed = 0) {
+  SyncResponse resp;
+  resp.set_last_executed(last_executed);
+  for (const CommittedBatch& b : batches) *resp.add_batches() = b;
+  return resp;
+}
+
+class BlockSyncTest : public ::testing::Test {
+ protected:
+  BlockSyncTest() : crypto_(1), validator_(config_, &crypto_) {}
+
+  // n = 4, self = 1, window 8, chunk 4.
+  PbftConfig config_{.n = 4, .self = 1, .checkpoint_interval = 4, .window = 8, .sync_chunk = 4};
+  ::tests::FakePbftCrypto crypto_;
+  PbftValidator validator_;
+};
+
+TEST_F(BlockSyncTest, RecoversUpToTheHighestTarget) {
+  BlockSync sync(config_, 0);
+  EXPECT_FALSE(sync.recovering());
+  sync.RecoverTo(8);
+  sync.RecoverTo(4);  // never lowers the target
+  EXPECT_TRUE(sync.recovering());
+  sync.NoteExecuted(7);
+  EXPECT_TRUE(sync.recovering());
+  sync.NoteExecuted(8);
+  EXPECT_FALSE(sync.recovering());
+}
+
+TEST_F(BlockSyncTest, RequestsGoRoundRobinToTheOthers) {
+  BlockSync sync(config_, 0);
+  EXPECT_FALSE(sync.in_flight());
+  std::vector<uint32_t> peers;
+  for (int i = 0; i < 4; ++i) {
+    const auto req = sync.NextRequest(10);
+    ASSERT_TRUE(req.has_value());
+    peers.push_back(req->peer);
+    EXPECT_EQ(req->msg.sync_request().from_seq(), 11u);
+    EXPECT_EQ(req->msg.sync_request().to_seq(), 14u);
+    EXPECT_TRUE(req->msg.signature().empty());
+  }
+  EXPECT_EQ(peers, (std::vector<uint32_t>{2, 3, 0, 2}));
+  EXPECT_TRUE(sync.in_flight());
+
+  BlockSync alone(PbftConfig{.n = 1, .self = 0}, 0);
+  EXPECT_FALSE(alone.NextRequest(0).has_value());
+  EXPECT_FALSE(alone.in_flight());
+}
+
+TEST_F(BlockSyncTest, WantsARequestWhenRecoveringIdle) {
+  BlockSync sync(config_, 0);
+  EXPECT_FALSE(sync.WantsRequest());
+  sync.RecoverTo(4);
+  EXPECT_TRUE(sync.WantsRequest());
+  sync.NextRequest(0);
+  EXPECT_FALSE(sync.WantsRequest());  // in flight
+  EXPECT_FALSE(sync.Accept(Response({Batch(1)}), 0, validator_));
+  EXPECT_FALSE(sync.in_flight());
+  EXPECT_FALSE(sync.WantsRequest());  // a batch waits for execution
+  sync.DropThrough(1);
+  EXPECT_TRUE(sync.WantsRequest());
+}
+
+TEST_F(BlockSyncTest, AcceptsVerifiedBatchesWithinTheHorizon) {
+  BlockSync sync(config_, 0);
+  // Horizon: last executed 2 + max(window 8, chunk 4) = 10.
+  EXPECT_FALSE(
+      sync.Accept(Response({Batch(2), Batch(3), Batch(4), Batch(10), Batch(11)}), 2, validator_));
+  EXPECT_FALSE(sync.Batch(2).has_value());  // executed already
+  EXPECT_TRUE(sync.Batch(3).has_value());
+  EXPECT_TRUE(sync.Batch(10).has_value());
+  EXPECT_FALSE(sync.Batch(11).has_value());
+}
+
+TEST_F(BlockSyncTest, StopsAtTheFirstInvalidBatch) {
+  BlockSync sync(config_, 0);
+  CommittedBatch forged = Batch(2);
+  forged.mutable_commit_certificate()->RemoveLast();  // 2 commits of the 3 needed
+  EXPECT_TRUE(sync.Accept(Response({Batch(1), forged, Batch(3)}), 0, validator_));
+  EXPECT_TRUE(sync.Batch(1).has_value());
+  EXPECT_FALSE(sync.Batch(2).has_value());
+  EXPECT_FALSE(sync.Batch(3).has_value());
+}
+
+TEST_F(BlockSyncTest, HandsBatchesToExecutionAsCommits) {
+  BlockSync sync(config_, 0);
+  sync.Accept(Response({Batch(1, /*view=*/3), Batch(2)}), 0, validator_);
+  const std::optional<PbftCommit> c = sync.Batch(1);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->seq, 1u);
+  EXPECT_EQ(c->view, 3u);
+  EXPECT_EQ(c->tx_hashes, std::vector<std::string>{Tx(1)});
+  EXPECT_EQ(c->digest, BatchDigest(c->tx_hashes));
+  EXPECT_EQ(c->certificate.size(), 3u);
+  EXPECT_TRUE(c->chain_digest.empty());
+  sync.DropThrough(1);
+  EXPECT_FALSE(sync.Batch(1).has_value());
+  EXPECT_TRUE(sync.Batch(2).has_value());
+}
+
+TEST_F(BlockSyncTest, DetectsAStallBetweenTicks) {
+  BlockSync sync(config_, 5);
+  EXPECT_TRUE(sync.TickStalled(5));
+  EXPECT_FALSE(sync.TickStalled(6));
+  EXPECT_TRUE(sync.TickStalled(6));
+}
+
+TEST_F(BlockSyncTest, ServesAChunkOfTheLedger) {
+  BlockSync sync(config_, 0);
+  TestBlocks blocks;
+  for (uint64_t s = 1; s <= 9; ++s) blocks.batches[s] = Batch(s);
+  blocks.batches.erase(7);
+  auto serve = [&](uint64_t from, uint64_t to, uint64_t last_executed) {
+    SyncRequest req;
+    req.set_from_seq(from);
+    req.set_to_seq(to);
+    const ConsensusMessage m = sync.Serve(req, last_executed, blocks);
+    EXPECT_EQ(m.sync_response().last_executed(), last_executed);
+    std::vector<uint64_t> seqs;
+    for (const CommittedBatch& b : m.sync_response().batches()) seqs.push_back(b.seq());
+    return seqs;
+  };
+  EXPECT_EQ(serve(1, 100, 9), (std::vector<uint64_t>{1, 2, 3, 4}));  // at most a chunk
+  EXPECT_EQ(serve(2, 3, 9), (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(serve(2, 5, 3), (std::vector<uint64_t>{2, 3}));  // not above last executed
+  EXPECT_EQ(serve(5, 8, 9), (std::vector<uint64_t>{5, 6}));  // stops at the gap
+  EXPECT_TRUE(serve(0, 4, 9).empty());                       // malformed
+  EXPECT_TRUE(serve(4, 3, 9).empty());
+}
+
+}  // namespace
+}  // namespace partitions
