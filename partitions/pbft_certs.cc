@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -179,6 +180,38 @@ bool PbftValidator::ValidCommittedBatch(const CommittedBatch& batch) const {
     if (!crypto_->Verify(m)) return false;
   }
   return senders.size() >= config_.quorum();
+}
+
+std::optional<NewViewPlan> PbftValidator::CheckNewView(const ConsensusMessage& msg) const {
+  const node::consensus::NewView& nv = msg.new_view();
+  const uint64_t w = nv.view();
+  if (w == 0 || msg.sender() != config_.PrimaryOf(w)) return std::nullopt;
+  std::set<uint32_t> senders;
+  std::vector<const ConsensusMessage*> vcs;
+  for (const ConsensusMessage& m : nv.view_changes()) {
+    if (m.view_change().new_view() != w || !senders.insert(m.sender()).second ||
+        !ValidViewChange(m)) {
+      return std::nullopt;
+    }
+    vcs.push_back(&m);
+  }
+  if (vcs.size() < config_.quorum()) return std::nullopt;
+  NewViewPlan plan = Plan(vcs);
+  if (static_cast<size_t>(nv.pre_prepares_size()) != plan.entries.size()) return std::nullopt;
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const ConsensusMessage& ppm = nv.pre_prepares(static_cast<int>(i));
+    const PrePrepare& pp = ppm.pre_prepare();
+    const NewViewPlan::Entry& e = plan.entries[i];
+    const bool same_batch =
+        static_cast<size_t>(pp.tx_hashes_size()) == e.tx_hashes.size() &&
+        std::equal(e.tx_hashes.begin(), e.tx_hashes.end(), pp.tx_hashes().begin());
+    if (!ppm.has_pre_prepare() || ppm.sender() != msg.sender() || pp.proposer() != msg.sender() ||
+        pp.view() != w || pp.seq() != e.seq || pp.digest() != e.digest || !same_batch ||
+        !crypto_->Verify(ppm)) {
+      return std::nullopt;
+    }
+  }
+  return plan;
 }
 
 NewViewPlan PbftValidator::Plan(const std::vector<const ConsensusMessage*>& view_changes) const {

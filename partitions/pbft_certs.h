@@ -12,6 +12,7 @@
 #define PARTITIONS_PBFT_CERTS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,10 @@ class PbftValidator {
 
   // REQUIRES: every element is a valid ViewChange envelope for the same view.
   NewViewPlan Plan(const std::vector<const ConsensusMessage*>& view_changes) const;
+  // A NewView envelope for a view w > 0 from w's primary, holding 2f+1 valid ViewChanges for w
+  // from distinct replicas, and exactly the pre-prepares of their Plan, signed by that primary:
+  // the plan; nullopt otherwise.
+  std::optional<NewViewPlan> CheckNewView(const ConsensusMessage& msg) const;
 
  private:
   const PbftConfig config_;

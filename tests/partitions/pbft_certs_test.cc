@@ -1,0 +1,103 @@
+// Unit tests for PbftValidator::CheckNewView: a NewView is accepted only from the new primary,
+// with 2f+1 valid ViewChanges for its view from distinct replicas, and exactly the pre-prepares
+// their plan re-issues.
+#include "partitions/pbft_certs.h"
+
+#include "gtest/gtest.h"
+#include "tests/partitions/pbft_test_util.h"
+
+namespace partitions {
+namespace {
+
+using ::node::consensus::PreparedCertificate;
+using testing::MakePrepare;
+using testing::MakePrePrepare;
+using testing::Tx;
+using ::tests::SignedAs;
+
+const std::vector<std::string> kBatch = {Tx(1), Tx(2)};
+
+// Replica `from`'s ViewChange for `view`, from the genesis checkpoint, with `cert` if given.
+ConsensusMessage ViewChange(uint64_t view, uint32_t from, const PreparedCertificate* cert) {
+  ConsensusMessage m;
+  auto* vc = m.mutable_view_change();
+  vc->set_new_view(view);
+  vc->set_stable_seq(0);
+  vc->set_stable_digest(GenesisDigest());
+  if (cert != nullptr) *vc->add_prepared() = *cert;
+  return SignedAs(from, m);
+}
+
+class CheckNewViewTest : public ::testing::Test {
+ protected:
+  CheckNewViewTest() : crypto_(3), validator_(config_, &crypto_) {
+    // Seq 1 prepared in view 0 (primary 0; prepares from 1 and 2).
+    *cert_.mutable_pre_prepare() = MakePrePrepare(0, 1, kBatch, 0);
+    *cert_.add_prepares() = MakePrepare(0, 1, BatchDigest(kBatch), 1);
+    *cert_.add_prepares() = MakePrepare(0, 1, BatchDigest(kBatch), 2);
+  }
+
+  // The NewView for view 1 that primary 1 must send with ViewChanges from `senders` (replica 2
+  // reports the prepared certificate): it re-issues seq 1.
+  ConsensusMessage NewView(const std::vector<uint32_t>& senders, uint64_t vc_view = 1) {
+    ConsensusMessage m;
+    auto* nv = m.mutable_new_view();
+    nv->set_view(1);
+    for (uint32_t s : senders)
+      *nv->add_view_changes() = ViewChange(vc_view, s, s == 2 ? &cert_ : nullptr);
+    *nv->add_pre_prepares() = MakePrePrepare(1, 1, kBatch, 1);
+    return SignedAs(1, m);
+  }
+
+  PbftConfig config_{.n = 4, .self = 3};
+  ::tests::FakePbftCrypto crypto_;
+  PbftValidator validator_;
+  PreparedCertificate cert_;
+};
+
+TEST_F(CheckNewViewTest, AcceptsTheNewPrimarysNewViewAndReturnsItsPlan) {
+  const std::optional<NewViewPlan> plan = validator_.CheckNewView(NewView({0, 2, 3}));
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->min_s, 0u);
+  EXPECT_EQ(plan->max_s, 1u);
+  ASSERT_EQ(plan->entries.size(), 1u);
+  EXPECT_EQ(plan->entries[0].seq, 1u);
+  EXPECT_EQ(plan->entries[0].tx_hashes, kBatch);
+}
+
+TEST_F(CheckNewViewTest, RejectsWrongViewOrSender) {
+  ConsensusMessage m = NewView({0, 2, 3});
+  EXPECT_FALSE(validator_.CheckNewView(SignedAs(2, m)).has_value());  // not view 1's primary
+  m.mutable_new_view()->set_view(0);
+  EXPECT_FALSE(validator_.CheckNewView(SignedAs(0, m)).has_value());  // view 0 has no NewView
+}
+
+TEST_F(CheckNewViewTest, NeedsQuorumOfDistinctValidViewChangesForItsView) {
+  EXPECT_FALSE(validator_.CheckNewView(NewView({0, 2})).has_value());
+  EXPECT_FALSE(validator_.CheckNewView(NewView({0, 2, 2})).has_value());
+  EXPECT_FALSE(validator_.CheckNewView(NewView({0, 2, 3}, /*vc_view=*/2)).has_value());
+  ConsensusMessage forged = NewView({0, 2, 3});
+  forged.mutable_new_view()->mutable_view_changes(0)->set_signature("bad");
+  EXPECT_FALSE(validator_.CheckNewView(forged).has_value());
+}
+
+TEST_F(CheckNewViewTest, NeedsExactlyThePlannedPrePrepares) {
+  ConsensusMessage none = NewView({0, 2, 3});
+  none.mutable_new_view()->clear_pre_prepares();
+  EXPECT_FALSE(validator_.CheckNewView(none).has_value());
+
+  ConsensusMessage other = NewView({0, 2, 3});
+  *other.mutable_new_view()->mutable_pre_prepares(0) = MakePrePrepare(1, 1, {Tx(3)}, 1);
+  EXPECT_FALSE(validator_.CheckNewView(other).has_value());
+
+  ConsensusMessage unsigned_pp = NewView({0, 2, 3});
+  unsigned_pp.mutable_new_view()->mutable_pre_prepares(0)->set_signature("bad");
+  EXPECT_FALSE(validator_.CheckNewView(unsigned_pp).has_value());
+
+  ConsensusMessage extra = NewView({0, 2, 3});
+  *extra.mutable_new_view()->add_pre_prepares() = MakePrePrepare(1, 2, kBatch, 1);
+  EXPECT_FALSE(validator_.CheckNewView(extra).has_value());
+}
+
+}  // namespace
+}  // namespace partitions
