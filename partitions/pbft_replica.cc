@@ -38,11 +38,13 @@ PbftReplica::PbftReplica(const PbftConfig& config, Deps deps, LedgerPosition pos
     : config_(config),
       deps_(deps),
       validator_(config, deps.crypto),
+      view_changes_(config),
+      log_(config),
       last_executed_(position.last_executed),
       chain_digest_(position.chain_digest.empty() ? GenesisDigest() : position.chain_digest),
-      stable_digest_(GenesisDigest()) {
-  executed_at_last_tick_ = last_executed_;
-}
+      future_(config),
+      checkpoints_(config),
+      sync_(config, position.last_executed) {}
 
 std::vector<PbftAction> PbftReplica::Step(const PbftEvent& event) {
   out_.clear();
@@ -65,7 +67,7 @@ std::vector<PbftAction> PbftReplica::Step(const PbftEvent& event) {
 
 ConsensusState PbftReplica::state() const {
   if (!installed_) return ConsensusState::kViewChange;
-  if (recovering_) return ConsensusState::kRecovering;
+  if (sync_.recovering()) return ConsensusState::kRecovering;
   return ConsensusState::kNormal;
 }
 
@@ -78,8 +80,9 @@ void PbftReplica::SetStateFlags() {
 }
 
 bool PbftReplica::CanPropose() const {
-  return status_.ok() && installed_ && !recovering_ && !Observing() && IsPrimary() &&
-         next_seq_ <= h_ + config_.window && next_seq_ <= last_executed_ + config_.max_inflight;
+  return status_.ok() && installed_ && !sync_.recovering() && !Observing() && IsPrimary() &&
+         next_seq_ <= low_watermark() + config_.window &&
+         next_seq_ <= last_executed_ + config_.max_inflight;
 }
 
 void PbftReplica::OnMessage(const ConsensusMessage& msg) {
@@ -117,23 +120,18 @@ void PbftReplica::OnTimer(PbftTimer timer) {
     case PbftTimer::kRequest:
       request_timer_armed_ = false;
       if (!installed_) return;
-      if (recovering_) return;  // re-armed by UpdateRequestTimer; our own lag, not the primary's
-      if (pending_requests_ > 0 || HasUnexecutedWork()) StartViewChange(view_ + 1);
+      if (sync_.recovering()) return;  // re-armed by UpdateRequestTimer; our lag, not the primary's
+      if (pending_requests_ > 0 || log_.HasWorkAbove(last_executed_)) StartViewChange(view_ + 1);
       return;
     case PbftTimer::kViewChange: {
       if (installed_) return;
       // Escalate only a view change that 2f+1 replicas joined and whose NewView did not come
       // (Castro & Liskov 4.5.2). Alone, escalating would only take us further from the others.
-      auto vcs = view_changes_.find(view_);
-      if (vcs == view_changes_.end() || vcs->second.size() < config_.quorum()) {
+      if (view_changes_.CountFor(view_) < config_.quorum()) {
         // Short of 2f+1, but some replica already asks for a higher view (e.g. one that went
         // back to its own earlier, higher ViewChange): join the lowest such view instead of
         // waiting here for ever. It only moves to a view someone announced, never a new one.
-        uint64_t up = 0;
-        for (const auto& [sender, v] : latest_vc_view_) {
-          if (sender != config_.self && v > view_ && (up == 0 || v < up)) up = v;
-        }
-        if (up > 0) {
+        if (const uint64_t up = view_changes_.LowestViewAbove(view_); up > 0) {
           StartViewChange(up);
           return;
         }
@@ -157,7 +155,7 @@ void PbftReplica::OnBatchReady(const std::vector<std::string>& tx_hashes) {
   for (const std::string& h : tx_hashes) {
     if (h.size() != kTxHashBytes) return;
   }
-  while (log_.count(next_seq_) > 0 && log_[next_seq_].pre_prepare) ++next_seq_;
+  while (log_.HasPrePrepare(next_seq_)) ++next_seq_;
   if (!CanPropose()) return;
   const uint64_t seq = next_seq_++;
   ConsensusMessage msg;
@@ -169,7 +167,7 @@ void PbftReplica::OnBatchReady(const std::vector<std::string>& tx_hashes) {
   pp->set_proposer(config_.self);
   msg = Signed(std::move(msg));
   Persist(deps_.store->AppendLog({msg}));
-  Slot& slot = log_[seq];
+  Slot& slot = log_.At(seq);
   slot.pre_prepare = msg;
   slot.digest = msg.pre_prepare().digest();
   Broadcast(msg);
@@ -179,13 +177,9 @@ void PbftReplica::OnBatchReady(const std::vector<std::string>& tx_hashes) {
 void PbftReplica::OnPendingRequests(uint64_t count) { pending_requests_ = count; }
 
 void PbftReplica::OnTxsAvailable() {
-  std::vector<uint64_t> waiting;
-  for (const auto& [seq, slot] : log_) {
-    if (slot.waiting_txs) waiting.push_back(seq);
-  }
   // fetched_for_ is left alone: a fetch is retried once per retransmit period, not on every
   // arrival (which would multiply fetches while several slots wait).
-  for (uint64_t seq : waiting) ContinueAfterTxs(seq);
+  for (uint64_t seq : log_.WaitingForTxs(/*seq=*/0)) ContinueAfterTxs(seq);  // every slot
   TryExecute();
 }
 
@@ -194,21 +188,9 @@ void PbftReplica::OnRetransmit() {
   // In a view change, and while observing a lower view, our ViewChange must reach everyone.
   if (own_view_change_ && (!installed_ || Observing())) Broadcast(*own_view_change_);
   if (installed_) {
-    std::vector<uint64_t> waiting;
-    for (auto it = log_.upper_bound(last_executed_); it != log_.end(); ++it) {
-      Slot& slot = it->second;
-      if (slot.waiting_txs) waiting.push_back(it->first);
-      if (slot.pre_prepare && slot.pre_prepare->sender() == config_.self) {
-        Broadcast(*slot.pre_prepare);
-      }
-      if (auto p = slot.prepares.find(config_.self); p != slot.prepares.end()) Broadcast(p->second);
-      if (auto c = slot.commits.find(config_.self); c != slot.commits.end()) Broadcast(c->second);
-    }
-    for (uint64_t seq : waiting) ContinueAfterTxs(seq);
-    const bool ahead = std::any_of(future_.begin(), future_.end(), [&](const ConsensusMessage& m) {
-      return MessageView(m) > view_;
-    });
-    if (ahead) {
+    for (const ConsensusMessage& m : log_.OwnMessagesAbove(last_executed_)) Broadcast(m);
+    for (uint64_t seq : log_.WaitingForTxs(last_executed_)) ContinueAfterTxs(seq);
+    if (future_.HasAbove(view_)) {
       ConsensusMessage req;
       req.mutable_new_view_request()->set_min_view(view_ + 1);
       Broadcast(Signed(std::move(req)));
@@ -216,17 +198,9 @@ void PbftReplica::OnRetransmit() {
   }
   // Re-announce the latest own checkpoint: lost checkpoints would otherwise freeze the watermarks,
   // and a replica that missed them learns it is behind.
-  if (!own_checkpoints_.empty()) {
-    auto it = checkpoints_.find(own_checkpoints_.rbegin()->first);
-    if (it != checkpoints_.end() && it->second.count(config_.self) > 0) {
-      Broadcast(it->second.at(config_.self));
-    }
-  }
-  if (last_executed_ == executed_at_last_tick_ && (recovering_ || EvidenceAhead())) {
-    sync_in_flight_ = false;
-    RequestSync();
-  }
-  executed_at_last_tick_ = last_executed_;
+  if (const ConsensusMessage* own = checkpoints_.LatestOwnVote()) Broadcast(*own);
+  // Stalled for a period: a request still in flight is lost, or the evidence says we are behind.
+  if (sync_.TickStalled(last_executed_) && (sync_.recovering() || EvidenceAhead())) RequestSync();
 }
 
 bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
@@ -236,11 +210,10 @@ bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
     return true;
   }
   if (view > view_ || !installed_) {
-    if (MessageSeq(msg) <= h_ || future_.size() >= config_.window * config_.n * 4) {
-      ++counters_.dropped_outside_watermarks;
-    } else {
+    if (future_.Add(msg, low_watermark())) {
       ++counters_.buffered_future;
-      future_.push_back(msg);
+    } else {
+      ++counters_.dropped_outside_watermarks;
     }
     return true;
   }
@@ -248,48 +221,16 @@ bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
 }
 
 void PbftReplica::OnPrePrepare(const ConsensusMessage& msg) {
-  const PrePrepare& pp = msg.pre_prepare();
-  if (DivertByView(msg, pp.view())) return;
-  if (msg.sender() != config_.PrimaryOf(view_) || pp.proposer() != msg.sender()) {
-    ++counters_.dropped_invalid;
-    return;
+  if (DivertByView(msg, msg.pre_prepare().view())) return;
+  if (Counted(log_.AddPrePrepare(msg, view_, low_watermark(), validator_))) {
+    ContinueAfterTxs(msg.pre_prepare().seq());
   }
-  if (!InWindow(pp.seq())) {
-    ++counters_.dropped_outside_watermarks;
-    return;
-  }
-  if (!validator_.ValidBatch(pp)) {
-    ++counters_.dropped_invalid;
-    return;
-  }
-  Slot& slot = log_[pp.seq()];
-  if (slot.pre_prepare) {
-    if (slot.digest == pp.digest()) {
-      ++counters_.dropped_duplicate;
-    } else {
-      ++counters_.dropped_conflicting;
-    }
-    return;
-  }
-  AcceptPrePrepare(msg);
-}
-
-void PbftReplica::AcceptPrePrepare(const ConsensusMessage& msg) {
-  const PrePrepare& pp = msg.pre_prepare();
-  Slot& slot = log_[pp.seq()];
-  if (slot.committed && slot.committed_digest != pp.digest()) {
-    ++counters_.dropped_conflicting;
-    return;
-  }
-  slot.pre_prepare = msg;
-  slot.digest = pp.digest();
-  ContinueAfterTxs(pp.seq());
 }
 
 void PbftReplica::ContinueAfterTxs(uint64_t seq) {
-  auto it = log_.find(seq);
-  if (it == log_.end() || !it->second.pre_prepare) return;
-  Slot& slot = it->second;
+  Slot* found = log_.Find(seq);
+  if (found == nullptr || !found->pre_prepare) return;
+  Slot& slot = *found;
   const PrePrepare& pp = slot.pre_prepare->pre_prepare();
   if (seq > last_executed_ && !slot.committed) {
     std::vector<std::string> missing;
@@ -319,23 +260,9 @@ void PbftReplica::ContinueAfterTxs(uint64_t seq) {
 }
 
 void PbftReplica::CheckPrepared(uint64_t seq) {
-  Slot& slot = log_[seq];
-  if (!slot.pre_prepare || slot.waiting_txs) return;
-  if (!slot.prepared) {
-    const uint32_t primary = config_.PrimaryOf(view_);
-    node::consensus::PreparedCertificate cert;
-    *cert.mutable_pre_prepare() = *slot.pre_prepare;
-    for (const auto& [sender, p] : slot.prepares) {
-      if (sender != primary && p.prepare().digest() == slot.digest &&
-          static_cast<uint32_t>(cert.prepares_size()) < 2 * config_.f()) {
-        *cert.add_prepares() = p;
-      }
-    }
-    if (static_cast<uint32_t>(cert.prepares_size()) < 2 * config_.f()) return;
-    slot.prepared = true;
-    slot.cert = std::move(cert);
-    slot.cert_view = view_;
-  }
+  Slot* prepared = log_.TryPrepare(seq, view_);
+  if (prepared == nullptr) return;
+  Slot& slot = *prepared;
   if (!slot.sent_commit && !Observing()) {
     ConsensusMessage msg;
     Commit* c = msg.mutable_commit();
@@ -358,105 +285,35 @@ void PbftReplica::CheckPrepared(uint64_t seq) {
 }
 
 void PbftReplica::OnPrepare(const ConsensusMessage& msg) {
-  const Prepare& p = msg.prepare();
-  if (DivertByView(msg, p.view())) return;
-  if (msg.sender() == config_.PrimaryOf(view_) || p.digest().size() != kTxHashBytes) {
-    ++counters_.dropped_invalid;
-    return;
-  }
-  if (!InWindow(p.seq())) {
-    ++counters_.dropped_outside_watermarks;
-    return;
-  }
-  Slot& slot = log_[p.seq()];
-  auto it = slot.prepares.find(msg.sender());
-  if (it != slot.prepares.end()) {
-    if (it->second.prepare().digest() == p.digest()) {
-      ++counters_.dropped_duplicate;
-    } else {
-      ++counters_.dropped_conflicting;
-    }
-    return;
-  }
-  slot.prepares.emplace(msg.sender(), msg);
-  CheckPrepared(p.seq());
+  if (DivertByView(msg, msg.prepare().view())) return;
+  if (Counted(log_.AddPrepare(msg, view_, low_watermark()))) CheckPrepared(msg.prepare().seq());
 }
 
 void PbftReplica::OnCommit(const ConsensusMessage& msg) {
-  const Commit& c = msg.commit();
-  if (DivertByView(msg, c.view())) return;
-  if (c.digest().size() != kTxHashBytes) {
-    ++counters_.dropped_invalid;
-    return;
-  }
-  if (!InWindow(c.seq())) {
-    ++counters_.dropped_outside_watermarks;
-    return;
-  }
-  Slot& slot = log_[c.seq()];
-  auto it = slot.commits.find(msg.sender());
-  if (it != slot.commits.end()) {
-    if (it->second.commit().digest() == c.digest()) {
-      ++counters_.dropped_duplicate;
-    } else {
-      ++counters_.dropped_conflicting;
-    }
-    return;
-  }
-  slot.commits.emplace(msg.sender(), msg);
-  CheckCommitted(c.seq());
+  if (DivertByView(msg, msg.commit().view())) return;
+  if (Counted(log_.AddCommit(msg, low_watermark()))) CheckCommitted(msg.commit().seq());
 }
 
 void PbftReplica::CheckCommitted(uint64_t seq) {
-  Slot& slot = log_[seq];
-  if (!slot.prepared || slot.committed) return;
-  std::vector<ConsensusMessage> cert;
-  for (const auto& [sender, c] : slot.commits) {
-    if (c.commit().digest() == slot.digest && cert.size() < config_.quorum()) cert.push_back(c);
-  }
-  if (cert.size() < config_.quorum()) return;
-  slot.committed = true;
-  slot.committed_digest = slot.digest;
-  const auto& hashes = slot.pre_prepare->pre_prepare().tx_hashes();
-  slot.committed_txs.assign(hashes.begin(), hashes.end());
-  slot.committed_view = view_;
-  slot.commit_cert = std::move(cert);
-  TryExecute();
+  if (log_.TryCommit(seq, view_)) TryExecute();
 }
 
 void PbftReplica::TryExecute() {
   const uint64_t before = last_executed_;
   while (status_.ok()) {
     const uint64_t seq = last_executed_ + 1;
-    PbftCommit commit;
-    commit.seq = seq;
-    auto lit = log_.find(seq);
-    auto sit = synced_.find(seq);
-    if (lit != log_.end() && lit->second.committed) {
-      const Slot& slot = lit->second;
-      commit.view = slot.committed_view;
-      commit.tx_hashes = slot.committed_txs;
-      commit.digest = slot.committed_digest;
-      commit.certificate = slot.commit_cert;
-    } else if (sit != synced_.end()) {
-      const auto& batch = sit->second;
-      commit.view = batch.commit_certificate(0).commit().view();
-      commit.tx_hashes.assign(batch.tx_hashes().begin(), batch.tx_hashes().end());
-      commit.digest = BatchDigest(commit.tx_hashes);
-      commit.certificate.assign(batch.commit_certificate().begin(),
-                                batch.commit_certificate().end());
-      ++counters_.synced_batches;
-    } else {
-      break;
-    }
+    std::optional<PbftCommit> next = log_.Decided(seq);  // committed here, else synced
+    const bool synced = !next;
+    if (synced) next = sync_.Batch(seq);
+    if (!next) break;
+    PbftCommit& commit = *next;
+    if (synced) ++counters_.synced_batches;
     std::vector<std::string> missing;
     for (const std::string& h : commit.tx_hashes) {
       if (!deps_.txs->HasTx(h)) missing.push_back(h);
     }
     if (!missing.empty()) {
-      if (sit != synced_.end() && !(lit != log_.end() && lit->second.committed)) {
-        --counters_.synced_batches;
-      }
+      if (synced) --counters_.synced_batches;
       if (fetched_for_.insert(seq).second) out_.push_back(PbftFetchTxs{std::move(missing)});
       break;
     }
@@ -465,8 +322,8 @@ void PbftReplica::TryExecute() {
     last_executed_ = seq;
     ++counters_.committed_batches;
     out_.push_back(std::move(commit));
-    synced_.erase(synced_.begin(), synced_.upper_bound(seq));
-    if (seq == h_ && chain_digest_ != stable_digest_) {
+    sync_.DropThrough(seq);
+    if (seq == low_watermark() && chain_digest_ != checkpoints_.stable_digest()) {
       status_ = absl::InternalError("pbft: executed state diverges from the stable checkpoint");
       return;
     }
@@ -477,15 +334,8 @@ void PbftReplica::TryExecute() {
   if (request_timer_armed_) {
     out_.push_back(PbftSetTimer{PbftTimer::kRequest, config_.request_timeout_ms});
   }
-  if (recovering_ && last_executed_ >= sync_target_) recovering_ = false;
-  if (recovering_ && synced_.empty() && !sync_in_flight_) RequestSync();
-}
-
-bool PbftReplica::HasUnexecutedWork() const {
-  for (auto it = log_.upper_bound(last_executed_); it != log_.end(); ++it) {
-    if (it->second.pre_prepare || it->second.committed) return true;
-  }
-  return false;
+  sync_.NoteExecuted(last_executed_);
+  if (sync_.WantsRequest()) RequestSync();
 }
 
 void PbftReplica::CancelRequestTimer() {
@@ -495,7 +345,7 @@ void PbftReplica::CancelRequestTimer() {
 }
 
 void PbftReplica::UpdateRequestTimer() {
-  const bool want = installed_ && (pending_requests_ > 0 || HasUnexecutedWork());
+  const bool want = installed_ && (pending_requests_ > 0 || log_.HasWorkAbove(last_executed_));
   if (want && !request_timer_armed_) {
     request_timer_armed_ = true;
     out_.push_back(PbftSetTimer{PbftTimer::kRequest, config_.request_timeout_ms});
@@ -518,6 +368,26 @@ void PbftReplica::Broadcast(const ConsensusMessage& msg, PbftChannel channel) {
 
 void PbftReplica::SendTo(uint32_t to, const ConsensusMessage& msg, PbftChannel channel) {
   out_.push_back(PbftSend{to, channel, msg});
+}
+
+bool PbftReplica::Counted(PbftLog::Vote vote) {
+  switch (vote) {
+    case PbftLog::Vote::kAdded:
+      return true;
+    case PbftLog::Vote::kInvalid:
+      ++counters_.dropped_invalid;
+      return false;
+    case PbftLog::Vote::kOutsideWindow:
+      ++counters_.dropped_outside_watermarks;
+      return false;
+    case PbftLog::Vote::kDuplicate:
+      ++counters_.dropped_duplicate;
+      return false;
+    case PbftLog::Vote::kConflicting:
+      ++counters_.dropped_conflicting;
+      return false;
+  }
+  return false;
 }
 
 void PbftReplica::Persist(absl::Status status) {

@@ -35,7 +35,6 @@
 #define PARTITIONS_PBFT_REPLICA_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -44,8 +43,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "partitions/pbft_block_sync.h"
 #include "partitions/pbft_certs.h"
+#include "partitions/pbft_checkpoints.h"
+#include "partitions/pbft_future_buffer.h"
+#include "partitions/pbft_log.h"
 #include "partitions/pbft_types.h"
+#include "partitions/pbft_view_change_votes.h"
 
 namespace partitions {
 
@@ -80,38 +84,17 @@ class PbftReplica {
   // True while following a lower view without voting (see Observing() below).
   bool observing() const { return Observing(); }
   // ViewChanges held for the current view (own included); 0 when there are none.
-  size_t view_change_votes() const {
-    auto it = view_changes_.find(view_);
-    return it == view_changes_.end() ? 0 : it->second.size();
-  }
+  size_t view_change_votes() const { return view_changes_.CountFor(view_); }
   bool IsPrimary() const { return config_.PrimaryOf(view_) == config_.self; }
   uint64_t last_executed() const { return last_executed_; }
-  uint64_t low_watermark() const { return h_; }
+  uint64_t low_watermark() const { return checkpoints_.stable_seq(); }
   const std::string& chain_digest() const { return chain_digest_; }
   const PbftCounters& counters() const { return counters_; }
   absl::Status status() const { return status_; }
   const PbftConfig& config() const { return config_; }
 
  private:
-  // Per-seq log entry. The phase fields belong to the current view and are reset when a view is
-  // left; `cert` (best prepared certificate of any view) and the commit decision survive.
-  struct Slot {
-    std::optional<ConsensusMessage> pre_prepare;
-    std::string digest;
-    std::map<uint32_t, ConsensusMessage> prepares;  // by sender, current view, any digest
-    std::map<uint32_t, ConsensusMessage> commits;   // by sender, current view, any digest
-    bool waiting_txs = false;
-    bool prepared = false;
-    bool sent_commit = false;
-    std::optional<node::consensus::PreparedCertificate> cert;
-    uint64_t cert_view = 0;
-    // Decision (view-independent): committed-local with its certificate.
-    bool committed = false;
-    std::string committed_digest;
-    std::vector<std::string> committed_txs;
-    uint64_t committed_view = 0;
-    std::vector<ConsensusMessage> commit_cert;
-  };
+  using Slot = PbftLog::Slot;
 
   PbftReplica(const PbftConfig& config, Deps deps, LedgerPosition position);
   absl::Status Restore();
@@ -129,17 +112,17 @@ class PbftReplica {
   void OnPrePrepare(const ConsensusMessage& msg);
   void OnPrepare(const ConsensusMessage& msg);
   void OnCommit(const ConsensusMessage& msg);
-  // Records an accepted pre-prepare of the current view; then fetches txs or prepares.
-  void AcceptPrePrepare(const ConsensusMessage& msg);
+  // After a pre-prepare was accepted, or txs arrived: fetches missing txs, or prepares.
   void ContinueAfterTxs(uint64_t seq);
   void CheckPrepared(uint64_t seq);
   void CheckCommitted(uint64_t seq);
   void TryExecute();
-  bool InWindow(uint64_t seq) const { return seq > h_ && seq <= h_ + config_.window; }
+  bool InWindow(uint64_t seq) const {
+    return seq > low_watermark() && seq <= low_watermark() + config_.window;
+  }
   // Normal-case message of a view not (yet) installed here: buffer if ahead, else count stale.
   // Returns true when the message was consumed (buffered or dropped).
   bool DivertByView(const ConsensusMessage& msg, uint64_t view);
-  bool HasUnexecutedWork() const;
   void UpdateRequestTimer();
   void CancelRequestTimer();
 
@@ -151,7 +134,6 @@ class PbftReplica {
   void OnSyncRequest(const ConsensusMessage& msg);
   void OnSyncResponse(const ConsensusMessage& msg);
   void RequestSync();
-  uint32_t NextSyncPeer();
   bool EvidenceAhead() const;
 
   // View change (pbft_view_change.cc).
@@ -161,8 +143,8 @@ class PbftReplica {
   void OnNewViewRequest(const ConsensusMessage& msg);
   void MaybeSendNewView();
   void InstallNewView(const ConsensusMessage& nv_msg, const NewViewPlan& plan);
-  void ResetViewState();
-  void JoinHigherViewIfBehind();
+  // Moves to `view` (installed or not) with no NewView and no phase state of the view left.
+  void MoveToView(uint64_t view, bool installed);
   // Observer mode: a replica whose own view change (view w) found no support, while f+1 others
   // commit in a lower view v, follows v without signing anything in it (so its ViewChange for w,
   // which peers hold, stays a true account of what it prepared) and goes back to w when the
@@ -172,13 +154,14 @@ class PbftReplica {
   void NoteLowerViewCommit(const ConsensusMessage& msg, uint64_t view);
   void EnterObserver(uint64_t view);
   void ResumeOwnViewChange();
-  void DropFutureBelowView();
 
   // Helpers.
   ConsensusMessage Signed(ConsensusMessage msg);
   void Broadcast(const ConsensusMessage& msg, PbftChannel channel = PbftChannel::kConsensus);
   void SendTo(uint32_t to, const ConsensusMessage& msg,
               PbftChannel channel = PbftChannel::kConsensus);
+  // Counts a normal-case message the log did not keep; true if it was added.
+  bool Counted(PbftLog::Vote vote);
   void Persist(absl::Status status);
   void SetStateFlags();
   int64_t ViewChangeTimeout() const;
@@ -198,40 +181,25 @@ class PbftReplica {
   bool installed_ = true;  // NewView of view_ installed (view 0 needs none)
   std::optional<ConsensusMessage> own_view_change_;
   std::optional<ConsensusMessage> new_view_msg_;  // the NewView that installed view_
-  std::map<uint64_t, std::map<uint32_t, ConsensusMessage>> view_changes_;  // view -> sender
-  std::map<uint32_t, uint64_t> latest_vc_view_;  // sender -> highest ViewChange view seen
+  ViewChangeVotes view_changes_;
   bool new_view_sent_ = false;
   uint32_t backoff_shift_ = 0;
   uint64_t last_installed_view_ = 0;  // highest view whose NewView was installed here
-  // While in a view change: senders of commits seen for each lower view (observer trigger).
-  std::map<uint64_t, std::set<uint32_t>> lower_view_commits_;
 
   // Log and execution.
-  std::map<uint64_t, Slot> log_;
+  PbftLog log_;
   uint64_t next_seq_ = 1;  // primary: next seq to assign
   uint64_t last_executed_ = 0;
   std::string chain_digest_;
-  std::set<uint64_t> fetched_for_;        // seqs whose missing txs were already requested
-  std::vector<ConsensusMessage> future_;  // messages of views not installed yet
+  std::set<uint64_t> fetched_for_;  // seqs whose missing txs were already requested
 
-  // Checkpoints: seq -> sender -> message (bounded per sender).
-  std::map<uint64_t, std::map<uint32_t, ConsensusMessage>> checkpoints_;
-  std::map<uint64_t, std::string> own_checkpoints_;  // seq -> chain digest, above h_
-  uint64_t h_ = 0;
-  std::string stable_digest_;
-  std::vector<ConsensusMessage> stable_proof_;
-
-  // Sync.
-  bool recovering_ = false;
-  uint64_t sync_target_ = 0;
-  std::map<uint64_t, node::consensus::CommittedBatch> synced_;  // verified, not yet executed
-  bool sync_in_flight_ = false;
-  uint32_t sync_rr_ = 0;
+  FutureBuffer future_;            // messages of views not installed yet
+  CheckpointTracker checkpoints_;  // and the stable checkpoint: the low watermark h
+  BlockSync sync_;
 
   // Timers.
   uint64_t pending_requests_ = 0;
   bool request_timer_armed_ = false;
-  uint64_t executed_at_last_tick_ = 0;
 };
 
 }  // namespace partitions
