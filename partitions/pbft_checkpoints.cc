@@ -17,17 +17,18 @@ node::consensus::StableCheckpointRecord CheckpointTracker::StableRecord() const 
   return record;
 }
 
-CheckpointTracker::Vote CheckpointTracker::Add(const ConsensusMessage& msg) {
+PbftAdmission CheckpointTracker::Add(const ConsensusMessage& msg) {
   const auto& cp = msg.checkpoint();
-  if (cp.seq() <= stable_seq_) return Vote::kStale;
+  if (cp.seq() <= stable_seq_) return PbftAdmission::kDuplicate;
   if (cp.seq() % config_.checkpoint_interval != 0 || cp.state_digest().size() != kTxHashBytes) {
-    return Vote::kInvalid;
+    return PbftAdmission::kInvalid;
   }
   auto& votes = votes_[cp.seq()];
   auto it = votes.find(msg.sender());
   if (it != votes.end()) {
-    return it->second.checkpoint().state_digest() == cp.state_digest() ? Vote::kDuplicate
-                                                                       : Vote::kConflicting;
+    return it->second.checkpoint().state_digest() == cp.state_digest()
+               ? PbftAdmission::kDuplicate
+               : PbftAdmission::kConflicting;
   }
   votes.emplace(msg.sender(), msg);
   // Bound memory: keep each sender's most recent (window / K + 2) checkpoints.
@@ -36,7 +37,7 @@ CheckpointTracker::Vote CheckpointTracker::Add(const ConsensusMessage& msg) {
   for (auto rit = votes_.rbegin(); rit != votes_.rend(); ++rit) {
     if (rit->second.count(msg.sender()) > 0 && ++kept > keep) rit->second.erase(msg.sender());
   }
-  return Vote::kAdded;
+  return PbftAdmission::kAdded;
 }
 
 void CheckpointTracker::AddOwn(const ConsensusMessage& msg) {

@@ -15,7 +15,7 @@
 // Thread-compatibility: not thread-safe; owned by one PbftReplica.
 //
 //   CheckpointTracker checkpoints(config);
-//   if (checkpoints.Add(msg) == CheckpointTracker::Vote::kAdded) {
+//   if (checkpoints.Add(msg) == PbftAdmission::kAdded) {
 //     if (auto q = checkpoints.QuorumAt(seq)) {
 //       RETURN_IF_ERROR(checkpoints.MakeStable(q->seq, q->digest, q->proof));
 //     }
@@ -36,13 +36,6 @@ namespace partitions {
 
 class CheckpointTracker {
  public:
-  enum class Vote {
-    kAdded,
-    kStale,        // seq at or below the stable checkpoint (peers re-announce their latest)
-    kInvalid,      // seq not a multiple of the interval, or a digest that is not 32 bytes
-    kDuplicate,    // same sender, seq and digest again
-    kConflicting,  // same sender and seq, another digest
-  };
   // 2f+1 matching checkpoints for one seq.
   struct Quorum {
     uint64_t seq = 0;
@@ -59,8 +52,11 @@ class CheckpointTracker {
   // The stable checkpoint as persisted (ConsensusStore::PutStableCheckpoint).
   node::consensus::StableCheckpointRecord StableRecord() const;
 
-  // A peer's Checkpoint. Applies the per-sender bound after adding.
-  Vote Add(const ConsensusMessage& msg);
+  // A peer's Checkpoint. Refused: kInvalid (seq not a multiple of the interval, or a digest
+  // that is not 32 bytes), kDuplicate (at or below the stable checkpoint, which peers
+  // re-announce; or the same sender, seq and digest again) or kConflicting (same sender and
+  // seq, another digest). Applies the per-sender bound after adding.
+  PbftAdmission Add(const ConsensusMessage& msg);
   // This replica's own signed Checkpoint (replaces an earlier own vote for its seq).
   void AddOwn(const ConsensusMessage& msg);
   // The first digest (in byte order) with 2f+1 votes at `seq`, and its proof; nullopt if none.

@@ -26,55 +26,57 @@ bool PbftLog::HasPrePrepare(uint64_t seq) const {
   return slot != nullptr && slot->pre_prepare.has_value();
 }
 
-PbftLog::Vote PbftLog::AddPrePrepare(const ConsensusMessage& msg, uint64_t view, uint64_t h,
+PbftAdmission PbftLog::AddPrePrepare(const ConsensusMessage& msg, uint64_t view, uint64_t h,
                                      const PbftValidator& validator) {
   const auto& pp = msg.pre_prepare();
   if (msg.sender() != config_.PrimaryOf(view) || pp.proposer() != msg.sender()) {
-    return Vote::kInvalid;
+    return PbftAdmission::kInvalid;
   }
-  if (!InWindow(pp.seq(), h)) return Vote::kOutsideWindow;
-  if (!validator.ValidBatch(pp)) return Vote::kInvalid;
+  if (!InWindow(pp.seq(), h)) return PbftAdmission::kOutsideWatermarks;
+  if (!validator.ValidBatch(pp)) return PbftAdmission::kInvalid;
   if (const Slot& slot = slots_[pp.seq()]; slot.pre_prepare) {
-    return slot.digest == pp.digest() ? Vote::kDuplicate : Vote::kConflicting;
+    return slot.digest == pp.digest() ? PbftAdmission::kDuplicate : PbftAdmission::kConflicting;
   }
   return AcceptPrePrepare(msg);
 }
 
-PbftLog::Vote PbftLog::AcceptPrePrepare(const ConsensusMessage& msg) {
+PbftAdmission PbftLog::AcceptPrePrepare(const ConsensusMessage& msg) {
   const auto& pp = msg.pre_prepare();
   Slot& slot = slots_[pp.seq()];
-  if (slot.committed && slot.committed_digest != pp.digest()) return Vote::kConflicting;
+  if (slot.committed && slot.committed_digest != pp.digest()) return PbftAdmission::kConflicting;
   slot.pre_prepare = msg;
   slot.digest = pp.digest();
-  return Vote::kAdded;
+  return PbftAdmission::kAdded;
 }
 
-PbftLog::Vote PbftLog::AddPrepare(const ConsensusMessage& msg, uint64_t view, uint64_t h) {
+PbftAdmission PbftLog::AddPrepare(const ConsensusMessage& msg, uint64_t view, uint64_t h) {
   const auto& p = msg.prepare();
   if (msg.sender() == config_.PrimaryOf(view) || p.digest().size() != kTxHashBytes) {
-    return Vote::kInvalid;
+    return PbftAdmission::kInvalid;
   }
-  if (!InWindow(p.seq(), h)) return Vote::kOutsideWindow;
+  if (!InWindow(p.seq(), h)) return PbftAdmission::kOutsideWatermarks;
   Slot& slot = slots_[p.seq()];
   auto it = slot.prepares.find(msg.sender());
   if (it != slot.prepares.end()) {
-    return it->second.prepare().digest() == p.digest() ? Vote::kDuplicate : Vote::kConflicting;
+    return it->second.prepare().digest() == p.digest() ? PbftAdmission::kDuplicate
+                                                       : PbftAdmission::kConflicting;
   }
   slot.prepares.emplace(msg.sender(), msg);
-  return Vote::kAdded;
+  return PbftAdmission::kAdded;
 }
 
-PbftLog::Vote PbftLog::AddCommit(const ConsensusMessage& msg, uint64_t h) {
+PbftAdmission PbftLog::AddCommit(const ConsensusMessage& msg, uint64_t h) {
   const auto& c = msg.commit();
-  if (c.digest().size() != kTxHashBytes) return Vote::kInvalid;
-  if (!InWindow(c.seq(), h)) return Vote::kOutsideWindow;
+  if (c.digest().size() != kTxHashBytes) return PbftAdmission::kInvalid;
+  if (!InWindow(c.seq(), h)) return PbftAdmission::kOutsideWatermarks;
   Slot& slot = slots_[c.seq()];
   auto it = slot.commits.find(msg.sender());
   if (it != slot.commits.end()) {
-    return it->second.commit().digest() == c.digest() ? Vote::kDuplicate : Vote::kConflicting;
+    return it->second.commit().digest() == c.digest() ? PbftAdmission::kDuplicate
+                                                      : PbftAdmission::kConflicting;
   }
   slot.commits.emplace(msg.sender(), msg);
-  return Vote::kAdded;
+  return PbftAdmission::kAdded;
 }
 
 PreparedCertificate PbftLog::Certificate(const ConsensusMessage& pp,

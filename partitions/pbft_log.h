@@ -14,7 +14,7 @@
 // Thread-compatibility: not thread-safe; owned by one PbftReplica.
 //
 //   PbftLog log(config);
-//   if (log.AddPrepare(msg, view, h) == PbftLog::Vote::kAdded) {
+//   if (log.AddPrepare(msg, view, h) == PbftAdmission::kAdded) {
 //     if (PbftLog::Slot* slot = log.TryPrepare(seq, view); slot && !slot->sent_commit) { ... }
 //   }
 //   if (log.TryCommit(seq, view)) Execute(*log.Decided(seq));
@@ -51,14 +51,6 @@ class PbftLog {
     uint64_t committed_view = 0;
     std::vector<ConsensusMessage> commit_cert;
   };
-  // What became of a normal-case message offered to the log.
-  enum class Vote {
-    kAdded,
-    kInvalid,        // wrong sender for its role, malformed digest or batch
-    kOutsideWindow,  // seq not in the watermarks (h, h + window]
-    kDuplicate,      // the sender's message for this seq again
-    kConflicting,    // another digest than the sender's earlier one, or than the decision
-  };
 
   explicit PbftLog(const PbftConfig& config);
 
@@ -72,14 +64,17 @@ class PbftLog {
   // Messages of the installed current view `view`, with the low watermark `h`. Only kAdded ones
   // are kept: a pre-prepare from the view's primary with a valid batch, the first for its seq
   // and not contradicting a decision; a prepare from a backup, a commit from anyone, the first
-  // of their sender for the seq (a second one is a duplicate if it has the same digest).
-  Vote AddPrePrepare(const ConsensusMessage& msg, uint64_t view, uint64_t h,
-                     const PbftValidator& validator);
-  Vote AddPrepare(const ConsensusMessage& msg, uint64_t view, uint64_t h);
-  Vote AddCommit(const ConsensusMessage& msg, uint64_t h);
+  // of their sender for the seq. Refused: kInvalid (wrong sender for its role, malformed digest
+  // or batch), kOutsideWatermarks (seq not in (h, h + window]), kDuplicate (the sender's
+  // message for the seq again) or kConflicting (another digest than the sender's earlier one,
+  // or than the decision).
+  PbftAdmission AddPrePrepare(const ConsensusMessage& msg, uint64_t view, uint64_t h,
+                              const PbftValidator& validator);
+  PbftAdmission AddPrepare(const ConsensusMessage& msg, uint64_t view, uint64_t h);
+  PbftAdmission AddCommit(const ConsensusMessage& msg, uint64_t h);
   // A pre-prepare re-issued by an installed NewView (already checked): kAdded, or kConflicting
   // if the seq was decided for another batch.
-  Vote AcceptPrePrepare(const ConsensusMessage& msg);
+  PbftAdmission AcceptPrePrepare(const ConsensusMessage& msg);
 
   // The slot for `seq` if it is prepared in `view` (now or before), building its certificate
   // from the pre-prepare and 2f matching prepares of backups; nullptr while it lacks any of them

@@ -36,8 +36,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -48,8 +46,12 @@
 #include "partitions/pbft_checkpoints.h"
 #include "partitions/pbft_future_buffer.h"
 #include "partitions/pbft_log.h"
+#include "partitions/pbft_outbox.h"
+#include "partitions/pbft_request_timer.h"
+#include "partitions/pbft_tx_fetcher.h"
 #include "partitions/pbft_types.h"
 #include "partitions/pbft_view_change_votes.h"
+#include "partitions/pbft_view_state.h"
 
 namespace partitions {
 
@@ -80,17 +82,17 @@ class PbftReplica {
   // watermarks and the in-flight limit).
   bool CanPropose() const;
   ConsensusState state() const;
-  uint64_t view() const { return view_; }
-  // True while following a lower view without voting (see Observing() below).
-  bool observing() const { return Observing(); }
+  uint64_t view() const { return views_.view(); }
+  // True while following a lower view without voting (observer mode, see below).
+  bool observing() const { return views_.observing(); }
   // ViewChanges held for the current view (own included); 0 when there are none.
-  size_t view_change_votes() const { return view_changes_.CountFor(view_); }
-  bool IsPrimary() const { return config_.PrimaryOf(view_) == config_.self; }
+  size_t view_change_votes() const { return view_changes_.CountFor(views_.view()); }
+  bool IsPrimary() const { return views_.is_primary(); }
   uint64_t last_executed() const { return last_executed_; }
   uint64_t low_watermark() const { return checkpoints_.stable_seq(); }
   const std::string& chain_digest() const { return chain_digest_; }
   const PbftCounters& counters() const { return counters_; }
-  absl::Status status() const { return status_; }
+  absl::Status status() const { return out_.status(); }
   const PbftConfig& config() const { return config_; }
 
  private:
@@ -123,8 +125,6 @@ class PbftReplica {
   // Normal-case message of a view not (yet) installed here: buffer if ahead, else count stale.
   // Returns true when the message was consumed (buffered or dropped).
   bool DivertByView(const ConsensusMessage& msg, uint64_t view);
-  void UpdateRequestTimer();
-  void CancelRequestTimer();
 
   // Checkpoints and block sync (pbft_sync.cc).
   void OnCheckpoint(const ConsensusMessage& msg);
@@ -149,57 +149,36 @@ class PbftReplica {
   // commit in a lower view v, follows v without signing anything in it (so its ViewChange for w,
   // which peers hold, stays a true account of what it prepared) and goes back to w when the
   // others move or v stalls. See pbft_view_change.cc.
-  bool Observing() const;
-  uint64_t OwnViewChangeView() const;
   void NoteLowerViewCommit(const ConsensusMessage& msg, uint64_t view);
   void EnterObserver(uint64_t view);
   void ResumeOwnViewChange();
 
-  // Helpers.
-  ConsensusMessage Signed(ConsensusMessage msg);
-  void Broadcast(const ConsensusMessage& msg, PbftChannel channel = PbftChannel::kConsensus);
-  void SendTo(uint32_t to, const ConsensusMessage& msg,
-              PbftChannel channel = PbftChannel::kConsensus);
-  // Counts a normal-case message the log did not keep; true if it was added.
-  bool Counted(PbftLog::Vote vote);
-  void Persist(absl::Status status);
+  // Counts a message a part of the replica refused; true if it was added.
+  bool Counted(PbftAdmission admission);
   void SetStateFlags();
-  int64_t ViewChangeTimeout() const;
 
   const PbftConfig config_;
   const Deps deps_;
   const PbftValidator validator_;
 
-  // Output of the current Step.
-  std::vector<PbftAction> out_;
-  absl::Status status_;
+  PbftOutbox out_;  // output of the current Step; halted after a failed store write
   ConsensusState reported_state_ = ConsensusState::kNormal;
   PbftCounters counters_;
 
-  // View.
-  uint64_t view_ = 0;
-  bool installed_ = true;  // NewView of view_ installed (view 0 needs none)
-  std::optional<ConsensusMessage> own_view_change_;
-  std::optional<ConsensusMessage> new_view_msg_;  // the NewView that installed view_
+  ViewState views_;
   ViewChangeVotes view_changes_;
-  bool new_view_sent_ = false;
-  uint32_t backoff_shift_ = 0;
-  uint64_t last_installed_view_ = 0;  // highest view whose NewView was installed here
 
   // Log and execution.
   PbftLog log_;
   uint64_t next_seq_ = 1;  // primary: next seq to assign
   uint64_t last_executed_ = 0;
   std::string chain_digest_;
-  std::set<uint64_t> fetched_for_;  // seqs whose missing txs were already requested
+  TxFetcher fetcher_;
 
   FutureBuffer future_;            // messages of views not installed yet
   CheckpointTracker checkpoints_;  // and the stable checkpoint: the low watermark h
   BlockSync sync_;
-
-  // Timers.
-  uint64_t pending_requests_ = 0;
-  bool request_timer_armed_ = false;
+  RequestTimer request_timer_;
 };
 
 }  // namespace partitions

@@ -1,25 +1,13 @@
 // PbftReplica: checkpoints (stable checkpoint, watermarks, log GC) and block sync.
 #include <algorithm>
 
+#include "partitions/pbft_messages.h"
 #include "partitions/pbft_replica.h"
 
 namespace partitions {
 
 void PbftReplica::OnCheckpoint(const ConsensusMessage& msg) {
-  switch (checkpoints_.Add(msg)) {
-    case CheckpointTracker::Vote::kStale:  // already stable here; peers re-announce their latest
-    case CheckpointTracker::Vote::kDuplicate:
-      ++counters_.dropped_duplicate;
-      return;
-    case CheckpointTracker::Vote::kInvalid:
-      ++counters_.dropped_invalid;
-      return;
-    case CheckpointTracker::Vote::kConflicting:
-      ++counters_.dropped_conflicting;
-      return;
-    case CheckpointTracker::Vote::kAdded:
-      break;
-  }
+  if (!Counted(checkpoints_.Add(msg))) return;  // at or below h: a duplicate
   if (auto quorum = checkpoints_.QuorumAt(msg.checkpoint().seq())) {
     AdvanceStable(quorum->seq, quorum->digest, quorum->proof);
   }
@@ -27,13 +15,7 @@ void PbftReplica::OnCheckpoint(const ConsensusMessage& msg) {
 
 void PbftReplica::SendOwnCheckpoint(uint64_t seq) {
   if (seq <= low_watermark()) return;  // already stable (we were catching up)
-  ConsensusMessage msg;
-  msg.mutable_checkpoint()->set_seq(seq);
-  msg.mutable_checkpoint()->set_state_digest(chain_digest_);
-  msg = Signed(std::move(msg));
-  Persist(deps_.store->AppendLog({msg}));
-  checkpoints_.AddOwn(msg);
-  Broadcast(msg);
+  checkpoints_.AddOwn(out_.Publish(CheckpointMessage(seq, chain_digest_)));
   if (auto proof = checkpoints_.ProofFor(seq, chain_digest_)) {
     AdvanceStable(seq, chain_digest_, *proof);
   }
@@ -43,12 +25,12 @@ void PbftReplica::AdvanceStable(uint64_t seq, const std::string& digest,
                                 const std::vector<ConsensusMessage>& proof) {
   if (seq <= low_watermark()) return;
   if (absl::Status s = checkpoints_.MakeStable(seq, digest, proof); !s.ok()) {
-    status_ = std::move(s);
+    out_.Halt(std::move(s));
     return;
   }
-  Persist(deps_.store->PutStableCheckpoint(checkpoints_.StableRecord()));
+  out_.PutStableCheckpoint(checkpoints_.StableRecord());
   log_.DropThrough(seq);
-  fetched_for_.erase(fetched_for_.begin(), fetched_for_.upper_bound(seq));
+  fetcher_.DropThrough(seq);
   next_seq_ = std::max(next_seq_, seq + 1);
   if (last_executed_ < seq) {
     // State transfer: the batches up to `seq` are GC'd everywhere; fetch them with certificates.
@@ -59,7 +41,7 @@ void PbftReplica::AdvanceStable(uint64_t seq, const std::string& digest,
 
 void PbftReplica::RequestSync() {
   if (auto req = sync_.NextRequest(last_executed_)) {
-    SendTo(req->peer, Signed(std::move(req->msg)), PbftChannel::kSync);
+    out_.Send(req->peer, out_.Sign(std::move(req->msg)), PbftChannel::kSync);
   }
 }
 
@@ -73,7 +55,7 @@ bool PbftReplica::EvidenceAhead() const {
 
 void PbftReplica::OnSyncRequest(const ConsensusMessage& msg) {
   ConsensusMessage resp = sync_.Serve(msg.sync_request(), last_executed_, *deps_.blocks);
-  SendTo(msg.sender(), Signed(std::move(resp)), PbftChannel::kSync);
+  out_.Send(msg.sender(), out_.Sign(std::move(resp)), PbftChannel::kSync);
 }
 
 void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {

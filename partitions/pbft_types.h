@@ -154,6 +154,10 @@ struct PbftStateChanged {
 using PbftAction = std::variant<PbftSend, PbftBroadcast, PbftCommit, PbftSetTimer, PbftCancelTimer,
                                 PbftFetchTxs, PbftStateChanged>;
 
+// What became of a message offered to a part of the replica (its log, checkpoints, view
+// changes): added, or refused and counted under the PbftCounters field of the same name.
+enum class PbftAdmission { kAdded, kInvalid, kOutsideWatermarks, kDuplicate, kConflicting };
+
 // What the replica dropped, and why (each dropped message counts once).
 struct PbftCounters {
   uint64_t dropped_not_replica = 0;

@@ -1,64 +1,41 @@
 // PbftReplica: view change and new view (PBFT with signatures).
 #include <algorithm>
 
+#include "partitions/pbft_messages.h"
 #include "partitions/pbft_replica.h"
 
 namespace partitions {
 
 using ::node::consensus::NewView;
-using ::node::consensus::PersistedView;
-using ::node::consensus::PrePrepare;
-using ::node::consensus::ViewChange;
 
 void PbftReplica::MoveToView(uint64_t view, bool installed) {
-  view_ = view;
-  installed_ = installed;
-  new_view_sent_ = false;
-  new_view_msg_.reset();
+  views_.Enter(view, installed);
   view_changes_.ForgetLowerViewCommits();
   log_.ResetView();
 }
 
 void PbftReplica::StartViewChange(uint64_t new_view) {
   // An observer's ViewChange for a higher view is already out; it stands for any view up to it.
-  if (own_view_change_ && new_view <= OwnViewChangeView()) {
-    if (Observing()) ResumeOwnViewChange();
+  if (views_.own_view_change() && new_view <= views_.own_view_change_view()) {
+    if (views_.observing()) ResumeOwnViewChange();
     return;
   }
-  if (new_view <= view_) return;
+  if (new_view <= views_.view()) return;
   MoveToView(new_view, /*installed=*/false);
   ++counters_.view_changes_started;
-  CancelRequestTimer();  // the view-change timer watches the view change now
+  request_timer_.Cancel(out_);  // the view-change timer watches the view change now
 
-  ConsensusMessage msg;
-  ViewChange* vc = msg.mutable_view_change();
-  vc->set_new_view(new_view);
-  vc->set_stable_seq(low_watermark());
-  vc->set_stable_digest(checkpoints_.stable_digest());
-  for (const ConsensusMessage& m : checkpoints_.stable_proof()) *vc->add_checkpoint_proof() = m;
-  for (auto& cert : log_.CertificatesAbove(low_watermark())) *vc->add_prepared() = std::move(cert);
-  msg = Signed(std::move(msg));
-  PersistedView pv;
-  pv.set_view(new_view);
-  pv.set_installed(false);
-  *pv.mutable_own_view_change() = msg;
-  Persist(deps_.store->PutView(pv));
+  const ConsensusMessage msg = out_.Sign(ViewChangeMessage(
+      new_view, checkpoints_.StableRecord(), log_.CertificatesAbove(low_watermark())));
+  out_.PutView(ViewChangeRecord(new_view, msg));
 
-  own_view_change_ = msg;
+  views_.SetOwnViewChange(msg);
   view_changes_.DropBelow(new_view);
   view_changes_.AddOwn(new_view, msg);
-  future_.DropBelow(view_);
-  Broadcast(msg);
-  out_.push_back(PbftSetTimer{PbftTimer::kViewChange, ViewChangeTimeout()});
+  future_.DropBelow(views_.view());
+  out_.Broadcast(msg);
+  out_.Add(PbftSetTimer{PbftTimer::kViewChange, views_.timeout_ms()});
   MaybeSendNewView();
-}
-
-uint64_t PbftReplica::OwnViewChangeView() const {
-  return own_view_change_ ? own_view_change_->view_change().new_view() : 0;
-}
-
-bool PbftReplica::Observing() const {
-  return installed_ && own_view_change_ && OwnViewChangeView() > view_;
 }
 
 // Liveness repair for a replica that started a view change nobody joined (it was cut off, paused,
@@ -68,7 +45,9 @@ bool PbftReplica::Observing() const {
 // anything after it. Following without signing is safe, and keeps the replica executing (2f+1
 // commits of the others, or block sync) and NORMAL until the others move to w or beyond.
 void PbftReplica::NoteLowerViewCommit(const ConsensusMessage& msg, uint64_t view) {
-  if (installed_ || !own_view_change_ || view < last_installed_view_) return;
+  if (views_.installed() || !views_.own_view_change() || view < views_.last_installed_view()) {
+    return;
+  }
   // f+1 senders include a correct replica, which commits only in a view it installed.
   if (view_changes_.NoteLowerViewCommit(view, msg.sender())) EnterObserver(view);
 }
@@ -76,83 +55,60 @@ void PbftReplica::NoteLowerViewCommit(const ConsensusMessage& msg, uint64_t view
 void PbftReplica::EnterObserver(uint64_t view) {
   MoveToView(view, /*installed=*/true);
   ++counters_.views_observed;
-  out_.push_back(PbftCancelTimer{PbftTimer::kViewChange});
-  // Nothing is persisted: on disk we are still in the view change for OwnViewChangeView(), which
-  // is what a restart must resume.
+  out_.Add(PbftCancelTimer{PbftTimer::kViewChange});
+  // Nothing is persisted: on disk we are still in the view change of our own ViewChange, which is
+  // what a restart must resume.
 }
 
 void PbftReplica::ResumeOwnViewChange() {
-  MoveToView(OwnViewChangeView(), /*installed=*/false);
-  view_changes_.AddOwn(view_, *own_view_change_);
-  future_.DropBelow(view_);
-  Broadcast(*own_view_change_);
-  out_.push_back(PbftSetTimer{PbftTimer::kViewChange, ViewChangeTimeout()});
+  MoveToView(views_.own_view_change_view(), /*installed=*/false);
+  view_changes_.AddOwn(views_.view(), *views_.own_view_change());
+  future_.DropBelow(views_.view());
+  out_.Broadcast(*views_.own_view_change());
+  out_.Add(PbftSetTimer{PbftTimer::kViewChange, views_.timeout_ms()});
   MaybeSendNewView();
 }
 
 void PbftReplica::OnViewChange(const ConsensusMessage& msg) {
   const uint64_t w = msg.view_change().new_view();
-  if (w < view_ || (w == view_ && installed_)) {
+  if (views_.Stale(w)) {
     ++counters_.dropped_stale_view;
     // The sender missed the NewView that we installed: hand it over.
-    if (installed_ && new_view_msg_) SendTo(msg.sender(), *new_view_msg_);
+    if (views_.installed() && views_.new_view()) out_.Send(msg.sender(), *views_.new_view());
     return;
   }
-  if (view_changes_.HasAtLeast(msg.sender(), w)) {
-    ++counters_.dropped_duplicate;  // same view again, or an older one the sender left behind
-    return;
-  }
-  if (!validator_.ValidViewChange(msg)) {
-    ++counters_.dropped_invalid;
-    return;
-  }
-  // Keep only each sender's highest view change (bounded memory against view-number floods).
-  view_changes_.Add(msg);
+  // Only each sender's highest ViewChange is kept (bounded memory against view-number floods).
+  if (!Counted(view_changes_.Offer(msg, validator_))) return;
   // f+1 replicas asking for views above ours include a correct one: follow them to the highest
   // view that f+1 of them have reached (PBFT's liveness rule, so we do not wait for our timer).
-  if (const uint64_t up = view_changes_.ViewWithSupport(view_, config_.f() + 1); up > 0) {
+  if (const uint64_t up = view_changes_.ViewWithSupport(views_.view(), config_.f() + 1); up > 0) {
     StartViewChange(up);
   }
   MaybeSendNewView();
 }
 
 void PbftReplica::MaybeSendNewView() {
-  if (installed_ || new_view_sent_ || config_.PrimaryOf(view_) != config_.self) return;
-  const std::vector<const ConsensusMessage*> vcs = view_changes_.QuorumFor(view_);
+  if (!views_.NewViewDue()) return;
+  const std::vector<const ConsensusMessage*> vcs = view_changes_.QuorumFor(views_.view());
   if (vcs.empty()) return;
   const NewViewPlan plan = validator_.Plan(vcs);
-  ConsensusMessage nv_msg;
-  NewView* nv = nv_msg.mutable_new_view();
-  nv->set_view(view_);
-  for (const ConsensusMessage* m : vcs) *nv->add_view_changes() = *m;
   std::vector<ConsensusMessage> pps;
   for (const NewViewPlan::Entry& e : plan.entries) {
-    ConsensusMessage ppm;
-    PrePrepare* pp = ppm.mutable_pre_prepare();
-    pp->set_view(view_);
-    pp->set_seq(e.seq);
-    pp->set_digest(e.digest);
-    pp->mutable_tx_hashes()->Assign(e.tx_hashes.begin(), e.tx_hashes.end());
-    pp->set_proposer(config_.self);
-    pps.push_back(Signed(std::move(ppm)));
-    *nv->add_pre_prepares() = pps.back();
+    pps.push_back(
+        out_.Sign(PrePrepareMessage(views_.view(), e.seq, e.digest, e.tx_hashes, config_.self)));
   }
-  nv_msg = Signed(std::move(nv_msg));
-  Persist(deps_.store->AppendLog(pps));
-  PersistedView pv;
-  pv.set_view(view_);
-  pv.set_installed(true);
-  *pv.mutable_new_view() = nv_msg;
-  Persist(deps_.store->PutView(pv));
-  new_view_sent_ = true;
-  Broadcast(nv_msg);
+  const ConsensusMessage nv_msg = out_.Sign(NewViewMessage(views_.view(), vcs, pps));
+  out_.AppendLog(pps);
+  out_.PutView(InstalledViewRecord(views_.view(), nv_msg));
+  views_.MarkNewViewSent();
+  out_.Broadcast(nv_msg);
   InstallNewView(nv_msg, plan);
 }
 
 void PbftReplica::OnNewView(const ConsensusMessage& msg) {
   const NewView& nv = msg.new_view();
   const uint64_t w = nv.view();
-  if (w < view_ || (w == view_ && installed_)) {
+  if (views_.Stale(w)) {
     ++counters_.dropped_stale_view;
     return;
   }
@@ -163,36 +119,26 @@ void PbftReplica::OnNewView(const ConsensusMessage& msg) {
     return;
   }
   // An observer keeps its view change on disk: a restart must not forget that it sent it.
-  if (OwnViewChangeView() <= w) {
-    PersistedView pv;
-    pv.set_view(w);
-    pv.set_installed(true);
-    *pv.mutable_new_view() = msg;
-    Persist(deps_.store->PutView(pv));
-  }
+  if (views_.own_view_change_view() <= w) out_.PutView(InstalledViewRecord(w, msg));
   InstallNewView(msg, *plan);
 }
 
 void PbftReplica::InstallNewView(const ConsensusMessage& nv_msg, const NewViewPlan& plan) {
   const NewView& nv = nv_msg.new_view();
   const uint64_t w = nv.view();
-  view_ = w;
-  installed_ = true;
-  if (OwnViewChangeView() <= w) own_view_change_.reset();  // else: observing view w
-  new_view_msg_ = nv_msg;
-  last_installed_view_ = w;
+  // A higher own ViewChange is kept: then this replica observes view w. The view change
+  // succeeded: the next one starts from the base timeout. (Doubling is for view changes that
+  // fail to install; carried across installed views, a few primary crashes in a row left the
+  // survivors waiting 16x the timeout for a dead primary's NewView.)
+  views_.Install(w, nv_msg);
   view_changes_.ForgetLowerViewCommits();
-  // The view change succeeded: the next one starts from the base timeout. (Doubling is for
-  // view changes that fail to install; carried across installed views, a few primary crashes
-  // in a row left the survivors waiting 16x the timeout for a dead primary's NewView.)
-  backoff_shift_ = 0;
   ++counters_.new_views_installed;
   log_.ResetView();
-  out_.push_back(PbftCancelTimer{PbftTimer::kViewChange});
+  out_.Add(PbftCancelTimer{PbftTimer::kViewChange});
   // The request timer restarts with the view (Step re-arms it if work is pending). Left running,
   // a timer armed in the old view fired moments after the install and sent the new view's own
   // primary into a view change against itself, one view after another.
-  CancelRequestTimer();
+  request_timer_.Cancel(out_);
   view_changes_.DropThrough(w);
   if (plan.min_s > low_watermark()) AdvanceStable(plan.min_s, plan.min_digest, plan.min_proof);
   next_seq_ = std::max(plan.max_s, low_watermark()) + 1;
@@ -205,8 +151,9 @@ void PbftReplica::InstallNewView(const ConsensusMessage& nv_msg, const NewViewPl
 }
 
 void PbftReplica::OnNewViewRequest(const ConsensusMessage& msg) {
-  if (installed_ && new_view_msg_ && view_ >= msg.new_view_request().min_view()) {
-    SendTo(msg.sender(), *new_view_msg_);
+  if (views_.installed() && views_.new_view() &&
+      views_.view() >= msg.new_view_request().min_view()) {
+    out_.Send(msg.sender(), *views_.new_view());
   }
 }
 

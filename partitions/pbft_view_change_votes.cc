@@ -18,6 +18,13 @@ bool ViewChangeVotes::HasAtLeast(uint32_t sender, uint64_t view) const {
   return it != latest_.end() && it->second >= view;
 }
 
+PbftAdmission ViewChangeVotes::Offer(const ConsensusMessage& msg, const PbftValidator& validator) {
+  if (HasAtLeast(msg.sender(), msg.view_change().new_view())) return PbftAdmission::kDuplicate;
+  if (!validator.ValidViewChange(msg)) return PbftAdmission::kInvalid;
+  Add(msg);
+  return PbftAdmission::kAdded;
+}
+
 void ViewChangeVotes::Add(const ConsensusMessage& msg) {
   const uint64_t view = msg.view_change().new_view();
   auto latest = latest_.find(msg.sender());

@@ -14,7 +14,7 @@
 // Thread-compatibility: not thread-safe; owned by one PbftReplica.
 //
 //   ViewChangeVotes votes(config);
-//   if (!votes.HasAtLeast(msg.sender(), w) && validator.ValidViewChange(msg)) votes.Add(msg);
+//   if (votes.Offer(msg, validator) != PbftAdmission::kAdded) return;
 //   if (uint64_t v = votes.ViewWithSupport(view, config.f() + 1)) StartViewChange(v);
 //   std::vector<const ConsensusMessage*> vcs = votes.QuorumFor(view);  // empty if short of 2f+1
 #ifndef PARTITIONS_PBFT_VIEW_CHANGE_VOTES_H_
@@ -25,6 +25,7 @@
 #include <set>
 #include <vector>
 
+#include "partitions/pbft_certs.h"
 #include "partitions/pbft_types.h"
 
 namespace partitions {
@@ -37,6 +38,10 @@ class ViewChangeVotes {
   size_t CountFor(uint64_t view) const;
   // True if `sender`'s latest ViewChange is for `view` or a higher view.
   bool HasAtLeast(uint32_t sender, uint64_t view) const;
+  // A peer's ViewChange (for a view not stale here): refused as kDuplicate if the sender's
+  // latest is for that view or a higher one (it left this one behind), as kInvalid if it is not
+  // a valid ViewChange; else added.
+  PbftAdmission Offer(const ConsensusMessage& msg, const PbftValidator& validator);
   // Records a peer's ViewChange, replacing the sender's earlier one.
   // REQUIRES: !HasAtLeast(msg.sender(), msg.view_change().new_view()).
   void Add(const ConsensusMessage& msg);

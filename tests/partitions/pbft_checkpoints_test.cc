@@ -11,7 +11,6 @@ namespace {
 
 using testing::MakeCheckpoint;
 using testing::Tx;
-using Vote = CheckpointTracker::Vote;
 
 const std::string kA = Tx(1);
 const std::string kB = Tx(2);
@@ -33,12 +32,13 @@ TEST_F(CheckpointTrackerTest, StartsAtGenesis) {
 }
 
 TEST_F(CheckpointTrackerTest, ClassifiesVotes) {
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(0, kA, 2)), Vote::kStale);
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(17, kA, 2)), Vote::kInvalid);  // not a multiple of K
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, "short", 2)), Vote::kInvalid);
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), Vote::kAdded);
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), Vote::kDuplicate);
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kB, 2)), Vote::kConflicting);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(0, kA, 2)), PbftAdmission::kDuplicate);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(17, kA, 2)),
+            PbftAdmission::kInvalid);  // not a multiple of K
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, "short", 2)), PbftAdmission::kInvalid);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), PbftAdmission::kAdded);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), PbftAdmission::kDuplicate);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kB, 2)), PbftAdmission::kConflicting);
 }
 
 TEST_F(CheckpointTrackerTest, QuorumOfMatchingVotes) {
@@ -83,8 +83,8 @@ TEST_F(CheckpointTrackerTest, MakeStableMovesTheWatermarkAndCollectsGarbage) {
   EXPECT_EQ(tracker_.stable_digest(), kA);
   EXPECT_EQ(tracker_.stable_proof().size(), 3u);
   EXPECT_EQ(tracker_.StableRecord().proof_size(), 3);
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 3)), Vote::kStale);
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(48, kA, 2)), Vote::kDuplicate);  // above: kept
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 3)), PbftAdmission::kDuplicate);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(48, kA, 2)), PbftAdmission::kDuplicate);  // above: kept
   ASSERT_NE(tracker_.LatestOwnVote(), nullptr);
   EXPECT_EQ(tracker_.LatestOwnVote()->checkpoint().seq(), 32u);
 }
@@ -99,13 +99,13 @@ TEST_F(CheckpointTrackerTest, StableCheckpointMustMatchOwn) {
 
 TEST_F(CheckpointTrackerTest, KeepsEachSendersMostRecentVotes) {
   for (uint64_t seq = 16; seq <= 7 * 16; seq += 16) {
-    ASSERT_EQ(tracker_.Add(MakeCheckpoint(seq, kA, 2)), Vote::kAdded);
+    ASSERT_EQ(tracker_.Add(MakeCheckpoint(seq, kA, 2)), PbftAdmission::kAdded);
   }
   // 7 votes, 6 kept: the one at 16 was dropped (so it is new again, and dropped again).
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), Vote::kAdded);
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(32, kA, 2)), Vote::kDuplicate);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 2)), PbftAdmission::kAdded);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(32, kA, 2)), PbftAdmission::kDuplicate);
   // Another sender's votes are not affected.
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 3)), Vote::kAdded);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(16, kA, 3)), PbftAdmission::kAdded);
 }
 
 TEST_F(CheckpointTrackerTest, VotesAbove) {
@@ -144,7 +144,7 @@ TEST_F(CheckpointTrackerTest, RestoresStableCheckpointAndOwnVotes) {
   EXPECT_EQ(tracker_.stable_proof().size(), 1u);
   ASSERT_NE(tracker_.LatestOwnVote(), nullptr);
   EXPECT_EQ(tracker_.LatestOwnVote()->checkpoint().seq(), 32u);
-  EXPECT_EQ(tracker_.Add(MakeCheckpoint(48, kB, 2)), Vote::kAdded);
+  EXPECT_EQ(tracker_.Add(MakeCheckpoint(48, kB, 2)), PbftAdmission::kAdded);
   // An own checkpoint restored for 32 with digest kB: a stable kA there is a divergence.
   EXPECT_EQ(tracker_.MakeStable(32, kA, {}).code(), absl::StatusCode::kInternal);
 

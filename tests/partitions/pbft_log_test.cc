@@ -12,7 +12,6 @@ using testing::MakeCommit;
 using testing::MakePrepare;
 using testing::MakePrePrepare;
 using testing::Tx;
-using Vote = PbftLog::Vote;
 
 const std::vector<std::string> kBatch = {Tx(1), Tx(2)};
 const std::string kDigest = BatchDigest(kBatch);
@@ -24,15 +23,15 @@ class PbftLogTest : public ::testing::Test {
   // Pre-prepare (view 0, primary 0) and prepares from backups 2 and 3 for `seq`.
   void Prepare(uint64_t seq) {
     ASSERT_EQ(log_.AddPrePrepare(MakePrePrepare(0, seq, kBatch, 0), 0, 0, validator_),
-              Vote::kAdded);
-    ASSERT_EQ(log_.AddPrepare(MakePrepare(0, seq, kDigest, 2), 0, 0), Vote::kAdded);
-    ASSERT_EQ(log_.AddPrepare(MakePrepare(0, seq, kDigest, 3), 0, 0), Vote::kAdded);
+              PbftAdmission::kAdded);
+    ASSERT_EQ(log_.AddPrepare(MakePrepare(0, seq, kDigest, 2), 0, 0), PbftAdmission::kAdded);
+    ASSERT_EQ(log_.AddPrepare(MakePrepare(0, seq, kDigest, 3), 0, 0), PbftAdmission::kAdded);
   }
   void Commit(uint64_t seq) {
     Prepare(seq);
     ASSERT_NE(log_.TryPrepare(seq, 0), nullptr);
     for (uint32_t r : {0u, 2u, 3u}) {
-      ASSERT_EQ(log_.AddCommit(MakeCommit(0, seq, kDigest, r), 0), Vote::kAdded);
+      ASSERT_EQ(log_.AddCommit(MakeCommit(0, seq, kDigest, r), 0), PbftAdmission::kAdded);
     }
     ASSERT_TRUE(log_.TryCommit(seq, 0));
   }
@@ -44,45 +43,51 @@ class PbftLogTest : public ::testing::Test {
 };
 
 TEST_F(PbftLogTest, AdmitsPrePrepareFromPrimaryInsideWindowOnce) {
-  EXPECT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 1, kBatch, 2), 0, 0, validator_), Vote::kInvalid);
+  EXPECT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 1, kBatch, 2), 0, 0, validator_),
+            PbftAdmission::kInvalid);
   EXPECT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 65, kBatch, 0), 0, 0, validator_),
-            Vote::kOutsideWindow);
+            PbftAdmission::kOutsideWatermarks);
   EXPECT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 3, kBatch, 0), 0, 3, validator_),
-            Vote::kOutsideWindow);
+            PbftAdmission::kOutsideWatermarks);
   ConsensusMessage bad = MakePrePrepare(0, 1, kBatch, 0);
   bad.mutable_pre_prepare()->set_digest(Tx(9));
-  EXPECT_EQ(log_.AddPrePrepare(bad, 0, 0, validator_), Vote::kInvalid);
+  EXPECT_EQ(log_.AddPrePrepare(bad, 0, 0, validator_), PbftAdmission::kInvalid);
   EXPECT_FALSE(log_.HasPrePrepare(1));
 
-  EXPECT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 1, kBatch, 0), 0, 0, validator_), Vote::kAdded);
+  EXPECT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 1, kBatch, 0), 0, 0, validator_),
+            PbftAdmission::kAdded);
   EXPECT_TRUE(log_.HasPrePrepare(1));
   EXPECT_EQ(log_.Find(1)->digest, kDigest);
   EXPECT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 1, kBatch, 0), 0, 0, validator_),
-            Vote::kDuplicate);
+            PbftAdmission::kDuplicate);
   EXPECT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 1, {Tx(3)}, 0), 0, 0, validator_),
-            Vote::kConflicting);
+            PbftAdmission::kConflicting);
 }
 
 TEST_F(PbftLogTest, AdmitsPreparesFromBackupsAndCommitsFromAnyone) {
-  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, kDigest, 0), 0, 0), Vote::kInvalid);  // primary
-  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, "short", 2), 0, 0), Vote::kInvalid);
-  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 0, kDigest, 2), 0, 0), Vote::kOutsideWindow);
-  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, kDigest, 2), 0, 0), Vote::kAdded);
-  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, kDigest, 2), 0, 0), Vote::kDuplicate);
-  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, Tx(7), 2), 0, 0), Vote::kConflicting);
+  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, kDigest, 0), 0, 0),
+            PbftAdmission::kInvalid);  // primary
+  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, "short", 2), 0, 0), PbftAdmission::kInvalid);
+  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 0, kDigest, 2), 0, 0),
+            PbftAdmission::kOutsideWatermarks);
+  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, kDigest, 2), 0, 0), PbftAdmission::kAdded);
+  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, kDigest, 2), 0, 0), PbftAdmission::kDuplicate);
+  EXPECT_EQ(log_.AddPrepare(MakePrepare(0, 1, Tx(7), 2), 0, 0), PbftAdmission::kConflicting);
 
-  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 1, "short", 0), 0), Vote::kInvalid);
-  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 70, kDigest, 0), 0), Vote::kOutsideWindow);
-  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, 0), 0), Vote::kAdded);
-  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, 0), 0), Vote::kDuplicate);
-  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 1, Tx(7), 0), 0), Vote::kConflicting);
+  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 1, "short", 0), 0), PbftAdmission::kInvalid);
+  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 70, kDigest, 0), 0), PbftAdmission::kOutsideWatermarks);
+  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, 0), 0), PbftAdmission::kAdded);
+  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, 0), 0), PbftAdmission::kDuplicate);
+  EXPECT_EQ(log_.AddCommit(MakeCommit(0, 1, Tx(7), 0), 0), PbftAdmission::kConflicting);
 }
 
 TEST_F(PbftLogTest, PreparedNeedsPrePrepareTxsAndTwoFMatchingPrepares) {
   EXPECT_EQ(log_.TryPrepare(1, 0), nullptr);  // nothing yet
-  ASSERT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 1, kBatch, 0), 0, 0, validator_), Vote::kAdded);
-  ASSERT_EQ(log_.AddPrepare(MakePrepare(0, 1, Tx(7), 2), 0, 0), Vote::kAdded);  // other digest
-  ASSERT_EQ(log_.AddPrepare(MakePrepare(0, 1, kDigest, 3), 0, 0), Vote::kAdded);
+  ASSERT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 1, kBatch, 0), 0, 0, validator_),
+            PbftAdmission::kAdded);
+  ASSERT_EQ(log_.AddPrepare(MakePrepare(0, 1, Tx(7), 2), 0, 0),
+            PbftAdmission::kAdded);  // other digest
+  ASSERT_EQ(log_.AddPrepare(MakePrepare(0, 1, kDigest, 3), 0, 0), PbftAdmission::kAdded);
   EXPECT_EQ(log_.TryPrepare(1, 0), nullptr);  // one matching prepare of the 2f needed
   log_.At(1).prepares[1] = MakePrepare(0, 1, kDigest, 1);
   log_.At(1).waiting_txs = true;
@@ -103,7 +108,7 @@ TEST_F(PbftLogTest, PreparedNeedsPrePrepareTxsAndTwoFMatchingPrepares) {
 TEST_F(PbftLogTest, CommittedNeedsPreparedAndQuorumOfMatchingCommits) {
   Prepare(1);
   for (uint32_t r : {0u, 2u, 3u}) {
-    ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, r), 0), Vote::kAdded);
+    ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, r), 0), PbftAdmission::kAdded);
   }
   EXPECT_FALSE(log_.TryCommit(1, 0));  // not prepared yet
   ASSERT_NE(log_.TryPrepare(1, 0), nullptr);
@@ -124,9 +129,9 @@ TEST_F(PbftLogTest, CommittedNeedsPreparedAndQuorumOfMatchingCommits) {
 TEST_F(PbftLogTest, CommitsOfAnotherDigestDoNotCount) {
   Prepare(1);
   ASSERT_NE(log_.TryPrepare(1, 0), nullptr);
-  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, 0), 0), Vote::kAdded);
-  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, 2), 0), Vote::kAdded);
-  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, Tx(7), 3), 0), Vote::kAdded);
+  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, 0), 0), PbftAdmission::kAdded);
+  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, 2), 0), PbftAdmission::kAdded);
+  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, Tx(7), 3), 0), PbftAdmission::kAdded);
   EXPECT_FALSE(log_.TryCommit(1, 0));
 }
 
@@ -134,7 +139,8 @@ TEST_F(PbftLogTest, ResetViewKeepsCertificatesAndDecisionsOnly) {
   Commit(1);   // decided
   Prepare(2);  // prepared: has a certificate
   ASSERT_NE(log_.TryPrepare(2, 0), nullptr);
-  ASSERT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 3, kBatch, 0), 0, 0, validator_), Vote::kAdded);
+  ASSERT_EQ(log_.AddPrePrepare(MakePrePrepare(0, 3, kBatch, 0), 0, 0, validator_),
+            PbftAdmission::kAdded);
   log_.ResetView();
 
   EXPECT_EQ(log_.Find(3), nullptr);
@@ -153,8 +159,8 @@ TEST_F(PbftLogTest, ResetViewKeepsCertificatesAndDecisionsOnly) {
 TEST_F(PbftLogTest, ReissuedPrePrepareMayNotContradictADecision) {
   Commit(1);
   log_.ResetView();
-  EXPECT_EQ(log_.AcceptPrePrepare(MakePrePrepare(1, 1, {Tx(5)}, 1)), Vote::kConflicting);
-  EXPECT_EQ(log_.AcceptPrePrepare(MakePrePrepare(1, 1, kBatch, 1)), Vote::kAdded);
+  EXPECT_EQ(log_.AcceptPrePrepare(MakePrePrepare(1, 1, {Tx(5)}, 1)), PbftAdmission::kConflicting);
+  EXPECT_EQ(log_.AcceptPrePrepare(MakePrePrepare(1, 1, kBatch, 1)), PbftAdmission::kAdded);
   EXPECT_TRUE(log_.HasPrePrepare(1));
 }
 
@@ -162,8 +168,8 @@ TEST_F(PbftLogTest, QueriesAboveASeq) {
   Prepare(1);
   Prepare(2);
   log_.At(2).waiting_txs = true;
-  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 2, kDigest, 0), 0), Vote::kAdded);
-  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 2, kDigest, 2), 0), Vote::kAdded);
+  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 2, kDigest, 0), 0), PbftAdmission::kAdded);
+  ASSERT_EQ(log_.AddCommit(MakeCommit(0, 2, kDigest, 2), 0), PbftAdmission::kAdded);
   log_.At(1).prepares[1] = MakePrepare(0, 1, kDigest, 1);  // own
   log_.At(2).commits[1] = MakeCommit(0, 2, kDigest, 1);    // own
 
@@ -187,7 +193,7 @@ TEST_F(PbftLogTest, QueriesAboveASeq) {
 TEST_F(PbftLogTest, OwnPrePreparesAreResent) {
   PbftLog primary_log(PbftConfig{.n = 4, .self = 0});
   ASSERT_EQ(primary_log.AddPrePrepare(MakePrePrepare(0, 1, kBatch, 0), 0, 0, validator_),
-            Vote::kAdded);
+            PbftAdmission::kAdded);
   const std::vector<ConsensusMessage> own = primary_log.OwnMessagesAbove(0);
   ASSERT_EQ(own.size(), 1u);
   EXPECT_TRUE(own[0].has_pre_prepare());
