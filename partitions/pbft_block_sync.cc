@@ -30,6 +30,12 @@ std::optional<BlockSync::Request> BlockSync::NextRequest(uint64_t last_executed)
   return req;
 }
 
+void BlockSync::Ask(uint64_t last_executed, PbftOutbox& out) {
+  if (auto req = NextRequest(last_executed)) {
+    out.Send(req->peer, out.Sign(std::move(req->msg)), PbftChannel::kSync);
+  }
+}
+
 bool BlockSync::TickStalled(uint64_t last_executed) {
   const bool stalled = last_executed == executed_at_last_tick_;
   executed_at_last_tick_ = last_executed;
@@ -81,6 +87,12 @@ ConsensusMessage BlockSync::Serve(const node::consensus::SyncRequest& req, uint6
     }
   }
   return msg;
+}
+
+void BlockSync::Answer(const ConsensusMessage& request, uint64_t last_executed,
+                       const PbftBlockSource& blocks, PbftOutbox& out) const {
+  out.Send(request.sender(), out.Sign(Serve(request.sync_request(), last_executed, blocks)),
+           PbftChannel::kSync);
 }
 
 }  // namespace partitions

@@ -16,7 +16,7 @@
 //
 //   BlockSync sync(config, last_executed);
 //   sync.RecoverTo(stable_seq);
-//   if (auto req = sync.NextRequest(last_executed)) Send(req->peer, Sign(req->msg));
+//   sync.Ask(last_executed, out);  // the next peer in turn
 //   if (sync.Accept(msg.sync_response(), last_executed, validator)) ++dropped_invalid;
 //   while (auto commit = sync.Batch(last_executed + 1)) Execute(*commit);
 #ifndef PARTITIONS_PBFT_BLOCK_SYNC_H_
@@ -27,6 +27,7 @@
 #include <optional>
 
 #include "partitions/pbft_certs.h"
+#include "partitions/pbft_outbox.h"
 #include "partitions/pbft_types.h"
 
 namespace partitions {
@@ -52,6 +53,8 @@ class BlockSync {
   // The next request, for the chunk after `last_executed`, to the next peer in turn; marks it in
   // flight. nullopt for a replica without peers (n = 1).
   std::optional<Request> NextRequest(uint64_t last_executed);
+  // Sends the NextRequest, signed, on the sync channel (nothing without peers).
+  void Ask(uint64_t last_executed, PbftOutbox& out);
   bool in_flight() const { return in_flight_; }
   // Called once per retransmit period: true if `last_executed` did not move since the previous
   // call (or since construction).
@@ -71,6 +74,9 @@ class BlockSync {
   // from_seq on, none above `last_executed`, stopping at the first the ledger lacks. Unsigned.
   ConsensusMessage Serve(const node::consensus::SyncRequest& req, uint64_t last_executed,
                          const PbftBlockSource& blocks) const;
+  // Sends the Serve answer to `request` (a SyncRequest envelope), signed, to its sender.
+  void Answer(const ConsensusMessage& request, uint64_t last_executed,
+              const PbftBlockSource& blocks, PbftOutbox& out) const;
 
  private:
   const PbftConfig config_;

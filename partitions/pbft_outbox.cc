@@ -46,6 +46,12 @@ void PbftOutbox::Persist(absl::Status status) {
   if (!status.ok() && status_.ok()) status_ = std::move(status);
 }
 
+void PbftOutbox::ReportState(ConsensusState state) {
+  if (state == reported_state_) return;
+  reported_state_ = state;
+  actions_.push_back(PbftStateChanged{state});
+}
+
 std::vector<PbftAction> PbftOutbox::Take() {
   std::vector<PbftAction> actions = std::move(actions_);
   actions_.clear();

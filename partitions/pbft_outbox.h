@@ -47,6 +47,10 @@ class PbftOutbox {
   bool ok() const { return status_.ok(); }
   const absl::Status& status() const { return status_; }
 
+  // Adds a PbftStateChanged if `state` is not the one reported last (kNormal at first).
+  void ReportState(ConsensusState state);
+  void set_reported_state(ConsensusState state) { reported_state_ = state; }
+
   // The actions collected since the last Take, in order; none once halted.
   std::vector<PbftAction> Take();
 
@@ -58,6 +62,7 @@ class PbftOutbox {
   ConsensusStore* const store_;
   std::vector<PbftAction> actions_;
   absl::Status status_;
+  ConsensusState reported_state_ = ConsensusState::kNormal;
 };
 
 }  // namespace partitions

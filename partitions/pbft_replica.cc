@@ -10,8 +10,6 @@
 
 namespace partitions {
 
-using ::node::consensus::PrePrepare;
-
 template <class... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
@@ -66,7 +64,7 @@ absl::Status PbftReplica::Restore() {
 }
 
 void PbftReplica::OnStart() {
-  reported_state_ = ConsensusState::kNormal;
+  out_.set_reported_state(ConsensusState::kNormal);
   out_.Add(PbftSetTimer{PbftTimer::kRetransmit, config_.retransmit_ms});
   if (!views_.installed()) {
     if (views_.own_view_change()) out_.Broadcast(*views_.own_view_change());
@@ -75,7 +73,7 @@ void PbftReplica::OnStart() {
   // Resume restored slots: prepare what was accepted, commit what was prepared.
   for (uint64_t seq : log_.WithPrePrepare()) ContinueAfterTxs(seq);
   // A restarted replica may be behind; ask one peer (cheap if it is not).
-  if (config_.n > 1) RequestSync();
+  if (config_.n > 1) sync_.Ask(last_executed_, out_);
   TryExecute();
 }
 
@@ -93,7 +91,7 @@ std::vector<PbftAction> PbftReplica::Step(const PbftEvent& event) {
   request_timer_.Update(
       views_.installed() && (request_timer_.pending() > 0 || log_.HasWorkAbove(last_executed_)),
       out_);
-  SetStateFlags();
+  out_.ReportState(state());
   // A failed store write means what was signed may not be durable: send nothing, ever again.
   return out_.Take();
 }
@@ -102,14 +100,6 @@ ConsensusState PbftReplica::state() const {
   if (!views_.installed()) return ConsensusState::kViewChange;
   if (sync_.recovering()) return ConsensusState::kRecovering;
   return ConsensusState::kNormal;
-}
-
-void PbftReplica::SetStateFlags() {
-  const ConsensusState now = state();
-  if (now != reported_state_) {
-    reported_state_ = now;
-    out_.Add(PbftStateChanged{now});
-  }
 }
 
 bool PbftReplica::CanPropose() const {
@@ -225,7 +215,9 @@ void PbftReplica::OnRetransmit() {
   // and a replica that missed them learns it is behind.
   if (const ConsensusMessage* own = checkpoints_.LatestOwnVote()) out_.Broadcast(*own);
   // Stalled for a period: a request still in flight is lost, or the evidence says we are behind.
-  if (sync_.TickStalled(last_executed_) && (sync_.recovering() || EvidenceAhead())) RequestSync();
+  if (sync_.TickStalled(last_executed_) && (sync_.recovering() || EvidenceAhead())) {
+    sync_.Ask(last_executed_, out_);
+  }
 }
 
 bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
@@ -247,7 +239,7 @@ bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
 
 void PbftReplica::OnPrePrepare(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.pre_prepare().view())) return;
-  if (Counted(log_.AddPrePrepare(msg, views_.view(), low_watermark(), validator_))) {
+  if (counters_.Admitted(log_.AddPrePrepare(msg, views_.view(), low_watermark(), validator_))) {
     ContinueAfterTxs(msg.pre_prepare().seq());
   }
 }
@@ -287,14 +279,14 @@ void PbftReplica::CheckPrepared(uint64_t seq) {
 
 void PbftReplica::OnPrepare(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.prepare().view())) return;
-  if (Counted(log_.AddPrepare(msg, views_.view(), low_watermark()))) {
+  if (counters_.Admitted(log_.AddPrepare(msg, views_.view(), low_watermark()))) {
     CheckPrepared(msg.prepare().seq());
   }
 }
 
 void PbftReplica::OnCommit(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.commit().view())) return;
-  if (Counted(log_.AddCommit(msg, low_watermark()))) CheckCommitted(msg.commit().seq());
+  if (counters_.Admitted(log_.AddCommit(msg, low_watermark()))) CheckCommitted(msg.commit().seq());
 }
 
 void PbftReplica::CheckCommitted(uint64_t seq) {
@@ -331,27 +323,7 @@ void PbftReplica::TryExecute() {
   if (views_.installed()) views_.ResetBackoff();
   request_timer_.Restart(out_);
   sync_.NoteExecuted(last_executed_);
-  if (sync_.WantsRequest()) RequestSync();
-}
-
-bool PbftReplica::Counted(PbftAdmission admission) {
-  switch (admission) {
-    case PbftAdmission::kAdded:
-      return true;
-    case PbftAdmission::kInvalid:
-      ++counters_.dropped_invalid;
-      break;
-    case PbftAdmission::kOutsideWatermarks:
-      ++counters_.dropped_outside_watermarks;
-      break;
-    case PbftAdmission::kDuplicate:
-      ++counters_.dropped_duplicate;
-      break;
-    case PbftAdmission::kConflicting:
-      ++counters_.dropped_conflicting;
-      break;
-  }
-  return false;
+  if (sync_.WantsRequest()) sync_.Ask(last_executed_, out_);
 }
 
 }  // namespace partitions

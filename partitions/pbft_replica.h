@@ -24,6 +24,12 @@
 //    Create() rebuilds from it, so a restarted replica never signs a contradiction.
 // Incoming messages must already be signature-verified by the caller (envelope signer == sender).
 //
+// Parts, each with its own header, owned here and never referring back: PbftLog (per-seq
+// messages; prepared and committed), CheckpointTracker (checkpoint votes; the stable checkpoint,
+// h), ViewState and ViewChangeVotes (views, observer mode, ViewChange support), BlockSync,
+// FutureBuffer (messages of views not installed yet), RequestTimer, TxFetcher, and PbftOutbox (a
+// Step's actions, with signing and the durable writes before sends). The replica composes them.
+//
 // Thread-compatibility: not thread-safe; one owner calls Step (e.g. the partition's consensus
 // lane).
 //
@@ -101,7 +107,7 @@ class PbftReplica {
   PbftReplica(const PbftConfig& config, Deps deps, LedgerPosition position);
   absl::Status Restore();
 
-  // Dispatch (pbft_replica.cc).
+  // Restore, start and dispatch (pbft_replica.cc).
   void OnStart();
   void OnMessage(const ConsensusMessage& msg);
   void OnTimer(PbftTimer timer);
@@ -110,7 +116,7 @@ class PbftReplica {
   void OnTxsAvailable();
   void OnRetransmit();
 
-  // Normal case (pbft_replica.cc).
+  // Normal case and execution (pbft_replica.cc).
   void OnPrePrepare(const ConsensusMessage& msg);
   void OnPrepare(const ConsensusMessage& msg);
   void OnCommit(const ConsensusMessage& msg);
@@ -119,9 +125,6 @@ class PbftReplica {
   void CheckPrepared(uint64_t seq);
   void CheckCommitted(uint64_t seq);
   void TryExecute();
-  bool InWindow(uint64_t seq) const {
-    return seq > low_watermark() && seq <= low_watermark() + config_.window;
-  }
   // Normal-case message of a view not (yet) installed here: buffer if ahead, else count stale.
   // Returns true when the message was consumed (buffered or dropped).
   bool DivertByView(const ConsensusMessage& msg, uint64_t view);
@@ -133,7 +136,6 @@ class PbftReplica {
                      const std::vector<ConsensusMessage>& proof);
   void OnSyncRequest(const ConsensusMessage& msg);
   void OnSyncResponse(const ConsensusMessage& msg);
-  void RequestSync();
   bool EvidenceAhead() const;
 
   // View change (pbft_view_change.cc).
@@ -153,16 +155,11 @@ class PbftReplica {
   void EnterObserver(uint64_t view);
   void ResumeOwnViewChange();
 
-  // Counts a message a part of the replica refused; true if it was added.
-  bool Counted(PbftAdmission admission);
-  void SetStateFlags();
-
   const PbftConfig config_;
   const Deps deps_;
   const PbftValidator validator_;
 
   PbftOutbox out_;  // output of the current Step; halted after a failed store write
-  ConsensusState reported_state_ = ConsensusState::kNormal;
   PbftCounters counters_;
 
   ViewState views_;

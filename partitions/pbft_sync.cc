@@ -7,7 +7,7 @@
 namespace partitions {
 
 void PbftReplica::OnCheckpoint(const ConsensusMessage& msg) {
-  if (!Counted(checkpoints_.Add(msg))) return;  // at or below h: a duplicate
+  if (!counters_.Admitted(checkpoints_.Add(msg))) return;  // at or below h: a duplicate
   if (auto quorum = checkpoints_.QuorumAt(msg.checkpoint().seq())) {
     AdvanceStable(quorum->seq, quorum->digest, quorum->proof);
   }
@@ -35,13 +35,7 @@ void PbftReplica::AdvanceStable(uint64_t seq, const std::string& digest,
   if (last_executed_ < seq) {
     // State transfer: the batches up to `seq` are GC'd everywhere; fetch them with certificates.
     sync_.RecoverTo(seq);
-    RequestSync();
-  }
-}
-
-void PbftReplica::RequestSync() {
-  if (auto req = sync_.NextRequest(last_executed_)) {
-    out_.Send(req->peer, out_.Sign(std::move(req->msg)), PbftChannel::kSync);
+    sync_.Ask(last_executed_, out_);
   }
 }
 
@@ -54,8 +48,7 @@ bool PbftReplica::EvidenceAhead() const {
 }
 
 void PbftReplica::OnSyncRequest(const ConsensusMessage& msg) {
-  ConsensusMessage resp = sync_.Serve(msg.sync_request(), last_executed_, *deps_.blocks);
-  out_.Send(msg.sender(), out_.Sign(std::move(resp)), PbftChannel::kSync);
+  sync_.Answer(msg, last_executed_, *deps_.blocks, out_);
 }
 
 void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {
@@ -65,7 +58,7 @@ void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {
   TryExecute();
   const bool progressed = last_executed_ > before;
   const bool behind = sync_.recovering() || resp.last_executed() > last_executed_;
-  if (progressed && behind && !sync_.in_flight()) RequestSync();
+  if (progressed && behind && !sync_.in_flight()) sync_.Ask(last_executed_, out_);
 }
 
 }  // namespace partitions

@@ -16,6 +16,26 @@ const char* ConsensusStateName(ConsensusState state) {
   return "UNKNOWN";
 }
 
+bool PbftCounters::Admitted(PbftAdmission admission) {
+  switch (admission) {
+    case PbftAdmission::kAdded:
+      return true;
+    case PbftAdmission::kInvalid:
+      ++dropped_invalid;
+      break;
+    case PbftAdmission::kOutsideWatermarks:
+      ++dropped_outside_watermarks;
+      break;
+    case PbftAdmission::kDuplicate:
+      ++dropped_duplicate;
+      break;
+    case PbftAdmission::kConflicting:
+      ++dropped_conflicting;
+      break;
+  }
+  return false;
+}
+
 absl::Status PbftConfig::Validate() const {
   if (n == 0 || (n - 1) % 3 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("pbft.n must be 3f+1, got ", n));

@@ -172,6 +172,9 @@ struct PbftCounters {
   uint64_t views_observed = 0;  // lower views followed without voting after a lone view change
   uint64_t synced_batches = 0;
   uint64_t committed_batches = 0;
+
+  // True for kAdded; otherwise counts the refusal under its field and returns false.
+  bool Admitted(PbftAdmission admission);
 };
 
 }  // namespace partitions

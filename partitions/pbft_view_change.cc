@@ -78,7 +78,7 @@ void PbftReplica::OnViewChange(const ConsensusMessage& msg) {
     return;
   }
   // Only each sender's highest ViewChange is kept (bounded memory against view-number floods).
-  if (!Counted(view_changes_.Offer(msg, validator_))) return;
+  if (!counters_.Admitted(view_changes_.Offer(msg, validator_))) return;
   // f+1 replicas asking for views above ours include a correct one: follow them to the highest
   // view that f+1 of them have reached (PBFT's liveness rule, so we do not wait for our timer).
   if (const uint64_t up = view_changes_.ViewWithSupport(views_.view(), config_.f() + 1); up > 0) {
@@ -143,8 +143,9 @@ void PbftReplica::InstallNewView(const ConsensusMessage& nv_msg, const NewViewPl
   if (plan.min_s > low_watermark()) AdvanceStable(plan.min_s, plan.min_digest, plan.min_proof);
   next_seq_ = std::max(plan.max_s, low_watermark()) + 1;
   for (const ConsensusMessage& ppm : nv.pre_prepares()) {
-    if (!InWindow(ppm.pre_prepare().seq())) continue;
-    if (Counted(log_.AcceptPrePrepare(ppm))) ContinueAfterTxs(ppm.pre_prepare().seq());
+    const uint64_t seq = ppm.pre_prepare().seq();
+    if (seq <= low_watermark() || seq > low_watermark() + config_.window) continue;
+    if (counters_.Admitted(log_.AcceptPrePrepare(ppm))) ContinueAfterTxs(seq);
   }
   // Replay what arrived early for this view; keep what is for later views.
   for (const ConsensusMessage& m : future_.TakeFor(w)) OnMessage(m);

@@ -8,6 +8,8 @@
 namespace partitions {
 namespace {
 
+using ::tests::SignedAs;
+
 using ::node::consensus::CommittedBatch;
 using ::node::consensus::SyncRequest;
 using ::node::consensus::SyncResponse;
@@ -21,8 +23,9 @@ CommittedBatch Batch(uint64_t seq, uint64_t view = 0) {
   b.set_seq(seq);
   const std::vector<std::string> txs = {Tx(static_cast<int>(seq))};
   for (const std::string& h : txs) b.add_tx_hashes(h);
-  for (uint32_t r : {0u, 2u, 3u})
+  for (uint32_t r : {0u, 2u, 3u}) {
     *b.add_commit_certificate() = MakeCommit(view, seq, BatchDigest(txs), r);
+  }
   return b;
 }
 
@@ -154,6 +157,35 @@ TEST_F(BlockSyncTest, ServesAChunkOfTheLedger) {
   EXPECT_EQ(serve(5, 8, 9), (std::vector<uint64_t>{5, 6}));  // stops at the gap
   EXPECT_TRUE(serve(0, 4, 9).empty());                       // malformed
   EXPECT_TRUE(serve(4, 3, 9).empty());
+}
+
+TEST_F(BlockSyncTest, AsksAndAnswersSigned) {
+  ::tests::FakeConsensusStore store;
+  PbftOutbox out(config_, &crypto_, &store);
+  BlockSync sync(config_, 0);
+  sync.Ask(2, out);
+  TestBlocks blocks;
+  blocks.batches[1] = Batch(1);
+  ConsensusMessage request;
+  request.mutable_sync_request()->set_from_seq(1);
+  request.mutable_sync_request()->set_to_seq(4);
+  request = SignedAs(3, request);
+  sync.Answer(request, 1, blocks, out);
+
+  const std::vector<PbftSend> sends = testing::ActionsOf<PbftSend>(out.Take());
+  ASSERT_EQ(sends.size(), 2u);
+  EXPECT_EQ(sends[0].to, 2u);
+  EXPECT_EQ(sends[0].channel, PbftChannel::kSync);
+  EXPECT_EQ(sends[0].msg.sync_request().from_seq(), 3u);
+  EXPECT_TRUE(crypto_.Verify(sends[0].msg));
+  EXPECT_TRUE(sync.in_flight());
+  EXPECT_EQ(sends[1].to, 3u);
+  EXPECT_EQ(sends[1].msg.sync_response().batches_size(), 1);
+  EXPECT_TRUE(crypto_.Verify(sends[1].msg));
+
+  BlockSync alone(PbftConfig{.n = 1, .self = 0}, 0);
+  alone.Ask(0, out);
+  EXPECT_TRUE(out.Take().empty());
 }
 
 }  // namespace

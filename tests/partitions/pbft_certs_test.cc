@@ -43,8 +43,9 @@ class CheckNewViewTest : public ::testing::Test {
     ConsensusMessage m;
     auto* nv = m.mutable_new_view();
     nv->set_view(1);
-    for (uint32_t s : senders)
+    for (uint32_t s : senders) {
       *nv->add_view_changes() = ViewChange(vc_view, s, s == 2 ? &cert_ : nullptr);
+    }
     *nv->add_pre_prepares() = MakePrePrepare(1, 1, kBatch, 1);
     return SignedAs(1, m);
   }

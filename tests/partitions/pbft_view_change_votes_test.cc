@@ -102,5 +102,25 @@ TEST_F(ViewChangeVotesTest, LowerViewCommitsFromFPlusOneSenders) {
   EXPECT_FALSE(votes_.NoteLowerViewCommit(1, 1));
 }
 
+TEST_F(ViewChangeVotesTest, OfferChecksDuplicatesThenValidity) {
+  ::tests::FakePbftCrypto crypto(0);
+  PbftValidator validator(config_, &crypto);
+  auto valid = [](uint64_t view, uint32_t from) {
+    ConsensusMessage m;
+    m.mutable_view_change()->set_new_view(view);
+    m.mutable_view_change()->set_stable_digest(GenesisDigest());
+    return SignedAs(from, m);
+  };
+  EXPECT_EQ(votes_.Offer(Vc(2, 1), validator), PbftAdmission::kInvalid);  // no genesis digest
+  EXPECT_EQ(votes_.CountFor(2), 0u);
+  EXPECT_EQ(votes_.Offer(valid(2, 1), validator), PbftAdmission::kAdded);
+  EXPECT_EQ(votes_.Offer(valid(2, 1), validator), PbftAdmission::kDuplicate);
+  EXPECT_EQ(votes_.Offer(valid(1, 1), validator), PbftAdmission::kDuplicate);  // left behind
+  ConsensusMessage forged = valid(3, 1);
+  forged.set_signature("bad");
+  EXPECT_EQ(votes_.Offer(forged, validator), PbftAdmission::kInvalid);
+  EXPECT_EQ(votes_.CountFor(2), 1u);
+}
+
 }  // namespace
 }  // namespace partitions
