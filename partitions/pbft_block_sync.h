@@ -12,7 +12,7 @@
 // never to self; in_flight() is true from a request until the next response (a lost request is
 // replaced by the next one the replica makes on its retransmit timer).
 //
-// Thread-compatibility: not thread-safe; owned by one PbftReplica. Serve is const.
+// Thread-compatibility: not thread-safe; owned by one PbftReplica. Serve and Answer are const.
 //
 //   BlockSync sync(config, last_executed);
 //   sync.RecoverTo(stable_seq);

@@ -6,9 +6,9 @@
 // It decides when a seq has a proof; the replica decides what becoming stable means (persisting
 // the record, GC of its log, block sync).
 //
-// Invariants: every vote held is for a seq above stable_seq(), a multiple of the checkpoint
-// interval, with a 32-byte digest; each sender keeps at most window / K + 2 votes (its most
-// recent ones: far-ahead votes are kept, since they are how a lagging replica learns that it is
+// Invariants: every vote held is for a seq above stable_seq(); peers' votes are for multiples of
+// the checkpoint interval with 32-byte digests, at most window / K + 2 per peer (its most recent
+// ones: far-ahead votes are kept, since they are how a lagging replica learns that it is
 // behind); own digests are kept from stable_seq() up. Messages must be signature-verified by the
 // caller.
 //

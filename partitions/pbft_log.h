@@ -7,9 +7,10 @@
 // 2f+1 matching commits); the replica decides what to sign, persist and send.
 //
 // Invariants: phase fields belong to the current view (ResetView clears them when a view is
-// left, dropping slots that keep nothing); a slot holds at most one prepare and one commit per
-// sender; `prepared` implies a certificate of the current view (cert_view); `committed` is never
-// undone and its batch never changes. Messages must be signature-verified by the caller.
+// left, dropping slots that keep nothing); a slot's digest is its pre-prepare's; it holds at
+// most one prepare and one commit per sender; `prepared` implies a certificate of the current
+// view (cert_view); `committed` is never undone and its batch never changes. Messages must be
+// signature-verified by the caller.
 //
 // Thread-compatibility: not thread-safe; owned by one PbftReplica.
 //

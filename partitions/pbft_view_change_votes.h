@@ -8,8 +8,8 @@
 //
 // Invariants: at most one ViewChange per sender, its latest; a sender's latest view only goes up
 // (an older or repeated ViewChange is a duplicate) until a view at or above it is installed.
-// Validity (signatures, nested certificates) is the caller's check: messages must be valid
-// ViewChange envelopes.
+// Offer checks validity (signatures, nested certificates) through PbftValidator; Add and AddOwn
+// take messages already known valid.
 //
 // Thread-compatibility: not thread-safe; owned by one PbftReplica.
 //
