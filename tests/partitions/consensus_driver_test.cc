@@ -307,8 +307,7 @@ TEST_F(ConsensusDriverTest, AFetchIsAnsweredFromThePoolAndTheLedgerOnSync) {
   std::vector<TxPtr> txs = {NewTx(), NewTx(), NewTx()};  // a full batch: cut at once
   for (const TxPtr& t : txs) AdmitAsClient(t);
   driver_->Tick(clock_.NowNanos(), false);
-  std::vector<ConsensusMessage> pps =
-      Consensus(SentSince(0), ConsensusMessage::kPrePrepare);
+  std::vector<ConsensusMessage> pps = Consensus(SentSince(0), ConsensusMessage::kPrePrepare);
   ASSERT_EQ(pps.size(), 1u);
   Vote(1, pps[0].pre_prepare().digest(), {1, 2}, {1, 2});
   ASSERT_EQ(chain_.ledger->last_height(), 1u);
@@ -316,8 +315,8 @@ TEST_F(ConsensusDriverTest, AFetchIsAnsweredFromThePoolAndTheLedgerOnSync) {
   AdmitAsClient(pooled);
 
   node::partition::TxFetch fetch;
-  fetch.add_tx_hashes(txs[0]->hash);   // committed: from the ledger
-  fetch.add_tx_hashes(pooled->hash);   // pooled
+  fetch.add_tx_hashes(txs[0]->hash);          // committed: from the ledger
+  fetch.add_tx_hashes(pooled->hash);          // pooled
   fetch.add_tx_hashes(std::string(32, 'x'));  // unknown: skipped
   const size_t mark = Mark();
   driver_->OnFetch(2, fetch);
@@ -332,7 +331,7 @@ TEST_F(ConsensusDriverTest, AFetchIsAnsweredFromThePoolAndTheLedgerOnSync) {
 
 TEST_F(ConsensusDriverTest, ABackupWithPendingTxsAndNoProgressStartsAViewChangeOnItsTimer) {
   Build(1);
-  driver_->OnTxBatch(Bodies({NewTx()}));  // forwarded to a backup, never proposed
+  driver_->OnTxBatch(Bodies({NewTx()}));    // forwarded to a backup, never proposed
   driver_->Tick(clock_.NowNanos(), false);  // reports the pending tx: the request timer starts
   clock_.Advance(absl::Milliseconds(config_.request_timeout_ms - 1));
   driver_->Tick(clock_.NowNanos(), false);
