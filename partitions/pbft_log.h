@@ -18,7 +18,8 @@
 //   if (log.AddPrepare(msg, view, h) == PbftAdmission::kAdded) {
 //     if (PbftLog::Slot* slot = log.TryPrepare(seq, view); slot && !slot->sent_commit) { ... }
 //   }
-//   if (log.TryCommit(seq, view)) Execute(*log.Decided(seq));
+//   log.TryCommit(seq, view);  // committed-local; execution still goes in seq order:
+//   while (std::optional<PbftCommit> c = log.Decided(last_executed + 1)) Execute(*c);
 #ifndef PARTITIONS_PBFT_LOG_H_
 #define PARTITIONS_PBFT_LOG_H_
 

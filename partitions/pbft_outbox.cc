@@ -30,16 +30,19 @@ ConsensusMessage PbftOutbox::Publish(ConsensusMessage msg, std::vector<Consensus
   return signed_msg;
 }
 
+// Once halted nothing more is written: a later write that succeeded after an earlier one of the
+// same Step failed could leave a record (a NewView) on disk without what it depends on (its
+// pre-prepares), and a restart would then sign a contradiction.
 void PbftOutbox::AppendLog(const std::vector<ConsensusMessage>& messages) {
-  Persist(store_->AppendLog(messages));
+  if (status_.ok()) Persist(store_->AppendLog(messages));
 }
 
 void PbftOutbox::PutView(const node::consensus::PersistedView& view) {
-  Persist(store_->PutView(view));
+  if (status_.ok()) Persist(store_->PutView(view));
 }
 
 void PbftOutbox::PutStableCheckpoint(const node::consensus::StableCheckpointRecord& record) {
-  Persist(store_->PutStableCheckpoint(record));
+  if (status_.ok()) Persist(store_->PutStableCheckpoint(record));
 }
 
 void PbftOutbox::Persist(absl::Status status) {

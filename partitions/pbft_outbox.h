@@ -3,7 +3,8 @@
 //
 // Writes go to the ConsensusStore at once, so everything written before a send is durable before
 // the Step returns it. A failed write means what was signed may not be durable: the first failure
-// (or an internal error) halts the replica for good, and from then on Take() returns nothing.
+// (or an internal error) halts the replica for good; from then on nothing more is written (so the
+// store never holds a record without what it depends on) and Take() returns nothing.
 //
 // Thread-compatibility: not thread-safe; owned by one PbftReplica, used only inside Step.
 //
@@ -38,7 +39,7 @@ class PbftOutbox {
   // signed.
   ConsensusMessage Publish(ConsensusMessage msg, std::vector<ConsensusMessage> with = {});
 
-  // Durable writes; the first failure halts.
+  // Durable writes; the first failure halts, and a halted outbox writes nothing.
   void AppendLog(const std::vector<ConsensusMessage>& messages);
   void PutView(const node::consensus::PersistedView& view);
   void PutStableCheckpoint(const node::consensus::StableCheckpointRecord& record);

@@ -77,6 +77,22 @@ TEST_F(PbftOutboxTest, FailedWriteHaltsForGood) {
   EXPECT_TRUE(out_.Take().empty());
 }
 
+TEST_F(PbftOutboxTest, NothingIsWrittenAfterAFailedWriteEvenIfTheStoreRecovers) {
+  out_.AppendLog({PrepareMessage(0, 1, Tx(1))});
+  ASSERT_EQ(store_.writes(), 1u);
+  store_.FailWrites(true);
+  out_.AppendLog({PrePrepareMessage(1, 2, Tx(2), {}, 1)});  // e.g. a NewView's pre-prepares
+  store_.FailWrites(false);
+  out_.PutView(ViewChangeRecord(1, out_.Sign(NewViewRequestMessage(1))));  // ... and the NewView
+  out_.PutStableCheckpoint({});
+  EXPECT_FALSE(out_.ok());
+  EXPECT_EQ(store_.writes(), 1u);
+  auto persisted = store_.Load();
+  ASSERT_TRUE(persisted.ok());
+  EXPECT_FALSE(persisted->has_view());
+  EXPECT_EQ(persisted->log_size(), 1);
+}
+
 TEST_F(PbftOutboxTest, HaltReplacesEarlierErrors) {
   store_.FailWrites(true);
   out_.PutStableCheckpoint({});
