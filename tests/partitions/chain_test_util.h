@@ -2,7 +2,10 @@
 #ifndef TESTS_PARTITIONS_CHAIN_TEST_UTIL_H_
 #define TESTS_PARTITIONS_CHAIN_TEST_UTIL_H_
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -10,9 +13,12 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "base/ed25519.h"
 #include "base/transaction.h"
+#include "flowctl/clock.h"
 #include "glog/logging.h"
+#include "gtest/gtest.h"
 #include "partitions/block.h"
 #include "partitions/executor.h"
 #include "partitions/ledger.h"
@@ -110,6 +116,22 @@ inline absl::Status CommitTxs(partitions::Chain& chain, const std::vector<partit
   absl::Status s = chain.ledger->CommitBlock(block, r.receipts, r.writes, meta);
   if (s.ok()) chain.executor->Apply(r);
   return s;
+}
+
+// An empty directory for test `name` of this process, under the test's temp dir.
+inline std::string FreshDir(const std::string& name) {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/", name, "_", getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// A pool whose nonces follow `chain`'s committed state. `chain` and `clock` outlive it.
+inline std::unique_ptr<partitions::TxPool> PoolOver(const partitions::Chain& chain,
+                                                    const flowctl::Clock* clock,
+                                                    const partitions::TxPoolLimits& limits = {}) {
+  const partitions::Executor* executor = chain.executor.get();
+  return std::make_unique<partitions::TxPool>(
+      limits, clock, [executor](absl::string_view s) { return executor->NextNonce(s); });
 }
 
 // The transactions of block `height` in a seeded, deterministic chain: 5..24 transfers and puts

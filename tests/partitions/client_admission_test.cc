@@ -35,15 +35,11 @@ class ClientAdmissionTest : public ::testing::Test {
     dispatcher_.reset();
     pool_.reset();
     chain_ = Chain();  // closes the ledger before it is opened afresh
-    dir_ = absl::StrCat(::testing::TempDir(), "/client_admission_", getpid());
-    std::filesystem::remove_all(dir_);
+    dir_ = chaintest::FreshDir("client_admission");
     absl::StatusOr<Chain> chain = OpenChain(dir_, kPartition, node::chain::GenesisConfig());
     ASSERT_TRUE(chain.ok()) << chain.status();
     chain_ = *std::move(chain);
-    Executor* executor = chain_.executor.get();
-    pool_ = std::make_unique<TxPool>(TxPoolLimits{}, &clock_, [executor](absl::string_view s) {
-      return executor->NextNonce(s);
-    });
+    pool_ = chaintest::PoolOver(chain_, &clock_);
     node::flowctl::StageChainConfig config;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(interceptor_text, &config));
     absl::StatusOr<std::shared_ptr<const flowctl::ChainFactory>> factory = registry_.Build(config);

@@ -60,15 +60,11 @@ class ConsensusDriverTest : public ::testing::Test {
   // A driver for replica `self` (replica 0 is view 0's primary).
   void Build(uint32_t self) {
     self_ = self;
-    dir_ = absl::StrCat(::testing::TempDir(), "/consensus_driver_", getpid(), "_", self);
-    std::filesystem::remove_all(dir_);
+    dir_ = chaintest::FreshDir(absl::StrCat("consensus_driver_", self));
     absl::StatusOr<Chain> chain = OpenChain(dir_, kPartition, node::chain::GenesisConfig());
     ASSERT_TRUE(chain.ok()) << chain.status();
     chain_ = *std::move(chain);
-    Executor* executor = chain_.executor.get();
-    pool_ = std::make_unique<TxPool>(TxPoolLimits{}, &clock_, [executor](absl::string_view s) {
-      return executor->NextNonce(s);
-    });
+    pool_ = chaintest::PoolOver(chain_, &clock_);
     crypto_ = std::make_unique<tests::FakePbftCrypto>(self);
     net_ = std::make_unique<tests::RecordingNetwork>(kIds[self], PeersOf(self));
     sender_ = std::make_unique<PeerSender>(net_.get(), kPartition, kIds, self);
