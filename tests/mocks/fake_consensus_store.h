@@ -34,14 +34,14 @@ class FakeConsensusStore final : public partitions::ConsensusStore {
  public:
   absl::Status PutView(const node::consensus::PersistedView& view) override {
     absl::MutexLock lock(&mu_);
-    RETURN_IF_ERROR(CheckWritableLocked());
+    RETURN_IF_ERROR(StartWriteLocked());
     *state_.mutable_view() = view;
     return absl::OkStatus();
   }
 
   absl::Status PutStableCheckpoint(const node::consensus::StableCheckpointRecord& record) override {
     absl::MutexLock lock(&mu_);
-    RETURN_IF_ERROR(CheckWritableLocked());
+    RETURN_IF_ERROR(StartWriteLocked());
     *state_.mutable_stable_checkpoint() = record;
     google::protobuf::RepeatedPtrField<partitions::ConsensusMessage> kept;
     for (partitions::ConsensusMessage& m : *state_.mutable_log()) {
@@ -53,7 +53,7 @@ class FakeConsensusStore final : public partitions::ConsensusStore {
 
   absl::Status AppendLog(const std::vector<partitions::ConsensusMessage>& messages) override {
     absl::MutexLock lock(&mu_);
-    RETURN_IF_ERROR(CheckWritableLocked());
+    RETURN_IF_ERROR(StartWriteLocked());
     for (const partitions::ConsensusMessage& m : messages) {
       if (partitions::MessageSeq(m) > state_.stable_checkpoint().seq()) *state_.add_log() = m;
     }
@@ -79,7 +79,8 @@ class FakeConsensusStore final : public partitions::ConsensusStore {
   }
 
  private:
-  absl::Status CheckWritableLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Refuses the write while writes fail; else counts it (the write that follows cannot fail).
+  absl::Status StartWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (fail_writes_) return absl::UnavailableError("fake consensus store: writes fail");
     ++writes_;
     return absl::OkStatus();

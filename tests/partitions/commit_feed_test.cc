@@ -1,8 +1,6 @@
 // CommitFeed and its subscribers: in-order delivery, commit waiters, the lossless cursor.
 #include "partitions/commit_feed.h"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -96,8 +94,7 @@ TEST(CommitWaitersTest, ResolveAndCancelAllAnswerEachWaiterOnce) {
 }
 
 TEST(SpillCursorTest, ThePersistedPositionStopsBelowTheLowestUncommittedRecord) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/spill_cursor_", getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = chaintest::FreshDir("spill_cursor");
   flowctl::SpillFifoOptions o;
   o.dir = dir;
   absl::StatusOr<std::unique_ptr<flowctl::SpillFifo>> fifo = flowctl::SpillFifo::Open(o);
