@@ -37,9 +37,19 @@ TickScheduler::Id TickScheduler::Register(Callback callback) {
 
 void TickScheduler::ScheduleAt(Id id, int64_t when_nanos) {
   absl::MutexLock lock(&mu_);
+  ScheduleLocked(id, when_nanos, /*earlier_only=*/false);
+}
+
+void TickScheduler::ScheduleBy(Id id, int64_t when_nanos) {
+  absl::MutexLock lock(&mu_);
+  ScheduleLocked(id, when_nanos, /*earlier_only=*/true);
+}
+
+void TickScheduler::ScheduleLocked(Id id, int64_t when_nanos, bool earlier_only) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
   Entry& e = it->second;
+  if (e.due >= 0 && earlier_only && e.due <= when_nanos) return;
   if (e.due >= 0) queue_.erase({e.due, id});
   e.due = when_nanos;
   const bool earliest = queue_.empty() || when_nanos < queue_.begin()->first;

@@ -13,6 +13,7 @@
 //   flowctl::TickScheduler scheduler(clock);
 //   TickScheduler::Id id = scheduler.Register([&](int64_t now) { OfferTick(); });
 //   scheduler.ScheduleAt(id, clock->NowNanos() + 5'000'000);
+//   scheduler.ScheduleBy(id, timer_deadline);  // earlier of the two
 //   CHECK(scheduler.Start().ok());  // or, in a test: scheduler.RunDue(fake_clock.NowNanos());
 //   ...
 //   scheduler.Unregister(id);  // the callback is not running and never runs again
@@ -56,6 +57,9 @@ class TickScheduler {
   // component's latest word on when it next needs time wins). Unknown ids are ignored (e.g. a
   // component that unregistered meanwhile).
   void ScheduleAt(Id id, int64_t when_nanos);
+  // Calls the callback of `id` no later than `when_nanos`: the earlier of `when_nanos` and any
+  // pending time (for deadlines that arrive from several places). Unknown ids are ignored.
+  void ScheduleBy(Id id, int64_t when_nanos);
   // After it returns the callback of `id` is not running and is never called again.
   // REQUIRES: not called from that callback.
   void Unregister(Id id);
@@ -74,6 +78,8 @@ class TickScheduler {
   };
 
   // Takes the earliest entry due at `now` off the queue and marks it running; false if none.
+  void ScheduleLocked(Id id, int64_t when_nanos, bool earlier_only)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PopDueLocked(int64_t now, Id* id, Callback** callback) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls a popped callback with mu_ released, then marks nothing running.
   void RunPoppedLocked(Callback* callback, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,14 +1,18 @@
 #include "partitions/commit_waiters.h"
 
+#include <limits>
 #include <utility>
 
 namespace partitions {
 
 void CommitWaiters::Add(std::string hash, int64_t deadline_nanos, Done done) {
-  absl::MutexLock lock(&mu_);
-  deadlines_.emplace(deadline_nanos, hash);
-  by_hash_[std::move(hash)].push_back({deadline_nanos, std::move(done)});
-  ++count_;
+  {
+    absl::MutexLock lock(&mu_);
+    deadlines_.emplace(deadline_nanos, hash);
+    by_hash_[std::move(hash)].push_back({deadline_nanos, std::move(done)});
+    ++count_;
+  }
+  if (wake_by_) wake_by_(deadline_nanos);
 }
 
 std::vector<CommitWaiters::Waiter> CommitWaiters::TakeLocked(absl::string_view hash) {
@@ -44,8 +48,9 @@ void CommitWaiters::OnCommit(const CommitEvent& event) {
   }
 }
 
-void CommitWaiters::Expire(int64_t now_nanos) {
+int64_t CommitWaiters::Expire(int64_t now_nanos) {
   std::vector<Waiter> expired;
+  int64_t next = std::numeric_limits<int64_t>::max();
   {
     absl::MutexLock lock(&mu_);
     while (!deadlines_.empty() && deadlines_.begin()->first <= now_nanos) {
@@ -64,11 +69,13 @@ void CommitWaiters::Expire(int64_t now_nanos) {
       }
       if (list.empty()) by_hash_.erase(it);
     }
+    if (!deadlines_.empty()) next = deadlines_.begin()->first;
   }
   for (Waiter& w : expired) {
     w.done(absl::DeadlineExceededError(
         "the tx is in the pool but did not commit within wait_timeout_ms; query GetTx later"));
   }
+  return next;
 }
 
 void CommitWaiters::CancelAll(const absl::Status& why) {

@@ -14,8 +14,10 @@
 #define PARTITIONS_COMMIT_WAITERS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -34,12 +36,18 @@ class CommitWaiters final : public CommitSubscriber {
  public:
   using Done = absl::AnyInvocable<void(absl::StatusOr<node::chain::Receipt>)>;
 
+  // `wake_by`, if set, is called by Add (no lock held) with the new waiter's deadline, so the
+  // owner runs Expire by then without ticking periodically.
+  explicit CommitWaiters(std::function<void(int64_t deadline_nanos)> wake_by = nullptr)
+      : wake_by_(std::move(wake_by)) {}
+
   void Add(std::string hash, int64_t deadline_nanos, Done done);
   // Answers every waiter of `hash` with `receipt`.
   void Resolve(absl::string_view hash, const node::chain::Receipt& receipt);
   void OnCommit(const CommitEvent& event) override;
-  // Answers DEADLINE_EXCEEDED to every waiter whose deadline is <= now.
-  void Expire(int64_t now_nanos);
+  // Answers DEADLINE_EXCEEDED to every waiter whose deadline is <= now. Returns the earliest
+  // deadline still recorded (INT64_MAX: none): when Expire next has work.
+  int64_t Expire(int64_t now_nanos);
   // Answers `why` to every waiter (shutdown).
   void CancelAll(const absl::Status& why);
   size_t size() const;
@@ -51,6 +59,7 @@ class CommitWaiters final : public CommitSubscriber {
   };
   std::vector<Waiter> TakeLocked(absl::string_view hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const std::function<void(int64_t)> wake_by_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::vector<Waiter>> by_hash_ ABSL_GUARDED_BY(mu_);
   // (deadline -> hash); records of answered waiters stay until their deadline passes.

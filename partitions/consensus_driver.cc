@@ -40,7 +40,8 @@ absl::StatusOr<std::unique_ptr<ConsensusDriver>> ConsensusDriver::Create(
   if (deps.clock == nullptr || deps.crypto == nullptr || deps.store == nullptr ||
       deps.pool == nullptr || deps.tracker == nullptr || deps.forwarder == nullptr ||
       deps.sender == nullptr || deps.pipeline == nullptr || deps.feed == nullptr ||
-      deps.ledger == nullptr || deps.batch_policy == nullptr || !deps.request_tick) {
+      deps.ledger == nullptr || deps.batch_policy == nullptr || !deps.request_tick ||
+      !deps.wake_by) {
     return absl::InvalidArgumentError("consensus driver: a dependency is missing");
   }
   auto driver = std::unique_ptr<ConsensusDriver>(new ConsensusDriver(std::move(deps)));
@@ -168,6 +169,11 @@ void ConsensusDriver::StepLocked(const PbftEvent& event) {
 }
 
 void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
+  // A commit frees the proposal window and takes txs out of the pool; a new state or view may
+  // make this replica the proposer: either way the next batch may be cut now. (Also set when
+  // proposal bodies went back to forwarding: the next tick flushes them.)
+  bool cut_may_change = false;
+  int64_t earliest_timer = std::numeric_limits<int64_t>::max();
   for (PbftAction& action : actions) {
     if (halted_) break;
     std::visit(Overloaded{
@@ -179,7 +185,10 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                    [&](PbftBroadcast& a) {
                      // The bodies of a new proposal go first, on the same channel (forwarder.h).
                      if (proposal_bodies_ && a.msg.has_pre_prepare()) {
-                       deps_.forwarder->SendBodies(*std::move(proposal_bodies_));
+                       // Refused: they went back to forwarding, which the next tick flushes.
+                       if (!deps_.forwarder->SendBodies(*std::move(proposal_bodies_))) {
+                         cut_may_change = true;
+                       }
                        proposal_bodies_.reset();
                      }
                      node::partition::PartitionMessage m;
@@ -187,6 +196,7 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                      deps_.sender->Broadcast(ChannelOf(a.channel), m);
                    },
                    [&](PbftCommit& a) {
+                     cut_may_change = true;
                      absl::Status s = CommitLocked(a);
                      if (!s.ok()) {
                        HaltLocked();
@@ -195,11 +205,14 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                      }
                    },
                    [&](PbftSetTimer& a) {
-                     timers_[a.timer] = deps_.clock->NowNanos() + a.delay_ms * 1'000'000;
+                     const int64_t at = deps_.clock->NowNanos() + a.delay_ms * 1'000'000;
+                     timers_[a.timer] = at;
+                     earliest_timer = std::min(earliest_timer, at);
                    },
                    [&](PbftCancelTimer& a) { timers_.erase(a.timer); },
                    [&](PbftFetchTxs& a) { FetchLocked(a); },
                    [&](PbftStateChanged& a) {
+                     cut_may_change = true;
                      const auto old = static_cast<ConsensusState>(state_.load());
                      state_.store(static_cast<int>(a.state));
                      LOG(INFO) << "partition " << deps_.name << ": consensus "
@@ -220,6 +233,10 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
   view_.store(replica_->view());
   observing_.store(replica_->observing());
   UpdateHoldLocked();
+  if (earliest_timer != std::numeric_limits<int64_t>::max()) {
+    deferred_.push_back([this, earliest_timer] { deps_.wake_by(earliest_timer); });
+  }
+  if (cut_may_change) deferred_.push_back([this] { deps_.request_tick(); });
 }
 
 void ConsensusDriver::FetchLocked(PbftFetchTxs& fetch) {
@@ -294,10 +311,12 @@ int64_t ConsensusDriver::Tick(int64_t now, bool paused) {
       deps_.tracker->Evict(now);
       next_expire_ = now + kExpireEveryNanos;
     }
+    wake = std::min(wake, next_expire_);
     if (now >= next_hook_) {
-      if (deps_.on_tick_locked) deps_.on_tick_locked(now);
+      hook_wants_ticks_ = deps_.on_tick_locked && deps_.on_tick_locked(now);
       next_hook_ = now + kHookEveryNanos;
     }
+    if (hook_wants_ticks_) wake = std::min(wake, next_hook_);
     CutBatchesLocked(now, paused, &wake);
   });
   return wake;
@@ -315,7 +334,12 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     return;
   }
   if (ready_since_ == 0) ready_since_ = now;
-  if (paused || now < empty_cut_until_) return;
+  // Paused: Resume asks for a tick.
+  if (paused) return;
+  if (now < empty_cut_until_) {
+    *wake = std::min(*wake, empty_cut_until_);
+    return;
+  }
   for (int round = 0; round < kMaxCutsPerTick && !halted_; ++round) {
     BatchPolicy::Decision d = deps_.batch_policy->Decide(now, ready.txs, ready.bytes, ready_since_,
                                                          replica_->CanPropose());
@@ -328,6 +352,7 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     if (batch.empty()) {
       // Counted as ready but not selectable (races with commits): look again shortly.
       empty_cut_until_ = now + kEmptyCutBackoffNanos;
+      *wake = std::min(*wake, empty_cut_until_);
       return;
     }
     std::vector<std::string> hashes;
@@ -338,11 +363,14 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     if (proposal_bodies_) {  // no pre-prepare came of it: forward them instead
       deps_.forwarder->ReturnBodies(*std::move(proposal_bodies_));
       proposal_bodies_.reset();
+      *wake = std::min(*wake, now);  // and flush them on the next tick
     }
     ready = deps_.pool->CountReady(max_txs);
     ready_since_ = ready.txs > 0 ? now : 0;
     if (ready.txs == 0) return;
   }
+  // kMaxCutsPerTick cut and more is ready: the next tick looks again at once.
+  if (!halted_) *wake = std::min(*wake, now);
 }
 
 }  // namespace partitions

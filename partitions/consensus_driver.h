@@ -77,12 +77,19 @@ class ConsensusDriver {
     BatchPolicy* batch_policy = nullptr;
     base::TxLimits tx_limits;
     // Called under the driver's lock right after a block committed (before its event is
-    // published), and once per tick interval: for bookkeeping that must see commits and pool
-    // changes atomically (the adaptive stage's tickets). May be empty.
+    // published), and on ticks at least 100 ms apart: for bookkeeping that must see commits and
+    // pool changes atomically (the adaptive stage's tickets). on_tick_locked returns whether it
+    // wants the next call 100 ms on (false: only on the first tick after that, whatever asked
+    // for it). May be empty.
     std::function<void(const CommitEvent&)> on_commit_locked;
-    std::function<void(int64_t now)> on_tick_locked;
-    // Asks the owner for a tick soon (e.g. txs arrived, or holding stopped). Required.
+    std::function<bool(int64_t now)> on_tick_locked;
+    // Asks the owner for a tick soon (txs arrived, a block committed, the replica's state or
+    // role changed: a batch may be cut now). Required.
     std::function<void()> request_tick;
+    // Asks the owner for a tick no later than `when_nanos` (a consensus timer was set). Together
+    // with Tick's return value this is every time the driver needs: nothing here assumes a
+    // periodic tick. Called with no lock held. Required.
+    std::function<void(int64_t when_nanos)> wake_by;
   };
 
   struct Stats {
@@ -103,7 +110,8 @@ class ConsensusDriver {
   void OnFetch(uint32_t from, const node::partition::TxFetch& fetch);
 
   // One round of time-driven work at `now` (no proposals while `paused`); returns the time it
-  // next wants to run.
+  // next wants to run (due timers, the pool's expiry sweep every second, the tick hook, the
+  // batch policy's cut deadline). Events between ticks ask through request_tick and wake_by.
   int64_t Tick(int64_t now, bool paused);
 
   // Lock-free mirrors for readers.
@@ -139,7 +147,8 @@ class ConsensusDriver {
   uint64_t reported_pending_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_expire_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_hook_ ABSL_GUARDED_BY(mu_) = 0;
-  bool primary_normal_ ABSL_GUARDED_BY(mu_) = false;  // last value given to the forwarder
+  bool hook_wants_ticks_ ABSL_GUARDED_BY(mu_) = false;  // on_tick_locked's last answer
+  bool primary_normal_ ABSL_GUARDED_BY(mu_) = false;    // last value given to the forwarder
   // Bodies of the batch being proposed, between Forwarder::TakeBodies and its pre-prepare.
   std::optional<node::partition::PartitionMessage> proposal_bodies_ ABSL_GUARDED_BY(mu_);
   bool halted_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,5 +1,7 @@
 #include "partitions/forwarder.h"
 
+#include <limits>
+
 #include "glog/logging.h"
 
 namespace partitions {
@@ -26,8 +28,9 @@ void Forwarder::Queue(const TxPtr& tx) {
   if (flush) Flush(/*release_all=*/false);
 }
 
-void Forwarder::Flush(bool release_all) {
+int64_t Forwarder::Flush(bool release_all) {
   std::vector<std::string> txs;
+  int64_t next = std::numeric_limits<int64_t>::max();
   {
     absl::MutexLock lock(&mu_);
     txs.swap(queued_);
@@ -44,11 +47,15 @@ void Forwarder::Flush(bool release_all) {
       }
       held_order_.pop_front();  // forwarded now, or already proposed
     }
+    // The front may be the record of a proposed tx: at worst one Flush too early.
+    if (!held_order_.empty()) next = held_order_.front().first + options_.hold_nanos;
   }
-  if (txs.empty()) return;
-  node::partition::PartitionMessage msg;
-  for (std::string& t : txs) msg.mutable_txs()->add_signed_txs(std::move(t));
-  sender_->Broadcast(p2p::Channel::TX_FORWARD, msg);
+  if (!txs.empty()) {
+    node::partition::PartitionMessage msg;
+    for (std::string& t : txs) msg.mutable_txs()->add_signed_txs(std::move(t));
+    sender_->Broadcast(p2p::Channel::TX_FORWARD, msg);
+  }
+  return next;
 }
 
 bool Forwarder::SetHolding(bool hold) {
@@ -72,14 +79,15 @@ std::optional<node::partition::PartitionMessage> Forwarder::TakeBodies(
   return bodies;
 }
 
-void Forwarder::SendBodies(node::partition::PartitionMessage bodies) {
+bool Forwarder::SendBodies(node::partition::PartitionMessage bodies) {
   const int n = bodies.txs().signed_txs_size();
   if (!sender_->Broadcast(p2p::Channel::CONSENSUS, bodies)) {
     // Refused (e.g. the CONSENSUS queue is full): forward them; backups fetch what they miss.
     ReturnBodies(std::move(bodies));
-    return;
+    return false;
   }
   proposal_body_txs_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+  return true;
 }
 
 void Forwarder::ReturnBodies(node::partition::PartitionMessage bodies) {

@@ -1,7 +1,7 @@
 // Forwarder: takes this node's admitted client txs to the other replicas.
 //
 // Backups (and a primary outside NORMAL) batch them onto TX_FORWARD: Queue() appends, Flush()
-// (every tick, or at once when `flush_bytes` are queued) broadcasts one TxBatch.
+// (on the owner's next tick, or at once when `flush_bytes` are queued) broadcasts one TxBatch.
 //
 // The primary in NORMAL holds them instead (SetHolding(true)). A pre-prepare names txs by hash and
 // goes out on CONSENSUS, which the egress scheduler serves before TX_FORWARD: had the primary
@@ -18,7 +18,7 @@
 //
 //   Forwarder fwd(&sender, clock, {.hold_nanos = 250'000'000});
 //   fwd.Queue(tx);   // after the pool admitted it
-//   fwd.Flush(/*release_all=*/false);  // each tick
+//   fwd.Flush(/*release_all=*/false);  // on the tick after each Queue, and at the time it returns
 #ifndef PARTITIONS_FORWARDER_H_
 #define PARTITIONS_FORWARDER_H_
 
@@ -56,16 +56,18 @@ class Forwarder {
   // An admitted client tx: held (primary in NORMAL) or queued for TX_FORWARD.
   void Queue(const TxPtr& tx);
   // Broadcasts what is queued, plus held txs past the hold time (all of them when not holding or
-  // when `release_all`, e.g. at stop).
-  void Flush(bool release_all);
+  // when `release_all`, e.g. at stop). Returns when the oldest tx still held is due to be
+  // forwarded (INT64_MAX: none held); Queue asks for no time, the caller flushes after it.
+  int64_t Flush(bool release_all);
   // Follows the replica's role. Returns true when holding stops (the caller should flush soon).
   bool SetHolding(bool hold);
 
   // The held bodies of `batch`, which is about to be proposed (nullopt if none were held).
   std::optional<node::partition::PartitionMessage> TakeBodies(const std::vector<TxPtr>& batch);
-  // Broadcasts `bodies` on CONSENSUS; if the network refuses, they go back to forwarding.
-  void SendBodies(node::partition::PartitionMessage bodies);
-  // No pre-prepare followed: the bodies go back to forwarding.
+  // Broadcasts `bodies` on CONSENSUS; if the network refuses, they go back to forwarding and it
+  // returns false (the caller should flush soon).
+  bool SendBodies(node::partition::PartitionMessage bodies);
+  // No pre-prepare followed: the bodies go back to forwarding (the caller should flush soon).
   void ReturnBodies(node::partition::PartitionMessage bodies);
 
   uint64_t proposal_body_txs() const { return proposal_body_txs_.load(std::memory_order_relaxed); }

@@ -239,8 +239,12 @@ absl::Status Partition::Impl::Open() {
     for (const partitions::TxPtr& tx : e.txs) hashes.push_back(tx->hash);
     interceptor_->Committed(hashes, e.commit_nanos);
   };
-  dd.on_tick_locked = [this](int64_t now) { interceptor_->Tick(now, pool_view_); };
+  dd.on_tick_locked = [this](int64_t now) {
+    interceptor_->Tick(now, pool_view_);
+    return interceptor_->Get()->follows_requests();
+  };
   dd.request_tick = [this] { RequestTick(); };
+  dd.wake_by = [this](int64_t when) { WakeBy(when); };
   ASSIGN_OR_RETURN(driver_, partitions::ConsensusDriver::Create(std::move(dd), pc, position));
 
   if (cfg.lossless().enabled()) {

@@ -79,8 +79,11 @@ struct PartitionEnv {
   const p2p::ChannelTable* channels = nullptr;
   // The node's timer (required): it offers this partition's ticks to its tick lane.
   flowctl::TickScheduler* scheduler = nullptr;
-  // Longest time between two ticks (timers and batch cuts ask for earlier ones).
-  absl::Duration tick = absl::Milliseconds(5);
+  // Longest time between two ticks. Only a backstop: a tick is asked for at every time the
+  // partition needs one (consensus timers, batch cut deadlines, held forwarding, commit waiters'
+  // deadlines, the pool's expiry sweep) and by every event that gives it work, so an idle
+  // partition costs next to nothing.
+  absl::Duration tick = absl::Seconds(1);
 };
 
 // The outcome of one submitted tx and the submit options (partitions/client_admission.h).

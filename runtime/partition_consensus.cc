@@ -101,14 +101,20 @@ void Partition::Impl::HandleTick() {
   tick_queued_.store(false);
   const int64_t now = clock_->NowNanos();
   const int64_t next = std::min(Tick(now), now + absl::ToInt64Nanoseconds(env_.tick));
-  env_.scheduler->ScheduleAt(tick_id_, next);
+  // By, not At: a deadline that arrived while this tick ran (WakeBy) is kept.
+  env_.scheduler->ScheduleBy(tick_id_, next);
+}
+
+void Partition::Impl::WakeBy(int64_t when_nanos) {
+  env_.scheduler->ScheduleBy(tick_id_, when_nanos);
 }
 
 int64_t Partition::Impl::Tick(int64_t now) {
-  forwarder_->Flush(/*release_all=*/stopping_.load(std::memory_order_relaxed));
+  // Every Queue is followed by a tick request; held txs say when they are due.
+  const int64_t forward_at =
+      forwarder_->Flush(/*release_all=*/stopping_.load(std::memory_order_relaxed));
   const int64_t wake = driver_->Tick(now, paused_.load(std::memory_order_relaxed));
-  waiters_.Expire(now);
-  return wake;
+  return std::min({forward_at, wake, waiters_.Expire(now)});
 }
 
 }  // namespace runtime

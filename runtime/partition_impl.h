@@ -107,6 +107,8 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   void RequestTick();
   // The tick lane's handler: one Tick, then asks the scheduler for the next.
   void HandleTick();
+  // A tick no later than `when_nanos` (a consensus timer or a waiter's deadline). Any thread.
+  void WakeBy(int64_t when_nanos);
   // One round of time-driven work at `now`; returns when it wants to run next.
   int64_t Tick(int64_t now);
 
@@ -136,7 +138,7 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // Subscribers: waiters_, spill_cursor_ (lossless), this (height, latency). Stages that follow
   // requests hear of commits through the driver's on_commit_locked hook instead (partition.cc).
   std::unique_ptr<partitions::CommitFeed> feed_;
-  partitions::CommitWaiters waiters_;
+  partitions::CommitWaiters waiters_{[this](int64_t deadline) { WakeBy(deadline); }};
   std::unique_ptr<partitions::SpillCursor> spill_cursor_;  // lossless only
   flowctl::StageRegistry registry_;
   std::unique_ptr<flowctl::StageChainHolder> interceptor_;

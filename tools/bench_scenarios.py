@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""bench_scenarios: the six headline benchmarks, each against real noded clusters.
+"""bench_scenarios: the headline benchmarks, each against real noded clusters.
 
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
-                                               throughput rejection)
+                                               throughput rejection scale)
 
 Each scenario starts its own 4-node localnet(s) in a temp dir (random ports), drives it with
 loadgen, stops it on every exit path, prints one `RESULT` line with its ratio and appends a
@@ -15,7 +15,9 @@ Environment: BUILD_DIR (default build), BENCH_OUT (default bench-results); goodp
 (adaptive, the default: an adaptive stage driven by commit latency bounds admission; static: a
 rate stage at C/4 per node), GOODPUT_RATE (per-node rate), GOODPUT_ADAPTIVE (the adaptive stage's
 config body), GOODPUT_ROUNDS (held-saturation / 10x pairs, default 2), GOODPUT_SKIP_OFF=1 (skip
-the limits-off run); rejection: REJECTION_RATE (offered tx/s, all refused; default 3000).
+the limits-off run); rejection: REJECTION_RATE (offered tx/s, all refused; default 3000); scale: SCALE_RATE (total offered tx/s,
+default 800), SCALE_COUNTS (partition counts, default 1,4,16), SCALE_SECONDS (default 30),
+SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -548,8 +550,68 @@ def rejection():
            "hot rate stage closed (rate 0)" % idle)
 
 
+# 7. Partition scale ------------------------------------------------------------------------
+def scale():
+    """One total offered rate split evenly over N partitions (SCALE_COUNTS, default 1,4,16) on a
+    fresh default-config 4-node localnet each, then SCALE_IDLE idle partitions (default 64)."""
+    rate = int(os.environ.get("SCALE_RATE", "800"))
+    counts = [int(x) for x in os.environ.get("SCALE_COUNTS", "1,4,16").split(",")]
+    duration = int(os.environ.get("SCALE_SECONDS", "30"))
+    rows = {}
+    for n in counts:
+        with Cluster("scale%d" % n, "", partitions=n) as c:
+            names = ["hot", "steady"] if n == 2 else ["p%d" % i for i in range(1, n + 1)]
+            each = rate / n
+            scen = ";".join("%s:rate=%g" % (nm, each) for nm in names)
+            t0, c0 = time.monotonic(), c.cpu_seconds()
+            p, s = c.loadgen("scale%d" % n, scen, duration, drain=10,
+                             presign=int(each * (duration + 5)) + 10)
+            cores = (c.cpu_seconds() - c0) / (time.monotonic() - t0)
+            committed = sum(window_rate(p[nm], "committed", 5, duration) for nm in names)
+            rows[n] = {"committed": committed,
+                       "all": sum(p[nm]["committed"] for nm in names),
+                       "offered": sum(p[nm]["offered"] for nm in names),
+                       "p99": max(p[nm]["p99_ms"] for nm in names),
+                       "vc": sum(p[nm]["view_changes"] or 0 for nm in names),
+                       "cores": cores, "lg": s["_loadgen_cores"]}
+            r = rows[n]
+            log("scale %d partitions: committed %.0f tx/s (seconds 5-%d), all %d of %d offered, "
+                "worst p99 %.0f ms, %d view changes, nodes %.2f cores, loadgen %.2f cores"
+                % (n, r["committed"], duration, r["all"], r["offered"], r["p99"], r["vc"],
+                   r["cores"], r["lg"]))
+    idle_n = int(os.environ.get("SCALE_IDLE", "64"))
+    idle = None
+    if idle_n > 0:
+        with Cluster("scale_idle", "", partitions=idle_n) as c:
+            time.sleep(3)
+            t0, c0 = time.monotonic(), c.cpu_seconds()
+            time.sleep(15)
+            idle = (c.cpu_seconds() - c0) / (time.monotonic() - t0) / c.nodes
+            log("scale %d idle partitions: %.3f cores per node" % (idle_n, idle))
+    base = rows[counts[0]]
+    for n in counts[1:]:
+        r = rows[n]
+        result("scale %d vs %d partitions" % (n, counts[0]),
+               "%d: %.0f tx/s committed (%d of %d offered), worst p99 %.0f ms, %d VC, %.2f cores"
+               % (n, r["committed"], r["all"], r["offered"], r["p99"], r["vc"], r["cores"]),
+               "%d: %.0f tx/s committed (%d of %d), worst p99 %.0f ms, %d VC, %.2f cores"
+               % (counts[0], base["committed"], base["all"], base["offered"], base["p99"],
+                  base["vc"], base["cores"]),
+               "committed %.2f, p99 %.2f, CPU %.2f" % (
+                   r["committed"] / max(base["committed"], 1e-9),
+                   r["p99"] / max(base["p99"], 1e-9), r["cores"] / max(base["cores"], 1e-9)),
+               "committed = offered, 0 VC, p99 <= 2x, CPU <= 1.25x",
+               "%d tx/s total split evenly, %d s, default config, 4 nodes; CPU = the 4 noded "
+               "processes' utime+stime over the loadgen run; loadgen %.2f / %.2f cores"
+               % (rate, duration, r["lg"], base["lg"]))
+    if idle is not None:
+        result("idle partitions", "%d idle partitions: %.3f cores per node" % (idle_n, idle),
+               "-", "-", "<= 0.05 core per node", "default config, 4 nodes, 15 s")
+
+
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
-             "lossless": lossless, "throughput": throughput, "rejection": rejection}
+             "lossless": lossless, "throughput": throughput, "rejection": rejection,
+             "scale": scale}
 
 
 def main(argv):

@@ -43,6 +43,23 @@ TEST(TickSchedulerTest, ALaterRequestReplacesThePendingTime) {
   EXPECT_EQ(ran, 1);
 }
 
+TEST(TickSchedulerTest, ScheduleByKeepsTheEarlierOfTheTwoTimes) {
+  tests::FakeClock clock(0);
+  TickScheduler s(&clock);
+  int ran = 0;
+  TickScheduler::Id a = s.Register([&](int64_t) { ++ran; });
+  s.ScheduleBy(a, 50);  // nothing pending: scheduled
+  s.ScheduleBy(a, 80);  // later: ignored
+  EXPECT_EQ(s.NextDue(), 50);
+  s.ScheduleBy(a, 20);  // earlier: replaces
+  EXPECT_EQ(s.RunDue(19), 0);
+  EXPECT_EQ(s.RunDue(20), 1);
+  EXPECT_EQ(s.RunDue(1000), 0) << "one call, not one per request";
+  EXPECT_EQ(ran, 1);
+  s.ScheduleBy(a, 2000);  // after it ran, a new time is taken whatever it is
+  EXPECT_EQ(s.NextDue(), 2000);
+}
+
 TEST(TickSchedulerTest, ACallbackMayRescheduleItselfAndRunsAgainWhenDueAtTheSameInstant) {
   tests::FakeClock clock(0);
   TickScheduler s(&clock);

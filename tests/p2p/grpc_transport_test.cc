@@ -302,7 +302,8 @@ TEST_F(GrpcTransportTest, SlowPeerGetsItsSyncBeforeQueuedForwarding) {
   EXPECT_GE(st.egress.peer_block_events, 1u);
   EXPECT_GT(st.egress.blocked_peer_drops, 0u);  // b's share of the scheduler is bounded
   EXPECT_EQ(st.egress.channel(node::p2p::TX_FORWARD).messages_refused, 0u);
-  EXPECT_EQ(st.egress.channel(node::p2p::TX_FORWARD).messages_dropped, st.egress.blocked_peer_drops);
+  EXPECT_EQ(st.egress.channel(node::p2p::TX_FORWARD).messages_dropped,
+            st.egress.blocked_peer_drops);
   const size_t expected = sent - st.egress.blocked_peer_drops + 1;
   n('b').Hold(false);
   ASSERT_TRUE(Eventually([&] { return n('b').got_count() == expected; }))

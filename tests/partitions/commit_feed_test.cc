@@ -2,6 +2,7 @@
 #include "partitions/commit_feed.h"
 
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,7 +56,8 @@ TEST(CommitWaitersTest, ABlockAnswersItsTxsWaitersWithTheirReceipts) {
   std::vector<base::PrivateKey> keys = chaintest::Keys(1);
   TxPtr t1 = chaintest::Put(keys[0], 1, "k", "v");
   TxPtr t2 = chaintest::Put(keys[0], 2, "k", "w");
-  CommitWaiters waiters;
+  std::vector<int64_t> wakes;  // what the owner is asked for: a tick by each deadline
+  CommitWaiters waiters([&](int64_t deadline) { wakes.push_back(deadline); });
   std::vector<std::string> answers;
   auto record = [&](absl::StatusOr<node::chain::Receipt> r) {
     answers.push_back(r.ok() ? r->error() : r.status().ToString());
@@ -63,18 +65,20 @@ TEST(CommitWaitersTest, ABlockAnswersItsTxsWaitersWithTheirReceipts) {
   waiters.Add(t1->hash, /*deadline_nanos=*/100, record);
   waiters.Add(t1->hash, 100, record);
   waiters.Add(t2->hash, 50, record);
+  EXPECT_EQ(wakes, (std::vector<int64_t>{100, 100, 50}));
   EXPECT_EQ(waiters.size(), 3u);
   waiters.OnCommit(Event(9, {t1}));
   EXPECT_EQ(answers, (std::vector<std::string>{"h9", "h9"}));
-  waiters.Expire(49);
+  EXPECT_EQ(waiters.Expire(49), 50) << "the earliest deadline still recorded";
   EXPECT_EQ(answers.size(), 2u);
-  waiters.Expire(50);
+  // t1's records stay until their deadline (answered already: nothing happens then).
+  EXPECT_EQ(waiters.Expire(50), 100);
   ASSERT_EQ(answers.size(), 3u);
   EXPECT_TRUE(absl::StartsWith(answers[2], "DEADLINE_EXCEEDED")) << answers[2];
   EXPECT_EQ(waiters.size(), 0u);
   // Answered waiters are not answered again, by a late block or the deadline.
   waiters.OnCommit(Event(10, {t2}));
-  waiters.Expire(1000);
+  EXPECT_EQ(waiters.Expire(1000), std::numeric_limits<int64_t>::max());
   EXPECT_EQ(answers.size(), 3u);
 }
 

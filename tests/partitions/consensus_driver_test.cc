@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -96,6 +97,7 @@ class ConsensusDriverTest : public ::testing::Test {
     d.tx_limits = limits_;
     d.on_commit_locked = [this](const CommitEvent& e) { locked_commits_.push_back(e.height); };
     d.request_tick = [this] { ++tick_requests_; };
+    d.wake_by = [this](int64_t when) { wakes_.push_back(when); };
     absl::StatusOr<std::unique_ptr<ConsensusDriver>> driver =
         ConsensusDriver::Create(std::move(d), config_, {});
     ASSERT_TRUE(driver.ok()) << driver.status();
@@ -199,6 +201,7 @@ class ConsensusDriverTest : public ::testing::Test {
   PbftConfig config_;
   std::vector<uint64_t> locked_commits_;
   int tick_requests_ = 0;
+  std::vector<int64_t> wakes_;  // wake_by arguments, in order
   std::unique_ptr<ConsensusDriver> driver_;
 };
 
@@ -232,8 +235,10 @@ TEST_F(ConsensusDriverTest, ThePrimaryCutsABatchSendsItsBodiesFirstAndCommitsOnA
   Vote(1, pp.digest(), {1, 2}, {1});
   EXPECT_TRUE(recorder_.heights.empty()) << "two commits of three";
   EXPECT_EQ(Consensus(SentSince(mark), ConsensusMessage::kCommit).size(), 1u);
+  const int requests = tick_requests_;
   Vote(1, pp.digest(), {}, {2});
   EXPECT_EQ(recorder_.heights, std::vector<uint64_t>{1});
+  EXPECT_GT(tick_requests_, requests) << "a commit frees the window: the next batch may be cut";
   EXPECT_EQ(locked_commits_, std::vector<uint64_t>{1});
   EXPECT_EQ(recorder_.txs, 2u);
   EXPECT_EQ(chain_.ledger->last_height(), 1u);
@@ -341,6 +346,44 @@ TEST_F(ConsensusDriverTest, ABackupWithPendingTxsAndNoProgressStartsAViewChangeO
   std::vector<ConsensusMessage> vcs = Consensus(SentSince(mark), ConsensusMessage::kViewChange);
   ASSERT_EQ(vcs.size(), 1u);
   EXPECT_EQ(vcs[0].view_change().new_view(), 1u);
+}
+
+// No periodic tick: the driver says when it needs one (Tick's return value, wake_by for a timer
+// set by a message or a tick, request_tick for work), and ticking only then keeps every timer on
+// time.
+TEST_F(ConsensusDriverTest, TheDriverAsksForEveryTickItNeedsAndNoOthers) {
+  Build(1);
+  const int64_t t0 = clock_.NowNanos();
+  const int64_t retransmit = config_.retransmit_ms * 1'000'000;
+  // Idle: the retransmit timer (armed at start, it re-arms itself) and the pool's expiry sweep.
+  ASSERT_EQ(wakes_, std::vector<int64_t>{t0 + retransmit});
+  EXPECT_EQ(driver_->Tick(t0, false), std::min(t0 + retransmit, t0 + 1'000'000'000));
+  wakes_.clear();
+  const int requests = tick_requests_;
+  driver_->OnTxBatch(Bodies({NewTx()}));  // forwarded to this backup, never proposed
+  EXPECT_EQ(tick_requests_, requests + 1);
+  clock_.Advance(absl::Milliseconds(3));
+  // The tick reports the pending tx; the replica's request timer asks for its time.
+  int64_t next = driver_->Tick(clock_.NowNanos(), false);
+  const int64_t timer_at = clock_.NowNanos() + config_.request_timeout_ms * 1'000'000;
+  ASSERT_EQ(wakes_, std::vector<int64_t>{timer_at});
+  // Ticked at exactly the times asked for: the view change starts when the timer is due.
+  for (int ticks = 0; next < timer_at; ++ticks) {
+    ASSERT_LT(ticks, 100);
+    clock_.SetNanos(next);
+    wakes_.clear();
+    next = driver_->Tick(next, false);
+    for (int64_t w : wakes_) next = std::min(next, w);
+    next = std::min(next, timer_at);
+    ASSERT_EQ(driver_->StateName(), "NORMAL");
+  }
+  clock_.SetNanos(timer_at);
+  wakes_.clear();
+  driver_->Tick(timer_at, false);
+  EXPECT_EQ(driver_->StateName(), "VIEW_CHANGE");
+  // The view-change timer asked for its own time.
+  ASSERT_FALSE(wakes_.empty());
+  EXPECT_GT(*std::min_element(wakes_.begin(), wakes_.end()), timer_at);
 }
 
 TEST_F(ConsensusDriverTest, AFailedConsensusStoreWriteHaltsTheDriverForGood) {

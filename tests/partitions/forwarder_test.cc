@@ -2,6 +2,8 @@
 // and forwards what it did not propose in time.
 #include "partitions/forwarder.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,7 +49,7 @@ TEST_F(ForwarderTest, ABackupBatchesItsClientTxsOntoTxForward) {
   fwd_.Queue(txs_[0]);
   fwd_.Queue(txs_[1]);
   EXPECT_TRUE(Sent().empty());
-  fwd_.Flush(false);
+  EXPECT_EQ(fwd_.Flush(false), std::numeric_limits<int64_t>::max());  // nothing held
   ASSERT_EQ(Sent().size(), 1u);
   EXPECT_EQ(Sent()[0], std::make_pair(p2p::Channel::TX_FORWARD, 2));
   fwd_.Flush(false);  // nothing left
@@ -61,12 +63,14 @@ TEST_F(ForwarderTest, ThePrimarySendsHeldBodiesWithItsProposalAndForwardsTheRest
   EXPECT_TRUE(Sent().empty());  // held, not forwarded
   std::optional<node::partition::PartitionMessage> bodies = fwd_.TakeBodies({txs_[0], txs_[1]});
   ASSERT_TRUE(bodies.has_value());
-  fwd_.SendBodies(*std::move(bodies));
+  EXPECT_TRUE(fwd_.SendBodies(*std::move(bodies)));
   ASSERT_EQ(Sent().size(), 1u);
   EXPECT_EQ(Sent()[0], std::make_pair(p2p::Channel::CONSENSUS, 2));
   EXPECT_EQ(fwd_.proposal_body_txs(), 2u);
+  // Flush says when the oldest tx still held is due: no periodic flush is needed.
+  EXPECT_EQ(fwd_.Flush(false), 100);
   clock_.AdvanceNanos(100);  // the hold limit: the two not proposed are forwarded
-  fwd_.Flush(false);
+  EXPECT_EQ(fwd_.Flush(false), std::numeric_limits<int64_t>::max());
   ASSERT_EQ(Sent().size(), 2u);
   EXPECT_EQ(Sent()[1], std::make_pair(p2p::Channel::TX_FORWARD, 2));
   EXPECT_EQ(fwd_.held(), 0u);
@@ -79,7 +83,7 @@ TEST_F(ForwarderTest, LosingThePrimaryRoleOrARefusedSendForwardsEverythingHeld) 
   net_.refuse.store(true);
   std::optional<node::partition::PartitionMessage> bodies = fwd_.TakeBodies({txs_[0]});
   ASSERT_TRUE(bodies.has_value());
-  fwd_.SendBodies(*std::move(bodies));  // refused: back to forwarding
+  EXPECT_FALSE(fwd_.SendBodies(*std::move(bodies)));  // refused: back to forwarding
   EXPECT_EQ(sender_.broadcast_failures(), 1u);
   net_.refuse.store(false);
   EXPECT_TRUE(fwd_.SetHolding(false));

@@ -145,7 +145,9 @@ class Cluster {
       size_t work = hub_.DeliverAll();
       for (Replica& r : replicas_) {
         if (r.crashed) continue;
-        work += static_cast<size_t>(r.scheduler->RunDue(clock_.NowNanos()));
+        const int timed = r.scheduler->RunDue(clock_.NowNanos());
+        timed_ticks_ += static_cast<uint64_t>(timed);
+        work += static_cast<size_t>(timed);
         work += static_cast<size_t>(r.pool->RunQueuedForTest(1'000'000));
       }
       if (work == 0) return;
@@ -179,6 +181,8 @@ class Cluster {
   }
 
   bool AllAnswered() const { return retries_.empty(); }
+  // Ticks the replicas' schedulers offered (asked for by time, not by an event), all replicas.
+  uint64_t timed_ticks() const { return timed_ticks_; }
 
   // Crash: the partition stops and its node leaves the network (its messages are lost).
   void Crash(int index) {
@@ -242,6 +246,7 @@ class Cluster {
   std::vector<std::string> refusals_;
   std::deque<Retry> retries_;
   uint64_t nonce_ = 0;
+  uint64_t timed_ticks_ = 0;
 };
 
 std::string TestDir(const std::string& run) {
@@ -293,6 +298,31 @@ TEST(PartitionClusterTest, CommitsSurvivesACrashedPrimaryAndRepeatsForTheSameSee
   const Outcome other = RunScenario(/*seed=*/7, "c");
   for (int i = 2; i < kReplicas; ++i) EXPECT_EQ(other.chains[i], other.chains[1]) << i;
   EXPECT_GT(other.committed_after_crash, 0u);
+}
+
+// An idle partition asks for time only when it needs it: its PBFT retransmit timer (every
+// view_change_timeout / 4, here 100 ms: it notices a stalled replica even when no one sends) and
+// the pool's expiry sweep once a second; a periodic 5 ms tick would be 200 a second. Nothing
+// waits on the 1 s backstop either: a tx sent after a long idle spell commits within the batch
+// timeout and a few message delays.
+TEST(PartitionClusterTest, AnIdlePartitionTicksOnlyForItsTimersAndStillCommitsAtOnce) {
+  Cluster cluster(/*seed=*/3, TestDir("idle"));
+  cluster.RunFor(absl::Milliseconds(50));
+  cluster.SubmitTxs(20);
+  cluster.RunFor(absl::Seconds(1));
+  const uint64_t height = cluster.partition(0).height();
+  EXPECT_GT(height, 0u);
+  const uint64_t before = cluster.timed_ticks();
+  cluster.RunFor(absl::Seconds(10));
+  // 4 replicas x 10 s x (10 retransmits + 1 sweep) a second, with room for the edges.
+  EXPECT_LE(cluster.timed_ticks() - before, 4u * 10u * 11u + 8u);
+  EXPECT_GE(cluster.timed_ticks() - before, 4u * 10u * 10u) << "the retransmit timer still runs";
+  EXPECT_EQ(cluster.partition(0).height(), height) << "no empty blocks while idle";
+  cluster.SubmitTxs(1);  // runs 1-5 ms
+  cluster.RunFor(absl::Milliseconds(60));
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_EQ(cluster.partition(i).height(), height + 1) << "replica " << i;
+  }
 }
 
 }  // namespace
