@@ -341,8 +341,9 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     return;
   }
   for (int round = 0; round < kMaxCutsPerTick && !halted_; ++round) {
-    BatchPolicy::Decision d = deps_.batch_policy->Decide(now, ready.txs, ready.bytes, ready_since_,
-                                                         replica_->CanPropose());
+    BatchPolicy::Decision d =
+        deps_.batch_policy->Decide(now, ready.txs, ready.bytes, ready_since_,
+                                   replica_->CanPropose(), replica_->own_proposals_in_flight());
     if (!d.cut) {
       if (d.wake_at_nanos) *wake = std::min(*wake, *d.wake_at_nanos);
       return;

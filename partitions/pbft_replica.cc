@@ -108,6 +108,11 @@ bool PbftReplica::CanPropose() const {
          next_seq_ <= last_executed_ + config_.max_inflight;
 }
 
+uint64_t PbftReplica::own_proposals_in_flight() const {
+  if (!IsPrimary() || next_seq_ <= last_executed_ + 1) return 0;
+  return next_seq_ - 1 - last_executed_;
+}
+
 void PbftReplica::OnMessage(const ConsensusMessage& msg) {
   if (msg.sender() >= config_.n || msg.sender() == config_.self) {
     ++counters_.dropped_not_replica;

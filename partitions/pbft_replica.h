@@ -95,6 +95,8 @@ class PbftReplica {
   size_t view_change_votes() const { return view_changes_.CountFor(views_.view()); }
   bool IsPrimary() const { return views_.is_primary(); }
   uint64_t last_executed() const { return last_executed_; }
+  // Primary: the seqs it assigned in this view that are not executed yet (0 for a backup).
+  uint64_t own_proposals_in_flight() const;
   uint64_t low_watermark() const { return checkpoints_.stable_seq(); }
   const std::string& chain_digest() const { return chain_digest_; }
   const PbftCounters& counters() const { return counters_; }

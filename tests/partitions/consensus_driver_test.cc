@@ -246,6 +246,35 @@ TEST_F(ConsensusDriverTest, ThePrimaryCutsABatchSendsItsBodiesFirstAndCommitsOnA
   EXPECT_EQ(driver_->StateName(), "NORMAL");
 }
 
+// Group commit: while the primary's partial batch executes, the next partial one waits for it
+// (however long it has waited); the commit asks for a tick and that tick cuts it.
+TEST_F(ConsensusDriverTest, APartialBatchWaitsForThePrimarysProposalInFlight) {
+  Build(0);
+  AdmitAsClient(NewTx());
+  size_t mark = Mark();
+  driver_->Tick(clock_.NowNanos(), false);  // the tick admission asks for: it is seen ready
+  clock_.Advance(absl::Milliseconds(10));
+  driver_->Tick(clock_.NowNanos(), false);
+  std::vector<ConsensusMessage> pps = Consensus(SentSince(mark), ConsensusMessage::kPrePrepare);
+  ASSERT_EQ(pps.size(), 1u);
+  const std::string digest = pps[0].pre_prepare().digest();
+  AdmitAsClient(NewTx());
+  mark = Mark();
+  driver_->Tick(clock_.NowNanos(), false);  // the tick admission asks for: it is seen ready
+  clock_.Advance(absl::Milliseconds(50));   // five times the delay
+  // Past its delay, yet no wake for it: only timers (the retransmit timer, 500 ms from start).
+  EXPECT_GE(driver_->Tick(clock_.NowNanos(), false), clock_.NowNanos() + 400 * kMs);
+  EXPECT_TRUE(Consensus(SentSince(mark), ConsensusMessage::kPrePrepare).empty());
+  const int requests = tick_requests_;
+  Vote(1, digest, {1, 2}, {1, 2});
+  EXPECT_EQ(chain_.ledger->last_height(), 1u);
+  EXPECT_GT(tick_requests_, requests);
+  driver_->Tick(clock_.NowNanos(), false);
+  pps = Consensus(SentSince(mark), ConsensusMessage::kPrePrepare);
+  ASSERT_EQ(pps.size(), 1u);
+  EXPECT_EQ(pps[0].pre_prepare().seq(), 2u);
+}
+
 TEST_F(ConsensusDriverTest, ABackupFetchesMissingTxsFromThePrimaryThenPrepares) {
   Build(1);
   std::vector<TxPtr> txs = {NewTx(), NewTx()};
