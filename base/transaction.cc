@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/public_key_cache.h"
 #include "base/sha256.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -101,7 +102,7 @@ absl::StatusOr<DecodedTx> DecodeSignedTx(absl::string_view bytes, const TxLimits
 }
 
 absl::Status VerifySignature(const DecodedTx& tx) {
-  absl::StatusOr<PublicKey> key = PublicKey::FromBytes(tx.sender());
+  absl::StatusOr<PublicKey> key = PublicKeyCache::Default().Get(tx.sender());
   if (!key.ok()) {
     return absl::UnauthenticatedError(absl::StrCat(
         "bad signature: sender is not a valid Ed25519 key (", key.status().message(), ")"));

@@ -3,7 +3,7 @@
 
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
-                                               throughput rejection scale)
+                                               throughput rejection scale cpu)
 
 Each scenario starts its own 4-node localnet(s) in a temp dir (random ports), drives it with
 loadgen, stops it on every exit path, prints one `RESULT` line with its ratio and appends a
@@ -17,7 +17,8 @@ rate stage at C/4 per node), GOODPUT_RATE (per-node rate), GOODPUT_ADAPTIVE (the
 config body), GOODPUT_ROUNDS (held-saturation / 10x pairs, default 2), GOODPUT_SKIP_OFF=1 (skip
 the limits-off run); rejection: REJECTION_RATE (offered tx/s, all refused; default 3000); scale: SCALE_RATE (total offered tx/s,
 default 800), SCALE_COUNTS (partition counts, default 1,4,16), SCALE_SECONDS (default 30),
-SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it).
+SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it); cpu: CPU_RATE
+(default 800), CPU_SAT_RATE (default 2500).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -609,9 +610,47 @@ def scale():
                "-", "-", "<= 0.05 core per node", "default config, 4 nodes, 15 s")
 
 
+# 8. CPU per committed transaction vs the Ed25519 floor ---------------------------------------
+def openssl_verify_us():
+    """Microseconds per Ed25519 verification on this machine now (`openssl speed`, 2 s)."""
+    r = subprocess.run(["openssl", "speed", "-seconds", "2", "ed25519"], capture_output=True,
+                       text=True, check=True)
+    for line in r.stdout.splitlines():
+        if "Ed25519" in line:
+            return 1e6 / float(line.split()[-1])  # the last column is verify/s
+    raise RuntimeError("openssl speed ed25519: no Ed25519 line in %r" % r.stdout)
+
+
+def cpu():
+    """One partition, default config, 4 nodes: CPU per committed tx per node at CPU_RATE (800)
+    and at CPU_SAT_RATE (2500, past saturation), each divided by an Ed25519 verification measured
+    right before the run (every node verifies every tx once, so 1.0 is the floor)."""
+    runs = [("at %s tx/s" % os.environ.get("CPU_RATE", "800"), int(os.environ.get("CPU_RATE", "800"))),
+            ("saturated (%s tx/s offered)" % os.environ.get("CPU_SAT_RATE", "2500"),
+             int(os.environ.get("CPU_SAT_RATE", "2500")))]
+    for label, offer in runs:
+        floor = openssl_verify_us()
+        with Cluster("cpu", "", partitions=1) as c:
+            t0, c0 = time.monotonic(), c.cpu_seconds()
+            p, s = c.loadgen("cpu_%d" % offer, "p1:rate=%d" % offer, 25, drain=10,
+                             presign=offer * 26)
+            used, wall = c.cpu_seconds() - c0, time.monotonic() - t0
+            h = p["p1"]
+            per_tx = used / max(h["committed"], 1) / c.nodes * 1e6
+        result("cpu per tx, %s" % label,
+               "%.0f us CPU per committed tx per node (%d committed, %.0f tx/s; nodes %.2f cores; "
+               "p99 %.0f ms, %d VC)" % (per_tx, h["committed"], h["committed"] / 25.0,
+                                        used / wall, h["p99_ms"], h["view_changes"] or 0),
+               "Ed25519 verify %.1f us (openssl speed, just before)" % floor,
+               "%.2fx" % (per_tx / floor), "<= 2.0x at 800 tx/s, <= 1.5x saturated",
+               "1 partition, default config, 4 nodes, 25 s; all 4 noded utime+stime over the "
+               "loadgen run (drain included) / committed / 4; loadgen %.2f cores"
+               % s["_loadgen_cores"])
+
+
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
-             "scale": scale}
+             "scale": scale, "cpu": cpu}
 
 
 def main(argv):
