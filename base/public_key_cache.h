@@ -35,7 +35,7 @@ class PublicKeyCache {
   PublicKeyCache(const PublicKeyCache&) = delete;
   PublicKeyCache& operator=(const PublicKeyCache&) = delete;
 
-  // The process-wide cache VerifySignature uses: 16,384 keys (about 3 MiB).
+  // The process-wide cache VerifySignature uses: 16,384 keys (a few MiB).
   static PublicKeyCache& Default();
 
   // The key for `raw`: cached, or parsed now (and cached). The error of PublicKey::FromBytes
