@@ -625,10 +625,9 @@ def cpu():
     """One partition, default config, 4 nodes: CPU per committed tx per node at CPU_RATE (800)
     and at CPU_SAT_RATE (2500, past saturation), each divided by an Ed25519 verification measured
     right before the run (every node verifies every tx once, so 1.0 is the floor)."""
-    runs = [("at %s tx/s" % os.environ.get("CPU_RATE", "800"), int(os.environ.get("CPU_RATE", "800"))),
-            ("saturated (%s tx/s offered)" % os.environ.get("CPU_SAT_RATE", "2500"),
-             int(os.environ.get("CPU_SAT_RATE", "2500")))]
-    for label, offer in runs:
+    rate = int(os.environ.get("CPU_RATE", "800"))
+    sat = int(os.environ.get("CPU_SAT_RATE", "2500"))
+    for label, offer in (("at %d tx/s" % rate, rate), ("saturated (%d tx/s offered)" % sat, sat)):
         floor = openssl_verify_us()
         with Cluster("cpu", "", partitions=1) as c:
             t0, c0 = time.monotonic(), c.cpu_seconds()
