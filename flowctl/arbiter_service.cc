@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "flowctl/thread_name.h"
 #include "glog/logging.h"
 
 namespace flowctl {
@@ -91,7 +92,10 @@ absl::Status ArbiterService::Start() {
     started_ = true;
     TickLocked();
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("arbiter");
+    Loop();
+  });
   return absl::OkStatus();
 }
 

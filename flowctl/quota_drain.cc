@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "flowctl/thread_name.h"
 #include "glog/logging.h"
 
 namespace flowctl {
@@ -92,7 +93,10 @@ absl::Status QuotaDrain::Start() {
     started_ = true;
     stop_ = false;
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("drain");
+    Loop();
+  });
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include "flowctl/crc32c.h"
 #include "flowctl/spill_segment.h"
 #include "flowctl/status_macros.h"
+#include "flowctl/thread_name.h"
 #include "glog/logging.h"
 
 namespace flowctl {
@@ -70,7 +71,10 @@ absl::StatusOr<std::unique_ptr<SpillFifo>> SpillFifo::Open(SpillFifoOptions opti
   RETURN_IF_ERROR(fifo->Recover());
   if (fifo->options_.durability == SpillDurability::kInterval) {
     SpillFifo* f = fifo.get();
-    fifo->sync_thread_ = std::thread([f] { f->SyncLoop(); });
+    fifo->sync_thread_ = std::thread([f] {
+      NameThisThread("spill-sync");
+      f->SyncLoop();
+    });
   }
   return fifo;
 }

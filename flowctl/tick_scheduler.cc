@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/time/time.h"
+#include "flowctl/thread_name.h"
 #include "glog/logging.h"
 
 namespace flowctl {
@@ -15,7 +16,10 @@ absl::Status TickScheduler::Start() {
   absl::MutexLock lock(&mu_);
   if (started_) return absl::FailedPreconditionError("tick scheduler already started");
   started_ = true;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("tick");
+    Loop();
+  });
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "flowctl/thread_name.h"
 #include "glog/logging.h"
 
 namespace flowctl {
@@ -301,6 +302,7 @@ int WorkerPool::RunQueuedForTest(int max_quanta) {
 }
 
 void WorkerPool::WorkerLoop(int index) {
+  NameThisThread(absl::StrCat("worker-", index));
   current_pool = this;
   int64_t cpu_mark = CpuNowNanos();
   absl::MutexLock lock(&mu_);

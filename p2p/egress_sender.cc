@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/time/time.h"
+#include "flowctl/thread_name.h"
 #include "glog/logging.h"
 
 namespace p2p {
@@ -19,7 +20,10 @@ EgressSender::~EgressSender() {
 
 void EgressSender::Start() {
   CHECK(thread_ == nullptr) << "EgressSender started twice";
-  thread_ = std::make_unique<std::thread>([this] { Loop(); });
+  thread_ = std::make_unique<std::thread>([this] {
+    flowctl::NameThisThread("egress");
+    Loop();
+  });
 }
 
 void EgressSender::Stop() {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "flowctl/thread_name.h"
 #include "glog/logging.h"
 #include "p2p/handshake.h"
 #include "p2p/peer_connection.h"
@@ -187,10 +188,17 @@ absl::Status GrpcTransport::Start() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));
   }
   port_.store(port);
-  watchdog_ = std::thread([this] { WatchdogLoop(); });
+  watchdog_ = std::thread([this] {
+    flowctl::NameThisThread("p2p-watchdog");
+    WatchdogLoop();
+  });
   absl::MutexLock l(&mu_);
   for (const auto& [id, peer] : peers_) {
-    if (self_ < id) dialers_.emplace_back([this, id = id] { DialLoop(id); });
+    if (self_ < id)
+      dialers_.emplace_back([this, id = id] {
+        flowctl::NameThisThread(absl::StrCat("p2p-dial-", id));
+        DialLoop(id);
+      });
   }
   LOG(INFO) << "p2p " << self_ << ": listening on port " << port << ", " << peers_.size()
             << " peers";

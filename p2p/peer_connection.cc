@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "flowctl/thread_name.h"
 #include "glog/logging.h"
 
 namespace p2p {
@@ -61,7 +62,10 @@ void PeerConnection::SetPressureCallback(size_t release_bytes,
 }
 
 void PeerConnection::StartWriter() {
-  writer_ = std::make_unique<std::thread>([this] { WriterLoop(); });
+  writer_ = std::make_unique<std::thread>([this] {
+    flowctl::NameThisThread("peer-writer");
+    WriterLoop();
+  });
 }
 
 void PeerConnection::Close() {
