@@ -1,6 +1,7 @@
 #include "partitions/pbft_ed25519_crypto.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -74,6 +75,75 @@ TEST(Ed25519PbftCryptoTest, RefusesTamperingImpersonationAndOtherPartitions) {
 
   // The same vote signed for partition 7 is worthless on partition 8.
   EXPECT_FALSE(CryptoFor(c, 8, 0)->Verify(msg));
+}
+
+TEST(Ed25519PbftCryptoTest, AMessageThatVerifiedOnceIsNotVerifiedAgain) {
+  const Cluster c = MakeCluster(4);
+  auto signer = CryptoFor(c, 7, 2);
+  auto verifier = CryptoFor(c, 7, 0);
+  ConsensusMessage msg = Prepare(2, 1, 5);
+  msg.set_signature(signer->Sign(msg));
+
+  EXPECT_TRUE(verifier->Verify(msg));
+  EXPECT_EQ(verifier->verifications(), 1u);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(verifier->Verify(msg));  // retransmissions
+  EXPECT_EQ(verifier->verifications(), 1u);
+
+  // Anything that differs from the cached message in sender, signature or signed content is
+  // verified afresh, and refused.
+  ConsensusMessage other_seq = msg;
+  other_seq.mutable_prepare()->set_seq(6);
+  EXPECT_FALSE(verifier->Verify(other_seq));
+  ConsensusMessage other_sender = msg;
+  other_sender.set_sender(3);
+  EXPECT_FALSE(verifier->Verify(other_sender));
+  ConsensusMessage flipped = msg;
+  std::string sig = msg.signature();
+  sig[10] = static_cast<char>(sig[10] ^ 1);
+  flipped.set_signature(sig);
+  EXPECT_FALSE(verifier->Verify(flipped));
+  ConsensusMessage unsigned_msg = msg;
+  unsigned_msg.clear_signature();
+  EXPECT_FALSE(verifier->Verify(unsigned_msg));
+  EXPECT_EQ(verifier->verifications(), 5u);
+  // Failures are not cached: the same bad message costs a verification each time.
+  EXPECT_FALSE(verifier->Verify(flipped));
+  EXPECT_EQ(verifier->verifications(), 6u);
+  // The good one is still cached.
+  EXPECT_TRUE(verifier->Verify(msg));
+  EXPECT_EQ(verifier->verifications(), 6u);
+}
+
+TEST(Ed25519PbftCryptoTest, OwnSignaturesNeedNoVerification) {
+  const Cluster c = MakeCluster(4);
+  auto self = CryptoFor(c, 7, 1);
+  ConsensusMessage msg = Prepare(1, 1, 5);
+  msg.set_signature(self->Sign(msg));
+  EXPECT_TRUE(self->Verify(msg));  // e.g. its own prepare nested in its own view change
+  EXPECT_EQ(self->verifications(), 0u);
+}
+
+TEST(Ed25519PbftCryptoTest, TheCacheIsBoundedAndEvictsTheOldest) {
+  const Cluster c = MakeCluster(4);
+  auto signer = CryptoFor(c, 7, 2);
+  auto verifier = *Ed25519PbftCrypto::Create(7, 0, c.keys[0], c.publics, /*cache_entries=*/3);
+  std::vector<ConsensusMessage> msgs;
+  for (uint64_t seq = 1; seq <= 4; ++seq) {
+    msgs.push_back(Prepare(2, 1, seq));
+    msgs.back().set_signature(signer->Sign(msgs.back()));
+    EXPECT_TRUE(verifier->Verify(msgs.back()));
+  }
+  EXPECT_EQ(verifier->verifications(), 4u);
+  EXPECT_TRUE(verifier->Verify(msgs[3]));  // seqs 2-4 are held
+  EXPECT_TRUE(verifier->Verify(msgs[1]));
+  EXPECT_EQ(verifier->verifications(), 4u);
+  EXPECT_TRUE(verifier->Verify(msgs[0]));  // seq 1 was evicted: verified again
+  EXPECT_EQ(verifier->verifications(), 5u);
+
+  auto uncached = *Ed25519PbftCrypto::Create(7, 0, c.keys[0], c.publics, /*cache_entries=*/0);
+  EXPECT_TRUE(uncached->Verify(msgs[0]));
+  EXPECT_TRUE(uncached->Verify(msgs[0]));
+  EXPECT_EQ(uncached->verifications(), 2u);
 }
 
 TEST(Ed25519PbftCryptoTest, CreateChecksSelf) {
