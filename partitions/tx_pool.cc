@@ -115,19 +115,42 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
   by_hash_.emplace(tx->hash, it);
   s.by_nonce.emplace(nonce, it);
   if (origin == TxOrigin::kClient) ++s.client_txs;
+  if (nonce == s.select_from + s.run) ExtendRun(s);
   bytes_ += size;
   ++counters_.added;
   UpdateHighWater();
   return absl::OkStatus();
 }
 
+void TxPool::ExtendRun(Sender& s) {
+  for (auto it = s.by_nonce.find(s.select_from + s.run);
+       it != s.by_nonce.end() && it->first == s.select_from + s.run; ++it) {
+    const size_t size = it->second->tx->size();
+    ++s.run;
+    s.run_bytes += size;
+    ++ready_txs_;
+    ready_bytes_ += size;
+  }
+}
+
+void TxPool::Recount(Sender& s) {
+  ready_txs_ -= s.run;
+  ready_bytes_ -= s.run_bytes;
+  s.run = 0;
+  s.run_bytes = 0;
+  ExtendRun(s);
+}
+
 void TxPool::RemoveEntry(EntryList::iterator it) {
   const TxPtr tx = it->tx;  // keep alive: the maps' keys point into it
   auto sit = senders_.find(tx->sender());
   if (sit != senders_.end()) {
-    sit->second.by_nonce.erase(tx->nonce());
-    if (it->origin == TxOrigin::kClient) --sit->second.client_txs;
-    if (sit->second.by_nonce.empty()) senders_.erase(sit);
+    Sender& s = sit->second;
+    s.by_nonce.erase(tx->nonce());
+    if (it->origin == TxOrigin::kClient) --s.client_txs;
+    // Removing a nonce inside the run cuts the run there.
+    if (tx->nonce() >= s.select_from && tx->nonce() < s.select_from + s.run) Recount(s);
+    if (s.by_nonce.empty()) senders_.erase(sit);
   }
   if (it->proposed) --counters_.proposed;
   by_hash_.erase(tx->hash);
@@ -165,6 +188,11 @@ std::vector<TxPtr> TxPool::SelectBatch(size_t max_txs, size_t max_bytes) {
           e.proposed = true;
           ++counters_.proposed;
           out.push_back(e.tx);
+          // The run starts at select_from, so the taken tx is its first.
+          --c.sender->run;
+          c.sender->run_bytes -= e.tx->size();
+          --ready_txs_;
+          ready_bytes_ -= e.tx->size();
           c.sender->select_from = c.it->first + 1;
           ++c.it;
           keep = c.it != c.sender->by_nonce.end() && c.it->first == c.sender->select_from;
@@ -180,17 +208,7 @@ std::vector<TxPtr> TxPool::SelectBatch(size_t max_txs, size_t max_bytes) {
 
 TxPool::ReadyCount TxPool::CountReady(size_t limit) const {
   absl::MutexLock lock(&mu_);
-  ReadyCount count;
-  for (const auto& [name, s] : senders_) {
-    uint64_t want = s.select_from;
-    for (auto it = s.by_nonce.find(want); it != s.by_nonce.end() && it->first == want; ++it) {
-      if (count.txs >= limit) return count;
-      ++count.txs;
-      count.bytes += it->second->tx->size();
-      ++want;
-    }
-  }
-  return count;
+  return {.txs = std::min(ready_txs_, limit), .bytes = ready_bytes_};
 }
 
 void TxPool::UnmarkFrom(Sender& s, uint64_t nonce) {
@@ -201,6 +219,7 @@ void TxPool::UnmarkFrom(Sender& s, uint64_t nonce) {
     }
   }
   s.select_from = std::max(s.next_nonce, std::min(s.select_from, nonce));
+  Recount(s);
 }
 
 void TxPool::ReleaseProposed(absl::Span<const std::string> hashes) {
@@ -234,6 +253,7 @@ void TxPool::RemoveCommitted(absl::Span<const TxPtr> txs) {
     Sender& s = sit->second;
     s.next_nonce = next_nonce_ ? next_nonce_(sender) : s.next_nonce;
     s.select_from = std::max(s.select_from, s.next_nonce);
+    Recount(s);
     // Txs below the next nonce can never execute: another tx consumed their nonce.
     std::vector<EntryList::iterator> stale;
     for (auto it = s.by_nonce.begin(); it != s.by_nonce.end() && it->first < s.next_nonce; ++it) {

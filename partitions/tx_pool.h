@@ -127,8 +127,9 @@ class TxPool {
   // between calls). Marks them proposed. O(senders + selected).
   std::vector<TxPtr> SelectBatch(size_t max_txs, size_t max_bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Ready, unproposed txs (what SelectBatch could return now), counting at most `limit` of them
-  // and their bytes. O(senders + counted).
+  // Ready, unproposed txs (what SelectBatch could return now): `txs` is their number capped at
+  // `limit`, `bytes` the size of all of them (not only of the first `limit`). O(1): the counts are
+  // kept as txs arrive, are selected, released, committed and expire.
   struct ReadyCount {
     size_t txs = 0;
     size_t bytes = 0;
@@ -175,6 +176,10 @@ class TxPool {
     uint64_t next_nonce = 1;   // committed state's next expected nonce
     uint64_t select_from = 1;  // next nonce SelectBatch may take (>= next_nonce)
     size_t client_txs = 0;
+    // The ready run: pooled nonces select_from, select_from + 1, ... without a gap (unproposed
+    // by construction), their number and bytes; included in ready_txs_ / ready_bytes_.
+    size_t run = 0;
+    size_t run_bytes = 0;
     std::map<uint64_t, EntryList::iterator> by_nonce;
   };
 
@@ -183,6 +188,10 @@ class TxPool {
   // Removes the entry everywhere; may invalidate the sender record if it empties.
   void RemoveEntry(EntryList::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnmarkFrom(Sender& s, uint64_t nonce) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recomputes the sender's ready run from select_from (O(run)), keeping the totals.
+  void Recount(Sender& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Extends the run past its end while the next nonces are pooled (O(extension)).
+  void ExtendRun(Sender& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateHighWater() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
@@ -196,6 +205,8 @@ class TxPool {
   absl::flat_hash_map<std::string, Sender> senders_ ABSL_GUARDED_BY(mu_);
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t rr_offset_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t ready_txs_ ABSL_GUARDED_BY(mu_) = 0;    // sum of the senders' runs
+  size_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // sum of their run_bytes
   TxPoolStats counters_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<bool> above_high_water_{false};

@@ -1,5 +1,7 @@
 #include "partitions/tx_pool.h"
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -331,6 +333,83 @@ TEST_F(TxPoolReadyTest, CountReadyMatchesWhatSelectBatchWouldTake) {
   EXPECT_EQ(pool->CountReady(100).txs, 1u);  // proposed txs are not counted
   ASSERT_TRUE(pool->Add(Tx(2, 1), TxOrigin::kClient).ok());
   EXPECT_EQ(pool->CountReady(100).txs, 3u);  // the gap filled: sender 2's nonces 1 and 2
+}
+
+// The ready count is kept incrementally; after every operation of a seeded random mix it must
+// equal what SelectBatch takes (taken, then released again, which restores the pool).
+TEST_F(TxPoolReadyTest, TheKeptReadyCountMatchesSelectBatchThroughRandomOperations) {
+  auto pool = MakePool({.max_txs = 400, .max_per_sender = 64, .forward_reserve = 0});
+  std::mt19937_64 rng(20261201);
+  constexpr int kSenders = 6;
+  std::vector<uint64_t> committed(kSenders + 1, 1);  // next expected nonce per sender
+  std::vector<std::vector<TxPtr>> proposals;
+  auto check = [&](int step) {
+    const TxPool::ReadyCount count = pool->CountReady(1'000'000);
+    const TxPool::ReadyCount capped = pool->CountReady(2);
+    std::vector<TxPtr> all = pool->SelectBatch(1'000'000, size_t{1} << 40);
+    size_t bytes = 0;
+    std::vector<std::string> hashes;
+    for (const TxPtr& tx : all) {
+      bytes += tx->size();
+      hashes.push_back(tx->hash);
+    }
+    ASSERT_EQ(count.txs, all.size()) << "step " << step;
+    ASSERT_EQ(count.bytes, bytes) << "step " << step;
+    ASSERT_EQ(capped.txs, std::min<size_t>(2, all.size())) << "step " << step;
+    ASSERT_EQ(capped.bytes, bytes) << "step " << step;  // the bytes of all ready txs
+    ASSERT_EQ(pool->CountReady(1'000'000).txs, 0u) << "step " << step;  // all proposed now
+    pool->ReleaseProposed(hashes);
+    ASSERT_EQ(pool->CountReady(1'000'000).txs, count.txs) << "step " << step;
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const int op = static_cast<int>(rng() % 100);
+    if (op < 55) {  // a tx near the sender's next nonce: in order, ahead (a gap) or replayed
+      const int sender = 1 + static_cast<int>(rng() % kSenders);
+      const uint64_t nonce = committed[sender] + rng() % 12;
+      (void)pool->Add(Tx(sender, nonce), rng() % 2 ? TxOrigin::kClient : TxOrigin::kForwarded);
+    } else if (op < 70) {  // propose a batch
+      std::vector<TxPtr> batch = pool->SelectBatch(1 + rng() % 8, size_t{1} << 20);
+      if (!batch.empty()) proposals.push_back(std::move(batch));
+    } else if (op < 80 && !proposals.empty()) {  // abandon a proposal (view change)
+      const size_t i = rng() % proposals.size();
+      std::vector<std::string> hashes;
+      for (const TxPtr& tx : proposals[i]) hashes.push_back(tx->hash);
+      pool->ReleaseProposed(hashes);
+      proposals.erase(proposals.begin() + static_cast<ptrdiff_t>(i));
+    } else if (op < 92 && !proposals.empty()) {  // commit the oldest proposal
+      // Execution applies each sender's txs in nonce order; a tx whose earlier nonce is missing
+      // would fail, so the committed state moves only over a contiguous run.
+      for (const TxPtr& tx : proposals.front()) {
+        const int sender = [&] {
+          for (int k = 1; k <= kSenders; ++k) {
+            if (Key(k).public_key().bytes() == tx->sender()) return k;
+          }
+          return 0;
+        }();
+        if (sender != 0 && tx->nonce() == committed[sender]) ++committed[sender];
+        nonces_.Set(tx->sender(), committed[sender]);
+      }
+      pool->RemoveCommitted(proposals.front());
+      proposals.erase(proposals.begin());
+    } else if (op < 96) {  // a backup commits txs it never proposed: the first pooled ones
+      const int sender = 1 + static_cast<int>(rng() % kSenders);
+      TxPtr tx = Tx(sender, committed[sender]);
+      if (pool->Get(tx->hash) != nullptr) {
+        nonces_.Set(tx->sender(), ++committed[sender]);
+        pool->RemoveCommitted({tx});
+      }
+    } else if (op < 98) {
+      clock_.Advance(absl::Seconds(40));
+      pool->Expire(clock_.NowNanos());
+    } else {
+      pool->ReleaseAllProposed();
+      proposals.clear();
+    }
+    check(step);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(pool->stats().committed, 100u);  // the mix reached every path
+  EXPECT_GT(pool->stats().expired, 0u);
 }
 
 TEST_F(TxPoolReadyTest, FetchedTxsAreAdmittedPastTheLimits) {
