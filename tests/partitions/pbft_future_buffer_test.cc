@@ -12,12 +12,49 @@ using testing::MakeCommit;
 using testing::MakePrepare;
 using testing::Tx;
 
-TEST(FutureBufferTest, RefusesSeqsAtOrBelowTheWatermarkAndBeyondCapacity) {
-  FutureBuffer future(PbftConfig{.n = 4, .window = 1});  // capacity 1 * 4 * 4 = 16
+TEST(FutureBufferTest, RefusesSeqsAtOrBelowTheWatermarkAndBeyondTheSendersShare) {
+  FutureBuffer future(PbftConfig{.n = 4, .window = 1});  // 1 * 4 per sender, 16 in all
   EXPECT_FALSE(future.Add(MakePrepare(2, 5, Tx(1), 1), /*h=*/5));
-  for (int i = 0; i < 16; ++i) EXPECT_TRUE(future.Add(MakePrepare(2, 6, Tx(i), 1), 5));
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(future.Add(MakePrepare(2, 6, Tx(i), 1), 5));
   EXPECT_FALSE(future.Add(MakePrepare(2, 6, Tx(99), 1), 5));
-  EXPECT_EQ(future.size(), 16u);
+  EXPECT_EQ(future.size(), 4u);
+  ConsensusMessage outsider = MakePrepare(2, 6, Tx(1), 1);
+  outsider.set_sender(4);
+  EXPECT_FALSE(future.Add(outsider, 5));
+}
+
+TEST(FutureBufferTest, AFloodingReplicaFillsOnlyItsOwnShare) {
+  FutureBuffer future(PbftConfig{.n = 4, .window = 2});  // 8 per sender
+  // Replica 3 floods future-view votes for every seq it can name.
+  int refused = 0;
+  for (uint64_t seq = 1; seq <= 1000; ++seq) {
+    if (!future.Add(MakeCommit(7, seq, Tx(static_cast<int>(seq)), 3), 0)) ++refused;
+  }
+  EXPECT_EQ(future.held_from(3), 8u);
+  EXPECT_EQ(refused, 992);
+  // The honest replicas' messages of the next view are all still held.
+  for (uint32_t from = 0; from < 3; ++from) {
+    for (uint64_t seq = 1; seq <= 8; ++seq) {
+      EXPECT_TRUE(future.Add(MakePrepare(2, seq, Tx(static_cast<int>(seq)), from), 0));
+    }
+    EXPECT_EQ(future.held_from(from), 8u);
+  }
+  const std::vector<ConsensusMessage> replay = future.TakeFor(2);
+  EXPECT_EQ(replay.size(), 24u);
+  EXPECT_EQ(future.held_from(0), 0u);
+  EXPECT_EQ(future.held_from(3), 8u);  // view 7 kept
+}
+
+TEST(FutureBufferTest, RetransmissionsTakeNoRoom) {
+  FutureBuffer future(PbftConfig{.n = 4, .window = 1});  // 4 per sender
+  const ConsensusMessage vote = MakePrepare(2, 6, Tx(1), 1);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(future.Add(vote, 5));  // retransmitted every period
+  EXPECT_EQ(future.held_from(1), 1u);
+  for (int i = 2; i <= 4; ++i) EXPECT_TRUE(future.Add(MakePrepare(2, 6 + i, Tx(i), 1), 5));
+  EXPECT_EQ(future.TakeFor(2).size(), 4u);
+  // Once replayed, the same message may be held again (a later view change).
+  EXPECT_TRUE(future.Add(vote, 5));
+  EXPECT_EQ(future.size(), 1u);
 }
 
 TEST(FutureBufferTest, HasAboveAndDropBelow) {
