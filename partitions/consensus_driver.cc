@@ -26,6 +26,9 @@ constexpr int64_t kExpireEveryNanos = 1'000'000'000;
 constexpr int64_t kHookEveryNanos = 100'000'000;
 // Pipelining: proposals cut in one tick at most.
 constexpr int kMaxCutsPerTick = 8;
+// A backup re-forwards at most this much per round (ReforwardLocked).
+constexpr size_t kMaxReforwardTxs = 1024;
+constexpr size_t kMaxReforwardBytes = 1 << 20;
 // A ready count that selected nothing (a race with commits) is looked at again after this.
 constexpr int64_t kEmptyCutBackoffNanos = 1'000'000;
 
@@ -318,8 +321,28 @@ int64_t ConsensusDriver::Tick(int64_t now, bool paused) {
     }
     if (hook_wants_ticks_) wake = std::min(wake, next_hook_);
     CutBatchesLocked(now, paused, &wake);
+    ReforwardLocked(now, &wake);
   });
   return wake;
+}
+
+void ConsensusDriver::ReforwardLocked(int64_t now, int64_t* wake) {
+  if (halted_ || replica_->IsPrimary() || replica_->state() != ConsensusState::kNormal ||
+      deps_.sender->replicas() <= 1 || reported_pending_ == 0) {
+    return;
+  }
+  const int64_t timeout = replica_->config().request_timeout_ms * 1'000'000;
+  if (now >= next_reforward_) {
+    next_reforward_ = now + timeout / 8;
+    std::vector<TxPtr> txs = deps_.pool->TakeForReforward(now - timeout / 2, replica_->view(),
+                                                          kMaxReforwardTxs, kMaxReforwardBytes);
+    if (!txs.empty()) {
+      const uint32_t primary = replica_->config().PrimaryOf(replica_->view());
+      deferred_.push_back(
+          [this, primary, txs = std::move(txs)] { deps_.forwarder->Reforward(primary, txs); });
+    }
+  }
+  *wake = std::min(*wake, next_reforward_);
 }
 
 void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) {

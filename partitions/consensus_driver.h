@@ -10,8 +10,12 @@
 // forwarded and fetched txs.
 //
 // Time comes from outside: Tick(now) fires due timers, expires the pool, runs the caller's
-// periodic hook and cuts batches (the primary cuts when BatchPolicy says so, up to 8 pipelined
-// proposals per tick); it returns when it next wants to run. Nothing in here owns a thread.
+// periodic hook, cuts batches (the primary cuts when BatchPolicy says so, up to 8 pipelined
+// proposals per tick) and, on a backup in NORMAL with ready txs, re-forwards to the primary the
+// txs it has held unproposed for half the request timeout (at most once per view each, up to
+// 1,024 txs / 1 MiB every eighth of the timeout): forwarding is lossy, and a primary that never
+// got them would leave them pending here until the request timer forced a needless view change.
+// It returns when it next wants to run. Nothing in here owns a thread.
 //
 // Locking: one mutex (mu_) serializes the replica, the timers and batch cutting; the pool,
 // tracker, forwarder, ledger and executor have their own leaf locks, taken inside it. Work that
@@ -133,6 +137,9 @@ class ConsensusDriver {
   void FetchLocked(PbftFetchTxs& fetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CutBatchesLocked(int64_t now, bool paused, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A backup in NORMAL with ready txs sends the primary those it has held unproposed for half
+  // the request timeout (once per view each), every eighth of it.
+  void ReforwardLocked(int64_t now, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HaltLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Deps deps_;
@@ -146,6 +153,7 @@ class ConsensusDriver {
   int64_t empty_cut_until_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reported_pending_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_expire_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_reforward_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_hook_ ABSL_GUARDED_BY(mu_) = 0;
   bool hook_wants_ticks_ ABSL_GUARDED_BY(mu_) = false;  // on_tick_locked's last answer
   bool primary_normal_ ABSL_GUARDED_BY(mu_) = false;    // last value given to the forwarder

@@ -58,6 +58,15 @@ int64_t Forwarder::Flush(bool release_all) {
   return next;
 }
 
+bool Forwarder::Reforward(uint32_t to, const std::vector<TxPtr>& txs) {
+  if (txs.empty()) return true;
+  node::partition::PartitionMessage msg;
+  for (const TxPtr& tx : txs) msg.mutable_txs()->add_signed_txs(tx->signed_bytes);
+  if (!sender_->Send(to, p2p::Channel::TX_FORWARD, msg)) return false;
+  reforwarded_txs_.fetch_add(txs.size(), std::memory_order_relaxed);
+  return true;
+}
+
 bool Forwarder::SetHolding(bool hold) {
   absl::MutexLock lock(&mu_);
   const bool stopped = holding_ && !hold;

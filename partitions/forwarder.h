@@ -13,6 +13,11 @@
 // once holding stops or at Flush(release_all), is forwarded as usual, so a new primary and the
 // backups' request timers still learn of it.
 //
+// Forwarding is lossy (a full queue or a cut link drops a batch), so a backup sends again, to the
+// primary only, the pooled txs it has held unproposed for a while (Reforward; the consensus
+// driver decides when): a primary that never got them would otherwise leave them pending at the
+// backup until its request timer forced a needless view change.
+//
 // Thread-safety: every method is thread-safe (one mutex, a leaf: the network is called after
 // it is released).
 //
@@ -70,7 +75,13 @@ class Forwarder {
   // No pre-prepare followed: the bodies go back to forwarding (the caller should flush soon).
   void ReturnBodies(node::partition::PartitionMessage bodies);
 
+  // Sends `txs` again, to replica `to` only (the primary), on TX_FORWARD: a backup's txs that the
+  // primary has not proposed after a while (it may never have got them). False if the network
+  // refused (they may go again next round).
+  bool Reforward(uint32_t to, const std::vector<TxPtr>& txs);
+
   uint64_t proposal_body_txs() const { return proposal_body_txs_.load(std::memory_order_relaxed); }
+  uint64_t reforwarded_txs() const { return reforwarded_txs_.load(std::memory_order_relaxed); }
   size_t held() const;
 
  private:
@@ -91,6 +102,7 @@ class Forwarder {
   // (since, hash) in hold order; records of proposed txs are skipped when reached.
   std::deque<std::pair<int64_t, std::string>> held_order_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> proposal_body_txs_{0};
+  std::atomic<uint64_t> reforwarded_txs_{0};
 };
 
 }  // namespace partitions

@@ -286,6 +286,22 @@ size_t TxPool::Expire(int64_t now_nanos) {
   return n;
 }
 
+std::vector<TxPtr> TxPool::TakeForReforward(int64_t added_by_nanos, uint64_t round, size_t max_txs,
+                                            size_t max_bytes) {
+  absl::MutexLock lock(&mu_);
+  std::vector<TxPtr> out;
+  size_t bytes = 0;
+  for (Entry& e : fifo_) {
+    if (e.added_nanos > added_by_nanos || out.size() >= max_txs) break;
+    if (e.proposed || e.reforward_round == round + 1) continue;
+    if (bytes + e.tx->size() > max_bytes) break;
+    bytes += e.tx->size();
+    e.reforward_round = round + 1;
+    out.push_back(e.tx);
+  }
+  return out;
+}
+
 TxPtr TxPool::Get(absl::string_view hash) const {
   absl::MutexLock lock(&mu_);
   auto it = by_hash_.find(hash);

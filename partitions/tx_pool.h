@@ -148,6 +148,13 @@ class TxPool {
   // Drops unproposed txs added at or before now_nanos - ttl. Returns how many.
   size_t Expire(int64_t now_nanos) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // For a backup to send again to the primary (forwarding is lossy): unproposed txs added at or
+  // before `added_by_nanos`, oldest first, at most `max_txs` and `max_bytes`, skipping those
+  // already taken with this `round` (a view: each tx goes again at most once per round). Marks
+  // them taken. O(txs added by then).
+  std::vector<TxPtr> TakeForReforward(int64_t added_by_nanos, uint64_t round, size_t max_txs,
+                                      size_t max_bytes) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The pooled tx with this hash, or null.
   TxPtr Get(absl::string_view hash) const ABSL_LOCKS_EXCLUDED(mu_);
   // The hashes of `hashes` not in the pool, in the given order (to fetch them from a peer).
@@ -170,6 +177,7 @@ class TxPool {
     int64_t added_nanos;
     TxOrigin origin;
     bool proposed = false;
+    uint64_t reforward_round = 0;  // TakeForReforward's round + 1 when it last took this tx
   };
   using EntryList = std::list<Entry>;
   struct Sender {

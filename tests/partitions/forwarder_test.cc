@@ -56,6 +56,16 @@ TEST_F(ForwarderTest, ABackupBatchesItsClientTxsOntoTxForward) {
   EXPECT_EQ(Sent().size(), 1u);
 }
 
+TEST_F(ForwarderTest, ReforwardGoesToThePrimaryOnlyOnTxForward) {
+  EXPECT_TRUE(fwd_.Reforward(2, {txs_[0], txs_[1]}));
+  ASSERT_EQ(net_.log().size(), 1u);
+  EXPECT_EQ(net_.log()[0].to, "c");  // replica 2 of a, b, c, d
+  EXPECT_EQ(Sent()[0], std::make_pair(p2p::Channel::TX_FORWARD, 2));
+  EXPECT_EQ(fwd_.reforwarded_txs(), 2u);
+  EXPECT_TRUE(fwd_.Reforward(2, {}));  // nothing to send: no message
+  EXPECT_EQ(net_.log().size(), 1u);
+}
+
 TEST_F(ForwarderTest, ThePrimarySendsHeldBodiesWithItsProposalAndForwardsTheRestLate) {
   fwd_.SetHolding(true);
   for (const TxPtr& t : txs_) fwd_.Queue(t);

@@ -412,6 +412,29 @@ TEST_F(TxPoolReadyTest, TheKeptReadyCountMatchesSelectBatchThroughRandomOperatio
   EXPECT_GT(pool->stats().expired, 0u);
 }
 
+TEST_F(TxPoolReadyTest, TakeForReforwardTakesOldUnproposedTxsOncePerRound) {
+  auto pool = MakePool(TxPoolLimits{});
+  const int64_t t0 = clock_.NowNanos();
+  ASSERT_TRUE(pool->Add(Tx(1, 1), TxOrigin::kClient).ok());
+  ASSERT_TRUE(pool->Add(Tx(2, 1), TxOrigin::kForwarded).ok());
+  ASSERT_TRUE(pool->Add(Tx(3, 1), TxOrigin::kClient).ok());
+  ASSERT_EQ(pool->SelectBatch(1, 1 << 20).size(), 1u);  // proposes one of the three
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(pool->Add(Tx(4, 1), TxOrigin::kClient).ok());  // too young below
+
+  std::vector<TxPtr> first = pool->TakeForReforward(t0, /*round=*/0, 10, 1 << 20);
+  ASSERT_EQ(first.size(), 2u);  // the proposed one and the young one are not taken
+  for (const TxPtr& tx : first) EXPECT_NE(tx->hash, Tx(4, 1)->hash);
+  EXPECT_TRUE(pool->TakeForReforward(t0, 0, 10, 1 << 20).empty());  // once per round
+  // A new round (a new view, a new primary) takes them again; bounded by count and by bytes.
+  EXPECT_EQ(pool->TakeForReforward(t0, 1, 1, 1 << 20).size(), 1u);
+  EXPECT_EQ(pool->TakeForReforward(t0, 1, 10, 1 << 20).size(), 1u);
+  EXPECT_TRUE(pool->TakeForReforward(clock_.NowNanos(), 2, 10, Tx(1, 1)->size() - 1).empty());
+  EXPECT_EQ(pool->TakeForReforward(clock_.NowNanos(), 2, 10, 1 << 20).size(), 3u);
+  // Taking marks nothing proposed: they stay ready and selectable.
+  EXPECT_EQ(pool->CountReady(100).txs, 3u);
+}
+
 TEST_F(TxPoolReadyTest, FetchedTxsAreAdmittedPastTheLimits) {
   TxPoolLimits limits;
   limits.max_txs = 2;

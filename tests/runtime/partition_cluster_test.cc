@@ -80,7 +80,14 @@ class Cluster {
     std::sort(replicas_.begin(), replicas_.end(),
               [](const Replica& a, const Replica& b) { return a.id < b.id; });
     // Every message takes 0.2-3 ms, drawn from the seeded generator at send time.
-    hub_.SetFaultHook([this](const p2p::Envelope&) {
+    hub_.SetFaultHook([this](const p2p::Envelope& e) {
+      for (LostForwards& lost : lost_forwards_) {
+        if (lost.count > 0 && e.channel == p2p::Channel::TX_FORWARD && e.from == lost.from &&
+            e.to == lost.to) {
+          --lost.count;
+          return p2p::FaultDecision::Drop();
+        }
+      }
       return p2p::FaultDecision::Delay(std::uniform_int_distribution<int64_t>(200, 3000)(rng_) *
                                        1000);
     });
@@ -184,6 +191,15 @@ class Cluster {
   // Ticks the replicas' schedulers offered (asked for by time, not by an event), all replicas.
   uint64_t timed_ticks() const { return timed_ticks_; }
 
+  // The next `count` TX_FORWARD messages from replica `from` to replica `to` are lost.
+  void LoseForwards(int from, int to, int count) {
+    lost_forwards_.push_back({replicas_[from].id, replicas_[to].id, count});
+  }
+  // Sends one more signed put of account 'a' to replica `target`.
+  void SubmitTo(int target) {
+    answers_.emplace_back("no answer");
+    Send(answers_.size() - 1, testing::SignedPut(kPartition, 'a', ++nonce_), target);
+  }
   // Crash: the partition stops and its node leaves the network (its messages are lost).
   void Crash(int index) {
     Replica& r = replicas_[index];
@@ -194,12 +210,15 @@ class Cluster {
 
   Partition& partition(int index) { return *replicas_[index].partition; }
 
-  void Send(size_t slot, std::string tx) {
-    std::vector<int> live;
-    for (int r = 0; r < kReplicas; ++r) {
-      if (!replicas_[r].crashed) live.push_back(r);
+  // To replica `target`, or (-1) to a live replica the seed picks.
+  void Send(size_t slot, std::string tx, int target = -1) {
+    if (target < 0) {
+      std::vector<int> live;
+      for (int r = 0; r < kReplicas; ++r) {
+        if (!replicas_[r].crashed) live.push_back(r);
+      }
+      target = live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng_)];
     }
-    const int target = live[std::uniform_int_distribution<size_t>(0, live.size() - 1)(rng_)];
     replicas_[target].partition->Submit(tx, {}, [this, slot, tx](SubmitResult r) {
       answers_[slot] = r.status.ToString();
       if (r.status.ok() || r.status.code() == absl::StatusCode::kAlreadyExists) return;
@@ -237,6 +256,12 @@ class Cluster {
   tests::FakeClock clock_;
   p2p::InMemoryHub hub_;
   std::vector<Replica> replicas_;
+  struct LostForwards {
+    p2p::NodeId from;
+    p2p::NodeId to;
+    int count = 0;
+  };
+  std::vector<LostForwards> lost_forwards_;
   struct Retry {
     int64_t at = 0;
     size_t slot = 0;
@@ -323,6 +348,26 @@ TEST(PartitionClusterTest, AnIdlePartitionTicksOnlyForItsTimersAndStillCommitsAt
   for (int i = 0; i < kReplicas; ++i) {
     EXPECT_EQ(cluster.partition(i).height(), height + 1) << "replica " << i;
   }
+}
+
+// Forwarding is lossy: here the one forward of a client tx from backup 2 to the primary is lost
+// (backups 1 and 3 got theirs). The primary never proposes it, so every backup holds it pending
+// and, before this fix, their request timers (400 ms) forced a view change that only moved it to
+// another primary. Now the backups send it to the primary again after half the request timeout:
+// it commits in view 0, and no view change happens.
+TEST(PartitionClusterTest, ABackupReforwardsWhatThePrimaryNeverGotSoNoViewChangeFollows) {
+  Cluster cluster(/*seed=*/5, TestDir("reforward"));
+  cluster.RunFor(absl::Milliseconds(50));
+  cluster.LoseForwards(/*from=*/2, /*to=*/0, /*count=*/1);
+  cluster.SubmitTo(2);
+  cluster.RunFor(absl::Milliseconds(150));
+  EXPECT_EQ(cluster.partition(0).height(), 0u) << "the primary should not have the tx yet";
+  cluster.RunFor(absl::Seconds(2));
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_EQ(cluster.partition(i).height(), 1u) << "replica " << i;
+    EXPECT_EQ(cluster.partition(i).Status().view(), 0u) << "replica " << i;
+  }
+  EXPECT_TRUE(cluster.AllAnswered());
 }
 
 }  // namespace
