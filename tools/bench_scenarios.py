@@ -381,31 +381,55 @@ def goodput():
 # 2. Consensus under a tx flood, priority egress vs FIFO -------------------------------------
 def egress():
     # Forwarding each admitted 4 KiB tx to 3 peers must fit under the cap on average:
-    # EGRESS_HOT_RATE tx/s per node x 4 KiB x 3 peers = 0.6 MB/s of TX_FORWARD for a 2 MB/s cap,
-    # with bursts (burst 50 = 0.6 MB at once) that fill the queue. At 100-150/node (1.2-1.8 MB/s)
-    # both modes collapse into view changes on this machine. The primary of each partition sends
-    # its own clients' txs with its proposals (runtime/partition_impl.h, held_), so the figure
-    # compares the schedulers, not a proposal overtaking its data.
-    cap = int(os.environ.get("EGRESS_CAP", "2000000"))
+    # EGRESS_HOT_RATE tx/s per node x 4 KiB x 3 peers = 0.6 MB/s of TX_FORWARD, with bursts (burst
+    # 50 = 0.6 MB at once) that fill the queue. At EGRESS_CAP = 2 MB/s the cap hardly binds (FIFO
+    # and priority differ by ~1.1x); at 1 MB/s it binds in every burst, and whether consensus waits
+    # behind forwarding decides whether the cluster keeps committing. At 100-150/node (1.2-1.8
+    # MB/s) both modes collapse into view changes on this machine. The primary of each partition
+    # sends its own clients' txs with its proposals (runtime/partition_impl.h, held_), so the
+    # figure compares the schedulers, not a proposal overtaking its data.
+    #
+    # The figure is steady's p99 commit latency over the txs it *offered*: a tx that never
+    # committed counts as slower than the run (duration + drain), so a mode that stops committing
+    # cannot look fast on the few txs that made it; the ratio is then a lower bound.
+    cap = int(os.environ.get("EGRESS_CAP", "1000000"))
     rate = int(os.environ.get("EGRESS_HOT_RATE", "50"))
+    duration, drain = 40, 10
     rows = {}
     for mode in ("priority", "fifo"):
         node = "resources { egress_bytes_per_second: %d%s }" % (
             cap, " egress_fifo_mode: true" if mode == "fifo" else "")
         with Cluster("egress_" + mode, fc_extra(rate=rate, burst=50, node=node)) as c:
             p, _ = c.loadgen("egress_" + mode, "hot:rate=%d,tx_bytes=4096;steady:rate=20"
-                             % (rate * 40), 40, presign=8000)
-            st = p["steady"]
-            rows[mode] = (st["p50_ms"], st["p99_ms"], st["committed_rate"],
-                          st["view_changes"] + p["hot"]["view_changes"],
-                          p["hot"]["committed_rate"], p["hot"]["p50_ms"], p["hot"]["p99_ms"])
+                             % (rate * 40), duration, drain=drain, presign=8000)
+            st, hot = p["steady"], p["hot"]
+            # p99 over offered: known only if at least 99% of what was offered committed.
+            censored = st["committed"] < 0.99 * st["offered"]
+            rows[mode] = {"p50": st["p50_ms"], "p99": st["p99_ms"], "censored": censored,
+                          "committed": st["committed"], "offered": st["offered"],
+                          "rate": st["committed_rate"],
+                          "vc": st["view_changes"] + hot["view_changes"],
+                          "hot_rate": hot["committed_rate"], "hot_p99": hot["p99_ms"]}
+
+    def fmt(r):
+        p99 = ("> %d s (only %d of %d committed)" % (duration + drain, r["committed"], r["offered"])
+               if r["censored"] else "%.0f ms" % r["p99"])
+        return ("steady p99 over offered %s, p50 of committed %.0f ms, %.1f tx/s, %d view changes "
+                "(hot %.0f tx/s committed, p99 %.0f ms)"
+                % (p99, r["p50"], r["rate"], r["vc"], r["hot_rate"], r["hot_p99"]))
+
     pr, ff = rows["priority"], rows["fifo"]
-    fmt = ("steady commit p50 %.0f ms p99 %.0f ms, %.1f tx/s, %d view changes (hot %.0f tx/s, "
-           "p50 %.0f ms p99 %.0f ms)")
-    result("egress cap %.1f MB/s, 4 KiB tx flood" % (cap / 1e6), "priority: " + fmt % pr,
-           "FIFO: " + fmt % ff, "p99 FIFO/priority %.2f" % (ff[1] / max(pr[1], 1e-9)),
-           "> 1, no view changes", "hot offered %d tx/s, limit %d/node burst 50; round time "
-           "proxy = commit latency of steady (20 tx/s, 200 B)" % (rate * 40, rate))
+    if pr["censored"]:
+        ratio = "n/a (priority itself did not commit 99%)"
+    elif ff["censored"]:
+        ratio = ">= %.1f (FIFO's p99 is past the run)" % ((duration + drain) * 1e3 / max(pr["p99"], 1))
+    else:
+        ratio = "%.2f" % (ff["p99"] / max(pr["p99"], 1e-9))
+    result("egress cap %.1f MB/s, 4 KiB tx flood" % (cap / 1e6), "priority: " + fmt(pr),
+           "FIFO: " + fmt(ff), "p99 FIFO/priority " + ratio,
+           ">= 3 (issue 17), priority with no view changes",
+           "hot offered %d tx/s, limit %d/node burst 50; round time proxy = commit latency of "
+           "steady (20 tx/s, 200 B)" % (rate * 40, rate))
 
 
 # 3. Partition isolation -------------------------------------------------------------------
