@@ -74,14 +74,6 @@ bool IsHexKey(absl::string_view s) {
   return true;
 }
 
-// "host:port" with port in [0, 65535] (0 = pick a free port); "[::1]:port" for IPv6.
-bool ParseHostPort(absl::string_view address, std::string* host, int* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == absl::string_view::npos || colon == 0) return false;
-  *host = std::string(address.substr(0, colon));
-  return absl::SimpleAtoi(address.substr(colon + 1), port) && *port >= 0 && *port <= 65535;
-}
-
 void CheckAddress(Checker& check, const std::string& path, const std::string& address,
                   bool may_be_empty) {
   if (address.empty() && may_be_empty) return;
@@ -203,6 +195,14 @@ int LineInTree(const Message* message, const TextFormat::ParseInfoTree* tree,
 }
 
 }  // namespace
+
+// "host:port" with port in [0, 65535] (0 = pick a free port); "[::1]:port" for IPv6.
+bool ParseHostPort(absl::string_view address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) return false;
+  *host = std::string(address.substr(0, colon));
+  return absl::SimpleAtoi(address.substr(colon + 1), port) && *port >= 0 && *port <= 65535;
+}
 
 void ApplyDefaults(NodeConfig* config) {
   if (config->data_dir().empty()) config->set_data_dir("./data");

@@ -22,6 +22,10 @@
 
 namespace runtime {
 
+// Splits "host:port" (port in [0, 65535], 0 = pick a free port; "[::1]:port" for IPv6). False if
+// it is not of that form.
+bool ParseHostPort(absl::string_view address, std::string* host, int* port);
+
 // The configuration `noded` runs with when given no --config: one node, partitions "hot" and
 // "steady", data under ./data, every port on 127.0.0.1. Defaults already applied.
 node::config::NodeConfig DefaultNodeConfig();

@@ -270,6 +270,26 @@ void Node::Stop(absl::Duration drain) {
 
 int Node::p2p_port() const { return transport_ ? transport_->port() : 0; }
 
+absl::Status Node::SetPeerAddress(absl::string_view public_key_hex, const std::string& address) {
+  if (transport_ == nullptr) {
+    return absl::FailedPreconditionError("this node runs on an injected network, not a transport");
+  }
+  const std::string key = absl::AsciiStrToLower(public_key_hex);
+  bool known = false;
+  for (const auto& peer : config_.peers()) {
+    known = known || absl::AsciiStrToLower(peer.public_key_hex()) == key;
+  }
+  if (!known) return absl::NotFoundError(absl::StrCat("no peer has public key ", public_key_hex));
+  std::string host;
+  int port = 0;
+  if (!ParseHostPort(address, &host, &port) || port == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer address must be host:port with port 1-65535, got \"", address, "\""));
+  }
+  transport_->SetPeerAddress(p2p::NodeIdFromPublicKey(absl::HexStringToBytes(key)), address);
+  return absl::OkStatus();
+}
+
 std::string Node::metrics_address() const { return metrics_ ? metrics_->address() : ""; }
 
 absl::StatusOr<Partition*> Node::FindPartition(const node::client::PartitionRef& ref) const {

@@ -115,6 +115,12 @@ class Node {
   int client_port() const { return client_port_; }
   int admin_port() const { return admin_port_; }
   int p2p_port() const;
+  // Re-points the dialer of peer `public_key_hex` (hex of its Ed25519 public key, as in the config)
+  // to `address` (host:port), live: a peer that moved, or a cluster whose nodes all listen on port
+  // 0 and learn each other's ports once started (tests). NotFound for a key that is not a peer,
+  // InvalidArgument for an address that is not host:port, FailedPrecondition when the node runs
+  // on an injected network.
+  absl::Status SetPeerAddress(absl::string_view public_key_hex, const std::string& address);
   std::string metrics_address() const;
   // The egress valve every partition sends through (after Start).
   p2p::EgressValve* egress() const { return egress_.get(); }
