@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -36,7 +37,8 @@
 namespace runtime {
 namespace {
 
-using ::runtime::testing::FreePort;
+using ::runtime::testing::ConnectPeers;
+using ::runtime::testing::kPortNotYetKnown;
 using ::runtime::testing::SignedPut;
 using ::runtime::testing::TestKey;
 using ::runtime::testing::WaitFor;
@@ -51,7 +53,6 @@ class ClusterTest : public ::testing::Test {
   static void SetUpTestSuite() {
     root_ = new std::string(::testing::TempDir() + "/cluster_test_" + std::to_string(getpid()));
     std::filesystem::remove_all(*root_);
-    std::vector<int> ports;
     std::vector<std::string> pubs;
     for (int i = 0; i < kNodes; ++i) {
       std::string dir = absl::StrCat(*root_, "/node", i);
@@ -59,7 +60,6 @@ class ClusterTest : public ::testing::Test {
       base::PrivateKey key = TestKey(static_cast<char>('A' + i));
       CHECK(key.WritePemFile(dir + "/node.key").ok());
       pubs.push_back(absl::BytesToHexString(key.public_key().bytes()));
-      ports.push_back(FreePort());
     }
     std::ofstream(*root_ + "/admin.token") << kToken << "\n";
     nodes_ = new std::vector<std::unique_ptr<Node>>();
@@ -68,7 +68,7 @@ class ClusterTest : public ::testing::Test {
       std::string dir = absl::StrCat(*root_, "/node", i);
       c.set_data_dir(dir + "/data");
       c.set_key_file(dir + "/node.key");
-      c.set_p2p_listen(absl::StrCat("127.0.0.1:", ports[i]));
+      c.set_p2p_listen("127.0.0.1:0");
       c.set_client_listen("127.0.0.1:0");
       c.set_admin_listen("127.0.0.1:0");
       c.set_metrics_listen("");
@@ -78,7 +78,7 @@ class ClusterTest : public ::testing::Test {
       for (int j = 0; j < kNodes; ++j) {
         if (j == i) continue;
         auto* peer = c.add_peers();
-        peer->set_address(absl::StrCat("127.0.0.1:", ports[j]));
+        peer->set_address(kPortNotYetKnown);
         peer->set_public_key_hex(pubs[j]);
       }
       for (uint32_t id : {1u, 2u}) {
@@ -95,6 +95,7 @@ class ClusterTest : public ::testing::Test {
       CHECK((*node)->Start().ok());
       nodes_->push_back(*std::move(node));
     }
+    ConnectPeers(*nodes_, pubs);
     CHECK(WaitFor([] {
       for (const auto& n : *nodes_) {
         node::admin::NodeStatus s = n->Status();
@@ -286,6 +287,27 @@ TEST_F(ClusterTest, PausedPartitionRejectsClearly) {
   node::admin::ResumePartitionResponse rout;
   ASSERT_TRUE(Admin(2)->ResumePartition(&ctx, resume, &rout).ok());
   EXPECT_TRUE(Submit(2, "beta", SignedPut(2, 'd', 1), &out).ok());
+}
+
+TEST_F(ClusterTest, SetPeerAddressRefusesUnknownKeysAndBadAddresses) {
+  Node& node = *(*nodes_)[0];
+  const std::string peer = (*nodes_)[0]->config().peers(0).public_key_hex();
+  EXPECT_EQ(node.SetPeerAddress(std::string(64, 'a'), "127.0.0.1:1").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(node.SetPeerAddress(peer, "127.0.0.1").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(node.SetPeerAddress(peer, "127.0.0.1:0").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(node.SetPeerAddress(peer, "127.0.0.1:70000").code(),
+            absl::StatusCode::kInvalidArgument);
+  // Upper-case hex names the same peer; pointing it where it already is keeps the link up.
+  const p2p::NodeId id = p2p::NodeIdFromPublicKey(absl::HexStringToBytes(peer));
+  int port = 0;
+  for (const auto& n : *nodes_) {
+    if (n->id() == id) port = n->p2p_port();
+  }
+  ASSERT_GT(port, 0);
+  EXPECT_TRUE(
+      node.SetPeerAddress(absl::AsciiStrToUpper(peer), absl::StrCat("127.0.0.1:", port)).ok());
+  EXPECT_EQ(node.Status().peers_connected(), kNodes - 1);
 }
 
 TEST_F(ClusterTest, AdminTokenAndPortsAreEnforced) {

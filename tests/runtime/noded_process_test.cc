@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -33,7 +34,6 @@ extern char** environ;
 
 namespace {
 
-using ::runtime::testing::FreePort;
 using ::runtime::testing::WaitFor;
 
 using ::testing::HasSubstr;
@@ -82,13 +82,13 @@ class NodedProcessTest : public ::testing::Test {
     dir_ = ::testing::TempDir() + "/noded_process_" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    client_ = absl::StrCat("127.0.0.1:", FreePort());
     config_ = dir_ + "/node.conf";
+    // Every port is bound as port 0; Start() reads the client port back from noded's log.
     std::ofstream(config_)
         << "data_dir: \"" << dir_ << "/data\"\n"
-        << "p2p_listen: \"127.0.0.1:" << FreePort() << "\"\n"
-        << "client_listen: \"" << client_ << "\"\n"
-        << "admin_listen: \"127.0.0.1:" << FreePort() << "\"\n"
+        << "p2p_listen: \"127.0.0.1:0\"\n"
+        << "client_listen: \"127.0.0.1:0\"\n"
+        << "admin_listen: \"127.0.0.1:0\"\n"
         << "metrics_listen: \"\"\n"
         << "partitions { id: 1 name: \"main\" consensus { batch_timeout_ms: 5 } }\n";
     log_ = dir_ + "/noded.log";
@@ -102,7 +102,33 @@ class NodedProcessTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  pid_t Start() { return Spawn({NODED_PATH, "--config", config_}, log_); }
+  // Starts noded and waits until it logs its bound ports ("... started: ..., client port N, ...",
+  // appended to the log at every start): client_ is then the port this run listens on.
+  pid_t Start() {
+    const size_t starts = ClientPorts().size();
+    const pid_t pid = Spawn({NODED_PATH, "--config", config_}, log_);
+    EXPECT_TRUE(WaitFor([&] { return ClientPorts().size() > starts; }, absl::Seconds(30)))
+        << "noded did not log its ports";
+    const std::vector<int> ports = ClientPorts();
+    client_ = ports.empty() ? "" : absl::StrCat("127.0.0.1:", ports.back());
+    return pid;
+  }
+
+  // The client port of every start logged so far, in order.
+  std::vector<int> ClientPorts() const {
+    std::ifstream in(log_);
+    std::vector<int> out;
+    std::string line;
+    const std::string kMark = ", client port ";
+    while (std::getline(in, line)) {
+      const size_t at = line.find(kMark);
+      if (at == std::string::npos || line.find(" started: ") == std::string::npos) continue;
+      int port = 0;
+      const std::string rest = line.substr(at + kMark.size());
+      if (absl::SimpleAtoi(rest.substr(0, rest.find(',')), &port) && port > 0) out.push_back(port);
+    }
+    return out;
+  }
 
   std::unique_ptr<node::client::ClientService::Stub> Stub() {
     return node::client::ClientService::NewStub(

@@ -2,14 +2,11 @@
 #ifndef TESTS_RUNTIME_RUNTIME_TEST_UTIL_H_
 #define TESTS_RUNTIME_RUNTIME_TEST_UTIL_H_
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -39,18 +36,24 @@ inline std::string SignedPut(uint32_t partition, char account, uint64_t nonce) {
   return base::SignTx(std::move(tx), TestKey(account));
 }
 
-// A port on 127.0.0.1 that was free a moment ago (for configs that must name their peers'
-// ports before the peers start; the window in which another process could take it is tiny).
-inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  CHECK_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  CHECK_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
+// What a node's config names as a peer's address before that peer has started. The nodes of a
+// test cluster all listen on port 0 (no port is picked first and bound later, a race with every
+// other process on the machine) and learn each other's bound ports once they run: ConnectPeers.
+// Port 0 is never reached, so a dialer only retries until it is told the real port.
+inline constexpr char kPortNotYetKnown[] = "127.0.0.1:0";
+
+// After every node started: tells each where each other one listens. `pubs[i]` is the hex public
+// key of `nodes[i]` (a runtime::Node; a template so this header needs no node).
+template <class Nodes>
+void ConnectPeers(const Nodes& nodes, const std::vector<std::string>& pubs) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (size_t j = 0; j < nodes.size(); ++j) {
+      if (i == j) continue;
+      const auto s =
+          nodes[i]->SetPeerAddress(pubs[j], absl::StrCat("127.0.0.1:", nodes[j]->p2p_port()));
+      CHECK(s.ok()) << s;
+    }
+  }
 }
 
 // Polls `cond` every 10 ms until it holds or `timeout` passes; returns its last value. For

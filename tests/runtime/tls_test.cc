@@ -33,7 +33,8 @@
 namespace runtime {
 namespace {
 
-using ::runtime::testing::FreePort;
+using ::runtime::testing::ConnectPeers;
+using ::runtime::testing::kPortNotYetKnown;
 using ::runtime::testing::MakeTestCerts;
 using ::runtime::testing::SignedPut;
 using ::runtime::testing::TestCerts;
@@ -195,7 +196,6 @@ TEST_F(TlsTest, ClientAndAdminPortsServeTlsOnly) {
 
 TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
   constexpr int kNodes = 4;
-  std::vector<int> ports;
   std::vector<std::string> pubs;
   for (int i = 0; i < kNodes; ++i) {
     const std::string dir = absl::StrCat(*root_, "/cluster", i);
@@ -203,12 +203,11 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
     base::PrivateKey key = TestKey(static_cast<char>('A' + i));
     ASSERT_TRUE(key.WritePemFile(dir + "/node.key").ok());
     pubs.push_back(absl::BytesToHexString(key.public_key().bytes()));
-    ports.push_back(FreePort());
   }
   std::vector<std::unique_ptr<Node>> nodes;
   for (int i = 0; i < kNodes; ++i) {
     node::config::NodeConfig c = BaseConfig(absl::StrCat(*root_, "/cluster", i));
-    c.set_p2p_listen(absl::StrCat("127.0.0.1:", ports[i]));
+    c.set_p2p_listen("127.0.0.1:0");
     c.mutable_tls()->set_p2p(true);
     c.mutable_tls()->set_client(true);
     // Every peer presents the one test certificate; check its DNS name rather than the IP.
@@ -216,7 +215,7 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
     for (int j = 0; j < kNodes; ++j) {
       if (j == i) continue;
       auto* peer = c.add_peers();
-      peer->set_address(absl::StrCat("127.0.0.1:", ports[j]));
+      peer->set_address(kPortNotYetKnown);
       peer->set_public_key_hex(pubs[j]);
     }
     ApplyDefaults(&c);
@@ -225,6 +224,7 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
     ASSERT_TRUE((*node)->Start().ok());
     nodes.push_back(*std::move(node));
   }
+  ConnectPeers(nodes, pubs);
   ASSERT_TRUE(WaitFor([&] {
     for (const auto& n : nodes) {
       node::admin::NodeStatus s = n->Status();
@@ -262,7 +262,7 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
 
   // A plaintext dialer does not get through the p2p port (not even to the handshake).
   auto peer_stub = node::p2p::PeerService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", ports[0]), grpc::InsecureChannelCredentials()));
+      absl::StrCat("127.0.0.1:", nodes[0]->p2p_port()), grpc::InsecureChannelCredentials()));
   grpc::ClientContext pctx;
   pctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   auto stream = peer_stub->Connect(&pctx);
