@@ -35,9 +35,10 @@ node::flowctl::StageChainConfig Chain(const std::string& text) {
   return chain;
 }
 
+// Each test gets its own node (a fresh data dir and pools), so no test sees another's txs.
 class AdaptiveRuntimeTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  void SetUp() override {
     dir_ = new std::string(TempDir("adaptive_runtime_test"));
     node::config::NodeConfig config = OneNodeConfig(*dir_);
     // hot: plain use; steady: a limit of 2; cold: a 1 s pool TTL for the expiry path; slow:
@@ -71,14 +72,13 @@ class AdaptiveRuntimeTest : public ::testing::Test {
     ASSERT_TRUE((*node)->Start().ok());
     node_ = node->release();
   }
-  static void TearDownTestSuite() {
+  void TearDown() override {
     if (node_ != nullptr) node_->Stop(absl::Seconds(2));
     delete node_;
     node_ = nullptr;
     std::filesystem::remove_all(*dir_);
     delete dir_;
   }
-  void SetUp() override { ASSERT_NE(node_, nullptr); }
 
   static Partition* Part(const std::string& name) {
     absl::StatusOr<Partition*> p = node_->FindPartition(name);
