@@ -241,7 +241,8 @@ absl::Status Node::Start() {
   }
   LOG(INFO) << "noded " << kNodeVersion << " node " << id_ << " started: " << partitions_.size()
             << " partitions, " << members.size() << " replicas, client port " << client_port_
-            << ", admin port " << admin_port_ << ", p2p port " << p2p_port();
+            << ", admin port " << admin_port_ << ", p2p port " << p2p_port() << ", metrics port "
+            << (metrics_ ? metrics_->port() : 0);
   return absl::OkStatus();
 }
 
@@ -290,7 +291,7 @@ absl::Status Node::SetPeerAddress(absl::string_view public_key_hex, const std::s
   return absl::OkStatus();
 }
 
-std::string Node::metrics_address() const { return metrics_ ? metrics_->address() : ""; }
+int Node::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
 
 absl::StatusOr<Partition*> Node::FindPartition(const node::client::PartitionRef& ref) const {
   if (ref.id() != 0) {

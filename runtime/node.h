@@ -121,7 +121,7 @@ class Node {
   // InvalidArgument for an address that is not host:port, FailedPrecondition when the node runs
   // on an injected network.
   absl::Status SetPeerAddress(absl::string_view public_key_hex, const std::string& address);
-  std::string metrics_address() const;
+  int metrics_port() const;
   // The egress valve every partition sends through (after Start).
   p2p::EgressValve* egress() const { return egress_.get(); }
   // The admin token ("" when none is configured).

@@ -10,6 +10,7 @@ import argparse
 import glob
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -36,16 +37,23 @@ def fail(msg):
     raise AssertionError(msg)
 
 
-def free_ports(n):
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+def bound_ports(log_path, proc):
+    """noded binds every port as port 0 and logs them once serving ("... started: ..., client port
+    C, admin port A, p2p port P, metrics port M"): (P, C, A, M), read back from its log."""
+    pattern = re.compile(r" started: .*client port (\d+), admin port (\d+), p2p port (\d+), "
+                         r"metrics port (\d+)")
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        with open(log_path) as f:
+            m = pattern.search(f.read())
+        if m:
+            client, admin, p2p, metrics = (int(g) for g in m.groups())
+            return p2p, client, admin, metrics
+        if proc.poll() is not None:
+            fail(f"noded exited early with {proc.returncode}")
+        if time.monotonic() > deadline:
+            fail(f"noded did not log its ports after {READY_TIMEOUT_S}s")
+        time.sleep(0.05)
 
 
 def generate_stubs(repo, out):
@@ -57,17 +65,16 @@ def generate_stubs(repo, out):
     sys.path.insert(0, out)
 
 
-def write_config(tmp, ports):
-    p2p, client, admin, metrics = ports
+def write_config(tmp):
     with open(os.path.join(tmp, "admin.token"), "w") as f:
         f.write(TOKEN + "\n")
     path = os.path.join(tmp, "node.textproto")
     with open(path, "w") as f:
         f.write(f'''data_dir: "{tmp}/data"
-p2p_listen: "127.0.0.1:{p2p}"
-client_listen: "127.0.0.1:{client}"
-admin_listen: "127.0.0.1:{admin}"
-metrics_listen: "127.0.0.1:{metrics}"
+p2p_listen: "127.0.0.1:0"
+client_listen: "127.0.0.1:0"
+admin_listen: "127.0.0.1:0"
+metrics_listen: "127.0.0.1:0"
 admin_token_file: "{tmp}/admin.token"
 resources {{ cpu_workers: 2 }}
 partitions {{ id: 1 name: "hot" consensus {{ batch_timeout_ms: 5 }} }}
@@ -95,12 +102,13 @@ def run(args, tmp):
     from proto import admin_pb2, admin_pb2_grpc, chain_pb2, client_pb2, client_pb2_grpc
 
     log("stubs generated")
-    ports = free_ports(4)
-    config = write_config(tmp, ports)
-    log_file = open(os.path.join(tmp, "noded.log"), "w")
+    config = write_config(tmp)
+    log_path = os.path.join(tmp, "noded.log")
+    log_file = open(log_path, "w")
     proc = subprocess.Popen([args.noded, "--config", config], stdout=log_file,
                             stderr=subprocess.STDOUT)
     try:
+        ports = bound_ports(log_path, proc)
         # Wait until both API ports accept TCP connections before opening gRPC channels: a channel
         # whose first connects were refused may sit in reconnect backoff for seconds.
         deadline = time.monotonic() + READY_TIMEOUT_S
