@@ -42,6 +42,15 @@ ConsensusMessage Prepare(uint32_t sender, uint64_t view, uint64_t seq) {
   return msg;
 }
 
+// Replica 2 of 4 signs a prepare on partition 7; replica 0 is to verify it.
+struct OnePrepare {
+  OnePrepare() { msg.set_signature(signer->Sign(msg)); }
+  const Cluster c = MakeCluster(4);
+  std::unique_ptr<Ed25519PbftCrypto> signer = CryptoFor(c, 7, 2);
+  std::unique_ptr<Ed25519PbftCrypto> verifier = CryptoFor(c, 7, 0);
+  ConsensusMessage msg = Prepare(2, 1, 5);
+};
+
 TEST(Ed25519PbftCryptoTest, SignedByOneVerifiedByAll) {
   const Cluster c = MakeCluster(4);
   auto signer = CryptoFor(c, 7, 2);
@@ -51,11 +60,10 @@ TEST(Ed25519PbftCryptoTest, SignedByOneVerifiedByAll) {
 }
 
 TEST(Ed25519PbftCryptoTest, RefusesTamperingImpersonationAndOtherPartitions) {
-  const Cluster c = MakeCluster(4);
-  auto signer = CryptoFor(c, 7, 2);
-  auto verifier = CryptoFor(c, 7, 0);
-  ConsensusMessage msg = Prepare(2, 1, 5);
-  msg.set_signature(signer->Sign(msg));
+  OnePrepare p;
+  const Cluster& c = p.c;
+  auto& verifier = p.verifier;
+  const ConsensusMessage& msg = p.msg;
 
   ConsensusMessage tampered = msg;
   tampered.mutable_prepare()->set_seq(6);
@@ -78,11 +86,9 @@ TEST(Ed25519PbftCryptoTest, RefusesTamperingImpersonationAndOtherPartitions) {
 }
 
 TEST(Ed25519PbftCryptoTest, AMessageThatVerifiedOnceIsNotVerifiedAgain) {
-  const Cluster c = MakeCluster(4);
-  auto signer = CryptoFor(c, 7, 2);
-  auto verifier = CryptoFor(c, 7, 0);
-  ConsensusMessage msg = Prepare(2, 1, 5);
-  msg.set_signature(signer->Sign(msg));
+  OnePrepare p;
+  auto& verifier = p.verifier;
+  const ConsensusMessage& msg = p.msg;
 
   EXPECT_TRUE(verifier->Verify(msg));
   EXPECT_EQ(verifier->verifications(), 1u);
