@@ -6,8 +6,6 @@
 //
 // Waits poll a condition with a bound (the cluster runs on real threads and a real network); no
 // sleep orders events.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>

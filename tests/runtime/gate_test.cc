@@ -5,10 +5,8 @@
 #include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "runtime/node.h"

@@ -3,10 +3,8 @@
 // transactions kept, next nonce accepted), SIGKILL and restart (nothing committed lost), and a
 // bad config (exit 2 with FILE:LINE: field).
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
