@@ -281,6 +281,7 @@ absl::Status ConsensusDriver::CommitLocked(const PbftCommit& commit) {
   if (!event.ok()) return event.status();
   if (!event->has_value()) return absl::OkStatus();  // already in the ledger (restart)
   if (deps_.on_commit_locked) deps_.on_commit_locked(**event);
+  last_commit_nanos_ = deps_.clock->NowNanos();
   committed_.push_back(*std::move(*event));
   return absl::OkStatus();
 }
@@ -332,7 +333,9 @@ void ConsensusDriver::ReforwardLocked(int64_t now, int64_t* wake) {
     return;
   }
   const int64_t timeout = replica_->config().request_timeout_ms * 1'000'000;
-  if (now >= next_reforward_) {
+  // Due every eighth of the timeout, and only once no block committed for half of it.
+  const auto due = [&] { return std::max(next_reforward_, last_commit_nanos_ + timeout / 2); };
+  if (now >= due()) {
     next_reforward_ = now + timeout / 8;
     std::vector<TxPtr> txs = deps_.pool->TakeForReforward(now - timeout / 2, replica_->view(),
                                                           kMaxReforwardTxs, kMaxReforwardBytes);
@@ -342,7 +345,7 @@ void ConsensusDriver::ReforwardLocked(int64_t now, int64_t* wake) {
           [this, primary, txs = std::move(txs)] { deps_.forwarder->Reforward(primary, txs); });
     }
   }
-  *wake = std::min(*wake, next_reforward_);
+  *wake = std::min(*wake, due());
 }
 
 void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) {

@@ -12,9 +12,10 @@
 // Time comes from outside: Tick(now) fires due timers, expires the pool, runs the caller's
 // periodic hook, cuts batches (the primary cuts when BatchPolicy says so, up to 8 pipelined
 // proposals per tick) and, on a backup in NORMAL with ready txs, re-forwards to the primary the
-// txs it has held unproposed for half the request timeout (at most once per view each, up to
-// 1,024 txs / 1 MiB every eighth of the timeout): forwarding is lossy, and a primary that never
-// got them would leave them pending here until the request timer forced a needless view change.
+// txs it has held unproposed for half the request timeout, while no block committed for that long
+// (at most once per view each, up to 1,024 txs / 1 MiB every eighth of the timeout): forwarding is
+// lossy, and a primary that never got them would leave them pending here until the request timer
+// forced a needless view change.
 // It returns when it next wants to run. Nothing in here owns a thread.
 //
 // Locking: one mutex (mu_) serializes the replica, the timers and batch cutting; the pool,
@@ -137,8 +138,9 @@ class ConsensusDriver {
   void FetchLocked(PbftFetchTxs& fetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CutBatchesLocked(int64_t now, bool paused, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A backup in NORMAL with ready txs sends the primary those it has held unproposed for half
-  // the request timeout (once per view each), every eighth of it.
+  // A backup in NORMAL with ready txs, where no block committed for half the request timeout,
+  // sends the primary those it has held unproposed that long (once per view each), every eighth
+  // of it. A primary that commits is getting txs; re-forwarding under load only adds work.
   void ReforwardLocked(int64_t now, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HaltLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -154,6 +156,7 @@ class ConsensusDriver {
   uint64_t reported_pending_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_expire_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_reforward_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_commit_nanos_ ABSL_GUARDED_BY(mu_) = 0;  // when a block last committed here
   int64_t next_hook_ ABSL_GUARDED_BY(mu_) = 0;
   bool hook_wants_ticks_ ABSL_GUARDED_BY(mu_) = false;  // on_tick_locked's last answer
   bool primary_normal_ ABSL_GUARDED_BY(mu_) = false;    // last value given to the forwarder
