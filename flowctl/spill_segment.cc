@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -72,7 +73,13 @@ absl::Status WriteWholeFile(const std::string& path, absl::string_view data, boo
 }  // namespace
 
 absl::Status ErrnoError(absl::string_view op, absl::string_view path, int err) {
-  return absl::InternalError(absl::StrCat("spill fifo: ", op, " ", path, ": ", strerror(err)));
+  std::string msg = absl::StrCat("spill fifo: ", op, " ", path, ": ", strerror(err));
+  // A full disk, a quota or a file size limit: the client is told to come back later, the
+  // operator to free space.
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
+    return absl::ResourceExhaustedError(std::move(msg));
+  }
+  return absl::InternalError(std::move(msg));
 }
 
 void EncodeFrameHeader(uint64_t seq, uint32_t payload_size, uint32_t payload_crc,

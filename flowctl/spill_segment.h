@@ -79,6 +79,7 @@ absl::StatusOr<Manifest> ReadManifest(const std::string& dir);
 absl::Status WriteManifest(const std::string& dir, const Manifest& m, bool sync);
 
 absl::Status SyncDir(const std::string& dir);
+// RESOURCE_EXHAUSTED for ENOSPC, EDQUOT and EFBIG (no room), INTERNAL otherwise; names op, path.
 absl::Status ErrnoError(absl::string_view op, absl::string_view path, int err);
 // pwrite of the whole buffer list, retrying short writes and EINTR.
 absl::Status PwriteAll(int fd, const std::string& path, const char* a, size_t an, const char* b,

@@ -79,22 +79,25 @@ ConsensusDriver::Stats ConsensusDriver::stats() const {
 
 // ---- Peer messages ----
 
-void ConsensusDriver::OnConsensusMessage(uint32_t from, const ConsensusMessage& msg) {
+bool ConsensusDriver::OnConsensusMessage(uint32_t from, const ConsensusMessage& msg) {
   // The envelope must be signed by the replica the authenticated connection belongs to; checked
   // outside the lock (the expensive part).
   if (msg.sender() != from || !deps_.crypto->Verify(msg)) {
     dropped_bad_signature_.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return false;
   }
   WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftMessage{msg}); });
+  return true;
 }
 
-void ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
+size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
   std::vector<std::string> added;
+  size_t refused = 0;
   for (const std::string& bytes : batch.signed_txs()) {
     absl::StatusOr<base::DecodedTx> tx = base::DecodeSignedTx(bytes, deps_.tx_limits);
     if (!tx.ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
+      ++refused;
       continue;
     }
     // Already pooled or already committed (a late forward, or a fetch answered twice): skip the
@@ -102,6 +105,7 @@ void ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
     if (deps_.pipeline->HasTx(tx->hash)) continue;
     if (!base::VerifySignature(*tx).ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
+      ++refused;
       continue;
     }
     std::string hash = tx->hash;
@@ -110,10 +114,11 @@ void ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
     // Refusals (replayed, full) are expected under load and for already-committed txs.
     if (deps_.pool->Add(*std::move(tx), origin).ok()) added.push_back(std::move(hash));
   }
-  if (added.empty()) return;
+  if (added.empty()) return refused;
   WithLock([&]()
                ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftTxsAvailable{std::move(added)}); });
   deps_.request_tick();
+  return refused;
 }
 
 void ConsensusDriver::OnFetch(uint32_t from, const node::partition::TxFetch& fetch) {
@@ -157,18 +162,25 @@ void ConsensusDriver::WithLock(absl::FunctionRef<void()> fn) {
   for (auto& d : deferred) d();
 }
 
-void ConsensusDriver::HaltLocked() {
+void ConsensusDriver::HaltLocked(std::string why) {
+  LOG(ERROR) << "partition " << deps_.name << ": consensus halted: " << why;
   halted_ = true;
+  {
+    absl::MutexLock lock(&halt_mu_);
+    halt_reason_ = std::move(why);
+  }
   state_.store(kHaltedState);
+}
+
+std::string ConsensusDriver::halt_reason() const {
+  absl::MutexLock lock(&halt_mu_);
+  return halt_reason_;
 }
 
 void ConsensusDriver::StepLocked(const PbftEvent& event) {
   if (halted_) return;
   ApplyLocked(replica_->Step(event));
-  if (!replica_->status().ok() && !halted_) {
-    HaltLocked();
-    LOG(ERROR) << "partition " << deps_.name << ": consensus halted: " << replica_->status();
-  }
+  if (!replica_->status().ok() && !halted_) HaltLocked(replica_->status().ToString());
 }
 
 void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
@@ -202,9 +214,7 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                      cut_may_change = true;
                      absl::Status s = CommitLocked(a);
                      if (!s.ok()) {
-                       HaltLocked();
-                       LOG(ERROR) << "partition " << deps_.name << ": commit of seq " << a.seq
-                                  << " failed, consensus halted: " << s;
+                       HaltLocked(absl::StrCat("commit of seq ", a.seq, " failed: ", s.ToString()));
                      }
                    },
                    [&](PbftSetTimer& a) {

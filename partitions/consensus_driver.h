@@ -110,8 +110,10 @@ class ConsensusDriver {
   void Start();
 
   // Peer messages, from replica `from` (already mapped from the authenticated connection).
-  void OnConsensusMessage(uint32_t from, const ConsensusMessage& msg);
-  void OnTxBatch(const node::partition::TxBatch& batch);
+  // False when refused: not signed by `from`, or a bad signature (counted in stats()).
+  bool OnConsensusMessage(uint32_t from, const ConsensusMessage& msg);
+  // Returns how many of the batch's txs were refused (do not decode or verify).
+  size_t OnTxBatch(const node::partition::TxBatch& batch);
   void OnFetch(uint32_t from, const node::partition::TxFetch& fetch);
 
   // One round of time-driven work at `now` (no proposals while `paused`); returns the time it
@@ -122,6 +124,9 @@ class ConsensusDriver {
   // Lock-free mirrors for readers.
   int state() const { return state_.load(std::memory_order_relaxed); }  // or kHaltedState
   std::string StateName() const;
+  // Why consensus halted ("" while it runs): the failed commit or the replica's error, e.g.
+  // "commit of seq 12 failed: ledger commit: rocksdb: IO error: No space left on device".
+  std::string halt_reason() const ABSL_LOCKS_EXCLUDED(halt_mu_);
   uint64_t view() const { return view_.load(std::memory_order_relaxed); }
   bool observing() const { return observing_.load(std::memory_order_relaxed); }
   uint64_t view_changes() const { return view_changes_.load(std::memory_order_relaxed); }
@@ -142,7 +147,8 @@ class ConsensusDriver {
   // sends the primary those it has held unproposed that long (once per view each), every eighth
   // of it. A primary that commits is getting txs; re-forwarding under load only adds work.
   void ReforwardLocked(int64_t now, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HaltLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops this replica for good (until a restart) and logs `why`, kept for halt_reason().
+  void HaltLocked(std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Deps deps_;
 
@@ -163,6 +169,9 @@ class ConsensusDriver {
   // Bodies of the batch being proposed, between Forwarder::TakeBodies and its pre-prepare.
   std::optional<node::partition::PartitionMessage> proposal_bodies_ ABSL_GUARDED_BY(mu_);
   bool halted_ ABSL_GUARDED_BY(mu_) = false;
+  // Its own lock: status readers must not wait behind consensus work on mu_.
+  mutable absl::Mutex halt_mu_;
+  std::string halt_reason_ ABSL_GUARDED_BY(halt_mu_);
 
   std::atomic<int> state_{0};
   std::atomic<uint64_t> view_{0};

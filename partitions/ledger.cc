@@ -1,5 +1,7 @@
 #include "partitions/ledger.h"
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -8,6 +10,7 @@
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
+#include "partitions/rocksdb_logger.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
@@ -54,6 +57,8 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
   const std::string msg = absl::StrCat("ledger ", what, ": rocksdb: ", s.ToString());
   if (s.IsNotFound()) return absl::NotFoundError(msg);
+  // A full disk (ENOSPC, a quota): the operator frees space and restarts.
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
   if (s.IsCorruption()) return absl::DataLossError(msg);
   return absl::InternalError(msg);
 }
@@ -62,9 +67,14 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
 
 absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, uint32_t partition,
                                                      const LedgerOptions& options) {
+  // RocksDB creates only the last path component (and reports the missing one as an error).
+  std::error_code ignored;
+  std::filesystem::create_directories(path, ignored);
   rocksdb::Options db_options;
   db_options.create_if_missing = true;
   db_options.paranoid_checks = true;
+  if (options.env != nullptr) db_options.env = options.env;
+  db_options.info_log = NewGlogRocksDbLogger("ledger " + path);
   rocksdb::DB* raw = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &raw), "open " + path));
   std::unique_ptr<Ledger> ledger(new Ledger(std::unique_ptr<rocksdb::DB>(raw), partition, options));

@@ -48,13 +48,17 @@
 
 namespace rocksdb {
 class DB;
-}
+class Env;
+}  // namespace rocksdb
 
 namespace partitions {
 
 struct LedgerOptions {
   // fsync every commit. Only benchmarks of the non-durable path turn it off.
   bool sync = true;
+  // The RocksDB environment (file system); null: the default. Tests inject disk faults here
+  // (tests/mocks/faulty_file_system.h). Must outlive the ledger.
+  rocksdb::Env* env = nullptr;
 };
 
 // Opaque consensus metadata written with a block (or alone): key -> bytes.

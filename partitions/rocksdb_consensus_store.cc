@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "flowctl/status_macros.h"
 #include "partitions/pbft_certs.h"
+#include "partitions/rocksdb_logger.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
@@ -67,6 +68,7 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what, const s
   const std::string msg =
       absl::StrCat("consensus store ", dir, ": ", what, ": rocksdb: ", s.ToString());
   if (s.IsCorruption()) return absl::DataLossError(msg);
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);  // a full disk
   return absl::UnavailableError(msg);
 }
 
@@ -120,6 +122,7 @@ absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> RocksDbConsensusStore::Op
   options.OptimizeForSmallDb();  // the log is bounded by the watermark window
   options.create_if_missing = true;
   options.paranoid_checks = true;
+  options.info_log = NewGlogRocksDbLogger("consensus store " + dir);
   rocksdb::DB* raw = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(options, dir, &raw), "open", dir));
   std::unique_ptr<RocksDbConsensusStore> store(

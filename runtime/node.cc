@@ -191,6 +191,11 @@ absl::Status Node::Start() {
     ids.push_back(id);
     keys.push_back(pk);
   }
+  std::vector<p2p::NodeId> others;
+  for (const p2p::NodeId& member : ids) {
+    if (member != id_) others.push_back(member);
+  }
+  refusals_ = std::make_unique<PeerRefusals>(others);
   for (const auto& pc : config_.partitions()) {
     PartitionEnv env;
     env.config = pc;
@@ -203,6 +208,7 @@ absl::Status Node::Start() {
     env.clock = options_.clock;
     env.scheduler = scheduler_.get();
     env.channels = &egress_->scheduler().channels();
+    env.refusals = refusals_.get();
     absl::StatusOr<std::unique_ptr<Partition>> part = Partition::Open(std::move(env));
     if (!part.ok()) {
       return absl::Status(part.status().code(),
@@ -214,10 +220,14 @@ absl::Status Node::Start() {
   std::map<uint32_t, Partition*> by_id;
   for (auto& p : partitions_) by_id[p->id()] = p.get();
   network_->SetHandlers(
-      [by_id](const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch,
-              std::string payload) {
+      [by_id, refusals = refusals_.get()](const p2p::NodeId& from, p2p::PartitionId part,
+                                          p2p::Channel ch, std::string payload) {
         auto it = by_id.find(part);
-        if (it != by_id.end()) it->second->OnPeerMessage(from, ch, std::move(payload));
+        if (it != by_id.end()) {
+          it->second->OnPeerMessage(from, ch, std::move(payload));
+        } else {
+          refusals->Count(from, PeerRefusals::kUnknownPartition);
+        }
       },
       [](const p2p::NodeId& peer, p2p::PeerEvent ev) {
         LOG(INFO) << "peer " << peer << " " << ev;
@@ -353,6 +363,14 @@ node::admin::ListPeersResponse Node::Peers() const {
     info->set_node_id(id);
     info->set_address(address[id]);
     info->set_connected(std::find(connected.begin(), connected.end(), id) != connected.end());
+    if (refusals_ != nullptr) {
+      node::admin::PeerRefusals* r = info->mutable_refused();
+      r->set_unknown_partition(refusals_->count(id, PeerRefusals::kUnknownPartition));
+      r->set_malformed(refusals_->count(id, PeerRefusals::kMalformed));
+      r->set_wrong_channel(refusals_->count(id, PeerRefusals::kWrongChannel));
+      r->set_bad_signature(refusals_->count(id, PeerRefusals::kBadSignature));
+      r->set_bad_tx(refusals_->count(id, PeerRefusals::kBadTx));
+    }
   }
   return out;
 }

@@ -145,6 +145,7 @@ class Node {
   std::unique_ptr<p2p::GrpcTransport> transport_;  // null with options_.network
   std::unique_ptr<p2p::EgressValve> egress_;       // over transport_ or options_.network
   p2p::Network* network_ = nullptr;                // egress_, as the partitions see it
+  std::unique_ptr<PeerRefusals> refusals_;         // per peer, over every partition
   std::vector<std::unique_ptr<Partition>> partitions_;
 
   std::unique_ptr<GrpcServers> servers_;

@@ -249,10 +249,25 @@ void AddEgress(const node::admin::EgressStats& e, Families* f) {
   }
 }
 
+void AddPeers(const node::admin::ListPeersResponse& peers, Families* f) {
+  for (const node::admin::PeerInfo& p : peers.peers()) {
+    const node::admin::PeerRefusals& r = p.refused();
+    for (const auto& [reason, n] :
+         {std::pair{"unknown_partition", r.unknown_partition()},
+          std::pair{"malformed", r.malformed()}, std::pair{"wrong_channel", r.wrong_channel()},
+          std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()}}) {
+      f->Counter("noded_peer_messages_refused_total",
+                 "Messages from the peer this node refused, by reason, over all partitions.",
+                 {{"peer", p.node_id()}, {"reason", reason}}, static_cast<double>(n));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& status,
-                                             const node::admin::FlowStats& stats) {
+                                             const node::admin::FlowStats& stats,
+                                             const node::admin::ListPeersResponse& peers) {
   Families f;
   f.Gauge("noded_info", "Constant 1, labelled with the node id and version.",
           {{"node_id", status.node_id()}, {"version", status.version()}}, 1);
@@ -265,13 +280,15 @@ std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& stat
   for (const node::admin::PartitionStatus& p : status.partitions()) AddPartitionStatus(p, &f);
   for (const node::admin::PartitionFlowStats& p : stats.partitions()) AddPartitionFlow(p, &f);
   AddEgress(stats.egress(), &f);
+  AddPeers(peers, &f);
   return f.Take();
 }
 
 void RegisterNodeMetrics(MetricsServer* metrics, Node* node) {
   metrics->AddCollector([node] {
     absl::StatusOr<node::admin::FlowStats> stats = node->FlowStats("");
-    return NodeMetricFamilies(node->Status(), stats.ok() ? *stats : node::admin::FlowStats());
+    return NodeMetricFamilies(node->Status(), stats.ok() ? *stats : node::admin::FlowStats(),
+                              node->Peers());
   });
 }
 

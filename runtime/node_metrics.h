@@ -46,8 +46,9 @@ class Node;
 void RegisterNodeMetrics(MetricsServer* metrics, Node* node);
 
 // The families for one snapshot; pure (exposed for tests).
-std::vector<prometheus::MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& status,
-                                                         const node::admin::FlowStats& stats);
+std::vector<prometheus::MetricFamily> NodeMetricFamilies(
+    const node::admin::NodeStatus& status, const node::admin::FlowStats& stats,
+    const node::admin::ListPeersResponse& peers = {});
 
 }  // namespace runtime
 

@@ -61,6 +61,7 @@
 #include "proto/chain.pb.h"
 #include "proto/client.pb.h"
 #include "proto/config.pb.h"
+#include "runtime/peer_refusals.h"
 
 namespace runtime {
 
@@ -84,6 +85,8 @@ struct PartitionEnv {
   // deadlines, the pool's expiry sweep) and by every event that gives it work, so an idle
   // partition costs next to nothing.
   absl::Duration tick = absl::Seconds(1);
+  // The node's per-peer refusal counts (runtime/peer_refusals.h); null: not counted per peer.
+  PeerRefusals* refusals = nullptr;
 };
 
 // The outcome of one submitted tx and the submit options (partitions/client_admission.h).

@@ -226,6 +226,7 @@ node::client::GetChainStatusResponse Partition::ChainStatus() const {
   out.set_view(impl_->driver_->view());
   out.set_consensus_state(impl_->StateName());
   out.set_pool_txs(static_cast<uint32_t>(impl_->pool_->stats().txs));
+  out.set_halt_reason(impl_->driver_->halt_reason());
   return out;
 }
 
@@ -240,6 +241,7 @@ node::admin::PartitionStatus Partition::Status() const {
   s.set_lossless(lossless());
   s.set_view_changes(impl_->driver_->view_changes());
   s.set_observing(impl_->driver_->observing());
+  s.set_halt_reason(impl_->driver_->halt_reason());
   return s;
 }
 

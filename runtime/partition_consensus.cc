@@ -23,6 +23,7 @@ void Partition::Impl::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channe
       p2p::IsValidChannel(channel) ? lane_of_channel_[static_cast<size_t>(channel)] : -1;
   if (lane < 0) {  // not a wire channel (the transport refuses those already)
     dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+    CountRefused(it->second, PeerRefusals::kMalformed);
     return;
   }
   // Full lanes drop and count (Dispatcher stats); PBFT retransmits what matters.
@@ -37,33 +38,47 @@ void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
   node::partition::PartitionMessage msg;
   if (!msg.ParseFromString(message.payload)) {
     dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+    CountRefused(message.peer, PeerRefusals::kMalformed);
     return;
   }
   absl::StatusOr<partitions::PartitionMessageKind> kind = partitions::KindOf(msg);
   if (!kind.ok()) {
     dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+    CountRefused(message.peer, PeerRefusals::kMalformed);
     return;
   }
   // Before any signature check: a message on a channel that may not carry it costs no crypto.
   const p2p::ChannelDescriptor* channel = channels_->Find(static_cast<p2p::Channel>(message.tag));
   if (absl::Status s = partitions::CheckChannelKind(*channel, *kind); !s.ok()) {
     dropped_wrong_channel_.fetch_add(1, std::memory_order_relaxed);
+    CountRefused(message.peer, PeerRefusals::kWrongChannel);
     LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": from replica " << message.peer << ": "
                               << s.message();
     return;
   }
   switch (msg.body_case()) {
     case node::partition::PartitionMessage::kConsensus:
-      driver_->OnConsensusMessage(message.peer, msg.consensus());
+      if (!driver_->OnConsensusMessage(message.peer, msg.consensus())) {
+        CountRefused(message.peer, PeerRefusals::kBadSignature);
+      }
       return;
     case node::partition::PartitionMessage::kTxs:
-      driver_->OnTxBatch(msg.txs());
+      if (size_t bad = driver_->OnTxBatch(msg.txs()); bad > 0) {
+        CountRefused(message.peer, PeerRefusals::kBadTx, bad);
+      }
       return;
     case node::partition::PartitionMessage::kFetch:
       driver_->OnFetch(message.peer, msg.fetch());
       return;
     default:
       dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+      CountRefused(message.peer, PeerRefusals::kMalformed);
+  }
+}
+
+void Partition::Impl::CountRefused(uint32_t replica, PeerRefusals::Reason reason, uint64_t n) {
+  if (env_.refusals != nullptr && replica < env_.replica_ids.size()) {
+    env_.refusals->Count(env_.replica_ids[replica], reason, n);
   }
 }
 

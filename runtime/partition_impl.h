@@ -169,6 +169,9 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   PoolView pool_view_{&pool_};
 
   // ---- peer-message drops (before the replica) ----
+  // Adds to the node's per-peer refusal counts (env_.refusals) for replica index `replica`.
+  void CountRefused(uint32_t replica, PeerRefusals::Reason reason, uint64_t n = 1);
+
   std::atomic<uint64_t> dropped_unknown_peer_{0};
   std::atomic<uint64_t> dropped_malformed_{0};
   std::atomic<uint64_t> dropped_wrong_channel_{0};  // a kind its channel may not carry

@@ -109,6 +109,9 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
               absl::StrCat(p.view_changes())});
   }
   t.Print(out);
+  for (const auto& p : s.partitions()) {
+    if (!p.halt_reason().empty()) out << "\n" << p.name() << " halted: " << p.halt_reason() << "\n";
+  }
 }
 
 void PrintPartitions(const node::admin::ListPartitionsResponse& resp, std::ostream& out) {
@@ -135,12 +138,28 @@ void PrintPartitions(const node::admin::ListPartitionsResponse& resp, std::ostre
 }
 
 void PrintPeers(const node::admin::ListPeersResponse& resp, std::ostream& out) {
-  Table t({"ADDRESS", "CONNECTED", "SENT>", "RECEIVED>", "RECONNECTS>", "NODE_ID"});
+  Table t({"ADDRESS", "CONNECTED", "SENT>", "RECEIVED>", "RECONNECTS>", "REFUSED>", "NODE_ID"});
   for (const auto& p : resp.peers()) {
+    const node::admin::PeerRefusals& r = p.refused();
+    const uint64_t refused =
+        r.unknown_partition() + r.malformed() + r.wrong_channel() + r.bad_signature() + r.bad_tx();
     t.AddRow({p.address(), YesNo(p.connected()), FormatBytes(p.bytes_sent()),
-              FormatBytes(p.bytes_received()), absl::StrCat(p.reconnects()), p.node_id()});
+              FormatBytes(p.bytes_received()), absl::StrCat(p.reconnects()), absl::StrCat(refused),
+              p.node_id()});
   }
   t.Print(out);
+  // What a misbehaving peer sent, by reason (the metric noded_peer_messages_refused_total).
+  for (const auto& p : resp.peers()) {
+    const node::admin::PeerRefusals& r = p.refused();
+    std::string reasons;
+    for (const auto& [name, n] :
+         {std::pair{"unknown_partition", r.unknown_partition()},
+          std::pair{"malformed", r.malformed()}, std::pair{"wrong_channel", r.wrong_channel()},
+          std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()}}) {
+      if (n > 0) absl::StrAppend(&reasons, reasons.empty() ? "" : ", ", name, "=", n);
+    }
+    if (!reasons.empty()) out << "\nrefused from " << p.node_id() << ": " << reasons << "\n";
+  }
 }
 
 void PrintFlowStats(const node::admin::FlowStats& stats, std::ostream& out) {

@@ -4,10 +4,15 @@
   tests/chaos/chaos.py short                      each fault kind once (~1-2 min), exit 1 on any
                                                   violation
   tests/chaos/chaos.py long --minutes 10 --seed 7 randomized fault schedule, prints a table
+                                                  (--disk adds disk_full to it; needs root)
+  tests/chaos/chaos.py disk                       the disk faults alone (~1 min; needs root)
 
 Faults: kill -9 + restart of a replica; SIGSTOP/SIGCONT of a replica and of a primary for longer
 than the view-change timeout; rolling restart (SIGTERM + start, one node after another); kill -9
-of the current primary, repeatedly. Background load: build/tools/loadgen on every partition, plus
+of the current primary, repeatedly; a full disk under one partition of a replica, then of a primary (disk_full,
+disk_full_primary: every partition directory is a tmpfs of this run's private mount namespace,
+and one is filled up while the node runs; the partition must halt with a reason naming the disk,
+everything else go on, and a restart with space catch up). Background load: build/tools/loadgen on every partition, plus
 one "acked submitter" thread per partition that sends signed Put txs with wait_for_commit to a
 random live node and records every tx whose commit was acknowledged (a receipt with a height).
 
@@ -18,10 +23,14 @@ Invariants, checked through the client and admin APIs after each fault run:
   recovery  after healing, every node commits a new height within 2x the view-change timeout
             (after a primary is killed: survivors commit within 3x, detection included);
   catch-up  a restarted node reaches the others' height (CATCHUP_S bound).
+  disk      a full disk halts only its partition on its node (HALTED, a halt_reason naming the
+            disk in the status, noded_consensus_state{state="HALTED"} 1), within DISK_HALT_S; the
+            node's other partition and the other nodes keep committing; clients get UNAVAILABLE.
 
 Python stubs are generated at run time from proto/*.proto (protoc + grpc_python_plugin); txs are
 signed with `cryptography` (Ed25519). Exit 0 pass, 1 violation or failure, 77 skipped (modules or
-binaries missing). Cluster directories live in a temp dir and are always brought down.
+binaries missing; disk faults without root or mount namespaces). Cluster directories live in a
+temp dir and are always brought down; the disk fault's tmpfs dies with the run's namespace.
 """
 
 import argparse
@@ -38,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 N_NODES = 4
@@ -48,6 +58,12 @@ POLL_S = 0.05
 SHORT_BUDGET_S = 170  # short mode starts no fault after this (ctest TIMEOUT is 300 s)
 HARD_DEADLINE = [float("inf")]  # monotonic time every wait ends by (short mode: start + 240 s)
 REVERIFY = 300        # heights re-read from a restarted node
+# disk_full: each partition directory's tmpfs. Smaller than RocksDB's WAL preallocation (1.1x
+# its 64 MiB write buffer), which then fails (harmlessly): a preallocated WAL would absorb the
+# writes that must hit the full disk.
+DISK_SIZE = 60 << 20
+DISK_LEFT = 16 << 10  # disk_full: free bytes left once the filler is written
+DISK_HALT_S = 20.0    # disk_full: the partition halts within this of the disk filling up
 T0 = time.monotonic()
 grpc = admin_pb2 = admin_pb2_grpc = chain_pb2 = client_pb2 = client_pb2_grpc = None
 
@@ -87,8 +103,9 @@ CHANNEL_OPTS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect
 # The cluster: localnet's own functions for processes, gRPC stubs for status.
 
 class Cluster:
-    def __init__(self, ln, d, build, vct_ms, batch_ms):
+    def __init__(self, ln, d, build, vct_ms, batch_ms, disk=False):
         self.ln, self.d, self.build, self.vct_ms = ln, d, build, vct_ms
+        self.disk = disk
         self.batch_ms = batch_ms
         self.state = None
         self.procs = {}
@@ -97,8 +114,24 @@ class Cluster:
         self.restarted = set()     # restarted since the last check (re-verify their history)
         self.lock = threading.Lock()
         self.ids = {}
+        self.mounts = []           # disk_full's tmpfs mount points, unmounted by down()
+
+    def partition_dir(self, i, p):
+        """Node i's data directory of partition p (ids 1.. in PARTITIONS order, as localnet)."""
+        return os.path.join(self.ln.node_paths(self.d, i)["data"],
+                            "partition-%d" % (PARTITIONS.index(p) + 1))
 
     def up(self):
+        if self.disk:
+            # disk_full: every partition directory its own small file system, so one can fill up
+            # while the rest of the node has room (mounted in this run's namespace only).
+            for i in self.indices():
+                for p in PARTITIONS:
+                    pdir = self.partition_dir(i, p)
+                    os.makedirs(pdir)
+                    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % DISK_SIZE, "tmpfs",
+                                    pdir], check=True)
+                    self.mounts.append(pdir)
         extra = os.path.join(os.path.dirname(self.d), "extra.conf")
         with open(extra, "w") as f:
             f.write("[partition *]\nconsensus { view_change_timeout_ms: %d batch_timeout_ms: %d }\n"
@@ -124,6 +157,9 @@ class Cluster:
                 raise RuntimeError("node %d does not answer GetNodeStatus after up" % i)
             self.ids[i] = st.node_id
         self.sorted_ids = sorted(self.ids.values())
+        ids = {x.name: x.id for x in self.status(1, timeout=5).partitions}
+        if ids != {p: k + 1 for k, p in enumerate(PARTITIONS)}:
+            raise RuntimeError("partition ids %s are not 1.. in the order of %s" % (ids, PARTITIONS))
 
     def down(self):
         if not self.state:
@@ -134,6 +170,8 @@ class Cluster:
                 self.ln.signal_pid(pid, signal.SIGCONT)
         self.ln.stop_nodes(self.d, self.indices(), signal.SIGTERM, 15)
         self.ln.reap(self.procs)
+        for m in self.mounts:
+            subprocess.run(["umount", "-l", m], check=False)
 
     def indices(self):
         return list(range(1, N_NODES + 1))
@@ -493,8 +531,123 @@ class Faults:
             worst_c = max(worst_c, self.wait_catchup(i, t, "kill_primary"))
         return {"kind": "kill_primary", "recovery_s": worst_r, "catchup_s": worst_c}
 
+    def disk_full(self, primary):
+        """A replica's disk fills up under one partition: a filler file takes all but DISK_LEFT
+        bytes of that partition's tmpfs (Cluster.up mounted one per partition directory). With
+        `primary`, the replica is that partition's primary. The partition must halt there with a
+        reason naming the disk (status and metric) while the node's other partition and the other
+        replicas go on (after a view change when the primary halted); with the filler gone, a
+        restart catches up (the Checker then re-verifies its blocks)."""
+        kind = "disk_full_primary" if primary else "disk_full"
+        p = self.rng.choice(PARTITIONS)
+        i = self.c.primary(p) if primary else self.non_primary()
+        others = [j for j in self.c.live() if j != i]
+        pdir = self.c.partition_dir(i, p)
+        log("fault %s: fill node %d's disk under %s (%s)" % (kind, i, p, pdir))
+        # Fill it: every later ledger or consensus-store write of this partition fails.
+        filler = os.path.join(pdir, "disk-filler")
+        st = os.statvfs(pdir)
+        free = st.f_bavail * st.f_frsize
+        log("%s: %d of %d bytes used" % (kind, st.f_blocks * st.f_frsize - free,
+                                         st.f_blocks * st.f_frsize))
+        with open(filler, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, max(free - DISK_LEFT, 1))
+        t = time.monotonic()
+        base = {q: h.height for q, h in self.c.heights([i])[i].items()}
+        halted = None
+        while time.monotonic() < min(t + DISK_HALT_S, HARD_DEADLINE[0]):
+            h = self.c.heights([i], timeout=0.5).get(i)
+            if h and h[p].consensus_state == "HALTED":
+                halted = h[p]
+                break
+            time.sleep(POLL_S)
+        halt_s = time.monotonic() - t
+        if halted is None:
+            self.chk.violation("liveness", "%s: node %d's %s did not halt within %gs of its "
+                               "disk filling up" % (kind, i, p, DISK_HALT_S), [i])
+        else:
+            log("%s: node %d's %s halted after %.2fs at height %d: %s"
+                % (kind, i, p, halt_s, halted.height, halted.halt_reason))
+            if "No space left on device" not in halted.halt_reason:
+                self.chk.violation("liveness", "%s: node %d's %s halted, but its halt_reason "
+                                   "does not name the disk: %r"
+                                   % (kind, i, p, halted.halt_reason), [i])
+            self.check_halted_visible(i, p)
+        # Everything else goes on: this node's other partitions, and p on the other replicas
+        # (which first detect a halted primary and change view, as after kill_primary).
+        self.wait_progress({j: PARTITIONS for j in others}, (3 if primary else 2) * self.vct,
+                           "%s (others)" % kind)
+        rest = [q for q in PARTITIONS if q != p]
+        self.wait_progress({i: rest}, 2 * self.vct, "%s (node %d's other partition)" % (kind, i))
+        h = self.c.heights([i]).get(i)
+        if halted is not None and h and h[p].height != halted.height:
+            self.chk.violation("safety", "%s: node %d's halted %s moved from height %d to %d"
+                               % (kind, i, p, halted.height, h[p].height), [i])
+        # Space again, and a restart: the partition catches up from its last durable block.
+        self.c.kill(i, signal.SIGTERM)
+        os.unlink(filler)
+        t = time.monotonic()
+        self.c.start(i)
+        took = self.wait_catchup(i, t, kind)
+        rec = self.wait_new_height(self.c.live(), time.monotonic(), 2 * self.vct, kind)
+        log("%s: heights before the fill %s; halted after %.2fs; caught up in %.2fs"
+            % (kind, base, halt_s, took))
+        return {"kind": kind, "recovery_s": rec, "catchup_s": took}
+
+    def check_halted_visible(self, i, p):
+        """A halted partition shows in the client API (HALTED, halt_reason), in the metrics, and
+        refuses new txs with UNAVAILABLE."""
+        ref = client_pb2.PartitionRef(name=p)
+        try:
+            cs = self.c.client[i].GetChainStatus(client_pb2.GetChainStatusRequest(partition=ref),
+                                                 timeout=2)
+            if cs.consensus_state != "HALTED" or "No space left" not in cs.halt_reason:
+                self.chk.violation("liveness", "disk_full: GetChainStatus on node %d says %s, %r"
+                                   % (i, cs.consensus_state, cs.halt_reason), [i])
+        except grpc.RpcError as e:
+            self.chk.violation("liveness", "disk_full: GetChainStatus on node %d failed: %s"
+                               % (i, e.code()), [i])
+        port = self.c.state["nodes"][i - 1]["ports"]["metrics"]
+        want = 'noded_consensus_state{partition="%s",state="HALTED"} 1' % p
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
+                text = r.read().decode()
+            if want not in text:
+                self.chk.violation("liveness", "disk_full: node %d's metrics lack %r" % (i, want),
+                                   [i])
+        except OSError as e:
+            self.chk.violation("liveness", "disk_full: node %d's metrics: %s" % (i, e), [i])
+        try:
+            self.c.client[i].SubmitTx(client_pb2.SubmitTxRequest(partition=ref,
+                                                                 signed_tx=b"x"), timeout=2)
+            self.chk.violation("liveness", "disk_full: node %d's halted %s accepted a tx" % (i, p),
+                               [i])
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE:
+                self.chk.violation("liveness", "disk_full: node %d's halted %s refused a tx with "
+                                   "%s, not UNAVAILABLE: %s" % (i, p, e.code(), e.details()), [i])
+
+    def wait_progress(self, want, bound, what):
+        """Waits until each node in `want` ({node: [partitions]}) commits a new height on each of
+        its partitions; a violation past `bound` seconds."""
+        hs = self.c.heights(list(want))
+        base = {(j, q): hs[j][q].height if j in hs else 0 for j, qs in want.items() for q in qs}
+        t = time.monotonic()
+        deadline = min(t + max(bound, CATCHUP_S), HARD_DEADLINE[0])
+        while time.monotonic() < deadline:
+            hs = self.c.heights(list(want), timeout=0.5)
+            if all(j in hs and hs[j][q].height > base[(j, q)] for (j, q) in base):
+                break
+            time.sleep(POLL_S)
+        took = time.monotonic() - t
+        if took > bound:
+            self.chk.violation("liveness", "%s: no new height on %s within %.2fs (took %.2fs)"
+                               % (what, sorted(base), bound, took), list(want))
+
     def run(self, kind):
-        return {"kill_restart": self.kill_restart,
+        return {"disk_full": lambda: self.disk_full(False),
+                "disk_full_primary": lambda: self.disk_full(True),
+                "kill_restart": self.kill_restart,
                 "pause_replica": lambda: self.pause(False),
                 "pause_primary": lambda: self.pause(True),
                 "rolling_restart": self.rolling_restart,
@@ -554,7 +707,7 @@ def finish(subs, load, chk):
 def main_run(a, tmp):
     generate_stubs(os.path.join(tmp, "gen"))
     ln = load_localnet()
-    cluster = Cluster(ln, os.path.join(tmp, "localnet"), a.build, a.vct_ms, a.batch_ms)
+    cluster = Cluster(ln, os.path.join(tmp, "localnet"), a.build, a.vct_ms, a.batch_ms, a.disk)
     rng = random.Random(a.seed)
     runs, injected, recov, catch = 0, {}, 0.0, 0.0
     load = subs = None
@@ -572,12 +725,15 @@ def main_run(a, tmp):
         chk = Checker(cluster, subs)
         faults = Faults(cluster, chk, rng)
         time.sleep(2)
+        kinds = KINDS + (["disk_full", "disk_full_primary"] if a.disk else [])
         if a.mode == "short":
             schedule = list(KINDS)
+        elif a.mode == "disk":
+            schedule = ["disk_full", "disk_full_primary"]
         else:
             schedule = None
         end = start + a.minutes * 60
-        if a.mode == "short":
+        if a.mode in ("short", "disk"):
             HARD_DEADLINE[0] = start + 240
         while True:
             if schedule is not None:
@@ -592,7 +748,7 @@ def main_run(a, tmp):
             else:
                 if time.monotonic() >= end:
                     break
-                kind = rng.choice(KINDS)
+                kind = rng.choice(kinds)
                 time.sleep(rng.uniform(0, 2))
             load.ensure()
             r = faults.run(kind)
@@ -626,6 +782,8 @@ def main_run(a, tmp):
         print("| load | loadgen %d tx/s per partition + %d acked tx/s per partition; "
               "loadavg %s |" % (a.rate, a.submit_rate, os.getloadavg()[0]))
         ok = not chk.safety and not chk.lost and (not chk.liveness or a.mode == "long")
+        if a.mode == "disk" and len(injected) < 2:
+            ok = False
         return 0 if ok else 1
     finally:
         if subs:
@@ -638,10 +796,31 @@ def main_run(a, tmp):
             log("kept %s" % tmp)
 
 
+def enter_mount_namespace():
+    """disk_full mounts a tmpfs: re-executes this run in a private mount namespace of its own
+    (unshare -m), so the mount is invisible outside and disappears with the run. Returns why it
+    cannot (then nothing was changed), or does not return."""
+    if os.environ.get("CHAOS_MOUNT_NS") == "1":
+        return None
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    unshare = shutil.which("unshare")
+    if unshare is None or shutil.which("mount") is None:
+        return "unshare or mount missing (Debian package util-linux / mount)"
+    probe = subprocess.run([unshare, "-m", "--propagation", "private", "mount", "-t", "tmpfs",
+                            "-o", "size=1m", "tmpfs", "/mnt"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "cannot mount a tmpfs in a new mount namespace: %s" % probe.stderr.strip()
+    sys.stdout.flush()
+    os.execve(unshare, [unshare, "-m", "--propagation", "private", sys.executable,
+                        os.path.abspath(__file__)] + sys.argv[1:],
+              dict(os.environ, CHAOS_MOUNT_NS="1"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["short", "long"])
+    ap.add_argument("mode", choices=["short", "long", "disk"])
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build", default=os.path.join(REPO, os.environ.get("BUILD_DIR", "build")))
@@ -650,8 +829,15 @@ def main():
     ap.add_argument("--rate", type=int, default=50, help="loadgen tx/s per partition")
     ap.add_argument("--submit-rate", type=float, default=5, help="acked submits/s per partition")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    ap.add_argument("--disk", action="store_true", help="long: disk_full among the faults")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
+    a.disk = a.disk or a.mode == "disk"
+    if a.disk:
+        why = enter_mount_namespace()
+        if why:
+            print("SKIP: disk faults: %s" % why)
+            return 77
     try:
         import grpc as _g  # noqa: F401
         import google.protobuf  # noqa: F401

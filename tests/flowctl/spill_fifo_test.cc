@@ -1,7 +1,10 @@
 #include "flowctl/spill_fifo.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
@@ -210,6 +213,74 @@ TEST(SpillFifoTest, DurabilityNoneHasNoDurableRecords) {
   EXPECT_EQ(fifo->durable_seq(), 0u);
   EXPECT_TRUE(absl::IsFailedPrecondition(fifo->WaitDurable(seq)));
   EXPECT_TRUE(fifo->Sync().ok());
+}
+
+// While alive, this process may not grow a file past `bytes` (RLIMIT_FSIZE): a write beyond it
+// fails with EFBIG, as a full disk fails it with ENOSPC (SIGXFSZ is ignored meanwhile).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    CHECK_EQ(getrlimit(RLIMIT_FSIZE, &saved_), 0);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = saved_;
+    r.rlim_cur = bytes;
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &r), 0);
+  }
+  ~FileSizeLimit() {
+    CHECK_EQ(setrlimit(RLIMIT_FSIZE, &saved_), 0);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_;
+  void (*old_handler_)(int);
+};
+
+TEST(SpillFifoTest, AWriteRefusedForSpaceFailsThatAppendOnlyAndLosesNothingAcknowledged) {
+  TempDir dir;
+  const SpillFifoOptions o = Opts(dir.path(), SpillDurability::kEveryRecord, 0);
+  std::vector<std::string> acked;
+  {
+    auto fifo = MustOpen(o);
+    for (int i = 0; i < 10; ++i) {
+      acked.push_back(Payload(i, 100));
+      MustAppend(*fifo, acked.back());
+    }
+    absl::Status refused;
+    {
+      // Room for 7 more frames of 116 bytes after the 1160 written: the 8th is cut short.
+      FileSizeLimit limit(1160 + 7 * 116 + 50);
+      for (int i = 10; i < 30 && refused.ok(); ++i) {
+        absl::StatusOr<uint64_t> seq = fifo->Append(Payload(i, 100));
+        if (seq.ok()) {
+          acked.push_back(Payload(i, 100));
+        } else {
+          refused = seq.status();
+        }
+      }
+      ASSERT_EQ(acked.size(), 17u);
+      // The client is told to come back (RESOURCE_EXHAUSTED), the operator which file and why.
+      EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+      EXPECT_THAT(refused.message(), HasSubstr("File too large"));
+      EXPECT_THAT(refused.message(), HasSubstr(SegmentFiles(dir.path())[0]));
+      // Still no room: refused again, nothing half-written left behind.
+      EXPECT_TRUE(absl::IsResourceExhausted(fifo->Append(Payload(98, 100)).status()));
+    }
+    // Room again: appends go on, straight after the acknowledged records.
+    acked.push_back(Payload(99, 100));
+    MustAppend(*fifo, acked.back());
+  }
+  // Reopened, every acknowledged record is there once, in order, and nothing else.
+  auto fifo = MustOpen(o);
+  EXPECT_TRUE(fifo->recovery_status().ok()) << fifo->recovery_status();
+  std::vector<SpillFifo::Record> rest = DrainAll(*fifo);
+  ASSERT_EQ(rest.size(), acked.size());
+  for (size_t i = 0; i < rest.size(); ++i) {
+    EXPECT_EQ(rest[i].data, acked[i]) << i;
+    if (i > 0) {
+      EXPECT_GT(rest[i].seq, rest[i - 1].seq);
+    }
+  }
 }
 
 // Writes 20 records of 100 bytes to one segment and closes the FIFO; returns the segment path.

@@ -417,12 +417,16 @@ TEST_F(ConsensusDriverTest, TheDriverAsksForEveryTickItNeedsAndNoOthers) {
 
 TEST_F(ConsensusDriverTest, AFailedConsensusStoreWriteHaltsTheDriverForGood) {
   Build(0);
+  EXPECT_EQ(driver_->halt_reason(), "");
   store_.FailWrites(true);
   std::vector<TxPtr> txs = {NewTx(), NewTx(), NewTx()};
   for (const TxPtr& t : txs) AdmitAsClient(t);
   driver_->Tick(clock_.NowNanos(), false);
   EXPECT_EQ(driver_->state(), kHaltedState);
   EXPECT_EQ(driver_->StateName(), "HALTED");
+  // Status readers are told why (the store's error, as the operator needs it).
+  EXPECT_NE(driver_->halt_reason().find("fake consensus store: writes fail"), std::string::npos)
+      << driver_->halt_reason();
   EXPECT_TRUE(Consensus(SentSince(0), ConsensusMessage::kPrePrepare).empty())
       << "nothing is sent that the store did not keep";
   // Halted for good: writes work again, but nothing is proposed or voted.

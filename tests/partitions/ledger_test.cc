@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "partitions/block.h"
+#include "rocksdb/env.h"
+#include "tests/mocks/faulty_file_system.h"
 #include "tests/partitions/chain_test_util.h"
 
 namespace partitions {
@@ -104,6 +106,49 @@ TEST_F(LedgerTest, CommitQueryAndReopen) {
   absl::StatusOr<std::optional<std::string>> v = chain.ledger->GetValue("hello");
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(v->value_or(""), "world");
+}
+
+TEST_F(LedgerTest, AFullDiskFailsTheCommitAndAReopenWithSpaceResumesAtTheSameHeight) {
+  auto fs = std::make_shared<tests::FaultyFileSystem>();
+  std::unique_ptr<rocksdb::Env> env = tests::FaultyFileSystem::NewEnv(fs);
+  LedgerOptions options;
+  options.env = env.get();
+  std::string root_at_2;
+  std::string hash_at_2;
+  {
+    absl::StatusOr<Chain> chain = OpenChain(dir_ + "/ledger", kPartition, genesis_, options);
+    ASSERT_TRUE(chain.ok()) << chain.status();
+    for (uint64_t h = 1; h <= 2; ++h) {
+      ASSERT_TRUE(
+          chaintest::CommitTxs(*chain, chaintest::SeededBlockTxs(7, h, *chain->executor, keys_))
+              .ok());
+    }
+    root_at_2 = chain->ledger->last_header().state_root();
+    hash_at_2 = BlockHash(chain->ledger->last_header());
+    fs->FailWrites(true);
+    absl::Status s =
+        chaintest::CommitTxs(*chain, chaintest::SeededBlockTxs(7, 3, *chain->executor, keys_));
+    // The disk's own words reach the caller, as RESOURCE_EXHAUSTED (the operator frees space).
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "No space left on device")) << s;
+    EXPECT_GT(fs->refused(), 0);
+    // Nothing of block 3 landed; what is committed stays readable.
+    EXPECT_EQ(chain->ledger->last_height(), 2u);
+    absl::StatusOr<node::chain::Block> b2 = chain->ledger->GetBlock(2);
+    ASSERT_TRUE(b2.ok()) << b2.status();
+    EXPECT_EQ(BlockHash(b2->header()), hash_at_2);
+    EXPECT_EQ(chain->ledger->GetBlock(3).status().code(), absl::StatusCode::kNotFound);
+  }
+  // Space again: reopened, the ledger is at block 2 with its state, and block 3 commits.
+  fs->FailWrites(false);
+  absl::StatusOr<Chain> chain = OpenChain(dir_ + "/ledger", kPartition, genesis_, options);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  EXPECT_EQ(chain->ledger->last_height(), 2u);
+  EXPECT_EQ(chain->executor->state_root(), root_at_2);
+  ASSERT_TRUE(
+      chaintest::CommitTxs(*chain, chaintest::SeededBlockTxs(7, 3, *chain->executor, keys_)).ok());
+  EXPECT_EQ(chain->ledger->last_height(), 3u);
+  EXPECT_EQ(chain->ledger->last_header().parent_hash(), hash_at_2);
 }
 
 TEST_F(LedgerTest, RefusesBlocksThatDoNotExtendTheTip) {

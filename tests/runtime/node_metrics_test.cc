@@ -86,6 +86,25 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("# TYPE noded_pool_txs gauge"));
 }
 
+TEST(NodeMetricsTest, RefusalsPerPeerAndReason) {
+  node::admin::ListPeersResponse peers;
+  auto* a = peers.add_peers();
+  a->set_node_id("aa");
+  a->mutable_refused()->set_bad_signature(7);
+  a->mutable_refused()->set_unknown_partition(2);
+  peers.add_peers()->set_node_id("bb");
+  const std::string text = prometheus::TextSerializer().Serialize(
+      NodeMetricFamilies(node::admin::NodeStatus(), node::admin::FlowStats(), peers));
+  EXPECT_THAT(text, HasSubstr("# TYPE noded_peer_messages_refused_total counter"));
+  EXPECT_THAT(
+      text, HasSubstr("noded_peer_messages_refused_total{peer=\"aa\",reason=\"bad_signature\"} 7"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("noded_peer_messages_refused_total{peer=\"aa\",reason=\"unknown_partition\"} 2"));
+  EXPECT_THAT(
+      text, HasSubstr("noded_peer_messages_refused_total{peer=\"bb\",reason=\"bad_signature\"} 0"));
+}
+
 TEST(NodeMetricsTest, OneFamilyPerNameAcrossPartitions) {
   node::admin::NodeStatus status;
   node::admin::FlowStats stats;

@@ -24,6 +24,7 @@ using ::testing::AllOf;
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 template <typename T>
@@ -155,6 +156,23 @@ TEST_F(NodectlTest, StatusPrintsNodeAndPartitionTable) {
   EXPECT_THAT(err(), IsEmpty());
 }
 
+TEST_F(NodectlTest, StatusNamesWhyAPartitionHalted) {
+  fake_.SetStatus(FromText<node::admin::NodeStatus>(R"pb(
+    node_id: "ab12"
+    partitions { id: 1 name: "hot" height: 120 consensus_state: "NORMAL" }
+    partitions {
+      id: 2
+      name: "steady"
+      height: 7
+      consensus_state: "HALTED"
+      halt_reason: "commit of seq 8 failed: INTERNAL: No space left on device"
+    })pb"));
+  ASSERT_EQ(Run({"status"}), kExitOk) << err();
+  EXPECT_THAT(out(), HasSubstr("steady      2       7     0  HALTED"));
+  EXPECT_THAT(out(), HasSubstr("\nsteady halted: commit of seq 8 failed: INTERNAL: No space left "
+                               "on device\n"));
+  EXPECT_THAT(out(), Not(HasSubstr("hot halted")));
+}
 TEST_F(NodectlTest, JsonOutputRoundTripsTheResponse) {
   fake_.SetStats(SampleStats());
   ASSERT_EQ(Run({"--json", "stats"}), kExitOk) << err();
@@ -238,11 +256,18 @@ TEST_F(NodectlTest, PartitionsAndPeersTables) {
       bytes_sent: 2048
       bytes_received: 100
       reconnects: 1
+    }
+    peers {
+      node_id: "ee11"
+      address: "127.0.0.1:26667"
+      refused { bad_signature: 40 unknown_partition: 2 }
     })pb"));
   ASSERT_EQ(Run({"peers"}), kExitOk) << err();
   EXPECT_EQ(out(),
-            "ADDRESS          CONNECTED     SENT  RECEIVED  RECONNECTS  NODE_ID\n"
-            "127.0.0.1:26657  yes        2.0 KiB     100 B           1  ff00\n");
+            "ADDRESS          CONNECTED     SENT  RECEIVED  RECONNECTS  REFUSED  NODE_ID\n"
+            "127.0.0.1:26657  yes        2.0 KiB     100 B           1        0  ff00\n"
+            "127.0.0.1:26667  no             0 B       0 B           0       42  ee11\n"
+            "\nrefused from ee11: unknown_partition=2, bad_signature=40\n");
 }
 
 TEST_F(NodectlTest, TokenFileSendsBearerHeader) {
