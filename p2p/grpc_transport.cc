@@ -316,6 +316,10 @@ void GrpcTransport::SetPressureHandler(PressureHandler handler) {
   on_pressure_ = std::move(handler);
 }
 
+void GrpcTransport::SetRefusedFrameHandler(RefusedFrameHandler handler) {
+  on_refused_frame_ = std::move(handler);
+}
+
 void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
   conn->StartWriter();
   Register(conn);
@@ -333,6 +337,7 @@ void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
           conn->reassembler().Add(f.header(), std::move(*f.mutable_payload()));
       if (!m.ok()) {
         counters_->frames_refused.fetch_add(1, std::memory_order_relaxed);
+        if (on_refused_frame_) on_refused_frame_(conn->peer());
         LOG_EVERY_N(WARNING, 100) << "p2p " << self_ << ": frame from " << conn->peer()
                                   << " refused: " << m.status().message();
         continue;

@@ -150,6 +150,11 @@ class GrpcTransport final : public Network, public FrameWriter {
   void WriteFrame(EgressFrame frame) override;
   void SetPressureHandler(PressureHandler handler) override;  // before Start
 
+  // Called (from a connection's reader thread) for each inbound frame refused as bad or
+  // oversized, with the authenticated peer that sent it. Before Start.
+  using RefusedFrameHandler = std::function<void(const NodeId& peer)>;
+  void SetRefusedFrameHandler(RefusedFrameHandler handler);
+
  private:
   class Service;
   struct Peer {
@@ -199,6 +204,7 @@ class GrpcTransport final : public Network, public FrameWriter {
   MessageHandler on_message_;                // set before Start
   PeerEventHandler on_peer_event_;           // set before Start
   PressureHandler on_pressure_;              // set before Start
+  RefusedFrameHandler on_refused_frame_;     // set before Start
   std::atomic<uint64_t> next_direct_id_{0};  // message ids of Send/Broadcast on the transport
   struct HandshakeWatch {
     absl::Time deadline;

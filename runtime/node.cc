@@ -232,7 +232,12 @@ absl::Status Node::Start() {
       [](const p2p::NodeId& peer, p2p::PeerEvent ev) {
         LOG(INFO) << "peer " << peer << " " << ev;
       });
-  if (transport_ != nullptr) RETURN_IF_ERROR(transport_->Start());
+  if (transport_ != nullptr) {
+    transport_->SetRefusedFrameHandler([refusals = refusals_.get()](const p2p::NodeId& peer) {
+      refusals->Count(peer, PeerRefusals::kBadFrame);
+    });
+    RETURN_IF_ERROR(transport_->Start());
+  }
   if (!options_.egress_by_hand) RETURN_IF_ERROR(egress_->Start());
   for (auto& p : partitions_) RETURN_IF_ERROR(p->Start());
 
@@ -370,6 +375,7 @@ node::admin::ListPeersResponse Node::Peers() const {
       r->set_wrong_channel(refusals_->count(id, PeerRefusals::kWrongChannel));
       r->set_bad_signature(refusals_->count(id, PeerRefusals::kBadSignature));
       r->set_bad_tx(refusals_->count(id, PeerRefusals::kBadTx));
+      r->set_bad_frame(refusals_->count(id, PeerRefusals::kBadFrame));
     }
   }
   return out;

@@ -255,7 +255,8 @@ void AddPeers(const node::admin::ListPeersResponse& peers, Families* f) {
     for (const auto& [reason, n] :
          {std::pair{"unknown_partition", r.unknown_partition()},
           std::pair{"malformed", r.malformed()}, std::pair{"wrong_channel", r.wrong_channel()},
-          std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()}}) {
+          std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()},
+          std::pair{"bad_frame", r.bad_frame()}}) {
       f->Counter("noded_peer_messages_refused_total",
                  "Messages from the peer this node refused, by reason, over all partitions.",
                  {{"peer", p.node_id()}, {"reason", reason}}, static_cast<double>(n));

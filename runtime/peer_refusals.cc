@@ -14,6 +14,8 @@ const char* PeerRefusals::ReasonName(Reason r) {
       return "bad_signature";
     case kBadTx:
       return "bad_tx";
+    case kBadFrame:
+      return "bad_frame";
     case kNumReasons:
       break;
   }

@@ -36,6 +36,7 @@ class PeerRefusals {
     kWrongChannel,      // a kind its channel may not carry
     kBadSignature,      // not signed by the connection's replica, or a bad signature
     kBadTx,             // a forwarded or fetched tx that does not decode or verify
+    kBadFrame,          // a transport frame refused (oversized, or it does not reassemble)
     kNumReasons,
   };
   // "unknown_partition", "malformed", ...

@@ -141,8 +141,8 @@ void PrintPeers(const node::admin::ListPeersResponse& resp, std::ostream& out) {
   Table t({"ADDRESS", "CONNECTED", "SENT>", "RECEIVED>", "RECONNECTS>", "REFUSED>", "NODE_ID"});
   for (const auto& p : resp.peers()) {
     const node::admin::PeerRefusals& r = p.refused();
-    const uint64_t refused =
-        r.unknown_partition() + r.malformed() + r.wrong_channel() + r.bad_signature() + r.bad_tx();
+    const uint64_t refused = r.unknown_partition() + r.malformed() + r.wrong_channel() +
+                             r.bad_signature() + r.bad_tx() + r.bad_frame();
     t.AddRow({p.address(), YesNo(p.connected()), FormatBytes(p.bytes_sent()),
               FormatBytes(p.bytes_received()), absl::StrCat(p.reconnects()), absl::StrCat(refused),
               p.node_id()});
@@ -155,7 +155,8 @@ void PrintPeers(const node::admin::ListPeersResponse& resp, std::ostream& out) {
     for (const auto& [name, n] :
          {std::pair{"unknown_partition", r.unknown_partition()},
           std::pair{"malformed", r.malformed()}, std::pair{"wrong_channel", r.wrong_channel()},
-          std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()}}) {
+          std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()},
+          std::pair{"bad_frame", r.bad_frame()}}) {
       if (n > 0) absl::StrAppend(&reasons, reasons.empty() ? "" : ", ", name, "=", n);
     }
     if (!reasons.empty()) out << "\nrefused from " << p.node_id() << ": " << reasons << "\n";

@@ -6,6 +6,8 @@
   tests/chaos/chaos.py long --minutes 10 --seed 7 randomized fault schedule, prints a table
                                                   (--disk adds disk_full to it; needs root)
   tests/chaos/chaos.py disk                       the disk faults alone (~1 min; needs root)
+  tests/chaos/chaos.py byzantine                  a Byzantine replica as a real process (~1 min;
+                                                  long --byzantine adds it to the schedule)
 
 Faults: kill -9 + restart of a replica; SIGSTOP/SIGCONT of a replica and of a primary for longer
 than the view-change timeout; rolling restart (SIGTERM + start, one node after another); kill -9
@@ -64,6 +66,8 @@ REVERIFY = 300        # heights re-read from a restarted node
 DISK_SIZE = 60 << 20
 DISK_LEFT = 16 << 10  # disk_full: free bytes left once the filler is written
 DISK_HALT_S = 20.0    # disk_full: the partition halts within this of the disk filling up
+BYZ_S = 36            # byzantine: how long byzantine_peer runs (4 s per misbehaviour)
+BYZ_RSS_MB = 128      # byzantine: an honest node's resident memory grows less than this
 T0 = time.monotonic()
 grpc = admin_pb2 = admin_pb2_grpc = chain_pb2 = client_pb2 = client_pb2_grpc = None
 
@@ -175,6 +179,35 @@ class Cluster:
 
     def indices(self):
         return list(range(1, N_NODES + 1))
+
+    def rss_kib(self, i):
+        """Resident memory of node i's process, KiB (0 when it does not run)."""
+        pid = self.ln.running_pid(self.d, i)
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except (OSError, TypeError, ValueError):
+            pass
+        return 0
+
+    def refused_by_reason(self, i, peer):
+        """{reason: count} of noded_peer_messages_refused_total{peer=...} on node i's metrics."""
+        port = self.state["nodes"][i - 1]["ports"]["metrics"]
+        out = {}
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
+                text = r.read().decode()
+        except OSError as e:
+            log("metrics of node %d: %s" % (i, e))
+            return out
+        prefix = 'noded_peer_messages_refused_total{peer="%s",reason="' % peer
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                reason, value = line[len(prefix):].split('"}')
+                out[reason] = float(value)
+        return out
 
     def live(self):
         with self.lock:
@@ -594,6 +627,63 @@ class Faults:
             % (kind, base, halt_s, took))
         return {"kind": kind, "recovery_s": rec, "catchup_s": took}
 
+    def byzantine(self):
+        """A replica turns Byzantine: its node stops and tests/byzantine/byzantine_peer takes
+        its place (its key, its p2p port) for BYZ_S seconds, running every misbehaviour in turn.
+        The honest three must keep committing on every partition throughout (each wait bounded
+        by 2x the view-change timeout), keep their memory (RSS growth under BYZ_RSS_MB), and
+        count what it sent against it by reason (noded_peer_messages_refused_total); then the
+        node comes back honest and catches up."""
+        i = self.non_primary()
+        honest = [j for j in self.c.live() if j != i]
+        bad_id = self.c.ids[i]
+        log("fault byzantine: node %d (%s) replaced by byzantine_peer for %ds"
+            % (i, bad_id, BYZ_S))
+        self.c.kill(i, signal.SIGTERM)
+        rss0 = {j: self.c.rss_kib(j) for j in honest}
+        cmd = [os.path.join(self.c.build, "tests", "byzantine_peer"), "--config",
+               self.c.ln.node_paths(self.c.d, i)["config"], "--mode", "all", "--seconds",
+               str(BYZ_S), "--rate", "200"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        waits = 0
+        worst = 0.0
+        try:
+            while proc.poll() is None and time.monotonic() < HARD_DEADLINE[0]:
+                t = time.monotonic()
+                self.wait_progress({j: PARTITIONS for j in honest}, 2 * self.vct,
+                                   "byzantine (honest nodes under attack)")
+                worst = max(worst, time.monotonic() - t)
+                waits += 1
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log("byzantine: %s" % " / ".join(l for l in out.splitlines() if l))
+        if proc.returncode != 0:
+            self.chk.violation("liveness", "byzantine_peer exited %d: %s"
+                               % (proc.returncode, out.strip()[-400:]))
+        rss1 = {j: self.c.rss_kib(j) for j in honest}
+        growth = max((rss1[j] - rss0[j]) / 1024.0 for j in honest)
+        log("byzantine: honest progress checked %d times, slowest %.2fs; RSS MiB before %s, "
+            "after %s" % (waits, worst, {j: rss0[j] // 1024 for j in honest},
+                          {j: rss1[j] // 1024 for j in honest}))
+        if growth > BYZ_RSS_MB:
+            self.chk.violation("liveness", "byzantine: an honest node's RSS grew by %.0f MiB "
+                               "(bound %d)" % (growth, BYZ_RSS_MB), honest)
+        for j in honest:
+            refused = self.c.refused_by_reason(j, bad_id)
+            log("byzantine: node %d refused from %s: %s" % (j, bad_id, refused))
+            for reason in ("bad_signature", "malformed", "wrong_channel", "unknown_partition",
+                           "bad_tx", "bad_frame"):
+                if refused.get(reason, 0) <= 0:
+                    self.chk.violation("liveness", "byzantine: node %d counted no %s from %s"
+                                       % (j, reason, bad_id), [j])
+        t = time.monotonic()
+        self.c.start(i)
+        took = self.wait_catchup(i, t, "byzantine")
+        return {"kind": "byzantine", "recovery_s": worst, "catchup_s": took}
+
     def check_halted_visible(self, i, p):
         """A halted partition shows in the client API (HALTED, halt_reason), in the metrics, and
         refuses new txs with UNAVAILABLE."""
@@ -645,7 +735,8 @@ class Faults:
                                % (what, sorted(base), bound, took), list(want))
 
     def run(self, kind):
-        return {"disk_full": lambda: self.disk_full(False),
+        return {"byzantine": self.byzantine,
+                "disk_full": lambda: self.disk_full(False),
                 "disk_full_primary": lambda: self.disk_full(True),
                 "kill_restart": self.kill_restart,
                 "pause_replica": lambda: self.pause(False),
@@ -725,15 +816,18 @@ def main_run(a, tmp):
         chk = Checker(cluster, subs)
         faults = Faults(cluster, chk, rng)
         time.sleep(2)
-        kinds = KINDS + (["disk_full", "disk_full_primary"] if a.disk else [])
+        kinds = KINDS + (["disk_full", "disk_full_primary"] if a.disk else []) + (
+            ["byzantine"] if a.byzantine else [])
         if a.mode == "short":
             schedule = list(KINDS)
         elif a.mode == "disk":
             schedule = ["disk_full", "disk_full_primary"]
+        elif a.mode == "byzantine":
+            schedule = ["byzantine"]
         else:
             schedule = None
         end = start + a.minutes * 60
-        if a.mode in ("short", "disk"):
+        if a.mode in ("short", "disk", "byzantine"):
             HARD_DEADLINE[0] = start + 240
         while True:
             if schedule is not None:
@@ -782,7 +876,7 @@ def main_run(a, tmp):
         print("| load | loadgen %d tx/s per partition + %d acked tx/s per partition; "
               "loadavg %s |" % (a.rate, a.submit_rate, os.getloadavg()[0]))
         ok = not chk.safety and not chk.lost and (not chk.liveness or a.mode == "long")
-        if a.mode == "disk" and len(injected) < 2:
+        if a.mode == "disk" and len(injected) < 2 or a.mode == "byzantine" and not injected:
             ok = False
         return 0 if ok else 1
     finally:
@@ -820,7 +914,7 @@ def enter_mount_namespace():
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["short", "long", "disk"])
+    ap.add_argument("mode", choices=["short", "long", "disk", "byzantine"])
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build", default=os.path.join(REPO, os.environ.get("BUILD_DIR", "build")))
@@ -830,6 +924,8 @@ def main():
     ap.add_argument("--submit-rate", type=float, default=5, help="acked submits/s per partition")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     ap.add_argument("--disk", action="store_true", help="long: disk_full among the faults")
+    ap.add_argument("--byzantine", action="store_true",
+                    help="long: a byzantine_peer run among the faults")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     a.disk = a.disk or a.mode == "disk"
@@ -845,7 +941,10 @@ def main():
     except ImportError as e:
         print("SKIP: %s (install python3-grpcio python3-protobuf python3-cryptography)" % e)
         return 77
-    for b in ("runtime/noded", "tools/loadgen", "tools/nodectl"):
+    a.byzantine = a.byzantine or a.mode == "byzantine"
+    needed = ("runtime/noded", "tools/loadgen", "tools/nodectl") + (
+        ("tests/byzantine_peer",) if a.byzantine else ())
+    for b in needed:
         if not os.access(os.path.join(a.build, b), os.X_OK):
             print("SKIP: %s not built" % os.path.join(a.build, b))
             return 77

@@ -13,6 +13,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -58,8 +59,17 @@ class Peer {
           got_.push_back(from + ":" + payload);
         },
         [](const NodeId&, PeerEvent) {});
+    t_->SetRefusedFrameHandler([this](const NodeId& from) {
+      absl::MutexLock l(&mu_);
+      ++refused_from_[from];
+    });
   }
   GrpcTransport& t() { return *t_; }
+  // Frames refused, by the peer that sent them (SetRefusedFrameHandler).
+  size_t RefusedFrom(const NodeId& from) {
+    absl::MutexLock l(&mu_);
+    return refused_from_[from];
+  }
   std::string address() const { return absl::StrCat("127.0.0.1:", t_->port()); }
   bool Connected(const NodeId& peer) {
     for (const NodeId& p : t_->connected_peers()) {
@@ -81,6 +91,7 @@ class Peer {
   std::unique_ptr<GrpcTransport> t_;
   absl::Mutex mu_;
   std::vector<std::string> got_ ABSL_GUARDED_BY(mu_);
+  std::map<NodeId, size_t> refused_from_ ABSL_GUARDED_BY(mu_);
 };
 
 // The test double: PeerService.Connect on raw bytes, one operation at a time.
@@ -255,6 +266,8 @@ TEST_F(GarbagePeerTest, GarbageFramesAfterTheHandshakeAreRefusedThenUndecodableB
       [&] { return a_->t().Stats().frames_received >= before.frames_received + kBad + 300; }));
   const TransportStats after = a_->t().Stats();
   EXPECT_GE(after.frames_refused, before.frames_refused + kBad);
+  // Each refusal is charged to the authenticated peer that sent it.
+  EXPECT_EQ(a_->RefusedFrom(g_), after.frames_refused);
   EXPECT_TRUE(a_->Connected(g_)) << "refused frames alone do not end the stream";
   ExpectHonestTraffic("1");
 

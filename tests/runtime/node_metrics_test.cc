@@ -92,10 +92,13 @@ TEST(NodeMetricsTest, RefusalsPerPeerAndReason) {
   a->set_node_id("aa");
   a->mutable_refused()->set_bad_signature(7);
   a->mutable_refused()->set_unknown_partition(2);
+  a->mutable_refused()->set_bad_frame(3);
   peers.add_peers()->set_node_id("bb");
   const std::string text = prometheus::TextSerializer().Serialize(
       NodeMetricFamilies(node::admin::NodeStatus(), node::admin::FlowStats(), peers));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_peer_messages_refused_total counter"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_peer_messages_refused_total{peer=\"aa\",reason=\"bad_frame\"} 3"));
   EXPECT_THAT(
       text, HasSubstr("noded_peer_messages_refused_total{peer=\"aa\",reason=\"bad_signature\"} 7"));
   EXPECT_THAT(

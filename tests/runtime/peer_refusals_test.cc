@@ -40,8 +40,7 @@ TEST(PeerRefusalsTest, CountsPerPeerAndReasonAndIgnoresUnknownPeers) {
 std::string Wire(const node::partition::PartitionMessage& m) { return m.SerializeAsString(); }
 
 TEST(PeerRefusalsNodeTest, AMisbehavingPeerIsNamedWithWhatItSent) {
-  const std::string dir =
-      ::testing::TempDir() + "/peer_refusals_test_" + std::to_string(getpid());
+  const std::string dir = ::testing::TempDir() + "/peer_refusals_test_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const base::PrivateKey key = testing::TestKey('n');
@@ -51,8 +50,7 @@ TEST(PeerRefusalsNodeTest, AMisbehavingPeerIsNamedWithWhatItSent) {
   const p2p::NodeId bad = p2p::NodeIdFromPublicKey(bad_key.public_key().bytes());
   // Four replicas (n = 3f+1): this node, the bad one, and two that stay silent. Replica indices
   // are the ids' sorted positions.
-  std::vector<base::PrivateKey> peer_keys = {bad_key, testing::TestKey('c'),
-                                             testing::TestKey('d')};
+  std::vector<base::PrivateKey> peer_keys = {bad_key, testing::TestKey('c'), testing::TestKey('d')};
   std::vector<p2p::NodeId> ids = {id};
   for (const base::PrivateKey& k : peer_keys) {
     ids.push_back(p2p::NodeIdFromPublicKey(k.public_key().bytes()));

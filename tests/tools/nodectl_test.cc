@@ -260,14 +260,14 @@ TEST_F(NodectlTest, PartitionsAndPeersTables) {
     peers {
       node_id: "ee11"
       address: "127.0.0.1:26667"
-      refused { bad_signature: 40 unknown_partition: 2 }
+      refused { bad_signature: 40 unknown_partition: 2 bad_frame: 1 }
     })pb"));
   ASSERT_EQ(Run({"peers"}), kExitOk) << err();
   EXPECT_EQ(out(),
             "ADDRESS          CONNECTED     SENT  RECEIVED  RECONNECTS  REFUSED  NODE_ID\n"
             "127.0.0.1:26657  yes        2.0 KiB     100 B           1        0  ff00\n"
-            "127.0.0.1:26667  no             0 B       0 B           0       42  ee11\n"
-            "\nrefused from ee11: unknown_partition=2, bad_signature=40\n");
+            "127.0.0.1:26667  no             0 B       0 B           0       43  ee11\n"
+            "\nrefused from ee11: unknown_partition=2, bad_signature=40, bad_frame=1\n");
 }
 
 TEST_F(NodectlTest, TokenFileSendsBearerHeader) {
