@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "partitions/pbft_certs.h"
 
 namespace partitions {
 namespace {
@@ -172,6 +173,23 @@ void ConsensusDriver::HaltLocked(std::string why) {
   state_.store(kHaltedState);
 }
 
+void ConsensusDriver::EquivocateLocked(const node::partition::PartitionMessage& proposal,
+                                       p2p::Channel channel) {
+  node::partition::PartitionMessage other = proposal;
+  node::consensus::PrePrepare* pp = other.mutable_consensus()->mutable_pre_prepare();
+  pp->mutable_tx_hashes()->RemoveLast();
+  pp->set_digest(BatchDigest(pp->tx_hashes()));
+  other.mutable_consensus()->set_signature(deps_.crypto->Sign(other.consensus()));
+  LOG(WARNING) << "partition " << deps_.name << ": TEST FAILPOINT equivocate: seq " << pp->seq()
+               << " of view " << pp->view() << " proposed twice";
+  bool first = true;
+  for (uint32_t r = 0; r < deps_.sender->replicas(); ++r) {
+    if (r == deps_.sender->self()) continue;
+    deps_.sender->Send(r, channel, first ? proposal : other);
+    first = false;
+  }
+}
+
 std::string ConsensusDriver::halt_reason() const {
   absl::MutexLock lock(&halt_mu_);
   return halt_reason_;
@@ -208,7 +226,12 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                      }
                      node::partition::PartitionMessage m;
                      *m.mutable_consensus() = std::move(a.msg);
-                     deps_.sender->Broadcast(ChannelOf(a.channel), m);
+                     if (deps_.equivocate && m.consensus().has_pre_prepare() &&
+                         m.consensus().pre_prepare().tx_hashes_size() >= 2) {
+                       EquivocateLocked(m, ChannelOf(a.channel));
+                     } else {
+                       deps_.sender->Broadcast(ChannelOf(a.channel), m);
+                     }
                    },
                    [&](PbftCommit& a) {
                      cut_may_change = true;

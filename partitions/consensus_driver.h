@@ -95,6 +95,11 @@ class ConsensusDriver {
     // with Tick's return value this is every time the driver needs: nothing here assumes a
     // periodic tick. Called with no lock held. Required.
     std::function<void(int64_t when_nanos)> wake_by;
+    // Test failpoint (noded --test-equivocate): this replica is a faulty primary. Each of its
+    // proposals of two txs or more goes as proposed to one other replica and, to the rest, as a
+    // second validly signed pre-prepare for the same (view, seq) without the batch's last tx.
+    // Never set outside fault tests.
+    bool equivocate = false;
   };
 
   struct Stats {
@@ -149,6 +154,10 @@ class ConsensusDriver {
   void ReforwardLocked(int64_t now, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops this replica for good (until a restart) and logs `why`, kept for halt_reason().
   void HaltLocked(std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deps::equivocate: sends `proposal` (a pre-prepare) to one replica and a conflicting one to
+  // the others.
+  void EquivocateLocked(const node::partition::PartitionMessage& proposal, p2p::Channel channel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Deps deps_;
 

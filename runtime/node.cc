@@ -209,6 +209,11 @@ absl::Status Node::Start() {
     env.scheduler = scheduler_.get();
     env.channels = &egress_->scheduler().channels();
     env.refusals = refusals_.get();
+    env.test_equivocate = pc.name() == options_.test_equivocate_partition;
+    if (env.test_equivocate) {
+      LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
+                   << ": this node proposes conflicting batches when it is the primary";
+    }
     absl::StatusOr<std::unique_ptr<Partition>> part = Partition::Open(std::move(env));
     if (!part.ok()) {
       return absl::Status(part.status().code(),

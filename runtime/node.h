@@ -70,6 +70,9 @@ struct NodeOptions {
   // Tests on a FakeClock: the egress valve runs no sender thread; the test releases frames with
   // egress()->ReleaseDue() as it moves the clock.
   bool egress_by_hand = false;
+  // Fault tests only (noded --test-equivocate NAME): this node is a faulty primary of partition
+  // NAME, proposing conflicting batches (ConsensusDriver::Deps::equivocate). Empty: none.
+  std::string test_equivocate_partition = {};
 };
 
 class Node {

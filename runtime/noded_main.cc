@@ -12,9 +12,12 @@
 // logged as a WARNING at start when on): --p2p-fault-delay-ms N, --p2p-fault-jitter-ms N,
 // --p2p-fault-loss P (0..1, whole messages), --p2p-fault-seed N, --p2p-fault-peers ID,ID (node ids
 // or prefixes; default all), --p2p-fault-channels CONSENSUS,SYNC,... (default all).
+// --test-equivocate PARTITION makes this node a faulty primary of PARTITION (conflicting
+// pre-prepares, ConsensusDriver::Deps::equivocate) for the Byzantine fault runs.
 //
 // SIGTERM / SIGINT: stop taking requests, drain in-flight ones (up to --drain-ms), flush, exit 0.
 // Exit codes: 0 ok, 1 runtime failure (bind error, unreadable data), 2 usage or config error.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -52,7 +55,8 @@ constexpr char kUsage[] =
     "\n"
     "Tests only (p2p fault injection, off by default): --p2p-fault-delay-ms N,\n"
     "--p2p-fault-jitter-ms N, --p2p-fault-loss P (0..1), --p2p-fault-seed N,\n"
-    "--p2p-fault-peers ID,ID (node id prefixes), --p2p-fault-channels CONSENSUS,SYNC,...\n";
+    "--p2p-fault-peers ID,ID (node id prefixes), --p2p-fault-channels CONSENSUS,SYNC,...\n"
+    "Tests only (a faulty primary): --test-equivocate PARTITION\n";
 
 int Usage(const std::string& problem) {
   std::cerr << "noded: " << problem << "\n\n" << kUsage;
@@ -155,6 +159,10 @@ int main(int argc, char** argv) {
       check = true;
     } else if (a == "--print-default-config") {
       print_default = true;
+    } else if (a == "--test-equivocate") {
+      if (!value(&node_options.test_equivocate_partition)) {
+        return Usage("--test-equivocate needs a partition name");
+      }
     } else if (a == "--drain-ms") {
       if (!value(&v) || !absl::SimpleAtoi(v, &drain_ms) || drain_ms < 0 || drain_ms > 600'000) {
         return Usage("--drain-ms needs a number of milliseconds in [0, 600000]");
@@ -184,6 +192,12 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     std::cerr << config.status().message() << "\n";
     return 2;
+  }
+  if (const std::string& eq = node_options.test_equivocate_partition; !eq.empty()) {
+    const auto& ps = config->partitions();
+    if (std::none_of(ps.begin(), ps.end(), [&](const auto& p) { return p.name() == eq; })) {
+      return Usage(absl::StrCat("--test-equivocate: no partition named '", eq, "'"));
+    }
   }
   if (check) {
     std::cout << config_path << ": ok (" << config->partitions_size() << " partitions, "

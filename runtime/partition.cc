@@ -219,6 +219,7 @@ absl::Status Partition::Impl::Open() {
   dd.name = name_;
   dd.clock = clock_;
   dd.crypto = crypto_.get();
+  dd.equivocate = env_.test_equivocate;
   dd.store = store_.get();
   dd.pool = pool_.get();
   dd.tracker = &tracker_;

@@ -87,6 +87,8 @@ struct PartitionEnv {
   absl::Duration tick = absl::Seconds(1);
   // The node's per-peer refusal counts (runtime/peer_refusals.h); null: not counted per peer.
   PeerRefusals* refusals = nullptr;
+  // Fault tests only (noded --test-equivocate): a faulty primary, ConsensusDriver::Deps.
+  bool test_equivocate = false;
 };
 
 // The outcome of one submitted tx and the submit options (partitions/client_admission.h).

@@ -55,7 +55,7 @@ using node::consensus::ConsensusMessage;
 using node::partition::PartitionMessage;
 
 constexpr uint32_t kUnknownPartition = 4242;
-const char* const kModes[] = {"bad_signature", "impersonate",  "replay",
+const char* const kModes[] = {"bad_signature", "impersonate",   "replay",
                               "malformed",     "wrong_channel", "unknown_partition",
                               "future_view",   "bad_txs",       "oversized"};
 
@@ -83,8 +83,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     }
   }
   if (argc % 2 != 1 || f->config.empty()) return false;
-  return f->mode == "all" || std::find(std::begin(kModes), std::end(kModes), f->mode) !=
-                                 std::end(kModes);
+  return f->mode == "all" ||
+         std::find(std::begin(kModes), std::end(kModes), f->mode) != std::end(kModes);
 }
 
 // What the honest replicas say, as seen on this connection: the highest view and seq, and a few
@@ -322,8 +322,7 @@ int Run(const Flags& flags) {
     std::cerr << "byzantine_peer: " << s << "\n";
     return 1;
   }
-  Byzantine byz(&net, crypto->get(), self, static_cast<uint32_t>(members.size()), partition,
-                &seen);
+  Byzantine byz(&net, crypto->get(), self, static_cast<uint32_t>(members.size()), partition, &seen);
   std::vector<std::string> modes;
   if (flags.mode == "all") {
     modes.assign(std::begin(kModes), std::end(kModes));

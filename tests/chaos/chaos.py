@@ -68,6 +68,8 @@ DISK_LEFT = 16 << 10  # disk_full: free bytes left once the filler is written
 DISK_HALT_S = 20.0    # disk_full: the partition halts within this of the disk filling up
 BYZ_S = 36            # byzantine: how long byzantine_peer runs (4 s per misbehaviour)
 BYZ_RSS_MB = 128      # byzantine: an honest node's resident memory grows less than this
+EQUIV_REPLACE_VCT = 4  # equivocate: honest replicas leave the faulty view within this many
+                       # view-change timeouts (request timeout = 1, view change, slack)
 T0 = time.monotonic()
 grpc = admin_pb2 = admin_pb2_grpc = chain_pb2 = client_pb2 = client_pb2_grpc = None
 
@@ -245,11 +247,11 @@ class Cluster:
         self.ln.stop_nodes(self.d, [i], sig, 15)
         self.ln.reap(self.procs)
 
-    def start(self, i):
+    def start(self, i, extra_args=()):
         # The binary may be being relinked by a concurrent build (EACCES / ETXTBSY): retry.
         for attempt in range(60):
             try:
-                self.procs[i] = self.ln.start_node(self.state, self.d, i)
+                self.procs[i] = self.ln.start_node(self.state, self.d, i, extra_args)
                 break
             except OSError as e:
                 if attempt == 59:
@@ -684,6 +686,96 @@ class Faults:
         took = self.wait_catchup(i, t, "byzantine")
         return {"kind": "byzantine", "recovery_s": worst, "catchup_s": took}
 
+    def log_lines(self, i, marker):
+        """(glog time in seconds since midnight, line) of node i's log lines containing
+        `marker` (glog's prefix: a level letter, yyyymmdd, hh:mm:ss.uuuuuu)."""
+        out = []
+        try:
+            with open(self.c.ln.node_paths(self.c.d, i)["log"], errors="replace") as f:
+                for line in f:
+                    if marker in line:
+                        hh, mm, ss = line.split()[1].split(":")
+                        out.append((int(hh) * 3600 + int(mm) * 60 + float(ss), line))
+        except (OSError, ValueError, IndexError):
+            pass
+        return out
+
+    def equivocations(self, i, p):
+        """(time, view) of each equivocation node i logged on partition p (its failpoint)."""
+        return [(t, int(line.rsplit(" of view ", 1)[1].split()[0])) for t, line in
+                self.log_lines(i, "partition %s: TEST FAILPOINT equivocate: seq " % p)]
+
+    def equivocate(self):
+        """A faulty primary: node i restarts with noded --test-equivocate P and, whenever it is
+        P's primary, proposes each batch as is to one replica and, to the other two, a second
+        validly signed pre-prepare for the same seq without the batch's last tx. Neither batch
+        can gather a commit quorum. Views are moved on to it by pausing the primaries before it.
+        Once it has equivocated, the honest replicas must replace it (a view change within
+        EQUIV_REPLACE_VCT view-change timeouts, detection included) and then commit a new height
+        on every partition within 2x the view-change timeout; the Checker then finds the same
+        blocks everywhere, the faulty node's included."""
+        p = self.rng.choice(PARTITIONS)
+        i = self.non_primary()
+        honest = [j for j in self.c.live() if j != i]
+        log("fault equivocate: node %d restarted as a faulty primary of %s" % (i, p))
+        self.c.kill(i, signal.SIGTERM)
+        t = time.monotonic()
+        self.c.start(i, ["--test-equivocate", p])
+        self.wait_catchup(i, t, "equivocate (restarted with the failpoint)")
+        before = len(self.equivocations(i, p))
+        pushes = 0
+        deadline = min(time.monotonic() + 60, HARD_DEADLINE[0])
+        while len(self.equivocations(i, p)) == before and time.monotonic() < deadline:
+            prim = self.c.primary(p)
+            if prim != i and pushes < 2 * N_NODES:
+                # Move the view on: the others replace a silent primary.
+                pushes += 1
+                self.c.pause(prim)
+                time.sleep(2.5 * self.vct)
+                self.c.resume(prim)
+            time.sleep(0.2)
+        views = self.equivocations(i, p)[before:]
+        if not views:
+            self.chk.violation("liveness", "equivocate: node %d never proposed as %s's primary "
+                               "(%d views pushed)" % (i, p, pushes), [i])
+            rec = took = 0.0
+        else:
+            t_eq, v = views[0]
+            log("equivocate: node %d equivocated in view %d of %s (%d views pushed)"
+                % (i, v, p, pushes))
+            # Replaced: every honest replica installs a later view (NORMAL again), measured on
+            # the nodes' own log clocks from the first equivocation.
+            t = time.monotonic()
+            limit = min(t + EQUIV_REPLACE_VCT * self.vct + 5, HARD_DEADLINE[0])
+            while time.monotonic() < limit:
+                hs = self.c.heights(honest, timeout=0.5)
+                if len(hs) == len(honest) and all(h[p].view > v and h[p].consensus_state ==
+                                                  "NORMAL" for h in hs.values()):
+                    break
+                time.sleep(POLL_S)
+            installed = []
+            for j in honest:
+                later = [tt for tt, line in self.log_lines(j, "partition %s: consensus VIEW_CHANGE "
+                                                              "-> NORMAL (view " % p)
+                         if tt >= t_eq and int(line.rsplit("(view ", 1)[1].split(")")[0]) > v]
+                installed.append(min(later) - t_eq if later else float("inf"))
+            replaced = max(installed)
+            if replaced > EQUIV_REPLACE_VCT * self.vct:
+                self.chk.violation("liveness", "equivocate: the honest replicas installed a view "
+                                   "after the faulty %d of %s only %.2fs after it equivocated"
+                                   % (v, p, replaced), honest)
+            rec = self.wait_new_height(honest, time.monotonic(), 2 * self.vct,
+                                       "equivocate (after the faulty primary was replaced)")
+            log("equivocate: the honest replicas installed the next view %.2fs after the first "
+                "equivocation (request timeout %.1fs), then committed; %d conflicting "
+                "proposals sent" % (replaced, self.vct, len(self.equivocations(i, p)) - before))
+        # Honest again.
+        self.c.kill(i, signal.SIGTERM)
+        t = time.monotonic()
+        self.c.start(i)
+        took = self.wait_catchup(i, t, "equivocate")
+        return {"kind": "equivocate", "recovery_s": rec, "catchup_s": took}
+
     def check_halted_visible(self, i, p):
         """A halted partition shows in the client API (HALTED, halt_reason), in the metrics, and
         refuses new txs with UNAVAILABLE."""
@@ -736,6 +828,7 @@ class Faults:
 
     def run(self, kind):
         return {"byzantine": self.byzantine,
+                "equivocate": self.equivocate,
                 "disk_full": lambda: self.disk_full(False),
                 "disk_full_primary": lambda: self.disk_full(True),
                 "kill_restart": self.kill_restart,
@@ -817,13 +910,13 @@ def main_run(a, tmp):
         faults = Faults(cluster, chk, rng)
         time.sleep(2)
         kinds = KINDS + (["disk_full", "disk_full_primary"] if a.disk else []) + (
-            ["byzantine"] if a.byzantine else [])
+            ["byzantine", "equivocate"] if a.byzantine else [])
         if a.mode == "short":
             schedule = list(KINDS)
         elif a.mode == "disk":
             schedule = ["disk_full", "disk_full_primary"]
         elif a.mode == "byzantine":
-            schedule = ["byzantine"]
+            schedule = ["byzantine", "equivocate"]
         else:
             schedule = None
         end = start + a.minutes * 60
@@ -876,7 +969,7 @@ def main_run(a, tmp):
         print("| load | loadgen %d tx/s per partition + %d acked tx/s per partition; "
               "loadavg %s |" % (a.rate, a.submit_rate, os.getloadavg()[0]))
         ok = not chk.safety and not chk.lost and (not chk.liveness or a.mode == "long")
-        if a.mode == "disk" and len(injected) < 2 or a.mode == "byzantine" and not injected:
+        if a.mode in ("disk", "byzantine") and len(injected) < 2:
             ok = False
         return 0 if ok else 1
     finally:
