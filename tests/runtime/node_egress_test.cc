@@ -15,6 +15,7 @@
 #include "runtime/config.h"
 #include "runtime/node.h"
 #include "tests/mocks/fake_clock.h"
+#include "tests/runtime/in_memory_node.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace runtime {
@@ -51,22 +52,10 @@ TEST(NodeEgressTest, UpdateEgressChangesWhatLeavesANodeOnTheInMemoryNetwork) {
   std::unique_ptr<p2p::InMemoryNetwork> net = hub.AddNode(id);
   std::unique_ptr<p2p::InMemoryNetwork> sink = hub.AddNode("sink");
 
-  node::config::NodeConfig config;
-  config.set_data_dir(dir + "/data");
-  config.set_key_file(dir + "/node.key");
-  config.set_metrics_listen("");
-  config.mutable_resources()->set_cpu_workers(1);
+  node::config::NodeConfig config = testing::InMemoryNodeConfig(dir);
   config.mutable_resources()->set_egress_bytes_per_second(100'000);
-  auto* p = config.add_partitions();
-  p->set_id(1);
-  p->set_name("one");
-  ApplyDefaults(&config);
   absl::StatusOr<std::unique_ptr<Node>> created =
-      Node::Create(config, NodeOptions{.network = net.get(),
-                                       .serve_grpc = false,
-                                       .serve_metrics = false,
-                                       .clock = &clock,
-                                       .egress_by_hand = true});
+      testing::CreateInMemoryNode(config, net.get(), &clock);
   ASSERT_TRUE(created.ok()) << created.status();
   std::unique_ptr<Node> n = *std::move(created);
   ASSERT_TRUE(n->Start().ok());

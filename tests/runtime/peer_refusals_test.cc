@@ -18,6 +18,7 @@
 #include "runtime/config.h"
 #include "runtime/node.h"
 #include "tests/mocks/fake_clock.h"
+#include "tests/runtime/in_memory_node.h"
 #include "tests/runtime/runtime_test_util.h"
 
 namespace runtime {
@@ -71,26 +72,14 @@ TEST(PeerRefusalsNodeTest, AMisbehavingPeerIsNamedWithWhatItSent) {
   std::unique_ptr<p2p::InMemoryNetwork> silent2 =
       hub.AddNode(p2p::NodeIdFromPublicKey(peer_keys[2].public_key().bytes()));
 
-  node::config::NodeConfig config;
-  config.set_data_dir(dir + "/data");
-  config.set_key_file(dir + "/node.key");
-  config.set_metrics_listen("");
-  config.mutable_resources()->set_cpu_workers(1);
+  node::config::NodeConfig config = testing::InMemoryNodeConfig(dir);
   for (const base::PrivateKey& k : peer_keys) {
     auto* pc = config.add_peers();
     pc->set_public_key_hex(absl::BytesToHexString(k.public_key().bytes()));
     pc->set_address(testing::kPortNotYetKnown);
   }
-  auto* p = config.add_partitions();
-  p->set_id(1);
-  p->set_name("one");
-  ApplyDefaults(&config);
   absl::StatusOr<std::unique_ptr<Node>> created =
-      Node::Create(config, NodeOptions{.network = net.get(),
-                                       .serve_grpc = false,
-                                       .serve_metrics = false,
-                                       .clock = &clock,
-                                       .egress_by_hand = true});
+      testing::CreateInMemoryNode(config, net.get(), &clock);
   ASSERT_TRUE(created.ok()) << created.status();
   std::unique_ptr<Node> n = *std::move(created);
   const absl::Status started = n->Start();
