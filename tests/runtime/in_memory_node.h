@@ -34,8 +34,8 @@ inline node::config::NodeConfig InMemoryNodeConfig(const std::string& dir) {
 
 // Applies the defaults and creates the node (not started).
 inline absl::StatusOr<std::unique_ptr<Node>> CreateInMemoryNode(node::config::NodeConfig config,
-                                                               p2p::Network* network,
-                                                               const flowctl::Clock* clock) {
+                                                                p2p::Network* network,
+                                                                const flowctl::Clock* clock) {
   ApplyDefaults(&config);
   return Node::Create(std::move(config), NodeOptions{.network = network,
                                                      .serve_grpc = false,
