@@ -123,6 +123,7 @@ size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
 }
 
 void ConsensusDriver::OnFetch(uint32_t from, const node::partition::TxFetch& fetch) {
+  if (deps_.withhold) return;  // test failpoint: a faulty replica keeps its txs to itself
   node::partition::PartitionMessage reply;
   size_t bytes = 0;
   size_t n = 0;
@@ -218,8 +219,14 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                    [&](PbftBroadcast& a) {
                      // The bodies of a new proposal go first, on the same channel (forwarder.h).
                      if (proposal_bodies_ && a.msg.has_pre_prepare()) {
-                       // Refused: they went back to forwarding, which the next tick flushes.
-                       if (!deps_.forwarder->SendBodies(*std::move(proposal_bodies_))) {
+                       if (deps_.withhold) {
+                         LOG(WARNING)
+                             << "partition " << deps_.name << ": TEST FAILPOINT withhold: seq "
+                             << a.msg.pre_prepare().seq() << " of view "
+                             << a.msg.pre_prepare().view() << " proposed without its "
+                             << proposal_bodies_->txs().signed_txs_size() << " bodies";
+                       } else if (!deps_.forwarder->SendBodies(*std::move(proposal_bodies_))) {
+                         // Refused: they went back to forwarding, which the next tick flushes.
                          cut_may_change = true;
                        }
                        proposal_bodies_.reset();

@@ -100,6 +100,10 @@ class ConsensusDriver {
     // second validly signed pre-prepare for the same (view, seq) without the batch's last tx.
     // Never set outside fault tests.
     bool equivocate = false;
+    // Test failpoint (noded --test-withhold): a faulty primary that proposes without sending the
+    // bodies of the txs it proposes (its own clients' txs) and answers no fetch, so a backup
+    // missing one cannot prepare. Never set outside fault tests.
+    bool withhold = false;
   };
 
   struct Stats {

@@ -214,6 +214,11 @@ absl::Status Node::Start() {
       LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
                    << ": this node proposes conflicting batches when it is the primary";
     }
+    env.test_withhold = pc.name() == options_.test_withhold_partition;
+    if (env.test_withhold) {
+      LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
+                   << ": this node withholds the bodies of its proposals and answers no fetch";
+    }
     absl::StatusOr<std::unique_ptr<Partition>> part = Partition::Open(std::move(env));
     if (!part.ok()) {
       return absl::Status(part.status().code(),

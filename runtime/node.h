@@ -73,6 +73,9 @@ struct NodeOptions {
   // Fault tests only (noded --test-equivocate NAME): this node is a faulty primary of partition
   // NAME, proposing conflicting batches (ConsensusDriver::Deps::equivocate). Empty: none.
   std::string test_equivocate_partition = {};
+  // Fault tests only (noded --test-withhold NAME): a faulty primary of NAME that withholds the
+  // bodies of its proposals and answers no fetch (ConsensusDriver::Deps::withhold).
+  std::string test_withhold_partition = {};
 };
 
 class Node {

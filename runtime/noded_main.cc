@@ -13,7 +13,8 @@
 // --p2p-fault-loss P (0..1, whole messages), --p2p-fault-seed N, --p2p-fault-peers ID,ID (node ids
 // or prefixes; default all), --p2p-fault-channels CONSENSUS,SYNC,... (default all).
 // --test-equivocate PARTITION makes this node a faulty primary of PARTITION (conflicting
-// pre-prepares, ConsensusDriver::Deps::equivocate) for the Byzantine fault runs.
+// pre-prepares, ConsensusDriver::Deps::equivocate) for the Byzantine fault runs;
+// --test-withhold PARTITION one that withholds its proposals' tx bodies (Deps::withhold).
 //
 // SIGTERM / SIGINT: stop taking requests, drain in-flight ones (up to --drain-ms), flush, exit 0.
 // Exit codes: 0 ok, 1 runtime failure (bind error, unreadable data), 2 usage or config error.
@@ -23,6 +24,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -56,7 +58,7 @@ constexpr char kUsage[] =
     "Tests only (p2p fault injection, off by default): --p2p-fault-delay-ms N,\n"
     "--p2p-fault-jitter-ms N, --p2p-fault-loss P (0..1), --p2p-fault-seed N,\n"
     "--p2p-fault-peers ID,ID (node id prefixes), --p2p-fault-channels CONSENSUS,SYNC,...\n"
-    "Tests only (a faulty primary): --test-equivocate PARTITION\n";
+    "Tests only (a faulty primary): --test-equivocate PARTITION, --test-withhold PARTITION\n";
 
 int Usage(const std::string& problem) {
   std::cerr << "noded: " << problem << "\n\n" << kUsage;
@@ -163,6 +165,10 @@ int main(int argc, char** argv) {
       if (!value(&node_options.test_equivocate_partition)) {
         return Usage("--test-equivocate needs a partition name");
       }
+    } else if (a == "--test-withhold") {
+      if (!value(&node_options.test_withhold_partition)) {
+        return Usage("--test-withhold needs a partition name");
+      }
     } else if (a == "--drain-ms") {
       if (!value(&v) || !absl::SimpleAtoi(v, &drain_ms) || drain_ms < 0 || drain_ms > 600'000) {
         return Usage("--drain-ms needs a number of milliseconds in [0, 600000]");
@@ -193,10 +199,13 @@ int main(int argc, char** argv) {
     std::cerr << config.status().message() << "\n";
     return 2;
   }
-  if (const std::string& eq = node_options.test_equivocate_partition; !eq.empty()) {
+  for (const auto& [flag, name] :
+       {std::pair{"--test-equivocate", node_options.test_equivocate_partition},
+        std::pair{"--test-withhold", node_options.test_withhold_partition}}) {
     const auto& ps = config->partitions();
-    if (std::none_of(ps.begin(), ps.end(), [&](const auto& p) { return p.name() == eq; })) {
-      return Usage(absl::StrCat("--test-equivocate: no partition named '", eq, "'"));
+    if (!name.empty() &&
+        std::none_of(ps.begin(), ps.end(), [&](const auto& p) { return p.name() == name; })) {
+      return Usage(absl::StrCat(flag, ": no partition named '", name, "'"));
     }
   }
   if (check) {

@@ -220,6 +220,7 @@ absl::Status Partition::Impl::Open() {
   dd.clock = clock_;
   dd.crypto = crypto_.get();
   dd.equivocate = env_.test_equivocate;
+  dd.withhold = env_.test_withhold;
   dd.store = store_.get();
   dd.pool = pool_.get();
   dd.tracker = &tracker_;

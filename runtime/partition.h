@@ -89,6 +89,8 @@ struct PartitionEnv {
   PeerRefusals* refusals = nullptr;
   // Fault tests only (noded --test-equivocate): a faulty primary, ConsensusDriver::Deps.
   bool test_equivocate = false;
+  // Fault tests only (noded --test-withhold): ConsensusDriver::Deps::withhold.
+  bool test_withhold = false;
 };
 
 // The outcome of one submitted tx and the submit options (partitions/client_admission.h).

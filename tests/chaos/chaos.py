@@ -700,32 +700,35 @@ class Faults:
             pass
         return out
 
-    def equivocations(self, i, p):
-        """(time, view) of each equivocation node i logged on partition p (its failpoint)."""
+    def equivocations(self, i, p, kind="equivocate"):
+        """(time, view) of each faulty proposal node i logged on partition p (its failpoint:
+        "equivocate" or "withhold")."""
         return [(t, int(line.rsplit(" of view ", 1)[1].split()[0])) for t, line in
-                self.log_lines(i, "partition %s: TEST FAILPOINT equivocate: seq " % p)]
+                self.log_lines(i, "partition %s: TEST FAILPOINT %s: seq " % (p, kind))]
 
-    def equivocate(self):
-        """A faulty primary: node i restarts with noded --test-equivocate P and, whenever it is
-        P's primary, proposes each batch as is to one replica and, to the other two, a second
-        validly signed pre-prepare for the same seq without the batch's last tx. Neither batch
-        can gather a commit quorum. Views are moved on to it by pausing the primaries before it.
-        Once it has equivocated, the honest replicas must replace it (a view change within
-        EQUIV_REPLACE_VCT view-change timeouts, detection included) and then commit a new height
-        on every partition within 2x the view-change timeout; the Checker then finds the same
-        blocks everywhere, the faulty node's included."""
+    def equivocate(self, kind="equivocate"):
+        """A faulty primary: node i restarts with noded --test-<kind> P. Whenever it is P's
+        primary, with "equivocate" it proposes each batch as is to one replica and, to the other
+        two, a second validly signed pre-prepare for the same seq without the batch's last tx
+        (neither batch can gather a commit quorum); with "withhold" it never sends the bodies of
+        the txs its own clients gave it and answers no fetch (a backup missing one cannot
+        prepare). Views are moved on to it by pausing the primaries before it. Once it has
+        misbehaved, the honest replicas must replace it (a view change within EQUIV_REPLACE_VCT
+        view-change timeouts, detection included) and then commit a new height on every
+        partition within 2x the view-change timeout; the Checker then finds the same blocks
+        everywhere, the faulty node's included."""
         p = self.rng.choice(PARTITIONS)
         i = self.non_primary()
         honest = [j for j in self.c.live() if j != i]
-        log("fault equivocate: node %d restarted as a faulty primary of %s" % (i, p))
+        log("fault %s: node %d restarted as a faulty primary of %s" % (kind, i, p))
         self.c.kill(i, signal.SIGTERM)
         t = time.monotonic()
-        self.c.start(i, ["--test-equivocate", p])
-        self.wait_catchup(i, t, "equivocate (restarted with the failpoint)")
-        before = len(self.equivocations(i, p))
+        self.c.start(i, ["--test-" + kind, p])
+        self.wait_catchup(i, t, "%s (restarted with the failpoint)" % kind)
+        before = len(self.equivocations(i, p, kind))
         pushes = 0
         deadline = min(time.monotonic() + 60, HARD_DEADLINE[0])
-        while len(self.equivocations(i, p)) == before and time.monotonic() < deadline:
+        while len(self.equivocations(i, p, kind)) == before and time.monotonic() < deadline:
             prim = self.c.primary(p)
             if prim != i and pushes < 2 * N_NODES:
                 # Move the view on: the others replace a silent primary.
@@ -734,15 +737,15 @@ class Faults:
                 time.sleep(2.5 * self.vct)
                 self.c.resume(prim)
             time.sleep(0.2)
-        views = self.equivocations(i, p)[before:]
+        views = self.equivocations(i, p, kind)[before:]
         if not views:
-            self.chk.violation("liveness", "equivocate: node %d never proposed as %s's primary "
-                               "(%d views pushed)" % (i, p, pushes), [i])
+            self.chk.violation("liveness", "%s: node %d never proposed as %s's primary "
+                               "(%d views pushed)" % (kind, i, p, pushes), [i])
             rec = took = 0.0
         else:
             t_eq, v = views[0]
-            log("equivocate: node %d equivocated in view %d of %s (%d views pushed)"
-                % (i, v, p, pushes))
+            log("%s: node %d misbehaved as the primary of view %d of %s (%d views pushed)"
+                % (kind, i, v, p, pushes))
             # Replaced: every honest replica installs a later view (NORMAL again), measured on
             # the nodes' own log clocks from the first equivocation.
             t = time.monotonic()
@@ -761,20 +764,20 @@ class Faults:
                 installed.append(min(later) - t_eq if later else float("inf"))
             replaced = max(installed)
             if replaced > EQUIV_REPLACE_VCT * self.vct:
-                self.chk.violation("liveness", "equivocate: the honest replicas installed a view "
-                                   "after the faulty %d of %s only %.2fs after it equivocated"
-                                   % (v, p, replaced), honest)
+                self.chk.violation("liveness", "%s: the honest replicas installed a view after "
+                                   "the faulty %d of %s only %.2fs after its first faulty "
+                                   "proposal" % (kind, v, p, replaced), honest)
             rec = self.wait_new_height(honest, time.monotonic(), 2 * self.vct,
-                                       "equivocate (after the faulty primary was replaced)")
-            log("equivocate: the honest replicas installed the next view %.2fs after the first "
-                "equivocation (request timeout %.1fs), then committed; %d conflicting "
-                "proposals sent" % (replaced, self.vct, len(self.equivocations(i, p)) - before))
+                                       "%s (after the faulty primary was replaced)" % kind)
+            log("%s: the honest replicas installed the next view %.2fs after the first faulty "
+                "proposal (request timeout %.1fs), then committed; %d faulty proposals sent"
+                % (kind, replaced, self.vct, len(self.equivocations(i, p, kind)) - before))
         # Honest again.
         self.c.kill(i, signal.SIGTERM)
         t = time.monotonic()
         self.c.start(i)
-        took = self.wait_catchup(i, t, "equivocate")
-        return {"kind": "equivocate", "recovery_s": rec, "catchup_s": took}
+        took = self.wait_catchup(i, t, kind)
+        return {"kind": kind, "recovery_s": rec, "catchup_s": took}
 
     def check_halted_visible(self, i, p):
         """A halted partition shows in the client API (HALTED, halt_reason), in the metrics, and
@@ -829,6 +832,7 @@ class Faults:
     def run(self, kind):
         return {"byzantine": self.byzantine,
                 "equivocate": self.equivocate,
+                "withhold": lambda: self.equivocate("withhold"),
                 "disk_full": lambda: self.disk_full(False),
                 "disk_full_primary": lambda: self.disk_full(True),
                 "kill_restart": self.kill_restart,
@@ -910,13 +914,13 @@ def main_run(a, tmp):
         faults = Faults(cluster, chk, rng)
         time.sleep(2)
         kinds = KINDS + (["disk_full", "disk_full_primary"] if a.disk else []) + (
-            ["byzantine", "equivocate"] if a.byzantine else [])
+            ["byzantine", "equivocate", "withhold"] if a.byzantine else [])
         if a.mode == "short":
             schedule = list(KINDS)
         elif a.mode == "disk":
             schedule = ["disk_full", "disk_full_primary"]
         elif a.mode == "byzantine":
-            schedule = ["byzantine", "equivocate"]
+            schedule = ["byzantine", "equivocate", "withhold"]
         else:
             schedule = None
         end = start + a.minutes * 60
@@ -969,7 +973,7 @@ def main_run(a, tmp):
         print("| load | loadgen %d tx/s per partition + %d acked tx/s per partition; "
               "loadavg %s |" % (a.rate, a.submit_rate, os.getloadavg()[0]))
         ok = not chk.safety and not chk.lost and (not chk.liveness or a.mode == "long")
-        if a.mode in ("disk", "byzantine") and len(injected) < 2:
+        if a.mode == "disk" and len(injected) < 2 or a.mode == "byzantine" and len(injected) < 3:
             ok = False
         return 0 if ok else 1
     finally:
