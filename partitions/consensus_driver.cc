@@ -273,7 +273,13 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                },
                action);
   }
-  view_.store(replica_->view());
+  // A replica that did not time out itself joins a new view straight from NORMAL (no state
+  // change to log): say so, for the operator and the fault runs.
+  const uint64_t view = replica_->view();
+  if (view_.exchange(view) != view && replica_->state() == ConsensusState::kNormal) {
+    LOG(INFO) << "partition " << deps_.name << ": consensus NORMAL -> NORMAL (view " << view
+              << ")";
+  }
   observing_.store(replica_->observing());
   UpdateHoldLocked();
   if (earliest_timer != std::numeric_limits<int64_t>::max()) {

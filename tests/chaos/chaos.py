@@ -36,6 +36,7 @@ temp dir and are always brought down; the disk fault's tmpfs dies with the run's
 """
 
 import argparse
+import datetime
 import glob
 import hashlib
 import importlib.machinery
@@ -687,15 +688,16 @@ class Faults:
         return {"kind": "byzantine", "recovery_s": worst, "catchup_s": took}
 
     def log_lines(self, i, marker):
-        """(glog time in seconds since midnight, line) of node i's log lines containing
-        `marker` (glog's prefix: a level letter, yyyymmdd, hh:mm:ss.uuuuuu)."""
+        """(glog time as seconds since the epoch, local time, line) of node i's log lines
+        containing `marker` (glog's prefix: a level letter, yyyymmdd, hh:mm:ss.uuuuuu)."""
         out = []
         try:
             with open(self.c.ln.node_paths(self.c.d, i)["log"], errors="replace") as f:
                 for line in f:
                     if marker in line:
-                        hh, mm, ss = line.split()[1].split(":")
-                        out.append((int(hh) * 3600 + int(mm) * 60 + float(ss), line))
+                        day, clock = line.split()[:2]
+                        t = datetime.datetime.strptime(day[1:] + " " + clock, "%Y%m%d %H:%M:%S.%f")
+                        out.append((t.timestamp(), line))
         except (OSError, ValueError, IndexError):
             pass
         return out
@@ -756,12 +758,16 @@ class Faults:
                                                   "NORMAL" for h in hs.values()):
                     break
                 time.sleep(POLL_S)
+            # The first time each honest replica went NORMAL in a view above v (from a view
+            # change, from recovery, or straight from NORMAL when it joined the others' view
+            # change without timing out itself); before the faulty proposal counts as 0: it had
+            # left v already (the faulty node lagged behind in it).
             installed = []
             for j in honest:
-                later = [tt for tt, line in self.log_lines(j, "partition %s: consensus VIEW_CHANGE "
-                                                              "-> NORMAL (view " % p)
-                         if tt >= t_eq and int(line.rsplit("(view ", 1)[1].split(")")[0]) > v]
-                installed.append(min(later) - t_eq if later else float("inf"))
+                later = [tt for tt, line in self.log_lines(j, "partition %s: consensus " % p)
+                         if "-> NORMAL (view " in line and
+                         int(line.rsplit("(view ", 1)[1].split(")")[0]) > v]
+                installed.append(max(0.0, min(later) - t_eq) if later else float("inf"))
             replaced = max(installed)
             if replaced > EQUIV_REPLACE_VCT * self.vct:
                 self.chk.violation("liveness", "%s: the honest replicas installed a view after "
