@@ -277,8 +277,7 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
   // change to log): say so, for the operator and the fault runs.
   const uint64_t view = replica_->view();
   if (view_.exchange(view) != view && replica_->state() == ConsensusState::kNormal) {
-    LOG(INFO) << "partition " << deps_.name << ": consensus NORMAL -> NORMAL (view " << view
-              << ")";
+    LOG(INFO) << "partition " << deps_.name << ": consensus NORMAL -> NORMAL (view " << view << ")";
   }
   observing_.store(replica_->observing());
   UpdateHoldLocked();
