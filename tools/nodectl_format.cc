@@ -139,28 +139,29 @@ void PrintPartitions(const node::admin::ListPartitionsResponse& resp, std::ostre
 
 void PrintPeers(const node::admin::ListPeersResponse& resp, std::ostream& out) {
   Table t({"ADDRESS", "CONNECTED", "SENT>", "RECEIVED>", "RECONNECTS>", "REFUSED>", "NODE_ID"});
+  // What a misbehaving peer sent, by reason (the metric noded_peer_messages_refused_total),
+  // printed under the table.
+  std::string offenders;
   for (const auto& p : resp.peers()) {
     const node::admin::PeerRefusals& r = p.refused();
-    const uint64_t refused = r.unknown_partition() + r.malformed() + r.wrong_channel() +
-                             r.bad_signature() + r.bad_tx() + r.bad_frame();
-    t.AddRow({p.address(), YesNo(p.connected()), FormatBytes(p.bytes_sent()),
-              FormatBytes(p.bytes_received()), absl::StrCat(p.reconnects()), absl::StrCat(refused),
-              p.node_id()});
-  }
-  t.Print(out);
-  // What a misbehaving peer sent, by reason (the metric noded_peer_messages_refused_total).
-  for (const auto& p : resp.peers()) {
-    const node::admin::PeerRefusals& r = p.refused();
+    uint64_t refused = 0;
     std::string reasons;
     for (const auto& [name, n] :
          {std::pair{"unknown_partition", r.unknown_partition()},
           std::pair{"malformed", r.malformed()}, std::pair{"wrong_channel", r.wrong_channel()},
           std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()},
           std::pair{"bad_frame", r.bad_frame()}}) {
+      refused += n;
       if (n > 0) absl::StrAppend(&reasons, reasons.empty() ? "" : ", ", name, "=", n);
     }
-    if (!reasons.empty()) out << "\nrefused from " << p.node_id() << ": " << reasons << "\n";
+    if (!reasons.empty())
+      absl::StrAppend(&offenders, "\nrefused from ", p.node_id(), ": ", reasons, "\n");
+    t.AddRow({p.address(), YesNo(p.connected()), FormatBytes(p.bytes_sent()),
+              FormatBytes(p.bytes_received()), absl::StrCat(p.reconnects()), absl::StrCat(refused),
+              p.node_id()});
   }
+  t.Print(out);
+  out << offenders;
 }
 
 void PrintFlowStats(const node::admin::FlowStats& stats, std::ostream& out) {
