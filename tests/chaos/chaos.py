@@ -6,6 +6,8 @@
   tests/chaos/chaos.py long --minutes 10 --seed 7 randomized fault schedule, prints a table
                                                   (--disk adds disk_full to it; needs root)
   tests/chaos/chaos.py disk                       the disk faults alone (~1 min; needs root)
+  tests/chaos/chaos.py long --partitions 16 --rate 10 --batch-ms 100 --scan-heights 100 ...
+                                                  the same on 16 partitions (p1..p16)
   tests/chaos/chaos.py byzantine                  a Byzantine replica as a real process (~1 min;
                                                   long --byzantine adds it to the schedule)
 
@@ -20,8 +22,12 @@ random live node and records every tx whose commit was acknowledged (a receipt w
 
 Invariants, checked through the client and admin APIs after each fault run:
   safety    every node has the same block hash and state root at every height of every
-            partition (up to the common height, after waiting for catch-up);
-  acked     every acked tx is COMMITTED on every node, at the acked height;
+            partition (up to the common height, after waiting for catch-up; each check reads
+            the last --scan-heights heights block by block, and a block's hash covers its
+            parent's, so the same block at the lowest height read means the same chain below);
+  acked     every acked tx is COMMITTED on every node, at the acked height (after a restart the
+            node is asked again for those in its last REVERIFY heights and a random
+            REVERIFY_TXS of the older ones);
   recovery  after healing, every node commits a new height within 2x the view-change timeout
             (after a primary is killed: survivors commit within 3x, detection included);
   catch-up  a restarted node reaches the others' height (CATCHUP_S bound).
@@ -61,6 +67,11 @@ POLL_S = 0.05
 SHORT_BUDGET_S = 170  # short mode starts no fault after this (ctest TIMEOUT is 300 s)
 HARD_DEADLINE = [float("inf")]  # monotonic time every wait ends by (short mode: start + 240 s)
 REVERIFY = 300        # heights re-read from a restarted node
+REVERIFY_TXS = 500    # acked txs below those heights re-read from a restarted node (a sample)
+# Heights read block by block per node and partition at each check (--scan-heights). Below them
+# nothing need be read: a block's hash covers its parent's hash, so the same block at the lowest
+# height read means the same chain below it.
+SCAN_HEIGHTS = 1000
 # disk_full: each partition directory's tmpfs. Smaller than RocksDB's WAL preallocation (1.1x
 # its 64 MiB write buffer), which then fails (harmlessly): a preallocated WAL would absorb the
 # writes that must hit the full disk.
@@ -143,7 +154,8 @@ class Cluster:
         with open(extra, "w") as f:
             f.write("[partition *]\nconsensus { view_change_timeout_ms: %d batch_timeout_ms: %d }\n"
                     % (self.vct_ms, self.batch_ms))
-        cmd = [os.path.join(REPO, "tools", "localnet"), "up", str(N_NODES), "--partitions", "2",
+        cmd = [os.path.join(REPO, "tools", "localnet"), "up", str(N_NODES), "--partitions",
+               str(len(PARTITIONS)),
                "--base-port", "0", "--dir", self.d, "--config-extra", extra, "--clean",
                "--noded", os.path.join(self.build, "runtime", "noded"),
                "--nodectl", os.path.join(self.build, "tools", "nodectl"), "--timeout", "90"]
@@ -235,12 +247,18 @@ class Cluster:
                 out[i] = {p.name: p for p in st.partitions}
         return out
 
+    def primaries(self):
+        """{partition: node index of its primary in the highest view any live node reports}."""
+        hs = self.heights(self.live())
+        out = {}
+        for p in PARTITIONS:
+            v = max((h[p].view for h in hs.values()), default=0)
+            pid = self.sorted_ids[v % N_NODES]
+            out[p] = next(i for i, nid in self.ids.items() if nid == pid)
+        return out
+
     def primary(self, partition):
-        """Node index of the primary of `partition` in the highest view any live node reports."""
-        views = [h[partition].view for h in self.heights(self.live()).values()]
-        v = max(views) if views else 0
-        pid = self.sorted_ids[v % N_NODES]
-        return next(i for i, nid in self.ids.items() if nid == pid)
+        return self.primaries()[partition]
 
     def kill(self, i, sig=signal.SIGKILL):
         with self.lock:
@@ -353,6 +371,9 @@ class Checker:
         self.lost = set()
         self.diverged = {}   # (node, partition) -> first height whose block hash differs
         self.liveness = []
+        self.scan = SCAN_HEIGHTS
+        self.rng = random.Random(1)  # which older acked txs a restarted node is asked for
+        self.reads = 0       # GetBlock calls
 
     def violation(self, kind, msg, nodes=()):
         log("VIOLATION (%s): %s" % (kind, msg))
@@ -381,6 +402,16 @@ class Checker:
                                % (timeout, target, desc), sorted({i for i, _ in behind}))
                 return None
             time.sleep(0.2)
+
+    def verified_text(self):
+        """Heights verified on every node, per partition (a table cell)."""
+        low = {p: min(v[p] for v in self.verified.values()) for p in PARTITIONS}
+        if len(PARTITIONS) <= 4:
+            text = ", ".join("%s %d" % (p, low[p]) for p in PARTITIONS)
+        else:
+            text = "%d partitions, %d..%d each, %d in all" % (
+                len(PARTITIONS), min(low.values()), max(low.values()), sum(low.values()))
+        return text + " (every node; %d GetBlock reads)" % self.reads
 
     def describe(self, p, h, bad):
         """Prints block `h` of `p` as every live node serves it (evidence for a mismatch)."""
@@ -413,17 +444,32 @@ class Checker:
         with self.c.lock:
             restarted, self.c.restarted = self.c.restarted, set()
         for i in restarted:
-            # Re-verify what a restarted node serves from its own disk: every acked tx and the
-            # last REVERIFY heights (all of them would cost minutes in long runs).
-            self.tx_ok[i] = set()
+            # Re-verify what a restarted node serves from its own disk: the last REVERIFY heights
+            # of every partition, every acked tx in them and REVERIFY_TXS older acked txs drawn
+            # at random (all of them would cost minutes in long runs with many partitions).
             for p in PARTITIONS:
                 self.verified[i][p] = max(0, self.verified[i][p] - REVERIFY)
+            older = []
+            for sub in self.subs:
+                for tx_hash, height in list(sub.acked):
+                    if height > self.verified[i][sub.partition]:
+                        self.tx_ok[i].discard(tx_hash)
+                    elif tx_hash in self.tx_ok[i]:
+                        older.append(tx_hash)
+            for tx_hash in self.rng.sample(older, min(REVERIFY_TXS, len(older))):
+                self.tx_ok[i].discard(tx_hash)
         n_blocks = 0
         for p in PARTITIONS:
             for i in nodes:
                 if (i, p) in self.diverged:
                     continue  # reported once at its first height; every later parent differs
-                for h in range(self.verified[i][p] + 1, common[p] + 1):
+                # A restarted node is re-read from its reset height whatever the scan window:
+                # the hash chain says the blocks were the same when built, not that its disk
+                # still serves them.
+                first = (self.verified[i][p] if i in restarted
+                         else max(self.verified[i][p], common[p] - self.scan)) + 1
+                cut = first > self.verified[i][p] + 1  # heights skipped below `first`
+                for h in range(first, common[p] + 1):
                     try:
                         got = self.block(i, p, h)
                     except grpc.RpcError as e:
@@ -431,12 +477,15 @@ class Checker:
                                        % (i, p, h, e.code(), e.details()))
                         break
                     n_blocks += 1
+                    self.reads += 1
                     want = self.ref[p].setdefault(h, got)
                     if got != want:
                         self.describe(p, h, i)
                         self.diverged[(i, p)] = h
-                        self.violation("safety", "node %d %s height %d: block %s root %s, others "
-                                       "%s root %s" % (i, p, h, got[0].hex()[:16],
+                        where = ("the lowest height read, so the first divergence is here or "
+                                 "below" if h == first and cut else "the first divergence")
+                        self.violation("safety", "node %d %s height %d (%s): block %s root %s, "
+                                       "others %s root %s" % (i, p, h, where, got[0].hex()[:16],
                                                        got[1].hex()[:16], want[0].hex()[:16],
                                                        want[1].hex()[:16]), [i])
                         break
@@ -511,8 +560,17 @@ class Faults:
         return CATCHUP_S
 
     def non_primary(self):
-        prim = {self.c.primary(p) for p in PARTITIONS}
-        return self.rng.choice([i for i in self.c.live() if i not in prim])
+        """A live node that is no partition's primary. With many partitions (each at its own
+        view) there may be none: then one of those that lead the fewest partitions."""
+        live = self.c.live()
+        leads = {i: 0 for i in live}
+        for j in self.c.primaries().values():
+            if j in leads:
+                leads[j] += 1
+        fewest = min(leads.values())
+        if fewest > 0:
+            log("every live node is some partition's primary; picking one that leads %d" % fewest)
+        return self.rng.choice([i for i in live if leads[i] == fewest])
 
     def kill_restart(self):
         i = self.non_primary()
@@ -917,6 +975,7 @@ def main_run(a, tmp):
         for s in subs:
             s.start()
         chk = Checker(cluster, subs)
+        chk.scan = a.scan_heights
         faults = Faults(cluster, chk, rng)
         time.sleep(2)
         kinds = KINDS + (["disk_full", "disk_full_primary"] if a.disk else []) + (
@@ -960,8 +1019,8 @@ def main_run(a, tmp):
         print()
         print("| metric | value |")
         print("|---|---|")
-        print("| mode / seed / minutes | %s / %d / %.1f |" % (a.mode, a.seed,
-                                                           (time.monotonic() - start) / 60))
+        print("| mode / seed / minutes / partitions | %s / %d / %.1f / %d |"
+              % (a.mode, a.seed, (time.monotonic() - start) / 60, len(PARTITIONS)))
         print("| runs | %d |" % runs)
         print("| faults injected | %s |" % ", ".join("%s %d" % kv for kv in sorted(
             injected.items())))
@@ -974,9 +1033,8 @@ def main_run(a, tmp):
         print("| max catch-up time (s) | %.2f |" % catch)
         print("| acked txs / lost | %d / %d |" % (acked, len(chk.lost)))
         print("| submit failures (not acked) | %d |" % sum(s.failed for s in subs))
-        print("| blocks verified (hot, steady) | %s |" % ", ".join(
-            str(len(chk.ref[p])) for p in PARTITIONS))
-        print("| load | loadgen %d tx/s per partition + %d acked tx/s per partition; "
+        print("| blocks verified | %s |" % chk.verified_text())
+        print("| load | loadgen %d tx/s per partition + %g acked tx/s per partition; "
               "loadavg %s |" % (a.rate, a.submit_rate, os.getloadavg()[0]))
         ok = not chk.safety and not chk.lost and (not chk.liveness or a.mode == "long")
         if a.mode == "disk" and len(injected) < 2 or a.mode == "byzantine" and len(injected) < 3:
@@ -1025,12 +1083,21 @@ def main():
     ap.add_argument("--batch-ms", type=int, default=50, help="batch_timeout_ms")
     ap.add_argument("--rate", type=int, default=50, help="loadgen tx/s per partition")
     ap.add_argument("--submit-rate", type=float, default=5, help="acked submits/s per partition")
+    ap.add_argument("--partitions", type=int, default=2,
+                    help="partitions per node (2: hot and steady, else p1..pN, as localnet)")
+    ap.add_argument("--scan-heights", type=int, default=SCAN_HEIGHTS,
+                    help="heights read block by block per node and partition at each check "
+                    "(the parent-hash chain covers the rest)")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     ap.add_argument("--disk", action="store_true", help="long: disk_full among the faults")
     ap.add_argument("--byzantine", action="store_true",
                     help="long: a byzantine_peer run among the faults")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
+    if not 1 <= a.partitions <= 64:
+        ap.error("--partitions must be 1..64")
+    PARTITIONS[:] = ["hot", "steady"] if a.partitions == 2 else [
+        "p%d" % k for k in range(1, a.partitions + 1)]
     a.disk = a.disk or a.mode == "disk"
     if a.disk:
         why = enter_mount_namespace()

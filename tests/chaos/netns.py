@@ -1,8 +1,11 @@
 #!/usr/bin/python3
-"""netns: network faults with real hosts: 4 `noded` in network namespaces, under steady load.
+"""netns: network faults with real hosts: 3f+1 `noded` in network namespaces, under steady load.
 
   tests/chaos/netns.py short                       every phase once (~2 min); exit 1 on a violation
   tests/chaos/netns.py short --phases cut_replica  some phases only (comma-separated)
+  tests/chaos/netns.py short --nodes 7 --budget-s 400
+                                                   7 nodes (f = 2): every phase, the two-faults-at-
+                                                   once phases included (~6 min)
 
 Topology (made by the test, removed by it on every exit path, names unique per run):
   ncx-<pid>-<tag>-sw     a "switch" namespace holding bridge br0
@@ -23,6 +26,12 @@ Phases (each followed by the invariant check of tests/chaos/chaos.py):
                others must keep committing (3x the timeout, a view change included); after the
                cap is removed the capped node catches up. The phase fails if tc reports that the
                shaper never held a packet back (overlimits 0: nothing was tested).
+  cut2         (f >= 2) the primary and a replica cut off at once: the other 2f+1, exactly a
+               quorum, change view and commit within 3x the timeout; then both heal and catch up.
+  tbf_cut      (f >= 2) tbf on the primary and, meanwhile, a replica cut off: as tbf, with one
+               fault already spent.
+  kill_cut     (f >= 2) kill -9 of the primary while a replica is cut off: as cut2, and the
+               killed node restarts from its disk.
   hook         rolling restart of every node with the p2p fault hook on (--p2p-fault-delay-ms,
                --p2p-fault-jitter-ms, --p2p-fault-loss: delay and loss of whole messages, since
                these kernels have no netem), HOOK_S seconds of load with it, checked like the rest.
@@ -51,15 +60,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chaos  # noqa: E402  (the invariant checker, submitters, load and recovery waits)
 
-from chaos import log, PARTITIONS, N_NODES  # noqa: E402
+from chaos import log, PARTITIONS  # noqa: E402
 
 PORTS = {"p2p": 26656, "client": 26657, "admin": 26658, "metrics": 26660}
 NS_PREFIX = "ncx-"
-SHORT_BUDGET_S = 150  # no phase starts after this (ctest TIMEOUT is 300 s)
-HARD_S = 210          # every wait ends by start + this
+SHORT_BUDGET_S = 150  # no phase starts after this (ctest TIMEOUT is 300 s); --budget-s
+HARD_EXTRA_S = 60     # every wait ends by start + budget + this
 TBF_S = 10.0
 HOOK_S = 15.0
 PHASES = ["cut_replica", "cut_primary", "tbf", "hook"]
+# Two faults at once: f >= 2 (7 nodes) only.
+DOUBLE_PHASES = ["cut2", "tbf_cut", "kill_cut"]
 # A node cut off the switch finds its links again only when its dialer's backoff (and TCP's
 # retransmission timer) next fires: p2p/grpc_transport.h max_backoff_ms = 2000 with jitter up to
 # 1.2x. Its first commit after the heal may take that long on top of the protocol's 2x timeout.
@@ -291,7 +302,7 @@ class NetnsCluster(chaos.Cluster):
                 st = self.status(i)
                 if st is None:
                     why[i] = "no answer"
-                elif st.peers_connected != N_NODES - 1:
+                elif st.peers_connected != chaos.N_NODES - 1:
                     why[i] = "peers %d" % st.peers_connected
                 elif any(p.consensus_state != "NORMAL" for p in st.partitions):
                     why[i] = "not NORMAL"
@@ -378,48 +389,98 @@ class Phases:
         return {i: {p: s.height for p, s in hs.items()} for i, hs in self.c.heights(nodes).items()}
 
     def cut(self, primary):
+        i = self.c.primary(PARTITIONS[0]) if primary else self.f.non_primary()
+        return self.cut_set("cut_primary" if primary else "cut_replica", [i], primary)
+
+    def cut2(self):
+        """Two at once (f = 2): the primary and a replica cut off together; the other 2f+1 are
+        exactly a quorum and must change view and commit on their own."""
+        return self.cut_set("cut2", [self.c.primary(PARTITIONS[0]), self.f.non_primary()], True)
+
+    def cut_set(self, kind, cut, primary):
         p = PARTITIONS[0]
-        i = self.c.primary(p) if primary else self.f.non_primary()
-        kind = "cut_primary" if primary else "cut_replica"
-        others = [j for j in self.c.indices() if j != i]
-        log("phase %s: cutting node %d (%s primary: %s) off the switch for %.1fs"
-            % (kind, i, p, primary, 2.5 * self.vct))
+        others = [j for j in self.c.indices() if j not in cut]
+        log("phase %s: cutting nodes %s (%s primary among them: %s) off the switch for %.1fs"
+            % (kind, cut, p, primary, 2.5 * self.vct))
         with self.c.lock:
-            self.c.cut_nodes.add(i)
+            self.c.cut_nodes.update(cut)
         t = time.monotonic()
-        self.net.cut(i)
-        # The others keep a quorum (3 of 4): they commit on (after a view change when the cut
+        for i in cut:
+            self.net.cut(i)
+        # The others keep a quorum (n - f): they commit on (after a view change when a cut
         # node was the primary: detection plus view change, so 3x).
         during = self.f.wait_new_height(others, t, (3 if primary else 2) * self.vct,
                                         kind + " (others while cut)")
         time.sleep(max(0.0, t + 2.5 * self.vct - time.monotonic()))
-        h_cut = self.heights([i]).get(i)
-        self.net.heal(i)
+        h_cut = self.heights(cut)
+        for i in cut:
+            self.net.heal(i)
         t = time.monotonic()
         with self.c.lock:
-            self.c.cut_nodes.discard(i)
-        log("phase %s: healed node %d (it was at %s while cut)" % (kind, i, h_cut))
-        # The nodes that were never cut are held to the protocol's bound; the healed one gets
-        # its reconnect time on top.
+            self.c.cut_nodes.difference_update(cut)
+        log("phase %s: healed nodes %s (heights while cut: %s)" % (kind, cut, h_cut))
+        # The nodes that were never cut are held to the protocol's bound; the healed ones get
+        # their reconnect time on top.
         rec = self.f.wait_new_height(others, t, 2 * self.vct, kind + " heal (others)")
-        rec = max(rec, self.f.wait_new_height([i], t, 2 * self.vct + RECONNECT_S,
-                                              kind + " heal (node %d)" % i))
-        took = self.f.wait_catchup(i, t, kind)
-        self.notes.append("%s: node %d; others committed %.2fs after the cut; all commit %.2fs "
-                          "after heal; node caught up in %.2fs" % (kind, i, during, rec, took))
+        rec = max(rec, self.f.wait_new_height(cut, t, 2 * self.vct + RECONNECT_S,
+                                              kind + " heal (nodes %s)" % cut))
+        took = max(self.f.wait_catchup(i, t, kind) for i in cut)
+        self.notes.append("%s: nodes %s; others committed %.2fs after the cut; all commit %.2fs "
+                          "after heal; cut nodes caught up in %.2fs"
+                          % (kind, cut, during, rec, took))
         return kind, rec, took
 
-    def tbf(self):
+    def kill_cut(self):
+        """Two at once (f = 2): kill -9 of the primary while a replica is cut off; the other
+        2f+1 change view and commit; then the killed node restarts and the cut one is healed,
+        and both catch up."""
         i = self.c.primary(PARTITIONS[0])
-        others = [j for j in self.c.indices() if j != i]
+        j = self.f.non_primary()
+        others = [k for k in self.c.indices() if k not in (i, j)]
+        log("phase kill_cut: kill -9 node %d (%s primary) with node %d cut off, for %.1fs"
+            % (i, PARTITIONS[0], j, 2.5 * self.vct))
+        with self.c.lock:
+            self.c.cut_nodes.add(j)
+        t = time.monotonic()
+        self.net.cut(j)
+        self.c.kill(i)
+        during = self.f.wait_new_height(others, t, 3 * self.vct, "kill_cut (others)")
+        time.sleep(max(0.0, t + 2.5 * self.vct - time.monotonic()))
+        self.net.heal(j)
+        t = time.monotonic()
+        with self.c.lock:
+            self.c.cut_nodes.discard(j)
+        self.c.start(i)
+        rec = self.f.wait_new_height(others, t, 2 * self.vct, "kill_cut heal (others)")
+        took = max(self.f.wait_catchup(j, t, "kill_cut (cut)"),
+                   self.f.wait_catchup(i, t, "kill_cut (killed)"))
+        rec = max(rec, self.f.wait_new_height([i, j], time.monotonic(), 2 * self.vct,
+                                              "kill_cut (both back)"))
+        self.notes.append("kill_cut: node %d killed, node %d cut; others committed %.2fs after; "
+                          "all commit %.2fs after restart and heal; both caught up in %.2fs"
+                          % (i, j, during, rec, took))
+        return "kill_cut", rec, took
+
+    def tbf(self, cut_replica=False):
+        """With cut_replica (tbf_cut, f = 2): a replica is cut off the switch for as long as the
+        primary is capped, so the capped primary's link is the only way to a quorum it has."""
+        kind = "tbf_cut" if cut_replica else "tbf"
+        i = self.c.primary(PARTITIONS[0])
+        j = self.f.non_primary() if cut_replica else None
+        others = [k for k in self.c.indices() if k not in (i, j)]
         rate = self.a.tbf_rate
         before = self.heights(self.c.indices())
         time.sleep(2)
         base = self.heights(self.c.indices())
         rate_before = rates(before, base, 2.0, others[0])
-        log("phase tbf: capping node %d (%s primary) to %s both ways for %.0fs"
-            % (i, PARTITIONS[0], rate, TBF_S))
+        log("phase %s: capping node %d (%s primary) to %s both ways for %.0fs%s"
+            % (kind, i, PARTITIONS[0], rate, TBF_S,
+               ", node %d cut off meanwhile" % j if j else ""))
         self.net.cap(i, rate, self.a.tbf_burst)
+        if j:
+            with self.c.lock:
+                self.c.cut_nodes.add(j)
+            self.net.cut(j)
         t0 = time.monotonic()
         end = t0 + TBF_S
         worst = 0.0
@@ -428,7 +489,7 @@ class Phases:
             # committing, after a view change if it became too slow (detection included: 3x, as
             # for cut_primary).
             worst = max(worst, self.f.wait_new_height(others, time.monotonic(), 3 * self.vct,
-                                                      "tbf: the others, under the cap"))
+                                                      kind + ": the others, under the cap"))
         time.sleep(max(0.0, end - time.monotonic()))
         after = self.heights(self.c.indices())
         rate_cap = rates(base, after, time.monotonic() - t0, others[0])
@@ -436,20 +497,29 @@ class Phases:
                for p in PARTITIONS} if i in after else "no answer"
         stats, overlimits = self.net.cap_stats(i)
         self.net.uncap(i)
+        if j:
+            self.net.heal(j)
+            with self.c.lock:
+                self.c.cut_nodes.discard(j)
         if overlimits == 0:
-            self.chk.violation("liveness", "tbf: the cap never held a packet back (overlimits 0), "
-                               "so the phase tested nothing; lower --tbf-rate / --tbf-burst")
+            self.chk.violation("liveness", "%s: the cap never held a packet back (overlimits 0), "
+                               "so the phase tested nothing; lower --tbf-rate / --tbf-burst" % kind)
         t = time.monotonic()
-        log("phase tbf: cap removed; capped node %d lags by %s blocks; tc: %s" % (i, lag, stats))
+        log("phase %s: cap removed; capped node %d lags by %s blocks; tc: %s"
+            % (kind, i, lag, stats))
         # The capped node is held to the catch-up bound (it may be far behind if the cap was
-        # below what the load needs); the quorum to the 2x timeout bound.
-        rec = self.f.wait_new_height(others, t, 2 * self.vct, "tbf uncap")
-        took = self.f.wait_catchup(i, t, "tbf")
-        self.notes.append("tbf %s burst %s on node %d: blocks/s before %s, under the cap %s; worst wait "
-                          "for a new height on the others %.2fs; capped node's lag at uncap %s "
-                          "blocks; tc %s" % (rate, self.a.tbf_burst, i, fmt(rate_before), fmt(rate_cap), worst, lag,
-                                              stats))
-        return "tbf", rec, took
+        # below what the load needs), and so is the replica cut off for the whole cap (TBF_S,
+        # tens of blocks behind, where cut_replica's 2.5 timeouts leave it a few); the quorum
+        # to the 2x timeout bound.
+        rec = self.f.wait_new_height(others, t, 2 * self.vct, kind + " uncap")
+        took = max([self.f.wait_catchup(i, t, kind)] +
+                   ([self.f.wait_catchup(j, t, kind + " (cut)")] if j else []))
+        self.notes.append("%s %s burst %s on node %d%s: blocks/s before %s, under the cap %s; worst "
+                          "wait for a new height on the others %.2fs; capped node's lag at uncap "
+                          "%s blocks; tc %s" % (kind, rate, self.a.tbf_burst, i,
+                                                " (node %d cut meanwhile)" % j if j else "",
+                                                fmt(rate_before), fmt(rate_cap), worst, lag, stats))
+        return kind, rec, took
 
     def hook(self):
         a = self.a
@@ -476,7 +546,7 @@ class Phases:
         after = self.heights(self.c.indices())
         rate = rates(base, after, time.monotonic() - t0, 1)
         on = [i for i in self.c.indices() if "FAULT INJECTION ON" in self.c.tail(i, 100000)]
-        if len(on) != N_NODES:
+        if len(on) != chaos.N_NODES:
             self.chk.violation("liveness", "hook: the fault banner is missing in the logs of "
                                "nodes %s" % sorted(set(self.c.indices()) - set(on)))
         self.notes.append("hook (delay %dms + 0..%dms, loss %g): blocks/s %s; worst wait for a "
@@ -487,7 +557,8 @@ class Phases:
 
     def run(self, kind):
         return {"cut_replica": lambda: self.cut(False), "cut_primary": lambda: self.cut(True),
-                "tbf": self.tbf, "hook": self.hook}[kind]()
+                "tbf": self.tbf, "hook": self.hook, "cut2": self.cut2,
+                "tbf_cut": lambda: self.tbf(True), "kill_cut": self.kill_cut}[kind]()
 
 
 def rates(h0, h1, seconds, node):
@@ -531,7 +602,7 @@ def preflight(a):
             r = sh(*args, check=False)
             if r.returncode != 0:
                 return "cannot create a veth pair / bridge: %s" % r.stderr.strip()
-        if "tbf" in a.phases:
+        if "tbf" in a.phases or "tbf_cut" in a.phases:
             sh("ip", "-n", probe, "link", "set", "a0", "up", check=False)
             r = sh("tc", "qdisc", "add", "dev", "a0", "root", "tbf", "rate", "1mbit", "burst",
                    "16kb", "latency", "300ms", ns=probe, check=False)
@@ -544,16 +615,16 @@ def preflight(a):
 
 def main_run(a, tmp):
     start = time.monotonic()
-    chaos.HARD_DEADLINE[0] = start + HARD_S
+    chaos.HARD_DEADLINE[0] = start + a.budget_s + HARD_EXTRA_S
     chaos.generate_stubs(os.path.join(tmp, "gen"))
-    net = Net(N_NODES)
+    net = Net(chaos.N_NODES)
     cluster = load = subs = None
     try:
         net.setup()
         cluster = NetnsCluster(net, os.path.join(tmp, "cluster"), a.build, a.vct_ms, a.batch_ms)
         cluster.up()
         log("cluster up in %.1fs; node ids %s" % (time.monotonic() - start, cluster.ids))
-        load = Load(cluster, a.rate, HARD_S, os.path.join(tmp, "loadgen.log"))
+        load = Load(cluster, a.rate, a.budget_s + HARD_EXTRA_S, os.path.join(tmp, "loadgen.log"))
         load.ensure()
         subs = [chaos.Submitter(cluster, p, k + 1, a.submit_rate, a.seed)
                 for k, p in enumerate(PARTITIONS)]
@@ -564,9 +635,9 @@ def main_run(a, tmp):
         time.sleep(2)
         results = []
         for kind in a.phases:
-            if time.monotonic() > start + SHORT_BUDGET_S:
+            if time.monotonic() > start + a.budget_s:
                 chk.violation("liveness", "over the %ds budget; phase %s not run"
-                              % (SHORT_BUDGET_S, kind))
+                              % (a.budget_s, kind))
                 continue
             load.ensure()
             kind, rec, took = phases.run(kind)
@@ -577,7 +648,8 @@ def main_run(a, tmp):
         print()
         print("| metric | value |")
         print("|---|---|")
-        print("| seed / minutes | %d / %.1f |" % (a.seed, (time.monotonic() - start) / 60))
+        print("| nodes (f) / seed / minutes | %d (%d) / %d / %.1f |"
+              % (chaos.N_NODES, (chaos.N_NODES - 1) // 3, a.seed, (time.monotonic() - start) / 60))
         for kind, rec, took in results:
             bound = 2 * a.vct_ms / 1000 + (RECONNECT_S if kind.startswith("cut") else 0)
             print("| %s: recovery / catch-up (s) | %.2f / %.2f (bound %.1f / %.0f) |"
@@ -588,8 +660,7 @@ def main_run(a, tmp):
         print("| liveness violations | %d |" % len(chk.liveness))
         print("| acked txs / lost | %d / %d |" % (acked, len(chk.lost)))
         print("| submit failures (not acked) | %d |" % sum(s.failed for s in subs))
-        print("| blocks verified (%s) | %s |" % (", ".join(PARTITIONS), ", ".join(
-            str(len(chk.ref[p])) for p in PARTITIONS)))
+        print("| blocks verified | %s |" % chk.verified_text())
         ok = not chk.safety and not chk.lost and not chk.liveness
         return 0 if ok else 1
     finally:
@@ -613,8 +684,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["short"])
-    ap.add_argument("--phases", default=",".join(PHASES), help="comma-separated subset of %s"
-                    % ",".join(PHASES))
+    ap.add_argument("--phases", default=None, help="comma-separated subset of %s (default: all "
+                    "that fit the node count)" % ",".join(PHASES + DOUBLE_PHASES))
+    ap.add_argument("--nodes", type=int, default=4,
+                    help="3f+1 nodes; 7 (f = 2) adds the two-faults-at-once phases %s"
+                    % ",".join(DOUBLE_PHASES))
+    ap.add_argument("--budget-s", type=int, default=SHORT_BUDGET_S,
+                    help="no phase starts after this many seconds")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build", default=os.path.join(chaos.REPO,
                                                     os.environ.get("BUILD_DIR", "build")))
@@ -633,10 +709,19 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
-    a.phases = [p for p in a.phases.split(",") if p]
-    bad = [p for p in a.phases if p not in PHASES]
+    if a.nodes < 4 or (a.nodes - 1) % 3:
+        ap.error("--nodes must be 3f+1 >= 4, got %d" % a.nodes)
+    chaos.N_NODES = a.nodes
+    f = (a.nodes - 1) // 3
+    if a.phases is None:
+        a.phases = PHASES[:-1] + (DOUBLE_PHASES if f >= 2 else []) + PHASES[-1:]
+    else:
+        a.phases = [p for p in a.phases.split(",") if p]
+    bad = [p for p in a.phases if p not in PHASES + DOUBLE_PHASES]
     if bad:
         ap.error("unknown phases %s" % bad)
+    if f < 2 and set(a.phases) & set(DOUBLE_PHASES):
+        ap.error("phases %s need f >= 2 (--nodes 7)" % ",".join(DOUBLE_PHASES))
     why = preflight(a)
     if why:
         print("SKIP: %s" % why, flush=True)
