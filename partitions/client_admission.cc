@@ -74,10 +74,12 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
     flowctl::Admission admission;
     if (!lossless) {
       // Flow control on the raw request: nothing parsed, nothing verified yet.
+      const int64_t decide_start = deps_.clock->NowNanos();
       admission = deps_.interceptor->Admit({.partition = deps_.partition,
                                             .size_bytes = txs[i].size(),
                                             .peer = options.client,
                                             .arrival_nanos = job->arrival_nanos});
+      decision_nanos_.Record(deps_.clock->NowNanos() - decide_start);
       if (!admission.admitted()) {
         const flowctl::Decision& d = admission.decision();
         r.status = d.ToStatus();

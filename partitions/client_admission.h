@@ -41,6 +41,7 @@
 #include "base/transaction.h"
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
+#include "flowctl/histogram.h"
 #include "flowctl/spill_fifo.h"
 #include "flowctl/stage_chain.h"
 #include "partitions/commit_waiters.h"
@@ -114,6 +115,9 @@ class ClientAdmission {
   uint64_t spill_dropped_invalid() const {
     return spill_dropped_invalid_.load(std::memory_order_relaxed);
   }
+  // Time the interceptor chain took per decision (one per tx that reached it), nanoseconds of
+  // deps.clock.
+  flowctl::HistogramSnapshot decision_time() const { return decision_nanos_.Snapshot(); }
 
  private:
   struct Job;
@@ -121,6 +125,7 @@ class ClientAdmission {
 
   const Deps deps_;
   std::atomic<uint64_t> spill_dropped_invalid_{0};
+  flowctl::Histogram decision_nanos_;  // lock-free
 };
 
 }  // namespace partitions

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "flowctl/status_macros.h"
+#include "google/protobuf/descriptor.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -45,7 +46,8 @@ class UnknownMethodService final : public grpc::CallbackGenericService {
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& api, const std::string& address,
     std::shared_ptr<grpc::ServerCredentials> credentials, grpc::Service* service,
-    grpc::CallbackGenericService* unknown, int max_receive_bytes, int* port) {
+    grpc::CallbackGenericService* unknown, int max_receive_bytes, RpcMetrics* rpc_metrics,
+    std::string_view service_name, int* port) {
   if (address.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(api, " API: listen address is empty"));
   }
@@ -54,6 +56,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   builder.RegisterService(service);
   builder.RegisterCallbackGenericService(unknown);
   builder.SetMaxReceiveMessageSize(max_receive_bytes);
+  builder.experimental().SetInterceptorCreators(rpc_metrics->NewInterceptorCreators(service_name));
   // gRPC sets SO_REUSEPORT by default, so a second node on the same port would bind "fine" and
   // silently share the traffic; refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -76,6 +79,10 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
                   [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });
 
   std::unique_ptr<GrpcServers> servers(new GrpcServers());
+  const google::protobuf::DescriptorPool* pool = google::protobuf::DescriptorPool::generated_pool();
+  servers->rpc_metrics_ = std::make_unique<RpcMetrics>(RpcMetrics::MethodsOf(
+      {pool->FindServiceByName(node::client::ClientService::service_full_name()),
+       pool->FindServiceByName(node::admin::AdminService::service_full_name())}));
   servers->client_service_ = std::make_unique<ClientServiceImpl>(node);
   servers->admin_service_ = std::make_unique<AdminServiceImpl>(node, std::move(admin_token));
   servers->client_unknown_methods_ = std::make_unique<UnknownMethodService>("client");
@@ -93,13 +100,15 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
   absl::StatusOr<std::unique_ptr<grpc::Server>> client =
       StartServer("client", config.client_listen(), std::move(client_credentials),
                   servers->client_service_.get(), servers->client_unknown_methods_.get(),
-                  kClientMaxReceiveBytes, &servers->client_port_);
+                  kClientMaxReceiveBytes, servers->rpc_metrics_.get(),
+                  node::client::ClientService::service_full_name(), &servers->client_port_);
   if (!client.ok()) return client.status();
   servers->client_server_ = *std::move(client);
 
   absl::StatusOr<std::unique_ptr<grpc::Server>> admin = StartServer(
       "admin", config.admin_listen(), std::move(admin_credentials), servers->admin_service_.get(),
-      servers->admin_unknown_methods_.get(), kAdminMaxReceiveBytes, &servers->admin_port_);
+      servers->admin_unknown_methods_.get(), kAdminMaxReceiveBytes, servers->rpc_metrics_.get(),
+      node::admin::AdminService::service_full_name(), &servers->admin_port_);
   if (!admin.ok()) {
     servers->Shutdown(absl::ZeroDuration());
     return admin.status();

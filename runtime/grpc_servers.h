@@ -7,7 +7,8 @@
 // Either port serves TLS instead of plaintext when config.tls.client / config.tls.admin is on
 // (runtime/tls.h; server certificate only, a plaintext client then fails with UNAVAILABLE).
 // Both also serve gRPC server reflection, so grpcurl & co. can list and call them. Because each
-// server registers one service, the client port answers UNIMPLEMENTED to admin methods.
+// server registers one service, the client port answers UNIMPLEMENTED to admin methods. Every call
+// on either server is timed and counted by rpc_metrics() (runtime/rpc_metrics.h).
 //
 // Shutdown(drain): open admin watches end at once; both servers stop accepting calls; in-flight
 // calls may finish until `drain` has passed; client calls still waiting for a partition then (e.g.
@@ -33,6 +34,7 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 #include "proto/config.pb.h"
+#include "runtime/rpc_metrics.h"
 
 namespace runtime {
 
@@ -56,12 +58,15 @@ class GrpcServers {
 
   int client_port() const { return client_port_; }
   int admin_port() const { return admin_port_; }
+  const RpcMetrics& rpc_metrics() const { return *rpc_metrics_; }
 
   void Shutdown(absl::Duration drain);
 
  private:
   GrpcServers() = default;
 
+  // Before the servers: their interceptors record into it until they are destroyed.
+  std::unique_ptr<RpcMetrics> rpc_metrics_;
   std::unique_ptr<ClientServiceImpl> client_service_;
   std::unique_ptr<AdminServiceImpl> admin_service_;
   // Answer methods a port does not serve (one per server: gRPC allows no sharing); declared

@@ -263,6 +263,10 @@ absl::Status Node::Start() {
   if (options_.serve_metrics && !config_.metrics_listen().empty()) {
     ASSIGN_OR_RETURN(metrics_, MetricsServer::Start(config_.metrics_listen()));
     RegisterNodeMetrics(metrics_.get(), this);
+    if (servers_) {
+      metrics_->AddCollector(
+          [servers = servers_.get()] { return servers->rpc_metrics().Collect(); });
+    }
   }
   LOG(INFO) << "noded " << kNodeVersion << " node " << id_ << " started: " << partitions_.size()
             << " partitions, " << members.size() << " replicas, client port " << client_port_

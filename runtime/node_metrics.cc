@@ -1,5 +1,7 @@
 #include "runtime/node_metrics.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -29,25 +31,11 @@ class Families {
                double value) {
     Add(name, help, MetricType::Counter, labels).counter.value = value;
   }
-  // LatencySummary (microseconds) as gauges in seconds, one per quantile ("1" = max).
-  void Latency(const std::string& name, const std::string& help, Labels labels,
-               const node::admin::LatencySummary& latency) {
-    const std::pair<const char*, double> quantiles[] = {
-        {"0.5", latency.p50_us()}, {"0.99", latency.p99_us()}, {"1", latency.max_us()}};
-    labels.emplace_back("quantile", "");
-    for (const auto& [q, us] : quantiles) {
-      labels.back().second = q;
-      Gauge(name, help, labels, us * 1e-6);
-    }
-  }
-  // As a Prometheus summary (count + quantiles; the node keeps no sum).
-  void Summary(const std::string& name, const std::string& help, const Labels& labels,
-               const node::admin::LatencySummary& latency) {
-    ClientMetric& m = Add(name, help, MetricType::Summary, labels);
-    m.summary.sample_count = latency.count();
-    m.summary.quantile = {{0.5, latency.p50_us() * 1e-6},
-                          {0.99, latency.p99_us() * 1e-6},
-                          {1.0, latency.max_us() * 1e-6}};
+  // LatencySummary (microseconds) as a Prometheus histogram in seconds.
+  void Histogram(const std::string& name, const std::string& help, const Labels& labels,
+                 const node::admin::LatencySummary& latency) {
+    ClientMetric& m = Add(name, help, MetricType::Histogram, {});
+    m = LatencyHistogramMetric(latency, labels);
   }
 
   std::vector<MetricFamily> Take() {
@@ -122,8 +110,8 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
     f->Gauge("noded_stage_limit", "Stage limit (max in-flight, rate).", sl, s.limit());
     for (const auto& [gauge, value] : s.gauges()) {
       Labels gl = sl;
-      gl.push_back({"gauge", gauge});
-      f->Gauge("noded_stage_gauge",
+      gl.push_back({"figure", gauge});
+      f->Gauge("noded_stage_figure",
                "Every live figure of the stage by name (e.g. an adaptive "
                "stage's limit, in_flight, baseline_latency_ms, window_latency_ms).",
                gl, value);
@@ -152,8 +140,9 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
                static_cast<double>(s.dropped_bytes_full()));
     f->Counter("noded_lane_cpu_seconds_total", "Worker CPU time spent in the lane.", ll,
                static_cast<double>(s.cpu_nanos()) * 1e-9);
-    f->Latency("noded_lane_queueing_delay_seconds", "Lane queueing delay quantiles.", ll,
-               s.queueing_delay());
+    f->Histogram("noded_lane_queueing_delay_seconds",
+                 "Time a message waited in the dispatcher lane before its handler ran.", ll,
+                 s.queueing_delay());
   }
   const node::admin::PoolStats& pool = p.pool();
   f->Gauge("noded_pool_txs", "Transactions in the pool.", l, static_cast<double>(pool.txs()));
@@ -190,8 +179,12 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   AddShare(name, "memory", p.memory(), f);
   AddShare(name, "egress", p.egress(), f);
 
-  f->Summary("noded_commit_latency_seconds", "Submit-to-commit latency (sum not tracked).", l,
-             p.commit_latency());
+  f->Histogram("noded_commit_latency_seconds",
+               "Time from a client tx's admission to its commit on this node.", l,
+               p.commit_latency());
+  f->Histogram("noded_stage_decision_seconds",
+               "Time the interceptor's stages took to admit or reject one client tx.", l,
+               p.stage_decision());
   f->Counter("noded_committed_txs_total", "Transactions committed.", l,
              static_cast<double>(p.committed_txs()));
   for (const auto& [kind, n] :
@@ -244,8 +237,9 @@ void AddEgress(const node::admin::EgressStats& e, Families* f) {
              static_cast<double>(c.queue_bytes()));
     f->Counter("noded_egress_dropped_total", "Frames dropped on the channel.", l,
                static_cast<double>(c.dropped()));
-    f->Latency("noded_egress_queueing_delay_seconds", "Egress queueing delay quantiles.", l,
-               c.queueing_delay());
+    f->Histogram("noded_egress_queueing_delay_seconds",
+                 "Time a frame waited in the egress scheduler before it was sent.", l,
+                 c.queueing_delay());
   }
 }
 
@@ -265,6 +259,25 @@ void AddPeers(const node::admin::ListPeersResponse& peers, Families* f) {
 }
 
 }  // namespace
+
+ClientMetric LatencyHistogramMetric(
+    const node::admin::LatencySummary& latency,
+    const std::vector<std::pair<std::string, std::string>>& labels) {
+  ClientMetric m;
+  for (const auto& [k, v] : labels) m.label.push_back({k, v});
+  // Divided, not multiplied by 1e-6: a quotient of two exact integers is correctly rounded, so
+  // the bounds print as written (0.0001, not 9.999999999999999e-05).
+  m.histogram.sample_count = latency.count();
+  m.histogram.sample_sum = latency.sum_us() / 1e6;
+  const int n = std::min(latency.bucket_bounds_us_size(), latency.bucket_counts_size());
+  m.histogram.bucket.reserve(n + 1);
+  for (int i = 0; i < n; ++i) {
+    m.histogram.bucket.push_back({latency.bucket_counts(i), latency.bucket_bounds_us(i) / 1e6});
+  }
+  // The text format requires a +Inf bucket equal to the count.
+  m.histogram.bucket.push_back({latency.count(), std::numeric_limits<double>::infinity()});
+  return m;
+}
 
 std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& status,
                                              const node::admin::FlowStats& stats,

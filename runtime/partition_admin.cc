@@ -71,6 +71,8 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     sp->set_drain_bytes_per_second(drain_->rate());
   }
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
+  *out.mutable_stage_decision() =
+      LatencySummaryOf(admission_->decision_time(), kFastBucketBoundsUs);
   out.set_committed_txs(pipeline_->committed_txs());
   out.set_send_failures(sender_->send_failures());
   out.set_broadcast_failures(sender_->broadcast_failures());

@@ -10,6 +10,7 @@ PACKAGES=(
   librocksdb-dev libssl-dev prometheus-cpp-dev
   python3 python3-grpcio python3-protobuf python3-cryptography
   procps iproute2 curl clang-format
+  prometheus  # promtool: the metrics and alert-rule tests; prometheus: tools/localnet monitor
 )
 
 missing=()

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -62,7 +63,7 @@ class ClientAdmissionTest : public ::testing::Test {
     admission_ = std::make_unique<ClientAdmission>(
         ClientAdmission::Deps{.partition = kPartition,
                               .name = "test",
-                              .clock = &clock_,
+                              .clock = admission_clock_,
                               .interceptor = interceptor_.get(),
                               .dispatcher = dispatcher_.get(),
                               .client_lane = 0,
@@ -97,6 +98,7 @@ class ClientAdmissionTest : public ::testing::Test {
   }
 
   tests::FakeClock clock_{1'000'000'000};
+  const flowctl::Clock* admission_clock_ = &clock_;  // the admission's own clock
   std::vector<base::PrivateKey> keys_ = chaintest::Keys(1);
   std::string dir_;
   Chain chain_;
@@ -140,6 +142,39 @@ TEST_F(ClientAdmissionTest, AStageRefusesBeforeAnythingIsDecoded) {
   EXPECT_EQ(got[0].rejected_by, "closed");
   EXPECT_EQ(got[0].retry_after, absl::Seconds(1));
   EXPECT_EQ(workers_.RunQueuedForTest(100), 0);
+}
+
+// A clock that moves on by `step` at every reading.
+class SteppingClock final : public flowctl::Clock {
+ public:
+  explicit SteppingClock(int64_t step) : step_(step) {}
+  int64_t NowNanos() const override { return now_.fetch_add(step_) + step_; }
+
+ private:
+  const int64_t step_;
+  mutable std::atomic<int64_t> now_{1'000'000'000};
+};
+
+// Each tx that reaches the interceptor's stages records how long they took to decide, admitted
+// or rejected; a tx answered by the closed gate never reaches them.
+TEST_F(ClientAdmissionTest, EveryStageDecisionIsTimed) {
+  SteppingClock stepping(7'000);
+  admission_clock_ = &stepping;
+  Build("stages { name: 'once' rate { rate_per_second: 0.001 burst: 1 } }");
+  std::vector<SubmitResult> got;
+  Submit(SignedPut(1), &got);                                    // admitted (the burst token)
+  Submit(SignedPut(2), &got);                                    // refused by the rate stage
+  Submit(SignedPut(3), &got, absl::UnavailableError("paused"));  // never reaches the stages
+  workers_.RunQueuedForTest(100);
+  ASSERT_EQ(got.size(), 3u);  // in answer order: the refusals at once, the admitted after its job
+  EXPECT_EQ(got[0].rejected_by, "once") << got[0].status;
+  EXPECT_EQ(got[1].status.code(), absl::StatusCode::kUnavailable) << got[1].status;
+  EXPECT_TRUE(got[2].status.ok()) << got[2].status;
+  const flowctl::HistogramSnapshot decisions = admission_->decision_time();
+  EXPECT_EQ(decisions.count, 2u);
+  EXPECT_EQ(decisions.max, 7'000);  // one clock step between the readings around the stages
+  EXPECT_EQ(decisions.sum, 14'000);
+  admission_.reset();  // before `stepping` goes
 }
 
 TEST_F(ClientAdmissionTest, DefectsAndAClosedGateAnswerAtOnceWithTheirOwnCodes) {

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/client.grpc.pb.h"
 #include "runtime/client_service.h"
@@ -298,6 +299,46 @@ TEST_F(GrpcServicesTest, RateLimitedPartitionSaysWhoAndWhenInTrailers) {
   const std::string retry = Trailer(ctx, "retry-after-ms");
   ASSERT_FALSE(retry.empty());
   EXPECT_GT(std::stoll(retry), 900'000);  // ~1000 s
+}
+
+// Every call on the servers is timed and counted by method and status code (the server
+// interceptor of runtime/rpc_metrics.h); a call to a method the port does not serve counts as
+// "other".
+TEST_F(GrpcServicesTest, EveryCallIsCountedByMethodAndCode) {
+  node::config::NodeConfig config = node_->config();
+  config.set_client_listen("127.0.0.1:0");
+  config.set_admin_listen("127.0.0.1:0");
+  absl::StatusOr<std::unique_ptr<GrpcServers>> servers = GrpcServers::Start(node_, config, kToken);
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*servers)->client_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto client = node::client::ClientService::NewStub(channel);
+  for (const char* partition : {"no-such-partition", "no-such-partition", "hot"}) {
+    grpc::ClientContext c;
+    WithDeadline(&c);
+    node::client::GetChainStatusRequest req;
+    *req.mutable_partition() = Ref(partition);
+    node::client::GetChainStatusResponse resp;
+    client->GetChainStatus(&c, req, &resp);
+  }
+  {
+    auto admin_on_client_port = node::admin::AdminService::NewStub(channel);
+    grpc::ClientContext c;
+    WithToken(&c);
+    node::admin::NodeStatus resp;
+    EXPECT_EQ(admin_on_client_port->GetNodeStatus(&c, {}, &resp).error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+  }
+  // The status is sent before the client sees it, so the counts are in by now.
+  const std::string text =
+      prometheus::TextSerializer().Serialize((*servers)->rpc_metrics().Collect());
+  const std::string labels = "method=\"GetChainStatus\",service=\"node.client.ClientService\"";
+  EXPECT_THAT(text, HasSubstr("noded_rpc_handled_total{" + labels + ",code=\"NOT_FOUND\"} 2"));
+  EXPECT_THAT(text, HasSubstr("noded_rpc_handled_total{" + labels + ",code=\"OK\"} 1"));
+  EXPECT_THAT(text, HasSubstr("noded_rpc_duration_seconds_count{" + labels + "} 3"));
+  EXPECT_THAT(text, HasSubstr("noded_rpc_handled_total{method=\"other\",service=\"other\","
+                              "code=\"UNIMPLEMENTED\"} 1"));
+  (*servers)->Shutdown(absl::ZeroDuration());
 }
 
 TEST_F(GrpcServicesTest, ShutdownCancelsCommitWaitsAfterTheDrain) {

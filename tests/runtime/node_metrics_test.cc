@@ -4,17 +4,21 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "flowctl/histogram.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
 #include "runtime/admin_service.h"
 #include "runtime/client_service.h"
+#include "runtime/latency_summary.h"
 
 namespace runtime {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Render(const node::admin::NodeStatus& status, const node::admin::FlowStats& stats) {
   return prometheus::TextSerializer().Serialize(NodeMetricFamilies(status, stats));
@@ -78,12 +82,49 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_spill_disk_bytes{partition=\"hot\"} 1234"));
   EXPECT_THAT(text, HasSubstr("noded_arbiter_share{partition=\"hot\",resource=\"cpu\"} 1.5"));
   EXPECT_THAT(text, HasSubstr("noded_commit_latency_seconds_count{partition=\"hot\"} 8"));
-  EXPECT_THAT(text,
-              HasSubstr("noded_commit_latency_seconds{partition=\"hot\",quantile=\"0.99\"} 0.25"));
+  EXPECT_THAT(text, HasSubstr("# TYPE noded_commit_latency_seconds histogram"));
   EXPECT_THAT(text, HasSubstr("noded_committed_txs_total{partition=\"hot\"} 77"));
   EXPECT_THAT(text, HasSubstr("noded_egress_bytes_sent_total{channel=\"CONSENSUS\"} 555"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_committed_txs_total counter"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_pool_txs gauge"));
+}
+
+// Latencies go out as Prometheus histograms built from the node's own histograms: fixed buckets
+// from 100 us to 60 s, cumulative, a +Inf bucket equal to the count, and the sum; the quantile
+// gauges of earlier versions are gone.
+TEST(NodeMetricsTest, LatenciesAreHistogramsWithFixedBuckets) {
+  flowctl::Histogram commits;
+  commits.Record(50'000);          // 50 us: below the first bound
+  commits.Record(200'000);         // 200 us: in (100 us, 250 us]
+  commits.Record(3'000'000);       // 3 ms: in (2.5 ms, 5 ms]
+  commits.Record(90'000'000'000);  // 90 s: above the last bound, +Inf only
+  node::admin::FlowStats stats;
+  auto* p = stats.add_partitions();
+  p->set_name("hot");
+  *p->mutable_commit_latency() = LatencySummaryOf(commits.Snapshot());
+  p->add_lanes()->set_name("consensus");
+  stats.mutable_egress()->add_channels()->set_channel("SYNC");
+
+  const std::string text = Render(node::admin::NodeStatus(), stats);
+  const std::string b = "noded_commit_latency_seconds_bucket{partition=\"hot\",le=";
+  EXPECT_THAT(text, HasSubstr(b + "\"0.0001\"} 1"));
+  EXPECT_THAT(text, HasSubstr(b + "\"0.00025\"} 2"));
+  EXPECT_THAT(text, HasSubstr(b + "\"0.0025\"} 2"));
+  EXPECT_THAT(text, HasSubstr(b + "\"0.005\"} 3"));
+  EXPECT_THAT(text, HasSubstr(b + "\"60\"} 3"));
+  EXPECT_THAT(text, HasSubstr(b + "\"+Inf\"} 4"));
+  EXPECT_THAT(text, HasSubstr("noded_commit_latency_seconds_count{partition=\"hot\"} 4"));
+  for (const auto& family : NodeMetricFamilies(node::admin::NodeStatus(), stats)) {
+    if (family.name != "noded_commit_latency_seconds") continue;
+    ASSERT_EQ(family.metric.size(), 1u);
+    EXPECT_NEAR(family.metric[0].histogram.sample_sum, 90.00325, 1e-9);
+  }
+  for (const char* name :
+       {"noded_commit_latency_seconds", "noded_stage_decision_seconds",
+        "noded_lane_queueing_delay_seconds", "noded_egress_queueing_delay_seconds"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", name, " histogram"))) << name;
+  }
+  EXPECT_THAT(text, Not(HasSubstr("quantile=")));
 }
 
 TEST(NodeMetricsTest, RefusalsPerPeerAndReason) {

@@ -96,6 +96,46 @@ def sign_put(chain_pb2, partition, seed, nonce, key, value):
     return signed.SerializeToString(deterministic=True), sender
 
 
+def check_histograms(metrics):
+    """Latencies are Prometheus histograms (cumulative buckets, +Inf = _count), the committed tx
+    and the calls above included, so histogram_quantile can aggregate them."""
+    families = ["noded_commit_latency_seconds", "noded_stage_decision_seconds",
+                "noded_lane_queueing_delay_seconds", "noded_rpc_duration_seconds"]
+    if "noded_egress_bytes_sent_total" in metrics:  # a node with peers
+        families.append("noded_egress_queueing_delay_seconds")
+    for family in families:
+        if f"# TYPE {family} histogram" not in metrics:
+            fail(f"/metrics: {family} is not a histogram")
+    # (prometheus-cpp's own exposer_request_latencies is a summary, with quantiles by right.)
+    if any(line.startswith("noded_") and "quantile=" in line for line in metrics.splitlines()):
+        fail("/metrics still exports noded_ quantile series")
+    series = {}
+    for line in metrics.splitlines():
+        m = re.match(r'noded_commit_latency_seconds_(bucket|count)\{partition="hot"(?:,le="([^"]+)")?\} (\S+)',
+                     line)
+        if m:
+            series[m.group(2) or "count"] = float(m.group(3))
+    if series.get("count", 0) < 1 or series.get("+Inf") != series["count"]:
+        fail(f"commit latency histogram of hot: {series}")
+    counts = [v for k, v in series.items() if k != "count"]
+    if counts != sorted(counts):
+        fail(f"commit latency buckets not cumulative: {series}")
+    submit = re.search(r'noded_rpc_handled_total\{method="SubmitTx",'
+                       r'service="node.client.ClientService",code="OK"\} (\S+)', metrics)
+    if not submit or float(submit.group(1)) < 1:
+        fail("/metrics lacks the SubmitTx calls in noded_rpc_handled_total")
+
+
+def promtool_check(promtool, metrics):
+    """`promtool check metrics` (Debian's prometheus package) on the live scrape: Prometheus'
+    own linter for names, units, types and help."""
+    r = subprocess.run([promtool, "check", "metrics"], input=metrics, capture_output=True,
+                       text=True, timeout=60)
+    if r.returncode != 0 or r.stdout.strip() or r.stderr.strip():
+        fail(f"promtool check metrics (exit {r.returncode}):\n{r.stdout}{r.stderr}")
+    log("promtool check metrics: clean")
+
+
 def run(args, tmp):
     generate_stubs(args.repo, os.path.join(tmp, "gen"))
     import grpc
@@ -204,6 +244,9 @@ def run(args, tmp):
                      "noded_pool_txs", "noded_consensus_state", "noded_peers_connected"]:
             if name not in metrics:
                 fail(f"/metrics lacks {name}")
+        check_histograms(metrics)
+        if args.promtool:
+            promtool_check(args.promtool, metrics)
 
         log("metrics scraped")
         client_ch.close()
@@ -231,7 +274,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--noded", required=True)
     parser.add_argument("--repo", required=True)
+    parser.add_argument("--promtool", action="store_true",
+                        help="also lint the scrape with `promtool check metrics`")
     args = parser.parse_args()
+    if args.promtool:
+        args.promtool = shutil.which("promtool")
+        if not args.promtool:
+            print("SKIP: promtool not found (Debian package prometheus; tools/install-deps.sh)")
+            return 77
     try:
         import grpc  # noqa: F401
         import google.protobuf  # noqa: F401
