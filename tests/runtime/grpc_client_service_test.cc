@@ -301,14 +301,19 @@ TEST_F(GrpcServicesTest, RateLimitedPartitionSaysWhoAndWhenInTrailers) {
   EXPECT_GT(std::stoll(retry), 900'000);  // ~1000 s
 }
 
+// A second pair of servers over the suite's node, on ports of their own.
+absl::StatusOr<std::unique_ptr<GrpcServers>> OwnServers(Node* node) {
+  node::config::NodeConfig config = node->config();
+  config.set_client_listen("127.0.0.1:0");
+  config.set_admin_listen("127.0.0.1:0");
+  return GrpcServers::Start(node, config, kToken);
+}
+
 // Every call on the servers is timed and counted by method and status code (the server
 // interceptor of runtime/rpc_metrics.h); a call to a method the port does not serve counts as
 // "other".
 TEST_F(GrpcServicesTest, EveryCallIsCountedByMethodAndCode) {
-  node::config::NodeConfig config = node_->config();
-  config.set_client_listen("127.0.0.1:0");
-  config.set_admin_listen("127.0.0.1:0");
-  absl::StatusOr<std::unique_ptr<GrpcServers>> servers = GrpcServers::Start(node_, config, kToken);
+  absl::StatusOr<std::unique_ptr<GrpcServers>> servers = OwnServers(node_);
   ASSERT_TRUE(servers.ok()) << servers.status();
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*servers)->client_port()),
                                      grpc::InsecureChannelCredentials());
@@ -342,10 +347,7 @@ TEST_F(GrpcServicesTest, EveryCallIsCountedByMethodAndCode) {
 }
 
 TEST_F(GrpcServicesTest, ShutdownCancelsCommitWaitsAfterTheDrain) {
-  node::config::NodeConfig config = node_->config();
-  config.set_client_listen("127.0.0.1:0");
-  config.set_admin_listen("127.0.0.1:0");
-  absl::StatusOr<std::unique_ptr<GrpcServers>> servers = GrpcServers::Start(node_, config, kToken);
+  absl::StatusOr<std::unique_ptr<GrpcServers>> servers = OwnServers(node_);
   ASSERT_TRUE(servers.ok()) << servers.status();
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*servers)->client_port()),
                                      grpc::InsecureChannelCredentials());
