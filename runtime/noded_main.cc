@@ -5,6 +5,7 @@
 //   noded --config FILE            run with FILE (protobuf text format, or JSON if it ends .json)
 //   noded --check --config FILE    validate FILE and exit (0 ok, 2 with FILE:LINE: field: message)
 //   noded --print-default-config   print the embedded default config
+//   noded --version                print the version and the git commit it was built from
 //   noded --keygen FILE            write a new Ed25519 key (PEM, 0600) unless FILE exists; print
 //                                  its public key as hex
 //
@@ -39,6 +40,7 @@
 #include "glog/logging.h"
 #include "google/protobuf/text_format.h"
 #include "p2p/fault_injector.h"
+#include "runtime/build_info.h"
 #include "runtime/config.h"
 #include "runtime/node.h"
 
@@ -49,6 +51,7 @@ constexpr char kUsage[] =
     "       noded --check --config FILE\n"
     "       noded --print-default-config\n"
     "       noded --keygen FILE\n"
+    "       noded --version\n"
     "\n"
     "Runs one node of a multi-partition PBFT cluster. Without --config it runs the embedded\n"
     "default: one node, partitions \"hot\" and \"steady\", data under ./data, ports on 127.0.0.1.\n"
@@ -150,6 +153,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--help" || a == "-h") {
       std::cout << kUsage;
+      return 0;
+    } else if (a == "--version") {
+      std::cout << "noded " << runtime::kBuildVersion << " (commit " << runtime::kBuildCommit
+                << ")\n";
       return 0;
     } else if (a == "--config") {
       if (!value(&config_path)) return Usage("--config needs a FILE");
