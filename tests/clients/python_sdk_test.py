@@ -12,9 +12,11 @@ Exit 0 pass, 1 fail, 77 skipped (python modules or binaries missing).
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import e2e  # noqa: E402  (tests/e2e.py)
 
 RATE, BURST = 40, 10
 FLOOD_S, FLOOD_THREADS = 8.0, 6
@@ -163,29 +165,11 @@ def run(repo, build, tmp):
 
 def main():
     repo, build = sys.argv[1], sys.argv[2]
-    try:
-        import grpc  # noqa: F401
-        import google.protobuf  # noqa: F401
-        import cryptography  # noqa: F401
-    except ImportError as e:
-        print("SKIP: %s (install python3-grpcio python3-protobuf python3-cryptography)" % e)
-        return 77
-    for b in ("runtime/noded", "tools/nodectl"):
-        if not os.access(os.path.join(build, b), os.X_OK):
-            print("SKIP: %s not built" % os.path.join(build, b))
-            return 77
-    tmp = tempfile.mkdtemp(prefix="python_sdk_test_")
-    try:
-        run(repo, build, tmp)
-    except Exception as e:
-        print("FAIL: %r" % e, flush=True)
-        import traceback
-        traceback.print_exc()
-        return 1
-    finally:
-        subprocess.run(["rm", "-rf", tmp])
-    print("PASS")
-    return 0
+    why = e2e.missing(build, ["runtime/noded", "tools/nodectl"])
+    if why:
+        print("SKIP: %s" % why)
+        return e2e.SKIP
+    return e2e.run_in_tmp("python_sdk_test_", lambda tmp: run(repo, build, tmp))
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import e2e  # noqa: E402  (tests/e2e.py)
 
 TOKEN = "python-client-test-token-0123456789"
 READY_TIMEOUT_S = 30
@@ -281,32 +283,12 @@ def main():
         args.promtool = shutil.which("promtool")
         if not args.promtool:
             print("SKIP: promtool not found (Debian package prometheus; tools/install-deps.sh)")
-            return 77
-    try:
-        import grpc  # noqa: F401
-        import google.protobuf  # noqa: F401
-        import cryptography  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: {e} (install python3-grpcio python3-protobuf python3-cryptography)")
-        return 77
-    if not os.path.exists(args.noded):
-        print(f"SKIP: {args.noded} not built")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="python_client_test_")
-    try:
-        run(args, tmp)
-    except Exception as e:  # report, with the node's log, and fail
-        print(f"FAIL: {e}")
-        log_path = os.path.join(tmp, "noded.log")
-        if os.path.exists(log_path):
-            with open(log_path) as f:
-                print("---- noded log (tail) ----")
-                print("".join(f.readlines()[-40:]))
-        return 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS")
-    return 0
+            return e2e.SKIP
+    why = e2e.missing(binaries=[args.noded])
+    if why:
+        print(f"SKIP: {why}")
+        return e2e.SKIP
+    return e2e.run_in_tmp("python_client_test_", lambda tmp: run(args, tmp), logs=["noded.log"])
 
 
 if __name__ == "__main__":

@@ -14,9 +14,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import e2e  # noqa: E402  (tests/e2e.py)
 
 T0 = time.monotonic()
 FOR_S = 10  # NodedDown's `for:` in noded_rules.yml
@@ -103,25 +105,13 @@ def main():
     localnet, build = sys.argv[1], sys.argv[2]
     if not shutil.which("prometheus"):
         print("SKIP: prometheus not installed (Debian package prometheus; tools/install-deps.sh)")
-        return 77
-    for b in ("runtime/noded", "tools/nodectl"):
-        if not os.access(os.path.join(build, b), os.X_OK):
-            print("SKIP: %s not built" % os.path.join(build, b))
-            return 77
-    tmp = tempfile.mkdtemp(prefix="monitoring_alert_test_")
-    try:
-        run(localnet, build, tmp)
-    except Exception as e:
-        print("FAIL: %r" % e, flush=True)
-        prom_log = os.path.join(tmp, "net", "prometheus", "prometheus.log")
-        if os.path.exists(prom_log):
-            with open(prom_log) as f:
-                print("---- prometheus log (tail) ----\n" + "".join(f.readlines()[-20:]))
-        return 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS")
-    return 0
+        return e2e.SKIP
+    why = e2e.missing(build, ["runtime/noded", "tools/nodectl"], grpc_modules=False)
+    if why:
+        print("SKIP: %s" % why)
+        return e2e.SKIP
+    return e2e.run_in_tmp("monitoring_alert_test_", lambda tmp: run(localnet, build, tmp),
+                          logs=["net/prometheus/prometheus.log"])
 
 
 if __name__ == "__main__":
