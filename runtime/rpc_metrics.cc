@@ -1,11 +1,11 @@
 #include "runtime/rpc_metrics.h"
 
-#include <chrono>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "flowctl/clock.h"
 #include "prometheus/client_metric.h"
 #include "prometheus/metric_type.h"
 #include "runtime/latency_summary.h"
@@ -15,11 +15,7 @@
 namespace runtime {
 namespace {
 
-int64_t MonotonicNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t MonotonicNanos() { return flowctl::Clock::Real()->NowNanos(); }
 
 }  // namespace
 

@@ -47,6 +47,7 @@
 #include "proto/chain.pb.h"
 #include "proto/partition.pb.h"
 #include "runtime/config.h"
+#include "runtime/node.h"
 
 namespace {
 
@@ -265,9 +266,8 @@ int Run(const Flags& flags) {
     std::cerr << "byzantine_peer: " << config.status() << "\n";
     return 1;
   }
-  const std::string key_path =
-      config->key_file().empty() ? config->data_dir() + "/node.key" : config->key_file();
-  absl::StatusOr<base::PrivateKey> key = base::PrivateKey::ReadPemFile(key_path);
+  absl::StatusOr<base::PrivateKey> key =
+      base::PrivateKey::ReadPemFile(runtime::KeyFilePath(*config));
   if (!key.ok()) {
     std::cerr << "byzantine_peer: " << key.status() << "\n";
     return 1;

@@ -154,14 +154,14 @@ class Client:
             resp = self._call("SubmitTxBatch", req)[0]
             shed, wait_ms = [], 0
             for i, r in zip(pending, resp.results):
-                code = grpc.StatusCode.OK.name if r.code == 0 else _code_name(r.code)
-                if code == "ALREADY_EXISTS" and "duplicate transaction" in r.message:
+                code = _CODE_NAMES.get(r.code, "UNKNOWN")
+                if code == "ALREADY_EXISTS" and _is_duplicate_message(r.message):
                     code = "OK"
                 out[i] = (code, r.message, r.tx_hash)
                 if code == "RESOURCE_EXHAUSTED":
                     shed.append(i)
                     wait_ms = max(wait_ms, r.retry_after_ms)
-            if not shed or not self.retry or attempt + 1 == self.max_attempts:
+            if not shed or attempt + 1 == self.max_attempts:
                 break
             pause = wait_ms / 1000.0 + self._jitter(attempt)
             if time.monotonic() + pause - start > self.deadline:
@@ -260,15 +260,15 @@ class Client:
         raise last
 
 
+def _is_duplicate_message(message):
+    return "duplicate transaction" in message
+
+
 def _is_duplicate(e):
-    return e.code == "ALREADY_EXISTS" and "duplicate transaction" in e.message
+    return e.code == "ALREADY_EXISTS" and _is_duplicate_message(e.message)
 
 
-def _code_name(value):
-    for c in grpc.StatusCode:
-        if c.value[0] == value:
-            return c.name
-    return "UNKNOWN"
+_CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}  # google.rpc.Code value -> name
 
 
 class Sender:

@@ -65,6 +65,4 @@ def from_status(code, message, node=None, **extra):
     if cls is Overloaded:
         return cls(code, message, node, rejected_by=extra.get("rejected_by", ""),
                    retry_after=extra.get("retry_after", 0.0))
-    if cls is CommitTimeout:
-        return cls(code, message, node, tx_hash=extra.get("tx_hash", b""))
     return cls(code, message, node)
