@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "flowctl/status_macros.h"
 #include "partitions/block.h"
 
 namespace partitions {
@@ -42,7 +43,7 @@ absl::StatusOr<std::optional<CommitEvent>> CommitPipeline::Commit(const PbftComm
     }
     txs.push_back(std::move(tx));
   }
-  BlockExecution exec = executor->Execute(commit.seq, txs);
+  ASSIGN_OR_RETURN(BlockExecution exec, executor->Execute(commit.seq, txs));
 
   node::chain::Block block;
   auto* header = block.mutable_header();
@@ -64,7 +65,7 @@ absl::StatusOr<std::optional<CommitEvent>> CommitPipeline::Commit(const PbftComm
   for (const auto& m : commit.certificate) *cert.add_commit_certificate() = m;
   ConsensusMetaWrites meta = {{CertKey(commit.seq), cert.SerializeAsString()},
                               {kChainDigestKey, commit.chain_digest}};
-  if (absl::Status s = ledger->CommitBlock(block, exec.receipts, exec.writes, meta); !s.ok()) {
+  if (absl::Status s = ledger->CommitBlock(block, exec.receipts, exec.delta, meta); !s.ok()) {
     return s;
   }
   executor->Apply(exec);

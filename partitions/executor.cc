@@ -7,6 +7,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/ed25519.h"
+#include "base/sha256.h"
+#include "flowctl/status_macros.h"
 #include "glog/logging.h"
 
 namespace partitions {
@@ -22,19 +24,36 @@ uint64_t GetLe64(absl::string_view s) {
   return v;
 }
 
-// The state one block sees: the committed state plus the block's own writes so far.
-class Overlay {
- public:
-  explicit Overlay(const StateMap& base) : base_(base) {}
+// Per-entry bookkeeping of the cache beyond the key and value bytes (list node, index slot).
+constexpr size_t kCacheEntryOverhead = 96;
 
-  const std::string* Find(const std::string& key) const {
-    if (auto it = writes_.find(key); it != writes_.end()) return &it->second;
-    if (auto it = base_.find(key); it != base_.end()) return &it->second;
-    return nullptr;
+}  // namespace
+
+// The state one block sees: the committed state plus the block's own writes so far. Remembers
+// what it read, so the state root update finds each changed key's old value without a re-read.
+// Used only inside Execute, which holds a reader lock of the executor's mu_.
+class Executor::Overlay {
+ public:
+  explicit Overlay(const Executor& exec) : exec_(exec) {}
+
+  absl::StatusOr<std::optional<std::string>> Find(const std::string& key) {
+    if (auto it = writes_.find(key); it != writes_.end()) return it->second;
+    return Base(key);
   }
-  node::chain::Account Account(absl::string_view address) const {
+  // The committed value (before this block).
+  absl::StatusOr<std::optional<std::string>> Base(const std::string& key) {
+    if (auto it = reads_.find(key); it != reads_.end()) return it->second;
+    ASSIGN_OR_RETURN(std::optional<std::string> v, exec_.Read(key));
+    reads_.emplace(key, v);
+    return v;
+  }
+  absl::StatusOr<node::chain::Account> Account(absl::string_view address) {
     node::chain::Account a;
-    if (const std::string* v = Find(AccountKey(address))) DecodeAccount(*v, &a);
+    ASSIGN_OR_RETURN(std::optional<std::string> v, Find(AccountKey(address)));
+    if (v.has_value() && !DecodeAccount(*v, &a)) {
+      return absl::DataLossError(
+          absl::StrCat("state: account ", base::BytesToHex(address), " is not 16 bytes"));
+    }
     return a;
   }
   void SetAccount(absl::string_view address, const node::chain::Account& a) {
@@ -44,11 +63,10 @@ class Overlay {
   WriteSet& writes() { return writes_; }
 
  private:
-  const StateMap& base_;
+  const Executor& exec_;
   WriteSet writes_;
+  absl::flat_hash_map<std::string, std::optional<std::string>> reads_;
 };
-
-}  // namespace
 
 std::string AccountKey(absl::string_view address) { return absl::StrCat("a", address); }
 std::string ValueKey(absl::string_view key) { return absl::StrCat("k", key); }
@@ -96,10 +114,43 @@ absl::StatusOr<StateMap> GenesisState(const node::chain::GenesisConfig& genesis)
   return state;
 }
 
-Executor::Executor(uint32_t partition, StateMap state)
-    : partition_(partition), state_(std::move(state)) {
-  for (const auto& [k, v] : state_) root_.Add(k, v);
+absl::StatusOr<std::optional<std::string>> MemoryStateStore::GetState(absl::string_view key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = state_.find(key);
+  if (it == state_.end()) return std::optional<std::string>();
+  return std::optional<std::string>(it->second);
 }
+
+void MemoryStateStore::Write(const WriteSet& writes) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, value] : writes) state_[key] = value;
+}
+
+StateMap MemoryStateStore::Copy() const {
+  absl::MutexLock lock(&mu_);
+  return state_;
+}
+
+namespace {
+
+StateRoot HashState(const StateMap& state) {
+  StateRoot root;
+  for (const auto& [k, v] : state) root.Add(k, v);
+  return root;
+}
+
+}  // namespace
+
+Executor::Executor(uint32_t partition, StateMap state)
+    : partition_(partition),
+      owned_store_(std::make_unique<MemoryStateStore>(std::move(state))),
+      store_(owned_store_.get()),
+      root_(HashState(owned_store_->Copy())),
+      cache_capacity_(0) {}
+
+Executor::Executor(uint32_t partition, const StateStore* store, const StateRoot& root,
+                   size_t cache_bytes)
+    : partition_(partition), store_(store), root_(root), cache_capacity_(cache_bytes) {}
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::FromGenesis(
     uint32_t partition, const node::chain::GenesisConfig& genesis) {
@@ -108,13 +159,71 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::FromGenesis(
   return std::make_unique<Executor>(partition, *std::move(state));
 }
 
-BlockExecution Executor::Execute(uint64_t height, absl::Span<const TxPtr> txs) const {
+absl::StatusOr<std::optional<std::string>> Executor::Read(absl::string_view key) const {
+  {
+    absl::MutexLock lock(&cache_mu_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      ++hits_;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->value;
+    }
+    ++misses_;
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> value, store_->GetState(key));
+  absl::MutexLock lock(&cache_mu_);
+  CachePut(key, value);
+  return value;
+}
+
+void Executor::CachePut(absl::string_view key, std::optional<std::string> value) const {
+  if (cache_capacity_ == 0) return;
+  const size_t charge = key.size() + (value.has_value() ? value->size() : 0) + kCacheEntryOverhead;
+  if (auto it = index_.find(key); it != index_.end()) {
+    cache_bytes_ -= it->second->charge;
+    it->second->value = std::move(value);
+    it->second->charge = charge;
+    cache_bytes_ += charge;
+    lru_.splice(lru_.begin(), lru_, it->second);
+  } else {
+    lru_.push_front(CacheEntry{std::string(key), std::move(value), charge});
+    index_.emplace(lru_.front().key, lru_.begin());
+    cache_bytes_ += charge;
+  }
+  EvictToCapacity();
+}
+
+void Executor::EvictToCapacity() const {
+  while (cache_bytes_ > cache_capacity_ && !lru_.empty()) {
+    CacheEntry& last = lru_.back();
+    cache_bytes_ -= last.charge;
+    index_.erase(last.key);
+    lru_.pop_back();
+  }
+}
+
+void Executor::SetCacheCapacity(size_t bytes) {
+  absl::MutexLock lock(&cache_mu_);
+  cache_capacity_ = bytes;
+  EvictToCapacity();
+}
+
+StateCacheStats Executor::cache_stats() const {
+  absl::MutexLock lock(&cache_mu_);
+  return StateCacheStats{.hits = hits_,
+                         .misses = misses_,
+                         .entries = lru_.size(),
+                         .bytes = cache_bytes_,
+                         .capacity_bytes = cache_capacity_};
+}
+
+absl::StatusOr<BlockExecution> Executor::Execute(uint64_t height,
+                                                 absl::Span<const TxPtr> txs) const {
   absl::ReaderMutexLock lock(&mu_);
   BlockExecution result;
   result.height = height;
   result.base_version = version_;
   result.receipts.reserve(txs.size());
-  Overlay view(state_);
+  Overlay view(*this);
   for (size_t i = 0; i < txs.size(); ++i) {
     const base::DecodedTx& d = *txs[i];
     const node::chain::Transaction& tx = d.tx;
@@ -128,7 +237,7 @@ BlockExecution Executor::Execute(uint64_t height, absl::Span<const TxPtr> txs) c
                                ", this is partition ", partition_));
       continue;
     }
-    node::chain::Account sender = view.Account(tx.sender());
+    ASSIGN_OR_RETURN(node::chain::Account sender, view.Account(tx.sender()));
     const uint64_t expected = sender.nonce() + 1;
     if (tx.nonce() != expected) {
       r.set_status(node::chain::Receipt::REJECTED);
@@ -153,7 +262,7 @@ BlockExecution Executor::Execute(uint64_t height, absl::Span<const TxPtr> txs) c
       } else {
         sender.set_balance(sender.balance() - amount);
         view.SetAccount(tx.sender(), sender);
-        node::chain::Account recipient = view.Account(to);
+        ASSIGN_OR_RETURN(node::chain::Account recipient, view.Account(to));
         // Cannot overflow: balances sum to the genesis total, which fits in a uint64.
         recipient.set_balance(recipient.balance() + amount);
         view.SetAccount(to, recipient);
@@ -168,17 +277,19 @@ BlockExecution Executor::Execute(uint64_t height, absl::Span<const TxPtr> txs) c
       view.SetAccount(tx.sender(), sender);
     }
   }
-  result.writes = std::move(view.writes());
-  result.accumulator = root_;
-  for (const auto& [key, value] : result.writes) {
-    auto it = state_.find(key);
-    if (it != state_.end()) {
-      if (it->second == value) continue;
-      result.accumulator.Remove(key, it->second);
+  StateDelta& delta = result.delta;
+  delta.accumulator = root_;
+  for (const auto& [key, value] : view.writes()) {
+    ASSIGN_OR_RETURN(std::optional<std::string> before, view.Base(key));
+    if (before.has_value()) {
+      if (*before == value) continue;
+      delta.accumulator.Remove(key, *before);
     }
-    result.accumulator.Add(key, value);
+    delta.accumulator.Add(key, value);
+    delta.previous.emplace(key, std::move(before));
   }
-  result.state_root = result.accumulator.Root();
+  delta.writes = std::move(view.writes());
+  result.state_root = delta.accumulator.Root();
   return result;
 }
 
@@ -186,8 +297,12 @@ void Executor::Apply(const BlockExecution& result) {
   absl::MutexLock lock(&mu_);
   CHECK_EQ(result.base_version, version_)
       << "BlockExecution applied to a state it was not computed against";
-  for (const auto& [key, value] : result.writes) state_[key] = value;
-  root_ = result.accumulator;
+  if (owned_store_ != nullptr) owned_store_->Write(result.delta.writes);
+  {
+    absl::MutexLock cache_lock(&cache_mu_);
+    for (const auto& [key, value] : result.delta.writes) CachePut(key, value);
+  }
+  root_ = result.delta.accumulator;
   ++version_;
 }
 
@@ -196,28 +311,38 @@ std::string Executor::state_root() const {
   return root_.Root();
 }
 
-node::chain::Account Executor::GetAccount(absl::string_view address) const {
+StateRoot Executor::accumulator() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return root_;
+}
+
+absl::StatusOr<node::chain::Account> Executor::GetAccount(absl::string_view address) const {
   node::chain::Account a;
   a.set_address(std::string(address));
   absl::ReaderMutexLock lock(&mu_);
-  if (auto it = state_.find(AccountKey(address)); it != state_.end()) DecodeAccount(it->second, &a);
+  ASSIGN_OR_RETURN(std::optional<std::string> v, Read(AccountKey(address)));
+  if (v.has_value() && !DecodeAccount(*v, &a)) {
+    return absl::DataLossError(
+        absl::StrCat("state: account ", base::BytesToHex(address), " is not 16 bytes"));
+  }
   return a;
 }
 
-uint64_t Executor::NextNonce(absl::string_view address) const {
-  return GetAccount(address).nonce() + 1;
+absl::StatusOr<uint64_t> Executor::NextNonce(absl::string_view address) const {
+  ASSIGN_OR_RETURN(node::chain::Account a, GetAccount(address));
+  return a.nonce() + 1;
 }
 
-std::optional<std::string> Executor::GetValue(absl::string_view key) const {
+absl::StatusOr<std::optional<std::string>> Executor::GetValue(absl::string_view key) const {
   absl::ReaderMutexLock lock(&mu_);
-  auto it = state_.find(ValueKey(key));
-  if (it == state_.end()) return std::nullopt;
-  return it->second;
+  return Read(ValueKey(key));
 }
 
 std::map<std::string, std::string> Executor::SnapshotForTest() const {
+  CHECK(owned_store_ != nullptr) << "SnapshotForTest of an executor over an outside store";
   absl::ReaderMutexLock lock(&mu_);
-  return std::map<std::string, std::string>(state_.begin(), state_.end());
+  const StateMap state = owned_store_->Copy();
+  return std::map<std::string, std::string>(state.begin(), state.end());
 }
 
 }  // namespace partitions

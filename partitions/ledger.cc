@@ -4,6 +4,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
@@ -11,8 +12,11 @@
 #include "glog/logging.h"
 #include "partitions/block.h"
 #include "partitions/rocksdb_logger.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
 namespace partitions {
@@ -22,7 +26,12 @@ constexpr char kBlockPrefix = 'b';
 constexpr char kReceiptPrefix = 'r';
 constexpr char kTxIndexPrefix = 't';
 constexpr char kStatePrefix = 's';
+constexpr char kUndoPrefix = 'u';
 constexpr char kMetaPrefix = 'c';
+// The state's LtHash lanes after the last committed block (one key, rewritten by every commit).
+constexpr absl::string_view kLanesKey = "l";
+constexpr char kUndoAbsent = '\0';
+constexpr char kUndoPresent = '\1';
 
 void PutBe(uint64_t v, int bytes, std::string* out) {
   for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -45,6 +54,20 @@ std::string Location(uint64_t height, uint32_t index) {
   PutBe(height, 8, &loc);
   PutBe(index, 4, &loc);
   return loc;
+}
+
+// "u" len32 key: every undo entry of one state key, contiguous whatever the other keys are.
+std::string UndoKeyPrefix(absl::string_view state_key) {
+  std::string k(1, kUndoPrefix);
+  PutBe(state_key.size(), 4, &k);
+  k.append(state_key.data(), state_key.size());
+  return k;
+}
+
+std::string UndoKey(absl::string_view state_key, uint64_t height) {
+  std::string k = UndoKeyPrefix(state_key);
+  PutBe(height, 8, &k);
+  return k;
 }
 
 std::string Prefixed(char prefix, absl::string_view rest) {
@@ -75,6 +98,21 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   db_options.paranoid_checks = true;
   if (options.env != nullptr) db_options.env = options.env;
   db_options.info_log = NewGlogRocksDbLogger("ledger " + path);
+  // State reads that miss the executor's cache come here: a bloom filter answers "absent" without
+  // a disk read, and index and filter blocks count against the (bounded) block cache rather than
+  // growing with the state. They are partitioned into small blocks: a whole-table filter of a
+  // large table outgrows a cache shard, is never kept, and is then read and checksummed on every
+  // lookup (the first profile of bench_state spent 90% there).
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes, /*num_shard_bits=*/4);
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+  table.partition_filters = true;
+  table.metadata_block_size = 4096;
+  table.cache_index_and_filter_blocks = true;
+  table.pin_top_level_index_and_filter = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   rocksdb::DB* raw = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &raw), "open " + path));
   std::unique_ptr<Ledger> ledger(new Ledger(std::unique_ptr<rocksdb::DB>(raw), partition, options));
@@ -112,7 +150,7 @@ absl::Status Ledger::LoadTip() {
 
 absl::Status Ledger::CommitBlock(const node::chain::Block& block,
                                  absl::Span<const node::chain::Receipt> receipts,
-                                 const WriteSet& writes, const ConsensusMetaWrites& meta) {
+                                 const StateDelta& delta, const ConsensusMetaWrites& meta) {
   const node::chain::BlockHeader& h = block.header();
   const size_t n = static_cast<size_t>(block.tx_hashes_size());
   if (h.partition() != partition_) {
@@ -127,6 +165,10 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
   if (h.tx_root() != TxRoot(block.tx_hashes())) {
     return absl::InvalidArgumentError(
         absl::StrCat("block ", h.height(), ": tx_root does not match its tx hashes"));
+  }
+  if (h.state_root() != delta.accumulator.Root()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block ", h.height(), ": state_root is not the root of the state delta"));
   }
 
   absl::MutexLock lock(&mu_);
@@ -153,7 +195,14 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
     ASSIGN_OR_RETURN(std::optional<std::string> existing, Read(index_key));
     if (!existing.has_value()) batch.Put(index_key, loc);
   }
-  for (const auto& [key, value] : writes) batch.Put(Prefixed(kStatePrefix, key), value);
+  for (const auto& [key, value] : delta.writes) batch.Put(Prefixed(kStatePrefix, key), value);
+  std::string undo;
+  for (const auto& [key, before] : delta.previous) {
+    undo.assign(1, before.has_value() ? kUndoPresent : kUndoAbsent);
+    if (before.has_value()) undo.append(*before);
+    batch.Put(UndoKey(key, h.height()), undo);
+  }
+  batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), delta.accumulator.Serialize());
   for (const auto& [key, value] : meta) batch.Put(Prefixed(kMetaPrefix, key), value);
 
   rocksdb::WriteOptions wo;
@@ -188,9 +237,12 @@ std::string Ledger::last_block_hash() const {
   return tip_hash_;
 }
 
-absl::StatusOr<std::optional<std::string>> Ledger::Read(const std::string& key) const {
+absl::StatusOr<std::optional<std::string>> Ledger::Read(absl::string_view key,
+                                                        const rocksdb::Snapshot* snapshot) const {
   std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), key, &value);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot;
+  rocksdb::Status s = db_->Get(ro, rocksdb::Slice(key.data(), key.size()), &value);
   if (s.IsNotFound()) return std::optional<std::string>();
   RETURN_IF_ERROR(FromRocks(s, "read"));
   return std::optional<std::string>(std::move(value));
@@ -248,6 +300,69 @@ absl::StatusOr<std::optional<std::string>> Ledger::GetValue(absl::string_view ke
   return Read(Prefixed(kStatePrefix, ValueKey(key)));
 }
 
+absl::StatusOr<std::optional<std::string>> Ledger::GetValueAt(absl::string_view key,
+                                                              uint64_t height) const {
+  return GetStateAt(ValueKey(key), height);
+}
+
+absl::StatusOr<std::optional<std::string>> Ledger::GetState(absl::string_view key) const {
+  return Read(Prefixed(kStatePrefix, key));
+}
+
+absl::StatusOr<std::optional<std::string>> Ledger::GetStateAt(absl::string_view key,
+                                                              uint64_t height) const {
+  // One snapshot, so a commit between the two reads below cannot mix two states. Taken under
+  // the commit lock: it holds every block up to the tip checked here.
+  const rocksdb::Snapshot* snapshot = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (empty_ || height > tip_.height()) {
+      return absl::OutOfRangeError(absl::StrCat("height ", height, " is beyond the last block (",
+                                                empty_ ? 0 : tip_.height(), ")"));
+    }
+    snapshot = db_->GetSnapshot();
+  }
+  absl::Cleanup release = [&] { db_->ReleaseSnapshot(snapshot); };
+  // The value at `height` is the value before the first change after it: the first undo entry
+  // above `height`; with none, the key has not changed since, and the current value is it.
+  const std::string prefix = UndoKeyPrefix(key);
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  it->Seek(UndoKey(key, height + 1));
+  RETURN_IF_ERROR(FromRocks(it->status(), "seek undo"));
+  if (it->Valid() && it->key().size() == prefix.size() + 8 && it->key().starts_with(prefix)) {
+    const rocksdb::Slice v = it->value();
+    if (v.empty() || (v[0] != kUndoAbsent && v[0] != kUndoPresent)) {
+      return absl::DataLossError(absl::StrCat(
+          "undo record of a state key at height ",
+          GetBe(absl::string_view(it->key().data() + prefix.size(), 8)), " is corrupt"));
+    }
+    if (v[0] == kUndoAbsent) return std::optional<std::string>();
+    return std::optional<std::string>(std::string(v.data() + 1, v.size() - 1));
+  }
+  return Read(Prefixed(kStatePrefix, key), snapshot);
+}
+
+absl::StatusOr<std::optional<StateRoot>> Ledger::LoadAccumulator() const {
+  ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(kLanesKey));
+  if (!bytes.has_value()) return std::optional<StateRoot>();
+  std::optional<StateRoot> root = StateRoot::Parse(*bytes);
+  if (!root.has_value()) {
+    return absl::DataLossError(absl::StrCat("ledger: the stored state hash is ", bytes->size(),
+                                            " bytes, not ", StateRoot::kLanes * 2));
+  }
+  return root;
+}
+
+absl::Status Ledger::StoreAccumulator(const StateRoot& root) {
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return FromRocks(
+      db_->Put(wo, rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), root.Serialize()),
+      "store state hash");
+}
+
 absl::StatusOr<StateMap> Ledger::LoadState() const {
   StateMap state;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
@@ -282,26 +397,46 @@ absl::StatusOr<Chain> OpenChain(const std::string& path, uint32_t partition,
   ASSIGN_OR_RETURN(chain.ledger, Ledger::Open(path, partition, options));
   if (chain.ledger->empty()) {
     ASSIGN_OR_RETURN(StateMap state, GenesisState(genesis));
-    const WriteSet writes(state.begin(), state.end());
-    chain.executor = std::make_unique<Executor>(partition, std::move(state));
+    StateDelta delta;
+    for (auto& [key, value] : state) {
+      delta.accumulator.Add(key, value);
+      delta.writes.emplace(key, std::move(value));
+    }
     node::chain::Block block;
     node::chain::BlockHeader* h = block.mutable_header();
     h->set_partition(partition);
     h->set_height(0);
     h->set_tx_root(TxRoot(block.tx_hashes()));
-    h->set_state_root(chain.executor->state_root());
-    RETURN_IF_ERROR(chain.ledger->CommitBlock(block, {}, writes));
+    h->set_state_root(delta.accumulator.Root());
+    RETURN_IF_ERROR(chain.ledger->CommitBlock(block, {}, delta));
+    chain.executor = std::make_unique<Executor>(partition, chain.ledger.get(), delta.accumulator,
+                                                options.state_cache_bytes);
     return chain;
   }
-  ASSIGN_OR_RETURN(StateMap state, chain.ledger->LoadState());
-  chain.executor = std::make_unique<Executor>(partition, std::move(state));
   const node::chain::BlockHeader tip = chain.ledger->last_header();
-  if (chain.executor->state_root() != tip.state_root()) {
-    return absl::DataLossError(
-        absl::StrCat("ledger ", path, ": state does not match the state root of block ",
-                     tip.height(), " (", base::BytesToHex(chain.executor->state_root()), " vs ",
-                     base::BytesToHex(tip.state_root()), ")"));
+  ASSIGN_OR_RETURN(std::optional<StateRoot> stored, chain.ledger->LoadAccumulator());
+  StateRoot root;
+  if (!stored.has_value() || options.verify_state_on_open) {
+    // A ledger written before the state hash was stored (or a check asked for): hash the whole
+    // state once, O(state).
+    ASSIGN_OR_RETURN(StateMap state, chain.ledger->LoadState());
+    for (const auto& [k, v] : state) root.Add(k, v);
+    if (stored.has_value() && !(*stored == root)) {
+      return absl::DataLossError(absl::StrCat(
+          "ledger ", path, ": the stored state hash does not match the stored state (block ",
+          tip.height(), ")"));
+    }
+  } else {
+    root = *stored;
   }
+  if (root.Root() != tip.state_root()) {
+    return absl::DataLossError(absl::StrCat(
+        "ledger ", path, ": state does not match the state root of block ", tip.height(), " (",
+        base::BytesToHex(root.Root()), " vs ", base::BytesToHex(tip.state_root()), ")"));
+  }
+  if (!stored.has_value()) RETURN_IF_ERROR(chain.ledger->StoreAccumulator(root));
+  chain.executor =
+      std::make_unique<Executor>(partition, chain.ledger.get(), root, options.state_cache_bytes);
   return chain;
 }
 

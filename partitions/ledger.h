@@ -10,22 +10,29 @@
 //   "r" height index(u32) -> Receipt
 //   "t" tx hash           -> height, index of the tx's first inclusion (a later replay of the
 //                            same tx, which can only be REJECTED, keeps its receipt by position)
-//   "s" state key         -> state value (executor.h layout)
+//   "s" state key         -> state value (executor.h layout): the current state
+//   "u" len32 key height  -> the key's value before block `height` (1 byte present/absent, then
+//                            the value), written for every key whose value the block changed:
+//                            what reads at older heights need (GetValueAt)
+//   "l"                   -> the state's LtHash lanes after the last block (2 KiB), so a reopen
+//                            checks the state root without rehashing the whole state
 //   "c" key               -> consensus metadata (opaque bytes)
 //
-// CommitBlock writes a block, its receipts, its state writes (and optionally consensus metadata)
+// CommitBlock writes a block, its receipts, its state delta (and optionally consensus metadata)
 // in ONE WriteBatch with sync=true: after a crash the ledger holds a prefix of the committed
 // blocks, each with exactly its state. The genesis block (height 0, no txs) carries the genesis
 // state; OpenChain commits it on first open. Reopening resumes after the last committed block;
-// OpenChain reloads the state and checks it against that block's state root.
+// OpenChain checks the stored state hash against that block's state root, and the executor reads
+// the state from here (the ledger is its StateStore) through a bounded cache: memory does not
+// grow with the state. Nothing is pruned yet: every height's state stays readable.
 //
 // Errors are absl::Status; RocksDB failures carry RocksDB's message (INTERNAL, or DATA_LOSS for
 // corruption). Thread-safe: commits are serialized; reads may run concurrently with them.
 //
 //   ASSIGN_OR_RETURN(Chain chain, OpenChain(dir, partition, genesis));
-//   BlockExecution r = chain.executor->Execute(h, txs);
+//   ASSIGN_OR_RETURN(BlockExecution r, chain.executor->Execute(h, txs));
 //   ... fill block.header().state_root() = r.state_root ...
-//   RETURN_IF_ERROR(chain.ledger->CommitBlock(block, r.receipts, r.writes));
+//   RETURN_IF_ERROR(chain.ledger->CommitBlock(block, r.receipts, r.delta));
 //   chain.executor->Apply(r);
 #ifndef PARTITIONS_LEDGER_H_
 #define PARTITIONS_LEDGER_H_
@@ -49,6 +56,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class Snapshot;
 }  // namespace rocksdb
 
 namespace partitions {
@@ -59,26 +67,33 @@ struct LedgerOptions {
   // The RocksDB environment (file system); null: the default. Tests inject disk faults here
   // (tests/mocks/faulty_file_system.h). Must outlive the ledger.
   rocksdb::Env* env = nullptr;
+  // RocksDB's block cache (data, index and filter blocks) of this ledger.
+  size_t block_cache_bytes = 32 << 20;
+  // The executor's state cache (executor.h) that OpenChain sets up.
+  size_t state_cache_bytes = kDefaultStateCacheBytes;
+  // OpenChain rehashes the whole state, O(state), and checks it against the stored hash.
+  bool verify_state_on_open = false;
 };
 
 // Opaque consensus metadata written with a block (or alone): key -> bytes.
 using ConsensusMetaWrites = std::vector<std::pair<std::string, std::string>>;
 
-class Ledger {
+class Ledger : public StateStore {
  public:
   // Opens (creating if missing) the ledger at `path` for `partition`.
   static absl::StatusOr<std::unique_ptr<Ledger>> Open(const std::string& path, uint32_t partition,
                                                       const LedgerOptions& options = {});
-  ~Ledger();
+  ~Ledger() override;
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
-  // Atomically and durably commits `block` (with its tx bodies), its receipts, the state writes
+  // Atomically and durably commits `block` (with its tx bodies), its receipts, the state delta
   // and the consensus metadata. FAILED_PRECONDITION unless the block extends the tip (height 0
   // on an empty ledger, else last height + 1 with parent_hash = last block hash);
-  // INVALID_ARGUMENT if the block is inconsistent (partition, tx_count, tx_root, receipts count).
+  // INVALID_ARGUMENT if the block is inconsistent (partition, tx_count, tx_root, receipts count,
+  // a state_root other than the delta's).
   absl::Status CommitBlock(const node::chain::Block& block,
-                           absl::Span<const node::chain::Receipt> receipts, const WriteSet& writes,
+                           absl::Span<const node::chain::Receipt> receipts, const StateDelta& delta,
                            const ConsensusMetaWrites& meta = {}) ABSL_LOCKS_EXCLUDED(mu_);
 
   // True until the genesis block is committed.
@@ -99,6 +114,20 @@ class Ledger {
   absl::StatusOr<node::chain::Account> GetAccount(absl::string_view address) const;
   // The committed value of a Put key, nullopt if never written.
   absl::StatusOr<std::optional<std::string>> GetValue(absl::string_view key) const;
+  // Its value as of block `height` (after that block). OUT_OF_RANGE beyond the last block.
+  absl::StatusOr<std::optional<std::string>> GetValueAt(absl::string_view key,
+                                                        uint64_t height) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // StateStore: the current value of a state key (executor.h layout).
+  absl::StatusOr<std::optional<std::string>> GetState(absl::string_view key) const override;
+  // The value of a state key as of block `height`. OUT_OF_RANGE beyond the last block.
+  absl::StatusOr<std::optional<std::string>> GetStateAt(absl::string_view key,
+                                                        uint64_t height) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The state hash stored with the last block; nullopt for a ledger written before it was.
+  absl::StatusOr<std::optional<StateRoot>> LoadAccumulator() const;
+  // Stores the state hash outside a block commit (upgrading an older ledger).
+  absl::Status StoreAccumulator(const StateRoot& root);
   // The whole committed state (to rebuild the executor).
   absl::StatusOr<StateMap> LoadState() const;
 
@@ -111,7 +140,8 @@ class Ledger {
  private:
   Ledger(std::unique_ptr<rocksdb::DB> db, uint32_t partition, const LedgerOptions& options);
   absl::Status LoadTip() ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<std::optional<std::string>> Read(const std::string& key) const;
+  absl::StatusOr<std::optional<std::string>> Read(
+      absl::string_view key, const rocksdb::Snapshot* snapshot = nullptr) const;
 
   // Constant after construction. rocksdb::DB is thread-safe.
   const std::unique_ptr<rocksdb::DB> db_;
@@ -131,8 +161,8 @@ struct Chain {
 };
 
 // Opens the ledger at `path`. On an empty ledger, builds the genesis state from `genesis` and
-// commits genesis block 0; otherwise loads the committed state and checks it against the last
-// block's state root (DATA_LOSS on mismatch; `genesis` is then ignored).
+// commits genesis block 0; otherwise checks the stored state hash against the last block's state
+// root (DATA_LOSS on mismatch; `genesis` is then ignored). The executor reads the ledger's state.
 absl::StatusOr<Chain> OpenChain(const std::string& path, uint32_t partition,
                                 const node::chain::GenesisConfig& genesis,
                                 const LedgerOptions& options = {});

@@ -65,13 +65,25 @@ void StateRoot::Remove(absl::string_view key, absl::string_view value) {
   for (int i = 0; i < kLanes; ++i) lanes_[i] = static_cast<uint16_t>(lanes_[i] - h[i]);
 }
 
-std::string StateRoot::Root() const {
-  unsigned char bytes[kLanes * 2];
+std::string StateRoot::Serialize() const {
+  std::string bytes(kLanes * 2, '\0');
   for (int i = 0; i < kLanes; ++i) {
-    bytes[2 * i] = static_cast<unsigned char>(lanes_[i] & 0xff);
-    bytes[2 * i + 1] = static_cast<unsigned char>(lanes_[i] >> 8);
+    bytes[2 * i] = static_cast<char>(lanes_[i] & 0xff);
+    bytes[2 * i + 1] = static_cast<char>(lanes_[i] >> 8);
   }
-  return base::Sha256Bytes(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  return bytes;
 }
+
+std::optional<StateRoot> StateRoot::Parse(absl::string_view bytes) {
+  if (bytes.size() != kLanes * 2) return std::nullopt;
+  StateRoot out;
+  for (int i = 0; i < kLanes; ++i) {
+    out.lanes_[i] = static_cast<uint16_t>(static_cast<unsigned char>(bytes[2 * i]) |
+                                          (static_cast<unsigned char>(bytes[2 * i + 1]) << 8));
+  }
+  return out;
+}
+
+std::string StateRoot::Root() const { return base::Sha256Bytes(Serialize()); }
 
 }  // namespace partitions

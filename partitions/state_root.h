@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -40,6 +41,11 @@ class StateRoot {
 
   // SHA-256 of the lanes (little-endian), 32 bytes.
   std::string Root() const;
+
+  // The lanes, little-endian: 2 KiB. The ledger stores them with every block so a reopen need not
+  // rehash the whole state. Parse returns nullopt unless `bytes` is exactly that size.
+  std::string Serialize() const;
+  static std::optional<StateRoot> Parse(absl::string_view bytes);
 
   bool operator==(const StateRoot& other) const { return lanes_ == other.lanes_; }
 

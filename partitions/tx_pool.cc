@@ -45,13 +45,18 @@ absl::Status TxPool::Add(base::DecodedTx tx, TxOrigin origin) {
   return Add(std::make_shared<const base::DecodedTx>(std::move(tx)), origin);
 }
 
-TxPool::Sender& TxPool::GetSender(const std::string& sender) {
-  auto [it, inserted] = senders_.try_emplace(sender);
-  if (inserted) {
-    it->second.next_nonce = next_nonce_ ? next_nonce_(sender) : 1;
-    it->second.select_from = it->second.next_nonce;
+absl::StatusOr<TxPool::Sender*> TxPool::GetSender(const std::string& sender) {
+  if (auto it = senders_.find(sender); it != senders_.end()) return &it->second;
+  uint64_t next = 1;
+  if (next_nonce_) {
+    absl::StatusOr<uint64_t> n = next_nonce_(sender);
+    if (!n.ok()) return n.status();
+    next = *n;
   }
-  return it->second;
+  Sender& s = senders_[sender];
+  s.next_nonce = next;
+  s.select_from = next;
+  return &s;
 }
 
 void TxPool::EraseSenderIfEmpty(const std::string& sender) {
@@ -67,7 +72,9 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
         absl::StrCat("duplicate transaction: ", base::BytesToHex(tx->hash), " is already pooled"));
   }
   const std::string& sender_key = tx->sender();
-  Sender& s = GetSender(sender_key);
+  absl::StatusOr<Sender*> found = GetSender(sender_key);
+  if (!found.ok()) return found.status();
+  Sender& s = **found;
   const uint64_t nonce = tx->nonce();
   absl::Status refusal;
   if (nonce < s.next_nonce) {
@@ -251,7 +258,11 @@ void TxPool::RemoveCommitted(absl::Span<const TxPtr> txs) {
     auto sit = senders_.find(sender);
     if (sit == senders_.end()) continue;  // no pooled txs left; re-read on next Add
     Sender& s = sit->second;
-    s.next_nonce = next_nonce_ ? next_nonce_(sender) : s.next_nonce;
+    if (next_nonce_) {
+      // Unreadable state keeps the last known nonce; the next commit re-reads it.
+      absl::StatusOr<uint64_t> next = next_nonce_(sender);
+      if (next.ok()) s.next_nonce = *next;
+    }
     s.select_from = std::max(s.select_from, s.next_nonce);
     Recount(s);
     // Txs below the next nonce can never execute: another tx consumed their nonce.

@@ -51,6 +51,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -104,8 +105,9 @@ struct TxPoolStats {
   uint64_t stale = 0;      // removed because another tx consumed their nonce
 };
 
-// The next nonce the committed state expects from `sender` (account nonce + 1).
-using NextNonceFn = std::function<uint64_t(absl::string_view sender)>;
+// The next nonce the committed state expects from `sender` (account nonce + 1). An error (the
+// state could not be read) refuses the Add with that status.
+using NextNonceFn = std::function<absl::StatusOr<uint64_t>(absl::string_view sender)>;
 
 class TxPool {
  public:
@@ -191,7 +193,7 @@ class TxPool {
     std::map<uint64_t, EntryList::iterator> by_nonce;
   };
 
-  Sender& GetSender(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Sender*> GetSender(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseSenderIfEmpty(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the entry everywhere; may invalidate the sender record if it empties.
   void RemoveEntry(EntryList::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

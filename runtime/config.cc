@@ -124,6 +124,10 @@ void DefaultPartition(PartitionConfig* p) {
   if (pool.ttl_seconds() == 0) pool.set_ttl_seconds(600);
   if (pool.max_tx_bytes() == 0) pool.set_max_tx_bytes(64 * kKiB);
 
+  auto& st = *p->mutable_state();
+  if (st.cache_bytes() == 0) st.set_cache_bytes(64 * kMiB);
+  if (st.block_cache_bytes() == 0) st.set_block_cache_bytes(32 * kMiB);
+
   auto& c = *p->mutable_consensus();
   if (c.batch_max_txs() == 0) c.set_batch_max_txs(500);
   if (c.batch_max_bytes() == 0) c.set_batch_max_bytes(1 * kMiB);

@@ -218,6 +218,9 @@ std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
   check.AtLeast<uint64_t>("consensus.batch_max_bytes", p.consensus().batch_max_bytes(),
                           p.pool().max_tx_bytes());
   check.Append(ValidateLosslessConfig(p.lossless(), at + ".lossless"));
+  // A cache smaller than one account entry caches nothing; 1 MiB keeps a block's working set.
+  check.AtLeast<uint64_t>("state.cache_bytes", p.state().cache_bytes(), 1 << 20);
+  check.AtLeast<uint64_t>("state.block_cache_bytes", p.state().block_cache_bytes(), 1 << 20);
 
   absl::flat_hash_set<std::string> keys;
   for (int i = 0; i < p.genesis_size(); ++i) {

@@ -144,6 +144,15 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
                  "Time a message waited in the dispatcher lane before its handler ran.", ll,
                  s.queueing_delay());
   }
+  const node::admin::StateCacheStats& cache = p.state_cache();
+  f->Counter("noded_state_cache_hits_total", "State reads the executor's cache answered.", l,
+             static_cast<double>(cache.hits()));
+  f->Counter("noded_state_cache_misses_total", "State reads that went to the ledger.", l,
+             static_cast<double>(cache.misses()));
+  f->Gauge("noded_state_cache_bytes", "Bytes held by the executor's state cache.", l,
+           static_cast<double>(cache.bytes()));
+  f->Gauge("noded_state_cache_capacity_bytes", "Bound of the executor's state cache.", l,
+           static_cast<double>(cache.capacity_bytes()));
   const node::admin::PoolStats& pool = p.pool();
   f->Gauge("noded_pool_txs", "Transactions in the pool.", l, static_cast<double>(pool.txs()));
   f->Gauge("noded_pool_bytes", "Bytes of transactions in the pool.", l,

@@ -105,7 +105,11 @@ absl::Status Partition::Impl::Open() {
     a->set_address_hex(acct.public_key_hex());
     a->set_balance(acct.balance());
   }
-  ASSIGN_OR_RETURN(chain_, partitions::OpenChain(env_.dir + "/ledger", id_, genesis));
+  partitions::LedgerOptions ledger_options;
+  ledger_options.state_cache_bytes = cfg.state().cache_bytes();
+  ledger_options.block_cache_bytes = cfg.state().block_cache_bytes();
+  ASSIGN_OR_RETURN(chain_,
+                   partitions::OpenChain(env_.dir + "/ledger", id_, genesis, ledger_options));
   ASSIGN_OR_RETURN(store_, partitions::RocksDbConsensusStore::Open(env_.dir + "/consensus"));
   ASSIGN_OR_RETURN(crypto_, partitions::Ed25519PbftCrypto::Create(id_, self_index_, *env_.key,
                                                                   env_.replica_keys));

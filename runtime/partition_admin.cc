@@ -60,6 +60,13 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   pool->set_added(ps.added);
   pool->set_rejected_full(ps.rejected_full + ps.rejected_quota);
   pool->set_expired(ps.expired);
+  const partitions::StateCacheStats cs = chain_.executor->cache_stats();
+  auto* cache = out.mutable_state_cache();
+  cache->set_hits(cs.hits);
+  cache->set_misses(cs.misses);
+  cache->set_entries(cs.entries);
+  cache->set_bytes(cs.bytes);
+  cache->set_capacity_bytes(cs.capacity_bytes);
   if (fifo_) {
     flowctl::SpillFifoStats fs = fifo_->stats();
     auto* sp = out.mutable_spill();
@@ -293,9 +300,10 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
     }
   }
   partitions::TxPoolStats ps = impl_->pool_->stats();
-  u.memory_bytes = ps.bytes + lane_bytes;
+  u.memory_bytes = ps.bytes + lane_bytes + impl_->chain_.executor->cache_stats().bytes;
   PartitionConfig cfg = config();
-  u.memory_limit = cfg.pool().max_bytes() + cfg.dispatcher().budget_bytes();
+  u.memory_limit =
+      cfg.pool().max_bytes() + cfg.dispatcher().budget_bytes() + cfg.state().cache_bytes();
   if (impl_->fifo_) {
     u.memory_bytes += impl_->fifo_->stats().memory_bytes;
     u.memory_limit += cfg.lossless().memory_bytes();
@@ -318,22 +326,37 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   const double memory_bytes = amount;
   absl::MutexLock lock(&impl_->config_mu_);
   const uint64_t configured = impl_->config_.pool().max_bytes();
-  // The pool gets its configured fraction of the partition's memory (pool + lane budget + spill
-  // memory tier) applied to the share, never below 1 MiB nor above the configured limit.
-  double limit = static_cast<double>(configured + impl_->config_.dispatcher().budget_bytes());
+  const uint64_t cache_configured = impl_->config_.state().cache_bytes();
+  // The pool and the state cache get their configured fractions of the partition's memory (pool
+  // + lane budget + spill memory tier + state cache) applied to the share, never below 1 MiB nor
+  // above their configured limits.
+  double limit = static_cast<double>(configured + impl_->config_.dispatcher().budget_bytes() +
+                                     cache_configured);
   if (impl_->fifo_) limit += static_cast<double>(impl_->config_.lossless().memory_bytes());
+  auto part_of_share = [&](uint64_t part, double resident_factor) {
+    if (memory_bytes >= limit) return part;  // its whole configured memory: no cap
+    const uint64_t cap = static_cast<uint64_t>(std::max(
+        double{1 << 20}, memory_bytes * static_cast<double>(part) / limit / resident_factor));
+    return std::min(cap, part);
+  };
+  // Re-apply only on a change of more than 5%: limits are not worth churning every tick.
+  auto changed = [](uint64_t cap, uint64_t old) {
+    return cap != old && std::abs(static_cast<double>(cap) - static_cast<double>(old)) >=
+                             0.05 * static_cast<double>(old);
+  };
+  // The cache counts resident bytes (its entries' bookkeeping included).
+  const uint64_t cache_cap = part_of_share(cache_configured, 1);
+  const uint64_t cache_old =
+      impl_->cache_bytes_cap_ == 0 ? cache_configured : impl_->cache_bytes_cap_;
+  if (changed(cache_cap, cache_old)) {
+    impl_->cache_bytes_cap_ = cache_cap;
+    impl_->chain_.executor->SetCacheCapacity(cache_cap);
+  }
   // A pooled tx is resident at about twice its wire size (the bytes plus the parsed message,
   // base/transaction.h) and the pool counts wire bytes: halve the share for it.
-  uint64_t cap = static_cast<uint64_t>(
-      std::max(double{1 << 20}, memory_bytes * static_cast<double>(configured) / limit / 2));
-  cap = std::min(cap, configured);
-  if (memory_bytes >= limit) cap = configured;  // its whole configured memory: no cap
+  const uint64_t cap = part_of_share(configured, 2);
   const uint64_t old = impl_->pool_bytes_cap_ == 0 ? configured : impl_->pool_bytes_cap_;
-  // Re-apply only on a change of more than 5%: limits are not worth churning every tick.
-  if (cap == old || std::abs(static_cast<double>(cap) - static_cast<double>(old)) <
-                        0.05 * static_cast<double>(old)) {
-    return;
-  }
+  if (!changed(cap, old)) return;
   impl_->pool_bytes_cap_ = cap;
   partitions::TxPoolLimits limits = impl_->PoolLimitsFrom(impl_->config_.pool());
   limits.max_bytes = cap;

@@ -154,7 +154,8 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // ---- configuration and arbiter results ----
   mutable absl::Mutex config_mu_;
   node::config::PartitionConfig config_ ABSL_GUARDED_BY(config_mu_);
-  uint64_t pool_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;  // arbiter's memory share applied
+  uint64_t pool_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;   // arbiter's memory share applied
+  uint64_t cache_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;  // the same, to the state cache
 
   // ---- consensus ----
   std::unique_ptr<partitions::ConsensusDriver> driver_;

@@ -3,7 +3,7 @@
 
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
-                                               throughput rejection scale cpu)
+                                               throughput rejection scale cpu state)
 
 Each scenario starts its own 4-node localnet(s) in a temp dir (random ports), drives it with
 loadgen, stops it on every exit path, prints one `RESULT` line with its ratio and appends a
@@ -18,7 +18,8 @@ config body), GOODPUT_ROUNDS (held-saturation / 10x pairs, default 2), GOODPUT_S
 the limits-off run); rejection: REJECTION_RATE (offered tx/s, all refused; default 3000); scale: SCALE_RATE (total offered tx/s,
 default 800), SCALE_COUNTS (partition counts, default 1,4,16), SCALE_SECONDS (default 30),
 SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it); cpu: CPU_RATE
-(default 800), CPU_SAT_RATE (default 2500).
+(default 800), CPU_SAT_RATE (default 2500); state: STATE_KEYS (keys loaded, default 1000000;
+about 8 minutes, no cluster).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -40,6 +41,7 @@ LOCALNET = os.path.join(ROOT, "tools", "localnet")
 LOADGEN = os.path.join(BUILD, "tools", "loadgen")
 NODECTL = os.path.join(BUILD, "tools", "nodectl")
 BENCH_CHAIN = os.path.join(BUILD, "tests", "bench", "bench_chain")
+BENCH_STATE = os.path.join(BUILD, "tests", "bench", "bench_state")
 OUT = os.path.join(ROOT, os.environ.get("BENCH_OUT", "bench-results"))
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -671,9 +673,50 @@ def cpu():
                % s["_loadgen_cores"])
 
 
+# 9. State on disk: memory and execution over a large state ----------------------------------
+def state_case(keys, disk, uniform):
+    """One bench_state case in its own process (RSS is per process): (tx/s, RSS MiB, load s)."""
+    r = subprocess.run([BENCH_STATE, "--benchmark_format=json",
+                        "--benchmark_filter=keys:%d/disk:%d/uniform:%d/" % (keys, disk, uniform)],
+                       capture_output=True, text=True, check=True)
+    runs = json.loads(r.stdout)["benchmarks"]
+    if len(runs) != 1:
+        raise RuntimeError("bench_state keys:%d/disk:%d/uniform:%d: %d results"
+                           % (keys, disk, uniform, len(runs)))
+    b = runs[0]
+    return b["items_per_second"], b["rss_mib"], b["load_s"]
+
+
+def state():
+    """Blocks of 500 txs executed and committed (fsync) over an empty state and over STATE_KEYS
+    (1,000,000) loaded keys, with the state on disk behind the bounded cache (ours) and wholly in
+    memory beside the ledger (the executor before, the baseline); each case its own process."""
+    keys = int(os.environ.get("STATE_KEYS", "1000000"))
+    got = {}
+    for uniform in (0, 1):
+        for disk in (1, 0):
+            for k in (0, keys):
+                got[(k, disk, uniform)] = state_case(k, disk, uniform)
+                log("state keys=%d disk=%d uniform=%d: %.0f tx/s, RSS %.0f MiB, load %.0f s"
+                    % ((k, disk, uniform) + got[(k, disk, uniform)]))
+    for uniform, workload in ((0, "transfers among 500 active senders"),
+                              (1, "puts overwriting uniformly drawn loaded keys")):
+        e, f = got[(0, 1, uniform)], got[(keys, 1, uniform)]
+        me, mf = got[(0, 0, uniform)], got[(keys, 0, uniform)]
+        result("state on disk, %s" % workload,
+               "%d keys: %.0f tx/s, RSS %.0f MiB; empty: %.0f tx/s, RSS %.0f MiB"
+               % (keys, f[0], f[1], e[0], e[1]),
+               "state in memory: %d keys %.0f tx/s, RSS %.0f MiB; empty %.0f tx/s, RSS %.0f MiB"
+               % (keys, mf[0], mf[1], me[0], me[1]),
+               "throughput %.2fx of empty; RSS %.2fx of in-memory" % (f[0] / e[0], f[1] / mf[1]),
+               ">= 0.8x of empty; RSS not growing with state beyond the caches",
+               "bench_state, 500-tx blocks, fsync per block, default caches (64 MiB state, "
+               "32 MiB block cache)")
+
+
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
-             "scale": scale, "cpu": cpu}
+             "scale": scale, "cpu": cpu, "state": state}
 
 
 def main(argv):

@@ -185,7 +185,7 @@ void BM_LedgerCommit500(benchmark::State& state) {
           MakeTransfer(keys[i], height, keys[(i + 1) % kSenders].public_key().bytes(), 1));
     }
     state.ResumeTiming();
-    BlockExecution r = chain->executor->Execute(height, txs);
+    BlockExecution r = *chain->executor->Execute(height, txs);
     node::chain::Block block;
     for (const TxPtr& tx : txs) {
       block.add_tx_hashes(tx->hash);
@@ -197,7 +197,7 @@ void BM_LedgerCommit500(benchmark::State& state) {
     h->set_tx_root(TxRoot(block.tx_hashes()));
     h->set_state_root(r.state_root);
     h->set_tx_count(kSenders);
-    CHECK(chain->ledger->CommitBlock(block, r.receipts, r.writes).ok());
+    CHECK(chain->ledger->CommitBlock(block, r.receipts, r.delta).ok());
     chain->executor->Apply(r);
   }
   state.SetItemsProcessed(state.iterations() * kSenders);

@@ -110,10 +110,12 @@ inline node::chain::Block MakeBlock(uint32_t partition, uint64_t height,
 inline absl::Status CommitTxs(partitions::Chain& chain, const std::vector<partitions::TxPtr>& txs,
                               const partitions::ConsensusMetaWrites& meta = {}) {
   const uint64_t height = chain.ledger->last_height() + 1;
-  partitions::BlockExecution r = chain.executor->Execute(height, txs);
+  absl::StatusOr<partitions::BlockExecution> executed = chain.executor->Execute(height, txs);
+  if (!executed.ok()) return executed.status();
+  partitions::BlockExecution& r = *executed;
   const node::chain::Block block = MakeBlock(chain.ledger->partition(), height,
                                              chain.ledger->last_block_hash(), txs, r.state_root);
-  absl::Status s = chain.ledger->CommitBlock(block, r.receipts, r.writes, meta);
+  absl::Status s = chain.ledger->CommitBlock(block, r.receipts, r.delta, meta);
   if (s.ok()) chain.executor->Apply(r);
   return s;
 }
@@ -146,7 +148,7 @@ inline std::vector<partitions::TxPtr> SeededBlockTxs(uint64_t seed, uint64_t hei
   std::vector<partitions::TxPtr> txs;
   for (int i = 0; i < n; ++i) {
     const int s = static_cast<int>(rng() % keys.size());
-    const uint64_t nonce = exec.NextNonce(keys[s].public_key().bytes()) + used[s]++;
+    const uint64_t nonce = *exec.NextNonce(keys[s].public_key().bytes()) + used[s]++;
     if (rng() % 5 == 0) {
       txs.push_back(Put(keys[s], nonce, "key" + std::to_string(rng() % 50),
                         "value" + std::to_string(rng()), exec.partition()));

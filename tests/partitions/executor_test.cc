@@ -80,7 +80,7 @@ std::string RunInBlocks(Executor& exec, const std::vector<TxPtr>& txs, uint32_t 
   uint64_t height = 1;
   for (size_t i = 0; i < txs.size();) {
     const size_t n = std::min<size_t>(txs.size() - i, 1 + rng() % 40);
-    BlockExecution r = exec.Execute(height++, absl::MakeConstSpan(txs).subspan(i, n));
+    BlockExecution r = *exec.Execute(height++, absl::MakeConstSpan(txs).subspan(i, n));
     exec.Apply(r);
     if (receipts) receipts->insert(receipts->end(), r.receipts.begin(), r.receipts.end());
     i += n;
@@ -92,9 +92,9 @@ TEST(ExecutorTest, GenesisFromConfig) {
   auto keys = chaintest::Keys(2);
   auto exec = Executor::FromGenesis(3, chaintest::Genesis(keys, 50));
   ASSERT_TRUE(exec.ok()) << exec.status();
-  EXPECT_EQ((*exec)->GetAccount(keys[0].public_key().bytes()).balance(), 50u);
-  EXPECT_EQ((*exec)->NextNonce(keys[1].public_key().bytes()), 1u);
-  EXPECT_EQ((*exec)->GetAccount(std::string(32, 'q')).balance(), 0u);
+  EXPECT_EQ((*exec)->GetAccount(keys[0].public_key().bytes())->balance(), 50u);
+  EXPECT_EQ(*(*exec)->NextNonce(keys[1].public_key().bytes()), 1u);
+  EXPECT_EQ((*exec)->GetAccount(std::string(32, 'q'))->balance(), 0u);
 
   node::chain::GenesisConfig bad = chaintest::Genesis(keys, 50);
   bad.mutable_allocations(1)->set_address_hex("xyz");
@@ -111,7 +111,7 @@ TEST(ExecutorTest, NoncePolicy) {
   const std::string a = keys[0].public_key().bytes();
   const std::string b = keys[1].public_key().bytes();
   auto exec = *Executor::FromGenesis(0, chaintest::Genesis(keys, 100));
-  BlockExecution r = exec->Execute(
+  BlockExecution r = *exec->Execute(
       1, {chaintest::Transfer(keys[0], 1, b, 30),   // ok
           chaintest::Transfer(keys[0], 2, b, 500),  // insufficient funds: nonce consumed
           chaintest::Transfer(keys[0], 2, b, 1),    // replayed
@@ -133,12 +133,12 @@ TEST(ExecutorTest, NoncePolicy) {
   EXPECT_EQ(r.receipts[6].status(), R::SUCCESS);
   EXPECT_EQ(r.receipts[6].tx_index(), 6u);
   EXPECT_EQ(r.receipts[6].block_height(), 1u);
-  EXPECT_EQ(exec->GetAccount(a).balance(), 100u) << "Execute alone changes nothing";
+  EXPECT_EQ(exec->GetAccount(a)->balance(), 100u) << "Execute alone changes nothing";
   exec->Apply(r);
-  EXPECT_EQ(exec->GetAccount(a).balance(), 70u);
-  EXPECT_EQ(exec->GetAccount(a).nonce(), 4u);
-  EXPECT_EQ(exec->GetAccount(b).balance(), 130u);
-  EXPECT_EQ(exec->GetValue("k").value_or(""), "v");
+  EXPECT_EQ(exec->GetAccount(a)->balance(), 70u);
+  EXPECT_EQ(exec->GetAccount(a)->nonce(), 4u);
+  EXPECT_EQ(exec->GetAccount(b)->balance(), 130u);
+  EXPECT_EQ(exec->GetValue("k")->value_or(""), "v");
 }
 
 // Replayed nonces need account state: the pool refuses them at admission, the executor gives a
@@ -155,23 +155,23 @@ TEST(ExecutorTest, ReplayedNonceRefusedByPoolAndExecutor) {
   auto exec = Executor::FromGenesis(0, chaintest::Genesis({key}, 100));
   ASSERT_TRUE(exec.ok());
   TxPtr first = chaintest::Transfer(key, 1, to, 1);
-  BlockExecution r1 = (*exec)->Execute(1, {first});
+  BlockExecution r1 = *(*exec)->Execute(1, {first});
   (*exec)->Apply(r1);
-  BlockExecution r2 = (*exec)->Execute(2, {first});
+  BlockExecution r2 = *(*exec)->Execute(2, {first});
   ASSERT_EQ(r2.receipts.size(), 1u);
   EXPECT_EQ(r2.receipts[0].status(), node::chain::Receipt::REJECTED);
   EXPECT_TRUE(absl::StartsWith(r2.receipts[0].error(), "replayed nonce"));
-  EXPECT_TRUE(r2.writes.empty());
+  EXPECT_TRUE(r2.delta.writes.empty());
 }
 
 TEST(ExecutorTest, WrongPartitionIsRejected) {
   auto keys = chaintest::Keys(1);
   auto exec = *Executor::FromGenesis(4, chaintest::Genesis(keys, 100));
-  BlockExecution r = exec->Execute(1, {chaintest::Transfer(keys[0], 1, std::string(32, 'x'), 5,
-                                                           /*partition=*/5)});
+  BlockExecution r = *exec->Execute(1, {chaintest::Transfer(keys[0], 1, std::string(32, 'x'), 5,
+                                                            /*partition=*/5)});
   EXPECT_EQ(r.receipts[0].status(), node::chain::Receipt::REJECTED);
   EXPECT_TRUE(absl::StartsWith(r.receipts[0].error(), "wrong partition"));
-  EXPECT_TRUE(r.writes.empty());
+  EXPECT_TRUE(r.delta.writes.empty());
 }
 
 // Every tx executed alone: supply conserved, REJECTED changes nothing, FAILED changes only the
@@ -186,7 +186,7 @@ TEST(ExecutorTest, RandomizedInvariantsPerTransaction) {
     for (size_t i = 0; i < w.txs.size(); ++i) {
       const base::DecodedTx& tx = *w.txs[i];
       const Snapshot before = exec->SnapshotForTest();
-      BlockExecution r = exec->Execute(i + 1, {w.txs[i]});
+      BlockExecution r = *exec->Execute(i + 1, {w.txs[i]});
       exec->Apply(r);
       const Snapshot after = exec->SnapshotForTest();
       ASSERT_EQ(TotalSupply(after), supply);
@@ -283,18 +283,18 @@ TEST(ExecutorTest, DifferentOrderDifferentRoot) {
   TxPtr b_to_c = chaintest::Transfer(keys[1], 1, keys[2].public_key().bytes(), 10);
   auto e1 = *Executor::FromGenesis(0, g);
   auto e2 = *Executor::FromGenesis(0, g);
-  e1->Apply(e1->Execute(1, {a_to_b, b_to_c}));
-  e2->Apply(e2->Execute(1, {b_to_c, a_to_b}));
-  EXPECT_EQ(e1->GetAccount(keys[2].public_key().bytes()).balance(), 10u);
-  EXPECT_EQ(e2->GetAccount(keys[2].public_key().bytes()).balance(), 0u);
+  e1->Apply(*e1->Execute(1, {a_to_b, b_to_c}));
+  e2->Apply(*e2->Execute(1, {b_to_c, a_to_b}));
+  EXPECT_EQ(e1->GetAccount(keys[2].public_key().bytes())->balance(), 10u);
+  EXPECT_EQ(e2->GetAccount(keys[2].public_key().bytes())->balance(), 0u);
   EXPECT_NE(e1->state_root(), e2->state_root());
 }
 
 TEST(ExecutorTest, ApplyOnAStaleExecutionDies) {
   auto keys = chaintest::Keys(1);
   auto exec = *Executor::FromGenesis(0, chaintest::Genesis(keys, 10));
-  BlockExecution a = exec->Execute(1, {chaintest::Put(keys[0], 1, "k", "1")});
-  BlockExecution b = exec->Execute(1, {chaintest::Put(keys[0], 1, "k", "2")});
+  BlockExecution a = *exec->Execute(1, {chaintest::Put(keys[0], 1, "k", "1")});
+  BlockExecution b = *exec->Execute(1, {chaintest::Put(keys[0], 1, "k", "2")});
   exec->Apply(a);
   EXPECT_DEATH(exec->Apply(b), "not computed against");
 }
@@ -316,6 +316,90 @@ TEST(StateRootTest, OrderIndependentAndRemovable) {
   w.Add("a", "bc");
   EXPECT_NE(z.Root(), w.Root()) << "key/value boundary is hashed";
   EXPECT_EQ(StateRoot().Root().size(), 32u);
+}
+
+// The state in memory, with reads of one key failing on demand (a disk error).
+class FailingStore : public StateStore {
+ public:
+  explicit FailingStore(StateMap state) : inner_(std::move(state)) {}
+  absl::StatusOr<std::optional<std::string>> GetState(absl::string_view key) const override {
+    ++reads_;
+    if (key == failing_) return absl::InternalError("disk read failed");
+    return inner_.GetState(key);
+  }
+  void Fail(std::string key) { failing_ = std::move(key); }
+  void Write(const WriteSet& writes) { inner_.Write(writes); }
+  int reads() const { return reads_; }
+
+ private:
+  MemoryStateStore inner_;
+  std::string failing_;
+  mutable int reads_ = 0;
+};
+
+StateRoot RootOf(const StateMap& state) {
+  StateRoot root;
+  for (const auto& [k, v] : state) root.Add(k, v);
+  return root;
+}
+
+TEST(ExecutorTest, AStoreReadErrorFailsTheBlockAndTheNonceReadAndChangesNothing) {
+  const std::vector<base::PrivateKey> keys = chaintest::Keys(2);
+  const StateMap genesis = *GenesisState(chaintest::Genesis(keys, 100));
+  FailingStore store(genesis);
+  Executor exec(0, &store, RootOf(genesis), /*cache_bytes=*/0);
+  const std::string a = keys[0].public_key().bytes();
+  const std::string b = keys[1].public_key().bytes();
+  const std::string root = exec.state_root();
+
+  store.Fail(AccountKey(b));
+  absl::StatusOr<BlockExecution> r = exec.Execute(1, {chaintest::Transfer(keys[0], 1, b, 5)});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
+  EXPECT_EQ(exec.NextNonce(b).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(exec.state_root(), root);
+  // The pool refuses a tx whose sender's nonce cannot be read, with the store's error.
+  tests::FakeClock clock;
+  TxPool pool(TxPoolLimits{}, &clock, [&exec](absl::string_view s) { return exec.NextNonce(s); });
+  absl::Status added = pool.Add(chaintest::Transfer(keys[1], 1, a, 1), TxOrigin::kClient);
+  EXPECT_EQ(added.code(), absl::StatusCode::kInternal) << added;
+  EXPECT_EQ(pool.stats().txs, 0u);
+
+  store.Fail("");
+  r = exec.Execute(1, {chaintest::Transfer(keys[0], 1, b, 5)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  store.Write(r->delta.writes);  // what the ledger's commit does before Apply
+  exec.Apply(*r);
+  EXPECT_EQ(exec.GetAccount(b)->balance(), 105u);
+}
+
+TEST(ExecutorTest, TheStateCacheStaysWithinItsBoundAndServesRepeatedReads) {
+  const std::vector<base::PrivateKey> keys = chaintest::Keys(12);
+  const StateMap genesis = *GenesisState(chaintest::Genesis(keys, 100));
+  FailingStore store(genesis);
+  // About three account entries (32 + 1 key bytes, 16 value bytes, bookkeeping).
+  Executor exec(0, &store, RootOf(genesis), /*cache_bytes=*/3 * 160);
+  for (const base::PrivateKey& k : keys) ASSERT_TRUE(exec.GetAccount(k.public_key().bytes()).ok());
+  StateCacheStats stats = exec.cache_stats();
+  EXPECT_LE(stats.bytes, 3u * 160);
+  EXPECT_GE(stats.entries, 2u);
+  EXPECT_LE(stats.entries, 3u);
+  EXPECT_EQ(stats.misses, 12u);
+  EXPECT_EQ(store.reads(), 12);
+  // The most recent key is cached: reading it again does not touch the store.
+  ASSERT_TRUE(exec.GetAccount(keys.back().public_key().bytes()).ok());
+  EXPECT_EQ(store.reads(), 12);
+  EXPECT_EQ(exec.cache_stats().hits, 1u);
+  // The oldest was evicted: it is read from the store again.
+  ASSERT_TRUE(exec.GetAccount(keys.front().public_key().bytes()).ok());
+  EXPECT_EQ(store.reads(), 13);
+  // Absent keys are cached too.
+  ASSERT_TRUE(exec.GetValue("never written").ok());
+  ASSERT_TRUE(exec.GetValue("never written").ok());
+  EXPECT_EQ(store.reads(), 14);
+  exec.SetCacheCapacity(0);
+  stats = exec.cache_stats();
+  EXPECT_EQ(stats.entries, 0u);
+  EXPECT_EQ(stats.bytes, 0u);
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "partitions/block.h"
+#include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "tests/mocks/faulty_file_system.h"
 #include "tests/partitions/chain_test_util.h"
@@ -31,8 +35,8 @@ class LedgerTest : public ::testing::Test {
   }
   ~LedgerTest() override { std::filesystem::remove_all(dir_); }
 
-  Chain Open() {
-    absl::StatusOr<Chain> chain = OpenChain(dir_ + "/ledger", kPartition, genesis_);
+  Chain Open(const LedgerOptions& options = {}) {
+    absl::StatusOr<Chain> chain = OpenChain(dir_ + "/ledger", kPartition, genesis_, options);
     CHECK(chain.ok()) << chain.status();
     return *std::move(chain);
   }
@@ -42,6 +46,20 @@ class LedgerTest : public ::testing::Test {
   std::vector<base::PrivateKey> keys_;
   node::chain::GenesisConfig genesis_;
 };
+
+// Writes `key` = `value` straight into the ledger's RocksDB, behind the ledger's back (a disk that
+// changed a record, an operator's mistake). The ledger must be closed.
+void TamperWithLedger(const std::string& path, const std::string& key,
+                      const std::optional<std::string>& value) {
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), path, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  if (value.has_value()) {
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), key, *value).ok());
+  } else {
+    ASSERT_TRUE(db->Delete(rocksdb::WriteOptions(), key).ok());
+  }
+}
 
 TEST_F(LedgerTest, GenesisOnFirstOpen) {
   Chain chain = Open();
@@ -74,7 +92,7 @@ TEST_F(LedgerTest, CommitQueryAndReopen) {
   for (int i = 0; i < 4; ++i) {
     absl::StatusOr<node::chain::Account> a = chain.ledger->GetAccount(Addr(i));
     ASSERT_TRUE(a.ok());
-    node::chain::Account b = chain.executor->GetAccount(Addr(i));
+    node::chain::Account b = *chain.executor->GetAccount(Addr(i));
     EXPECT_EQ(a->balance(), b.balance());
     EXPECT_EQ(a->nonce(), b.nonce());
   }
@@ -99,7 +117,7 @@ TEST_F(LedgerTest, CommitQueryAndReopen) {
             absl::StatusCode::kNotFound);
   // Resumes after the last block.
   ASSERT_TRUE(
-      chaintest::CommitTxs(chain, {chaintest::Put(keys_[0], chain.executor->NextNonce(Addr(0)),
+      chaintest::CommitTxs(chain, {chaintest::Put(keys_[0], *chain.executor->NextNonce(Addr(0)),
                                                   "hello", "world", kPartition)})
           .ok());
   EXPECT_EQ(chain.ledger->last_height(), 6u);
@@ -154,34 +172,34 @@ TEST_F(LedgerTest, AFullDiskFailsTheCommitAndAReopenWithSpaceResumesAtTheSameHei
 TEST_F(LedgerTest, RefusesBlocksThatDoNotExtendTheTip) {
   Chain chain = Open();
   TxPtr tx = chaintest::Transfer(keys_[0], 1, Addr(1), 5, kPartition);
-  BlockExecution r = chain.executor->Execute(1, {tx});
+  BlockExecution r = *chain.executor->Execute(1, {tx});
   const std::string parent = chain.ledger->last_block_hash();
 
   node::chain::Block skip = chaintest::MakeBlock(kPartition, 2, parent, {tx}, r.state_root);
-  absl::Status s = chain.ledger->CommitBlock(skip, r.receipts, r.writes);
+  absl::Status s = chain.ledger->CommitBlock(skip, r.receipts, r.delta);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 
   node::chain::Block fork =
       chaintest::MakeBlock(kPartition, 1, std::string(32, 'x'), {tx}, r.state_root);
-  s = chain.ledger->CommitBlock(fork, r.receipts, r.writes);
+  s = chain.ledger->CommitBlock(fork, r.receipts, r.delta);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "parent_hash")) << s;
 
   node::chain::Block ok = chaintest::MakeBlock(kPartition, 1, parent, {tx}, r.state_root);
   node::chain::Block bad_count = ok;
   bad_count.mutable_header()->set_tx_count(2);
-  EXPECT_EQ(chain.ledger->CommitBlock(bad_count, r.receipts, r.writes).code(),
+  EXPECT_EQ(chain.ledger->CommitBlock(bad_count, r.receipts, r.delta).code(),
             absl::StatusCode::kInvalidArgument);
   node::chain::Block bad_root = ok;
   bad_root.mutable_header()->set_tx_root(std::string(32, 'r'));
-  EXPECT_EQ(chain.ledger->CommitBlock(bad_root, r.receipts, r.writes).code(),
+  EXPECT_EQ(chain.ledger->CommitBlock(bad_root, r.receipts, r.delta).code(),
             absl::StatusCode::kInvalidArgument);
   node::chain::Block other_partition = ok;
   other_partition.mutable_header()->set_partition(kPartition + 1);
-  EXPECT_EQ(chain.ledger->CommitBlock(other_partition, r.receipts, r.writes).code(),
+  EXPECT_EQ(chain.ledger->CommitBlock(other_partition, r.receipts, r.delta).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(chain.ledger->last_height(), 0u) << "refused commits write nothing";
-  ASSERT_TRUE(chain.ledger->CommitBlock(ok, r.receipts, r.writes).ok());
+  ASSERT_TRUE(chain.ledger->CommitBlock(ok, r.receipts, r.delta).ok());
   EXPECT_EQ(chain.ledger->last_height(), 1u);
 }
 
@@ -194,7 +212,7 @@ TEST_F(LedgerTest, ReplayedTxKeepsItsFirstReceipt) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
   EXPECT_EQ(r->block_height(), 1u);
-  EXPECT_EQ(chain.executor->GetAccount(Addr(1)).balance(), 1005u);
+  EXPECT_EQ(chain.executor->GetAccount(Addr(1))->balance(), 1005u);
 }
 
 TEST_F(LedgerTest, ConsensusMetaAloneAndWithABlock) {
@@ -229,6 +247,104 @@ TEST_F(LedgerTest, LedgerHeldOpenTwiceIsAnError) {
   absl::StatusOr<std::unique_ptr<Ledger>> again = Ledger::Open(dir_ + "/ledger", kPartition);
   EXPECT_FALSE(again.ok());
   EXPECT_TRUE(absl::StrContains(again.status().message(), "lock")) << again.status();
+}
+
+TEST_F(LedgerTest, ValuesAtOlderHeightsComeFromTheUndoRecords) {
+  Chain chain = Open();
+  auto put = [&](const std::string& key, const std::string& value) {
+    ASSERT_TRUE(
+        chaintest::CommitTxs(chain, {chaintest::Put(keys_[0], *chain.executor->NextNonce(Addr(0)),
+                                                    key, value, kPartition)})
+            .ok());
+  };
+  put("k", "one");    // height 1
+  put("other", "x");  // height 2: "k" unchanged
+  put("k", "two");    // height 3
+  put("k", "two");    // height 4: the same value again changes nothing
+  // A key whose bytes extend "k" with what looks like a height must not be read as "k".
+  put(std::string("k\0\0\0\0\0\0\0\2", 9), "impostor");  // height 5
+  ASSERT_EQ(chain.ledger->last_height(), 5u);
+
+  const std::vector<std::optional<std::string>> want = {std::nullopt, "one", "one",
+                                                        "two",        "two", "two"};
+  for (uint64_t h = 0; h <= 5; ++h) {
+    absl::StatusOr<std::optional<std::string>> v = chain.ledger->GetValueAt("k", h);
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, want[h]) << "height " << h;
+  }
+  absl::StatusOr<std::optional<std::string>> other = chain.ledger->GetValueAt("other", 1);
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->has_value()) << "not yet written at height 1";
+  EXPECT_EQ(chain.ledger->GetValueAt("k", 6).status().code(), absl::StatusCode::kOutOfRange);
+  // Accounts have their history too: keys_[0]'s nonce was 0 at genesis, 3 after block 3.
+  absl::StatusOr<std::optional<std::string>> acct =
+      chain.ledger->GetStateAt(AccountKey(Addr(0)), 3);
+  ASSERT_TRUE(acct.ok() && acct->has_value());
+  node::chain::Account a;
+  ASSERT_TRUE(DecodeAccount(**acct, &a));
+  EXPECT_EQ(a.nonce(), 3u);
+  EXPECT_EQ(a.balance(), 1000u);
+}
+
+TEST_F(LedgerTest, ReopenChecksTheStoredStateHashAndCanRehashTheWholeState) {
+  std::string root;
+  {
+    Chain chain = Open();
+    for (uint64_t h = 1; h <= 4; ++h) {
+      ASSERT_TRUE(
+          chaintest::CommitTxs(chain, chaintest::SeededBlockTxs(11, h, *chain.executor, keys_))
+              .ok());
+    }
+    root = chain.executor->state_root();
+  }
+  const std::string path = dir_ + "/ledger";
+  // A ledger from before the hash was stored: the reopen rehashes once and stores it.
+  TamperWithLedger(path, "l", std::nullopt);
+  {
+    Chain chain = Open();
+    EXPECT_EQ(chain.executor->state_root(), root);
+    absl::StatusOr<std::optional<StateRoot>> stored = chain.ledger->LoadAccumulator();
+    ASSERT_TRUE(stored.ok() && stored->has_value());
+    EXPECT_EQ((*stored)->Root(), root);
+  }
+  // A state value changed on disk: the stored hash still matches the block, so only the full
+  // rehash notices, and refuses to open.
+  TamperWithLedger(path, "s" + AccountKey(Addr(1)), EncodeAccount(999999, 0));
+  LedgerOptions verify;
+  verify.verify_state_on_open = true;
+  absl::StatusOr<Chain> refused = OpenChain(path, kPartition, genesis_, verify);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "stored state hash"))
+      << refused.status();
+  // A stored hash that is not the block's root: refused on every open.
+  TamperWithLedger(path, "l", StateRoot().Serialize());
+  EXPECT_EQ(OpenChain(path, kPartition, genesis_).status().code(), absl::StatusCode::kDataLoss);
+  TamperWithLedger(path, "l", "short");
+  EXPECT_EQ(OpenChain(path, kPartition, genesis_).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// The executor reads the ledger through a small cache: a chain executed over it, with the cache
+// far smaller than the state, ends in the same state and roots as one held wholly in memory.
+TEST_F(LedgerTest, AnExecutorOverTheLedgerWithATinyCacheMatchesOneInMemory) {
+  LedgerOptions options;
+  options.state_cache_bytes = 600;  // a few entries: most reads go to RocksDB
+  Chain chain = Open(options);
+  absl::StatusOr<std::unique_ptr<Executor>> memory = Executor::FromGenesis(kPartition, genesis_);
+  ASSERT_TRUE(memory.ok());
+  for (uint64_t h = 1; h <= 40; ++h) {
+    std::vector<TxPtr> txs = chaintest::SeededBlockTxs(5, h, **memory, keys_);
+    BlockExecution in_memory = *(*memory)->Execute(h, txs);
+    (*memory)->Apply(in_memory);
+    ASSERT_TRUE(chaintest::CommitTxs(chain, txs).ok());
+    ASSERT_EQ(chain.executor->state_root(), in_memory.state_root) << "height " << h;
+  }
+  const StateCacheStats cache = chain.executor->cache_stats();
+  EXPECT_LE(cache.bytes, 600u);
+  EXPECT_GT(cache.misses, 40u) << "the ledger answered reads the cache could not hold";
+  absl::StatusOr<StateMap> stored = chain.ledger->LoadState();
+  ASSERT_TRUE(stored.ok());
+  const std::map<std::string, std::string> sorted(stored->begin(), stored->end());
+  EXPECT_EQ(sorted, (*memory)->SnapshotForTest());
 }
 
 }  // namespace

@@ -102,7 +102,8 @@ TEST_F(PartitionResourceConsumerTest, ReportsIdentityShareConfigAndUsage) {
   EXPECT_EQ(u.cpu_nanos, 0);
   EXPECT_FALSE(u.cpu_backlogged);
   EXPECT_EQ(u.memory_bytes, 0u);
-  EXPECT_EQ(u.memory_limit, config_.pool().max_bytes() + config_.dispatcher().budget_bytes());
+  EXPECT_EQ(u.memory_limit, config_.pool().max_bytes() + config_.dispatcher().budget_bytes() +
+                                config_.state().cache_bytes());
 
   node::config::ShareConfig share;
   share.set_weight(4);
@@ -132,6 +133,22 @@ TEST_F(PartitionResourceConsumerTest, MemoryShareCapsThePoolBytes) {
   // Its whole memory: no cap.
   part_->ApplyShare(Resource::kMemory, limit);
   EXPECT_EQ(part_->FlowStats().pool().max_bytes(), configured);
+}
+
+TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheStateCache) {
+  const uint64_t configured = config_.state().cache_bytes();
+  const double limit = static_cast<double>(part_->TakeUsage().memory_limit);
+  ASSERT_GT(configured / 2, 1u << 20);  // above the 1 MiB floor
+  EXPECT_EQ(part_->FlowStats().state_cache().capacity_bytes(), configured);
+  part_->ApplyShare(Resource::kMemory, limit / 2);
+  EXPECT_NEAR(static_cast<double>(part_->FlowStats().state_cache().capacity_bytes()),
+              static_cast<double>(configured) / 2, 1);
+  // A share too small for anything: the 1 MiB floor, and the cache holds no more than that.
+  part_->ApplyShare(Resource::kMemory, 1);
+  EXPECT_EQ(part_->FlowStats().state_cache().capacity_bytes(), 1u << 20);
+  EXPECT_LE(part_->FlowStats().state_cache().bytes(), 1u << 20);
+  part_->ApplyShare(Resource::kMemory, limit);
+  EXPECT_EQ(part_->FlowStats().state_cache().capacity_bytes(), configured);
 }
 
 TEST_F(PartitionResourceConsumerTest, EgressShareChangesNothingOnThePartition) {

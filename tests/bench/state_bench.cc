@@ -1,0 +1,178 @@
+// bench_state: block execution and commit over a large state, and what that state costs in memory.
+//
+// BM_ExecuteCommitOverState/keys:K/disk:D/uniform:U loads K Put entries through execution (no
+// consensus, no signatures: the executor does not check them; unsynced blocks of 2,000), then
+// times blocks of 500 txs, each block executed, committed with fsync and applied as a node does:
+//   uniform:0  transfers among 500 active senders (what loadgen offers): the working set is small,
+//              the loaded state is mostly cold;
+//   uniform:1  Puts overwriting keys drawn uniformly from the loaded ones (new keys when K = 0):
+//              the worst case, nearly every read misses the cache.
+// disk:1 is the executor over the ledger with its bounded cache (the default 64 MiB); disk:0
+// holds the whole state in memory beside the ledger, as the executor did before the state moved
+// to disk. Counters: rss_mib (the process's resident memory after the load and the timed
+// blocks), load_s, txs per second (wall clock).
+//
+// RSS is per process: run each case alone, e.g.
+//   bench_state --benchmark_filter='keys:1000000/disk:1/uniform:0'
+// (tools/bench_scenarios.py state runs the cases that way and prints the table).
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "benchmark/benchmark.h"
+#include "glog/logging.h"
+#include "partitions/block.h"
+#include "partitions/executor.h"
+#include "partitions/ledger.h"
+
+namespace partitions {
+namespace {
+
+double RssMib() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long size = 0;
+  long resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &size, &resident);
+  std::fclose(f);
+  if (n != 2) return -1;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) /
+         (1024.0 * 1024.0);
+}
+
+std::string Sender(int i) { return absl::StrFormat("%032d", i); }
+std::string Key(uint64_t i) { return absl::StrFormat("key%010d", i); }
+
+// One Put, unsigned: a unique hash and a short body stand in for the signed encoding.
+TxPtr MakePut(const std::string& sender, uint64_t nonce, const std::string& key,
+              const std::string& value, uint64_t serial) {
+  auto d = std::make_shared<base::DecodedTx>();
+  d->tx.set_partition(0);
+  d->tx.set_sender(sender);
+  d->tx.set_nonce(nonce);
+  d->tx.mutable_put()->set_key(key);
+  d->tx.mutable_put()->set_value(value);
+  d->hash = absl::StrFormat("%032d", serial);
+  d->signed_bytes = key;
+  return d;
+}
+
+class Loaded {
+ public:
+  Loaded(uint64_t keys, bool disk) {
+    dir_ = "/tmp/state_bench_XXXXXX";
+    CHECK(mkdtemp(dir_.data()) != nullptr);
+    LedgerOptions options;
+    options.sync = false;
+    absl::StatusOr<Chain> chain = OpenChain(dir_ + "/ledger", 0, {}, options);
+    CHECK(chain.ok()) << chain.status();
+    chain_ = *std::move(chain);
+    if (!disk) chain_.executor = std::make_unique<Executor>(0, StateMap());
+    const absl::Time start = absl::Now();
+    constexpr int kLoadBlock = 2000;
+    for (uint64_t next = 0; next < keys;) {
+      std::vector<TxPtr> txs;
+      for (int i = 0; i < kLoadBlock && next < keys; ++i, ++next) {
+        txs.push_back(MakePut(Sender(i), ++nonces_[i], Key(next), std::string(32, 'v'), serial_++));
+      }
+      Commit(txs);
+    }
+    load_s_ = absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  ~Loaded() {
+    chain_.executor.reset();
+    chain_.ledger.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void Commit(const std::vector<TxPtr>& txs) {
+    const uint64_t height = chain_.ledger->last_height() + 1;
+    absl::StatusOr<BlockExecution> r = chain_.executor->Execute(height, txs);
+    CHECK(r.ok()) << r.status();
+    node::chain::Block block;
+    for (const TxPtr& tx : txs) {
+      block.add_tx_hashes(tx->hash);
+      block.add_txs(tx->signed_bytes);
+    }
+    node::chain::BlockHeader* h = block.mutable_header();
+    h->set_height(height);
+    h->set_parent_hash(chain_.ledger->last_block_hash());
+    h->set_tx_root(TxRoot(block.tx_hashes()));
+    h->set_state_root(r->state_root);
+    h->set_tx_count(static_cast<uint32_t>(txs.size()));
+    absl::Status s = chain_.ledger->CommitBlock(block, r->receipts, r->delta);
+    CHECK(s.ok()) << s;
+    chain_.executor->Apply(*r);
+  }
+
+  // A block of `n` Puts, overwriting keys drawn from the first `keys` (new ones when 0).
+  std::vector<TxPtr> UniformPuts(int n, uint64_t keys, std::mt19937_64& rng) {
+    std::vector<TxPtr> txs;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t k = keys > 0 ? rng() % keys : (1ull << 40) + serial_;
+      txs.push_back(MakePut(Sender(i), ++nonces_[i], Key(k), std::string(32, 'w'), serial_++));
+    }
+    return txs;
+  }
+  // A block of `n` transfers (of 0: balances do not matter here) between the first `n` senders.
+  std::vector<TxPtr> ActiveTransfers(int n, std::mt19937_64& rng) {
+    std::vector<TxPtr> txs;
+    for (int i = 0; i < n; ++i) {
+      auto d = std::make_shared<base::DecodedTx>();
+      d->tx.set_partition(0);
+      d->tx.set_sender(Sender(i));
+      d->tx.set_nonce(++nonces_[i]);
+      d->tx.mutable_transfer()->set_to(Sender(static_cast<int>(rng() % n)));
+      d->tx.mutable_transfer()->set_amount(0);
+      d->hash = absl::StrFormat("%032d", serial_++);
+      d->signed_bytes = d->hash;
+      txs.push_back(std::move(d));
+    }
+    return txs;
+  }
+
+  double load_s() const { return load_s_; }
+
+ private:
+  std::string dir_;
+  Chain chain_;
+  uint64_t nonces_[2000] = {};
+  uint64_t serial_ = 0;
+  double load_s_ = 0;
+};
+
+void BM_ExecuteCommitOverState(benchmark::State& state) {
+  const uint64_t keys = static_cast<uint64_t>(state.range(0));
+  const bool disk = state.range(1) != 0;
+  const bool uniform = state.range(2) != 0;
+  Loaded loaded(keys, disk);
+  state.counters["load_s"] = loaded.load_s();
+  std::mt19937_64 rng(7);
+  constexpr int kBlock = 500;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<TxPtr> txs =
+        uniform ? loaded.UniformPuts(kBlock, keys, rng) : loaded.ActiveTransfers(kBlock, rng);
+    state.ResumeTiming();
+    loaded.Commit(txs);
+  }
+  state.SetItemsProcessed(state.iterations() * kBlock);
+  state.counters["rss_mib"] = RssMib();
+}
+BENCHMARK(BM_ExecuteCommitOverState)
+    ->ArgNames({"keys", "disk", "uniform"})
+    ->ArgsProduct({{0, 1000000}, {1, 0}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(5.0)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace partitions
