@@ -24,8 +24,9 @@ uint64_t GetLe64(absl::string_view s) {
   return v;
 }
 
-// Per-entry bookkeeping of the cache beyond the key and value bytes (list node, index slot).
-constexpr size_t kCacheEntryOverhead = 96;
+// Per-entry memory of the cache beyond the key and value bytes: the list node (the entry's
+// strings and links), the index slot, and the allocator's rounding of the two heap strings.
+constexpr size_t kCacheEntryOverhead = 160;
 
 }  // namespace
 

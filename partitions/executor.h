@@ -199,7 +199,9 @@ class Executor {
   // Lock order: mu_ before cache_mu_.
   mutable absl::Mutex cache_mu_;
   mutable CacheList lru_ ABSL_GUARDED_BY(cache_mu_);  // most recently used first
-  mutable absl::flat_hash_map<std::string, CacheList::iterator> index_ ABSL_GUARDED_BY(cache_mu_);
+  // Keyed by a view of the entry's own key (list nodes do not move).
+  mutable absl::flat_hash_map<absl::string_view, CacheList::iterator> index_
+      ABSL_GUARDED_BY(cache_mu_);
   mutable size_t cache_bytes_ ABSL_GUARDED_BY(cache_mu_) = 0;
   size_t cache_capacity_ ABSL_GUARDED_BY(cache_mu_);
   mutable uint64_t hits_ ABSL_GUARDED_BY(cache_mu_) = 0;

@@ -376,13 +376,13 @@ TEST(ExecutorTest, TheStateCacheStaysWithinItsBoundAndServesRepeatedReads) {
   const std::vector<base::PrivateKey> keys = chaintest::Keys(12);
   const StateMap genesis = *GenesisState(chaintest::Genesis(keys, 100));
   FailingStore store(genesis);
-  // About three account entries (32 + 1 key bytes, 16 value bytes, bookkeeping).
-  Executor exec(0, &store, RootOf(genesis), /*cache_bytes=*/3 * 160);
+  // Three account entries: 33 key bytes, 16 value bytes and 160 of bookkeeping each.
+  constexpr size_t kCapacity = 3 * (33 + 16 + 160) + 2;
+  Executor exec(0, &store, RootOf(genesis), kCapacity);
   for (const base::PrivateKey& k : keys) ASSERT_TRUE(exec.GetAccount(k.public_key().bytes()).ok());
   StateCacheStats stats = exec.cache_stats();
-  EXPECT_LE(stats.bytes, 3u * 160);
-  EXPECT_GE(stats.entries, 2u);
-  EXPECT_LE(stats.entries, 3u);
+  EXPECT_LE(stats.bytes, kCapacity);
+  EXPECT_EQ(stats.entries, 3u);
   EXPECT_EQ(stats.misses, 12u);
   EXPECT_EQ(store.reads(), 12);
   // The most recent key is cached: reading it again does not touch the store.
