@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "partitions/block.h"
 #include "runtime/config_validation.h"
+#include "runtime/ledger_reads.h"
 #include "runtime/partition_impl.h"
 
 namespace runtime {
@@ -85,6 +86,9 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   out.set_peer_refused_wrong_channel(dropped_wrong_channel_.load(std::memory_order_relaxed));
   out.set_peer_refused_bad_signature(driver.dropped_bad_signature);
   out.set_peer_refused_bad_tx(driver.dropped_bad_tx);
+  const CommitStreamStats streams = commit_streams_->stats();
+  out.set_commit_watchers(streams.watchers);
+  out.set_commit_watchers_cut_slow(streams.cut_slow);
   return out;
 }
 
@@ -215,6 +219,33 @@ absl::StatusOr<node::client::GetBlockResponse> Partition::GetBlock(uint64_t heig
   if (!include_txs) out.mutable_block()->clear_txs();
   out.set_block_hash(partitions::BlockHash(out.block().header()));
   return out;
+}
+
+absl::StatusOr<node::client::GetValueResponse> Partition::GetValue(const std::string& key,
+                                                                   uint64_t height) const {
+  const partitions::Ledger& ledger = *impl_->chain_.ledger;
+  const uint64_t tip = ledger.last_height();
+  if (height > tip) {
+    return absl::OutOfRangeError(
+        absl::StrCat("height ", height, " is beyond the tip of partition ", name_, " (", tip, ")"));
+  }
+  node::client::GetValueResponse out;
+  std::optional<std::string> value;
+  if (height == 0 || height == tip) {
+    ASSIGN_OR_RETURN(value, ledger.GetValue(key));
+    out.set_height(tip);
+  } else {
+    ASSIGN_OR_RETURN(value, ReadValueAt(ledger, key, height));
+    out.set_height(height);
+  }
+  out.set_found(value.has_value());
+  if (value.has_value()) out.set_value(*std::move(value));
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<CommitWatcher>> Partition::WatchCommits(
+    const CommitWatcher::Options& options, absl::AnyInvocable<void()> wake) {
+  return impl_->commit_streams_->Watch(options, std::move(wake));
 }
 
 node::client::GetChainStatusResponse Partition::ChainStatus() const {
