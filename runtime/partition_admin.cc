@@ -178,28 +178,35 @@ void Partition::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std
 }
 
 absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& tx_hash) const {
-  node::client::GetTxResponse out;
-  absl::StatusOr<node::chain::Receipt> receipt = impl_->chain_.ledger->GetReceipt(tx_hash);
-  if (receipt.ok()) {
-    out.set_state(node::client::GetTxResponse::COMMITTED);
-    *out.mutable_receipt() = *receipt;
-    absl::StatusOr<std::string> bytes = impl_->chain_.ledger->GetTx(tx_hash);
-    if (bytes.ok()) out.set_signed_tx(*bytes);
-    return out;
-  }
-  if (receipt.status().code() != absl::StatusCode::kNotFound) return receipt.status();
-  if (partitions::TxPtr tx = impl_->pool_->Get(tx_hash)) {
-    out.set_state(node::client::GetTxResponse::PENDING);
-    out.set_signed_tx(tx->signed_bytes);
-    return out;
-  }
-  if (impl_->tracker_.Get(tx_hash).spill_seq > 0) {
-    // Lossless: acknowledged and durable in the FIFO, not yet drained into the pool.
-    out.set_state(node::client::GetTxResponse::PENDING);
-    return out;
+  // A tx moves FIFO (lossless) -> pool -> ledger, each step entering the next place before it
+  // leaves the last; looking in that order (after the quick ledger check) cannot miss one that
+  // moves while we look.
+  for (const bool last_look : {false, true}) {
+    node::client::GetTxResponse out;
+    absl::StatusOr<node::chain::Receipt> receipt = impl_->chain_.ledger->GetReceipt(tx_hash);
+    if (receipt.ok()) {
+      out.set_state(node::client::GetTxResponse::COMMITTED);
+      *out.mutable_receipt() = *receipt;
+      absl::StatusOr<std::string> bytes = impl_->chain_.ledger->GetTx(tx_hash);
+      if (bytes.ok()) out.set_signed_tx(*bytes);
+      return out;
+    }
+    if (receipt.status().code() != absl::StatusCode::kNotFound) return receipt.status();
+    if (last_look) break;
+    if (impl_->tracker_.Get(tx_hash).spill_seq > 0) {
+      // Lossless: acknowledged and durable in the FIFO, not yet drained into the pool.
+      out.set_state(node::client::GetTxResponse::PENDING);
+      return out;
+    }
+    if (partitions::TxPtr tx = impl_->pool_->Get(tx_hash)) {
+      out.set_state(node::client::GetTxResponse::PENDING);
+      out.set_signed_tx(tx->signed_bytes);
+      return out;
+    }
   }
   return absl::NotFoundError(
-      absl::StrCat("unknown transaction in partition ", name_, " (not pooled, not committed)"));
+      absl::StrCat("unknown transaction in partition ", name_,
+                   " (not in the lossless FIFO, not pooled, not committed)"));
 }
 
 absl::StatusOr<node::client::GetAccountResponse> Partition::GetAccount(
