@@ -2,8 +2,8 @@
 //
 // Locks, in acquisition order: the consensus driver's (replica, timers, batch cutting, commits;
 // partitions/consensus_driver.h) -> the components' leaf locks (pool, executor, ledger, tracker,
-// forwarder) -> config_mu_. Callbacks to clients never run under the driver's lock:
-// commit events and deferred work are queued and run once it is released.
+// forwarder, the commit-stream hub's) -> config_mu_. Callbacks to clients never run under the
+// driver's lock: commit events and deferred work are queued and run once it is released.
 #ifndef RUNTIME_PARTITION_IMPL_H_
 #define RUNTIME_PARTITION_IMPL_H_
 
