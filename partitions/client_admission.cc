@@ -216,6 +216,9 @@ absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record
   if (!decoded.ok() || !base::VerifySignature(*decoded).ok()) {
     spill_dropped_invalid_.fetch_add(1, std::memory_order_relaxed);
     deps_.spill_cursor->Done(record.seq, decoded.ok() ? decoded->hash : std::string());
+    // GetTx stops answering PENDING for it: it will never commit.
+    if (decoded.ok())
+      deps_.tracker->NoteDrained(decoded->hash, record.seq, deps_.clock->NowNanos());
     return absl::OkStatus();  // acknowledged but invalid: counted and dropped, never retried
   }
   auto tx = std::make_shared<const base::DecodedTx>(*std::move(decoded));
@@ -225,6 +228,8 @@ absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record
   deps_.tracker->NoteAdmitted(hash, deps_.clock->NowNanos());
   absl::Status s = AdmitVerified(std::move(tx));
   if (s.ok()) {
+    // Pooled first, then out of the FIFO's mark: GetTx always finds it in one of the two.
+    deps_.tracker->NoteDrained(hash, record.seq, deps_.clock->NowNanos());
     deps_.request_tick();
     return s;
   }
@@ -235,6 +240,7 @@ absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record
   }
   // Duplicate / replayed: already in the pool (its commit still moves the cursor) or the ledger.
   deps_.spill_cursor->Done(record.seq, hash);
+  deps_.tracker->NoteDrained(hash, record.seq, deps_.clock->NowNanos());
   return absl::OkStatus();
 }
 

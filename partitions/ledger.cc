@@ -272,6 +272,32 @@ absl::StatusOr<node::chain::Receipt> Ledger::GetReceipt(absl::string_view tx_has
   return receipt;
 }
 
+absl::StatusOr<std::vector<node::chain::Receipt>> Ledger::GetBlockReceipts(
+    uint64_t height) const {
+  ASSIGN_OR_RETURN(node::chain::Block block, GetBlock(height));
+  const size_t n = static_cast<size_t>(block.tx_hashes_size());
+  std::vector<node::chain::Receipt> out;
+  out.reserve(n);
+  std::string prefix(1, kReceiptPrefix);
+  PutBe(height, 8, &prefix);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix) && out.size() < n;
+       it->Next()) {
+    if (!out.emplace_back().ParseFromArray(it->value().data(),
+                                           static_cast<int>(it->value().size())) ||
+        out.back().tx_index() != out.size() - 1) {
+      return absl::DataLossError(
+          absl::StrCat("receipt ", out.size() - 1, " of block ", height, " is corrupt"));
+    }
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "read receipts"));
+  if (out.size() != n) {
+    return absl::DataLossError(
+        absl::StrCat("block ", height, " has ", n, " txs but ", out.size(), " stored receipts"));
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> Ledger::GetTx(absl::string_view tx_hash) const {
   ASSIGN_OR_RETURN(std::optional<std::string> loc, Read(Prefixed(kTxIndexPrefix, tx_hash)));
   if (!loc.has_value() || loc->size() != 12) {

@@ -106,8 +106,12 @@ class Ledger : public StateStore {
 
   // NOT_FOUND if no block has that height.
   absl::StatusOr<node::chain::Block> GetBlock(uint64_t height) const;
-  // NOT_FOUND if the tx was never committed.
+  // NOT_FOUND if the tx was never committed. A tx included again later (a replay, REJECTED)
+  // keeps the receipt of its first inclusion here; GetBlockReceipts has every one by position.
   absl::StatusOr<node::chain::Receipt> GetReceipt(absl::string_view tx_hash) const;
+  // The receipts of block `height`, one per tx in block order. NOT_FOUND if there is no block
+  // there; DATA_LOSS if its receipts are not all stored.
+  absl::StatusOr<std::vector<node::chain::Receipt>> GetBlockReceipts(uint64_t height) const;
   // The SignedTransaction bytes. NOT_FOUND if the tx was never committed.
   absl::StatusOr<std::string> GetTx(absl::string_view tx_hash) const;
   // The committed account (zeros if never touched).

@@ -33,7 +33,23 @@ void TxTracker::ForgetAdmission(absl::string_view hash, int64_t admitted_nanos) 
 
 void TxTracker::NoteSpilled(absl::string_view hash, uint64_t seq, int64_t now_nanos) {
   absl::MutexLock lock(&mu_);
-  TouchLocked(hash, now_nanos).tx.spill_seq = seq;
+  Entry& e = TouchLocked(hash, now_nanos);
+  if (seq > e.drained_seq) e.tx.spill_seq = seq;
+}
+
+void TxTracker::NoteDrained(absl::string_view hash, uint64_t seq, int64_t now_nanos) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(hash);
+  if (it == entries_.end()) {
+    // Drained before NoteSpilled: remember it, so that the mark, when it comes, is ignored.
+    TouchLocked(hash, now_nanos).drained_seq = seq;
+    return;
+  }
+  it->second.drained_seq = std::max(it->second.drained_seq, seq);
+  TrackedTx& t = it->second.tx;
+  if (t.spill_seq != seq) return;
+  t.spill_seq = 0;
+  if (t.admitted_nanos == 0 && !t.fetch_wanted) entries_.erase(it);
 }
 
 bool TxTracker::NoteWanted(absl::string_view hash, int64_t now_nanos) {

@@ -11,7 +11,8 @@
 // Bound. An entry lives until its tx commits, or is evicted by the policy: at most
 // `max_entries` (the oldest go first) and at most `max_age` since it was created. Evict(now) runs
 // from the partition's tick. An evicted tx loses only bookkeeping: no latency sample, a fetched tx
-// arriving later is treated as forwarded, GetTx answers NOT_FOUND for a record still in the FIFO.
+// arriving later is treated as forwarded, GetTx answers NOT_FOUND for a record still in the FIFO
+// (as it does for records a restart recovered: the tracker is memory only).
 //
 // Thread-safety: every method is thread-safe (one mutex; leaf lock: no callbacks, no other lock
 // taken inside).
@@ -67,6 +68,12 @@ class TxTracker {
   // `admitted_nanos` (not another path's), and the entry if nothing else is known.
   void ForgetAdmission(absl::string_view hash, int64_t admitted_nanos);
   void NoteSpilled(absl::string_view hash, uint64_t seq, int64_t now_nanos);
+  // FIFO record `seq` left the FIFO (drained into the pool, or dropped as invalid or a duplicate):
+  // clears the mark NoteSpilled set for that record (not a later record's of the same tx), and
+  // forgets the entry if nothing else is known. From then on GetTx finds the tx in the pool or the
+  // ledger, or not at all. The drain may take a record before the submit path has marked it;
+  // then the entry is kept (empty, until evicted) so that the late mark is ignored.
+  void NoteDrained(absl::string_view hash, uint64_t seq, int64_t now_nanos);
   // True if it was not wanted yet (the first ask).
   bool NoteWanted(absl::string_view hash, int64_t now_nanos);
   // True if it was wanted; clears the mark.
@@ -88,6 +95,10 @@ class TxTracker {
   struct Entry {
     TrackedTx tx;
     int64_t created_nanos = 0;
+    // Highest FIFO record of this tx drained so far: the drain may take a record before the
+    // submit path has marked it (NoteSpilled comes after the append), and that late mark must
+    // not make GetTx answer PENDING for a record that is gone.
+    uint64_t drained_seq = 0;
   };
 
   Entry& TouchLocked(absl::string_view hash, int64_t now_nanos) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

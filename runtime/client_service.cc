@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/transaction.h"
 #include "runtime/node.h"
 #include "runtime/partition.h"
 #include "runtime/raw_call.h"
@@ -130,13 +131,22 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 ClientServiceImpl::ClientServiceImpl(Node* node)
-    : node_(node), pending_(std::make_shared<PendingCalls>()) {}
+    : node_(node),
+      pending_(std::make_shared<PendingCalls>()),
+      streams_(std::make_shared<CommitStreams>()) {}
 
-ClientServiceImpl::~ClientServiceImpl() { pending_->CancelAll(); }
+ClientServiceImpl::~ClientServiceImpl() {
+  pending_->CancelAll();
+  EndWatches();
+}
 
 bool ClientServiceImpl::WaitIdle(absl::Time deadline) { return pending_->WaitIdle(deadline); }
 
 void ClientServiceImpl::CancelPending() { pending_->CancelAll(); }
+
+void ClientServiceImpl::EndWatches() {
+  streams_->EndAll(absl::UnavailableError("server shutting down"));
+}
 
 absl::Duration ClientServiceImpl::WaitTimeout(uint32_t wait_timeout_ms, absl::Time now,
                                               absl::Time call_deadline) {
@@ -288,6 +298,34 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(grpc::CallbackServer
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   *response = (*partition)->ChainStatus();
   return FinishNow(call, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* ClientServiceImpl::GetValue(grpc::CallbackServerContext*,
+                                                      const grpc::ByteBuffer* raw_request,
+                                                      grpc::ByteBuffer* raw_response) {
+  auto* call = new RawCall<pb::GetValueRequest, pb::GetValueResponse>(raw_response);
+  if (!call->Parse(raw_request)) return call;
+  const pb::GetValueRequest* request = &call->request;
+  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
+  const size_t max_key = base::TxLimits().max_key_bytes;
+  if (request->key().empty()) {
+    return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key: required"));
+  }
+  if (request->key().size() > max_key) {
+    return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        absl::StrCat("key: must be at most ", max_key,
+                                                     " bytes, got ", request->key().size())));
+  }
+  absl::StatusOr<pb::GetValueResponse> value =
+      (*partition)->GetValue(request->key(), request->height());
+  if (value.ok()) call->response = *std::move(value);
+  return FinishNow(call, ToGrpcStatus(value.status()));
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ClientServiceImpl::WatchCommits(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  return StartWatchCommits(node_, streams_, context, request);
 }
 
 }  // namespace runtime

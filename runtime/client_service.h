@@ -3,8 +3,9 @@
 // Written against gRPC's callback API so no gRPC thread ever blocks on a partition: SubmitTx and
 // SubmitTxBatch hand the request to Partition::Submit / SubmitBatch and return at once; the
 // partition's done callback (worker-pool or ticker thread, or inline on an early rejection)
-// finishes the call. Queries (GetTx, GetAccount, GetBlock, GetChainStatus) are short local reads
-// answered inline.
+// finishes the call. Queries (GetTx, GetAccount, GetBlock, GetChainStatus, GetValue) are short
+// local reads answered inline. WatchCommits is a server stream fed by the partition's commit
+// stream hub (runtime/watch_commits_call.h, runtime/commit_stream.h): no thread waits on it.
 //
 // Status mapping (see proto/client.proto):
 //   flow-control rejection  the partition's code (RESOURCE_EXHAUSTED / UNAVAILABLE) and message,
@@ -13,7 +14,8 @@
 //                           OUT_OF_RANGE, FAILED_PRECONDITION and UNAUTHENTICATED are folded in;
 //                           ALREADY_EXISTS "duplicate transaction" / "replayed nonce" is kept so a
 //                           retrying client can tell "already submitted");
-//   unknown partition       NOT_FOUND; empty ref, hash or address: INVALID_ARGUMENT.
+//   unknown partition       NOT_FOUND; empty ref, hash, address or key: INVALID_ARGUMENT;
+//   height beyond the tip   OUT_OF_RANGE (GetValue, WatchCommits' from_height).
 //
 // Request bodies: every method is registered raw (ByteBuffer; runtime/raw_call.h) and parses
 // its request itself, so a body that is not a valid encoding gets INVALID_ARGUMENT "request does
@@ -22,13 +24,15 @@
 // Shutdown: a call still waiting for its partition when the server stops (e.g. wait_for_commit)
 // is finished by CancelPending() with UNAVAILABLE "server shutting down"; the partition's later
 // callback is then ignored. The pending-call table is shared with those callbacks, so they may
-// run after this object is gone.
+// run after this object is gone. EndWatches() ends open WatchCommits streams at once with
+// UNAVAILABLE and the height to resume from.
 //
 // Thread-safety: all methods are thread-safe.
 //
 //   ClientServiceImpl service(node);
 //   builder.RegisterService(&service);
 //   ...  // at shutdown, after server->Shutdown(deadline) started:
+//   service.EndWatches();  // before: streams end now, not at the drain deadline
 //   service.WaitIdle(deadline); service.CancelPending();
 #ifndef RUNTIME_CLIENT_SERVICE_H_
 #define RUNTIME_CLIENT_SERVICE_H_
@@ -40,6 +44,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/client.grpc.pb.h"
+#include "runtime/watch_commits_call.h"
 
 namespace runtime {
 
@@ -60,7 +65,9 @@ using RawClientServiceBase = node::client::ClientService::WithRawCallbackMethod_
             node::client::ClientService::WithRawCallbackMethod_GetAccount<
                 node::client::ClientService::WithRawCallbackMethod_GetBlock<
                     node::client::ClientService::WithRawCallbackMethod_GetChainStatus<
-                        node::client::ClientService::Service>>>>>>;
+                        node::client::ClientService::WithRawCallbackMethod_WatchCommits<
+                            node::client::ClientService::WithRawCallbackMethod_GetValue<
+                                node::client::ClientService::Service>>>>>>>>;
 
 class ClientServiceImpl final : public RawClientServiceBase {
  public:
@@ -73,6 +80,9 @@ class ClientServiceImpl final : public RawClientServiceBase {
   // Finishes every waiting call with UNAVAILABLE "server shutting down" and makes later
   // SubmitTx / SubmitTxBatch calls fail the same way. Idempotent.
   void CancelPending();
+  // Ends every open WatchCommits stream with UNAVAILABLE "server shutting down" (and its
+  // resume height) and refuses new ones the same way. Idempotent.
+  void EndWatches();
 
   // The methods, on raw bytes (request: the encoded request message; response: filled with the
   // encoded response message).
@@ -94,6 +104,12 @@ class ClientServiceImpl final : public RawClientServiceBase {
   grpc::ServerUnaryReactor* GetChainStatus(grpc::CallbackServerContext* context,
                                            const grpc::ByteBuffer* request,
                                            grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetValue(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  // A server stream (runtime/watch_commits_call.h).
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchCommits(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
 
   // How long a wait_for_commit request may wait: wait_timeout_ms if set, else the time left
   // until the call's deadline (kDefaultWaitTimeout without one); at most kMaxWaitTimeout.
@@ -105,6 +121,7 @@ class ClientServiceImpl final : public RawClientServiceBase {
 
   Node* const node_;
   const std::shared_ptr<PendingCalls> pending_;
+  const std::shared_ptr<CommitStreams> streams_;
 };
 
 }  // namespace runtime

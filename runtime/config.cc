@@ -143,6 +143,11 @@ void DefaultPartition(PartitionConfig* p) {
     l.set_durability(node::config::LosslessConfig::INTERVAL);
   }
   if (l.sync_interval_ms() == 0) l.set_sync_interval_ms(10);
+
+  auto& watch = *p->mutable_watch();
+  if (watch.max_watchers() == 0) watch.set_max_watchers(64);
+  if (watch.max_buffered_blocks() == 0) watch.set_max_buffered_blocks(1024);
+  if (watch.max_buffered_bytes() == 0) watch.set_max_buffered_bytes(16 * kMiB);
 }
 
 // The index within repeated message field `field` of `message` named by `key`: a number, or the

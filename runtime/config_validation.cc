@@ -21,6 +21,7 @@ using node::config::PartitionConfig;
 using node::config::PoolConfig;
 using node::config::ResourceConfig;
 using node::config::ShareConfig;
+using node::config::WatchConfig;
 
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
@@ -176,6 +177,16 @@ std::vector<ConfigProblem> ValidateLosslessConfig(const LosslessConfig& l, const
   return check.Take();
 }
 
+std::vector<ConfigProblem> ValidateWatchConfig(const WatchConfig& w, const std::string& at) {
+  Checker check(at);
+  check.AtLeast<uint32_t>("max_watchers", w.max_watchers(), 1);
+  check.AtMost<uint32_t>("max_watchers", w.max_watchers(), 100'000);
+  check.AtLeast<uint32_t>("max_buffered_blocks", w.max_buffered_blocks(), 1);
+  check.AtMost<uint32_t>("max_buffered_blocks", w.max_buffered_blocks(), 1'000'000);
+  check.AtLeast<uint64_t>("max_buffered_bytes", w.max_buffered_bytes(), 64 * kKiB);
+  return check.Take();
+}
+
 std::vector<ConfigProblem> ValidateStageChainConfig(const node::flowctl::StageChainConfig& chain,
                                                     const std::string& at) {
   Checker check(at);
@@ -221,6 +232,7 @@ std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
   // A cache smaller than one account entry caches nothing; 1 MiB keeps a block's working set.
   check.AtLeast<uint64_t>("state.cache_bytes", p.state().cache_bytes(), 1 << 20);
   check.AtLeast<uint64_t>("state.block_cache_bytes", p.state().block_cache_bytes(), 1 << 20);
+  check.Append(ValidateWatchConfig(p.watch(), at + ".watch"));
 
   absl::flat_hash_set<std::string> keys;
   for (int i = 0; i < p.genesis_size(); ++i) {

@@ -82,6 +82,8 @@ std::vector<ConfigProblem> ValidateConsensusConfig(const node::config::Consensus
                                                    const std::string& at);
 std::vector<ConfigProblem> ValidateLosslessConfig(const node::config::LosslessConfig& lossless,
                                                   const std::string& at);
+std::vector<ConfigProblem> ValidateWatchConfig(const node::config::WatchConfig& watch,
+                                               const std::string& at);
 // Builds the chain with a flowctl::StageRegistry holding kGatePredicates, the same code that
 // builds it in a partition, and adds "must list at least one stage".
 std::vector<ConfigProblem> ValidateStageChainConfig(const node::flowctl::StageChainConfig& chain,

@@ -10,7 +10,8 @@
 // server registers one service, the client port answers UNIMPLEMENTED to admin methods. Every call
 // on either server is timed and counted by rpc_metrics() (runtime/rpc_metrics.h).
 //
-// Shutdown(drain): open admin watches end at once; both servers stop accepting calls; in-flight
+// Shutdown(drain): open admin watches and client commit streams (WatchCommits, with UNAVAILABLE
+// and the height to resume from) end at once; both servers stop accepting calls; in-flight
 // calls may finish until `drain` has passed; client calls still waiting for a partition then (e.g.
 // wait_for_commit) are finished with UNAVAILABLE "server shutting down", so Shutdown returns by
 // about `drain` even when partitions are stuck.

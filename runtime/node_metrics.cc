@@ -196,6 +196,11 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
                p.stage_decision());
   f->Counter("noded_committed_txs_total", "Transactions committed.", l,
              static_cast<double>(p.committed_txs()));
+  f->Gauge("noded_commit_watchers", "Client commit streams (WatchCommits) open now.", l,
+           static_cast<double>(p.commit_watchers()));
+  f->Counter("noded_commit_watchers_cut_slow_total",
+             "Client commit streams ended because their client read too slowly.", l,
+             static_cast<double>(p.commit_watchers_cut_slow()));
   for (const auto& [kind, n] :
        {std::pair{"send", p.send_failures()}, std::pair{"broadcast", p.broadcast_failures()}}) {
     Labels lk = l;

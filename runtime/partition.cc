@@ -132,6 +132,15 @@ absl::Status Partition::Impl::Open() {
   feed_ = std::make_unique<partitions::CommitFeed>(chain_.ledger->last_height());
   feed_->Subscribe(this);  // first: height() shows a block before its waiters hear of it
   feed_->Subscribe(&waiters_);
+  {
+    const node::config::WatchConfig& w = cfg.watch();
+    commit_streams_ = std::make_shared<CommitStreamHub>(
+        name_, chain_.ledger.get(),
+        CommitStreamLimits{.max_watchers = w.max_watchers(),
+                           .max_buffered_blocks = w.max_buffered_blocks(),
+                           .max_buffered_bytes = w.max_buffered_bytes()});
+    feed_->Subscribe(commit_streams_.get());
+  }
 
   // Interceptor predicates read atomics only. Consensus not NORMAL means unavailable (another
   // node may serve); a full pool means overloaded (retry here later).
@@ -239,6 +248,10 @@ absl::Status Partition::Impl::Open() {
   // that removed the txs from the pool, and tick under the same lock, so a sweep never takes a
   // just-committed tx for a dropped one.
   dd.on_commit_locked = [this](const partitions::CommitEvent& e) {
+    // The ledger's tip is this block now: its header, for the commit streams, without a read.
+    if (commit_streams_->has_live_watchers()) {
+      commit_streams_->NoteCommittedHeader(chain_.ledger->last_header());
+    }
     if (!interceptor_->Get()->follows_requests()) return;
     std::vector<std::string> hashes;
     hashes.reserve(e.txs.size());
@@ -310,6 +323,10 @@ absl::Status Partition::Impl::Start() {
 
 void Partition::Impl::Stop(absl::Duration drain) {
   if (stopping_.exchange(true)) return;
+  if (commit_streams_) {
+    commit_streams_->Close(
+        absl::UnavailableError(absl::StrCat("partition ", name_, " is shutting down")));
+  }
   if (!started_.load()) {
     if (tick_id_ != 0) env_.scheduler->Unregister(tick_id_);
     if (dispatcher_) dispatcher_->Stop();

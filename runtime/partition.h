@@ -61,6 +61,7 @@
 #include "proto/chain.pb.h"
 #include "proto/client.pb.h"
 #include "proto/config.pb.h"
+#include "runtime/commit_stream.h"
 #include "runtime/peer_refusals.h"
 
 namespace runtime {
@@ -133,6 +134,16 @@ class Partition final : public flowctl::ResourceConsumer {
   // Height 0 = the latest committed block (genesis while none is).
   absl::StatusOr<node::client::GetBlockResponse> GetBlock(uint64_t height, bool include_txs) const;
   node::client::GetChainStatusResponse ChainStatus() const;
+  // A key of the Put store. Height 0 = the latest state, else its value as of that block
+  // (the ledger's undo records); OUT_OF_RANGE beyond the tip.
+  absl::StatusOr<node::client::GetValueResponse> GetValue(const std::string& key,
+                                                          uint64_t height) const;
+
+  // ---- Commit stream (ClientService.WatchCommits; runtime/commit_stream.h). ----
+  // A watcher of this partition's committed blocks; errors and `wake` as CommitStreamHub::Watch.
+  // After Stop: UNAVAILABLE.
+  absl::StatusOr<std::shared_ptr<CommitWatcher>> WatchCommits(const CommitWatcher::Options& options,
+                                                              absl::AnyInvocable<void()> wake);
 
   // ---- Admin. ----
   node::admin::PartitionStatus Status() const;

@@ -92,6 +92,9 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   out.set_peer_refused_wrong_channel(dropped_wrong_channel_.load(std::memory_order_relaxed));
   out.set_peer_refused_bad_signature(driver.dropped_bad_signature);
   out.set_peer_refused_bad_tx(driver.dropped_bad_tx);
+  const CommitStreamStats streams = commit_streams_->stats();
+  out.set_commit_watchers(streams.watchers);
+  out.set_commit_watchers_cut_slow(streams.cut_slow);
   return out;
 }
 
@@ -181,28 +184,35 @@ void Partition::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std
 }
 
 absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& tx_hash) const {
-  node::client::GetTxResponse out;
-  absl::StatusOr<node::chain::Receipt> receipt = impl_->chain_.ledger->GetReceipt(tx_hash);
-  if (receipt.ok()) {
-    out.set_state(node::client::GetTxResponse::COMMITTED);
-    *out.mutable_receipt() = *receipt;
-    absl::StatusOr<std::string> bytes = impl_->chain_.ledger->GetTx(tx_hash);
-    if (bytes.ok()) out.set_signed_tx(*bytes);
-    return out;
-  }
-  if (receipt.status().code() != absl::StatusCode::kNotFound) return receipt.status();
-  if (partitions::TxPtr tx = impl_->pool_->Get(tx_hash)) {
-    out.set_state(node::client::GetTxResponse::PENDING);
-    out.set_signed_tx(tx->signed_bytes);
-    return out;
-  }
-  if (impl_->tracker_.Get(tx_hash).spill_seq > 0) {
-    // Lossless: acknowledged and durable in the FIFO, not yet drained into the pool.
-    out.set_state(node::client::GetTxResponse::PENDING);
-    return out;
+  // A tx moves FIFO (lossless) -> pool -> ledger, each step entering the next place before it
+  // leaves the last; looking in that order (after the quick ledger check) cannot miss one that
+  // moves while we look.
+  for (const bool last_look : {false, true}) {
+    node::client::GetTxResponse out;
+    absl::StatusOr<node::chain::Receipt> receipt = impl_->chain_.ledger->GetReceipt(tx_hash);
+    if (receipt.ok()) {
+      out.set_state(node::client::GetTxResponse::COMMITTED);
+      *out.mutable_receipt() = *receipt;
+      absl::StatusOr<std::string> bytes = impl_->chain_.ledger->GetTx(tx_hash);
+      if (bytes.ok()) out.set_signed_tx(*bytes);
+      return out;
+    }
+    if (receipt.status().code() != absl::StatusCode::kNotFound) return receipt.status();
+    if (last_look) break;
+    if (impl_->tracker_.Get(tx_hash).spill_seq > 0) {
+      // Lossless: acknowledged and durable in the FIFO, not yet drained into the pool.
+      out.set_state(node::client::GetTxResponse::PENDING);
+      return out;
+    }
+    if (partitions::TxPtr tx = impl_->pool_->Get(tx_hash)) {
+      out.set_state(node::client::GetTxResponse::PENDING);
+      out.set_signed_tx(tx->signed_bytes);
+      return out;
+    }
   }
   return absl::NotFoundError(
-      absl::StrCat("unknown transaction in partition ", name_, " (not pooled, not committed)"));
+      absl::StrCat("unknown transaction in partition ", name_,
+                   " (not in the lossless FIFO, not pooled, not committed)"));
 }
 
 absl::StatusOr<node::client::GetAccountResponse> Partition::GetAccount(
@@ -222,6 +232,33 @@ absl::StatusOr<node::client::GetBlockResponse> Partition::GetBlock(uint64_t heig
   if (!include_txs) out.mutable_block()->clear_txs();
   out.set_block_hash(partitions::BlockHash(out.block().header()));
   return out;
+}
+
+absl::StatusOr<node::client::GetValueResponse> Partition::GetValue(const std::string& key,
+                                                                   uint64_t height) const {
+  const partitions::Ledger& ledger = *impl_->chain_.ledger;
+  const uint64_t tip = ledger.last_height();
+  if (height > tip) {
+    return absl::OutOfRangeError(
+        absl::StrCat("height ", height, " is beyond the tip of partition ", name_, " (", tip, ")"));
+  }
+  node::client::GetValueResponse out;
+  std::optional<std::string> value;
+  if (height == 0 || height == tip) {
+    ASSIGN_OR_RETURN(value, ledger.GetValue(key));
+    out.set_height(tip);
+  } else {
+    ASSIGN_OR_RETURN(value, ledger.GetValueAt(key, height));
+    out.set_height(height);
+  }
+  out.set_found(value.has_value());
+  if (value.has_value()) out.set_value(*std::move(value));
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<CommitWatcher>> Partition::WatchCommits(
+    const CommitWatcher::Options& options, absl::AnyInvocable<void()> wake) {
+  return impl_->commit_streams_->Watch(options, std::move(wake));
 }
 
 node::client::GetChainStatusResponse Partition::ChainStatus() const {

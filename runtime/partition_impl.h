@@ -2,8 +2,8 @@
 //
 // Locks, in acquisition order: the consensus driver's (replica, timers, batch cutting, commits;
 // partitions/consensus_driver.h) -> the components' leaf locks (pool, executor, ledger, tracker,
-// forwarder) -> config_mu_. Callbacks to clients never run under the driver's lock:
-// commit events and deferred work are queued and run once it is released.
+// forwarder, the commit-stream hub's) -> config_mu_. Callbacks to clients never run under the
+// driver's lock: commit events and deferred work are queued and run once it is released.
 #ifndef RUNTIME_PARTITION_IMPL_H_
 #define RUNTIME_PARTITION_IMPL_H_
 
@@ -50,6 +50,7 @@
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
 #include "proto/partition.pb.h"
+#include "runtime/commit_stream.h"
 #include "runtime/latency_summary.h"
 #include "runtime/partition.h"
 
@@ -135,11 +136,14 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::unique_ptr<partitions::PeerSender> sender_;
   std::unique_ptr<partitions::Forwarder> forwarder_;
   std::unique_ptr<partitions::CommitPipeline> pipeline_;
-  // Subscribers: waiters_, spill_cursor_ (lossless), this (height, latency). Stages that follow
+  // Subscribers: this (height, latency), waiters_, commit_streams_, spill_cursor_ (lossless).
+  // Stages that follow
   // requests hear of commits through the driver's on_commit_locked hook instead (partition.cc).
   std::unique_ptr<partitions::CommitFeed> feed_;
   partitions::CommitWaiters waiters_{[this](int64_t deadline) { WakeBy(deadline); }};
   std::unique_ptr<partitions::SpillCursor> spill_cursor_;  // lossless only
+  // Client commit streams (WatchCommits); shared with the streams, closed by Stop.
+  std::shared_ptr<CommitStreamHub> commit_streams_;
   flowctl::StageRegistry registry_;
   std::unique_ptr<flowctl::StageChainHolder> interceptor_;
   std::unique_ptr<flowctl::Dispatcher> dispatcher_;

@@ -21,10 +21,24 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/message_lite.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 
 namespace runtime {
+
+// Parses a raw request body into `request`: OK, or INVALID_ARGUMENT "request does not parse as
+// <type> (N bytes)". For streaming methods, which have no RawCall.
+inline grpc::Status ParseRawRequest(const grpc::ByteBuffer* raw,
+                                    google::protobuf::MessageLite* request) {
+  grpc::ByteBuffer copy;  // ProtoBufferReader wants a mutable buffer; the copy shares slices
+  if (raw != nullptr) copy = *raw;
+  grpc::ProtoBufferReader reader(&copy);
+  if (raw != nullptr && request->ParseFromZeroCopyStream(&reader)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat("request does not parse as ", request->GetTypeName(), " (",
+                                   raw != nullptr ? raw->Length() : 0, " bytes)"));
+}
 
 // What a pending-call table holds: any RawCall, whatever its message types.
 class UnaryCall : public grpc::ServerUnaryReactor {
@@ -43,13 +57,9 @@ class RawCall final : public UnaryCall {
   // Parses `raw` into `request`. When it does not parse, replies INVALID_ARGUMENT and returns
   // false (the caller returns the call to gRPC and does nothing else with it).
   bool Parse(const grpc::ByteBuffer* raw) {
-    grpc::ByteBuffer copy;  // ProtoBufferReader wants a mutable buffer; the copy shares slices
-    if (raw != nullptr) copy = *raw;
-    grpc::ProtoBufferReader reader(&copy);
-    if (raw != nullptr && request.ParseFromZeroCopyStream(&reader)) return true;
-    Reply(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                       absl::StrCat("request does not parse as ", request.GetTypeName(), " (",
-                                    raw != nullptr ? raw->Length() : 0, " bytes)")));
+    grpc::Status parsed = ParseRawRequest(raw, &request);
+    if (parsed.ok()) return true;
+    Reply(parsed);
     return false;
   }
 

@@ -55,7 +55,8 @@ const std::set<std::string>& ValueFlags() {
                                           "tx-bytes",       "senders", "batch-ms",
                                           "seed",           "presign", "max-in-flight",
                                           "rpc-timeout-ms", "poll-ms", "out",
-                                          "expect",         "tls-ca",  "route"};
+                                          "expect",         "tls-ca",  "route",
+                                          "commits"};
   return k;
 }
 
@@ -172,6 +173,11 @@ absl::StatusOr<Options> ParseLoadgenFlags(const std::vector<std::string>& args, 
     ASSIGN_OR_RETURN(int64_t n, ParseInt("poll-ms", *v, 10, 10000));
     o.poll_ms = static_cast<int>(n);
   }
+  if (const std::string* v = get("commits")) {
+    if (*v != "poll" && *v != "watch")
+      return Bad("commits", "must be poll or watch, got '" + *v + "'");
+    o.watch_commits = *v == "watch";
+  }
   if (const std::string* v = get("out")) {
     if (v->empty()) return Bad("out", "empty directory name");
     o.out_dir = *v;
@@ -210,7 +216,9 @@ std::string LoadgenUsage() {
 
 Open-loop load per partition against noded's ClientService. Offers follow the schedule whatever
 the answers; txs due in the same --batch-ms tick go out as SubmitTxBatch RPCs, one per target
-(--route sender) or one to the next target (--route spread). Commits are found by polling GetChainStatus/GetBlock every --poll-ms.
+(--route sender) or one to the next target (--route spread). Commits are found by polling
+GetChainStatus/GetBlock every --poll-ms (--commits poll) or from WatchCommits streams
+(--commits watch).
 
   --targets A,B,...        client ports of the nodes (required)
   --scenario SPEC          partitions and their load (required; repeatable, joined with ';'):
@@ -242,6 +250,10 @@ the answers; txs due in the same --batch-ms tick go out as SubmitTxBatch RPCs, o
   --max-in-flight N        SubmitTxBatch RPCs per target; over it offers count as dropped
                            (default 64)
   --rpc-timeout-ms N       deadline of each RPC (default 5000)
+  --commits poll|watch     how commits are found: poll (default): GetChainStatus/GetBlock
+                           every --poll-ms on the target furthest ahead; watch: a WatchCommits
+                           stream per partition and target, resumed where it ended (a tx's
+                           commit time is when the first target streams its block)
   --poll-ms N              commit poll interval (default 100)
   --admin A,B,...          admin ports: view changes per partition over the run
   --admin-token-file F,..  bearer token file for --admin: one for all or one per address

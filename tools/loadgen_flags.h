@@ -43,6 +43,10 @@ struct Options {
   int max_in_flight = 64;  // SubmitTxBatch RPCs per target
   int rpc_timeout_ms = 5000;
   int poll_ms = 100;
+  // How commits are found: false = poll GetChainStatus/GetBlock every poll_ms on the target that
+  // is furthest ahead; true = one WatchCommits stream per partition and target (a tx counts as
+  // committed when the first target streams its block).
+  bool watch_commits = false;
   std::string out_dir;
   std::vector<Expectation> expectations;
   bool quiet = false;  // no per-second lines

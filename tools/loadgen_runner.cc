@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/status/statusor.h"
@@ -91,6 +92,11 @@ class Runner {
                  int second, int64_t now);
   void OnBatchDone(Call* call, const grpc::Status& status);
   void PollLoop(PartitionRun* p);
+  // --commits watch: one WatchCommits stream on `target`, reopened from where it ended until the
+  // run stops (CancelWatches).
+  void WatchLoop(PartitionRun* p, size_t target);
+  void CountCommits(PartitionRun* p, const google::protobuf::RepeatedPtrField<std::string>& hashes);
+  void CancelWatches();
   void SignLoop();
   void Drain();
   int Report();
@@ -118,6 +124,9 @@ class Runner {
 
   absl::Mutex mu_;
   int total_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Open WatchCommits calls, cancelled at the end of the run.
+  std::set<grpc::ClientContext*> watches_ ABSL_GUARDED_BY(mu_);
+  bool watches_cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 absl::Status Runner::Setup() {
@@ -365,16 +374,58 @@ void Runner::PollLoop(PartitionRun* p) {
       breq.set_height(height + 1);
       node::client::GetBlockResponse block;
       if (!stubs_[best]->GetBlock(&bctx, breq, &block).ok()) break;
-      const int64_t now = clock_->NowNanos();
-      const int second = Second(now);
-      for (const std::string& hash : block.block().tx_hashes()) {
-        if (std::optional<int64_t> sent = tracker_.Committed(hash)) {
-          p->stats.AddCommit(second, static_cast<double>(now - *sent) / 1e6);
-        }
-      }
+      CountCommits(p, block.block().tx_hashes());
       ++height;
     }
   } while (!stop_background_.WaitForNotificationWithTimeout(absl::Milliseconds(o_.poll_ms)));
+}
+
+void Runner::CountCommits(PartitionRun* p,
+                          const google::protobuf::RepeatedPtrField<std::string>& hashes) {
+  const int64_t now = clock_->NowNanos();
+  const int second = Second(now);
+  for (const std::string& hash : hashes) {
+    // Once per tx: the first target to report its block counts.
+    if (std::optional<int64_t> sent = tracker_.Committed(hash)) {
+      p->stats.AddCommit(second, static_cast<double>(now - *sent) / 1e6);
+    }
+  }
+}
+
+void Runner::WatchLoop(PartitionRun* p, size_t target) {
+  uint64_t next = p->start_height + 1;
+  while (!stop_background_.HasBeenNotified()) {
+    grpc::ClientContext ctx;
+    {
+      absl::MutexLock l(&mu_);
+      if (watches_cancelled_) return;
+      watches_.insert(&ctx);
+    }
+    node::client::WatchCommitsRequest req;
+    req.mutable_partition()->set_id(p->id);
+    req.set_from_height(next);
+    std::unique_ptr<grpc::ClientReader<node::client::WatchCommitsResponse>> reader =
+        stubs_[target]->WatchCommits(&ctx, req);
+    node::client::WatchCommitsResponse block;
+    while (reader->Read(&block)) {
+      CountCommits(p, block.block().tx_hashes());
+      next = block.height() + 1;
+    }
+    // Ended: cut as too slow (resume-height = next), the node restarting, or the run's end.
+    // Reopen from the next height, after a pause so that a node that is down is not hammered.
+    reader->Finish();
+    {
+      absl::MutexLock l(&mu_);
+      watches_.erase(&ctx);
+    }
+    stop_background_.WaitForNotificationWithTimeout(absl::Milliseconds(o_.poll_ms));
+  }
+}
+
+void Runner::CancelWatches() {
+  absl::MutexLock l(&mu_);
+  watches_cancelled_ = true;
+  for (grpc::ClientContext* ctx : watches_) ctx->TryCancel();
 }
 
 void Runner::PrintSeconds(int up_to) {
@@ -449,12 +500,19 @@ int Runner::Run() {
   t0_ = clock_->NowNanos();
   std::vector<std::thread> background;
   for (size_t i = 0; i < parts_.size(); ++i) {
-    background.emplace_back([this, i] { PollLoop(parts_[i].get()); });
+    if (!o_.watch_commits) {
+      background.emplace_back([this, i] { PollLoop(parts_[i].get()); });
+      continue;
+    }
+    for (size_t t = 0; t < stubs_.size(); ++t) {
+      background.emplace_back([this, i, t] { WatchLoop(parts_[i].get(), t); });
+    }
   }
   background.emplace_back([this] { SignLoop(); });
   OfferLoop();
   Drain();
   stop_background_.Notify();
+  CancelWatches();
   for (std::thread& t : background) t.join();
   // Every RPC has a deadline, so this wait ends; the bound is a second after the last deadline.
   {

@@ -1,177 +1,20 @@
 #include "tools/nodectl_commands.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <memory>
-#include <sstream>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "flowctl/status_macros.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
 #include "proto/admin.grpc.pb.h"
-#include "tools/channel_credentials.h"
+#include "tools/nodectl_client_commands.h"
+#include "tools/nodectl_context.h"
 #include "tools/nodectl_flags.h"
 #include "tools/nodectl_format.h"
 #include "tools/nodectl_requests.h"
 
 namespace nodectl {
 namespace {
-
-using node::admin::AdminService;
-
-constexpr char kDefaultAdmin[] = "127.0.0.1:50052";
-constexpr uint64_t kDefaultTimeoutMs = 10000;
-
-const std::vector<FlagSpec>& GlobalFlags() {
-  static const auto* const kFlags = new std::vector<FlagSpec>{
-      {"admin", "HOST:PORT", "the node's admin API address (default 127.0.0.1:50052)"},
-      {"token-file", "FILE", "send 'authorization: Bearer <token>' with the token in FILE"},
-      {"tls-ca", "FILE", "dial the admin port with TLS, trusting the PEM CA certificates in FILE"},
-      {"json", "", "print the response as JSON (protobuf JSON mapping, proto field names)"},
-      {"timeout-ms", "N", "deadline of each call in ms, 1..3600000 (default 10000; not for watch)"},
-  };
-  return *kFlags;
-}
-
-struct Command;
-
-// Everything a subcommand needs: validated global options, streams, and the stub (made on first
-// use, so a usage error never opens a channel).
-class Context {
- public:
-  Context(const Command& command, const NodectlIo& io) : command_(command), io_(io) {}
-
-  const Command& command() const { return command_; }
-  std::ostream& out() const { return *io_.out; }
-  std::ostream& err() const { return *io_.err; }
-  bool json() const { return json_; }
-
-  absl::Status Configure(const ParsedFlags& f);
-  AdminService::Stub& Stub();
-  // Sets token metadata and (if `with_deadline`) the deadline.
-  void Prepare(grpc::ClientContext* context, bool with_deadline) const;
-  CallCanceller* canceller() const { return io_.canceller; }
-
-  int RpcError(const grpc::Status& status) const {
-    err() << "nodectl: " << StatusCodeName(status.error_code()) << ": " << status.error_message()
-          << "\n";
-    return kExitRpcError;
-  }
-
-  // Runs one unary call and prints the response as JSON or with `print`.
-  template <typename Request, typename Response>
-  int Unary(grpc::Status (AdminService::Stub::*method)(grpc::ClientContext*, const Request&,
-                                                       Response*),
-            const Request& request, const std::function<void(const Response&)>& print) {
-    grpc::ClientContext context;
-    Prepare(&context, /*with_deadline=*/true);
-    if (canceller() != nullptr && !canceller()->Attach(&context)) {
-      return RpcError(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-    }
-    Response response;
-    grpc::Status status = (Stub().*method)(&context, request, &response);
-    if (canceller() != nullptr) canceller()->Detach();
-    if (!status.ok()) return RpcError(status);
-    if (json_) {
-      out() << ToJson(response, /*pretty=*/true);
-    } else {
-      print(response);
-    }
-    return kExitOk;
-  }
-
- private:
-  const Command& command_;
-  const NodectlIo& io_;
-  std::string admin_ = kDefaultAdmin;
-  std::string token_;
-  uint64_t timeout_ms_ = kDefaultTimeoutMs;
-  bool json_ = false;
-  std::shared_ptr<grpc::ChannelCredentials>
-      credentials_;  // set by Configure: --tls-ca or plaintext
-  std::unique_ptr<AdminService::Stub> stub_;
-};
-
-using RunFn = std::function<int(Context&, const ParsedFlags&)>;
-
-struct Command {
-  // Default initializers keep -Wmissing-field-initializers quiet for the designated
-  // initializers in Commands(), where most commands leave most fields out.
-  std::string name = {};
-  std::string synopsis = {};  // after "nodectl [global flags] <name>"
-  std::string summary = {};   // one line for the command list
-  std::string details = {};   // extra --help text
-  std::vector<FlagSpec> flags = {};
-  int positionals = 0;  // exact number of positional arguments
-  RunFn run = {};
-};
-
-absl::Status Context::Configure(const ParsedFlags& f) {
-  if (const std::string* a = f.Last("admin")) {
-    if (a->empty()) return absl::InvalidArgumentError("--admin: must not be empty");
-    admin_ = *a;
-  }
-  if (const std::string* t = f.Last("timeout-ms")) {
-    ASSIGN_OR_RETURN(timeout_ms_, ParseUint("--timeout-ms", *t, 1, 3600000));
-  }
-  json_ = f.Has("json");
-  const std::string* ca = f.Last("tls-ca");
-  ASSIGN_OR_RETURN(credentials_, tools::ClientCredentials("--tls-ca", ca == nullptr ? "" : *ca));
-  if (const std::string* path = f.Last("token-file")) {
-    std::ifstream in(*path);
-    if (!in) {
-      return absl::InvalidArgumentError(absl::StrCat("--token-file: cannot read '", *path, "'"));
-    }
-    std::stringstream buf;
-    buf << in.rdbuf();
-    token_ = std::string(absl::StripAsciiWhitespace(buf.str()));
-    if (token_.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--token-file: '", *path, "' is empty"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-AdminService::Stub& Context::Stub() {
-  if (stub_ == nullptr) {
-    // Plaintext unless --tls-ca was given (Configure, which runs first, set credentials_).
-    stub_ = AdminService::NewStub(grpc::CreateChannel(admin_, credentials_));
-  }
-  return *stub_;
-}
-
-void Context::Prepare(grpc::ClientContext* context, bool with_deadline) const {
-  if (!token_.empty()) context->AddMetadata("authorization", absl::StrCat("Bearer ", token_));
-  if (with_deadline) {
-    context->set_deadline(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(timeout_ms_));
-  }
-}
-
-void PrintUsageLine(const Command& c, std::ostream& out) {
-  out << "usage: nodectl [global flags] " << c.name << (c.synopsis.empty() ? "" : " ") << c.synopsis
-      << "\n";
-}
-
-void PrintCommandHelp(const Command& c, std::ostream& out) {
-  PrintUsageLine(c, out);
-  out << "\n" << c.summary << "\n";
-  if (!c.details.empty()) out << "\n" << c.details;
-  if (!c.flags.empty()) out << "\nflags:\n" << FormatFlagHelp(c.flags);
-  out << "\nglobal flags:\n" << FormatFlagHelp(GlobalFlags());
-}
-
-int UsageError(const Command& c, const absl::Status& status, std::ostream& err) {
-  err << "nodectl " << c.name << ": " << status.message() << "\n";
-  PrintUsageLine(c, err);
-  err << "Run 'nodectl " << c.name << " --help' for details.\n";
-  return kExitUsage;
-}
 
 // --- subcommands -----------------------------------------------------------------------------
 
@@ -203,40 +46,24 @@ int RunStats(Context& ctx, const ParsedFlags& f) {
 
 int RunWatch(Context& ctx, const ParsedFlags& f) {
   absl::StatusOr<node::admin::WatchFlowStatsRequest> req = BuildWatchRequest(f);
-  uint64_t count = 0;  // 0 = until Ctrl-C
-  if (req.ok() && f.Has("count")) {
-    absl::StatusOr<uint64_t> c = ParseUint("--count", *f.Last("count"), 1, UINT32_MAX);
-    if (!c.ok())
-      req = c.status();
-    else
-      count = *c;
-  }
+  absl::StatusOr<uint64_t> count = CountFlag(f);
   if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
+  if (!count.ok()) return UsageError(ctx.command(), count.status(), ctx.err());
 
   grpc::ClientContext context;
   ctx.Prepare(&context, /*with_deadline=*/false);  // a watch runs until --count or Ctrl-C
   if (ctx.canceller() != nullptr && !ctx.canceller()->Attach(&context)) return kExitOk;
   std::unique_ptr<grpc::ClientReader<node::admin::FlowStats>> reader =
       ctx.Stub().WatchFlowStats(&context, *req);
-  node::admin::FlowStats stats;
-  uint64_t received = 0;
-  while ((count == 0 || received < count) && reader->Read(&stats)) {
-    ++received;
-    if (ctx.json()) {
-      ctx.out() << ToJson(stats, /*pretty=*/false);
-    } else {
-      if (received > 1) ctx.out() << std::string(72, '-') << "\n";
-      PrintFlowStats(stats, ctx.out());
-    }
-    ctx.out().flush();
-  }
-  bool done_by_us = count != 0 && received >= count;
-  if (done_by_us) context.TryCancel();
-  grpc::Status status = reader->Finish();
-  bool interrupted = ctx.canceller() != nullptr && ctx.canceller()->cancelled();
-  if (ctx.canceller() != nullptr) ctx.canceller()->Detach();
-  if (status.ok() || done_by_us || interrupted) return kExitOk;
-  return ctx.RpcError(status);
+  return ReadStream<node::admin::FlowStats>(ctx, context, *reader, *count,
+                                            [&](const node::admin::FlowStats& stats, uint64_t n) {
+                                              if (ctx.json()) {
+                                                ctx.out() << ToJson(stats, /*pretty=*/false);
+                                                return;
+                                              }
+                                              if (n > 1) ctx.out() << std::string(72, '-') << "\n";
+                                              PrintFlowStats(stats, ctx.out());
+                                            });
 }
 
 int RunUpdateFlow(Context& ctx, const ParsedFlags& f) {
@@ -313,6 +140,32 @@ const std::vector<Command>& Commands() {
                  {"interval-ms", "N", "ms between updates, 100..60000 (default: the node's, 1000)"},
                  {"count", "N", "stop after N updates (default: until Ctrl-C)"}},
        .run = RunWatch},
+      {.name = "watch-commits",
+       .synopsis = "--partition P [--from H] [--count N] [--receipts] [--txs]",
+       .summary = "Committed blocks as they commit (client API), one line each.",
+       .details =
+           "Talks to the client port (--client). Each line: height, the first 12 hex digits of\n"
+           "the block hash, the tx count and, with --receipts, the count of each receipt status.\n"
+           "--from H starts at height H (blocks already committed come first, then new ones);\n"
+           "0, the default, starts at the next block. With --json, one WatchCommitsResponse per\n"
+           "line (--txs adds the tx bodies there). The node ends a stream that reads too slowly\n"
+           "with RESOURCE_EXHAUSTED and the height to resume from (--from). Ctrl-C ends it with\n"
+           "exit 0.\n",
+       .flags = {{"partition", "P", "the partition (name or id); required"},
+                 {"from", "H", "first height (default 0: the next block to commit)"},
+                 {"count", "N", "stop after N blocks (default: until Ctrl-C)"},
+                 {"receipts", "", "ask for receipts and show their statuses"},
+                 {"txs", "", "ask for the tx bodies (shown with --json only)"}},
+       .run = RunWatchCommits},
+      {.name = "get-value",
+       .synopsis = "--partition P [--height H] KEY",
+       .summary = "The value of KEY in a partition's key/value store (client API).",
+       .details = "Talks to the client port (--client). KEY is taken byte for byte (1..256).\n"
+                  "--height 0, the default, reads the latest committed state.\n",
+       .flags = {{"partition", "P", "the partition (name or id); required"},
+                 {"height", "H", "height of the state to read (default 0: the latest)"}},
+       .positionals = 1,
+       .run = RunGetValue},
       {.name = "update-flow",
        .synopsis = "--partition P [--interceptor FILE|TEXT] [--lane-weights K=V,...] "
                    "[--budget K=V,...] [--pool K=V,...]",
@@ -368,7 +221,8 @@ const std::vector<Command>& Commands() {
 
 void PrintTopHelp(std::ostream& out) {
   out << "usage: nodectl [global flags] COMMAND [flags]\n\n"
-         "Watch and steer a running noded through its admin API.\n\ncommands:\n";
+         "Watch and steer a running noded through its admin API (and follow its commits through\n"
+         "the client API: watch-commits, get-value).\n\ncommands:\n";
   size_t width = 0;
   for (const Command& c : Commands()) width = std::max(width, c.name.size());
   for (const Command& c : Commands()) {
@@ -462,8 +316,11 @@ int RunNodectl(const std::vector<std::string>& args, const NodectlIo& io) {
                       *io.err);
   }
   if (command->positionals == 1 && flags->positional[0].empty()) {
-    return UsageError(
-        *command, absl::InvalidArgumentError(absl::StrCat(command->synopsis, ": empty")), *io.err);
+    // The positional is the synopsis' last word ("PARTITION", "KEY").
+    const std::string& synopsis = command->synopsis;
+    const std::string positional = synopsis.substr(synopsis.rfind(' ') + 1);
+    return UsageError(*command, absl::InvalidArgumentError(absl::StrCat(positional, ": empty")),
+                      *io.err);
   }
   Context ctx(*command, io);
   if (absl::Status s = ctx.Configure(*flags); !s.ok()) return UsageError(*command, s, *io.err);

@@ -1,9 +1,10 @@
 // nodectl: the admin command-line tool, as a library so tests can run it in-process.
 //
 // RunNodectl parses the arguments (global flags may come before or after the subcommand),
-// validates every value locally, calls the node's AdminService (proto/admin.proto) and prints
-// the answer as aligned tables, or as JSON with --json. It returns the process exit code:
-//   0  success (also a `watch` ended by --count or by Ctrl-C)
+// validates every value locally, calls the node's AdminService (proto/admin.proto) — or, for
+// watch-commits and get-value, its ClientService (proto/client.proto, --client, no token) — and
+// prints the answer as aligned tables, or as JSON with --json. It returns the process exit code:
+//   0  success (also a `watch` or `watch-commits` ended by --count or by Ctrl-C)
 //   1  the RPC failed: "nodectl: <CODE>: <message>" on err
 //   2  usage error (unknown subcommand or flag, bad value): the message and usage on err
 // `--help` (or `help [COMMAND]`) prints usage on out and returns 0.

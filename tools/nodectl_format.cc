@@ -4,6 +4,7 @@
 #include <map>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -303,6 +304,54 @@ const char* StatusCodeName(grpc::StatusCode code) {
     default:
       return "UNKNOWN";
   }
+}
+
+namespace {
+constexpr int kHeightWidth = 10;
+constexpr int kHashHexDigits = 12;
+constexpr int kTxsWidth = 6;
+
+std::string Pad(std::string s, size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+}  // namespace
+
+void PrintCommitHeader(bool receipts, std::ostream& out) {
+  std::string line = Pad("HEIGHT", kHeightWidth) + "  " + Pad("HASH", kHashHexDigits) + "  " +
+                     (receipts ? Pad("TXS", kTxsWidth) + "  RECEIPTS" : "TXS");
+  out << line << "\n";
+}
+
+void PrintCommitLine(const node::client::WatchCommitsResponse& block, bool receipts,
+                     std::ostream& out) {
+  std::string hash = absl::BytesToHexString(block.block_hash()).substr(0, kHashHexDigits);
+  std::string line =
+      Pad(absl::StrCat(block.height()), kHeightWidth) + "  " + Pad(hash, kHashHexDigits) + "  ";
+  const std::string txs = absl::StrCat(block.block().tx_hashes_size());
+  if (!receipts) {
+    out << line << txs << "\n";
+    return;
+  }
+  std::map<int, int> by_status;
+  for (const node::chain::Receipt& r : block.receipts()) ++by_status[r.status()];
+  std::vector<std::string> parts;
+  for (const auto& [status, n] : by_status) {
+    parts.push_back(absl::StrCat(
+        n, " ",
+        node::chain::Receipt::Status_Name(static_cast<node::chain::Receipt::Status>(status))));
+  }
+  out << line << Pad(txs, kTxsWidth) << "  " << (parts.empty() ? "-" : absl::StrJoin(parts, ", "))
+      << "\n";
+}
+
+void PrintValue(const node::client::GetValueRequest& request,
+                const node::client::GetValueResponse& response, std::ostream& out) {
+  Table t({"KEY", "FOUND", "VALUE", "HEIGHT>"});
+  t.AddRow({absl::CHexEscape(request.key()), YesNo(response.found()),
+            response.found() ? absl::CHexEscape(response.value()) : "-",
+            absl::StrCat(response.height())});
+  t.Print(out);
 }
 
 std::string ToJson(const google::protobuf::Message& message, bool pretty) {

@@ -1,5 +1,6 @@
-// Human-readable rendering of admin API responses (nodectl's default output) and JSON output
-// (nodectl --json). Pure functions of the message; thread-safe.
+// Human-readable rendering of admin API responses and of the client API's commit stream and
+// values (nodectl's default output), and JSON output (nodectl --json). Pure functions of the
+// message; thread-safe.
 //
 //   node::admin::FlowStats stats = ...;
 //   PrintFlowStats(stats, std::cout);          // a table group per partition, then egress
@@ -17,6 +18,7 @@
 #include "google/protobuf/message.h"
 #include "grpcpp/support/status.h"
 #include "proto/admin.pb.h"
+#include "proto/client.pb.h"
 #include "proto/config.pb.h"
 #include "proto/flowctl.pb.h"
 
@@ -34,6 +36,16 @@ void PrintPartitionFlowConfig(const node::config::PartitionConfig& config, std::
 // One row per partition: weight, guarantee, ceiling (after update-arbiter).
 void PrintShares(const google::protobuf::RepeatedPtrField<node::config::PartitionConfig>& configs,
                  std::ostream& out);
+
+// watch-commits: the column header, then one line per committed block: height, the first 12 hex
+// digits of its hash, its tx count and, with `receipts`, how many receipts have each status
+// ("12 SUCCESS, 1 FAILED").
+void PrintCommitHeader(bool receipts, std::ostream& out);
+void PrintCommitLine(const node::client::WatchCommitsResponse& block, bool receipts,
+                     std::ostream& out);
+// get-value: key, found, value (C-escaped), height.
+void PrintValue(const node::client::GetValueRequest& request,
+                const node::client::GetValueResponse& response, std::ostream& out);
 
 // "concurrency(max_in_flight=1024)", "rate(unlimited)", "gate(consensus_normal)"; prefixed by
 // "name=" when the stage's name differs from its kind.

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "flowctl/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -116,6 +117,50 @@ absl::StatusOr<node::admin::WatchFlowStatsRequest> BuildWatchRequest(const Parse
   if (const std::string* ms = f.Last("interval-ms")) {
     ASSIGN_OR_RETURN(uint64_t v, ParseUint("--interval-ms", *ms, 100, 60000));
     req.set_interval_ms(static_cast<uint32_t>(v));
+  }
+  return req;
+}
+
+namespace {
+
+// The client API names a partition by id or name: a number is taken as the id.
+absl::StatusOr<node::client::PartitionRef> PartitionRefFlag(const ParsedFlags& f) {
+  ASSIGN_OR_RETURN(std::string p, RequiredPartition(f));
+  node::client::PartitionRef ref;
+  uint32_t id = 0;
+  if (absl::SimpleAtoi(p, &id) && id > 0) {
+    ref.set_id(id);
+  } else {
+    ref.set_name(p);
+  }
+  return ref;
+}
+
+}  // namespace
+
+absl::StatusOr<node::client::WatchCommitsRequest> BuildWatchCommitsRequest(const ParsedFlags& f) {
+  node::client::WatchCommitsRequest req;
+  ASSIGN_OR_RETURN(*req.mutable_partition(), PartitionRefFlag(f));
+  if (const std::string* from = f.Last("from")) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseUint("--from", *from, 0, kMaxU64));
+    req.set_from_height(v);
+  }
+  req.set_include_receipts(f.Has("receipts"));
+  req.set_include_txs(f.Has("txs"));
+  return req;
+}
+
+absl::StatusOr<node::client::GetValueRequest> BuildGetValueRequest(const ParsedFlags& f) {
+  node::client::GetValueRequest req;
+  ASSIGN_OR_RETURN(*req.mutable_partition(), PartitionRefFlag(f));
+  const std::string& key = f.positional[0];
+  if (key.size() > 256) {
+    return Invalid(absl::StrCat("KEY: must be at most 256 bytes, got ", key.size()));
+  }
+  req.set_key(key);
+  if (const std::string* h = f.Last("height")) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseUint("--height", *h, 0, kMaxU64));
+    req.set_height(v);
   }
   return req;
 }

@@ -1,4 +1,5 @@
-// Builds and validates nodectl's admin API requests from parsed flags, before any RPC.
+// Builds and validates nodectl's requests (admin API, and the client API's watch-commits and
+// get-value) from parsed flags, before any RPC.
 //
 // Pure functions (no I/O except reading an --interceptor file); thread-safe. Errors are
 // absl::InvalidArgumentError naming the flag, e.g. "--weight: must be > 0, got -1" or
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/admin.pb.h"
+#include "proto/client.pb.h"
 #include "proto/flowctl.pb.h"
 #include "tools/nodectl_flags.h"
 
@@ -24,6 +26,12 @@ namespace nodectl {
 
 // --interval-ms (100..60000; absent = 0, the node's default) and --partition.
 absl::StatusOr<node::admin::WatchFlowStatsRequest> BuildWatchRequest(const ParsedFlags& f);
+
+// Client API (watch-commits, get-value): --partition (required; a number is taken as the id),
+// --from / --height (heights, default 0), --receipts, --txs; get-value's KEY is the positional
+// argument (1..256 bytes, as given).
+absl::StatusOr<node::client::WatchCommitsRequest> BuildWatchCommitsRequest(const ParsedFlags& f);
+absl::StatusOr<node::client::GetValueRequest> BuildGetValueRequest(const ParsedFlags& f);
 
 // --partition (required) plus at least one of --interceptor, --lane-weights, --budget, --pool.
 absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(

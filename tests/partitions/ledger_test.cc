@@ -213,6 +213,17 @@ TEST_F(LedgerTest, ReplayedTxKeepsItsFirstReceipt) {
   EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
   EXPECT_EQ(r->block_height(), 1u);
   EXPECT_EQ(chain.executor->GetAccount(Addr(1))->balance(), 1005u);
+  // By position, each inclusion has its own receipt.
+  absl::StatusOr<std::vector<node::chain::Receipt>> first = chain.ledger->GetBlockReceipts(1);
+  absl::StatusOr<std::vector<node::chain::Receipt>> second = chain.ledger->GetBlockReceipts(2);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_EQ(first->size(), 1u);
+  ASSERT_EQ(second->size(), 1u);
+  EXPECT_EQ((*first)[0].status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ((*second)[0].status(), node::chain::Receipt::REJECTED);
+  EXPECT_EQ((*second)[0].block_height(), 2u);
+  EXPECT_EQ(chain.ledger->GetBlockReceipts(0)->size(), 0u);
+  EXPECT_EQ(chain.ledger->GetBlockReceipts(3).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(LedgerTest, ConsensusMetaAloneAndWithABlock) {

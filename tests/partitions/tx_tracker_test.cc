@@ -42,6 +42,34 @@ TEST(TxTrackerTest, AFetchedTxIsTakenOnceAndLeavesNothingBehind) {
   EXPECT_EQ(t.Get("g").admitted_nanos, 3);
 }
 
+// GetTx answers PENDING from the FIFO mark only while the record is in the FIFO.
+TEST(TxTrackerTest, TheFifoMarkGoesWhenItsRecordIsDrained) {
+  TxTracker t({});
+  t.NoteSpilled("bad", 4, 1);
+  t.NoteDrained("bad", 4, 2);  // dropped as invalid: nothing else was known
+  EXPECT_EQ(t.Get("bad").spill_seq, 0u);
+  EXPECT_EQ(t.stats().entries, 0u);
+
+  t.NoteSpilled("ok", 5, 1);
+  t.NoteSpilled("ok", 9, 2);  // the client sent it again: a second record
+  t.NoteAdmitted("ok", 3);    // the drain pools the first
+  t.NoteDrained("ok", 5, 4);  // ...which leaves the later record's mark alone
+  EXPECT_EQ(t.Get("ok").spill_seq, 9u);
+  t.NoteDrained("ok", 9, 5);
+  EXPECT_EQ(t.Get("ok").spill_seq, 0u);
+  EXPECT_EQ(t.Get("ok").admitted_nanos, 3);  // still tracked for its commit latency
+
+  // The drain took record 12 before the submit path marked it: the late mark is ignored.
+  t.NoteAdmitted("fast", 1);
+  t.NoteDrained("fast", 12, 2);
+  t.NoteSpilled("fast", 12, 3);
+  EXPECT_EQ(t.Get("fast").spill_seq, 0u);
+  // ...also when nothing else was known of it (an invalid record, dropped at once).
+  t.NoteDrained("quick", 13, 4);
+  t.NoteSpilled("quick", 13, 5);
+  EXPECT_EQ(t.Get("quick").spill_seq, 0u);
+}
+
 TEST(TxTrackerTest, EvictsTheOldestBeyondTheCountAndAnyOlderThanTheAge) {
   TxTracker t({.max_entries = 3, .max_age = absl::Seconds(10)});
   for (int i = 0; i < 5; ++i) t.NoteAdmitted(absl::StrCat("tx", i), (i + 1) * kSecond);

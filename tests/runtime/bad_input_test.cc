@@ -113,6 +113,64 @@ class BadInputTest : public GrpcServicesTest {
     return result;
   }
 
+  // A server-streaming call whose request body is `body`; drains the stream, returns its status.
+  grpc::Status RawServerStream(const std::shared_ptr<grpc::Channel>& channel,
+                               const std::string& method, const std::string& body) {
+    grpc::GenericStub stub(channel);
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx, absl::Seconds(10));
+    grpc::CompletionQueue cq;
+    auto call = stub.PrepareCall(&ctx, method, &cq);
+    void* tag;
+    bool ok;
+    auto step = [&](intptr_t want) {
+      // Bounded: the context's deadline ends every pending operation.
+      bool got = cq.Next(&tag, &ok);
+      return got && reinterpret_cast<intptr_t>(tag) == want && ok;
+    };
+    call->StartCall(reinterpret_cast<void*>(1));
+    if (step(1)) {
+      call->WriteLast(Bytes(body), grpc::WriteOptions(), reinterpret_cast<void*>(2));
+      step(2);
+    }
+    for (int i = 0; i < 16; ++i) {
+      grpc::ByteBuffer reply;
+      call->Read(&reply, reinterpret_cast<void*>(4));
+      if (!step(4)) break;
+    }
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(5));
+    cq.Next(&tag, &ok);
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+    return status;
+  }
+
+  grpc::Status Watch(node::client::PartitionRef ref, uint64_t from) {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::WatchCommitsRequest r;
+    *r.mutable_partition() = std::move(ref);
+    r.set_from_height(from);
+    auto reader = Client()->WatchCommits(&ctx, r);
+    node::client::WatchCommitsResponse m;
+    while (reader->Read(&m)) {
+    }
+    return reader->Finish();
+  }
+
+  grpc::Status Value(std::string key, uint64_t height) {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::GetValueRequest r;
+    *r.mutable_partition() = Ref("hot");
+    r.set_key(std::move(key));
+    r.set_height(height);
+    node::client::GetValueResponse response;
+    return Client()->GetValue(&ctx, r, &response);
+  }
+
   std::shared_ptr<grpc::Channel> P2pChannel() {
     return grpc::CreateChannel(absl::StrCat("127.0.0.1:", node_->p2p_port()),
                                grpc::InsecureChannelCredentials());
@@ -354,6 +412,26 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
          return Client()->GetBlock(&ctx, r, &response);
        },
        StatusCode::NOT_FOUND, ""},
+      {"malformed protobuf (stream)", "client WatchCommits, raw bytes 0xff.. as body",
+       [&] {
+         return RawServerStream(*client_channel_, "/node.client.ClientService/WatchCommits",
+                                std::string("\xff\xff\xff\xff\x0f garbage", 14));
+       },
+       StatusCode::INVALID_ARGUMENT,
+       "request does not parse as node.client.WatchCommitsRequest (14 bytes)"},
+      {"watch from beyond the tip", "client WatchCommits, from_height 1000000",
+       [&] { return Watch(Ref("hot"), 1000000); }, StatusCode::OUT_OF_RANGE,
+       "from_height 1000000 is beyond the tip of partition hot"},
+      {"watch, unknown partition", "client WatchCommits, partition {name: \"nope\"}",
+       [&] { return Watch(Ref("nope"), 0); }, StatusCode::NOT_FOUND, "unknown partition \"nope\""},
+      {"value beyond the tip", "client GetValue, height 1000000",
+       [&] { return Value("k", 1000000); }, StatusCode::OUT_OF_RANGE,
+       "height 1000000 is beyond the tip of partition hot"},
+      {"empty key", "client GetValue, key empty", [&] { return Value("", 0); },
+       StatusCode::INVALID_ARGUMENT, "key: required"},
+      {"oversized key", "client GetValue, key of 257 bytes",
+       [&] { return Value(std::string(257, 'k'), 0); }, StatusCode::INVALID_ARGUMENT,
+       "key: must be at most 256 bytes, got 257"},
       // --- Admin port: authentication ---
       {"missing admin token", "admin GetNodeStatus, no authorization",
        [&] {

@@ -34,7 +34,9 @@ TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_EQ(config->partitions_size(), 1);
   EXPECT_EQ(config->partitions(0).pool().max_txs(), 5000u);
-  EXPECT_EQ(config->partitions(0).pool().max_per_sender(), 1000u);  // default
+  EXPECT_EQ(config->partitions(0).pool().max_per_sender(), 1000u);        // default
+  EXPECT_EQ(config->partitions(0).watch().max_watchers(), 64u);           // default
+  EXPECT_EQ(config->partitions(0).watch().max_buffered_blocks(), 1024u);  // default
   EXPECT_EQ(config->key_file(), "/tmp/n1/node.key");
 }
 
@@ -109,6 +111,12 @@ TEST(ConfigTest, EachRuleRefuses) {
        "interceptor.stages[0].kind: no stage kind set"},
       {"partitions { id: 1 name: \"a\" dispatcher { lane_weights { bulk: -1 } } }",
        "lane_weights.bulk: must be > 0"},
+      {"partitions { id: 1 name: \"a\" watch { max_watchers: 200000 } }",
+       "partitions[a].watch.max_watchers: must be <= 100000, got 200000"},
+      {"partitions { id: 1 name: \"a\" watch { max_buffered_blocks: 2000000 } }",
+       "partitions[a].watch.max_buffered_blocks: must be <= 1000000, got 2000000"},
+      {"partitions { id: 1 name: \"a\" watch { max_buffered_bytes: 1000 } }",
+       "partitions[a].watch.max_buffered_bytes: must be >= 65536, got 1000"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<node::config::NodeConfig> config = ParseConfig(c.text, "t.conf", false);

@@ -343,6 +343,16 @@ TEST(ConfigValidatorTest, EachValidatorReportsEveryProblemUnderItsPath) {
   EXPECT_EQ(problems[0].path, "x.interceptor.stages");
   EXPECT_EQ(problems[0].message, "must list at least one stage");
 
+  // Zero would mean "the default" in a file (ApplyDefaults fills it); after that it is an error.
+  node::config::WatchConfig watch;
+  problems = ValidateWatchConfig(watch, "x.watch");
+  ASSERT_EQ(problems.size(), 3u);
+  EXPECT_EQ(problems[0].path, "x.watch.max_watchers");
+  EXPECT_EQ(problems[0].message, "must be >= 1, got 0");
+  EXPECT_EQ(problems[1].path, "x.watch.max_buffered_blocks");
+  EXPECT_EQ(problems[2].path, "x.watch.max_buffered_bytes");
+  EXPECT_EQ(problems[2].message, "must be >= 65536, got 0");
+
   EXPECT_TRUE(ValidatePartitionConfig(DefaultNodeConfig().partitions(0), "p").empty());
   EXPECT_EQ(ProblemsToStatus({{"a.b", "bad"}, {"c", "worse"}}).message(), "a.b: bad\nc: worse");
   EXPECT_TRUE(ProblemsToStatus({}).ok());

@@ -1,7 +1,8 @@
 // Lossless partitions through a real (one-node) Node: a burst far above the drain rate is
 // acknowledged at once (spilled, durable under the configured policy), drains into the pool at
 // the set rate, and every record commits exactly once, also across a stop and restart in the
-// middle of the drain.
+// middle of the drain. GetTx answers PENDING for a tx waiting in the FIFO, and stops doing so
+// once its record is drained.
 #include <unistd.h>
 
 #include <filesystem>
@@ -50,13 +51,13 @@ node::config::NodeConfig LosslessConfig(const std::string& dir) {
   return c;
 }
 
-std::vector<std::string> SignedTxs(int n) {
-  absl::StatusOr<base::PrivateKey> key = base::PrivateKey::FromSeed(std::string(32, 'L'));
+std::vector<std::string> SignedTxs(int n, uint32_t partition = 7, char seed = 'L') {
+  absl::StatusOr<base::PrivateKey> key = base::PrivateKey::FromSeed(std::string(32, seed));
   CHECK(key.ok());
   std::vector<std::string> out;
   for (int i = 1; i <= n; ++i) {
     node::chain::Transaction tx;
-    tx.set_partition(7);
+    tx.set_partition(partition);
     tx.set_nonce(i);
     tx.mutable_put()->set_key(absl::StrCat("record-", i));
     tx.mutable_put()->set_value(std::string(100, 'x'));
@@ -138,6 +139,47 @@ TEST(LosslessTest, BurstIsAcknowledgedSpilledDrainedAndCommittedOnceAcrossAResta
     EXPECT_EQ(account->account().nonce(), static_cast<uint64_t>(kTxs));
     (*node)->Stop(absl::Seconds(1));
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LosslessTest, GetTxIsPendingWhileTheTxWaitsInTheFifo) {
+  const std::string dir = ::testing::TempDir() + "/lossless_pending_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  node::config::NodeConfig config = LosslessConfig(dir);
+  // A second lossless partition that drains one byte a second: after its first record (the
+  // bucket lets one through at once), a record waits in the FIFO for minutes.
+  node::config::PartitionConfig slow = config.partitions(0);
+  slow.set_id(8);
+  slow.set_name("slow");
+  slow.mutable_lossless()->set_drain_bytes_per_second(1);
+  *config.add_partitions() = slow;
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      Node::Create(config, NodeOptions{.serve_grpc = false, .serve_metrics = false});
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_TRUE((*node)->Start().ok());
+
+  Partition* waiting = *(*node)->FindPartition("slow");
+  std::vector<SubmitResult> results = SubmitAll(waiting, SignedTxs(3, 8, 'P'));
+  ASSERT_EQ(results.size(), 3u);
+  for (const SubmitResult& r : results) ASSERT_TRUE(r.spilled) << r.status;
+  absl::StatusOr<node::client::GetTxResponse> last = waiting->GetTx(results[2].tx_hash);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->state(), node::client::GetTxResponse::PENDING);
+  EXPECT_LE(waiting->FlowStats().spill().drained(), 1u);  // it is still in the FIFO
+
+  // A record that is acknowledged but fails verification when drained: GetTx answers PENDING
+  // only until the drain drops it, then NOT_FOUND (it will never commit).
+  Partition* fast = *(*node)->FindPartition("ledger");
+  std::string bad = SignedTxs(1, 7, 'Q')[0];
+  bad.back() ^= 1;  // the signature's last byte
+  std::vector<SubmitResult> bad_result = SubmitAll(fast, {bad});
+  ASSERT_EQ(bad_result.size(), 1u);
+  ASSERT_TRUE(bad_result[0].spilled) << bad_result[0].status;
+  ASSERT_TRUE(WaitFor([&] { return fast->FlowStats().spill().drained() >= 1; }, absl::Seconds(20)));
+  absl::StatusOr<node::client::GetTxResponse> dropped = fast->GetTx(bad_result[0].tx_hash);
+  EXPECT_EQ(dropped.status().code(), absl::StatusCode::kNotFound)
+      << (dropped.ok() ? dropped->DebugString() : "");
+  (*node)->Stop(absl::Seconds(1));
   std::filesystem::remove_all(dir);
 }
 

@@ -54,6 +54,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   p->mutable_commit_latency()->set_count(8);
   p->mutable_commit_latency()->set_p99_us(250'000);
   p->set_committed_txs(77);
+  p->set_commit_watchers(3);
+  p->set_commit_watchers_cut_slow(2);
   auto* channel = stats.mutable_egress()->add_channels();
   channel->set_channel("CONSENSUS");
   channel->set_bytes_sent(555);
@@ -87,6 +89,9 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_egress_bytes_sent_total{channel=\"CONSENSUS\"} 555"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_committed_txs_total counter"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_pool_txs gauge"));
+  EXPECT_THAT(text, HasSubstr("noded_commit_watchers{partition=\"hot\"} 3"));
+  EXPECT_THAT(text, HasSubstr("noded_commit_watchers_cut_slow_total{partition=\"hot\"} 2"));
+  EXPECT_THAT(text, HasSubstr("# TYPE noded_commit_watchers_cut_slow_total counter"));
 }
 
 // Latencies go out as Prometheus histograms built from the node's own histograms: fixed buckets

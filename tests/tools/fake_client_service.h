@@ -11,6 +11,12 @@
 //                  drives commits), then answers the height.
 //   GetBlock       the block's tx hashes; NOT_FOUND for unknown heights.
 //   GetAccount     nonce from SetNonce (default 0).
+//   WatchCommits   like GetChainStatus, puts the admitted txs into a block, then streams every
+//                  block from from_height (0 = the next) with SUCCESS receipts (or the statuses
+//                  AddBlock gave), and then, if SetWatchLive(true), new blocks as txs are admitted
+//                  until cancelled; else ends OK. SetWatchEnd(n, status) ends every stream after
+//                  n messages with `status` and trailing metadata resume-height.
+//   GetValue       the value SetValue gave, found = true; else found = false; height = blocks.
 // Thread-safe: gRPC threads call the handlers while the test reads the counters.
 //
 //   FakeClientService fake({{"hot", 1}, {"steady", 2}});
@@ -32,6 +38,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -60,6 +67,10 @@ class FakeClientService final : public node::client::ClientService::Service {
     return server_ != nullptr && port_ != 0;
   }
   void Stop() {
+    {
+      absl::MutexLock l(&mu_);
+      stopping_ = true;
+    }
     if (server_ == nullptr) return;
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_.reset();
@@ -79,6 +90,44 @@ class FakeClientService final : public node::client::ClientService::Service {
   void SetNonce(const std::string& address, uint64_t nonce) {
     absl::MutexLock l(&mu_);
     nonces_[address] = nonce;
+  }
+  // A committed block of `statuses.size()` txs whose receipts have these statuses.
+  void AddBlock(const std::string& name, std::vector<node::chain::Receipt::Status> statuses) {
+    absl::MutexLock l(&mu_);
+    Chain& c = chains_.at(ids_.at(name));
+    std::vector<std::string> hashes;
+    for (size_t i = 0; i < statuses.size(); ++i) {
+      hashes.push_back(absl::StrCat("tx-", c.blocks.size() + 1, "-", i));
+    }
+    c.statuses[c.blocks.size()] = std::move(statuses);
+    c.blocks.push_back(std::move(hashes));
+  }
+  void SetWatchLive(bool live) {
+    absl::MutexLock l(&mu_);
+    watch_live_ = live;
+  }
+  void SetWatchEnd(int after_messages, grpc::Status status) {
+    absl::MutexLock l(&mu_);
+    watch_end_after_ = after_messages;
+    watch_end_ = std::move(status);
+  }
+  void SetValue(const std::string& key, const std::string& value) {
+    absl::MutexLock l(&mu_);
+    values_[key] = value;
+  }
+  // The last WatchCommits / GetValue request, in text format.
+  std::string last_watch_request() const {
+    absl::MutexLock l(&mu_);
+    return last_watch_request_;
+  }
+  std::string last_value_request() const {
+    absl::MutexLock l(&mu_);
+    return last_value_request_;
+  }
+  // WatchCommits and GetValue calls that carried an "authorization" header.
+  int client_calls_with_token() const {
+    absl::MutexLock l(&mu_);
+    return client_calls_with_token_;
   }
 
   // --- counters ---------------------------------------------------------------------------
@@ -163,11 +212,7 @@ class FakeClientService final : public node::client::ClientService::Service {
     absl::MutexLock l(&mu_);
     Chain* c = Find(req->partition());
     if (c == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown partition");
-    if (!c->pending.empty()) {
-      c->committed += c->pending.size();
-      c->blocks.push_back(std::move(c->pending));
-      c->pending.clear();
-    }
+    CommitPending(c);
     resp->set_partition_id(c->id);
     resp->set_partition_name(c->name);
     resp->set_height(c->blocks.size());
@@ -189,6 +234,54 @@ class FakeClientService final : public node::client::ClientService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status WatchCommits(
+      grpc::ServerContext* ctx, const node::client::WatchCommitsRequest* req,
+      grpc::ServerWriter<node::client::WatchCommitsResponse>* writer) override {
+    absl::MutexLock l(&mu_);
+    last_watch_request_ = req->ShortDebugString();
+    client_calls_with_token_ += ctx->client_metadata().count("authorization");
+    Chain* c = Find(req->partition());
+    if (c == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown partition");
+    CommitPending(c);
+    uint64_t next = req->from_height() == 0 ? c->blocks.size() + 1 : req->from_height();
+    int sent = 0;
+    while (!ctx->IsCancelled() && !stopping_) {
+      CommitPending(c);
+      while (next <= c->blocks.size()) {
+        if (watch_end_after_ >= 0 && sent == watch_end_after_) {
+          ctx->AddTrailingMetadata("resume-height", absl::StrCat(next));
+          return watch_end_;
+        }
+        node::client::WatchCommitsResponse m = BlockMessage(*c, next, req->include_receipts());
+        mu_.Unlock();
+        const bool written = writer->Write(m);
+        mu_.Lock();
+        if (!written) return grpc::Status::OK;
+        ++next;
+        ++sent;
+      }
+      if (!watch_live_) return grpc::Status::OK;
+      // Wakes on new txs, or every 20 ms to notice a cancelled call (the fake's only timed wait).
+      auto more = [c]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !c->pending.empty(); };
+      mu_.AwaitWithTimeout(absl::Condition(&more), absl::Milliseconds(20));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetValue(grpc::ServerContext* ctx, const node::client::GetValueRequest* req,
+                        node::client::GetValueResponse* resp) override {
+    absl::MutexLock l(&mu_);
+    last_value_request_ = req->ShortDebugString();
+    client_calls_with_token_ += ctx->client_metadata().count("authorization");
+    Chain* c = Find(req->partition());
+    if (c == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown partition");
+    auto it = values_.find(req->key());
+    resp->set_found(it != values_.end());
+    if (it != values_.end()) resp->set_value(it->second);
+    resp->set_height(req->height() != 0 ? req->height() : c->blocks.size());
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetAccount(grpc::ServerContext*, const node::client::GetAccountRequest* req,
                           node::client::GetAccountResponse* resp) override {
     absl::MutexLock l(&mu_);
@@ -206,9 +299,39 @@ class FakeClientService final : public node::client::ClientService::Service {
     std::set<std::string> seen;
     std::vector<std::string> pending;
     std::vector<std::vector<std::string>> blocks;
+    std::map<size_t, std::vector<node::chain::Receipt::Status>> statuses;  // by block index
     std::map<std::string, std::set<uint64_t>> nonces;
     uint64_t admitted = 0, committed = 0, rejected = 0, duplicates = 0;
   };
+  // Every admitted, uncommitted tx into a new block.
+  void CommitPending(Chain* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (c->pending.empty()) return;
+    c->committed += c->pending.size();
+    c->blocks.push_back(std::move(c->pending));
+    c->pending.clear();
+  }
+  node::client::WatchCommitsResponse BlockMessage(const Chain& c, uint64_t height,
+                                                  bool receipts) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    node::client::WatchCommitsResponse m;
+    m.set_height(height);
+    m.set_block_hash(std::string(32, static_cast<char>(height)));
+    m.mutable_block()->mutable_header()->set_height(height);
+    const std::vector<std::string>& hashes = c.blocks[height - 1];
+    m.mutable_block()->mutable_header()->set_tx_count(static_cast<uint32_t>(hashes.size()));
+    auto statuses = c.statuses.find(height - 1);
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      m.mutable_block()->add_tx_hashes(hashes[i]);
+      if (!receipts) continue;
+      node::chain::Receipt* r = m.add_receipts();
+      r->set_status(statuses == c.statuses.end() ? node::chain::Receipt::SUCCESS
+                                                 : statuses->second[i]);
+      r->set_block_height(height);
+      r->set_tx_index(static_cast<uint32_t>(i));
+      r->set_tx_hash(hashes[i]);
+    }
+    return m;
+  }
   Chain* Find(const node::client::PartitionRef& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     uint32_t id = ref.id();
     if (id == 0) {
@@ -235,6 +358,14 @@ class FakeClientService final : public node::client::ClientService::Service {
   int reject_rpc_every_ ABSL_GUARDED_BY(mu_) = 0;
   int reject_item_every_ ABSL_GUARDED_BY(mu_) = 0;
   bool unavailable_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool watch_live_ ABSL_GUARDED_BY(mu_) = false;
+  int watch_end_after_ ABSL_GUARDED_BY(mu_) = -1;
+  grpc::Status watch_end_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  std::string last_watch_request_ ABSL_GUARDED_BY(mu_);
+  std::string last_value_request_ ABSL_GUARDED_BY(mu_);
+  int client_calls_with_token_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rpcs_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t items_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rejected_rpcs_ ABSL_GUARDED_BY(mu_) = 0;

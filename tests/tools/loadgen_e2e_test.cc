@@ -203,6 +203,23 @@ TEST(LoadgenE2eTest, RouteSenderFailsOverFromATargetThatIsUnavailable) {
   EXPECT_EQ(b.size(), 5u);
 }
 
+// --commits watch: commits come from WatchCommits streams (one per partition and target), not
+// from polling; every accepted tx is counted committed once, though two streams report it.
+TEST(LoadgenE2eTest, WatchCommitsFindsEveryCommitOnce) {
+  FakeClientService fake({{"hot", 1}});
+  fake.SetWatchLive(true);
+  ASSERT_TRUE(fake.Start());
+  Result r =
+      RunTool({"--targets", absl::StrCat(fake.address(), ",", fake.address()), "--duration", "1s",
+               "--drain", "5s", "--senders", "4", "--scenario", "hot:rate=200", "--commits",
+               "watch", "--expect", "committed==accepted", "--expect", "accepted==200"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("PASS committed==accepted"));
+  EXPECT_EQ(fake.admitted("hot"), 200u);
+  EXPECT_EQ(fake.committed("hot"), 200u);
+  EXPECT_THAT(fake.last_watch_request(), HasSubstr("partition { id: 1 } from_height: 1"));
+}
+
 TEST(LoadgenE2eTest, UnreachableTargetOrUnknownPartitionExitsOne) {
   FakeClientService fake({{"p", 5}});
   ASSERT_TRUE(fake.Start());
@@ -238,6 +255,8 @@ TEST(LoadgenE2eTest, UsageErrorsExitTwoNamingTheFlag) {
        "--seed: given more than once"},
       {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "--batch-ms"},
        "--batch-ms: missing value"},
+      {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "--commits", "push"},
+       "--commits: must be poll or watch, got 'push'"},
       {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "--route", "random"},
        "--route: must be sender or spread, got 'random'"},
       {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "stray"}, "unexpected argument"},

@@ -1,4 +1,5 @@
-// nodectl end to end, in-process: RunNodectl against a fake AdminService on loopback. Checks the
+// nodectl end to end, in-process: RunNodectl against a fake AdminService (and, for watch-commits
+// and get-value, a fake ClientService) on loopback. Checks the
 // request each subcommand sends, its table and JSON output, the token header, exit codes and
 // error messages, and that --help and bad flags never make an RPC.
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/tools/fake_admin_service.h"
+#include "tests/tools/fake_client_service.h"
 #include "tools/nodectl_commands.h"
 
 namespace nodectl {
@@ -449,6 +451,92 @@ TEST_F(NodectlTest, WatchCancelledLikeCtrlCExitsZero) {
                        {.out = &out2, .err = &err2, .canceller = &canceller}),
             kExitRpcError);
   EXPECT_EQ(err2.str(), "nodectl: CANCELLED: cancelled\n");
+}
+
+// The client API commands talk to --client, never with the admin token.
+class NodectlClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(client_.Start()); }
+
+  int Run(std::vector<std::string> args) {
+    out_.str("");
+    err_.str("");
+    args.insert(args.begin(), {"--client", client_.address()});
+    return RunNodectl(args, {.out = &out_, .err = &err_, .canceller = nullptr});
+  }
+  std::string out() const { return out_.str(); }
+  std::string err() const { return err_.str(); }
+
+  loadgen_test::FakeClientService client_{{{"hot", 1}}};
+  std::ostringstream out_;
+  std::ostringstream err_;
+};
+
+TEST_F(NodectlClientTest, WatchCommitsPrintsOneLinePerBlockUntilCount) {
+  using node::chain::Receipt;
+  client_.AddBlock("hot", {Receipt::SUCCESS, Receipt::FAILED, Receipt::SUCCESS});
+  client_.AddBlock("hot", {});
+  client_.AddBlock("hot", {Receipt::REJECTED});
+  client_.SetWatchLive(true);  // the stream would go on: --count ends it
+  ASSERT_EQ(
+      Run({"watch-commits", "--partition", "hot", "--from", "1", "--count", "2", "--receipts"}),
+      kExitOk)
+      << err();
+  EXPECT_EQ(client_.last_watch_request(),
+            "partition { name: \"hot\" } from_height: 1 include_receipts: true");
+  EXPECT_EQ(out(),
+            "HEIGHT      HASH          TXS     RECEIPTS\n"
+            "1           010101010101  3       2 SUCCESS, 1 FAILED\n"
+            "2           020202020202  0       -\n");
+  EXPECT_THAT(err(), IsEmpty());
+}
+
+TEST_F(NodectlClientTest, WatchCommitsWithoutReceiptsAndAsJson) {
+  client_.AddBlock("hot", {node::chain::Receipt::SUCCESS});
+  client_.AddBlock("hot", {});
+  ASSERT_EQ(Run({"watch-commits", "--partition", "1", "--from", "1"}), kExitOk) << err();
+  EXPECT_EQ(client_.last_watch_request(), "partition { id: 1 } from_height: 1");
+  EXPECT_EQ(out(),
+            "HEIGHT      HASH          TXS\n"
+            "1           010101010101  1\n"
+            "2           020202020202  0\n");
+
+  ASSERT_EQ(Run({"--json", "watch-commits", "--partition", "hot", "--from", "2", "--txs"}), kExitOk)
+      << err();
+  EXPECT_EQ(client_.last_watch_request(),
+            "partition { name: \"hot\" } from_height: 2 include_txs: true");
+  node::client::WatchCommitsResponse block;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out(), &block).ok()) << out();
+  EXPECT_EQ(block.height(), 2u);
+}
+
+TEST_F(NodectlClientTest, WatchCommitsCutByTheNodeExitsOneWithTheResumeHeight) {
+  client_.AddBlock("hot", {});
+  client_.AddBlock("hot", {});
+  client_.SetWatchEnd(1, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                      "client reads too slowly; resume from height 2"));
+  EXPECT_EQ(Run({"watch-commits", "--partition", "hot", "--from", "1"}), kExitRpcError);
+  EXPECT_THAT(out(), HasSubstr("\n1   "));
+  EXPECT_EQ(err(), "nodectl: RESOURCE_EXHAUSTED: client reads too slowly; resume from height 2\n");
+}
+
+TEST_F(NodectlClientTest, GetValuePrintsTheValueAndSendsNoAdminToken) {
+  const std::string token = ::testing::TempDir() + "/nodectl_client_token";
+  std::ofstream(token) << "secret\n";
+  client_.AddBlock("hot", {});
+  client_.SetValue("k1", std::string("v\x01", 2));
+  ASSERT_EQ(Run({"--token-file", token, "get-value", "--partition", "hot", "k1"}), kExitOk)
+      << err();
+  EXPECT_EQ(client_.last_value_request(), "partition { name: \"hot\" } key: \"k1\"");
+  EXPECT_EQ(out(),
+            "KEY  FOUND  VALUE  HEIGHT\n"
+            "k1   yes    v\\x01       1\n");
+  ASSERT_EQ(Run({"get-value", "--partition", "hot", "--height", "5", "nope"}), kExitOk) << err();
+  EXPECT_EQ(client_.last_value_request(), "partition { name: \"hot\" } key: \"nope\" height: 5");
+  EXPECT_THAT(out(), HasSubstr("nope  no     -"));
+  EXPECT_EQ(client_.client_calls_with_token(), 0);
+  ASSERT_EQ(Run({"get-value", "--partition", "cold", "k"}), kExitRpcError);
+  EXPECT_EQ(err(), "nodectl: NOT_FOUND: unknown partition\n");
 }
 
 }  // namespace

@@ -21,8 +21,8 @@ using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
 const std::vector<std::string> kCommands = {
-    "status",      "partitions",    "peers",          "stats", "watch",
-    "update-flow", "update-egress", "update-arbiter", "pause", "resume"};
+    "status",    "partitions",  "peers",         "stats",          "watch", "watch-commits",
+    "get-value", "update-flow", "update-egress", "update-arbiter", "pause", "resume"};
 
 class NodectlUsageTest : public ::testing::Test {
  protected:
@@ -130,6 +130,21 @@ TEST_F(NodectlUsageTest, UsageErrorsExitTwoWithoutRpc) {
        "nodectl update-arbiter: --partition: 'a' given more than once"},
       {{"update-arbiter", "--partition", "hot", "--weight", "nan"},
        "nodectl update-arbiter: --weight: not a number: 'nan'"},
+      {{"watch-commits"}, "nodectl watch-commits: --partition: required"},
+      {{"watch-commits", "--partition", "hot", "--from", "-1"},
+       "nodectl watch-commits: --from: must be >= 0, got -1"},
+      {{"watch-commits", "--partition", "hot", "--count", "0"},
+       "nodectl watch-commits: --count: must be >= 1, got 0"},
+      {{"get-value", "--partition", "hot"},
+       "nodectl get-value: expected --partition P [--height H] KEY"},
+      {{"get-value", "--partition", "hot", ""}, "nodectl get-value: KEY: empty"},
+      {{"get-value", "k"}, "nodectl get-value: --partition: required"},
+      {{"get-value", "--partition", "hot", std::string(257, 'k')},
+       "nodectl get-value: KEY: must be at most 256 bytes, got 257"},
+      {{"get-value", "--partition", "hot", "--height", "x", "k"},
+       "nodectl get-value: --height: not a non-negative integer: 'x'"},
+      {{"get-value", "--client", "", "--partition", "hot", "k"},
+       "nodectl get-value: --client: must not be empty"},
       {{"pause"}, "nodectl pause: expected PARTITION"},
       {{"resume", "a", "b"}, "nodectl resume: expected PARTITION"},
       {{"stats", "--partition", "a", "--partition", "b"},
