@@ -272,8 +272,7 @@ absl::StatusOr<node::chain::Receipt> Ledger::GetReceipt(absl::string_view tx_has
   return receipt;
 }
 
-absl::StatusOr<std::vector<node::chain::Receipt>> Ledger::GetBlockReceipts(
-    uint64_t height) const {
+absl::StatusOr<std::vector<node::chain::Receipt>> Ledger::GetBlockReceipts(uint64_t height) const {
   ASSIGN_OR_RETURN(node::chain::Block block, GetBlock(height));
   const size_t n = static_cast<size_t>(block.tx_hashes_size());
   std::vector<node::chain::Receipt> out;
