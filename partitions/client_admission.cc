@@ -233,12 +233,15 @@ absl::Status ClientAdmission::DrainSink(const flowctl::SpillFifo::Record& record
     deps_.request_tick();
     return s;
   }
-  if (s.code() == absl::StatusCode::kResourceExhausted) {
-    // Full pool: keep the record and retry (that is the point of lossless mode).
+  if (s.code() != absl::StatusCode::kAlreadyExists &&
+      s.code() != absl::StatusCode::kFailedPrecondition) {
+    // Full pool, or the committed state could not be read (a disk error behind the sender's
+    // nonce): keep the record and retry (that is the point of lossless mode).
     deps_.spill_cursor->Undrained(record.seq, hash);
     return s;
   }
-  // Duplicate / replayed: already in the pool (its commit still moves the cursor) or the ledger.
+  // Duplicate / replayed (already in the pool, whose commit still moves the cursor, or in the
+  // ledger), or too far ahead of the sender's nonce: nothing to retry.
   deps_.spill_cursor->Done(record.seq, hash);
   deps_.tracker->NoteDrained(hash, record.seq, deps_.clock->NowNanos());
   return absl::OkStatus();

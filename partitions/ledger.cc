@@ -30,6 +30,9 @@ constexpr char kUndoPrefix = 'u';
 constexpr char kMetaPrefix = 'c';
 // The state's LtHash lanes after the last committed block (one key, rewritten by every commit).
 constexpr absl::string_view kLanesKey = "l";
+// The lowest height whose state GetStateAt can read: set when a ledger written before the undo
+// records existed is upgraded (absent: every height).
+constexpr absl::string_view kHistoryFromKey = "h";
 constexpr char kUndoAbsent = '\0';
 constexpr char kUndoPresent = '\1';
 
@@ -145,6 +148,18 @@ absl::Status Ledger::LoadTip() {
   empty_ = false;
   tip_ = block.header();
   tip_hash_ = BlockHash(tip_);
+  std::string from;
+  rocksdb::Status fs =
+      db_->Get(rocksdb::ReadOptions(),
+               rocksdb::Slice(kHistoryFromKey.data(), kHistoryFromKey.size()), &from);
+  if (fs.ok() && from.size() != 8) {
+    return absl::DataLossError("ledger: the history mark is not 8 bytes");
+  }
+  if (fs.ok()) {
+    history_from_ = GetBe(from);
+  } else if (!fs.IsNotFound()) {
+    RETURN_IF_ERROR(FromRocks(fs, "read history mark"));
+  }
   return absl::OkStatus();
 }
 
@@ -345,6 +360,11 @@ absl::StatusOr<std::optional<std::string>> Ledger::GetStateAt(absl::string_view 
       return absl::OutOfRangeError(absl::StrCat("height ", height, " is beyond the last block (",
                                                 empty_ ? 0 : tip_.height(), ")"));
     }
+    if (height < history_from_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the state before height ", history_from_,
+                       " is not kept: this ledger was written by a version without history"));
+    }
     snapshot = db_->GetSnapshot();
   }
   absl::Cleanup release = [&] { db_->ReleaseSnapshot(snapshot); };
@@ -380,12 +400,20 @@ absl::StatusOr<std::optional<StateRoot>> Ledger::LoadAccumulator() const {
   return root;
 }
 
-absl::Status Ledger::StoreAccumulator(const StateRoot& root) {
+absl::Status Ledger::UpgradeStateHistory(const StateRoot& root) {
+  absl::MutexLock lock(&mu_);
+  if (empty_) return absl::FailedPreconditionError("upgrade of an empty ledger");
+  // The blocks so far wrote no undo records: the state is readable from the tip on.
+  std::string from;
+  PutBe(tip_.height(), 8, &from);
+  rocksdb::WriteBatch batch;
+  batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), root.Serialize());
+  batch.Put(rocksdb::Slice(kHistoryFromKey.data(), kHistoryFromKey.size()), from);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
-  return FromRocks(
-      db_->Put(wo, rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), root.Serialize()),
-      "store state hash");
+  RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "store state hash"));
+  history_from_ = tip_.height();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StateMap> Ledger::LoadState() const {
@@ -397,6 +425,10 @@ absl::StatusOr<StateMap> Ledger::LoadState() const {
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "load state"));
   return state;
+}
+
+absl::Status Ledger::Compact() {
+  return FromRocks(db_->CompactRange(rocksdb::CompactRangeOptions(), nullptr, nullptr), "compact");
 }
 
 absl::Status Ledger::PutConsensusMeta(absl::string_view key, absl::string_view value) {
@@ -459,7 +491,7 @@ absl::StatusOr<Chain> OpenChain(const std::string& path, uint32_t partition,
         "ledger ", path, ": state does not match the state root of block ", tip.height(), " (",
         base::BytesToHex(root.Root()), " vs ", base::BytesToHex(tip.state_root()), ")"));
   }
-  if (!stored.has_value()) RETURN_IF_ERROR(chain.ledger->StoreAccumulator(root));
+  if (!stored.has_value()) RETURN_IF_ERROR(chain.ledger->UpgradeStateHistory(root));
   chain.executor =
       std::make_unique<Executor>(partition, chain.ledger.get(), root, options.state_cache_bytes);
   return chain;

@@ -16,6 +16,8 @@
 //                            what reads at older heights need (GetValueAt)
 //   "l"                   -> the state's LtHash lanes after the last block (2 KiB), so a reopen
 //                            checks the state root without rehashing the whole state
+//   "h"                   -> height (8 bytes): the lowest whose state is readable, on a ledger
+//                            upgraded from a version without undo records
 //   "c" key               -> consensus metadata (opaque bytes)
 //
 // CommitBlock writes a block, its receipts, its state delta (and optionally consensus metadata)
@@ -118,7 +120,8 @@ class Ledger : public StateStore {
   absl::StatusOr<node::chain::Account> GetAccount(absl::string_view address) const;
   // The committed value of a Put key, nullopt if never written.
   absl::StatusOr<std::optional<std::string>> GetValue(absl::string_view key) const;
-  // Its value as of block `height` (after that block). OUT_OF_RANGE beyond the last block.
+  // Its value as of block `height` (after that block). OUT_OF_RANGE beyond the last block;
+  // FAILED_PRECONDITION below the history an upgraded ledger keeps (UpgradeStateHistory).
   absl::StatusOr<std::optional<std::string>> GetValueAt(absl::string_view key,
                                                         uint64_t height) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -130,10 +133,16 @@ class Ledger : public StateStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The state hash stored with the last block; nullopt for a ledger written before it was.
   absl::StatusOr<std::optional<StateRoot>> LoadAccumulator() const;
-  // Stores the state hash outside a block commit (upgrading an older ledger).
-  absl::Status StoreAccumulator(const StateRoot& root);
+  // Upgrades a ledger written before the state hash and the undo records were stored: stores
+  // `root` (the hash of its state) and marks the tip as the lowest height GetStateAt can read
+  // (FAILED_PRECONDITION below it).
+  absl::Status UpgradeStateHistory(const StateRoot& root) ABSL_LOCKS_EXCLUDED(mu_);
   // The whole committed state (to rebuild the executor).
   absl::StatusOr<StateMap> LoadState() const;
+
+  // Compacts the whole database now (RocksDB's manual compaction): a settled ledger, for
+  // benchmarks and maintenance. Blocks commits' background compactions meanwhile, not commits.
+  absl::Status Compact();
 
   // Consensus metadata outside a block commit (synced). NOT_FOUND from Get if never put.
   absl::Status PutConsensusMeta(absl::string_view key, absl::string_view value);
@@ -156,6 +165,7 @@ class Ledger : public StateStore {
   bool empty_ ABSL_GUARDED_BY(mu_) = true;
   node::chain::BlockHeader tip_ ABSL_GUARDED_BY(mu_);
   std::string tip_hash_ ABSL_GUARDED_BY(mu_);
+  uint64_t history_from_ ABSL_GUARDED_BY(mu_) = 0;  // the lowest height GetStateAt reads
 };
 
 // A ledger and the executor holding its current state.

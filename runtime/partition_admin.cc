@@ -242,15 +242,12 @@ absl::StatusOr<node::client::GetValueResponse> Partition::GetValue(const std::st
     return absl::OutOfRangeError(
         absl::StrCat("height ", height, " is beyond the tip of partition ", name_, " (", tip, ")"));
   }
+  // One RocksDB snapshot: the value is exactly the state after the height reported, even when a
+  // block commits meanwhile.
+  const uint64_t at = height == 0 ? tip : height;
+  ASSIGN_OR_RETURN(std::optional<std::string> value, ledger.GetValueAt(key, at));
   node::client::GetValueResponse out;
-  std::optional<std::string> value;
-  if (height == 0 || height == tip) {
-    ASSIGN_OR_RETURN(value, ledger.GetValue(key));
-    out.set_height(tip);
-  } else {
-    ASSIGN_OR_RETURN(value, ledger.GetValueAt(key, height));
-    out.set_height(height);
-  }
+  out.set_height(at);
   out.set_found(value.has_value());
   if (value.has_value()) out.set_value(*std::move(value));
   return out;

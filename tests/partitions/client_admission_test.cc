@@ -231,5 +231,44 @@ TEST_F(ClientAdmissionTest, WaitForCommitAnswersWithTheReceiptOfTheBlock) {
   EXPECT_EQ(got[0].receipt->status(), node::chain::Receipt::SUCCESS);
 }
 
+// Lossless mode: a record whose sender's nonce cannot be read (a disk error behind the executor)
+// is kept for a retry, not dropped as if it were a duplicate; once the state reads again it pools.
+TEST_F(ClientAdmissionTest, ADrainedRecordIsKeptWhenTheStateCannotBeRead) {
+  flowctl::SpillFifoOptions o;
+  o.dir = dir_ + "_fifo";
+  absl::StatusOr<std::unique_ptr<flowctl::SpillFifo>> fifo = flowctl::SpillFifo::Open(o);
+  ASSERT_TRUE(fifo.ok()) << fifo.status();
+  SpillCursor cursor(fifo->get(), (*fifo)->stats().persisted_seq);
+  bool disk_fails = true;
+  TxPool pool(TxPoolLimits{}, &clock_, [&](absl::string_view sender) -> absl::StatusOr<uint64_t> {
+    if (disk_fails) return absl::InternalError("ledger read: rocksdb: IO error");
+    return chain_.executor->NextNonce(sender);
+  });
+  ClientAdmission admission(ClientAdmission::Deps{.partition = kPartition,
+                                                  .name = "lossless",
+                                                  .clock = &clock_,
+                                                  .interceptor = interceptor_.get(),
+                                                  .dispatcher = dispatcher_.get(),
+                                                  .client_lane = 0,
+                                                  .pool = &pool,
+                                                  .tracker = &tracker_,
+                                                  .forwarder = &forwarder_,
+                                                  .waiters = &waiters_,
+                                                  .ledger = chain_.ledger.get(),
+                                                  .spill_cursor = &cursor,
+                                                  .tx_limits = {.partition = kPartition},
+                                                  .consensus_state = [] { return "NORMAL"; },
+                                                  .request_tick = [] {}});
+  const flowctl::SpillFifo::Record record{.seq = 1, .data = SignedPut(1)};
+  absl::Status s = admission.DrainSink(record);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;  // the drain keeps the record
+  EXPECT_EQ(pool.stats().txs, 0u);
+  disk_fails = false;
+  s = admission.DrainSink(record);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(pool.stats().txs, 1u);
+  std::filesystem::remove_all(o.dir);
+}
+
 }  // namespace
 }  // namespace partitions

@@ -309,7 +309,8 @@ TEST_F(LedgerTest, ReopenChecksTheStoredStateHashAndCanRehashTheWholeState) {
     root = chain.executor->state_root();
   }
   const std::string path = dir_ + "/ledger";
-  // A ledger from before the hash was stored: the reopen rehashes once and stores it.
+  // A ledger from before the hash was stored: the reopen rehashes once and stores it. Its blocks
+  // wrote no undo records either, so the state before its tip is not readable.
   TamperWithLedger(path, "l", std::nullopt);
   {
     Chain chain = Open();
@@ -317,7 +318,13 @@ TEST_F(LedgerTest, ReopenChecksTheStoredStateHashAndCanRehashTheWholeState) {
     absl::StatusOr<std::optional<StateRoot>> stored = chain.ledger->LoadAccumulator();
     ASSERT_TRUE(stored.ok() && stored->has_value());
     EXPECT_EQ((*stored)->Root(), root);
+    EXPECT_EQ(chain.ledger->GetStateAt(AccountKey(Addr(0)), 3).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(chain.ledger->GetStateAt(AccountKey(Addr(0)), 4).ok());
   }
+  EXPECT_EQ(Open().ledger->GetStateAt(AccountKey(Addr(0)), 3).status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "the mark survives a reopen";
   // A state value changed on disk: the stored hash still matches the block, so only the full
   // rehash notices, and refuses to open.
   TamperWithLedger(path, "s" + AccountKey(Addr(1)), EncodeAccount(999999, 0));

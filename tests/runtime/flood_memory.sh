@@ -9,9 +9,8 @@
 #        harder case: the pool fills up to its share of the budget); ADMITTED then only sets the
 #        offer (ADMITTED * FACTOR).
 #        KEYS (per_sender): loadgen's keys= (per_sender: each sender overwrites one key, so the
-#        executor's in-memory state stays a fixed size and RSS measures the flood path;
-#        unique: every committed tx adds a key and its value to the state, which is not bounded
-#        by the memory budget: RSS then also grows by what was committed).
+#        state stays a fixed size; unique: every committed tx adds a key and its value to the
+#        state, which lives on disk behind bounded caches, so RSS should not grow with it).
 #
 # Not run by ctest (it takes a minute and a whole machine); the figure goes to docs/RELIABILITY.md.
 set -euo pipefail
