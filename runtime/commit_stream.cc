@@ -35,8 +35,8 @@ WatchedBlock::WatchedBlock(node::chain::Block block, std::string block_hash,
   }
 }
 
-size_t WatchedBlock::MessageBytes(bool include_txs, bool include_receipts) const {
-  return base_bytes_ + (include_txs ? txs_bytes_ : 0) + (include_receipts ? receipts_bytes_ : 0);
+size_t WatchedBlock::PinnedBytes() const {
+  return 2 * (base_bytes_ + txs_bytes_ + receipts_bytes_);
 }
 
 std::shared_ptr<const std::string> WatchedBlock::Encoded(bool include_txs,
@@ -92,7 +92,7 @@ CommitWatcher::Step CommitWatcher::Next() {
     if (!buffer_.empty()) {
       WatchedBlockPtr block = std::move(buffer_.front());
       buffer_.pop_front();
-      buffered_bytes_ -= block->MessageBytes(options_.include_txs, options_.include_receipts);
+      buffered_bytes_ -= block->PinnedBytes();
       next_height_ = block->height() + 1;
       lock.Release();
       return WriteStep(block);
@@ -175,7 +175,7 @@ void CommitWatcher::Push(const WatchedBlockPtr& block) {
       wake = EndLocked(absl::InternalError(
           absl::StrCat("commit stream missed block ", expected, " (got ", block->height(), ")")));
     } else {
-      const size_t bytes = block->MessageBytes(options_.include_txs, options_.include_receipts);
+      const size_t bytes = block->PinnedBytes();
       const CommitStreamLimits& limits = hub_->limits_;
       // One block alone always fits, however large: the stream sends it as soon as it can.
       const bool full = !buffer_.empty() && (buffer_.size() >= limits.max_buffered_blocks ||

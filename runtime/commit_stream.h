@@ -79,8 +79,10 @@ class WatchedBlock {
   const std::string& block_hash() const { return block_hash_; }
   const std::vector<node::chain::Receipt>& receipts() const { return receipts_; }
 
-  // About the size of the encoded WatchCommitsResponse with or without txs and receipts.
-  size_t MessageBytes(bool include_txs, bool include_receipts) const;
+  // What a watcher that buffers this block is charged: the block as held (with the bodies and
+  // receipts some watcher wanted, whether or not this one does) and one encoding of that size.
+  // A slow watcher thus pins at most its byte limit, whatever the others ask for.
+  size_t PinnedBytes() const;
   // The encoded node.client.WatchCommitsResponse: built once per variant, then shared.
   std::shared_ptr<const std::string> Encoded(bool include_txs, bool include_receipts) const;
 
