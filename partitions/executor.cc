@@ -28,6 +28,16 @@ uint64_t GetLe64(absl::string_view s) {
 // strings and links), the index slot, and the allocator's rounding of the two heap strings.
 constexpr size_t kCacheEntryOverhead = 160;
 
+// Fills `a` from a stored account value (nothing when absent); DATA_LOSS if it is not one.
+absl::Status DecodeStoredAccount(absl::string_view address, const std::optional<std::string>& v,
+                                 node::chain::Account* a) {
+  if (v.has_value() && !DecodeAccount(*v, a)) {
+    return absl::DataLossError(
+        absl::StrCat("state: account ", base::BytesToHex(address), " is not 16 bytes"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // The state one block sees: the committed state plus the block's own writes so far. Remembers
@@ -51,10 +61,7 @@ class Executor::Overlay {
   absl::StatusOr<node::chain::Account> Account(absl::string_view address) {
     node::chain::Account a;
     ASSIGN_OR_RETURN(std::optional<std::string> v, Find(AccountKey(address)));
-    if (v.has_value() && !DecodeAccount(*v, &a)) {
-      return absl::DataLossError(
-          absl::StrCat("state: account ", base::BytesToHex(address), " is not 16 bytes"));
-    }
+    RETURN_IF_ERROR(DecodeStoredAccount(address, v, &a));
     return a;
   }
   void SetAccount(absl::string_view address, const node::chain::Account& a) {
@@ -132,15 +139,11 @@ StateMap MemoryStateStore::Copy() const {
   return state_;
 }
 
-namespace {
-
 StateRoot HashState(const StateMap& state) {
   StateRoot root;
   for (const auto& [k, v] : state) root.Add(k, v);
   return root;
 }
-
-}  // namespace
 
 Executor::Executor(uint32_t partition, StateMap state)
     : partition_(partition),
@@ -322,10 +325,7 @@ absl::StatusOr<node::chain::Account> Executor::GetAccount(absl::string_view addr
   a.set_address(std::string(address));
   absl::ReaderMutexLock lock(&mu_);
   ASSIGN_OR_RETURN(std::optional<std::string> v, Read(AccountKey(address)));
-  if (v.has_value() && !DecodeAccount(*v, &a)) {
-    return absl::DataLossError(
-        absl::StrCat("state: account ", base::BytesToHex(address), " is not 16 bytes"));
-  }
+  RETURN_IF_ERROR(DecodeStoredAccount(address, v, &a));
   return a;
 }
 

@@ -107,6 +107,9 @@ std::string EncodeAccount(uint64_t balance, uint64_t nonce);
 // Fills balance and nonce of `out`; false if `value` is not 16 bytes.
 bool DecodeAccount(absl::string_view value, node::chain::Account* out);
 
+// The state root accumulator of a whole state, O(state).
+StateRoot HashState(const StateMap& state);
+
 // The state a genesis config describes. InvalidArgument naming the allocation on a bad address,
 // a duplicate, or a total supply that overflows uint64.
 absl::StatusOr<StateMap> GenesisState(const node::chain::GenesisConfig& genesis);

@@ -477,7 +477,7 @@ absl::StatusOr<Chain> OpenChain(const std::string& path, uint32_t partition,
     // A ledger written before the state hash was stored (or a check asked for): hash the whole
     // state once, O(state).
     ASSIGN_OR_RETURN(StateMap state, chain.ledger->LoadState());
-    for (const auto& [k, v] : state) root.Add(k, v);
+    root = HashState(state);
     if (stored.has_value() && !(*stored == root)) {
       return absl::DataLossError(absl::StrCat(
           "ledger ", path, ": the stored state hash does not match the stored state (block ",

@@ -337,17 +337,11 @@ class FailingStore : public StateStore {
   mutable int reads_ = 0;
 };
 
-StateRoot RootOf(const StateMap& state) {
-  StateRoot root;
-  for (const auto& [k, v] : state) root.Add(k, v);
-  return root;
-}
-
 TEST(ExecutorTest, AStoreReadErrorFailsTheBlockAndTheNonceReadAndChangesNothing) {
   const std::vector<base::PrivateKey> keys = chaintest::Keys(2);
   const StateMap genesis = *GenesisState(chaintest::Genesis(keys, 100));
   FailingStore store(genesis);
-  Executor exec(0, &store, RootOf(genesis), /*cache_bytes=*/0);
+  Executor exec(0, &store, HashState(genesis), /*cache_bytes=*/0);
   const std::string a = keys[0].public_key().bytes();
   const std::string b = keys[1].public_key().bytes();
   const std::string root = exec.state_root();
@@ -378,7 +372,7 @@ TEST(ExecutorTest, TheStateCacheStaysWithinItsBoundAndServesRepeatedReads) {
   FailingStore store(genesis);
   // Three account entries: 33 key bytes, 16 value bytes and 160 of bookkeeping each.
   constexpr size_t kCapacity = 3 * (33 + 16 + 160) + 2;
-  Executor exec(0, &store, RootOf(genesis), kCapacity);
+  Executor exec(0, &store, HashState(genesis), kCapacity);
   for (const base::PrivateKey& k : keys) ASSERT_TRUE(exec.GetAccount(k.public_key().bytes()).ok());
   StateCacheStats stats = exec.cache_stats();
   EXPECT_LE(stats.bytes, kCapacity);
