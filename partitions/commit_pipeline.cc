@@ -82,6 +82,13 @@ absl::StatusOr<std::optional<CommitEvent>> CommitPipeline::Commit(const PbftComm
   return event;
 }
 
+absl::StatusOr<std::string> CommitPipeline::StateRootAt(uint64_t seq) const {
+  // Commits run on this thread, so the tip cannot move in between.
+  if (seq == deps_.chain->ledger->last_height()) return deps_.chain->executor->state_root();
+  ASSIGN_OR_RETURN(node::chain::Block block, deps_.chain->ledger->GetBlock(seq));
+  return block.header().state_root();
+}
+
 bool CommitPipeline::HasTx(absl::string_view tx_hash) const {
   if (deps_.pool->Get(tx_hash) != nullptr) return true;
   return deps_.chain->ledger->GetReceipt(tx_hash).ok();

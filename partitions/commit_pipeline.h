@@ -57,6 +57,10 @@ class CommitPipeline final : public PbftTxSource, public PbftBlockSource {
   // ledger error as is. After an error nothing changed but what the ledger reports.
   absl::StatusOr<std::optional<CommitEvent>> Commit(const PbftCommit& commit);
 
+  // The state root after seq `seq` (the executor's root at the tip, else the block header).
+  // Called by the thread that calls Commit.
+  absl::StatusOr<std::string> StateRootAt(uint64_t seq) const;
+
   bool HasTx(absl::string_view tx_hash) const override;
   std::optional<node::consensus::CommittedBatch> GetCommitted(uint64_t seq) const override;
 

@@ -58,6 +58,16 @@ absl::StatusOr<std::unique_ptr<ConsensusDriver>> ConsensusDriver::Create(
   driver->replica_ = *std::move(replica);
   driver->state_.store(static_cast<int>(driver->replica_->state()));
   driver->view_.store(driver->replica_->view());
+  // A divergence found before a restart stands: the ledger's state is still the wrong one.
+  absl::StatusOr<std::string> diverged = d.ledger->GetConsensusMeta(kDivergedKey);
+  if (diverged.ok()) {
+    driver->HaltLocked(absl::StrCat(*diverged,
+                                    " (found before a restart; this node's copy of "
+                                    "the partition must be rebuilt from its peers)"),
+                       static_cast<int>(ConsensusState::kDiverged));
+  } else if (!absl::IsNotFound(diverged.status())) {
+    return diverged.status();
+  }
   return driver;
 }
 
@@ -164,14 +174,27 @@ void ConsensusDriver::WithLock(absl::FunctionRef<void()> fn) {
   for (auto& d : deferred) d();
 }
 
-void ConsensusDriver::HaltLocked(std::string why) {
-  LOG(ERROR) << "partition " << deps_.name << ": consensus halted: " << why;
+void ConsensusDriver::HaltLocked(std::string why, int state) {
+  LOG(ERROR) << "partition " << deps_.name << ": consensus "
+             << (state == kHaltedState ? "halted" : "DIVERGED") << ": " << why;
   halted_ = true;
+  // No timer fires any more: left here, a due one would make every Tick ask to run again at
+  // once (a halted partition spinning a core).
+  timers_.clear();
   {
     absl::MutexLock lock(&halt_mu_);
     halt_reason_ = std::move(why);
   }
-  state_.store(kHaltedState);
+  state_.store(state);
+}
+
+void ConsensusDriver::DivergedLocked(const PbftReplica::Divergence& divergence) {
+  const std::string why = divergence.ToString();
+  // Recorded so that a restart does not sign on over the same wrong state.
+  if (absl::Status s = deps_.ledger->PutConsensusMeta(kDivergedKey, why); !s.ok()) {
+    LOG(ERROR) << "partition " << deps_.name << ": could not record the divergence: " << s;
+  }
+  HaltLocked(why, static_cast<int>(ConsensusState::kDiverged));
 }
 
 void ConsensusDriver::EquivocateLocked(const node::partition::PartitionMessage& proposal,
@@ -199,7 +222,12 @@ std::string ConsensusDriver::halt_reason() const {
 void ConsensusDriver::StepLocked(const PbftEvent& event) {
   if (halted_) return;
   ApplyLocked(replica_->Step(event));
-  if (!replica_->status().ok() && !halted_) HaltLocked(replica_->status().ToString());
+  if (replica_->status().ok() || halted_) return;
+  if (replica_->divergence()) {
+    DivergedLocked(*replica_->divergence());
+  } else {
+    HaltLocked(replica_->status().ToString());
+  }
 }
 
 void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
@@ -208,6 +236,9 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
   // proposal bodies went back to forwarding: the next tick flushes them.)
   bool cut_may_change = false;
   int64_t earliest_timer = std::numeric_limits<int64_t>::max();
+  // Executed seqs whose state root the replica asked for, with the root (read at once: the
+  // executor has it while the seq is the tip).
+  std::vector<PbftExecuted> report_roots;
   for (PbftAction& action : actions) {
     if (halted_) break;
     std::visit(Overloaded{
@@ -245,6 +276,14 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                      absl::Status s = CommitLocked(a);
                      if (!s.ok()) {
                        HaltLocked(absl::StrCat("commit of seq ", a.seq, " failed: ", s.ToString()));
+                     } else if (a.report_state_root) {
+                       absl::StatusOr<std::string> root = deps_.pipeline->StateRootAt(a.seq);
+                       if (root.ok()) {
+                         report_roots.push_back({a.seq, *std::move(root)});
+                       } else {
+                         HaltLocked(absl::StrCat("state root of seq ", a.seq, ": ",
+                                                 root.status().ToString()));
+                       }
                      }
                    },
                    [&](PbftSetTimer& a) {
@@ -285,6 +324,9 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
     deferred_.push_back([this, earliest_timer] { deps_.wake_by(earliest_timer); });
   }
   if (cut_may_change) deferred_.push_back([this] { deps_.request_tick(); });
+  // Execution is done (commits run in order above): the replica gets the roots it asked for,
+  // which its checkpoint votes carry.
+  for (const PbftExecuted& executed : report_roots) StepLocked(executed);
 }
 
 void ConsensusDriver::FetchLocked(PbftFetchTxs& fetch) {

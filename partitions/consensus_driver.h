@@ -64,6 +64,9 @@ namespace partitions {
 
 // ConsensusState values, plus the driver's own: the replica or a commit failed.
 inline constexpr int kHaltedState = 99;
+// Ledger consensus-metadata key holding a divergence found here (PbftReplica::Divergence's
+// text). While it is there the driver starts DIVERGED and signs nothing.
+inline constexpr char kDivergedKey[] = "diverged";
 
 class ConsensusDriver {
  public:
@@ -134,7 +137,8 @@ class ConsensusDriver {
   int state() const { return state_.load(std::memory_order_relaxed); }  // or kHaltedState
   std::string StateName() const;
   // Why consensus halted ("" while it runs): the failed commit or the replica's error, e.g.
-  // "commit of seq 12 failed: ledger commit: rocksdb: IO error: No space left on device".
+  // "commit of seq 12 failed: ledger commit: rocksdb: IO error: No space left on device"; or,
+  // in state DIVERGED, the height and both state roots (PbftReplica::Divergence::ToString).
   std::string halt_reason() const ABSL_LOCKS_EXCLUDED(halt_mu_);
   uint64_t view() const { return view_.load(std::memory_order_relaxed); }
   bool observing() const { return observing_.load(std::memory_order_relaxed); }
@@ -156,8 +160,12 @@ class ConsensusDriver {
   // sends the primary those it has held unproposed that long (once per view each), every eighth
   // of it. A primary that commits is getting txs; re-forwarding under load only adds work.
   void ReforwardLocked(int64_t now, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stops this replica for good (until a restart) and logs `why`, kept for halt_reason().
-  void HaltLocked(std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops this replica for good (until a restart) and logs `why`, kept for halt_reason();
+  // state() becomes `state` (kHaltedState, or ConsensusState::kDiverged).
+  void HaltLocked(std::string why, int state = kHaltedState) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The replica found its state differs from a stable checkpoint: records it in the ledger (a
+  // restart stays DIVERGED) and halts in state DIVERGED. Reads keep working.
+  void DivergedLocked(const PbftReplica::Divergence& divergence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deps::equivocate: sends `proposal` (a pre-prepare) to one replica and a conflicting one to
   // the others.
   void EquivocateLocked(const node::partition::PartitionMessage& proposal, p2p::Channel channel)

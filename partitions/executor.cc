@@ -281,6 +281,9 @@ absl::StatusOr<BlockExecution> Executor::Execute(uint64_t height,
       view.SetAccount(tx.sender(), sender);
     }
   }
+  if (height != 0 && height == planted_height_.load(std::memory_order_relaxed)) {
+    view.Set(ValueKey("noded/test/planted"), "written by one replica only");
+  }
   StateDelta& delta = result.delta;
   delta.accumulator = root_;
   for (const auto& [key, value] : view.writes()) {

@@ -41,6 +41,7 @@
 #ifndef PARTITIONS_EXECUTOR_H_
 #define PARTITIONS_EXECUTOR_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -169,6 +170,13 @@ class Executor {
   void SetCacheCapacity(size_t bytes) ABSL_LOCKS_EXCLUDED(cache_mu_);
   StateCacheStats cache_stats() const ABSL_LOCKS_EXCLUDED(cache_mu_);
 
+  // Test failpoint (noded --test-diverge): block `height` also writes a value no other replica
+  // writes, a planted nondeterminism that changes this replica's state root from there on.
+  // 0 (the default): none. Never set outside fault tests.
+  void PlantNondeterminismForTest(uint64_t height) {
+    planted_height_.store(height, std::memory_order_relaxed);
+  }
+
   // A sorted copy of the whole state. REQUIRES: an in-memory executor (StateMap constructor).
   std::map<std::string, std::string> SnapshotForTest() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -191,6 +199,7 @@ class Executor {
   void EvictToCapacity() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(cache_mu_);
 
   const uint32_t partition_;
+  std::atomic<uint64_t> planted_height_{0};
   const std::unique_ptr<MemoryStateStore> owned_store_;  // set by the StateMap constructor
   const StateStore* const store_;
 

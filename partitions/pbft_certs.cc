@@ -51,6 +51,21 @@ std::string BatchDigest(const google::protobuf::RepeatedPtrField<std::string>& t
 
 std::string GenesisDigest() { return std::string(kSha256Bytes, '\0'); }
 
+std::string CheckpointDigest(const std::string& chain_digest, const std::string& state_root) {
+  static constexpr char kTag[] = "noded/checkpoint/v1";
+  Sha256 sha;
+  sha.Update(kTag, sizeof(kTag) - 1);
+  sha.Update(chain_digest.data(), chain_digest.size());
+  sha.Update(state_root.data(), state_root.size());
+  return sha.Final();
+}
+
+bool WellFormedCheckpoint(const node::consensus::Checkpoint& cp) {
+  return cp.state_digest().size() == kSha256Bytes && cp.chain_digest().size() == kSha256Bytes &&
+         cp.state_root().size() == kSha256Bytes &&
+         cp.state_digest() == CheckpointDigest(cp.chain_digest(), cp.state_root());
+}
+
 std::string ChainDigest(const std::string& previous, uint64_t seq,
                         const std::string& batch_digest) {
   unsigned char seq_be[8];
@@ -119,6 +134,7 @@ bool PbftValidator::ValidCheckpointProof(
   for (const ConsensusMessage& m : proof) {
     if (!m.has_checkpoint() || m.sender() >= config_.n) return false;
     if (m.checkpoint().seq() != seq || m.checkpoint().state_digest() != digest) return false;
+    if (!WellFormedCheckpoint(m.checkpoint())) return false;
     if (!senders.insert(m.sender()).second) return false;
     if (!crypto_->Verify(m)) return false;
   }

@@ -29,6 +29,11 @@ std::string BatchDigest(const google::protobuf::RepeatedPtrField<std::string>& t
 std::string GenesisDigest();
 // SHA-256(previous || seq as 8 bytes big endian || batch_digest).
 std::string ChainDigest(const std::string& previous, uint64_t seq, const std::string& batch_digest);
+// What checkpoint votes match on: SHA-256("noded/checkpoint/v1" || chain_digest || state_root).
+std::string CheckpointDigest(const std::string& chain_digest, const std::string& state_root);
+// A checkpoint's three digests are 32 bytes each and state_digest is CheckpointDigest of the
+// other two.
+bool WellFormedCheckpoint(const node::consensus::Checkpoint& cp);
 // The serialized envelope with the signature cleared (deterministic serialization).
 std::string SigningBytes(const ConsensusMessage& msg);
 // The view a normal-case message belongs to (pre-prepare, prepare, commit); 0 for others.

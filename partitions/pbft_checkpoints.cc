@@ -20,7 +20,7 @@ node::consensus::StableCheckpointRecord CheckpointTracker::StableRecord() const 
 PbftAdmission CheckpointTracker::Add(const ConsensusMessage& msg) {
   const auto& cp = msg.checkpoint();
   if (cp.seq() <= stable_seq_) return PbftAdmission::kDuplicate;
-  if (cp.seq() % config_.checkpoint_interval != 0 || cp.state_digest().size() != kTxHashBytes) {
+  if (cp.seq() % config_.checkpoint_interval != 0 || !WellFormedCheckpoint(cp)) {
     return PbftAdmission::kInvalid;
   }
   auto& votes = votes_[cp.seq()];
@@ -87,12 +87,28 @@ absl::Status CheckpointTracker::MakeStable(uint64_t seq, const std::string& dige
   return absl::OkStatus();
 }
 
-const ConsensusMessage* CheckpointTracker::LatestOwnVote() const {
-  if (own_.empty()) return nullptr;
-  auto it = votes_.find(own_.rbegin()->first);
+const std::string& CheckpointTracker::stable_chain_digest() const {
+  if (stable_proof_.empty() || stable_proof_.front().checkpoint().chain_digest().empty()) {
+    return stable_digest_;
+  }
+  return stable_proof_.front().checkpoint().chain_digest();
+}
+
+const std::string& CheckpointTracker::stable_state_root() const {
+  static const std::string* const kUnknown = new std::string();
+  return stable_proof_.empty() ? *kUnknown : stable_proof_.front().checkpoint().state_root();
+}
+
+const ConsensusMessage* CheckpointTracker::OwnVote(uint64_t seq) const {
+  if (own_.count(seq) == 0) return nullptr;
+  auto it = votes_.find(seq);
   if (it == votes_.end()) return nullptr;
   auto mine = it->second.find(config_.self);
   return mine == it->second.end() ? nullptr : &mine->second;
+}
+
+const ConsensusMessage* CheckpointTracker::LatestOwnVote() const {
+  return own_.empty() ? nullptr : OwnVote(own_.rbegin()->first);
 }
 
 bool CheckpointTracker::VotesAbove(uint64_t seq, size_t senders) const {
@@ -109,11 +125,12 @@ void CheckpointTracker::RestoreStable(const node::consensus::StableCheckpointRec
   stable_proof_.assign(record.proof().begin(), record.proof().end());
 }
 
-void CheckpointTracker::RestoreOwn(
-    const google::protobuf::RepeatedPtrField<ConsensusMessage>& log) {
+void CheckpointTracker::RestoreOwn(const google::protobuf::RepeatedPtrField<ConsensusMessage>& log,
+                                   uint64_t executed) {
   for (const ConsensusMessage& m : log) {
     if (!m.has_checkpoint() || m.sender() != config_.self) continue;
-    if (m.checkpoint().seq() <= stable_seq_) continue;
+    const uint64_t seq = m.checkpoint().seq();
+    if (seq <= stable_seq_ || seq > executed || !WellFormedCheckpoint(m.checkpoint())) continue;
     own_[m.checkpoint().seq()] = m.checkpoint().state_digest();
     votes_[m.checkpoint().seq()][m.sender()] = m;
   }

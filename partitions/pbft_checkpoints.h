@@ -1,8 +1,10 @@
 // CheckpointTracker: a PBFT replica's checkpoint votes and its stable checkpoint.
 //
 // Holds the signed Checkpoint messages seen above the stable checkpoint, by seq and sender, the
-// digests of this replica's own checkpoints, and the stable checkpoint itself (seq, state digest
-// and its proof of 2f+1 matching signed checkpoints), which is the replica's low watermark h.
+// digests of this replica's own checkpoints, and the stable checkpoint itself (seq, checkpoint
+// digest and its proof of 2f+1 matching signed checkpoints), which is the replica's low
+// watermark h. A vote's digest binds its chain digest and state root (CheckpointDigest), so a
+// stable checkpoint says both what was ordered and what executing it produced.
 // It decides when a seq has a proof; the replica decides what becoming stable means (persisting
 // the record, GC of its log, block sync).
 //
@@ -10,7 +12,7 @@
 // the checkpoint interval with 32-byte digests, at most window / K + 2 per peer (its most recent
 // ones: far-ahead votes are kept, since they are how a lagging replica learns that it is
 // behind); own digests are kept from stable_seq() up. Messages must be signature-verified by the
-// caller.
+// caller; their digests are checked here (WellFormedCheckpoint).
 //
 // Thread-compatibility: not thread-safe; owned by one PbftReplica.
 //
@@ -49,13 +51,18 @@ class CheckpointTracker {
   uint64_t stable_seq() const { return stable_seq_; }
   const std::string& stable_digest() const { return stable_digest_; }
   const std::vector<ConsensusMessage>& stable_proof() const { return stable_proof_; }
+  // The chain digest and state root 2f+1 replicas signed at stable_seq(), from its proof. At seq 0
+  // (and for a record written before votes carried them): the chain digest is stable_digest()
+  // and the root is empty (unknown).
+  const std::string& stable_chain_digest() const;
+  const std::string& stable_state_root() const;
   // The stable checkpoint as persisted (ConsensusStore::PutStableCheckpoint).
   node::consensus::StableCheckpointRecord StableRecord() const;
 
-  // A peer's Checkpoint. Refused: kInvalid (seq not a multiple of the interval, or a digest
-  // that is not 32 bytes), kDuplicate (at or below the stable checkpoint, which peers
-  // re-announce; or the same sender, seq and digest again) or kConflicting (same sender and
-  // seq, another digest). Applies the per-sender bound after adding.
+  // A peer's Checkpoint. Refused: kInvalid (seq not a multiple of the interval, or digests that
+  // are not 32 bytes or do not match, see WellFormedCheckpoint), kDuplicate (at or below the stable
+  // checkpoint, which peers re-announce; or the same sender, seq and digest again) or kConflicting
+  // (same sender and seq, another digest). Applies the per-sender bound after adding.
   PbftAdmission Add(const ConsensusMessage& msg);
   // This replica's own signed Checkpoint (replaces an earlier own vote for its seq).
   void AddOwn(const ConsensusMessage& msg);
@@ -71,15 +78,21 @@ class CheckpointTracker {
   absl::Status MakeStable(uint64_t seq, const std::string& digest,
                           const std::vector<ConsensusMessage>& proof);
 
+  // This replica's own vote at `seq`, nullptr if it has none there (or no longer holds it).
+  const ConsensusMessage* OwnVote(uint64_t seq) const;
   // This replica's latest own vote, to re-announce; nullptr if it is not held (any more).
   const ConsensusMessage* LatestOwnVote() const;
   // True if some seq above `seq` has votes from at least `senders` replicas.
   bool VotesAbove(uint64_t seq, size_t senders) const;
 
   // After a restart: the persisted stable checkpoint (seq 0: none), then the own checkpoints
-  // found in the persisted log (others' messages and those at or below it are skipped).
+  // found in the persisted log. Skipped: others' messages, those at or below the stable
+  // checkpoint, votes in the format before state roots (no peer would match them any more), and
+  // votes above `executed`, the ledger's height: a ledger behind its own votes was rebuilt (e.g.
+  // after a divergence), so those votes describe a state it no longer has.
   void RestoreStable(const node::consensus::StableCheckpointRecord& record);
-  void RestoreOwn(const google::protobuf::RepeatedPtrField<ConsensusMessage>& log);
+  void RestoreOwn(const google::protobuf::RepeatedPtrField<ConsensusMessage>& log,
+                  uint64_t executed);
 
  private:
   const PbftConfig config_;

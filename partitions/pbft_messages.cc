@@ -1,5 +1,7 @@
 #include "partitions/pbft_messages.h"
 
+#include "partitions/pbft_certs.h"
+
 namespace partitions {
 
 ConsensusMessage PrePrepareMessage(uint64_t view, uint64_t seq, const std::string& digest,
@@ -30,10 +32,14 @@ ConsensusMessage CommitMessage(uint64_t view, uint64_t seq, const std::string& d
   return msg;
 }
 
-ConsensusMessage CheckpointMessage(uint64_t seq, const std::string& state_digest) {
+ConsensusMessage CheckpointMessage(uint64_t seq, const std::string& chain_digest,
+                                   const std::string& state_root) {
   ConsensusMessage msg;
-  msg.mutable_checkpoint()->set_seq(seq);
-  msg.mutable_checkpoint()->set_state_digest(state_digest);
+  auto* cp = msg.mutable_checkpoint();
+  cp->set_seq(seq);
+  cp->set_state_digest(CheckpointDigest(chain_digest, state_root));
+  cp->set_chain_digest(chain_digest);
+  cp->set_state_root(state_root);
   return msg;
 }
 

@@ -20,7 +20,10 @@ ConsensusMessage PrePrepareMessage(uint64_t view, uint64_t seq, const std::strin
                                    const std::vector<std::string>& tx_hashes, uint32_t proposer);
 ConsensusMessage PrepareMessage(uint64_t view, uint64_t seq, const std::string& digest);
 ConsensusMessage CommitMessage(uint64_t view, uint64_t seq, const std::string& digest);
-ConsensusMessage CheckpointMessage(uint64_t seq, const std::string& state_digest);
+// A checkpoint vote for (chain digest, state root) after executing `seq`, with its
+// CheckpointDigest.
+ConsensusMessage CheckpointMessage(uint64_t seq, const std::string& chain_digest,
+                                   const std::string& state_root);
 // A ViewChange for `new_view` from the stable checkpoint `stable` with the prepared
 // certificates above it.
 ConsensusMessage ViewChangeMessage(

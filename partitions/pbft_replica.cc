@@ -40,6 +40,7 @@ PbftReplica::PbftReplica(const PbftConfig& config, Deps deps, LedgerPosition pos
       log_(config),
       last_executed_(position.last_executed),
       chain_digest_(position.chain_digest.empty() ? GenesisDigest() : position.chain_digest),
+      position_root_(position.state_root),
       fetcher_(deps.txs),
       future_(config),
       checkpoints_(config),
@@ -57,7 +58,7 @@ absl::Status PbftReplica::Restore() {
   if (last_executed_ < h) sync_.RecoverTo(h);
   // Nothing signed before is contradicted: own checkpoints, prepared certificates and the
   // installed view's messages come back.
-  checkpoints_.RestoreOwn(persisted.log());
+  checkpoints_.RestoreOwn(persisted.log(), last_executed_);
   const uint64_t own_max = log_.Restore(persisted.log(), h, views_.view(), views_.installed());
   next_seq_ = std::max(next_seq_, own_max + 1);
   return absl::OkStatus();
@@ -65,6 +66,11 @@ absl::Status PbftReplica::Restore() {
 
 void PbftReplica::OnStart() {
   out_.set_reported_state(ConsensusState::kNormal);
+  // A replica restarted exactly at its stable checkpoint checks its ledger against it.
+  if (last_executed_ > 0 && last_executed_ == low_watermark() &&
+      !MatchesStable(chain_digest_, position_root_)) {
+    return;
+  }
   out_.Add(PbftSetTimer{PbftTimer::kRetransmit, config_.retransmit_ms});
   if (!views_.installed()) {
     if (views_.own_view_change()) out_.Broadcast(*views_.own_view_change());
@@ -86,6 +92,7 @@ std::vector<PbftAction> PbftReplica::Step(const PbftEvent& event) {
                  [&](const PbftBatchReady& e) { OnBatchReady(e.tx_hashes); },
                  [&](const PbftPendingRequests& e) { OnPendingRequests(e.count); },
                  [&](const PbftTxsAvailable&) { OnTxsAvailable(); },
+                 [&](const PbftExecuted& e) { OnExecuted(e.seq, e.state_root); },
              },
              event);
   request_timer_.Update(
@@ -97,6 +104,7 @@ std::vector<PbftAction> PbftReplica::Step(const PbftEvent& event) {
 }
 
 ConsensusState PbftReplica::state() const {
+  if (divergence_) return ConsensusState::kDiverged;
   if (!views_.installed()) return ConsensusState::kViewChange;
   if (sync_.recovering()) return ConsensusState::kRecovering;
   return ConsensusState::kNormal;
@@ -314,15 +322,15 @@ void PbftReplica::TryExecute() {
     }
     chain_digest_ = ChainDigest(chain_digest_, seq, commit.digest);
     commit.chain_digest = chain_digest_;
+    // The checkpoint vote (and the check of a stable checkpoint reached by sync) waits for the
+    // state root, which exists only once the commit is executed (OnExecuted).
+    commit.report_state_root = seq % config_.checkpoint_interval == 0 || seq == low_watermark();
+    if (commit.report_state_root) awaiting_root_[seq] = chain_digest_;
     last_executed_ = seq;
     ++counters_.committed_batches;
     out_.Add(std::move(commit));
     sync_.DropThrough(seq);
-    if (seq == low_watermark() && chain_digest_ != checkpoints_.stable_digest()) {
-      out_.Halt(absl::InternalError("pbft: executed state diverges from the stable checkpoint"));
-      return;
-    }
-    if (seq % config_.checkpoint_interval == 0) SendOwnCheckpoint(seq);
+    if (seq == low_watermark() && !MatchesStable(chain_digest_, "")) return;
   }
   if (last_executed_ == before) return;
   if (views_.installed()) views_.ResetBackoff();

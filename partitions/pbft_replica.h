@@ -10,6 +10,9 @@
 //    prepare, commit; execution (PbftCommit actions) strictly in seq order; pipelining within the
 //    watermarks (h, h+L].
 //  - Checkpoints every K seqs; 2f+1 matching make one stable: low watermark moves, log is GC'd.
+//    A checkpoint vote carries the chain digest and the state root the executor reported for
+//    that seq (PbftExecuted), so a stable checkpoint is the agreed state. A replica whose own
+//    root (or chain) differs from a stable checkpoint's is DIVERGED: it signs nothing more.
 //  - View change on the request timer (work pending, no progress), with doubling timeouts; view
 //    changes carry prepared certificates; the new primary re-issues them (null batches for gaps).
 //    As in the paper, a replica moves past view w by its timer only once 2f+1 ViewChanges for w
@@ -41,7 +44,9 @@
 #define PARTITIONS_PBFT_REPLICA_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,10 +75,22 @@ class PbftReplica {
     ConsensusStore* store = nullptr;
     const PbftBlockSource* blocks = nullptr;
   };
-  // Where the ledger stands (after a restart: its height and chain digest).
+  // Where the ledger stands (after a restart: its height, chain digest and state root).
   struct LedgerPosition {
     uint64_t last_executed = 0;
     std::string chain_digest;  // empty: genesis
+    std::string state_root;    // at last_executed; empty: not known (not checked)
+  };
+  // What this replica executed at `seq` against what 2f+1 replicas signed there.
+  struct Divergence {
+    uint64_t seq = 0;
+    std::string own_chain_digest;
+    std::string own_state_root;  // empty when only the chain was compared
+    std::string agreed_chain_digest;
+    std::string agreed_state_root;
+    // "state diverged at height 32: own state root 3f2a..., agreed 9c01... (own chain digest
+    // ..., agreed ...)", in hex.
+    std::string ToString() const;
   };
 
   // Validates the config and rebuilds the persisted state from deps.store.
@@ -101,6 +118,9 @@ class PbftReplica {
   const std::string& chain_digest() const { return chain_digest_; }
   const PbftCounters& counters() const { return counters_; }
   absl::Status status() const { return out_.status(); }
+  // Set once this replica found its executed state differs from a stable checkpoint (state()
+  // is then kDiverged and status() a DataLoss error saying so).
+  const std::optional<Divergence>& divergence() const { return divergence_; }
   const PbftConfig& config() const { return config_; }
 
  private:
@@ -117,6 +137,7 @@ class PbftReplica {
   void OnPendingRequests(uint64_t count);
   void OnTxsAvailable();
   void OnRetransmit();
+  void OnExecuted(uint64_t seq, const std::string& state_root);
 
   // Normal case and execution (pbft_replica.cc).
   void OnPrePrepare(const ConsensusMessage& msg);
@@ -133,7 +154,12 @@ class PbftReplica {
 
   // Checkpoints and block sync (pbft_sync.cc).
   void OnCheckpoint(const ConsensusMessage& msg);
-  void SendOwnCheckpoint(uint64_t seq);
+  void SendOwnCheckpoint(uint64_t seq, const std::string& chain_digest,
+                         const std::string& state_root);
+  // Compares what this replica executed at the stable checkpoint with what 2f+1 signed there
+  // (an empty root: the chain digest only); diverges and returns false when they differ.
+  bool MatchesStable(const std::string& chain_digest, const std::string& state_root);
+  void Diverge(Divergence divergence);
   void AdvanceStable(uint64_t seq, const std::string& digest,
                      const std::vector<ConsensusMessage>& proof);
   void OnSyncRequest(const ConsensusMessage& msg);
@@ -172,6 +198,11 @@ class PbftReplica {
   uint64_t next_seq_ = 1;  // primary: next seq to assign
   uint64_t last_executed_ = 0;
   std::string chain_digest_;
+  const std::string position_root_;  // LedgerPosition::state_root, checked at start
+  // Executed seqs whose state root was asked for (PbftCommit::report_state_root) and has not
+  // come back yet: seq -> chain digest after it.
+  std::map<uint64_t, std::string> awaiting_root_;
+  std::optional<Divergence> divergence_;
   TxFetcher fetcher_;
 
   FutureBuffer future_;            // messages of views not installed yet

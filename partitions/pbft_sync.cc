@@ -1,6 +1,9 @@
 // PbftReplica: checkpoints (stable checkpoint, watermarks, log GC) and block sync.
 #include <algorithm>
+#include <utility>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "partitions/pbft_messages.h"
 #include "partitions/pbft_replica.h"
 
@@ -13,22 +16,75 @@ void PbftReplica::OnCheckpoint(const ConsensusMessage& msg) {
   }
 }
 
-void PbftReplica::SendOwnCheckpoint(uint64_t seq) {
-  if (seq <= low_watermark()) return;  // already stable (we were catching up)
-  checkpoints_.AddOwn(out_.Publish(CheckpointMessage(seq, chain_digest_)));
-  if (auto proof = checkpoints_.ProofFor(seq, chain_digest_)) {
-    AdvanceStable(seq, chain_digest_, *proof);
+void PbftReplica::OnExecuted(uint64_t seq, const std::string& state_root) {
+  auto it = awaiting_root_.find(seq);
+  if (it == awaiting_root_.end()) return;  // not asked for, or no longer needed
+  const std::string chain_digest = std::move(it->second);
+  awaiting_root_.erase(it);
+  if (seq == low_watermark()) {
+    MatchesStable(chain_digest, state_root);
+  } else if (seq % config_.checkpoint_interval == 0) {
+    SendOwnCheckpoint(seq, chain_digest, state_root);
   }
+}
+
+void PbftReplica::SendOwnCheckpoint(uint64_t seq, const std::string& chain_digest,
+                                    const std::string& state_root) {
+  if (seq <= low_watermark()) return;  // already stable (we were catching up)
+  const ConsensusMessage own = out_.Publish(CheckpointMessage(seq, chain_digest, state_root));
+  checkpoints_.AddOwn(own);
+  const std::string& digest = own.checkpoint().state_digest();
+  if (auto proof = checkpoints_.ProofFor(seq, digest)) AdvanceStable(seq, digest, *proof);
+}
+
+bool PbftReplica::MatchesStable(const std::string& chain_digest, const std::string& state_root) {
+  const std::string& agreed_root = checkpoints_.stable_state_root();
+  const bool root_differs =
+      !state_root.empty() && !agreed_root.empty() && state_root != agreed_root;
+  if (chain_digest == checkpoints_.stable_chain_digest() && !root_differs) return true;
+  Diverge({.seq = low_watermark(),
+           .own_chain_digest = chain_digest,
+           .own_state_root = state_root,
+           .agreed_chain_digest = checkpoints_.stable_chain_digest(),
+           .agreed_state_root = agreed_root});
+  return false;
+}
+
+void PbftReplica::Diverge(Divergence divergence) {
+  out_.Halt(absl::DataLossError(divergence.ToString()));
+  divergence_ = std::move(divergence);
+}
+
+std::string PbftReplica::Divergence::ToString() const {
+  auto hex = [](const std::string& bytes) {
+    return bytes.empty() ? std::string("(not known)") : absl::BytesToHexString(bytes);
+  };
+  return absl::StrCat("state diverged at height ", seq, ": own state root ", hex(own_state_root),
+                      ", agreed ", hex(agreed_state_root), " (own chain digest ",
+                      hex(own_chain_digest), ", agreed ", hex(agreed_chain_digest), ")");
 }
 
 void PbftReplica::AdvanceStable(uint64_t seq, const std::string& digest,
                                 const std::vector<ConsensusMessage>& proof) {
   if (seq <= low_watermark()) return;
+  // 2f+1 others signed another state than this replica's own vote at seq: this one diverged.
+  const ConsensusMessage* own = checkpoints_.OwnVote(seq);
+  if (own != nullptr && own->checkpoint().state_digest() != digest && !proof.empty()) {
+    const auto& mine = own->checkpoint();
+    const auto& agreed = proof.front().checkpoint();
+    Diverge({.seq = seq,
+             .own_chain_digest = mine.chain_digest(),
+             .own_state_root = mine.state_root(),
+             .agreed_chain_digest = agreed.chain_digest(),
+             .agreed_state_root = agreed.state_root()});
+    return;
+  }
   if (absl::Status s = checkpoints_.MakeStable(seq, digest, proof); !s.ok()) {
     out_.Halt(std::move(s));
     return;
   }
   out_.PutStableCheckpoint(checkpoints_.StableRecord());
+  awaiting_root_.erase(awaiting_root_.begin(), awaiting_root_.lower_bound(seq));
   log_.DropThrough(seq);
   fetcher_.DropThrough(seq);
   next_seq_ = std::max(next_seq_, seq + 1);

@@ -12,6 +12,8 @@ const char* ConsensusStateName(ConsensusState state) {
       return "VIEW_CHANGE";
     case ConsensusState::kRecovering:
       return "RECOVERING";
+    case ConsensusState::kDiverged:
+      return "DIVERGED";
   }
   return "UNKNOWN";
 }

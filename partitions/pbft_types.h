@@ -27,7 +27,9 @@ namespace partitions {
 using ::node::consensus::ConsensusMessage;
 
 // Consensus health, read by the interceptor's health gate (anything but kNormal rejects).
-enum class ConsensusState { kNormal, kViewChange, kRecovering };
+// kDiverged: this replica's executed state differs from what 2f+1 replicas signed at a stable
+// checkpoint (PbftReplica::divergence()); it signs nothing more, for good.
+enum class ConsensusState { kNormal, kViewChange, kRecovering, kDiverged };
 const char* ConsensusStateName(ConsensusState state);
 
 enum class PbftTimer {
@@ -116,8 +118,12 @@ struct PbftPendingRequests {  // the pool's count of uncommitted txs changed
 struct PbftTxsAvailable {  // fetched (or forwarded) transactions arrived in the pool
   std::vector<std::string> tx_hashes;
 };
+struct PbftExecuted {  // a PbftCommit with report_state_root was executed: the state after it
+  uint64_t seq = 0;
+  std::string state_root;  // 32 bytes
+};
 using PbftEvent = std::variant<PbftStart, PbftMessage, PbftTimerFired, PbftBatchReady,
-                               PbftPendingRequests, PbftTxsAvailable>;
+                               PbftPendingRequests, PbftTxsAvailable, PbftExecuted>;
 
 // ---- Actions (apply in order) ----
 
@@ -137,6 +143,9 @@ struct PbftCommit {  // execute and persist; emitted strictly in seq order, each
   std::string digest;
   std::string chain_digest;                   // after this batch (see Checkpoint)
   std::vector<ConsensusMessage> certificate;  // 2f+1 signed commits
+  // The replica needs the state root after this batch (a checkpoint, or the stable checkpoint a
+  // lagging replica reached): once executed, step it with PbftExecuted{seq, root}.
+  bool report_state_root = false;
 };
 struct PbftSetTimer {  // (re)arm; replaces a pending timer with the same id
   PbftTimer timer;

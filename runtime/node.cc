@@ -214,6 +214,11 @@ absl::Status Node::Start() {
       LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
                    << ": this node proposes conflicting batches when it is the primary";
     }
+    if (pc.name() == options_.test_diverge_partition) {
+      env.test_diverge_height = options_.test_diverge_height;
+      LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name() << ": block "
+                   << env.test_diverge_height << " executes differently on this node";
+    }
     env.test_withhold = pc.name() == options_.test_withhold_partition;
     if (env.test_withhold) {
       LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()

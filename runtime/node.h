@@ -76,6 +76,11 @@ struct NodeOptions {
   // Fault tests only (noded --test-withhold NAME): a faulty primary of NAME that withholds the
   // bodies of its proposals and answers no fetch (ConsensusDriver::Deps::withhold).
   std::string test_withhold_partition = {};
+  // Fault tests only (noded --test-diverge NAME:HEIGHT): this node's executor of partition NAME
+  // writes one extra value at block HEIGHT (Executor::PlantNondeterminismForTest), so its state
+  // root differs from the others' from there on and it must go DIVERGED.
+  std::string test_diverge_partition = {};
+  uint64_t test_diverge_height = 0;
 };
 
 class Node {

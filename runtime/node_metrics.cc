@@ -19,7 +19,8 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-constexpr char kConsensusStates[][12] = {"NORMAL", "VIEW_CHANGE", "RECOVERING", "HALTED"};
+constexpr char kConsensusStates[][12] = {"NORMAL", "VIEW_CHANGE", "RECOVERING", "HALTED",
+                                         "DIVERGED"};
 
 // Collects samples into families, one family per name, in first-use order.
 class Families {

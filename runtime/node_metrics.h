@@ -5,10 +5,10 @@
 //   node        noded_info{node_id,version}=1, noded_uptime_seconds, noded_peers_connected,
 //               noded_peers_configured
 //   partition   noded_partition_height, noded_partition_view, noded_view_changes_total,
-//               noded_consensus_state{state}=0/1 (NORMAL, VIEW_CHANGE, RECOVERING, HALTED),
-//               noded_partition_paused, noded_partition_lossless, noded_committed_txs_total,
-//               noded_commit_latency_seconds and noded_stage_decision_seconds (histograms), all
-//               {partition}
+//               noded_consensus_state{state}=0/1 (NORMAL, VIEW_CHANGE, RECOVERING, HALTED,
+//               DIVERGED), noded_partition_paused, noded_partition_lossless,
+//               noded_committed_txs_total, noded_commit_latency_seconds and
+//               noded_stage_decision_seconds (histograms), all {partition}
 //   stages      noded_stage_{admitted,rejected}_total, noded_stage_{current,limit}
 //               {partition,stage,kind}
 //   lanes       noded_lane_{weight,capacity_messages,capacity_bytes,depth_messages,depth_bytes},

@@ -15,7 +15,9 @@
 // or prefixes; default all), --p2p-fault-channels CONSENSUS,SYNC,... (default all).
 // --test-equivocate PARTITION makes this node a faulty primary of PARTITION (conflicting
 // pre-prepares, ConsensusDriver::Deps::equivocate) for the Byzantine fault runs;
-// --test-withhold PARTITION one that withholds its proposals' tx bodies (Deps::withhold).
+// --test-withhold PARTITION one that withholds its proposals' tx bodies (Deps::withhold);
+// --test-diverge PARTITION:HEIGHT one whose executor writes an extra value at block HEIGHT, so
+// it must go DIVERGED (Executor::PlantNondeterminismForTest).
 //
 // SIGTERM / SIGINT: stop taking requests, drain in-flight ones (up to --drain-ms), flush, exit 0.
 // Exit codes: 0 ok, 1 runtime failure (bind error, unreadable data), 2 usage or config error.
@@ -61,7 +63,8 @@ constexpr char kUsage[] =
     "Tests only (p2p fault injection, off by default): --p2p-fault-delay-ms N,\n"
     "--p2p-fault-jitter-ms N, --p2p-fault-loss P (0..1), --p2p-fault-seed N,\n"
     "--p2p-fault-peers ID,ID (node id prefixes), --p2p-fault-channels CONSENSUS,SYNC,...\n"
-    "Tests only (a faulty primary): --test-equivocate PARTITION, --test-withhold PARTITION\n";
+    "Tests only (a faulty primary): --test-equivocate PARTITION, --test-withhold PARTITION\n"
+    "Tests only (a replica that executes differently): --test-diverge PARTITION:HEIGHT\n";
 
 int Usage(const std::string& problem) {
   std::cerr << "noded: " << problem << "\n\n" << kUsage;
@@ -176,6 +179,15 @@ int main(int argc, char** argv) {
       if (!value(&node_options.test_withhold_partition)) {
         return Usage("--test-withhold needs a partition name");
       }
+    } else if (a == "--test-diverge") {
+      if (!value(&v)) return Usage("--test-diverge needs PARTITION:HEIGHT");
+      const std::pair<std::string, std::string> parts = absl::StrSplit(v, absl::MaxSplits(':', 1));
+      if (parts.first.empty() ||
+          !absl::SimpleAtoi(parts.second, &node_options.test_diverge_height) ||
+          node_options.test_diverge_height == 0) {
+        return Usage("--test-diverge needs PARTITION:HEIGHT with a height > 0");
+      }
+      node_options.test_diverge_partition = parts.first;
     } else if (a == "--drain-ms") {
       if (!value(&v) || !absl::SimpleAtoi(v, &drain_ms) || drain_ms < 0 || drain_ms > 600'000) {
         return Usage("--drain-ms needs a number of milliseconds in [0, 600000]");
@@ -208,7 +220,8 @@ int main(int argc, char** argv) {
   }
   for (const auto& [flag, name] :
        {std::pair{"--test-equivocate", node_options.test_equivocate_partition},
-        std::pair{"--test-withhold", node_options.test_withhold_partition}}) {
+        std::pair{"--test-withhold", node_options.test_withhold_partition},
+        std::pair{"--test-diverge", node_options.test_diverge_partition}}) {
     const auto& ps = config->partitions();
     if (!name.empty() &&
         std::none_of(ps.begin(), ps.end(), [&](const auto& p) { return p.name() == name; })) {

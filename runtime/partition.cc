@@ -226,6 +226,7 @@ absl::Status Partition::Impl::Open() {
   if (position.last_executed > 0) {
     ASSIGN_OR_RETURN(position.chain_digest,
                      chain_.ledger->GetConsensusMeta(partitions::kChainDigestKey));
+    position.state_root = chain_.executor->state_root();
   }
   height_.store(position.last_executed);
   partitions::ConsensusDriver::Deps dd;
@@ -234,6 +235,7 @@ absl::Status Partition::Impl::Open() {
   dd.crypto = crypto_.get();
   dd.equivocate = env_.test_equivocate;
   dd.withhold = env_.test_withhold;
+  chain_.executor->PlantNondeterminismForTest(env_.test_diverge_height);
   dd.store = store_.get();
   dd.pool = pool_.get();
   dd.tracker = &tracker_;
@@ -360,11 +362,13 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
   } else if (paused_.load(std::memory_order_relaxed)) {
     gate = absl::UnavailableError(
         absl::StrCat("partition ", name_, " is paused by the operator; retry after resume"));
-  } else if (driver_->state() == partitions::kHaltedState) {
+  } else if (driver_->state() == partitions::kHaltedState ||
+             driver_->state() == static_cast<int>(partitions::ConsensusState::kDiverged)) {
     // Whatever the interceptor's stages: a halted replica never commits here again.
-    gate = absl::UnavailableError(absl::StrCat("partition ", name_,
-                                               " is halted on this node (see its halt_reason); "
-                                               "another node may serve it"));
+    gate = absl::UnavailableError(absl::StrCat(
+        "partition ", name_, " is ", driver_->StateName() == "DIVERGED" ? "DIVERGED" : "halted",
+        " on this node (see its halt_reason); "
+        "another node may serve it"));
   }
   admission_->Submit(std::move(txs), options, gate, single, std::move(single_done),
                      std::move(batch_done));

@@ -92,6 +92,9 @@ struct PartitionEnv {
   bool test_equivocate = false;
   // Fault tests only (noded --test-withhold): ConsensusDriver::Deps::withhold.
   bool test_withhold = false;
+  // Fault tests only (noded --test-diverge): block at this height executes differently here
+  // (Executor::PlantNondeterminismForTest); 0: never.
+  uint64_t test_diverge_height = 0;
 };
 
 // The outcome of one submitted tx and the submit options (partitions/client_admission.h).
@@ -174,7 +177,8 @@ class Partition final : public flowctl::ResourceConsumer {
   const std::string& name() const override { return name_; }
   uint64_t height() const;
   bool lossless() const;
-  // Consensus state name: "NORMAL", "VIEW_CHANGE", "RECOVERING" (or "HALTED" after a store error).
+  // Consensus state name: "NORMAL", "VIEW_CHANGE", "RECOVERING" (or "HALTED" after a store error,
+  // "DIVERGED" after its state root differed from an agreed one).
   std::string consensus_state() const;
 
  private:

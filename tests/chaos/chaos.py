@@ -8,8 +8,9 @@
   tests/chaos/chaos.py disk                       the disk faults alone (~1 min; needs root)
   tests/chaos/chaos.py long --partitions 16 --rate 10 --batch-ms 100 --scan-heights 100 ...
                                                   the same on 16 partitions (p1..p16)
-  tests/chaos/chaos.py byzantine                  a Byzantine replica as a real process (~1 min;
-                                                  long --byzantine adds it to the schedule)
+  tests/chaos/chaos.py byzantine                  a Byzantine replica as a real process, a
+                                                  faulty primary, a diverging executor (~2 min;
+                                                  long --byzantine adds them to the schedule)
 
 Faults: kill -9 + restart of a replica; SIGSTOP/SIGCONT of a replica and of a primary for longer
 than the view-change timeout; rolling restart (SIGTERM + start, one node after another); kill -9
@@ -31,6 +32,9 @@ Invariants, checked through the client and admin APIs after each fault run:
   recovery  after healing, every node commits a new height within 2x the view-change timeout
             (after a primary is killed: survivors commit within 3x, detection included);
   catch-up  a restarted node reaches the others' height (CATCHUP_S bound).
+  diverge   a replica that executes one block differently (noded --test-diverge) is DIVERGED
+            on that partition (status with the height and both roots, metric, log) while the
+            others go on; with its ledger deleted and the failpoint off it rebuilds by block sync.
   disk      a full disk halts only its partition on its node (HALTED, a halt_reason naming the
             disk in the status, noded_consensus_state{state="HALTED"} 1), within DISK_HALT_S; the
             node's other partition and the other nodes keep committing; clients get UNAVAILABLE.
@@ -80,6 +84,7 @@ DISK_LEFT = 16 << 10  # disk_full: free bytes left once the filler is written
 DISK_HALT_S = 20.0    # disk_full: the partition halts within this of the disk filling up
 BYZ_S = 36            # byzantine: how long byzantine_peer runs (4 s per misbehaviour)
 BYZ_RSS_MB = 128      # byzantine: an honest node's resident memory grows less than this
+DIVERGE_S = 30.0      # diverge: the replica is DIVERGED within this of its restart
 EQUIV_REPLACE_VCT = 4  # equivocate: honest replicas leave the faulty view within this many
                        # view-change timeouts (request timeout = 1, view change, slack)
 T0 = time.monotonic()
@@ -843,38 +848,90 @@ class Faults:
         took = self.wait_catchup(i, t, kind)
         return {"kind": kind, "recovery_s": rec, "catchup_s": took}
 
-    def check_halted_visible(self, i, p):
-        """A halted partition shows in the client API (HALTED, halt_reason), in the metrics, and
-        refuses new txs with UNAVAILABLE."""
+    def check_halted_visible(self, i, p, state="HALTED", reason="No space left",
+                             what="disk_full"):
+        """A halted partition shows in the client API (`state`, a halt_reason containing
+        `reason`), in the metrics, and refuses new txs with UNAVAILABLE."""
         ref = client_pb2.PartitionRef(name=p)
         try:
             cs = self.c.client[i].GetChainStatus(client_pb2.GetChainStatusRequest(partition=ref),
                                                  timeout=2)
-            if cs.consensus_state != "HALTED" or "No space left" not in cs.halt_reason:
-                self.chk.violation("liveness", "disk_full: GetChainStatus on node %d says %s, %r"
-                                   % (i, cs.consensus_state, cs.halt_reason), [i])
+            if cs.consensus_state != state or reason not in cs.halt_reason:
+                self.chk.violation("liveness", "%s: GetChainStatus on node %d says %s, %r"
+                                   % (what, i, cs.consensus_state, cs.halt_reason), [i])
         except grpc.RpcError as e:
-            self.chk.violation("liveness", "disk_full: GetChainStatus on node %d failed: %s"
-                               % (i, e.code()), [i])
+            self.chk.violation("liveness", "%s: GetChainStatus on node %d failed: %s"
+                               % (what, i, e.code()), [i])
         port = self.c.state["nodes"][i - 1]["ports"]["metrics"]
-        want = 'noded_consensus_state{partition="%s",state="HALTED"} 1' % p
+        want = 'noded_consensus_state{partition="%s",state="%s"} 1' % (p, state)
         try:
             with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
                 text = r.read().decode()
             if want not in text:
-                self.chk.violation("liveness", "disk_full: node %d's metrics lack %r" % (i, want),
+                self.chk.violation("liveness", "%s: node %d's metrics lack %r" % (what, i, want),
                                    [i])
         except OSError as e:
-            self.chk.violation("liveness", "disk_full: node %d's metrics: %s" % (i, e), [i])
+            self.chk.violation("liveness", "%s: node %d's metrics: %s" % (what, i, e), [i])
         try:
             self.c.client[i].SubmitTx(client_pb2.SubmitTxRequest(partition=ref,
                                                                  signed_tx=b"x"), timeout=2)
-            self.chk.violation("liveness", "disk_full: node %d's halted %s accepted a tx" % (i, p),
+            self.chk.violation("liveness", "%s: node %d's halted %s accepted a tx" % (what, i, p),
                                [i])
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.UNAVAILABLE:
-                self.chk.violation("liveness", "disk_full: node %d's halted %s refused a tx with "
-                                   "%s, not UNAVAILABLE: %s" % (i, p, e.code(), e.details()), [i])
+                self.chk.violation("liveness", "%s: node %d's halted %s refused a tx with "
+                                   "%s, not UNAVAILABLE: %s" % (what, i, p, e.code(), e.details()),
+                                   [i])
+
+    def diverge(self):
+        """A replica that executes differently: node i restarts with noded --test-diverge P:H,
+        so its executor writes one extra value at block H (a planted nondeterminism). Checkpoint
+        votes carry the state root, so once the others make a checkpoint at or above H stable,
+        node i must be DIVERGED on P within DIVERGE_S (status with the height and both roots,
+        metric, an ERROR log line), refuse txs there, and keep serving P's other partitions;
+        the others keep committing. The remedy is the operator's: stop it, delete that
+        partition's ledger (the consensus store stays, so it contradicts nothing it signed),
+        start it without the failpoint; it rebuilds by block sync and the Checker then finds
+        the others' blocks on it."""
+        p = self.rng.choice(PARTITIONS)
+        i = self.non_primary()
+        others = [j for j in self.c.live() if j != i]
+        self.c.kill(i, signal.SIGTERM)
+        top = max(h[p].height for h in self.c.heights(others).values())
+        at = top + 20
+        log("fault diverge: node %d restarted to execute %s's block %d differently" % (i, p, at))
+        t = time.monotonic()
+        self.c.start(i, ["--test-diverge", "%s:%d" % (p, at)])
+        diverged = None
+        while time.monotonic() < min(t + DIVERGE_S, HARD_DEADLINE[0]):
+            h = self.c.heights([i], timeout=0.5).get(i)
+            if h and h[p].consensus_state == "DIVERGED":
+                diverged = h[p]
+                break
+            time.sleep(POLL_S)
+        found_s = time.monotonic() - t
+        if diverged is None:
+            self.chk.violation("safety", "diverge: node %d's %s was not DIVERGED within %gs of "
+                               "executing block %d differently" % (i, p, DIVERGE_S, at), [i])
+        else:
+            log("diverge: node %d's %s DIVERGED %.2fs after its restart, at height %d: %s"
+                % (i, p, found_s, diverged.height, diverged.halt_reason))
+            self.check_halted_visible(i, p, "DIVERGED", "state diverged at height", "diverge")
+            if not self.log_lines(i, "partition %s: consensus DIVERGED: state diverged" % p):
+                self.chk.violation("liveness", "diverge: node %d logged no DIVERGED line" % i,
+                                   [i])
+        self.wait_progress({j: PARTITIONS for j in others}, 2 * self.vct, "diverge (others)")
+        rest = [q for q in PARTITIONS if q != p]
+        self.wait_progress({i: rest}, 2 * self.vct, "diverge (node %d's other partition)" % i)
+        # The remedy: a ledger rebuilt from the peers, with the executor fixed.
+        self.c.kill(i, signal.SIGTERM)
+        shutil.rmtree(os.path.join(self.c.partition_dir(i, p), "ledger"))
+        t = time.monotonic()
+        self.c.start(i)
+        took = self.wait_catchup(i, t, "diverge (ledger rebuilt)")
+        rec = self.wait_new_height(self.c.live(), time.monotonic(), 2 * self.vct, "diverge")
+        log("diverge: found after %.2fs; the rebuilt ledger caught up in %.2fs" % (found_s, took))
+        return {"kind": "diverge", "recovery_s": rec, "catchup_s": took}
 
     def wait_progress(self, want, bound, what):
         """Waits until each node in `want` ({node: [partitions]}) commits a new height on each of
@@ -897,6 +954,7 @@ class Faults:
         return {"byzantine": self.byzantine,
                 "equivocate": self.equivocate,
                 "withhold": lambda: self.equivocate("withhold"),
+                "diverge": self.diverge,
                 "disk_full": lambda: self.disk_full(False),
                 "disk_full_primary": lambda: self.disk_full(True),
                 "kill_restart": self.kill_restart,
@@ -979,13 +1037,13 @@ def main_run(a, tmp):
         faults = Faults(cluster, chk, rng)
         time.sleep(2)
         kinds = KINDS + (["disk_full", "disk_full_primary"] if a.disk else []) + (
-            ["byzantine", "equivocate", "withhold"] if a.byzantine else [])
+            ["byzantine", "equivocate", "withhold", "diverge"] if a.byzantine else [])
         if a.mode == "short":
             schedule = list(KINDS)
         elif a.mode == "disk":
             schedule = ["disk_full", "disk_full_primary"]
         elif a.mode == "byzantine":
-            schedule = ["byzantine", "equivocate", "withhold"]
+            schedule = ["byzantine", "equivocate", "withhold", "diverge"]
         else:
             schedule = None
         end = start + a.minutes * 60
@@ -1037,7 +1095,7 @@ def main_run(a, tmp):
         print("| load | loadgen %d tx/s per partition + %g acked tx/s per partition; "
               "loadavg %s |" % (a.rate, a.submit_rate, os.getloadavg()[0]))
         ok = not chk.safety and not chk.lost and (not chk.liveness or a.mode == "long")
-        if a.mode == "disk" and len(injected) < 2 or a.mode == "byzantine" and len(injected) < 3:
+        if a.mode == "disk" and len(injected) < 2 or a.mode == "byzantine" and len(injected) < 4:
             ok = False
         return 0 if ok else 1
     finally:

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "partitions/pbft_certs.h"
+#include "partitions/pbft_messages.h"
 #include "partitions/pbft_replica.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/mocks/fake_consensus_store.h"
@@ -66,13 +67,14 @@ class World {
  private:
   void Start() {
     auto r = partitions::PbftReplica::Create(config_, {&crypto_, &pool_, &store_, &blocks_},
-                                             {last_commit_, chain_digest_});
+                                             {last_commit_, chain_digest_, root_});
     Require(r.ok(), "replica restarts from its store");
     replica_ = *std::move(r);
     Step(partitions::PbftStart{});
   }
 
   void Step(const partitions::PbftEvent& event) {
+    std::vector<partitions::PbftExecuted> executed;
     for (partitions::PbftAction& a : replica_->Step(event)) {
       if (auto* c = std::get_if<partitions::PbftCommit>(&a)) {
         Require(c->seq == last_commit_ + 1, "commits in seq order, each once");
@@ -85,6 +87,8 @@ class World {
         for (const ConsensusMessage& m : c->certificate) *batch.add_commit_certificate() = m;
         blocks_.batches[c->seq] = std::move(batch);
         digests_.push_back(c->chain_digest);
+        root_ = partitions::testing::ModelRoot(c->chain_digest);
+        if (c->report_state_root) executed.push_back({c->seq, root_});
       } else if (auto* s = std::get_if<partitions::PbftSend>(&a)) {
         Require(s->to < kN && s->to != kSelf, "send to another replica");
         Own(s->msg);
@@ -92,8 +96,11 @@ class World {
         Own(b->msg);
       }
     }
-    Require(replica_->status().ok(), "replica does not halt");
+    // It halts only on finding itself DIVERGED: 2f+1 peers (all of them may be faulty here)
+    // signed another state than its own at a checkpoint.
+    Require(replica_->status().ok() || replica_->divergence().has_value(), "replica does not halt");
     Require(replica_->last_executed() == last_commit_, "last_executed follows the commits");
+    for (const partitions::PbftExecuted& e : executed) Step(e);
   }
 
   void Own(const ConsensusMessage& m) {
@@ -187,16 +194,26 @@ class World {
         }
         return Deliver(SignedAs(Sender(), m));
       }
-      case 3:
-        m.mutable_checkpoint()->set_seq(Seq());
-        m.mutable_checkpoint()->set_state_digest(StateDigest());
+      case 3: {
+        // Mostly well formed (the model root of a chain digest, or another root), sometimes
+        // with a digest that does not bind them.
+        const std::string chain = StateDigest();
+        const uint8_t b = in_.Byte();
+        m = partitions::CheckpointMessage(
+            Seq(), chain, b % 4 == 0 ? in_.Blob(32) : partitions::testing::ModelRoot(chain));
+        if (b % 8 == 1) m.mutable_checkpoint()->set_state_digest(in_.Blob(32));
         return Deliver(SignedAs(Sender(), m));
+      }
       case 4: {
         auto* vc = m.mutable_view_change();
         vc->set_new_view(View());
         vc->set_stable_seq(Seq());
         vc->set_stable_digest(StateDigest());
         for (auto& c : Earlier(ConsensusMessage::kCheckpoint, 3)) *vc->add_checkpoint_proof() = c;
+        if (vc->checkpoint_proof_size() > 0 && in_.Byte() % 2 == 0) {  // the proof's own digest
+          vc->set_stable_seq(vc->checkpoint_proof(0).checkpoint().seq());
+          vc->set_stable_digest(vc->checkpoint_proof(0).checkpoint().state_digest());
+        }
         for (auto& pp : Earlier(ConsensusMessage::kPrePrepare, 2)) {
           auto* cert = vc->add_prepared();
           *cert->mutable_pre_prepare() = pp;
@@ -279,6 +296,7 @@ class World {
   std::vector<std::string> digests_;
   uint64_t last_commit_ = 0;
   std::string chain_digest_;
+  std::string root_;  // the model state root after last_commit_ (ModelRoot of its chain digest)
 };
 
 }  // namespace

@@ -24,9 +24,15 @@ TEST(PbftMessagesTest, NormalCaseMessages) {
   EXPECT_EQ(p.prepare().digest(), Tx(9));
   const ConsensusMessage c = CommitMessage(2, 5, Tx(9));
   EXPECT_EQ(c.commit().view(), 2u);
-  const ConsensusMessage cp = CheckpointMessage(16, Tx(3));
+  const ConsensusMessage cp = CheckpointMessage(16, Tx(3), Tx(4));
   EXPECT_EQ(cp.checkpoint().seq(), 16u);
-  EXPECT_EQ(cp.checkpoint().state_digest(), Tx(3));
+  EXPECT_EQ(cp.checkpoint().chain_digest(), Tx(3));
+  EXPECT_EQ(cp.checkpoint().state_root(), Tx(4));
+  // The digest votes match on binds both: change either and it changes.
+  EXPECT_EQ(cp.checkpoint().state_digest(), CheckpointDigest(Tx(3), Tx(4)));
+  EXPECT_NE(CheckpointDigest(Tx(3), Tx(5)), CheckpointDigest(Tx(3), Tx(4)));
+  EXPECT_NE(CheckpointDigest(Tx(5), Tx(4)), CheckpointDigest(Tx(3), Tx(4)));
+  EXPECT_TRUE(WellFormedCheckpoint(cp.checkpoint()));
 }
 
 TEST(PbftMessagesTest, ViewChangeCarriesStableCheckpointAndCertificates) {

@@ -2,6 +2,7 @@
 // certificates carried over, persistence across restart, checkpoints and block sync.
 #include "partitions/pbft_replica.h"
 
+#include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 #include "tests/partitions/pbft_test_util.h"
 
@@ -599,6 +600,140 @@ TEST(PbftNewViewRequestTest, InstalledReplicaHandsOverItsNewView) {
   auto nvs = Sent(a, kNV);
   ASSERT_EQ(nvs.size(), 1u);
   EXPECT_EQ(nvs[0].new_view().view(), 1u);
+}
+
+// A checkpoint vote needs the state root, which exists only once the commit is executed: the
+// commit asks for it, and the vote (chain digest and root, bound by its digest) goes out when
+// the executor reports it. A report nobody asked for changes nothing.
+TEST(PbftStateRootTest, TheCheckpointVoteWaitsForTheExecutedStateRoot) {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  ReplicaHarness h(1, c);
+  CommitAll(h, 0, 1);
+  Prepare(h, 0, 2, {Tx(7)});
+  std::vector<PbftAction> a;
+  for (uint32_t r : {0u, 2u, 3u}) {
+    auto more = h.replica->Step(PbftMessage{MakeCommit(0, 2, BatchDigest({Tx(7)}), r)});
+    a.insert(a.end(), more.begin(), more.end());
+  }
+  auto commits = ActionsOf<PbftCommit>(a);
+  ASSERT_EQ(commits.size(), 1u);
+  EXPECT_TRUE(commits[0].report_state_root);
+  EXPECT_TRUE(Sent(a, kCkpt).empty()) << "no vote before the root is known";
+  EXPECT_TRUE(Sent(h.replica->Step(PbftExecuted{1, std::string(32, 'x')}), kCkpt).empty());
+
+  const std::string root = std::string(32, 'r');
+  auto votes = Sent(h.replica->Step(PbftExecuted{2, root}), kCkpt);
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_EQ(votes[0].checkpoint().seq(), 2u);
+  EXPECT_EQ(votes[0].checkpoint().chain_digest(), h.replica->chain_digest());
+  EXPECT_EQ(votes[0].checkpoint().state_root(), root);
+  EXPECT_TRUE(WellFormedCheckpoint(votes[0].checkpoint()));
+  EXPECT_TRUE(h.crypto.Verify(votes[0]));
+  // Reported twice: the second is not asked for any more.
+  EXPECT_TRUE(Sent(h.replica->Step(PbftExecuted{2, root}), kCkpt).empty());
+}
+
+// 2f+1 others sign a state root at seq 2 that differs from this replica's own vote: it is
+// DIVERGED, with the height and both roots, and signs nothing from then on (not even when its
+// timers fire or a new proposal arrives).
+TEST(PbftStateRootTest, AStableCheckpointWithAnotherRootMakesTheReplicaDiverged) {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  ReplicaHarness h(1, c);
+  h.wrong_from = 2;
+  CommitAll(h, 0, 1);
+  auto own = Sent(CommitAll(h, 0, 2, {Tx(7)}), kCkpt);
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(own[0].checkpoint().state_root(), h.wrong_root);
+  const std::string chain = h.replica->chain_digest();
+  h.Deliver(MakeCheckpoint(2, chain, 0));
+  h.Deliver(MakeCheckpoint(2, chain, 2));
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal) << "2 matching votes are no quorum";
+  EXPECT_TRUE(h.Deliver(MakeCheckpoint(2, chain, 3)).empty());
+
+  EXPECT_EQ(h.replica->state(), ConsensusState::kDiverged);
+  EXPECT_EQ(h.replica->status().code(), absl::StatusCode::kDataLoss);
+  ASSERT_TRUE(h.replica->divergence().has_value());
+  const PbftReplica::Divergence& d = *h.replica->divergence();
+  EXPECT_EQ(d.seq, 2u);
+  EXPECT_EQ(d.own_state_root, h.wrong_root);
+  EXPECT_EQ(d.agreed_state_root, testing::ModelRoot(chain));
+  EXPECT_EQ(d.own_chain_digest, chain);
+  EXPECT_EQ(d.agreed_chain_digest, chain);
+  EXPECT_NE(d.ToString().find("state diverged at height 2"), std::string::npos) << d.ToString();
+  EXPECT_NE(d.ToString().find(absl::BytesToHexString(h.wrong_root)), std::string::npos);
+  EXPECT_EQ(h.replica->low_watermark(), 0u) << "a state it does not have is not made stable";
+  h.pool.have.insert(Tx(9));
+  EXPECT_TRUE(h.Deliver(MakePrePrepare(0, 3, {Tx(9)}, 0)).empty());
+  EXPECT_TRUE(h.replica->Step(PbftTimerFired{PbftTimer::kRetransmit}).empty());
+}
+
+// The same checkpoint with matching roots is simply stable (the control for the test above).
+TEST(PbftStateRootTest, MatchingRootsMakeTheCheckpointStable) {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  ReplicaHarness h(1, c);
+  CommitAll(h, 0, 1);
+  CommitAll(h, 0, 2, {Tx(7)});
+  const std::string chain = h.replica->chain_digest();
+  for (uint32_t r : {0u, 2u}) h.Deliver(MakeCheckpoint(2, chain, r));
+  EXPECT_EQ(h.replica->low_watermark(), 2u);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+  EXPECT_FALSE(h.replica->divergence().has_value());
+}
+
+// A replica that reaches a stable checkpoint by block sync, with no vote of its own there,
+// checks its executed root against the agreed one when the executor reports it.
+TEST(PbftStateRootTest, AReplicaSyncedToAStableCheckpointChecksItsRootThere) {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  ReplicaHarness src(2, c);
+  src.blocks.batches = CommittedAt(src, 2);
+  const std::string chain = src.replica->chain_digest();
+  for (const bool planted : {false, true}) {
+    ReplicaHarness h(3, c);
+    if (planted) h.wrong_from = 1;
+    for (int s = 1; s <= 2; ++s) h.pool.have.insert(Tx(100 + s));
+    for (uint32_t r : {0u, 1u}) h.Deliver(MakeCheckpoint(2, chain, r));
+    auto reqs = Sent(h.Deliver(MakeCheckpoint(2, chain, 2)), ConsensusMessage::kSyncRequest);
+    ASSERT_EQ(reqs.size(), 1u);
+    auto resp = Sent(src.Deliver(reqs[0]), ConsensusMessage::kSyncResponse);
+    ASSERT_EQ(resp.size(), 1u);
+    h.Deliver(resp[0]);
+    EXPECT_EQ(h.replica->last_executed(), 2u);
+    EXPECT_EQ(h.replica->divergence().has_value(), planted);
+    EXPECT_EQ(h.replica->state(), planted ? ConsensusState::kDiverged : ConsensusState::kNormal);
+  }
+}
+
+// Restarted exactly at its stable checkpoint, a replica compares its ledger's root with the
+// agreed one before anything else.
+TEST(PbftStateRootTest, ARestartAtTheStableCheckpointChecksTheLedgersRoot) {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  ReplicaHarness h(1, c);
+  CommitAll(h, 0, 1);
+  CommitAll(h, 0, 2, {Tx(7)});
+  const std::string chain = h.replica->chain_digest();
+  for (uint32_t r : {0u, 2u}) h.Deliver(MakeCheckpoint(2, chain, r));
+  ASSERT_EQ(h.replica->low_watermark(), 2u);
+
+  h.Start({.last_executed = 2, .chain_digest = chain, .state_root = testing::ModelRoot(chain)});
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+  h.Start({.last_executed = 2, .chain_digest = chain, .state_root = std::string(32, 'q')});
+  EXPECT_EQ(h.replica->state(), ConsensusState::kDiverged);
+  EXPECT_EQ(h.replica->divergence()->own_state_root, std::string(32, 'q'));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #ifndef TESTS_PARTITIONS_PBFT_TEST_UTIL_H_
 #define TESTS_PARTITIONS_PBFT_TEST_UTIL_H_
 
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "partitions/pbft_certs.h"
+#include "partitions/pbft_messages.h"
 #include "partitions/pbft_replica.h"
 #include "tests/mocks/fake_consensus_store.h"
 #include "tests/mocks/fake_pbft_crypto.h"
@@ -68,11 +70,22 @@ inline ConsensusMessage MakeCommit(uint64_t view, uint64_t seq, const std::strin
   return SignedAs(from, m);
 }
 
-inline ConsensusMessage MakeCheckpoint(uint64_t seq, const std::string& digest, uint32_t from) {
-  ConsensusMessage m;
-  m.mutable_checkpoint()->set_seq(seq);
-  m.mutable_checkpoint()->set_state_digest(digest);
-  return SignedAs(from, m);
+// The state root the harness's "executor" reports after a batch: a function of the chain digest,
+// so replicas that executed the same batches report the same root.
+inline std::string ModelRoot(const std::string& chain_digest) {
+  return BatchDigest(std::vector<std::string>{chain_digest});
+}
+
+// What checkpoint votes for `chain` (and its model root, unless given) match on.
+inline std::string CkptDigest(const std::string& chain, const std::string& root = "") {
+  return CheckpointDigest(chain, root.empty() ? ModelRoot(chain) : root);
+}
+
+// Replica `from`'s checkpoint vote after `seq` with chain digest `chain` and the model root of
+// it, or `root` when given.
+inline ConsensusMessage MakeCheckpoint(uint64_t seq, const std::string& chain, uint32_t from,
+                                       const std::string& root = "") {
+  return SignedAs(from, CheckpointMessage(seq, chain, root.empty() ? ModelRoot(chain) : root));
 }
 
 // Messages of one body kind among the broadcasts and sends in `actions`.
@@ -99,6 +112,25 @@ std::vector<T> ActionsOf(const std::vector<PbftAction>& actions) {
   return out;
 }
 
+// Steps `replica` and, as the node's driver does, reports the state root of every commit that
+// asks for it (ModelRoot, or `wrong_root` from seq `wrong_from` on, if wrong_from > 0); returns
+// all the actions.
+inline std::vector<PbftAction> StepAndReport(PbftReplica& replica, const PbftEvent& event,
+                                             uint64_t wrong_from = 0,
+                                             const std::string& wrong_root = "") {
+  std::vector<PbftAction> all = replica.Step(event);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto* c = std::get_if<PbftCommit>(&all[i]);
+    if (c == nullptr || !c->report_state_root) continue;
+    const std::string root =
+        wrong_from != 0 && c->seq >= wrong_from ? wrong_root : ModelRoot(c->chain_digest);
+    std::vector<PbftAction> more = replica.Step(PbftExecuted{c->seq, root});
+    all.insert(all.end(), std::make_move_iterator(more.begin()),
+               std::make_move_iterator(more.end()));
+  }
+  return all;
+}
+
 // One replica with its own world (pool, store, blocks), restartable from the same store.
 struct ReplicaHarness {
   explicit ReplicaHarness(uint32_t self, PbftConfig base = {}) : crypto(self) {
@@ -111,8 +143,9 @@ struct ReplicaHarness {
     replica = std::move(*r);
     replica->Step(PbftStart{});
   }
-  std::vector<PbftAction> Deliver(const ConsensusMessage& m) {
-    return replica->Step(PbftMessage{m});
+  std::vector<PbftAction> Deliver(const ConsensusMessage& m) { return Step(PbftMessage{m}); }
+  std::vector<PbftAction> Step(const PbftEvent& event) {
+    return StepAndReport(*replica, event, wrong_from, wrong_root);
   }
   PbftConfig config;
   tests::FakePbftCrypto crypto;
@@ -120,6 +153,8 @@ struct ReplicaHarness {
   tests::FakeConsensusStore store;
   TestBlocks blocks;
   std::unique_ptr<PbftReplica> replica;
+  uint64_t wrong_from = 0;  // 0: every reported root is ModelRoot
+  std::string wrong_root = std::string(32, 'w');
 };
 
 }  // namespace partitions::testing

@@ -67,8 +67,9 @@ std::vector<uint64_t> Seqs(const PersistedConsensus& p) {
 StableCheckpointRecord Checkpoint(uint64_t seq) {
   StableCheckpointRecord r;
   r.set_seq(seq);
-  r.set_state_digest(Tx(static_cast<int>(seq)));
-  for (uint32_t s : {1u, 2u, 3u}) *r.add_proof() = MakeCheckpoint(seq, r.state_digest(), s);
+  const std::string chain = Tx(static_cast<int>(seq));
+  r.set_state_digest(testing::CkptDigest(chain));
+  for (uint32_t s : {1u, 2u, 3u}) *r.add_proof() = MakeCheckpoint(seq, chain, s);
   return r;
 }
 
@@ -259,7 +260,9 @@ void Drive(PbftReplica& r) {
     if (seq == 4) break;
     for (uint32_t from : {2u, 3u}) r.Step(PbftMessage{MakePrepare(0, seq, d, from)});
     if (seq == 3) continue;
-    for (uint32_t from : {0u, 2u, 3u}) r.Step(PbftMessage{MakeCommit(0, seq, d, from)});
+    for (uint32_t from : {0u, 2u, 3u}) {
+      testing::StepAndReport(r, PbftMessage{MakeCommit(0, seq, d, from)});
+    }
   }
   for (uint32_t from : {2u, 3u}) {
     r.Step(PbftMessage{MakeCheckpoint(2, r.chain_digest(), from)});
@@ -280,7 +283,8 @@ TEST_F(RocksDbConsensusStoreTest, ReplicaRestartsToTheSameStateAsWithTheInMemory
     ASSERT_EQ(before->last_executed(), 2u);
     ASSERT_EQ(before->low_watermark(), 2u);
     ASSERT_EQ(before->view(), 1u);
-    pos = {before->last_executed(), before->chain_digest()};
+    pos = {before->last_executed(), before->chain_digest(),
+           testing::ModelRoot(before->chain_digest())};
   }
   {
     auto store = OpenStore();

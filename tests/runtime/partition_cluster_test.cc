@@ -28,7 +28,9 @@
 #include "flowctl/worker_pool.h"
 #include "gtest/gtest.h"
 #include "p2p/in_memory_network.h"
+#include "prometheus/text_serializer.h"
 #include "runtime/config.h"
+#include "runtime/node_metrics.h"
 #include "runtime/partition.h"
 #include "tests/mocks/fake_clock.h"
 #include "tests/runtime/runtime_test_util.h"
@@ -48,6 +50,7 @@ struct Replica {
   std::unique_ptr<p2p::InMemoryNetwork> network;
   std::unique_ptr<Partition> partition;
   bool crashed = false;
+  PartitionEnv env;  // what it was opened with (Restart opens it again)
 };
 
 // What one run produced, compared across runs with the same seed.
@@ -60,9 +63,17 @@ struct Outcome {
   uint64_t committed_after_crash = 0;
 };
 
+// Test failpoints for one replica.
+struct ClusterOptions {
+  int diverge_replica = -1;          // this replica's executor writes an extra value at ...
+  uint64_t diverge_height = 0;       // ... this block (Executor::PlantNondeterminismForTest)
+  uint64_t checkpoint_interval = 0;  // 0: the config default
+};
+
 class Cluster {
  public:
-  Cluster(uint32_t seed, std::string dir) : rng_(seed), dir_(std::move(dir)), hub_(&clock_) {
+  Cluster(uint32_t seed, std::string dir, ClusterOptions options = {})
+      : rng_(seed), dir_(std::move(dir)), hub_(&clock_) {
     std::filesystem::remove_all(dir_);
     for (int i = 0; i < kReplicas; ++i) {
       base::PrivateKey key = testing::TestKey(static_cast<char>('p' + i));
@@ -73,7 +84,8 @@ class Cluster {
                 .scheduler = nullptr,
                 .network = nullptr,
                 .partition = nullptr,
-                .crashed = false};
+                .crashed = false,
+                .env = {}};
       replicas_.push_back(std::move(r));
     }
     // Replica index = position of the id in sorted order, as on real nodes.
@@ -105,6 +117,10 @@ class Cluster {
     pc->mutable_consensus()->set_batch_max_txs(8);
     pc->mutable_consensus()->set_batch_timeout_ms(20);
     pc->mutable_consensus()->set_view_change_timeout_ms(400);
+    if (options.checkpoint_interval > 0) {
+      pc->mutable_consensus()->set_checkpoint_interval(options.checkpoint_interval);
+      pc->mutable_consensus()->set_watermark_window(4 * options.checkpoint_interval);
+    }
     ApplyDefaults(&nc);
     for (int i = 0; i < kReplicas; ++i) {
       Replica& r = replicas_[i];
@@ -124,17 +140,25 @@ class Cluster {
       env.replica_keys = keys;
       env.clock = &clock_;
       env.scheduler = r.scheduler.get();
-      absl::StatusOr<std::unique_ptr<Partition>> p = Partition::Open(std::move(env));
-      CHECK(p.ok()) << p.status();
-      r.partition = *std::move(p);
-      Partition* part = r.partition.get();
-      r.network->SetHandlers(
-          [part](const p2p::NodeId& from, p2p::PartitionId, p2p::Channel ch, std::string bytes) {
-            part->OnPeerMessage(from, ch, std::move(bytes));
-          },
-          [](const p2p::NodeId&, p2p::PeerEvent) {});
+      if (i == options.diverge_replica) env.test_diverge_height = options.diverge_height;
+      r.env = env;
+      Open(r);
     }
     for (Replica& r : replicas_) CHECK(r.partition->Start().ok());
+  }
+
+  // The next Restart of replica `index` opens it without the planted nondeterminism.
+  void ClearDivergeFailpoint(int index) { replicas_[index].env.test_diverge_height = 0; }
+
+  // Stops replica `index` and opens its partition again from its directory (a process restart);
+  // with `wipe_ledger`, the ledger is deleted first (the consensus store is kept).
+  void Restart(int index, bool wipe_ledger = false) {
+    Replica& r = replicas_[index];
+    r.partition->Stop(absl::ZeroDuration());
+    r.partition.reset();
+    if (wipe_ledger) std::filesystem::remove_all(r.env.dir + "/ledger");
+    Open(r);
+    CHECK(r.partition->Start().ok());
   }
 
   ~Cluster() {
@@ -210,6 +234,13 @@ class Cluster {
 
   Partition& partition(int index) { return *replicas_[index].partition; }
 
+  // Replica `index`'s block at `height`.
+  node::chain::Block BlockAt(int index, uint64_t height) {
+    absl::StatusOr<node::client::GetBlockResponse> b = partition(index).GetBlock(height, false);
+    CHECK(b.ok()) << b.status();
+    return b->block();
+  }
+
   // To replica `target`, or (-1) to a live replica the seed picks.
   void Send(size_t slot, std::string tx, int target = -1) {
     if (target < 0) {
@@ -227,6 +258,18 @@ class Cluster {
           std::max<int64_t>(absl::ToInt64Nanoseconds(r.retry_after), 20 * kStepNanos);
       retries_.push_back({clock_.NowNanos() + wait, slot, tx});
     });
+  }
+
+  void Open(Replica& r) {
+    absl::StatusOr<std::unique_ptr<Partition>> p = Partition::Open(r.env);
+    CHECK(p.ok()) << p.status();
+    r.partition = *std::move(p);
+    Partition* part = r.partition.get();
+    r.network->SetHandlers(
+        [part](const p2p::NodeId& from, p2p::PartitionId, p2p::Channel ch, std::string bytes) {
+          part->OnPeerMessage(from, ch, std::move(bytes));
+        },
+        [](const p2p::NodeId&, p2p::PeerEvent) {});
   }
 
   Outcome Snapshot() {
@@ -368,6 +411,113 @@ TEST(PartitionClusterTest, ABackupReforwardsWhatThePrimaryNeverGotSoNoViewChange
     EXPECT_EQ(cluster.partition(i).Status().view(), 0u) << "replica " << i;
   }
   EXPECT_TRUE(cluster.AllAnswered());
+}
+
+// A planted nondeterminism (Executor::PlantNondeterminismForTest) on one of four replicas: its
+// block 3 writes one extra value, so its state root differs from block 3 on. Checkpoint votes
+// carry the state root, so at the first checkpoint after it (seq 4) the other three make a
+// checkpoint stable that this replica's own vote contradicts. It goes DIVERGED (status, halt
+// reason with the height and both roots, metrics), signs nothing more, stays readable, and stays
+// DIVERGED across a restart; the other three go on committing one chain, and every client tx
+// commits there.
+TEST(PartitionClusterTest, AReplicaThatExecutesDifferentlyHaltsDivergedAndTheOthersGoOn) {
+  constexpr int kDiverging = 2;
+  Cluster cluster(/*seed=*/11, TestDir("diverge"),
+                  {.diverge_replica = kDiverging, .diverge_height = 3, .checkpoint_interval = 4});
+  cluster.RunFor(absl::Milliseconds(50));
+  cluster.SubmitTxs(80);
+  cluster.RunFor(absl::Seconds(3));
+  ASSERT_TRUE(cluster.AllAnswered());
+
+  Partition& bad = cluster.partition(kDiverging);
+  const node::admin::PartitionStatus status = bad.Status();
+  ASSERT_EQ(status.consensus_state(), "DIVERGED") << status.DebugString();
+  const uint64_t good_height = cluster.partition(0).height();
+  ASSERT_GT(good_height, 8u) << "the others committed past the next checkpoints";
+  // The halt reason names the checkpoint and both roots: the replica's own block 4 and the
+  // one the others agree on.
+  const std::string own_root = cluster.BlockAt(kDiverging, 4).header().state_root();
+  const std::string agreed_root = cluster.BlockAt(0, 4).header().state_root();
+  ASSERT_NE(own_root, agreed_root);
+  EXPECT_NE(status.halt_reason().find("state diverged at height 4"), std::string::npos)
+      << status.halt_reason();
+  EXPECT_NE(status.halt_reason().find(absl::BytesToHexString(own_root)), std::string::npos)
+      << status.halt_reason();
+  EXPECT_NE(status.halt_reason().find(absl::BytesToHexString(agreed_root)), std::string::npos)
+      << status.halt_reason();
+  EXPECT_EQ(bad.ChainStatus().consensus_state(), "DIVERGED");
+  node::admin::NodeStatus node_status;
+  *node_status.add_partitions() = status;
+  const std::string metrics = prometheus::TextSerializer().Serialize(
+      NodeMetricFamilies(node_status, node::admin::FlowStats()));
+  EXPECT_NE(metrics.find("noded_consensus_state{partition=\"det\",state=\"DIVERGED\"} 1"),
+            std::string::npos)
+      << metrics;
+
+  // Nothing forked: the three agree block by block; the diverged one matches them up to block 2
+  // and, from block 3 on, differs only in the state it computed (the same txs, in order).
+  for (uint64_t h = 1; h <= good_height; ++h) {
+    for (int i : {1, 3}) {
+      EXPECT_EQ(cluster.BlockAt(i, h).SerializeAsString(),
+                cluster.BlockAt(0, h).SerializeAsString())
+          << "replica " << i << " height " << h;
+    }
+  }
+  EXPECT_LT(bad.height(), good_height) << "it stopped committing";
+  for (uint64_t h = 1; h <= bad.height(); ++h) {
+    node::chain::Block mine = cluster.BlockAt(kDiverging, h);
+    node::chain::Block theirs = cluster.BlockAt(0, h);
+    EXPECT_EQ(mine.header().state_root() == theirs.header().state_root(), h < 3) << h;
+    mine.mutable_header()->clear_state_root();
+    mine.mutable_header()->clear_parent_hash();
+    theirs.mutable_header()->clear_state_root();
+    theirs.mutable_header()->clear_parent_hash();
+    EXPECT_EQ(mine.SerializeAsString(), theirs.SerializeAsString()) << h;
+  }
+  // Every client tx committed on the three: 80 puts of one sender.
+  for (int i : {0, 1, 3}) {
+    absl::StatusOr<node::client::GetAccountResponse> a =
+        cluster.partition(i).GetAccount(testing::TestKey('a').public_key().bytes());
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->account().nonce(), 80u) << "replica " << i;
+  }
+  // Still readable; refuses writes.
+  EXPECT_TRUE(bad.GetBlock(1, false).ok());
+  EXPECT_TRUE(bad.GetAccount(testing::TestKey('a').public_key().bytes()).ok());
+  absl::Status refused;
+  bad.Submit(testing::SignedPut(kPartition, 'b', 1), {},
+             [&refused](SubmitResult r) { refused = r.status; });
+  cluster.RunFor(absl::Milliseconds(5));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_NE(refused.message().find("DIVERGED"), std::string::npos) << refused;
+
+  // A restart does not sign on over the same wrong state.
+  const uint64_t bad_height = bad.height();
+  cluster.Restart(kDiverging);
+  cluster.SubmitTxs(10);
+  cluster.RunFor(absl::Seconds(1));
+  Partition& restarted = cluster.partition(kDiverging);
+  EXPECT_EQ(restarted.Status().consensus_state(), "DIVERGED");
+  EXPECT_NE(restarted.Status().halt_reason().find("found before a restart"), std::string::npos)
+      << restarted.Status().halt_reason();
+  EXPECT_EQ(restarted.height(), bad_height);
+  EXPECT_GT(cluster.partition(0).height(), good_height);
+
+  // The operator's remedy: delete that partition's ledger (keeping its consensus store, so it
+  // never contradicts what it signed) and restart. It rebuilds the ledger from its peers by
+  // block sync, and holds their blocks. (Its executor is fixed too: the failpoint is off.)
+  cluster.ClearDivergeFailpoint(kDiverging);
+  cluster.Restart(kDiverging, /*wipe_ledger=*/true);
+  cluster.SubmitTxs(10);
+  cluster.RunFor(absl::Seconds(3));
+  Partition& rebuilt = cluster.partition(kDiverging);
+  EXPECT_EQ(rebuilt.Status().consensus_state(), "NORMAL") << rebuilt.Status().halt_reason();
+  ASSERT_EQ(rebuilt.height(), cluster.partition(0).height());
+  for (uint64_t h = 1; h <= rebuilt.height(); ++h) {
+    EXPECT_EQ(cluster.BlockAt(kDiverging, h).SerializeAsString(),
+              cluster.BlockAt(0, h).SerializeAsString())
+        << h;
+  }
 }
 
 }  // namespace

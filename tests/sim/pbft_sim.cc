@@ -59,6 +59,9 @@ class Cluster {
     if (k == FaultKind::kByzReplica || (k == FaultKind::kMixed && f >= 2)) {
       nodes_[o.n - 1]->byz_garbage = true;
     }
+    if (k == FaultKind::kDiverge) {
+      nodes_[rng_() % o.n]->diverge_from = static_cast<uint64_t>(Rand(3, 60));
+    }
   }
 
   SimResult Run() {
@@ -87,6 +90,7 @@ class Cluster {
       if (++events > kMaxEvents) Fail(false, "event budget exceeded (message storm?)");
     }
     if (result_.ok) CheckEndLiveness();
+    if (result_.ok) CheckDivergence();
     for (auto& n : nodes_) {
       if (n->replica) {
         const auto& c = n->replica->counters();
@@ -132,7 +136,7 @@ class Cluster {
 
   void Restart(Node& n) {
     PbftReplica::Deps deps{&n.crypto, &n.pool, &n.store, &n.ledger};
-    PbftReplica::LedgerPosition pos{n.ledger.last, n.ledger.chain};
+    PbftReplica::LedgerPosition pos{n.ledger.last, n.ledger.chain, n.ledger.root};
     config_.self = n.id;
     auto replica = PbftReplica::Create(config_, deps, pos);
     if (!replica.ok()) {
@@ -176,6 +180,11 @@ class Cluster {
     }
     Apply(n, n.replica->Step(ev));
     if (trace_ && n.up) TraceState(n);
+    if (n.up && n.honest() && !n.replica->status().ok()) {
+      Fail(n.replica->divergence().has_value(),
+           absl::StrCat("correct replica ", n.id, " stopped: ", n.replica->status().ToString()));
+      return;
+    }
     if (n.in_followup) return;
     n.in_followup = true;
     for (int i = 0; i < 64 && n.up; ++i) {
@@ -239,6 +248,7 @@ class Cluster {
   }
 
   void Apply(Node& n, std::vector<PbftAction> actions) {
+    std::vector<partitions::PbftExecuted> executed;
     for (PbftAction& a : actions) {
       if (!result_.ok) return;
       if (auto* s = std::get_if<partitions::PbftSend>(&a)) {
@@ -252,6 +262,7 @@ class Cluster {
         }
       } else if (auto* c = std::get_if<partitions::PbftCommit>(&a)) {
         OnCommit(n, *c);
+        if (c->report_state_root) executed.push_back({c->seq, n.ledger.root});
       } else if (auto* st = std::get_if<partitions::PbftSetTimer>(&a)) {
         const int idx = static_cast<int>(st->timer);
         const uint64_t gen = ++n.timer_gen[idx];
@@ -272,6 +283,19 @@ class Cluster {
           }
           StepNode(node, partitions::PbftTxsAvailable{hashes});
         });
+      }
+    }
+    // The executor's report: at once, as in the node (the driver executes in Step order), or,
+    // under delay faults, sometimes later (an asynchronous executor), lost if the node crashes.
+    for (partitions::PbftExecuted& e : executed) {
+      if (!result_.ok || !n.up) return;
+      if (delay_ && Chance(0.3)) {
+        At(now_ + Rand(1, 300), [this, id = n.id, inc = n.incarnation, e] {
+          Node& node = *nodes_[id];
+          if (node.up && node.incarnation == inc) StepNode(node, e);
+        });
+      } else {
+        Apply(n, n.replica->Step(e));
       }
     }
   }
@@ -470,8 +494,12 @@ class Cluster {
     n.ledger.batches[c.seq] = std::move(batch);
     n.ledger.last = c.seq;
     n.ledger.chain = c.chain_digest;
+    // The planted nondeterminism: from diverge_from on, this executor hashes something else.
+    const bool planted = n.diverge_from != 0 && c.seq >= n.diverge_from;
+    n.ledger.root = partitions::ChainDigest(
+        n.ledger.root, c.seq, planted ? partitions::BatchDigest({c.digest}) : c.digest);
     for (const std::string& h : c.tx_hashes) n.pool.Commit(h);
-    if (!n.honest()) return;
+    if (n.byz_primary || n.byz_garbage) return;  // a diverging replica still orders honestly
     auto [it, inserted] = decided_.emplace(c.seq, c.digest);
     if (!inserted && it->second != c.digest) {
       Fail(true, absl::StrCat("agreement: replica ", n.id, " committed a different batch at seq ",
@@ -488,6 +516,30 @@ class Cluster {
     }
     max_seq_ = std::max(max_seq_, c.seq);
     result_.max_committed_seq = max_seq_;
+  }
+
+  // A planted nondeterminism must be caught: once the others made a checkpoint after its seq
+  // stable, the replica is DIVERGED at or after that seq, with roots that differ.
+  void CheckDivergence() {
+    for (auto& n : nodes_) {
+      if (n->diverge_from == 0 || !result_.ok) continue;
+      const uint64_t caught_by =
+          (n->diverge_from / config_.checkpoint_interval + 2) * config_.checkpoint_interval;
+      if (max_seq_ < caught_by) continue;  // the others never got that far
+      if (!n->replica || !n->replica->divergence()) {
+        Fail(false,
+             absl::StrCat("divergence: replica ", n->id, " planted at seq ", n->diverge_from,
+                          " ends ",
+                          n->replica ? partitions::ConsensusStateName(n->replica->state()) : "down",
+                          " at seq ", n->ledger.last, " of ", max_seq_));
+        continue;
+      }
+      const PbftReplica::Divergence& d = *n->replica->divergence();
+      if (d.seq < n->diverge_from || d.own_state_root == d.agreed_state_root) {
+        Fail(false, absl::StrCat("divergence: replica ", n->id, " planted at seq ", n->diverge_from,
+                                 " reported ", d.ToString()));
+      }
+    }
   }
 
   void CheckEndLiveness() {
@@ -537,7 +589,8 @@ const std::vector<FaultKind>& AllFaultKinds() {
   static const std::vector<FaultKind> kinds = {
       FaultKind::kNone,      FaultKind::kDelay, FaultKind::kLoss,         FaultKind::kDuplicate,
       FaultKind::kPartition, FaultKind::kCrash, FaultKind::kByzPrimary,   FaultKind::kByzReplica,
-      FaultKind::kIsolate,   FaultKind::kPause, FaultKind::kCrashPrimary, FaultKind::kMixed};
+      FaultKind::kIsolate,   FaultKind::kPause, FaultKind::kCrashPrimary, FaultKind::kDiverge,
+      FaultKind::kMixed};
   return kinds;
 }
 
@@ -565,6 +618,8 @@ const char* FaultKindName(FaultKind kind) {
       return "pause";
     case FaultKind::kCrashPrimary:
       return "crash_primary";
+    case FaultKind::kDiverge:
+      return "diverge";
     case FaultKind::kMixed:
       return "mixed";
   }

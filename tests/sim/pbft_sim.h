@@ -7,11 +7,14 @@
 // votes. Messages are authenticated by construction: the transport carries the true sender, and a
 // Byzantine node can sign only with its own key (it can lie in content only).
 //
+// Execution reports state roots back (PbftExecuted), at once or, under delay faults, later.
+//
 // Checked after every step: agreement (no two honest replicas commit different batches at one
 // seq), validity (every committed tx hash was submitted by a client), in-order execution; after
 // the faults heal, liveness (new commits within a bound, every tx submitted before the end
 // margin is committed by a correct replica, and at the end every correct replica that is up is
-// NORMAL and has executed everything any replica executed).
+// NORMAL and has executed everything any replica executed). No correct replica may ever halt or
+// be DIVERGED; a replica with a planted nondeterminism must end DIVERGED at or after its seq.
 //
 // Single-threaded; RunSimulation is a pure function of its options.
 //
@@ -40,6 +43,8 @@ enum class FaultKind {
   kIsolate,       // one replica at a time is cut off for longer than the view-change timeout
   kPause,         // one replica at a time is suspended (SIGSTOP): its events wait, then all run
   kCrashPrimary,  // the current primary crashes 3 times in a row; the others must commit without it
+  kDiverge,       // one replica's executor computes another state root from some seq on: it must
+                  // end DIVERGED while the others go on
   kMixed,         // all of the above at once (Byzantine ones within f)
 };
 const std::vector<FaultKind>& AllFaultKinds();

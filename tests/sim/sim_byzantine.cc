@@ -1,6 +1,7 @@
 #include "tests/sim/sim_byzantine.h"
 
 #include "partitions/pbft_certs.h"
+#include "partitions/pbft_messages.h"
 
 namespace sim {
 
@@ -29,9 +30,10 @@ ConsensusMessage MakeGarbage(std::mt19937_64& rng, const partitions::PbftConfig&
       c->set_view(view), c->set_seq(seq), c->set_digest(RandomBytes(rng, 32));
       break;
     }
-    case 2: {
-      auto* c = m.mutable_checkpoint();
-      c->set_seq((seq / 4 + 1) * 4), c->set_state_digest(RandomBytes(rng, 32));
+    case 2: {  // a checkpoint for a state nobody has: well formed, or with a digest that lies
+      m = partitions::CheckpointMessage((seq / 4 + 1) * 4, RandomBytes(rng, 32),
+                                        RandomBytes(rng, 32));
+      if (rng() % 2 == 0) m.mutable_checkpoint()->set_state_digest(RandomBytes(rng, 32));
       break;
     }
     case 3: {  // a pre-prepare as if it were primary, of a tx nobody submitted

@@ -32,6 +32,9 @@ class SimLedger final : public partitions::PbftBlockSource {
   std::map<uint64_t, CommittedBatch> batches;
   uint64_t last = 0;
   std::string chain;
+  // The model executor's state root: a hash chain of what was executed, so two replicas agree on
+  // it exactly when they executed the same batches the same way.
+  std::string root = partitions::GenesisDigest();
 };
 
 class SimPool final : public partitions::PbftTxSource {
@@ -62,6 +65,9 @@ struct Node {
   uint32_t id;
   bool byz_primary = false;
   bool byz_garbage = false;
+  // kDiverge: from this seq on its executor computes another state (a planted nondeterminism);
+  // 0: never. It orders honestly, so it is checked for agreement, and must end DIVERGED.
+  uint64_t diverge_from = 0;
   bool up = true;
   uint64_t incarnation = 0;
   // Signs only as itself: a Byzantine node cannot forge another replica's messages.
@@ -79,7 +85,7 @@ struct Node {
   int group = 0;
   bool isolated = false;      // kIsolate: no messages in or out
   int64_t paused_until = -1;  // kPause: events for this node wait until then
-  bool honest() const { return !byz_primary && !byz_garbage; }
+  bool honest() const { return !byz_primary && !byz_garbage && diverge_from == 0; }
 };
 
 }  // namespace sim
