@@ -236,9 +236,6 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
   // proposal bodies went back to forwarding: the next tick flushes them.)
   bool cut_may_change = false;
   int64_t earliest_timer = std::numeric_limits<int64_t>::max();
-  // Executed seqs whose state root the replica asked for, with the root (read at once: the
-  // executor has it while the seq is the tip).
-  std::vector<PbftExecuted> report_roots;
   for (PbftAction& action : actions) {
     if (halted_) break;
     std::visit(Overloaded{
@@ -277,9 +274,12 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                      if (!s.ok()) {
                        HaltLocked(absl::StrCat("commit of seq ", a.seq, " failed: ", s.ToString()));
                      } else if (a.report_state_root) {
+                       // The replica signs its checkpoint vote now, before the next commit: a
+                       // crash can then lose the vote only with the ledger exactly at this seq,
+                       // where a restart signs it (PbftReplica::OnStart).
                        absl::StatusOr<std::string> root = deps_.pipeline->StateRootAt(a.seq);
                        if (root.ok()) {
-                         report_roots.push_back({a.seq, *std::move(root)});
+                         StepLocked(PbftExecuted{a.seq, *std::move(root)});
                        } else {
                          HaltLocked(absl::StrCat("state root of seq ", a.seq, ": ",
                                                  root.status().ToString()));
@@ -324,9 +324,6 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
     deferred_.push_back([this, earliest_timer] { deps_.wake_by(earliest_timer); });
   }
   if (cut_may_change) deferred_.push_back([this] { deps_.request_tick(); });
-  // Execution is done (commits run in order above): the replica gets the roots it asked for,
-  // which its checkpoint votes carry.
-  for (const PbftExecuted& executed : report_roots) StepLocked(executed);
 }
 
 void ConsensusDriver::FetchLocked(PbftFetchTxs& fetch) {

@@ -32,7 +32,8 @@ std::string ChainDigest(const std::string& previous, uint64_t seq, const std::st
 // What checkpoint votes match on: SHA-256("noded/checkpoint/v1" || chain_digest || state_root).
 std::string CheckpointDigest(const std::string& chain_digest, const std::string& state_root);
 // A checkpoint's three digests are 32 bytes each and state_digest is CheckpointDigest of the
-// other two.
+// other two. (A new vote must be; a proof of a checkpoint made stable before votes carried roots
+// is also accepted in view changes, see ValidCheckpointProof.)
 bool WellFormedCheckpoint(const node::consensus::Checkpoint& cp);
 // The serialized envelope with the signature cleared (deterministic serialization).
 std::string SigningBytes(const ConsensusMessage& msg);

@@ -71,6 +71,11 @@ void PbftReplica::OnStart() {
       !MatchesStable(chain_digest_, position_root_)) {
     return;
   }
+  // A crash after the commit of a checkpoint seq and before its vote: sign it now.
+  if (last_executed_ > low_watermark() && last_executed_ % config_.checkpoint_interval == 0 &&
+      !position_root_.empty() && checkpoints_.OwnVote(last_executed_) == nullptr) {
+    SendOwnCheckpoint(last_executed_, chain_digest_, position_root_);
+  }
   out_.Add(PbftSetTimer{PbftTimer::kRetransmit, config_.retransmit_ms});
   if (!views_.installed()) {
     if (views_.own_view_change()) out_.Broadcast(*views_.own_view_change());

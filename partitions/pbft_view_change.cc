@@ -141,6 +141,7 @@ void PbftReplica::InstallNewView(const ConsensusMessage& nv_msg, const NewViewPl
   request_timer_.Cancel(out_);
   view_changes_.DropThrough(w);
   if (plan.min_s > low_watermark()) AdvanceStable(plan.min_s, plan.min_digest, plan.min_proof);
+  if (!out_.ok()) return;  // diverged from the new view's stable checkpoint: sign nothing
   next_seq_ = std::max(plan.max_s, low_watermark()) + 1;
   for (const ConsensusMessage& ppm : nv.pre_prepares()) {
     const uint64_t seq = ppm.pre_prepare().seq();

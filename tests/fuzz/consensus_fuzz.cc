@@ -197,10 +197,11 @@ class World {
       case 3: {
         // Mostly well formed (the model root of a chain digest, or another root), sometimes
         // with a digest that does not bind them.
+        const uint64_t seq = Seq();
         const std::string chain = StateDigest();
         const uint8_t b = in_.Byte();
         m = partitions::CheckpointMessage(
-            Seq(), chain, b % 4 == 0 ? in_.Blob(32) : partitions::testing::ModelRoot(chain));
+            seq, chain, b % 4 == 0 ? in_.Blob(32) : partitions::testing::ModelRoot(chain));
         if (b % 8 == 1) m.mutable_checkpoint()->set_state_digest(in_.Blob(32));
         return Deliver(SignedAs(Sender(), m));
       }

@@ -19,6 +19,7 @@
 #include "p2p/network.h"
 #include "partitions/pbft_certs.h"
 #include "partitions/pbft_ed25519_crypto.h"
+#include "proto/client.pb.h"
 #include "proto/p2p.pb.h"
 #include "proto/partition.pb.h"
 #include "runtime/config.h"
@@ -104,6 +105,32 @@ void FrameCorpus() {
   Write("frame", "garbage", B({3, 0x2a, 0xff, 0xff, 0x01, 0x0a}));
 }
 
+// ---- client_read: byte 0 even = WatchCommitsRequest, odd = GetValueRequest ----
+void ClientReadCorpus() {
+  node::client::WatchCommitsRequest watch;
+  watch.mutable_partition()->set_name("fuzz");
+  watch.set_from_height(1);
+  Write("client_read", "watch_from_1", std::string(1, 0) + watch.SerializeAsString());
+  watch.set_from_height(4);
+  watch.set_include_txs(true);
+  watch.set_include_receipts(true);
+  Write("client_read", "watch_from_4_full", std::string(1, 0) + watch.SerializeAsString());
+  watch.set_from_height(7);  // the tip + 1: waits
+  Write("client_read", "watch_next", std::string(1, 0) + watch.SerializeAsString());
+  watch.set_from_height(1000000);
+  Write("client_read", "watch_beyond", std::string(1, 0) + watch.SerializeAsString());
+  node::client::GetValueRequest get;
+  get.set_key("k2");
+  Write("client_read", "get_latest", std::string(1, 1) + get.SerializeAsString());
+  get.set_height(3);
+  Write("client_read", "get_at_3", std::string(1, 1) + get.SerializeAsString());
+  get.set_height(99);
+  Write("client_read", "get_beyond", std::string(1, 1) + get.SerializeAsString());
+  get.set_key(std::string(300, 'k'));
+  get.set_height(0);
+  Write("client_read", "get_long_key", std::string(1, 1) + get.SerializeAsString());
+}
+
 // ---- tx ----
 void TxCorpus() {
   Write("tx", "put", std::string(1, 1) + tests::FixedTx('A', 1, 1, "key"));
@@ -137,7 +164,8 @@ void ConsensusCorpus() {
   const std::string txs = B({12, 0x0f});  // all four txs arrive in the pool
   Write("consensus", "normal_case", B({1}) + txs + Normal(1, 0x03) + Normal(2, 0x04));
   std::string checkpoint = B({1}) + txs + Normal(1, 0x01) + Normal(2, 0x02);
-  for (int sender : {0, 1, 2}) checkpoint += B({3, 0, 2, 1, 1, sender});
+  // Checkpoint: seq 2, the chain digest after it, its model root (byte 2), sender.
+  for (int sender : {0, 1, 2}) checkpoint += B({3, 0, 2, 1, 1, 2, sender});
   Write("consensus", "checkpoint", checkpoint);
   std::string vc = B({0}) + txs + Normal(1, 0x01);
   const std::string genesis = B({0, 32}) + std::string(32, '\0');  // stable digest: a Blob
@@ -254,6 +282,7 @@ int main(int argc, char** argv) {
   g_root = argv[1];
   FrameCorpus();
   TxCorpus();
+  ClientReadCorpus();
   ConsensusCorpus();
   EnvelopeCorpus();
   ConfigCorpus();

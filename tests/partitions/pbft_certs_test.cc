@@ -101,5 +101,40 @@ TEST_F(CheckNewViewTest, NeedsExactlyThePlannedPrePrepares) {
   EXPECT_FALSE(validator_.CheckNewView(extra).has_value());
 }
 
+// A stable checkpoint made before votes carried state roots (digest = chain digest, no chain or
+// root fields) still proves itself inside a ViewChange, so a replica upgraded since can change
+// view; a new-format vote whose digest does not bind its fields does not.
+TEST(CheckpointProofTest, AProofFromBeforeStateRootsStillValidatesAViewChange) {
+  PbftConfig config;  // K = 16
+  tests::FakePbftCrypto crypto(3);
+  PbftValidator validator(config, &crypto);
+  const std::string chain = Tx(16);
+  ConsensusMessage m;
+  auto* vc = m.mutable_view_change();
+  vc->set_new_view(1);
+  vc->set_stable_seq(16);
+  vc->set_stable_digest(chain);
+  for (uint32_t from : {0u, 1u, 2u}) {
+    ConsensusMessage old_vote;
+    old_vote.mutable_checkpoint()->set_seq(16);
+    old_vote.mutable_checkpoint()->set_state_digest(chain);
+    *vc->add_checkpoint_proof() = SignedAs(from, old_vote);
+  }
+  EXPECT_TRUE(validator.ValidViewChange(SignedAs(2, m)));
+
+  // New-format votes: valid when well formed, not when one digest lies about its fields.
+  const std::string root = testing::ModelRoot(chain);
+  vc->set_stable_digest(CheckpointDigest(chain, root));
+  vc->clear_checkpoint_proof();
+  for (uint32_t from : {0u, 1u, 2u}) {
+    *vc->add_checkpoint_proof() = testing::MakeCheckpoint(16, chain, from);
+  }
+  EXPECT_TRUE(validator.ValidViewChange(SignedAs(2, m)));
+  ConsensusMessage lying = CheckpointMessage(16, chain, std::string(32, 'x'));
+  lying.mutable_checkpoint()->set_state_digest(CheckpointDigest(chain, root));
+  *vc->mutable_checkpoint_proof(2) = SignedAs(2, lying);
+  EXPECT_FALSE(validator.ValidViewChange(SignedAs(2, m)));
+}
+
 }  // namespace
 }  // namespace partitions

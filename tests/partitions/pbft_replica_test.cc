@@ -622,7 +622,8 @@ TEST(PbftStateRootTest, TheCheckpointVoteWaitsForTheExecutedStateRoot) {
   ASSERT_EQ(commits.size(), 1u);
   EXPECT_TRUE(commits[0].report_state_root);
   EXPECT_TRUE(Sent(a, kCkpt).empty()) << "no vote before the root is known";
-  EXPECT_TRUE(Sent(h.replica->Step(PbftExecuted{1, std::string(32, 'x')}), kCkpt).empty());
+  // A root nobody asked for (a checkpoint seq not executed yet) signs nothing.
+  EXPECT_TRUE(Sent(h.replica->Step(PbftExecuted{4, std::string(32, 'x')}), kCkpt).empty());
 
   const std::string root = std::string(32, 'r');
   auto votes = Sent(h.replica->Step(PbftExecuted{2, root}), kCkpt);
@@ -713,6 +714,41 @@ TEST(PbftStateRootTest, AReplicaSyncedToAStableCheckpointChecksItsRootThere) {
     EXPECT_EQ(h.replica->divergence().has_value(), planted);
     EXPECT_EQ(h.replica->state(), planted ? ConsensusState::kDiverged : ConsensusState::kNormal);
   }
+}
+
+// A crash after the commit of checkpoint seq 2 and before its root came back: the vote was never
+// signed. Restarted at 2, the replica signs it from the ledger's root.
+TEST(PbftStateRootTest, ARestartAtACheckpointWhoseVoteWasLostSignsIt) {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  ReplicaHarness h(1, c);
+  CommitAll(h, 0, 1);
+  Prepare(h, 0, 2, {Tx(7)});
+  for (uint32_t r : {0u, 2u, 3u}) {
+    h.replica->Step(PbftMessage{MakeCommit(0, 2, BatchDigest({Tx(7)}), r)});  // no report
+  }
+  ASSERT_EQ(h.replica->last_executed(), 2u);
+  const std::string chain = h.replica->chain_digest();
+  const std::string root = testing::ModelRoot(chain);
+
+  auto r = PbftReplica::Create(h.config, {&h.crypto, &h.pool, &h.store, &h.blocks},
+                               {.last_executed = 2, .chain_digest = chain, .state_root = root});
+  ASSERT_TRUE(r.ok());
+  h.replica = *std::move(r);
+  auto votes = Sent(h.replica->Step(PbftStart{}), kCkpt);
+  ASSERT_EQ(votes.size(), 1u);
+  EXPECT_EQ(votes[0].checkpoint().seq(), 2u);
+  EXPECT_EQ(votes[0].checkpoint().state_root(), root);
+  // Restarted again: the vote is in the store now, and is not signed twice.
+  r = PbftReplica::Create(h.config, {&h.crypto, &h.pool, &h.store, &h.blocks},
+                          {.last_executed = 2, .chain_digest = chain, .state_root = root});
+  ASSERT_TRUE(r.ok());
+  h.replica = *std::move(r);
+  EXPECT_TRUE(Sent(h.replica->Step(PbftStart{}), kCkpt).empty());
+  for (uint32_t rr : {0u, 2u}) h.Deliver(MakeCheckpoint(2, chain, rr));
+  EXPECT_EQ(h.replica->low_watermark(), 2u) << "its restored vote completes the quorum";
 }
 
 // Restarted exactly at its stable checkpoint, a replica compares its ledger's root with the

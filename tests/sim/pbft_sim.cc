@@ -45,9 +45,12 @@ class Cluster {
     const FaultKind k = o.fault;
     loss_ = k == FaultKind::kLoss || k == FaultKind::kMixed;
     dup_ = k == FaultKind::kDuplicate || k == FaultKind::kMixed;
-    delay_ = k == FaultKind::kDelay || k == FaultKind::kMixed;
+    // A diverging replica under delays too: its roots are reported late at times.
+    delay_ = k == FaultKind::kDelay || k == FaultKind::kMixed || k == FaultKind::kDiverge;
     partition_ = k == FaultKind::kPartition || k == FaultKind::kMixed;
-    crash_ = k == FaultKind::kCrash || k == FaultKind::kMixed;
+    // With f = 2, a correct replica may also crash beside the diverging one.
+    crash_ =
+        k == FaultKind::kCrash || k == FaultKind::kMixed || (k == FaultKind::kDiverge && o.n >= 7);
     isolate_ = k == FaultKind::kIsolate || k == FaultKind::kMixed;
     pause_ = k == FaultKind::kPause || k == FaultKind::kMixed;
     for (uint32_t i = 0; i < o.n; ++i) nodes_.push_back(std::make_unique<Node>(i));
@@ -382,7 +385,8 @@ class Cluster {
   void CrashSomeone() {
     if (!Faulty()) return;
     uint32_t down = 0;
-    for (auto& n : nodes_) down += n->up ? 0 : 1;
+    // A diverging replica stops for good once caught: it counts against f like a crashed one.
+    for (auto& n : nodes_) down += n->up && n->diverge_from == 0 ? 0 : 1;
     if (down < config_.f()) {
       Node& n = *nodes_[rng_() % o_.n];
       if (n.up && n.honest()) {

@@ -44,8 +44,8 @@ enum class FaultKind {
   kPause,         // one replica at a time is suspended (SIGSTOP): its events wait, then all run
   kCrashPrimary,  // the current primary crashes 3 times in a row; the others must commit without it
   kDiverge,       // one replica's executor computes another state root from some seq on: it must
-                  // end DIVERGED while the others go on
-  kMixed,         // all of the above at once (Byzantine ones within f)
+                  // end DIVERGED while the others go on (with delays; at n = 7 also crashes)
+  kMixed,         // all of the above but kDiverge at once (Byzantine ones within f)
 };
 const std::vector<FaultKind>& AllFaultKinds();
 const char* FaultKindName(FaultKind kind);
