@@ -56,8 +56,8 @@ struct Fixture {
 // Commits kBlocks blocks of puts by one sender: block h writes "k<i>" = "v<h>" for i < h.
 Fixture* MakeFixture() {
   auto* f = new Fixture();
-  const std::string dir = absl::StrCat(std::filesystem::temp_directory_path().string(),
-                                       "/client_read_fuzz_", getpid());
+  const std::string dir =
+      absl::StrCat(std::filesystem::temp_directory_path().string(), "/client_read_fuzz_", getpid());
   std::filesystem::remove_all(dir);
   node::chain::GenesisConfig genesis;
   absl::StatusOr<partitions::Chain> chain = partitions::OpenChain(dir, kPartition, genesis);
@@ -126,8 +126,7 @@ void FuzzWatch(Fixture& f, const node::client::WatchCommitsRequest& request) {
     Require(m.height() == want && m.block().header().height() == want, "of that height");
     const int txs = m.block().tx_hashes_size();
     Require(m.block().txs_size() == (request.include_txs() ? txs : 0), "bodies only if asked");
-    Require(m.receipts_size() == (request.include_receipts() ? txs : 0),
-            "receipts only if asked");
+    Require(m.receipts_size() == (request.include_receipts() ? txs : 0), "receipts only if asked");
     ++want;
   }
   Require(want == 0 || want == kBlocks + 1, "a watcher writes everything up to the tip");
@@ -137,8 +136,7 @@ void FuzzWatch(Fixture& f, const node::client::WatchCommitsRequest& request) {
 
 void FuzzGetValue(Fixture& f, const node::client::GetValueRequest& request) {
   const uint64_t at = request.height() == 0 ? kBlocks : request.height();
-  absl::StatusOr<std::optional<std::string>> got =
-      f.chain.ledger->GetValueAt(request.key(), at);
+  absl::StatusOr<std::optional<std::string>> got = f.chain.ledger->GetValueAt(request.key(), at);
   if (at > kBlocks) {
     Require(!got.ok() && got.status().code() == absl::StatusCode::kOutOfRange,
             "beyond the tip: OUT_OF_RANGE");
