@@ -61,6 +61,15 @@ std::vector<PbftAction> CommitAll(ReplicaHarness& h, uint64_t view, uint64_t seq
   return all;
 }
 
+// A checkpoint every 2 seqs, a window of 4 (and up to 4 proposals in flight).
+PbftConfig SmallWindow() {
+  PbftConfig c;
+  c.checkpoint_interval = 2;
+  c.window = 4;
+  c.max_inflight = 4;
+  return c;
+}
+
 TEST(PbftConfigTest, Validate) {
   PbftConfig c;
   EXPECT_TRUE(c.Validate().ok());
@@ -194,10 +203,7 @@ TEST(PbftReplicaTest, ExecutesStrictlyInSeqOrder) {
 }
 
 TEST(PbftReplicaTest, StableCheckpointAdvancesWatermarkAndCollectsLog) {
-  PbftConfig c;
-  c.checkpoint_interval = 2;
-  c.window = 4;
-  c.max_inflight = 4;
+  const PbftConfig c = SmallWindow();
   ReplicaHarness h(1, c);
   CommitAll(h, 0, 1);
   auto a = CommitAll(h, 0, 2, {Tx(7)});
@@ -538,10 +544,7 @@ std::map<uint64_t, CommittedBatch> CommittedAt(ReplicaHarness& src, int k) {
 }
 
 TEST(PbftSyncTest, BehindStableCheckpointRecoversThroughSync) {
-  PbftConfig c;
-  c.checkpoint_interval = 2;
-  c.window = 4;
-  c.max_inflight = 4;
+  const PbftConfig c = SmallWindow();
   ReplicaHarness src(2, c);
   auto batches = CommittedAt(src, 2);
   ASSERT_EQ(batches.size(), 2u);
@@ -606,10 +609,7 @@ TEST(PbftNewViewRequestTest, InstalledReplicaHandsOverItsNewView) {
 // commit asks for it, and the vote (chain digest and root, bound by its digest) goes out when
 // the executor reports it. A report nobody asked for changes nothing.
 TEST(PbftStateRootTest, TheCheckpointVoteWaitsForTheExecutedStateRoot) {
-  PbftConfig c;
-  c.checkpoint_interval = 2;
-  c.window = 4;
-  c.max_inflight = 4;
+  const PbftConfig c = SmallWindow();
   ReplicaHarness h(1, c);
   CommitAll(h, 0, 1);
   Prepare(h, 0, 2, {Tx(7)});
@@ -641,10 +641,7 @@ TEST(PbftStateRootTest, TheCheckpointVoteWaitsForTheExecutedStateRoot) {
 // DIVERGED, with the height and both roots, and signs nothing from then on (not even when its
 // timers fire or a new proposal arrives).
 TEST(PbftStateRootTest, AStableCheckpointWithAnotherRootMakesTheReplicaDiverged) {
-  PbftConfig c;
-  c.checkpoint_interval = 2;
-  c.window = 4;
-  c.max_inflight = 4;
+  const PbftConfig c = SmallWindow();
   ReplicaHarness h(1, c);
   h.wrong_from = 2;
   CommitAll(h, 0, 1);
@@ -676,10 +673,7 @@ TEST(PbftStateRootTest, AStableCheckpointWithAnotherRootMakesTheReplicaDiverged)
 
 // The same checkpoint with matching roots is simply stable (the control for the test above).
 TEST(PbftStateRootTest, MatchingRootsMakeTheCheckpointStable) {
-  PbftConfig c;
-  c.checkpoint_interval = 2;
-  c.window = 4;
-  c.max_inflight = 4;
+  const PbftConfig c = SmallWindow();
   ReplicaHarness h(1, c);
   CommitAll(h, 0, 1);
   CommitAll(h, 0, 2, {Tx(7)});
@@ -693,10 +687,7 @@ TEST(PbftStateRootTest, MatchingRootsMakeTheCheckpointStable) {
 // A replica that reaches a stable checkpoint by block sync, with no vote of its own there,
 // checks its executed root against the agreed one when the executor reports it.
 TEST(PbftStateRootTest, AReplicaSyncedToAStableCheckpointChecksItsRootThere) {
-  PbftConfig c;
-  c.checkpoint_interval = 2;
-  c.window = 4;
-  c.max_inflight = 4;
+  const PbftConfig c = SmallWindow();
   ReplicaHarness src(2, c);
   src.blocks.batches = CommittedAt(src, 2);
   const std::string chain = src.replica->chain_digest();
@@ -719,10 +710,7 @@ TEST(PbftStateRootTest, AReplicaSyncedToAStableCheckpointChecksItsRootThere) {
 // A crash after the commit of checkpoint seq 2 and before its root came back: the vote was never
 // signed. Restarted at 2, the replica signs it from the ledger's root.
 TEST(PbftStateRootTest, ARestartAtACheckpointWhoseVoteWasLostSignsIt) {
-  PbftConfig c;
-  c.checkpoint_interval = 2;
-  c.window = 4;
-  c.max_inflight = 4;
+  const PbftConfig c = SmallWindow();
   ReplicaHarness h(1, c);
   CommitAll(h, 0, 1);
   Prepare(h, 0, 2, {Tx(7)});
@@ -754,10 +742,7 @@ TEST(PbftStateRootTest, ARestartAtACheckpointWhoseVoteWasLostSignsIt) {
 // Restarted exactly at its stable checkpoint, a replica compares its ledger's root with the
 // agreed one before anything else.
 TEST(PbftStateRootTest, ARestartAtTheStableCheckpointChecksTheLedgersRoot) {
-  PbftConfig c;
-  c.checkpoint_interval = 2;
-  c.window = 4;
-  c.max_inflight = 4;
+  const PbftConfig c = SmallWindow();
   ReplicaHarness h(1, c);
   CommitAll(h, 0, 1);
   CommitAll(h, 0, 2, {Tx(7)});
