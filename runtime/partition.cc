@@ -362,13 +362,13 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
   } else if (paused_.load(std::memory_order_relaxed)) {
     gate = absl::UnavailableError(
         absl::StrCat("partition ", name_, " is paused by the operator; retry after resume"));
-  } else if (driver_->state() == partitions::kHaltedState ||
-             driver_->state() == static_cast<int>(partitions::ConsensusState::kDiverged)) {
+  } else if (const int state = driver_->state();
+             state == partitions::kHaltedState ||
+             state == static_cast<int>(partitions::ConsensusState::kDiverged)) {
     // Whatever the interceptor's stages: a halted replica never commits here again.
     gate = absl::UnavailableError(absl::StrCat(
-        "partition ", name_, " is ", driver_->StateName() == "DIVERGED" ? "DIVERGED" : "halted",
-        " on this node (see its halt_reason); "
-        "another node may serve it"));
+        "partition ", name_, " is ", state == partitions::kHaltedState ? "halted" : "DIVERGED",
+        " on this node (see its halt_reason); another node may serve it"));
   }
   admission_->Submit(std::move(txs), options, gate, single, std::move(single_done),
                      std::move(batch_done));

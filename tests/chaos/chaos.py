@@ -653,13 +653,7 @@ class Faults:
             os.posix_fallocate(f.fileno(), 0, max(free - DISK_LEFT, 1))
         t = time.monotonic()
         base = {q: h.height for q, h in self.c.heights([i])[i].items()}
-        halted = None
-        while time.monotonic() < min(t + DISK_HALT_S, HARD_DEADLINE[0]):
-            h = self.c.heights([i], timeout=0.5).get(i)
-            if h and h[p].consensus_state == "HALTED":
-                halted = h[p]
-                break
-            time.sleep(POLL_S)
+        halted = self.wait_state(i, p, "HALTED", t + DISK_HALT_S)
         halt_s = time.monotonic() - t
         if halted is None:
             self.chk.violation("liveness", "%s: node %d's %s did not halt within %gs of its "
@@ -848,6 +842,16 @@ class Faults:
         took = self.wait_catchup(i, t, kind)
         return {"kind": kind, "recovery_s": rec, "catchup_s": took}
 
+    def wait_state(self, i, p, state, until):
+        """Node i's status of partition p once it is in `state`; None if not by `until`
+        (monotonic time)."""
+        while time.monotonic() < min(until, HARD_DEADLINE[0]):
+            h = self.c.heights([i], timeout=0.5).get(i)
+            if h and h[p].consensus_state == state:
+                return h[p]
+            time.sleep(POLL_S)
+        return None
+
     def check_halted_visible(self, i, p, state="HALTED", reason="No space left",
                              what="disk_full"):
         """A halted partition shows in the client API (`state`, a halt_reason containing
@@ -902,13 +906,7 @@ class Faults:
         log("fault diverge: node %d restarted to execute %s's block %d differently" % (i, p, at))
         t = time.monotonic()
         self.c.start(i, ["--test-diverge", "%s:%d" % (p, at)])
-        diverged = None
-        while time.monotonic() < min(t + DIVERGE_S, HARD_DEADLINE[0]):
-            h = self.c.heights([i], timeout=0.5).get(i)
-            if h and h[p].consensus_state == "DIVERGED":
-                diverged = h[p]
-                break
-            time.sleep(POLL_S)
+        diverged = self.wait_state(i, p, "DIVERGED", t + DIVERGE_S)
         found_s = time.monotonic() - t
         if diverged is None:
             self.chk.violation("safety", "diverge: node %d's %s was not DIVERGED within %gs of "
