@@ -12,6 +12,26 @@ void CommitFeed::Publish(CommitEvent event) {
     if (delivering_) return;  // the delivering thread takes it
     delivering_ = true;
   }
+  Deliver();
+}
+
+void CommitFeed::SkipTo(uint64_t height) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (height < next_height_) return;
+    // Another thread delivering finishes its event first; the skip then waits its turn.
+    mu_.Await(absl::Condition(
+        +[](bool* delivering) { return !*delivering; }, &delivering_));
+    if (height < next_height_) return;
+    queued_.erase(queued_.begin(), queued_.upper_bound(height));
+    next_height_ = height + 1;
+    delivering_ = true;
+  }
+  for (CommitSubscriber* s : subscribers_) s->OnSkip(height);
+  Deliver();
+}
+
+void CommitFeed::Deliver() {
   while (true) {
     CommitEvent next;
     {

@@ -42,6 +42,9 @@ class CommitSubscriber {
  public:
   virtual ~CommitSubscriber() = default;
   virtual void OnCommit(const CommitEvent& event) = 0;
+  // Blocks up to `height` were installed at once from a snapshot (snapshot_sync.h): there are no
+  // events for them; the next OnCommit is height + 1.
+  virtual void OnSkip(uint64_t height) {}
 };
 
 class CommitFeed {
@@ -58,9 +61,18 @@ class CommitFeed {
   // height is the next one expected (a block published early waits for its predecessors).
   void Publish(CommitEvent event);
 
+  // The ledger jumped to `height` (a snapshot installed): subscribers hear OnSkip(height), and
+  // delivery goes on from height + 1 (events at or below it are dropped). No-op unless height is
+  // past what was delivered. Same threading as Publish.
+  void SkipTo(uint64_t height);
+
   uint64_t delivered_height() const;
 
  private:
+  // Delivers queued events in order while the next one is there. REQUIRES: delivering_ was set
+  // by this thread.
+  void Deliver() ABSL_LOCKS_EXCLUDED(mu_);
+
   std::vector<CommitSubscriber*> subscribers_;  // constant after the first Publish
 
   mutable absl::Mutex mu_;

@@ -56,6 +56,11 @@ absl::StatusOr<std::unique_ptr<ConsensusDriver>> ConsensusDriver::Create(
       position);
   if (!replica.ok()) return replica.status();
   driver->replica_ = *std::move(replica);
+  if (config.snapshot_min_gap > 0 && d.executor == nullptr) {
+    return absl::InvalidArgumentError("consensus driver: snapshot sync needs the executor");
+  }
+  driver->snapshot_ = std::make_unique<SnapshotFetcher>(
+      d.ledger, SnapshotFetcher::Options{.n = config.n, .self = config.self});
   driver->state_.store(static_cast<int>(driver->replica_->state()));
   driver->view_.store(driver->replica_->view());
   // A divergence found before a restart stands: the ledger's state is still the wrong one.
@@ -71,7 +76,10 @@ absl::StatusOr<std::unique_ptr<ConsensusDriver>> ConsensusDriver::Create(
   return driver;
 }
 
-ConsensusDriver::ConsensusDriver(Deps deps) : deps_(std::move(deps)) {}
+ConsensusDriver::ConsensusDriver(Deps deps)
+    : deps_(std::move(deps)),
+      snapshot_server_(deps_.ledger, deps_.clock,
+                       {.serve_bytes_per_second = deps_.snapshot_serve_bytes_per_second}) {}
 
 void ConsensusDriver::Start() {
   WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftStart{}); });
@@ -84,8 +92,14 @@ std::string ConsensusDriver::StateName() const {
 }
 
 ConsensusDriver::Stats ConsensusDriver::stats() const {
-  return {.dropped_bad_signature = dropped_bad_signature_.load(std::memory_order_relaxed),
-          .dropped_bad_tx = dropped_bad_tx_.load(std::memory_order_relaxed)};
+  Stats s;
+  s.dropped_bad_signature = dropped_bad_signature_.load(std::memory_order_relaxed);
+  s.dropped_bad_tx = dropped_bad_tx_.load(std::memory_order_relaxed);
+  s.snapshot_serve = snapshot_server_.stats();
+  absl::MutexLock lock(&mu_);
+  s.snapshot_fetch = snapshot_->active() ? snapshot_->stats() : last_snapshot_;
+  s.snapshots_installed = snapshots_installed_;
+  return s;
 }
 
 // ---- Peer messages ----
@@ -156,6 +170,102 @@ void ConsensusDriver::OnFetch(uint32_t from, const node::partition::TxFetch& fet
     }
   }
   if (reply.has_txs()) deps_.sender->Send(from, p2p::Channel::SYNC, reply);
+}
+
+void ConsensusDriver::OnSnapshotMessage(uint32_t from,
+                                        const node::partition::PartitionMessage& msg) {
+  if (msg.has_snapshot_request()) {
+    // Reads the ledger (a manifest reads the whole state): never under the consensus lock.
+    deps_.sender->Send(from, p2p::Channel::SYNC, snapshot_server_.Answer(msg.snapshot_request()));
+    return;
+  }
+  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (halted_ || !snapshot_->active()) return;
+    const int64_t now = deps_.clock->NowNanos();
+    std::vector<SnapshotFetcher::Send> sends;
+    absl::Status s = msg.has_snapshot_manifest()
+                         ? snapshot_->OnManifest(from, msg.snapshot_manifest(), now, &sends)
+                         : snapshot_->OnChunk(from, msg.snapshot_chunk(), now, &sends);
+    if (!s.ok()) {
+      HaltLocked(absl::StrCat("snapshot fetch failed: ", s.ToString()));
+      return;
+    }
+    SendSnapshotLocked(std::move(sends));
+    if (snapshot_->complete()) InstallSnapshotLocked();
+  });
+}
+
+void ConsensusDriver::StartSnapshotLocked(const PbftSnapshotWanted& wanted) {
+  const SnapshotTarget target{
+      .seq = wanted.seq, .chain_digest = wanted.chain_digest, .state_root = wanted.state_root};
+  if (snapshot_->active()) {
+    // A newer stable checkpoint while one is being fetched: keep fetching unless stalled (Tick).
+    newest_snapshot_ = target;
+    return;
+  }
+  LOG(INFO) << "partition " << deps_.name << ": " << wanted.seq - replica_->last_executed()
+            << " blocks behind the stable checkpoint " << wanted.seq
+            << ": fetching its state from peers";
+  std::vector<SnapshotFetcher::Send> sends;
+  absl::Status s = snapshot_->Start(target, deps_.clock->NowNanos(), &sends);
+  if (!s.ok()) {
+    HaltLocked(absl::StrCat("snapshot fetch failed: ", s.ToString()));
+    return;
+  }
+  newest_snapshot_.reset();
+  SendSnapshotLocked(std::move(sends));
+  // A state without entries has nothing to fetch once the manifest is in; else the answers
+  // drive it, and Tick re-asks what goes unanswered.
+  deferred_.push_back([this] { deps_.request_tick(); });
+}
+
+void ConsensusDriver::TickSnapshotLocked(int64_t now, int64_t* wake) {
+  if (halted_ || !snapshot_->active()) return;
+  if (newest_snapshot_ && snapshot_->Stalled(now)) {
+    // Nobody serves the older checkpoint any more (peers installed newer snapshots): the newer.
+    LOG(INFO) << "partition " << deps_.name << ": the snapshot at " << snapshot_->target()->seq
+              << " makes no progress; fetching the one at " << newest_snapshot_->seq;
+    last_snapshot_ = snapshot_->stats();
+    snapshot_->Abandon();
+    const SnapshotTarget next = *std::move(newest_snapshot_);
+    StartSnapshotLocked(
+        {.seq = next.seq, .chain_digest = next.chain_digest, .state_root = next.state_root});
+    return;
+  }
+  std::vector<SnapshotFetcher::Send> sends;
+  *wake = std::min(*wake, snapshot_->Tick(now, &sends));
+  SendSnapshotLocked(std::move(sends));
+  if (snapshot_->complete()) InstallSnapshotLocked();
+}
+
+void ConsensusDriver::SendSnapshotLocked(std::vector<SnapshotFetcher::Send> sends) {
+  for (SnapshotFetcher::Send& send : sends) {
+    deps_.sender->Send(send.to, p2p::Channel::SYNC, send.msg);
+  }
+}
+
+void ConsensusDriver::InstallSnapshotLocked() {
+  const SnapshotTarget target = *snapshot_->target();
+  last_snapshot_ = snapshot_->stats();
+  absl::StatusOr<StateRoot> lanes = snapshot_->Install({{kChainDigestKey, target.chain_digest}});
+  if (!lanes.ok()) {
+    HaltLocked(
+        absl::StrCat("snapshot install at ", target.seq, " failed: ", lanes.status().ToString()));
+    return;
+  }
+  deps_.executor->Reset(*lanes);
+  // Pooled txs that committed in the skipped blocks would count as pending (and start the
+  // request timer) until they expired.
+  deps_.pool->Resync();
+  ++snapshots_installed_;
+  LOG(INFO) << "partition " << deps_.name << ": installed the state at " << target.seq << " ("
+            << last_snapshot_.chunks_total << " chunks, " << last_snapshot_.bad_chunks
+            << " refused as bad); replaying blocks from there";
+  // Blocks replayed from here in this same step are published before this runs; the feed holds
+  // them until the skip, then delivers them after it.
+  deferred_.push_back([this, seq = target.seq] { deps_.feed->SkipTo(seq); });
+  last_commit_nanos_ = deps_.clock->NowNanos();
+  StepLocked(PbftSnapshotInstalled{.seq = target.seq, .chain_digest = target.chain_digest});
 }
 
 // ---- The replica ----
@@ -293,6 +403,7 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                    },
                    [&](PbftCancelTimer& a) { timers_.erase(a.timer); },
                    [&](PbftFetchTxs& a) { FetchLocked(a); },
+                   [&](PbftSnapshotWanted& a) { StartSnapshotLocked(a); },
                    [&](PbftStateChanged& a) {
                      cut_may_change = true;
                      const auto old = static_cast<ConsensusState>(state_.load());
@@ -405,6 +516,7 @@ int64_t ConsensusDriver::Tick(int64_t now, bool paused) {
       next_hook_ = now + kHookEveryNanos;
     }
     if (hook_wants_ticks_) wake = std::min(wake, next_hook_);
+    TickSnapshotLocked(now, &wake);
     CutBatchesLocked(now, paused, &wake);
     ReforwardLocked(now, &wake);
   });

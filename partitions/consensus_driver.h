@@ -56,6 +56,7 @@
 #include "partitions/pbft_replica.h"
 #include "partitions/pbft_types.h"
 #include "partitions/peer_sender.h"
+#include "partitions/snapshot_sync.h"
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
 #include "proto/partition.pb.h"
@@ -81,7 +82,12 @@ class ConsensusDriver {
     PeerSender* sender = nullptr;
     CommitPipeline* pipeline = nullptr;  // also the replica's tx and block source
     CommitFeed* feed = nullptr;
-    Ledger* ledger = nullptr;  // committed txs for fetch answers
+    Ledger* ledger = nullptr;  // committed txs for fetch answers; snapshots served and installed
+    // The ledger's executor: reset when a fetched snapshot is installed. Required when
+    // snapshot_min_gap is set in the replica's config.
+    Executor* executor = nullptr;
+    // Reading state for peers' snapshot requests (SnapshotServer::Options).
+    double snapshot_serve_bytes_per_second = 64 << 20;
     BatchPolicy* batch_policy = nullptr;
     base::TxLimits tx_limits;
     // Called under the driver's lock right after a block committed (before its event is
@@ -110,8 +116,11 @@ class ConsensusDriver {
   };
 
   struct Stats {
-    uint64_t dropped_bad_signature = 0;  // envelope not signed by the connection's replica
-    uint64_t dropped_bad_tx = 0;         // forwarded/fetched tx that does not decode or verify
+    uint64_t dropped_bad_signature = 0;     // envelope not signed by the connection's replica
+    uint64_t dropped_bad_tx = 0;            // forwarded/fetched tx that does not decode or verify
+    SnapshotFetcher::Stats snapshot_fetch;  // the fetch in progress, or the last one
+    uint64_t snapshots_installed = 0;
+    SnapshotServer::Stats snapshot_serve;
   };
 
   static absl::StatusOr<std::unique_ptr<ConsensusDriver>> Create(
@@ -127,6 +136,9 @@ class ConsensusDriver {
   // Returns how many of the batch's txs were refused (do not decode or verify).
   size_t OnTxBatch(const node::partition::TxBatch& batch);
   void OnFetch(uint32_t from, const node::partition::TxFetch& fetch);
+  // Snapshot sync (snapshot_sync.h): a request is answered from the ledger (no consensus lock);
+  // manifests and chunks feed the fetch in progress, which installs the state once complete.
+  void OnSnapshotMessage(uint32_t from, const node::partition::PartitionMessage& msg);
 
   // One round of time-driven work at `now` (no proposals while `paused`); returns the time it
   // next wants to run (due timers, the pool's expiry sweep every second, the tick hook, the
@@ -166,14 +178,29 @@ class ConsensusDriver {
   // The replica found its state differs from a stable checkpoint: records it in the ledger (a
   // restart stays DIVERGED) and halts in state DIVERGED. Reads keep working.
   void DivergedLocked(const PbftReplica::Divergence& divergence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Snapshot sync: starts (or resumes) the fetch the replica wants; sends the fetcher's requests;
+  // installs a complete snapshot and tells the replica.
+  void StartSnapshotLocked(const PbftSnapshotWanted& wanted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendSnapshotLocked(std::vector<SnapshotFetcher::Send> sends)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InstallSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-asks what went unanswered; switches to the newest wanted snapshot when the one being
+  // fetched is stalled.
+  void TickSnapshotLocked(int64_t now, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deps::equivocate: sends `proposal` (a pre-prepare) to one replica and a conflicting one to
   // the others.
   void EquivocateLocked(const node::partition::PartitionMessage& proposal, p2p::Channel channel)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Deps deps_;
+  SnapshotServer snapshot_server_;  // thread-safe
 
   mutable absl::Mutex mu_;
+  std::unique_ptr<SnapshotFetcher> snapshot_ ABSL_GUARDED_BY(mu_);
+  SnapshotFetcher::Stats last_snapshot_ ABSL_GUARDED_BY(mu_);  // of the fetch before
+  // A newer checkpoint the replica wants while an older one is fetched.
+  std::optional<SnapshotTarget> newest_snapshot_ ABSL_GUARDED_BY(mu_);
+  uint64_t snapshots_installed_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<PbftReplica> replica_ ABSL_GUARDED_BY(mu_);
   std::map<PbftTimer, int64_t> timers_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::AnyInvocable<void()>> deferred_ ABSL_GUARDED_BY(mu_);

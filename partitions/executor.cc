@@ -313,6 +313,19 @@ void Executor::Apply(const BlockExecution& result) {
   ++version_;
 }
 
+void Executor::Reset(const StateRoot& root) {
+  absl::MutexLock lock(&mu_);
+  CHECK(owned_store_ == nullptr) << "Reset of an in-memory executor";
+  {
+    absl::MutexLock cache_lock(&cache_mu_);
+    index_.clear();  // views into lru_'s keys: first
+    lru_.clear();
+    cache_bytes_ = 0;
+  }
+  root_ = root;
+  ++version_;
+}
+
 std::string Executor::state_root() const {
   absl::ReaderMutexLock lock(&mu_);
   return root_.Root();

@@ -155,6 +155,10 @@ class Executor {
   // REQUIRES: no Apply since the Execute that produced `result` (CHECKed).
   void Apply(const BlockExecution& result) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The store's state was replaced under the executor (a snapshot installed into the ledger):
+  // `root` is its hash; the cache is emptied. REQUIRES: a store-backed executor (CHECKed).
+  void Reset(const StateRoot& root) ABSL_LOCKS_EXCLUDED(mu_);
+
   uint32_t partition() const { return partition_; }
   std::string state_root() const ABSL_LOCKS_EXCLUDED(mu_);
   StateRoot accumulator() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -33,6 +33,11 @@ constexpr absl::string_view kLanesKey = "l";
 // The lowest height whose state GetStateAt can read: set when a ledger written before the undo
 // records existed is upgraded (absent: every height).
 constexpr absl::string_view kHistoryFromKey = "h";
+// Which prefix the state uses ("s" if absent); the other one stages a snapshot being fetched.
+constexpr absl::string_view kStatePrefixKey = "g";
+// The height of the snapshot installed last (absent: none).
+constexpr absl::string_view kEarliestKey = "e";
+constexpr char kStagedPrefix = 'n';
 constexpr char kUndoAbsent = '\0';
 constexpr char kUndoPresent = '\1';
 
@@ -77,6 +82,12 @@ std::string Prefixed(char prefix, absl::string_view rest) {
   std::string k(1, prefix);
   k.append(rest.data(), rest.size());
   return k;
+}
+
+// The first key after every key starting with `prefix`. REQUIRES: prefix does not end in 0xff.
+std::string PrefixEnd(std::string prefix) {
+  prefix.back() = static_cast<char>(prefix.back() + 1);
+  return prefix;
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
@@ -160,12 +171,34 @@ absl::Status Ledger::LoadTip() {
   } else if (!fs.IsNotFound()) {
     RETURN_IF_ERROR(FromRocks(fs, "read history mark"));
   }
+  std::string earliest;
+  rocksdb::Status es = db_->Get(
+      rocksdb::ReadOptions(), rocksdb::Slice(kEarliestKey.data(), kEarliestKey.size()), &earliest);
+  if (es.ok() && earliest.size() != 8) {
+    return absl::DataLossError("ledger: the earliest-block mark is not 8 bytes");
+  }
+  if (es.ok()) {
+    earliest_ = GetBe(earliest);
+  } else if (!es.IsNotFound()) {
+    RETURN_IF_ERROR(FromRocks(es, "read earliest-block mark"));
+  }
+  std::string prefix;
+  rocksdb::Status ps =
+      db_->Get(rocksdb::ReadOptions(),
+               rocksdb::Slice(kStatePrefixKey.data(), kStatePrefixKey.size()), &prefix);
+  if (ps.ok()) {
+    if (prefix.size() != 1 || (prefix[0] != kStatePrefix && prefix[0] != kStagedPrefix)) {
+      return absl::DataLossError("ledger: the state prefix mark is corrupt");
+    }
+    state_prefix_.store(prefix[0], std::memory_order_release);
+  } else if (!ps.IsNotFound()) {
+    RETURN_IF_ERROR(FromRocks(ps, "read state prefix"));
+  }
   return absl::OkStatus();
 }
 
-absl::Status Ledger::CommitBlock(const node::chain::Block& block,
-                                 absl::Span<const node::chain::Receipt> receipts,
-                                 const StateDelta& delta, const ConsensusMetaWrites& meta) {
+absl::Status Ledger::CheckBlock(const node::chain::Block& block,
+                                absl::Span<const node::chain::Receipt> receipts) const {
   const node::chain::BlockHeader& h = block.header();
   const size_t n = static_cast<size_t>(block.tx_hashes_size());
   if (h.partition() != partition_) {
@@ -181,6 +214,32 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
     return absl::InvalidArgumentError(
         absl::StrCat("block ", h.height(), ": tx_root does not match its tx hashes"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Ledger::AddBlock(const node::chain::Block& block,
+                              absl::Span<const node::chain::Receipt> receipts,
+                              rocksdb::WriteBatch* batch) {
+  const node::chain::BlockHeader& h = block.header();
+  batch->Put(BlockKey(h.height()), block.SerializeAsString());
+  absl::flat_hash_set<absl::string_view> indexed;
+  for (size_t i = 0; i < receipts.size(); ++i) {
+    const std::string loc = Location(h.height(), static_cast<uint32_t>(i));
+    batch->Put(Prefixed(kReceiptPrefix, loc), receipts[i].SerializeAsString());
+    const std::string& tx_hash = block.tx_hashes(static_cast<int>(i));
+    if (!indexed.insert(tx_hash).second) continue;
+    const std::string index_key = Prefixed(kTxIndexPrefix, tx_hash);
+    ASSIGN_OR_RETURN(std::optional<std::string> existing, Read(index_key));
+    if (!existing.has_value()) batch->Put(index_key, loc);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Ledger::CommitBlock(const node::chain::Block& block,
+                                 absl::Span<const node::chain::Receipt> receipts,
+                                 const StateDelta& delta, const ConsensusMetaWrites& meta) {
+  const node::chain::BlockHeader& h = block.header();
+  RETURN_IF_ERROR(CheckBlock(block, receipts));
   if (h.state_root() != delta.accumulator.Root()) {
     return absl::InvalidArgumentError(
         absl::StrCat("block ", h.height(), ": state_root is not the root of the state delta"));
@@ -199,18 +258,8 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
   }
 
   rocksdb::WriteBatch batch;
-  batch.Put(BlockKey(h.height()), block.SerializeAsString());
-  absl::flat_hash_set<absl::string_view> indexed;
-  for (size_t i = 0; i < n; ++i) {
-    const std::string loc = Location(h.height(), static_cast<uint32_t>(i));
-    batch.Put(Prefixed(kReceiptPrefix, loc), receipts[i].SerializeAsString());
-    const std::string& tx_hash = block.tx_hashes(static_cast<int>(i));
-    if (!indexed.insert(tx_hash).second) continue;
-    const std::string index_key = Prefixed(kTxIndexPrefix, tx_hash);
-    ASSIGN_OR_RETURN(std::optional<std::string> existing, Read(index_key));
-    if (!existing.has_value()) batch.Put(index_key, loc);
-  }
-  for (const auto& [key, value] : delta.writes) batch.Put(Prefixed(kStatePrefix, key), value);
+  RETURN_IF_ERROR(AddBlock(block, receipts, &batch));
+  for (const auto& [key, value] : delta.writes) batch.Put(StateKey(key), value);
   std::string undo;
   for (const auto& [key, before] : delta.previous) {
     undo.assign(1, before.has_value() ? kUndoPresent : kUndoAbsent);
@@ -327,7 +376,7 @@ absl::StatusOr<std::string> Ledger::GetTx(absl::string_view tx_hash) const {
 }
 
 absl::StatusOr<node::chain::Account> Ledger::GetAccount(absl::string_view address) const {
-  ASSIGN_OR_RETURN(std::optional<std::string> v, Read(Prefixed(kStatePrefix, AccountKey(address))));
+  ASSIGN_OR_RETURN(std::optional<std::string> v, Read(StateKey(AccountKey(address))));
   node::chain::Account account;
   account.set_address(std::string(address));
   if (v.has_value() && !DecodeAccount(*v, &account)) {
@@ -337,7 +386,7 @@ absl::StatusOr<node::chain::Account> Ledger::GetAccount(absl::string_view addres
 }
 
 absl::StatusOr<std::optional<std::string>> Ledger::GetValue(absl::string_view key) const {
-  return Read(Prefixed(kStatePrefix, ValueKey(key)));
+  return Read(StateKey(ValueKey(key)));
 }
 
 absl::StatusOr<std::optional<std::string>> Ledger::GetValueAt(absl::string_view key,
@@ -346,28 +395,35 @@ absl::StatusOr<std::optional<std::string>> Ledger::GetValueAt(absl::string_view 
 }
 
 absl::StatusOr<std::optional<std::string>> Ledger::GetState(absl::string_view key) const {
-  return Read(Prefixed(kStatePrefix, key));
+  return Read(StateKey(key));
 }
 
-absl::StatusOr<std::optional<std::string>> Ledger::GetStateAt(absl::string_view key,
-                                                              uint64_t height) const {
-  // One snapshot, so a commit between the two reads below cannot mix two states. Taken under
-  // the commit lock: it holds every block up to the tip checked here.
-  const rocksdb::Snapshot* snapshot = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    if (empty_ || height > tip_.height()) {
-      return absl::OutOfRangeError(absl::StrCat("height ", height, " is beyond the last block (",
-                                                empty_ ? 0 : tip_.height(), ")"));
-    }
-    if (height < history_from_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the state before height ", history_from_,
-                       " is not kept: this ledger was written by a version without history"));
-    }
-    snapshot = db_->GetSnapshot();
+std::string Ledger::StateKey(absl::string_view key) const {
+  return Prefixed(state_prefix_.load(std::memory_order_acquire), key);
+}
+
+char Ledger::staging_prefix() const {
+  return state_prefix_.load(std::memory_order_acquire) == kStatePrefix ? kStagedPrefix
+                                                                       : kStatePrefix;
+}
+
+absl::StatusOr<const rocksdb::Snapshot*> Ledger::SnapshotAt(uint64_t height) const {
+  // Taken under the commit lock: it holds every block up to the tip checked here.
+  absl::MutexLock lock(&mu_);
+  if (empty_ || height > tip_.height()) {
+    return absl::OutOfRangeError(absl::StrCat("height ", height, " is beyond the last block (",
+                                              empty_ ? 0 : tip_.height(), ")"));
   }
-  absl::Cleanup release = [&] { db_->ReleaseSnapshot(snapshot); };
+  if (height < history_from_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the state before height ", history_from_, " is not kept"));
+  }
+  return db_->GetSnapshot();
+}
+
+absl::StatusOr<bool> Ledger::UndoValueAt(absl::string_view key, uint64_t height,
+                                         const rocksdb::Snapshot* snapshot,
+                                         std::optional<std::string>* value) const {
   // The value at `height` is the value before the first change after it: the first undo entry
   // above `height`; with none, the key has not changed since, and the current value is it.
   const std::string prefix = UndoKeyPrefix(key);
@@ -376,17 +432,162 @@ absl::StatusOr<std::optional<std::string>> Ledger::GetStateAt(absl::string_view 
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   it->Seek(UndoKey(key, height + 1));
   RETURN_IF_ERROR(FromRocks(it->status(), "seek undo"));
-  if (it->Valid() && it->key().size() == prefix.size() + 8 && it->key().starts_with(prefix)) {
-    const rocksdb::Slice v = it->value();
-    if (v.empty() || (v[0] != kUndoAbsent && v[0] != kUndoPresent)) {
-      return absl::DataLossError(absl::StrCat(
-          "undo record of a state key at height ",
-          GetBe(absl::string_view(it->key().data() + prefix.size(), 8)), " is corrupt"));
-    }
-    if (v[0] == kUndoAbsent) return std::optional<std::string>();
-    return std::optional<std::string>(std::string(v.data() + 1, v.size() - 1));
+  if (!it->Valid() || it->key().size() != prefix.size() + 8 || !it->key().starts_with(prefix)) {
+    return false;
   }
-  return Read(Prefixed(kStatePrefix, key), snapshot);
+  const rocksdb::Slice v = it->value();
+  if (v.empty() || (v[0] != kUndoAbsent && v[0] != kUndoPresent)) {
+    return absl::DataLossError(
+        absl::StrCat("undo record of a state key at height ",
+                     GetBe(absl::string_view(it->key().data() + prefix.size(), 8)), " is corrupt"));
+  }
+  if (v[0] == kUndoAbsent) {
+    value->reset();
+  } else {
+    value->emplace(v.data() + 1, v.size() - 1);
+  }
+  return true;
+}
+
+absl::StatusOr<std::optional<std::string>> Ledger::GetStateAt(absl::string_view key,
+                                                              uint64_t height) const {
+  // One snapshot, so a commit between the two reads below cannot mix two states.
+  ASSIGN_OR_RETURN(const rocksdb::Snapshot* snapshot, SnapshotAt(height));
+  absl::Cleanup release = [&] { db_->ReleaseSnapshot(snapshot); };
+  std::optional<std::string> value;
+  ASSIGN_OR_RETURN(bool changed, UndoValueAt(key, height, snapshot, &value));
+  if (changed) return value;
+  return Read(StateKey(key), snapshot);
+}
+
+absl::Status Ledger::ScanStateAt(
+    uint64_t height, absl::string_view from,
+    absl::FunctionRef<bool(absl::string_view, absl::string_view)> fn) const {
+  ASSIGN_OR_RETURN(const rocksdb::Snapshot* snapshot, SnapshotAt(height));
+  absl::Cleanup release = [&] { db_->ReleaseSnapshot(snapshot); };
+  bool at_tip = false;
+  {
+    absl::MutexLock lock(&mu_);
+    at_tip = height == tip_.height();
+  }
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  const std::string prefix(1, state_prefix_.load(std::memory_order_acquire));
+  std::optional<std::string> older;
+  // Keys are never deleted, so every key of the state at `height` is in the current state; a
+  // key written after it has an "absent" undo record there and is skipped.
+  for (it->Seek(Prefixed(prefix[0], from)); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    const absl::string_view key(it->key().data() + 1, it->key().size() - 1);
+    if (!at_tip) {
+      ASSIGN_OR_RETURN(bool changed, UndoValueAt(key, height, snapshot, &older));
+      if (changed) {
+        if (!older.has_value()) continue;
+        if (!fn(key, *older)) return absl::OkStatus();
+        continue;
+      }
+    }
+    if (!fn(key, absl::string_view(it->value().data(), it->value().size()))) {
+      return absl::OkStatus();
+    }
+  }
+  return FromRocks(it->status(), "scan state");
+}
+
+absl::Status Ledger::ClearStaged(absl::string_view meta_prefix) {
+  const char p = staging_prefix();
+  rocksdb::WriteBatch batch;
+  batch.DeleteRange(std::string(1, p), std::string(1, static_cast<char>(p + 1)));
+  const std::string meta_from = Prefixed(kMetaPrefix, meta_prefix);
+  batch.DeleteRange(meta_from, PrefixEnd(meta_from));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return FromRocks(db_->Write(wo, &batch), "clear staged state");
+}
+
+absl::Status Ledger::StageState(absl::Span<const std::pair<std::string, std::string>> entries,
+                                const ConsensusMetaWrites& meta) {
+  const char p = staging_prefix();
+  rocksdb::WriteBatch batch;
+  for (const auto& [key, value] : entries) batch.Put(Prefixed(p, key), value);
+  for (const auto& [key, value] : meta) batch.Put(Prefixed(kMetaPrefix, key), value);
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  return FromRocks(db_->Write(wo, &batch), "stage state");
+}
+
+absl::Status Ledger::InstallStagedState(const node::chain::Block& base,
+                                        absl::Span<const node::chain::Receipt> receipts,
+                                        const StateRoot& lanes, const ConsensusMetaWrites& meta,
+                                        absl::string_view meta_prefix) {
+  RETURN_IF_ERROR(CheckBlock(base, receipts));
+  const node::chain::BlockHeader& h = base.header();
+  if (h.state_root() != lanes.Root()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "snapshot block ", h.height(), ": state_root is not the root of the staged state"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!empty_ && h.height() <= tip_.height()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "snapshot at height ", h.height(), " is not above the ledger's tip (", tip_.height(), ")"));
+  }
+  const char old_prefix = state_prefix_.load(std::memory_order_acquire);
+  const char new_prefix = staging_prefix();
+  rocksdb::WriteBatch batch;
+  RETURN_IF_ERROR(AddBlock(base, receipts, &batch));
+  batch.DeleteRange(std::string(1, kUndoPrefix), std::string(1, kUndoPrefix + 1));
+  batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), lanes.Serialize());
+  std::string from;
+  PutBe(h.height(), 8, &from);
+  batch.Put(rocksdb::Slice(kHistoryFromKey.data(), kHistoryFromKey.size()), from);
+  batch.Put(rocksdb::Slice(kEarliestKey.data(), kEarliestKey.size()), from);
+  batch.Put(rocksdb::Slice(kStatePrefixKey.data(), kStatePrefixKey.size()),
+            rocksdb::Slice(&new_prefix, 1));
+  const std::string meta_from = Prefixed(kMetaPrefix, meta_prefix);
+  batch.DeleteRange(meta_from, PrefixEnd(meta_from));
+  for (const auto& [key, value] : meta) batch.Put(Prefixed(kMetaPrefix, key), value);
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync;
+  RETURN_IF_ERROR(
+      FromRocks(db_->Write(wo, &batch), absl::StrCat("install snapshot at ", h.height())));
+  state_prefix_.store(new_prefix, std::memory_order_release);
+  empty_ = false;
+  tip_ = h;
+  tip_hash_ = BlockHash(h);
+  history_from_ = h.height();
+  earliest_ = h.height();
+  // The old state is garbage now; a crash before this delete leaves it where the next fetch
+  // stages (ClearStaged drops it first).
+  rocksdb::WriteBatch drop;
+  drop.DeleteRange(std::string(1, old_prefix), std::string(1, static_cast<char>(old_prefix + 1)));
+  if (absl::Status s = FromRocks(db_->Write(rocksdb::WriteOptions(), &drop), "drop old state");
+      !s.ok()) {
+    LOG(WARNING) << "ledger of partition " << partition_ << ": " << s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Ledger::ScanConsensusMeta(
+    absl::string_view prefix,
+    absl::FunctionRef<void(absl::string_view, absl::string_view)> fn) const {
+  const std::string from = Prefixed(kMetaPrefix, prefix);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(from); it->Valid() && it->key().starts_with(from); it->Next()) {
+    fn(absl::string_view(it->key().data() + from.size(), it->key().size() - from.size()),
+       absl::string_view(it->value().data(), it->value().size()));
+  }
+  return FromRocks(it->status(), "scan consensus meta");
+}
+
+uint64_t Ledger::history_from() const {
+  absl::MutexLock lock(&mu_);
+  return history_from_;
+}
+
+uint64_t Ledger::earliest_height() const {
+  absl::MutexLock lock(&mu_);
+  return earliest_;
 }
 
 absl::StatusOr<std::optional<StateRoot>> Ledger::LoadAccumulator() const {
@@ -419,7 +620,7 @@ absl::Status Ledger::UpgradeStateHistory(const StateRoot& root) {
 absl::StatusOr<StateMap> Ledger::LoadState() const {
   StateMap state;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  const std::string prefix(1, kStatePrefix);
+  const std::string prefix(1, state_prefix_.load(std::memory_order_acquire));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
     state.emplace(it->key().ToString().substr(1), it->value().ToString());
   }

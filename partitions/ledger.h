@@ -17,8 +17,15 @@
 //   "l"                   -> the state's LtHash lanes after the last block (2 KiB), so a reopen
 //                            checks the state root without rehashing the whole state
 //   "h"                   -> height (8 bytes): the lowest whose state is readable, on a ledger
-//                            upgraded from a version without undo records
+//                            upgraded from a version without undo records or installed from a
+//                            snapshot
 //   "c" key               -> consensus metadata (opaque bytes)
+//   "n" state key         -> (or "s", whichever the state does not use) a snapshot's state being
+//                            fetched (staged), which InstallStagedState makes the state at once
+//   "e"                   -> height (8 bytes): the snapshot installed last; blocks below it are
+//                            missing (earliest_height)
+//   "g"                   -> the prefix the state uses ("s" if absent; "n" after an odd number
+//                            of snapshot installs)
 //
 // CommitBlock writes a block, its receipts, its state delta (and optionally consensus metadata)
 // in ONE WriteBatch with sync=true: after a crash the ledger holds a prefix of the committed
@@ -26,7 +33,13 @@
 // state; OpenChain commits it on first open. Reopening resumes after the last committed block;
 // OpenChain checks the stored state hash against that block's state root, and the executor reads
 // the state from here (the ledger is its StateStore) through a bounded cache: memory does not
-// grow with the state. Nothing is pruned yet: every height's state stays readable.
+// grow with the state. Nothing is pruned yet: every height's state stays readable (from the
+// history mark on, on a ledger installed from a snapshot).
+//
+// Snapshots (snapshot_sync.h): ScanStateAt reads the state as of any kept height in key order
+// (what a peer serves); StageState writes a fetched snapshot's state beside the current one and
+// InstallStagedState switches to it in one synced write, with the snapshot's block as the new
+// tip (blocks the ledger held before stay; those in between are absent).
 //
 // Errors are absl::Status; RocksDB failures carry RocksDB's message (INTERNAL, or DATA_LOSS for
 // corruption). Thread-safe: commits are serialized; reads may run concurrently with them.
@@ -39,6 +52,7 @@
 #ifndef PARTITIONS_LEDGER_H_
 #define PARTITIONS_LEDGER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,6 +61,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -59,6 +74,7 @@ namespace rocksdb {
 class DB;
 class Env;
 class Snapshot;
+class WriteBatch;
 }  // namespace rocksdb
 
 namespace partitions {
@@ -140,6 +156,40 @@ class Ledger : public StateStore {
   // The whole committed state (to rebuild the executor).
   absl::StatusOr<StateMap> LoadState() const;
 
+  // ---- Snapshots ----
+  // Calls fn(key, value) for each state entry as of block `height`, in key order from `from`
+  // (inclusive), until fn returns false: one consistent view, whatever commits meanwhile.
+  // OUT_OF_RANGE beyond the last block; FAILED_PRECONDITION below the kept history.
+  absl::Status ScanStateAt(uint64_t height, absl::string_view from,
+                           absl::FunctionRef<bool(absl::string_view, absl::string_view)> fn) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the staged state and the consensus metadata whose keys start with `meta_prefix`
+  // (a fetch's progress). Synced.
+  absl::Status ClearStaged(absl::string_view meta_prefix);
+  // Stages `entries` (state key, value) and writes `meta`, in one synced batch.
+  absl::Status StageState(absl::Span<const std::pair<std::string, std::string>> entries,
+                          const ConsensusMetaWrites& meta);
+  // Makes the staged state the ledger's state, in one synced batch: `base` (the block at the
+  // snapshot's height, with its receipts) becomes the tip and `lanes` the stored state hash;
+  // state history starts at base (older undo records are dropped); the consensus metadata under
+  // `meta_prefix` is deleted and `meta` written. FAILED_PRECONDITION unless base is above the tip;
+  // INVALID_ARGUMENT if base is inconsistent (as CommitBlock) or its state root is not lanes'.
+  // The previous state is deleted after the switch. Readers during the switch may see either.
+  absl::Status InstallStagedState(const node::chain::Block& base,
+                                  absl::Span<const node::chain::Receipt> receipts,
+                                  const StateRoot& lanes, const ConsensusMetaWrites& meta,
+                                  absl::string_view meta_prefix) ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls fn(key without the prefix, value) for each consensus metadata key starting with
+  // `prefix`, in key order.
+  absl::Status ScanConsensusMeta(
+      absl::string_view prefix,
+      absl::FunctionRef<void(absl::string_view, absl::string_view)> fn) const;
+  // The lowest height whose state GetStateAt and ScanStateAt read.
+  uint64_t history_from() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The lowest height from which every block up to the tip is here: 0, or the height of the
+  // snapshot installed last (blocks before it were never fetched).
+  uint64_t earliest_height() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Compacts the whole database now (RocksDB's manual compaction): a settled ledger, for
   // benchmarks and maintenance. Blocks commits' background compactions meanwhile, not commits.
   absl::Status Compact();
@@ -155,6 +205,23 @@ class Ledger : public StateStore {
   absl::Status LoadTip() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::optional<std::string>> Read(
       absl::string_view key, const rocksdb::Snapshot* snapshot = nullptr) const;
+  // The state key's record key ("s" or "n" + key: see "g").
+  std::string StateKey(absl::string_view key) const;
+  char staging_prefix() const;
+  // A consistent read view at `height` (checked against the tip and the history mark).
+  absl::StatusOr<const rocksdb::Snapshot*> SnapshotAt(uint64_t height) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The value of `key` at `height` from the undo records at `snapshot`; nullopt in `found` when
+  // the key has not changed since (its current value is it).
+  absl::StatusOr<bool> UndoValueAt(absl::string_view key, uint64_t height,
+                                   const rocksdb::Snapshot* snapshot,
+                                   std::optional<std::string>* value) const;
+  // Puts `block`, its receipts and its tx index entries into `batch`.
+  absl::Status AddBlock(const node::chain::Block& block,
+                        absl::Span<const node::chain::Receipt> receipts, rocksdb::WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckBlock(const node::chain::Block& block,
+                          absl::Span<const node::chain::Receipt> receipts) const;
 
   // Constant after construction. rocksdb::DB is thread-safe.
   const std::unique_ptr<rocksdb::DB> db_;
@@ -166,6 +233,9 @@ class Ledger : public StateStore {
   node::chain::BlockHeader tip_ ABSL_GUARDED_BY(mu_);
   std::string tip_hash_ ABSL_GUARDED_BY(mu_);
   uint64_t history_from_ ABSL_GUARDED_BY(mu_) = 0;  // the lowest height GetStateAt reads
+  uint64_t earliest_ ABSL_GUARDED_BY(mu_) = 0;      // "e"
+  // The state's key prefix, 's' or 'n' ("g"); switched by InstallStagedState.
+  std::atomic<char> state_prefix_{'s'};
 };
 
 // A ledger and the executor holding its current state.

@@ -21,7 +21,7 @@ const p2p::ChannelTable& NodeChannelTable() {
           break;
         case node::p2p::SYNC:
           c.lane = kSyncLaneName;
-          c.kinds = KindsOf({K::kConsensus, K::kTxs, K::kFetch});
+          c.kinds = KindsOf({K::kConsensus, K::kTxs, K::kFetch, K::kSnapshot});
           break;
         case node::p2p::TX_FORWARD:
           c.lane = kTxForwardLaneName;

@@ -12,6 +12,8 @@ const char* PartitionMessageKindName(PartitionMessageKind kind) {
       return "txs";
     case PartitionMessageKind::kFetch:
       return "fetch";
+    case PartitionMessageKind::kSnapshot:
+      return "snapshot";
   }
   return "unknown";
 }
@@ -24,6 +26,10 @@ absl::StatusOr<PartitionMessageKind> KindOf(const node::partition::PartitionMess
       return PartitionMessageKind::kTxs;
     case node::partition::PartitionMessage::kFetch:
       return PartitionMessageKind::kFetch;
+    case node::partition::PartitionMessage::kSnapshotRequest:
+    case node::partition::PartitionMessage::kSnapshotManifest:
+    case node::partition::PartitionMessage::kSnapshotChunk:
+      return PartitionMessageKind::kSnapshot;
     case node::partition::PartitionMessage::BODY_NOT_SET:
       break;
   }

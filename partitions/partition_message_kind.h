@@ -27,6 +27,7 @@ enum class PartitionMessageKind : uint32_t {
   kConsensus = 0,  // body.consensus: a PBFT message (normal case, view change, checkpoint, sync)
   kTxs = 1,        // body.txs: forwarded transactions, proposal bodies, answers to a fetch
   kFetch = 2,      // body.fetch: a request for transactions a replica misses
+  kSnapshot = 3,   // body.snapshot_*: snapshot state sync (requests, manifests, chunks)
 };
 
 // "consensus", "txs", "fetch".

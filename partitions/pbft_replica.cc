@@ -83,23 +83,29 @@ void PbftReplica::OnStart() {
   }
   // Resume restored slots: prepare what was accepted, commit what was prepared.
   for (uint64_t seq : log_.WithPrePrepare()) ContinueAfterTxs(seq);
-  // A restarted replica may be behind; ask one peer (cheap if it is not).
-  if (config_.n > 1) sync_.Ask(last_executed_, out_);
+  if (last_executed_ < low_watermark()) {
+    Recover();
+  } else if (config_.n > 1) {
+    // A restarted replica may be behind; ask one peer (cheap if it is not).
+    sync_.Ask(last_executed_, out_);
+  }
   TryExecute();
 }
 
 std::vector<PbftAction> PbftReplica::Step(const PbftEvent& event) {
   if (!out_.ok()) return {};
-  std::visit(Overloaded{
-                 [&](const PbftStart&) { OnStart(); },
-                 [&](const PbftMessage& e) { OnMessage(e.msg); },
-                 [&](const PbftTimerFired& e) { OnTimer(e.timer); },
-                 [&](const PbftBatchReady& e) { OnBatchReady(e.tx_hashes); },
-                 [&](const PbftPendingRequests& e) { OnPendingRequests(e.count); },
-                 [&](const PbftTxsAvailable&) { OnTxsAvailable(); },
-                 [&](const PbftExecuted& e) { OnExecuted(e.seq, e.state_root); },
-             },
-             event);
+  std::visit(
+      Overloaded{
+          [&](const PbftStart&) { OnStart(); },
+          [&](const PbftMessage& e) { OnMessage(e.msg); },
+          [&](const PbftTimerFired& e) { OnTimer(e.timer); },
+          [&](const PbftBatchReady& e) { OnBatchReady(e.tx_hashes); },
+          [&](const PbftPendingRequests& e) { OnPendingRequests(e.count); },
+          [&](const PbftTxsAvailable&) { OnTxsAvailable(); },
+          [&](const PbftExecuted& e) { OnExecuted(e.seq, e.state_root); },
+          [&](const PbftSnapshotInstalled& e) { OnSnapshotInstalled(e.seq, e.chain_digest); },
+      },
+      event);
   request_timer_.Update(
       views_.installed() && (request_timer_.pending() > 0 || log_.HasWorkAbove(last_executed_)),
       out_);
@@ -233,9 +239,7 @@ void PbftReplica::OnRetransmit() {
   // and a replica that missed them learns it is behind.
   if (const ConsensusMessage* own = checkpoints_.LatestOwnVote()) out_.Broadcast(*own);
   // Stalled for a period: a request still in flight is lost, or the evidence says we are behind.
-  if (sync_.TickStalled(last_executed_) && (sync_.recovering() || EvidenceAhead())) {
-    sync_.Ask(last_executed_, out_);
-  }
+  if (sync_.TickStalled(last_executed_) && (sync_.recovering() || EvidenceAhead())) AskSync();
 }
 
 bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
@@ -312,6 +316,7 @@ void PbftReplica::CheckCommitted(uint64_t seq) {
 }
 
 void PbftReplica::TryExecute() {
+  if (snapshot_seq_ != 0) return;  // the state arrives whole
   const uint64_t before = last_executed_;
   while (out_.ok()) {
     const uint64_t seq = last_executed_ + 1;
@@ -341,7 +346,7 @@ void PbftReplica::TryExecute() {
   if (views_.installed()) views_.ResetBackoff();
   request_timer_.Restart(out_);
   sync_.NoteExecuted(last_executed_);
-  if (sync_.WantsRequest()) sync_.Ask(last_executed_, out_);
+  if (sync_.WantsRequest()) AskSync();
 }
 
 }  // namespace partitions

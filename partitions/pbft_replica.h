@@ -21,7 +21,9 @@
 //    what 2f+1 commit, signs nothing in it) until the others move: it is NORMAL again, and safe.
 //  - Block sync: a replica that learns of a stable checkpoint it has not executed (or stalls
 //    while peers commit) is RECOVERING: it asks peers for committed batches with commit
-//    certificates (2f+1 signed commits), verifies and executes them.
+//    certificates (2f+1 signed commits), verifies and executes them. Far behind (snapshot_min_gap)
+//    it asks its owner for the checkpoint's state instead (PbftSnapshotWanted) and goes on from
+//    there once it is installed (PbftSnapshotInstalled).
 //  - Persistence: before returning a send, everything it depends on is written to the
 //    ConsensusStore (view, own signed messages, prepared certificates, stable checkpoint), and
 //    Create() rebuilds from it, so a restarted replica never signs a contradiction.
@@ -138,6 +140,7 @@ class PbftReplica {
   void OnTxsAvailable();
   void OnRetransmit();
   void OnExecuted(uint64_t seq, const std::string& state_root);
+  void OnSnapshotInstalled(uint64_t seq, const std::string& chain_digest);
 
   // Normal case and execution (pbft_replica.cc).
   void OnPrePrepare(const ConsensusMessage& msg);
@@ -162,6 +165,11 @@ class PbftReplica {
   void Diverge(Divergence divergence);
   void AdvanceStable(uint64_t seq, const std::string& digest,
                      const std::vector<ConsensusMessage>& proof);
+  // Behind the stable checkpoint: fetch its state (far behind, PbftConfig::snapshot_min_gap) or
+  // the batches up to it.
+  void Recover();
+  // Asks a peer for batches, unless a snapshot is being fetched.
+  void AskSync();
   void OnSyncRequest(const ConsensusMessage& msg);
   void OnSyncResponse(const ConsensusMessage& msg);
   bool EvidenceAhead() const;
@@ -203,6 +211,7 @@ class PbftReplica {
   // come back yet: seq -> chain digest after it.
   std::map<uint64_t, std::string> awaiting_root_;
   std::optional<Divergence> divergence_;
+  uint64_t snapshot_seq_ = 0;  // the PbftSnapshotWanted not installed yet; 0: none
   TxFetcher fetcher_;
 
   FutureBuffer future_;            // messages of views not installed yet

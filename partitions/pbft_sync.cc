@@ -88,11 +88,48 @@ void PbftReplica::AdvanceStable(uint64_t seq, const std::string& digest,
   log_.DropThrough(seq);
   fetcher_.DropThrough(seq);
   next_seq_ = std::max(next_seq_, seq + 1);
-  if (last_executed_ < seq) {
-    // State transfer: the batches up to `seq` are GC'd everywhere; fetch them with certificates.
-    sync_.RecoverTo(seq);
-    sync_.Ask(last_executed_, out_);
+  // State transfer: the batches up to `seq` are GC'd everywhere; fetch them with certificates,
+  // or the state at `seq`.
+  if (last_executed_ < seq) Recover();
+}
+
+void PbftReplica::Recover() {
+  const uint64_t target = low_watermark();
+  sync_.RecoverTo(target);
+  // A snapshot wanted already is wanted again at the newer checkpoint: the owner may switch to
+  // it if the older one cannot be fetched (peers that installed a newer snapshot do not keep it).
+  if (target > snapshot_seq_ && config_.snapshot_min_gap > 0 &&
+      (snapshot_seq_ != 0 || target - last_executed_ >= config_.snapshot_min_gap) &&
+      !checkpoints_.stable_state_root().empty()) {
+    snapshot_seq_ = target;
+    out_.Add(PbftSnapshotWanted{.seq = target,
+                                .chain_digest = checkpoints_.stable_chain_digest(),
+                                .state_root = checkpoints_.stable_state_root()});
+    return;
   }
+  AskSync();
+}
+
+void PbftReplica::AskSync() {
+  if (snapshot_seq_ == 0) sync_.Ask(last_executed_, out_);
+}
+
+void PbftReplica::OnSnapshotInstalled(uint64_t seq, const std::string& chain_digest) {
+  // One of the PbftSnapshotWanted (the owner fetches one of them, not always the latest).
+  if (snapshot_seq_ == 0 || seq > snapshot_seq_ || seq <= last_executed_) return;
+  snapshot_seq_ = 0;
+  last_executed_ = seq;
+  chain_digest_ = chain_digest;
+  ++counters_.snapshots_installed;
+  awaiting_root_.erase(awaiting_root_.begin(), awaiting_root_.upper_bound(seq));
+  sync_.DropThrough(seq);
+  fetcher_.DropThrough(seq);
+  if (seq == low_watermark() && !MatchesStable(chain_digest_, "")) return;
+  sync_.NoteExecuted(last_executed_);
+  request_timer_.Restart(out_);
+  // A newer checkpoint became stable meanwhile: the batches up to it.
+  if (sync_.recovering()) AskSync();
+  TryExecute();
 }
 
 bool PbftReplica::EvidenceAhead() const {
@@ -114,7 +151,7 @@ void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {
   TryExecute();
   const bool progressed = last_executed_ > before;
   const bool behind = sync_.recovering() || resp.last_executed() > last_executed_;
-  if (progressed && behind && !sync_.in_flight()) sync_.Ask(last_executed_, out_);
+  if (progressed && behind && !sync_.in_flight()) AskSync();
 }
 
 }  // namespace partitions

@@ -53,6 +53,10 @@ struct PbftConfig {
   uint32_t max_backoff_shift = 4;         // cap of the doubling (2^4 = 16x)
   int64_t retransmit_ms = 500;
   uint32_t sync_chunk = 16;  // batches per SyncResponse
+  // A replica at least this many seqs behind a stable checkpoint (with an agreed state root)
+  // fetches the state there (PbftSnapshotWanted) instead of every batch since its ledger's tip.
+  // 0: always block sync.
+  uint64_t snapshot_min_gap = 0;
 
   uint32_t f() const { return (n - 1) / 3; }
   uint32_t quorum() const { return 2 * f() + 1; }
@@ -122,8 +126,13 @@ struct PbftExecuted {  // a PbftCommit with report_state_root was executed: the 
   uint64_t seq = 0;
   std::string state_root;  // 32 bytes
 };
-using PbftEvent = std::variant<PbftStart, PbftMessage, PbftTimerFired, PbftBatchReady,
-                               PbftPendingRequests, PbftTxsAvailable, PbftExecuted>;
+struct PbftSnapshotInstalled {  // a PbftSnapshotWanted state is the ledger's now
+  uint64_t seq = 0;
+  std::string chain_digest;  // the wanted one's
+};
+using PbftEvent =
+    std::variant<PbftStart, PbftMessage, PbftTimerFired, PbftBatchReady, PbftPendingRequests,
+                 PbftTxsAvailable, PbftExecuted, PbftSnapshotInstalled>;
 
 // ---- Actions (apply in order) ----
 
@@ -160,8 +169,19 @@ struct PbftFetchTxs {  // ask peers for these transactions, then report PbftTxsA
 struct PbftStateChanged {
   ConsensusState state;
 };
+// Far behind a stable checkpoint (PbftConfig::snapshot_min_gap): fetch the state after `seq`
+// from peers (snapshot_sync.h), install it as the ledger's, then step PbftSnapshotInstalled.
+// Until then the replica executes nothing and asks for no batches. 2f+1 signed chain_digest and
+// state_root in the stable checkpoint. Emitted again for each newer stable checkpoint while
+// none is installed: the owner may go on with the one it fetches, or switch to the newer one
+// when peers cannot serve the older (they keep no state below a snapshot they installed).
+struct PbftSnapshotWanted {
+  uint64_t seq = 0;
+  std::string chain_digest;
+  std::string state_root;
+};
 using PbftAction = std::variant<PbftSend, PbftBroadcast, PbftCommit, PbftSetTimer, PbftCancelTimer,
-                                PbftFetchTxs, PbftStateChanged>;
+                                PbftFetchTxs, PbftStateChanged, PbftSnapshotWanted>;
 
 // What became of a message offered to a part of the replica (its log, checkpoints, view
 // changes): added, or refused and counted under the PbftCounters field of the same name.
@@ -180,6 +200,7 @@ struct PbftCounters {
   uint64_t new_views_installed = 0;
   uint64_t views_observed = 0;  // lower views followed without voting after a lone view change
   uint64_t synced_batches = 0;
+  uint64_t snapshots_installed = 0;
   uint64_t committed_batches = 0;
 
   // True for kAdded; otherwise counts the refusal under its field and returns false.

@@ -59,6 +59,10 @@ void StateRoot::Add(absl::string_view key, absl::string_view value) {
   for (int i = 0; i < kLanes; ++i) lanes_[i] = static_cast<uint16_t>(lanes_[i] + h[i]);
 }
 
+void StateRoot::Merge(const StateRoot& other) {
+  for (int i = 0; i < kLanes; ++i) lanes_[i] = static_cast<uint16_t>(lanes_[i] + other.lanes_[i]);
+}
+
 void StateRoot::Remove(absl::string_view key, absl::string_view value) {
   Lanes h;
   ExpandEntry(key, value, &h);

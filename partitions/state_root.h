@@ -39,6 +39,9 @@ class StateRoot {
   // REQUIRES: (key, value) is in the set (otherwise the root silently describes another set).
   void Remove(absl::string_view key, absl::string_view value);
 
+  // Adds every entry of `other` (the hash of the union of two disjoint sets).
+  void Merge(const StateRoot& other);
+
   // SHA-256 of the lanes (little-endian), 32 bytes.
   std::string Root() const;
 

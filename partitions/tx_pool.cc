@@ -254,28 +254,39 @@ void TxPool::RemoveCommitted(absl::Span<const TxPtr> txs) {
     RemoveEntry(it->second);
     ++counters_.committed;
   }
-  for (const std::string& sender : affected) {
-    auto sit = senders_.find(sender);
-    if (sit == senders_.end()) continue;  // no pooled txs left; re-read on next Add
-    Sender& s = sit->second;
-    if (next_nonce_) {
-      // Unreadable state keeps the last known nonce; the next commit re-reads it.
-      absl::StatusOr<uint64_t> next = next_nonce_(sender);
-      if (next.ok()) s.next_nonce = *next;
-    }
-    s.select_from = std::max(s.select_from, s.next_nonce);
-    Recount(s);
-    // Txs below the next nonce can never execute: another tx consumed their nonce.
-    std::vector<EntryList::iterator> stale;
-    for (auto it = s.by_nonce.begin(); it != s.by_nonce.end() && it->first < s.next_nonce; ++it) {
-      stale.push_back(it->second);
-    }
-    for (EntryList::iterator e : stale) {  // may erase `s`; do not touch it after
-      RemoveEntry(e);
-      ++counters_.stale;
-    }
-  }
+  for (const std::string& sender : affected) ResyncSender(sender);
   UpdateHighWater();
+}
+
+void TxPool::Resync() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> senders;
+  senders.reserve(senders_.size());
+  for (const auto& [sender, s] : senders_) senders.push_back(sender);
+  for (const std::string& sender : senders) ResyncSender(sender);
+  UpdateHighWater();
+}
+
+void TxPool::ResyncSender(const std::string& sender) {
+  auto sit = senders_.find(sender);
+  if (sit == senders_.end()) return;  // no pooled txs left; re-read on next Add
+  Sender& s = sit->second;
+  if (next_nonce_) {
+    // Unreadable state keeps the last known nonce; the next commit re-reads it.
+    absl::StatusOr<uint64_t> next = next_nonce_(sender);
+    if (next.ok()) s.next_nonce = *next;
+  }
+  s.select_from = std::max(s.select_from, s.next_nonce);
+  Recount(s);
+  // Txs below the next nonce can never execute: another tx consumed their nonce.
+  std::vector<EntryList::iterator> stale;
+  for (auto it = s.by_nonce.begin(); it != s.by_nonce.end() && it->first < s.next_nonce; ++it) {
+    stale.push_back(it->second);
+  }
+  for (EntryList::iterator e : stale) {  // may erase `s`; do not touch it after
+    RemoveEntry(e);
+    ++counters_.stale;
+  }
 }
 
 size_t TxPool::Expire(int64_t now_nanos) {

@@ -146,6 +146,9 @@ class TxPool {
   // Call after a block committed AND the executor's state advanced: drops those txs (pooled or
   // not), re-reads each affected sender's next nonce and drops pooled txs below it.
   void RemoveCommitted(absl::Span<const TxPtr> txs) ABSL_LOCKS_EXCLUDED(mu_);
+  // Call after the executor's state jumped (a snapshot installed): re-reads every pooled
+  // sender's next nonce and drops pooled txs below it (they committed in the skipped blocks).
+  void Resync() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Drops unproposed txs added at or before now_nanos - ttl. Returns how many.
   size_t Expire(int64_t now_nanos) ABSL_LOCKS_EXCLUDED(mu_);
@@ -195,6 +198,8 @@ class TxPool {
 
   absl::StatusOr<Sender*> GetSender(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseSenderIfEmpty(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-reads the sender's next nonce; drops its pooled txs below it.
+  void ResyncSender(const std::string& sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the entry everywhere; may invalidate the sender record if it empties.
   void RemoveEntry(EntryList::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnmarkFrom(Sender& s, uint64_t nonce) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

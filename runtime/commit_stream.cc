@@ -343,6 +343,24 @@ absl::StatusOr<WatchedBlockPtr> CommitStreamHub::LiveBlock(
                                               std::move(receipts));
 }
 
+void CommitStreamHub::OnSkip(uint64_t height) {
+  std::vector<std::shared_ptr<CommitWatcher>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    if (height <= delivered_) return;
+    delivered_ = height;
+    headers_.erase(headers_.begin(), headers_.upper_bound(height));
+    live.swap(live_);
+    live_size_.store(0, std::memory_order_relaxed);
+  }
+  for (const auto& w : live) {
+    w->End(absl::UnavailableError(
+        absl::StrCat("partition ", name_, " installed a snapshot at height ", height,
+                     " on this node; the blocks before it are not kept here: resume from height ",
+                     height + 1, " or read them from another node")));
+  }
+}
+
 void CommitStreamHub::OnCommit(const partitions::CommitEvent& event) {
   std::vector<std::shared_ptr<CommitWatcher>> live;
   std::optional<node::chain::BlockHeader> header;

@@ -207,6 +207,9 @@ class CommitStreamHub final : public partitions::CommitSubscriber,
   bool has_live_watchers() const { return live_size_.load(std::memory_order_relaxed) > 0; }
   // CommitSubscriber: hands the block to every live watcher.
   void OnCommit(const partitions::CommitEvent& event) override ABSL_LOCKS_EXCLUDED(mu_);
+  // CommitSubscriber: a snapshot was installed; the blocks up to `height` are not here. Live
+  // watchers end with UNAVAILABLE (they resume from another node or from height + 1).
+  void OnSkip(uint64_t height) override ABSL_LOCKS_EXCLUDED(mu_);
 
   // A new watcher. NOT_FOUND-free: the caller found the partition. OUT_OF_RANGE when
   // from_height is beyond the tip + 1, RESOURCE_EXHAUSTED at max_watchers, UNAVAILABLE after

@@ -133,6 +133,10 @@ void DefaultPartition(PartitionConfig* p) {
   if (c.batch_max_bytes() == 0) c.set_batch_max_bytes(1 * kMiB);
   if (c.batch_timeout_ms() == 0) c.set_batch_timeout_ms(50);
   if (c.checkpoint_interval() == 0) c.set_checkpoint_interval(16);
+  if (c.snapshot_sync_min_blocks() == 0) c.set_snapshot_sync_min_blocks(1000);
+  if (c.snapshot_serve_bytes_per_second() == 0) {
+    c.set_snapshot_serve_bytes_per_second(uint64_t{64} << 20);
+  }
   if (c.watermark_window() == 0) c.set_watermark_window(4 * c.checkpoint_interval());
   if (c.view_change_timeout_ms() == 0) c.set_view_change_timeout_ms(2000);
 

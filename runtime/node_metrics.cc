@@ -202,6 +202,23 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Counter("noded_commit_watchers_cut_slow_total",
              "Client commit streams ended because their client read too slowly.", l,
              static_cast<double>(p.commit_watchers_cut_slow()));
+  f->Counter("noded_snapshots_installed_total",
+             "Snapshots of the state this replica fetched from peers and installed.", l,
+             static_cast<double>(p.snapshot().installed()));
+  f->Gauge("noded_snapshot_fetch_chunks",
+           "Chunks of the snapshot being fetched (or the last one) staged so far.", l,
+           static_cast<double>(p.snapshot().fetch_chunks_done()));
+  f->Gauge("noded_snapshot_fetch_manifest_chunks",
+           "Chunks in the manifest of the snapshot being fetched (or the last one).", l,
+           static_cast<double>(p.snapshot().fetch_chunks_total()));
+  f->Counter("noded_snapshot_bad_chunks_total",
+             "Snapshot chunks from a peer that did not match the agreed manifest (refused).", l,
+             static_cast<double>(p.snapshot().fetch_bad_chunks()));
+  f->Counter("noded_snapshot_served_bytes_total", "State bytes served to peers in snapshot chunks.",
+             l, static_cast<double>(p.snapshot().served_bytes()));
+  f->Counter("noded_snapshot_served_refused_total",
+             "Peers' snapshot requests refused (not kept, over the serving budget).", l,
+             static_cast<double>(p.snapshot().served_refused()));
   for (const auto& [kind, n] :
        {std::pair{"send", p.send_failures()}, std::pair{"broadcast", p.broadcast_failures()}}) {
     Labels lk = l;

@@ -217,6 +217,7 @@ absl::Status Partition::Impl::Open() {
   pc.request_timeout_ms = cc.view_change_timeout_ms();
   pc.view_change_timeout_ms = cc.view_change_timeout_ms();
   pc.retransmit_ms = std::max<int64_t>(100, cc.view_change_timeout_ms() / 4);
+  pc.snapshot_min_gap = cc.snapshot_sync_min_blocks();
   // A held tx not proposed within one retransmit period is forwarded (forwarder.h).
   forwarder_ = std::make_unique<partitions::Forwarder>(
       sender_.get(), clock_,
@@ -244,6 +245,8 @@ absl::Status Partition::Impl::Open() {
   dd.pipeline = pipeline_.get();
   dd.feed = feed_.get();
   dd.ledger = chain_.ledger.get();
+  dd.executor = chain_.executor.get();
+  dd.snapshot_serve_bytes_per_second = static_cast<double>(cc.snapshot_serve_bytes_per_second());
   dd.batch_policy = batch_policy_.get();
   dd.tx_limits = tx_limits_;
   // Stages that follow requests (adaptive admission) hear of commits in the critical section

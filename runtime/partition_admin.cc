@@ -95,6 +95,18 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   const CommitStreamStats streams = commit_streams_->stats();
   out.set_commit_watchers(streams.watchers);
   out.set_commit_watchers_cut_slow(streams.cut_slow);
+  node::admin::SnapshotSyncStats* snap = out.mutable_snapshot();
+  snap->set_installed(driver.snapshots_installed);
+  snap->set_fetch_seq(driver.snapshot_fetch.seq);
+  snap->set_fetch_chunks_done(driver.snapshot_fetch.chunks_done);
+  snap->set_fetch_chunks_total(driver.snapshot_fetch.chunks_total);
+  snap->set_fetch_bad_chunks(driver.snapshot_fetch.bad_chunks);
+  snap->set_fetch_bad_manifests(driver.snapshot_fetch.bad_manifests);
+  snap->set_fetch_retries(driver.snapshot_fetch.retries);
+  snap->set_served_manifests(driver.snapshot_serve.manifests);
+  snap->set_served_chunks(driver.snapshot_serve.chunks);
+  snap->set_served_bytes(driver.snapshot_serve.bytes);
+  snap->set_served_refused(driver.snapshot_serve.refused);
   return out;
 }
 
@@ -270,6 +282,7 @@ node::client::GetChainStatusResponse Partition::ChainStatus() const {
   out.set_consensus_state(impl_->StateName());
   out.set_pool_txs(static_cast<uint32_t>(impl_->pool_->stats().txs));
   out.set_halt_reason(impl_->driver_->halt_reason());
+  out.set_earliest_height(impl_->chain_.ledger->earliest_height());
   return out;
 }
 

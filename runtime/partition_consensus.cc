@@ -70,6 +70,11 @@ void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
     case node::partition::PartitionMessage::kFetch:
       driver_->OnFetch(message.peer, msg.fetch());
       return;
+    case node::partition::PartitionMessage::kSnapshotRequest:
+    case node::partition::PartitionMessage::kSnapshotManifest:
+    case node::partition::PartitionMessage::kSnapshotChunk:
+      driver_->OnSnapshotMessage(message.peer, msg);
+      return;
     default:
       dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
       CountRefused(message.peer, PeerRefusals::kMalformed);
@@ -80,6 +85,11 @@ void Partition::Impl::CountRefused(uint32_t replica, PeerRefusals::Reason reason
   if (env_.refusals != nullptr && replica < env_.replica_ids.size()) {
     env_.refusals->Count(env_.replica_ids[replica], reason, n);
   }
+}
+
+void Partition::Impl::OnSkip(uint64_t height) {
+  height_.store(height);
+  LOG(INFO) << "partition " << name_ << ": at height " << height << " from a snapshot";
 }
 
 void Partition::Impl::OnCommit(const partitions::CommitEvent& event) {

@@ -84,6 +84,7 @@ class Partition::Impl final : public partitions::CommitSubscriber {
               SubmitDone single_done, BatchDone batch_done);
   // Commit latency of this node's client txs (CommitSubscriber).
   void OnCommit(const partitions::CommitEvent& event) override;
+  void OnSkip(uint64_t height) override;
 
   // What stages that follow requests may ask of the pool (flowctl/request_lifecycle.h).
   class PoolView final : public flowctl::PoolQuery {

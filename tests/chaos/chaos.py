@@ -34,7 +34,8 @@ Invariants, checked through the client and admin APIs after each fault run:
   catch-up  a restarted node reaches the others' height (CATCHUP_S bound).
   diverge   a replica that executes one block differently (noded --test-diverge) is DIVERGED
             on that partition (status with the height and both roots, metric, log) while the
-            others go on; with its ledger deleted and the failpoint off it rebuilds by block sync.
+            others go on; with its ledger deleted and the failpoint off it rebuilds from its peers
+            (a snapshot of the state when 1,000 blocks or more behind, else block sync).
   disk      a full disk halts only its partition on its node (HALTED, a halt_reason naming the
             disk in the status, noded_consensus_state{state="HALTED"} 1), within DISK_HALT_S; the
             node's other partition and the other nodes keep committing; clients get UNAVAILABLE.
@@ -126,9 +127,10 @@ CHANNEL_OPTS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect
 # The cluster: localnet's own functions for processes, gRPC stubs for status.
 
 class Cluster:
-    def __init__(self, ln, d, build, vct_ms, batch_ms, disk=False):
+    def __init__(self, ln, d, build, vct_ms, batch_ms, disk=False, snapshot_min_blocks=200):
         self.ln, self.d, self.build, self.vct_ms = ln, d, build, vct_ms
         self.disk = disk
+        self.snapshot_min_blocks = snapshot_min_blocks
         self.batch_ms = batch_ms
         self.state = None
         self.procs = {}
@@ -157,8 +159,9 @@ class Cluster:
                     self.mounts.append(pdir)
         extra = os.path.join(os.path.dirname(self.d), "extra.conf")
         with open(extra, "w") as f:
-            f.write("[partition *]\nconsensus { view_change_timeout_ms: %d batch_timeout_ms: %d }\n"
-                    % (self.vct_ms, self.batch_ms))
+            f.write("[partition *]\nconsensus { view_change_timeout_ms: %d batch_timeout_ms: %d "
+                    "snapshot_sync_min_blocks: %d }\n"
+                    % (self.vct_ms, self.batch_ms, self.snapshot_min_blocks))
         cmd = [os.path.join(REPO, "tools", "localnet"), "up", str(N_NODES), "--partitions",
                str(len(PARTITIONS)),
                "--base-port", "0", "--dir", self.d, "--config-extra", extra, "--clean",
@@ -436,6 +439,14 @@ class Checker:
                                     hd.state_root.hex()[:12], hd.proposer.hex()[:12], hd.view,
                                     hd.timestamp_ms, hd.tx_count), flush=True)
 
+    def earliest(self, i, p):
+        """The lowest height node i holds every block of p from (its snapshot's, or 0)."""
+        try:
+            return self.c.client[i].GetChainStatus(client_pb2.GetChainStatusRequest(
+                partition=client_pb2.PartitionRef(name=p)), timeout=5).earliest_height
+        except grpc.RpcError:
+            return 0  # GetBlock below reports what is wrong
+
     def block(self, i, p, h):
         r = self.c.client[i].GetBlock(client_pb2.GetBlockRequest(
             partition=client_pb2.PartitionRef(name=p), height=h), timeout=5)
@@ -463,6 +474,8 @@ class Checker:
                         older.append(tx_hash)
             for tx_hash in self.rng.sample(older, min(REVERIFY_TXS, len(older))):
                 self.tx_ok[i].discard(tx_hash)
+        # A node that installed a snapshot holds no blocks (nor txs) below it.
+        earliest = {(i, p): self.earliest(i, p) for i in nodes for p in PARTITIONS}
         n_blocks = 0
         for p in PARTITIONS:
             for i in nodes:
@@ -473,6 +486,7 @@ class Checker:
                 # still serves them.
                 first = (self.verified[i][p] if i in restarted
                          else max(self.verified[i][p], common[p] - self.scan)) + 1
+                first = max(first, earliest[(i, p)])
                 cut = first > self.verified[i][p] + 1  # heights skipped below `first`
                 for h in range(first, common[p] + 1):
                     try:
@@ -502,6 +516,8 @@ class Checker:
                 for i in nodes:
                     if tx_hash in self.tx_ok[i] or (height > common[p] and not final):
                         continue
+                    if height < earliest[(i, p)]:
+                        continue  # below the snapshot it installed: other nodes hold it
                     try:
                         r = self.c.client[i].GetTx(client_pb2.GetTxRequest(
                             partition=client_pb2.PartitionRef(name=p), tx_hash=tx_hash), timeout=5)
@@ -895,8 +911,8 @@ class Faults:
         metric, an ERROR log line), refuse txs there, and keep serving P's other partitions;
         the others keep committing. The remedy is the operator's: stop it, delete that
         partition's ledger (the consensus store stays, so it contradicts nothing it signed),
-        start it without the failpoint; it rebuilds by block sync and the Checker then finds
-        the others' blocks on it."""
+        start it without the failpoint; it rebuilds from its peers (by a snapshot when far
+        behind) and the Checker then finds the others' blocks on it (from its earliest height)."""
         p = self.rng.choice(PARTITIONS)
         i = self.non_primary()
         others = [j for j in self.c.live() if j != i]
@@ -928,7 +944,16 @@ class Faults:
         self.c.start(i)
         took = self.wait_catchup(i, t, "diverge (ledger rebuilt)")
         rec = self.wait_new_height(self.c.live(), time.monotonic(), 2 * self.vct, "diverge")
-        log("diverge: found after %.2fs; the rebuilt ledger caught up in %.2fs" % (found_s, took))
+        how = "by block sync"
+        try:
+            base = self.c.client[i].GetChainStatus(client_pb2.GetChainStatusRequest(
+                partition=client_pb2.PartitionRef(name=p)), timeout=5).earliest_height
+            if base > 0:
+                how = "from a snapshot at height %d" % base
+        except grpc.RpcError:
+            pass
+        log("diverge: found after %.2fs; the rebuilt ledger caught up in %.2fs (%s)"
+            % (found_s, took, how))
         return {"kind": "diverge", "recovery_s": rec, "catchup_s": took}
 
     def wait_progress(self, want, bound, what):
@@ -1015,7 +1040,8 @@ def finish(subs, load, chk):
 def main_run(a, tmp):
     generate_stubs(os.path.join(tmp, "gen"))
     ln = load_localnet()
-    cluster = Cluster(ln, os.path.join(tmp, "localnet"), a.build, a.vct_ms, a.batch_ms, a.disk)
+    cluster = Cluster(ln, os.path.join(tmp, "localnet"), a.build, a.vct_ms, a.batch_ms, a.disk,
+                      a.snapshot_min_blocks)
     rng = random.Random(a.seed)
     runs, injected, recov, catch = 0, {}, 0.0, 0.0
     load = subs = None
@@ -1138,6 +1164,9 @@ def main():
     ap.add_argument("--vct-ms", type=int, default=1000, help="view_change_timeout_ms")
     ap.add_argument("--batch-ms", type=int, default=50, help="batch_timeout_ms")
     ap.add_argument("--rate", type=int, default=50, help="loadgen tx/s per partition")
+    ap.add_argument("--snapshot-min-blocks", type=int, default=200,
+                    help="consensus.snapshot_sync_min_blocks: a node this far behind (the "
+                    "diverge fault's rebuilt ledger) joins by a snapshot; huge: block sync only")
     ap.add_argument("--submit-rate", type=float, default=5, help="acked submits/s per partition")
     ap.add_argument("--partitions", type=int, default=2,
                     help="partitions per node (2: hot and steady, else p1..pN, as localnet)")

@@ -573,6 +573,74 @@ TEST(PbftSyncTest, BehindStableCheckpointRecoversThroughSync) {
   EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
 }
 
+// Far behind a stable checkpoint (PbftConfig::snapshot_min_gap), a replica asks its owner for
+// the state there (the agreed chain digest and root) instead of the batches, executes and asks
+// for nothing meanwhile, and once it is installed goes on from there by block sync to a newer
+// checkpoint. Installs it did not ask for change nothing.
+TEST(PbftSyncTest, FarBehindAReplicaWantsTheCheckpointsStateAndGoesOnFromIt) {
+  PbftConfig c = SmallWindow();
+  c.window = 8;
+  c.snapshot_min_gap = 4;
+  ReplicaHarness src(2, c);
+  std::map<uint64_t, std::string> chain;
+  std::map<uint64_t, CommittedBatch> batches = CommittedAt(src, 4);
+  chain[4] = src.replica->chain_digest();
+  for (int s = 5; s <= 6; ++s) {
+    for (const auto& cm : ActionsOf<PbftCommit>(CommitAll(src, 0, s, {Tx(100 + s)}))) {
+      CommittedBatch b;
+      b.set_seq(cm.seq);
+      for (const auto& h : cm.tx_hashes) b.add_tx_hashes(h);
+      for (const auto& m : cm.certificate) *b.add_commit_certificate() = m;
+      batches[cm.seq] = b;
+    }
+  }
+  chain[6] = src.replica->chain_digest();
+  src.blocks.batches = batches;
+
+  ReplicaHarness h(3, c);
+  for (int s = 1; s <= 6; ++s) h.pool.have.insert(Tx(100 + s));
+  // One vote short of a quorum: an unasked install is ignored.
+  h.Deliver(MakeCheckpoint(4, chain[4], 0));
+  h.Deliver(MakeCheckpoint(4, chain[4], 1));
+  EXPECT_TRUE(h.replica->Step(PbftSnapshotInstalled{4, chain[4]}).empty());
+  EXPECT_EQ(h.replica->last_executed(), 0u);
+  auto a = h.Deliver(MakeCheckpoint(4, chain[4], 2));
+  auto wanted = ActionsOf<PbftSnapshotWanted>(a);
+  ASSERT_EQ(wanted.size(), 1u);
+  EXPECT_EQ(wanted[0].seq, 4u);
+  EXPECT_EQ(wanted[0].chain_digest, chain[4]);
+  EXPECT_EQ(wanted[0].state_root, testing::ModelRoot(chain[4]));
+  EXPECT_TRUE(Sent(a, ConsensusMessage::kSyncRequest).empty()) << "no batches: the state";
+  EXPECT_EQ(h.replica->state(), ConsensusState::kRecovering);
+  EXPECT_TRUE(
+      Sent(h.replica->Step(PbftTimerFired{PbftTimer::kRetransmit}), ConsensusMessage::kSyncRequest)
+          .empty());
+
+  // A newer checkpoint meanwhile is wanted too (the owner may switch to it).
+  h.Deliver(MakeCheckpoint(6, chain[6], 0));
+  h.Deliver(MakeCheckpoint(6, chain[6], 1));
+  wanted = ActionsOf<PbftSnapshotWanted>(h.Deliver(MakeCheckpoint(6, chain[6], 2)));
+  ASSERT_EQ(wanted.size(), 1u);
+  EXPECT_EQ(wanted[0].seq, 6u);
+  EXPECT_TRUE(h.replica->Step(PbftSnapshotInstalled{8, "x"}).empty()) << "never wanted";
+
+  // The owner installed the one at 4: block sync takes it to 6.
+  a = h.replica->Step(PbftSnapshotInstalled{4, chain[4]});
+  EXPECT_EQ(h.replica->last_executed(), 4u);
+  EXPECT_EQ(h.replica->chain_digest(), chain[4]);
+  EXPECT_EQ(h.replica->counters().snapshots_installed, 1u);
+  auto reqs = Sent(a, ConsensusMessage::kSyncRequest);
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].sync_request().from_seq(), 5u);
+  auto resp = Sent(src.Deliver(reqs[0]), ConsensusMessage::kSyncResponse);
+  ASSERT_EQ(resp.size(), 1u);
+  a = h.Deliver(resp[0]);
+  EXPECT_EQ(ActionsOf<PbftCommit>(a).size(), 2u);
+  EXPECT_EQ(h.replica->last_executed(), 6u);
+  EXPECT_EQ(h.replica->chain_digest(), chain[6]);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+}
+
 TEST(PbftSyncTest, RejectsForgedCommitCertificate) {
   ReplicaHarness src(2);
   auto batches = CommittedAt(src, 1);

@@ -68,6 +68,7 @@ struct ClusterOptions {
   int diverge_replica = -1;          // this replica's executor writes an extra value at ...
   uint64_t diverge_height = 0;       // ... this block (Executor::PlantNondeterminismForTest)
   uint64_t checkpoint_interval = 0;  // 0: the config default
+  uint64_t snapshot_min_blocks = 0;  // 0: the config default
 };
 
 class Cluster {
@@ -121,6 +122,9 @@ class Cluster {
       pc->mutable_consensus()->set_checkpoint_interval(options.checkpoint_interval);
       pc->mutable_consensus()->set_watermark_window(4 * options.checkpoint_interval);
     }
+    if (options.snapshot_min_blocks > 0) {
+      pc->mutable_consensus()->set_snapshot_sync_min_blocks(options.snapshot_min_blocks);
+    }
     ApplyDefaults(&nc);
     for (int i = 0; i < kReplicas; ++i) {
       Replica& r = replicas_[i];
@@ -157,6 +161,19 @@ class Cluster {
     r.partition->Stop(absl::ZeroDuration());
     r.partition.reset();
     if (wipe_ledger) std::filesystem::remove_all(r.env.dir + "/ledger");
+    Open(r);
+    CHECK(r.partition->Start().ok());
+  }
+
+  // Brings a crashed replica back as a new node: its whole partition directory (ledger and
+  // consensus store) deleted.
+  void ReviveEmpty(int index) {
+    Replica& r = replicas_[index];
+    CHECK(r.crashed);
+    r.partition.reset();
+    std::filesystem::remove_all(r.env.dir);
+    hub_.SetNodeUp(r.id, true);
+    r.crashed = false;
     Open(r);
     CHECK(r.partition->Start().ok());
   }
@@ -518,6 +535,66 @@ TEST(PartitionClusterTest, AReplicaThatExecutesDifferentlyHaltsDivergedAndTheOth
               cluster.BlockAt(0, h).SerializeAsString())
         << h;
   }
+}
+
+// A node that joins long after the others started (its directory empty) installs the state at a
+// stable checkpoint from its peers and replays only the blocks after it; block sync would have
+// replayed every one.
+TEST(PartitionClusterTest, ANewReplicaFarBehindJoinsThroughASnapshotOfTheAgreedState) {
+  constexpr int kJoiner = 3;
+  Cluster cluster(29, ::testing::TempDir() + "/cluster_snapshot",
+                  {.checkpoint_interval = 4, .snapshot_min_blocks = 10});
+  cluster.Crash(kJoiner);
+  cluster.SubmitTxs(150);
+  cluster.RunFor(absl::Seconds(1));
+  const uint64_t before = cluster.partition(0).height();
+  ASSERT_GE(before, 20u) << "too few blocks for the scenario";
+
+  cluster.ReviveEmpty(kJoiner);
+  cluster.SubmitTxs(20);  // the others go on committing meanwhile
+  cluster.RunFor(absl::Seconds(3));
+  Partition& joiner = cluster.partition(kJoiner);
+  EXPECT_EQ(joiner.Status().consensus_state(), "NORMAL") << joiner.Status().halt_reason();
+  const node::admin::SnapshotSyncStats snap = joiner.FlowStats().snapshot();
+  EXPECT_EQ(snap.installed(), 1u);
+  const uint64_t base = snap.fetch_seq();
+  EXPECT_GE(base, before - 8) << "the snapshot is at a stable checkpoint near the others' tip";
+  EXPECT_EQ(base % 4, 0u);
+  EXPECT_EQ(snap.fetch_chunks_done(), snap.fetch_chunks_total());
+  EXPECT_EQ(snap.fetch_bad_chunks(), 0u);
+  uint64_t served = 0;
+  for (int i = 0; i < kReplicas; ++i) {
+    if (i != kJoiner) served += cluster.partition(i).FlowStats().snapshot().served_chunks();
+  }
+  EXPECT_GE(served, snap.fetch_chunks_total());
+
+  // It holds the others' blocks from the snapshot's on, and not the history just before it
+  // (what it block-synced before it learned how far behind it was stays).
+  ASSERT_EQ(joiner.height(), cluster.partition(0).height());
+  EXPECT_GT(joiner.height(), before);
+  for (uint64_t h = base; h <= joiner.height(); ++h) {
+    EXPECT_EQ(cluster.BlockAt(kJoiner, h).SerializeAsString(),
+              cluster.BlockAt(0, h).SerializeAsString())
+        << h;
+  }
+  EXPECT_TRUE(absl::IsNotFound(joiner.GetBlock(base - 1, false).status()))
+      << joiner.GetBlock(base - 1, false).status();
+  for (int i = 0; i < kReplicas; ++i) {
+    absl::StatusOr<node::client::GetAccountResponse> a =
+        cluster.partition(i).GetAccount(testing::TestKey('a').public_key().bytes());
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->account().nonce(), 170u) << "replica " << i;
+  }
+
+  // It takes part from there: with another replica down, it is needed for every quorum.
+  cluster.Crash(1);
+  cluster.SubmitTxs(10);
+  cluster.RunFor(absl::Seconds(3));
+  EXPECT_EQ(joiner.height(), cluster.partition(0).height());
+  absl::StatusOr<node::client::GetAccountResponse> a =
+      joiner.GetAccount(testing::TestKey('a').public_key().bytes());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->account().nonce(), 180u);
 }
 
 }  // namespace

@@ -42,6 +42,8 @@ class Cluster {
     config_.retransmit_ms = 250;
     config_.sync_chunk = 8;
     config_.max_batch_txs = 64;
+    // Half the seeds: a replica two checkpoints behind fetches the state instead of the batches.
+    config_.snapshot_min_gap = o.seed % 2 == 0 ? 8 : 0;
     const FaultKind k = o.fault;
     loss_ = k == FaultKind::kLoss || k == FaultKind::kMixed;
     dup_ = k == FaultKind::kDuplicate || k == FaultKind::kMixed;
@@ -99,6 +101,7 @@ class Cluster {
         const auto& c = n->replica->counters();
         result_.view_changes = std::max(result_.view_changes, c.view_changes_started);
         result_.synced_batches += c.synced_batches;
+        result_.snapshots_installed += c.snapshots_installed;
         result_.dropped_by_replicas += c.dropped_not_replica + c.dropped_stale_view +
                                        c.dropped_outside_watermarks + c.dropped_conflicting +
                                        c.dropped_duplicate + c.dropped_invalid;
@@ -149,6 +152,8 @@ class Cluster {
     }
     n.replica = std::move(*replica);
     n.up = true;
+    n.snapshot.reset();  // the replica wants it again from its stable checkpoint
+    n.newest_snapshot.reset();
     n.reported_pending = ~0ULL;
     n.proposed.clear();
     StepNode(n, partitions::PbftStart{});
@@ -276,6 +281,8 @@ class Cluster {
         });
       } else if (auto* ct = std::get_if<partitions::PbftCancelTimer>(&a)) {
         ++n.timer_gen[static_cast<int>(ct->timer)];
+      } else if (auto* sw = std::get_if<partitions::PbftSnapshotWanted>(&a)) {
+        OnSnapshotWanted(n, *sw);
       } else if (auto* fe = std::get_if<partitions::PbftFetchTxs>(&a)) {
         At(now_ + Rand(5, 30), [this, id = n.id, inc = n.incarnation, hashes = fe->tx_hashes] {
           Node& node = *nodes_[id];
@@ -485,6 +492,66 @@ class Cluster {
     }
   }
 
+  // ---- Snapshot sync, modelled: the fetch takes a while; it completes only while f+1 correct
+  // replicas that are up can serve the state at its seq (executed it, and installed no later
+  // snapshot), since the fetcher needs f+1 identical manifests. Stalled with a newer one wanted,
+  // it switches to that, as the driver does.
+
+  void OnSnapshotWanted(Node& n, const partitions::PbftSnapshotWanted& wanted) {
+    // What a stable checkpoint names must be what correct replicas executed there.
+    auto it = executed_state_.find(wanted.seq);
+    if (it == executed_state_.end() || it->second.first != wanted.chain_digest ||
+        it->second.second != wanted.state_root) {
+      Fail(true, absl::StrCat("snapshot: replica ", n.id, " wants a state at seq ", wanted.seq,
+                              " that no correct replica executed"));
+      return;
+    }
+    if (n.snapshot) {
+      n.newest_snapshot = wanted;
+      return;
+    }
+    n.snapshot = wanted;
+    At(now_ + Rand(20, 200), [this, id = n.id, inc = n.incarnation] { TrySnapshot(id, inc, 0); });
+  }
+
+  void TrySnapshot(uint32_t id, uint64_t inc, int stalls) {
+    Node& n = *nodes_[id];
+    if (!n.up || n.incarnation != inc || !n.snapshot || !result_.ok) return;
+    const partitions::PbftSnapshotWanted target = *n.snapshot;
+    int servers = 0;
+    for (auto& p : nodes_) {
+      if (p->id != id && p->up && p->honest() && p->ledger.history_from <= target.seq &&
+          p->ledger.last >= target.seq) {
+        ++servers;
+      }
+    }
+    if (servers < static_cast<int>(config_.f()) + 1) {
+      if (stalls >= 2 && n.newest_snapshot) {
+        n.snapshot = std::move(n.newest_snapshot);
+        n.newest_snapshot.reset();
+        stalls = -1;
+      }
+      At(now_ + Rand(50, 300), [this, id, inc, stalls] { TrySnapshot(id, inc, stalls + 1); });
+      return;
+    }
+    n.snapshot.reset();
+    n.newest_snapshot.reset();
+    if (target.seq <= n.ledger.last) return;
+    n.ledger.last = target.seq;
+    n.ledger.chain = target.chain_digest;
+    n.ledger.root = target.state_root;
+    n.ledger.history_from = target.seq;
+    // The installed state includes the skipped batches' txs: they leave the pool (the node's
+    // TxPool::Resync drops them by nonce).
+    for (auto it = executed_txs_.begin(); it != executed_txs_.end() && it->first <= target.seq;
+         ++it) {
+      for (const std::string& h : it->second) n.pool.Commit(h);
+    }
+    ++snapshots_installed_;
+    StepNode(n, partitions::PbftSnapshotInstalled{.seq = target.seq,
+                                                  .chain_digest = target.chain_digest});
+  }
+
   void OnCommit(Node& n, const partitions::PbftCommit& c) {
     if (c.seq != n.ledger.last + 1) {
       Fail(n.honest(), absl::StrCat("order: replica ", n.id, " executed seq ", c.seq, " after ",
@@ -503,6 +570,10 @@ class Cluster {
     n.ledger.root = partitions::ChainDigest(
         n.ledger.root, c.seq, planted ? partitions::BatchDigest({c.digest}) : c.digest);
     for (const std::string& h : c.tx_hashes) n.pool.Commit(h);
+    if (n.honest()) {
+      executed_state_.try_emplace(c.seq, c.chain_digest, n.ledger.root);
+      executed_txs_.try_emplace(c.seq, c.tx_hashes);
+    }
     if (n.byz_primary || n.byz_garbage) return;  // a diverging replica still orders honestly
     auto [it, inserted] = decided_.emplace(c.seq, c.digest);
     if (!inserted && it->second != c.digest) {
@@ -570,6 +641,10 @@ class Cluster {
 
   const SimOptions o_;
   partitions::PbftConfig config_;
+  // seq -> (chain digest, state root) after it, as the first correct replica executed it.
+  std::map<uint64_t, std::pair<std::string, std::string>> executed_state_;
+  std::map<uint64_t, std::vector<std::string>> executed_txs_;  // seq -> its batch
+  uint64_t snapshots_installed_ = 0;
   std::mt19937_64 rng_;
   bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_;
   const bool trace_ = std::getenv("SIM_TRACE") != nullptr;

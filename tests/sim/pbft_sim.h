@@ -72,6 +72,7 @@ struct SimResult {
   uint64_t committed_txs = 0;  // distinct submitted txs committed by some correct replica
   uint64_t view_changes = 0;
   uint64_t synced_batches = 0;
+  uint64_t snapshots_installed = 0;  // PbftSnapshotInstalled steps (even seeds allow snapshots)
   uint64_t messages_delivered = 0;
   uint64_t dropped_by_replicas = 0;
 };

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     const sim::SimResult r = sim::RunSimulation(o);
     std::printf(
         "seed %llu fault %s n %u: %s%s\n  max seq %llu, txs %llu/%llu, view changes %llu, "
-        "synced batches %llu, messages %llu, dropped by replicas %llu\n",
+        "synced batches %llu, snapshots %llu, messages %llu, dropped by replicas %llu\n",
         static_cast<unsigned long long>(seed), sim::FaultKindName(o.fault), o.n,
         r.ok ? "PASS" : (r.safety_violation ? "SAFETY VIOLATION: " : "FAIL: "), r.failure.c_str(),
         static_cast<unsigned long long>(r.max_committed_seq),
@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(r.submitted),
         static_cast<unsigned long long>(r.view_changes),
         static_cast<unsigned long long>(r.synced_batches),
+        static_cast<unsigned long long>(r.snapshots_installed),
         static_cast<unsigned long long>(r.messages_delivered),
         static_cast<unsigned long long>(r.dropped_by_replicas));
     return r.ok ? 0 : (r.safety_violation ? 2 : 1);
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
   std::map<std::string, std::pair<uint64_t, uint64_t>> per_kind;  // kind -> (pass, total)
   std::vector<std::string> failures;
   uint64_t safety = 0;
+  uint64_t snapshots = 0;
+  uint64_t runs_with_snapshots = 0;
   std::atomic<uint64_t> next{0};
   auto worker = [&] {
     for (uint64_t i = next++; i < runs; i = next++) {
@@ -99,6 +102,8 @@ int main(int argc, char** argv) {
       std::lock_guard<std::mutex> lock(mu);
       auto& counts = per_kind[sim::FaultKindName(o.fault)];
       counts.second++;
+      snapshots += r.snapshots_installed;
+      runs_with_snapshots += r.snapshots_installed > 0 ? 1 : 0;
       if (r.ok) {
         counts.first++;
       } else {
@@ -122,6 +127,9 @@ int main(int argc, char** argv) {
   std::printf("total: %llu/%llu passed, safety violations: %llu\n",
               static_cast<unsigned long long>(passed), static_cast<unsigned long long>(runs),
               static_cast<unsigned long long>(safety));
+  std::printf("snapshots installed: %llu, in %llu runs\n",
+              static_cast<unsigned long long>(snapshots),
+              static_cast<unsigned long long>(runs_with_snapshots));
   for (size_t i = 0; i < failures.size() && i < 30; ++i) {
     std::printf("  %s\n", failures[i].c_str());
   }

@@ -35,6 +35,8 @@ class SimLedger final : public partitions::PbftBlockSource {
   // The model executor's state root: a hash chain of what was executed, so two replicas agree on
   // it exactly when they executed the same batches the same way.
   std::string root = partitions::GenesisDigest();
+  // The lowest seq whose state it can serve (0: every one); a snapshot install moves it there.
+  uint64_t history_from = 0;
 };
 
 class SimPool final : public partitions::PbftTxSource {
@@ -85,6 +87,9 @@ struct Node {
   int group = 0;
   bool isolated = false;      // kIsolate: no messages in or out
   int64_t paused_until = -1;  // kPause: events for this node wait until then
+  // Snapshot sync (PbftSnapshotWanted): the one being fetched, and a newer one wanted meanwhile.
+  std::optional<partitions::PbftSnapshotWanted> snapshot;
+  std::optional<partitions::PbftSnapshotWanted> newest_snapshot;
   bool honest() const { return !byz_primary && !byz_garbage && diverge_from == 0; }
 };
 
