@@ -131,6 +131,33 @@ void ClientReadCorpus() {
   Write("client_read", "get_long_key", std::string(1, 1) + get.SerializeAsString());
 }
 
+// ---- snapshot: byte 0 even = a SnapshotRequest to the server, odd = a fetch from peers ----
+void SnapshotCorpus() {
+  node::partition::SnapshotRequest req;
+  req.set_seq(5);
+  req.set_manifest(true);
+  Write("snapshot", "manifest_at_tip", std::string(1, 0) + req.SerializeAsString());
+  req.set_seq(2);
+  Write("snapshot", "manifest_older", std::string(1, 0) + req.SerializeAsString());
+  req.set_seq(99);
+  Write("snapshot", "manifest_beyond", std::string(1, 0) + req.SerializeAsString());
+  req.set_seq(5);
+  req.set_manifest(false);
+  req.set_first_key("k");
+  req.set_entries(3);
+  Write("snapshot", "chunk", std::string(1, 0) + req.SerializeAsString());
+  req.set_entries(100000);
+  Write("snapshot", "chunk_too_large", std::string(1, 0) + req.SerializeAsString());
+  // Fetches: no fuzzed manifest (blob of length 0), then per request an answer kind and its
+  // bytes: all honest; one value changed; keys changed; random chunk bytes.
+  Write("snapshot", "fetch_honest", B({1, 0, 0, 0, 0, 0, 0, 0}));
+  Write("snapshot", "fetch_bad_value", B({1, 0, 1, 0, 0, 3, 0x41, 0, 0, 0}));
+  Write("snapshot", "fetch_bad_key", B({1, 0, 1, 1, 1, 0, 0, 0}));
+  Write("snapshot", "fetch_drop_entry", B({1, 0, 1, 0, 2, 0, 0, 0}));
+  Write("snapshot", "fetch_garbage", B({1, 0, 2, 6, 0x22, 0x01, 0x6b, 0x2a, 0x01, 0x76, 0, 0}));
+  Write("snapshot", "fetch_bad_manifest", B({1, 4, 0x08, 0x05, 0x12, 0x01, 0, 0}));
+}
+
 // ---- tx ----
 void TxCorpus() {
   Write("tx", "put", std::string(1, 1) + tests::FixedTx('A', 1, 1, "key"));
@@ -283,6 +310,7 @@ int main(int argc, char** argv) {
   FrameCorpus();
   TxCorpus();
   ClientReadCorpus();
+  SnapshotCorpus();
   ConsensusCorpus();
   EnvelopeCorpus();
   ConfigCorpus();
