@@ -32,6 +32,8 @@ constexpr size_t kMaxReforwardTxs = 1024;
 constexpr size_t kMaxReforwardBytes = 1 << 20;
 // A ready count that selected nothing (a race with commits) is looked at again after this.
 constexpr int64_t kEmptyCutBackoffNanos = 1'000'000;
+// A snapshot fetch without progress this long (and no newer one wanted) gives way to block sync.
+constexpr int64_t kAbandonSnapshotNanos = 30'000'000'000;
 
 p2p::Channel ChannelOf(PbftChannel c) {
   return c == PbftChannel::kSync ? p2p::Channel::SYNC : p2p::Channel::CONSENSUS;
@@ -176,7 +178,8 @@ void ConsensusDriver::OnSnapshotMessage(uint32_t from,
                                         const node::partition::PartitionMessage& msg) {
   if (msg.has_snapshot_request()) {
     // Reads the ledger (a manifest reads the whole state): never under the consensus lock.
-    deps_.sender->Send(from, p2p::Channel::SYNC, snapshot_server_.Answer(msg.snapshot_request()));
+    deps_.sender->Send(from, p2p::Channel::SYNC,
+                       snapshot_server_.Answer(from, msg.snapshot_request()));
     return;
   }
   WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -232,8 +235,19 @@ void ConsensusDriver::TickSnapshotLocked(int64_t now, int64_t* wake) {
         {.seq = next.seq, .chain_digest = next.chain_digest, .state_root = next.state_root});
     return;
   }
+  if (snapshot_->StalledFor(now) >= kAbandonSnapshotNanos) {
+    // No peer set serves it (none newer is wanted): replay blocks instead, as before snapshots.
+    LOG(WARNING) << "partition " << deps_.name << ": the snapshot at " << snapshot_->target()->seq
+                 << " made no progress for " << kAbandonSnapshotNanos / 1'000'000'000
+                 << " s; catching up by block sync";
+    last_snapshot_ = snapshot_->stats();
+    snapshot_->Abandon();
+    StepLocked(PbftSnapshotAbandoned{});
+    return;
+  }
   std::vector<SnapshotFetcher::Send> sends;
   *wake = std::min(*wake, snapshot_->Tick(now, &sends));
+  *wake = std::min(*wake, now + kAbandonSnapshotNanos);
   SendSnapshotLocked(std::move(sends));
   if (snapshot_->complete()) InstallSnapshotLocked();
 }
@@ -253,6 +267,7 @@ void ConsensusDriver::InstallSnapshotLocked() {
         absl::StrCat("snapshot install at ", target.seq, " failed: ", lanes.status().ToString()));
     return;
   }
+  newest_snapshot_.reset();
   deps_.executor->Reset(*lanes);
   // Pooled txs that committed in the skipped blocks would count as pending (and start the
   // request timer) until they expired.

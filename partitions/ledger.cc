@@ -159,29 +159,8 @@ absl::Status Ledger::LoadTip() {
   empty_ = false;
   tip_ = block.header();
   tip_hash_ = BlockHash(tip_);
-  std::string from;
-  rocksdb::Status fs =
-      db_->Get(rocksdb::ReadOptions(),
-               rocksdb::Slice(kHistoryFromKey.data(), kHistoryFromKey.size()), &from);
-  if (fs.ok() && from.size() != 8) {
-    return absl::DataLossError("ledger: the history mark is not 8 bytes");
-  }
-  if (fs.ok()) {
-    history_from_ = GetBe(from);
-  } else if (!fs.IsNotFound()) {
-    RETURN_IF_ERROR(FromRocks(fs, "read history mark"));
-  }
-  std::string earliest;
-  rocksdb::Status es = db_->Get(
-      rocksdb::ReadOptions(), rocksdb::Slice(kEarliestKey.data(), kEarliestKey.size()), &earliest);
-  if (es.ok() && earliest.size() != 8) {
-    return absl::DataLossError("ledger: the earliest-block mark is not 8 bytes");
-  }
-  if (es.ok()) {
-    earliest_ = GetBe(earliest);
-  } else if (!es.IsNotFound()) {
-    RETURN_IF_ERROR(FromRocks(es, "read earliest-block mark"));
-  }
+  ASSIGN_OR_RETURN(history_from_, ReadHeightMark(kHistoryFromKey, "history mark"));
+  ASSIGN_OR_RETURN(earliest_, ReadHeightMark(kEarliestKey, "earliest-block mark"));
   std::string prefix;
   rocksdb::Status ps =
       db_->Get(rocksdb::ReadOptions(),
@@ -233,6 +212,16 @@ absl::Status Ledger::AddBlock(const node::chain::Block& block,
     if (!existing.has_value()) batch->Put(index_key, loc);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Ledger::ReadHeightMark(absl::string_view key,
+                                                absl::string_view what) const {
+  ASSIGN_OR_RETURN(std::optional<std::string> v, Read(key));
+  if (!v.has_value()) return 0;
+  if (v->size() != 8) {
+    return absl::DataLossError(absl::StrCat("ledger: the ", what, " is not 8 bytes"));
+  }
+  return GetBe(*v);
 }
 
 absl::Status Ledger::CommitBlock(const node::chain::Block& block,
@@ -407,8 +396,9 @@ char Ledger::staging_prefix() const {
                                                                        : kStatePrefix;
 }
 
-absl::StatusOr<const rocksdb::Snapshot*> Ledger::SnapshotAt(uint64_t height) const {
-  // Taken under the commit lock: it holds every block up to the tip checked here.
+absl::StatusOr<Ledger::ReadView> Ledger::SnapshotAt(uint64_t height) const {
+  // Taken under the commit lock: it holds every block up to the tip checked here, and the state
+  // prefix that goes with them (a snapshot install switches both under it).
   absl::MutexLock lock(&mu_);
   if (empty_ || height > tip_.height()) {
     return absl::OutOfRangeError(absl::StrCat("height ", height, " is beyond the last block (",
@@ -418,18 +408,16 @@ absl::StatusOr<const rocksdb::Snapshot*> Ledger::SnapshotAt(uint64_t height) con
     return absl::FailedPreconditionError(
         absl::StrCat("the state before height ", history_from_, " is not kept"));
   }
-  return db_->GetSnapshot();
+  return ReadView{.snapshot = db_->GetSnapshot(),
+                  .prefix = state_prefix_.load(std::memory_order_acquire),
+                  .at_tip = height == tip_.height()};
 }
 
-absl::StatusOr<bool> Ledger::UndoValueAt(absl::string_view key, uint64_t height,
-                                         const rocksdb::Snapshot* snapshot,
-                                         std::optional<std::string>* value) const {
+absl::StatusOr<bool> Ledger::UndoValueAt(rocksdb::Iterator* it, absl::string_view key,
+                                         uint64_t height, std::optional<std::string>* value) const {
   // The value at `height` is the value before the first change after it: the first undo entry
   // above `height`; with none, the key has not changed since, and the current value is it.
   const std::string prefix = UndoKeyPrefix(key);
-  rocksdb::ReadOptions ro;
-  ro.snapshot = snapshot;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   it->Seek(UndoKey(key, height + 1));
   RETURN_IF_ERROR(FromRocks(it->status(), "seek undo"));
   if (!it->Valid() || it->key().size() != prefix.size() + 8 || !it->key().starts_with(prefix)) {
@@ -452,36 +440,41 @@ absl::StatusOr<bool> Ledger::UndoValueAt(absl::string_view key, uint64_t height,
 absl::StatusOr<std::optional<std::string>> Ledger::GetStateAt(absl::string_view key,
                                                               uint64_t height) const {
   // One snapshot, so a commit between the two reads below cannot mix two states.
-  ASSIGN_OR_RETURN(const rocksdb::Snapshot* snapshot, SnapshotAt(height));
-  absl::Cleanup release = [&] { db_->ReleaseSnapshot(snapshot); };
+  ASSIGN_OR_RETURN(const ReadView view, SnapshotAt(height));
+  absl::Cleanup release = [&] { db_->ReleaseSnapshot(view.snapshot); };
+  rocksdb::ReadOptions ro;
+  ro.snapshot = view.snapshot;
+  std::unique_ptr<rocksdb::Iterator> undo(db_->NewIterator(ro));
   std::optional<std::string> value;
-  ASSIGN_OR_RETURN(bool changed, UndoValueAt(key, height, snapshot, &value));
+  ASSIGN_OR_RETURN(bool changed, UndoValueAt(undo.get(), key, height, &value));
   if (changed) return value;
-  return Read(StateKey(key), snapshot);
+  return Read(Prefixed(view.prefix, key), view.snapshot);
 }
 
-absl::Status Ledger::ScanStateAt(
-    uint64_t height, absl::string_view from,
-    absl::FunctionRef<bool(absl::string_view, absl::string_view)> fn) const {
-  ASSIGN_OR_RETURN(const rocksdb::Snapshot* snapshot, SnapshotAt(height));
-  absl::Cleanup release = [&] { db_->ReleaseSnapshot(snapshot); };
-  bool at_tip = false;
-  {
-    absl::MutexLock lock(&mu_);
-    at_tip = height == tip_.height();
-  }
+absl::Status Ledger::ScanStateAt(uint64_t height, absl::string_view from,
+                                 absl::FunctionRef<bool(absl::string_view, absl::string_view)> fn,
+                                 uint64_t max_scanned, uint64_t* scanned) const {
+  ASSIGN_OR_RETURN(const ReadView view, SnapshotAt(height));
+  absl::Cleanup release = [&] { db_->ReleaseSnapshot(view.snapshot); };
   rocksdb::ReadOptions ro;
-  ro.snapshot = snapshot;
+  ro.snapshot = view.snapshot;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
-  const std::string prefix(1, state_prefix_.load(std::memory_order_acquire));
+  std::unique_ptr<rocksdb::Iterator> undo(db_->NewIterator(ro));
+  const std::string prefix(1, view.prefix);
   std::optional<std::string> older;
+  uint64_t visited = 0;
+  absl::Cleanup report = [&] {
+    if (scanned != nullptr) *scanned = visited;
+  };
   // Keys are never deleted, so every key of the state at `height` is in the current state; a
-  // key written after it has an "absent" undo record there and is skipped.
-  for (it->Seek(Prefixed(prefix[0], from)); it->Valid() && it->key().starts_with(prefix);
+  // key written after it has an "absent" undo record there and is skipped (but counted).
+  for (it->Seek(Prefixed(view.prefix, from)); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
+    if (max_scanned > 0 && visited >= max_scanned) return absl::OkStatus();
+    visited += it->key().size() + it->value().size();
     const absl::string_view key(it->key().data() + 1, it->key().size() - 1);
-    if (!at_tip) {
-      ASSIGN_OR_RETURN(bool changed, UndoValueAt(key, height, snapshot, &older));
+    if (!view.at_tip) {
+      ASSIGN_OR_RETURN(bool changed, UndoValueAt(undo.get(), key, height, &older));
       if (changed) {
         if (!older.has_value()) continue;
         if (!fn(key, *older)) return absl::OkStatus();

@@ -73,6 +73,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class Iterator;
 class Snapshot;
 class WriteBatch;
 }  // namespace rocksdb
@@ -159,9 +160,12 @@ class Ledger : public StateStore {
   // ---- Snapshots ----
   // Calls fn(key, value) for each state entry as of block `height`, in key order from `from`
   // (inclusive), until fn returns false: one consistent view, whatever commits meanwhile.
-  // OUT_OF_RANGE beyond the last block; FAILED_PRECONDITION below the kept history.
+  // OUT_OF_RANGE beyond the last block; FAILED_PRECONDITION below the kept history. Keys written
+  // after `height` are visited and skipped: `scanned` (if set) gets the bytes of every record
+  // visited, and the scan stops (OK) once they reach `max_scanned` (0: no bound).
   absl::Status ScanStateAt(uint64_t height, absl::string_view from,
-                           absl::FunctionRef<bool(absl::string_view, absl::string_view)> fn) const
+                           absl::FunctionRef<bool(absl::string_view, absl::string_view)> fn,
+                           uint64_t max_scanned = 0, uint64_t* scanned = nullptr) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Drops the staged state and the consensus metadata whose keys start with `meta_prefix`
   // (a fetch's progress). Synced.
@@ -205,16 +209,22 @@ class Ledger : public StateStore {
   absl::Status LoadTip() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::optional<std::string>> Read(
       absl::string_view key, const rocksdb::Snapshot* snapshot = nullptr) const;
+  // A height mark ("h", "e"): 8 bytes big-endian; 0 when absent. DATA_LOSS naming `what`.
+  absl::StatusOr<uint64_t> ReadHeightMark(absl::string_view key, absl::string_view what) const;
   // The state key's record key ("s" or "n" + key: see "g").
   std::string StateKey(absl::string_view key) const;
   char staging_prefix() const;
-  // A consistent read view at `height` (checked against the tip and the history mark).
-  absl::StatusOr<const rocksdb::Snapshot*> SnapshotAt(uint64_t height) const
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The value of `key` at `height` from the undo records at `snapshot`; nullopt in `found` when
-  // the key has not changed since (its current value is it).
-  absl::StatusOr<bool> UndoValueAt(absl::string_view key, uint64_t height,
-                                   const rocksdb::Snapshot* snapshot,
+  // A consistent read view at `height` (checked against the tip and the history mark): a
+  // RocksDB snapshot (the caller releases it) and the state prefix that goes with it.
+  struct ReadView {
+    const rocksdb::Snapshot* snapshot = nullptr;
+    char prefix = 's';
+    bool at_tip = false;
+  };
+  absl::StatusOr<ReadView> SnapshotAt(uint64_t height) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The value of `key` at `height` from the undo records, through `it` (an iterator of the read
+  // view); false when the key has not changed since (its current value is it).
+  absl::StatusOr<bool> UndoValueAt(rocksdb::Iterator* it, absl::string_view key, uint64_t height,
                                    std::optional<std::string>* value) const;
   // Puts `block`, its receipts and its tx index entries into `batch`.
   absl::Status AddBlock(const node::chain::Block& block,

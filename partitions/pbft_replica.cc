@@ -104,6 +104,7 @@ std::vector<PbftAction> PbftReplica::Step(const PbftEvent& event) {
           [&](const PbftTxsAvailable&) { OnTxsAvailable(); },
           [&](const PbftExecuted& e) { OnExecuted(e.seq, e.state_root); },
           [&](const PbftSnapshotInstalled& e) { OnSnapshotInstalled(e.seq, e.chain_digest); },
+          [&](const PbftSnapshotAbandoned&) { OnSnapshotAbandoned(); },
       },
       event);
   request_timer_.Update(

@@ -141,6 +141,7 @@ class PbftReplica {
   void OnRetransmit();
   void OnExecuted(uint64_t seq, const std::string& state_root);
   void OnSnapshotInstalled(uint64_t seq, const std::string& chain_digest);
+  void OnSnapshotAbandoned();
 
   // Normal case and execution (pbft_replica.cc).
   void OnPrePrepare(const ConsensusMessage& msg);
@@ -211,7 +212,8 @@ class PbftReplica {
   // come back yet: seq -> chain digest after it.
   std::map<uint64_t, std::string> awaiting_root_;
   std::optional<Divergence> divergence_;
-  uint64_t snapshot_seq_ = 0;  // the PbftSnapshotWanted not installed yet; 0: none
+  uint64_t snapshot_seq_ = 0;         // the PbftSnapshotWanted not installed yet; 0: none
+  bool snapshots_abandoned_ = false;  // PbftSnapshotAbandoned: block sync only from then on
   TxFetcher fetcher_;
 
   FutureBuffer future_;            // messages of views not installed yet

@@ -98,7 +98,7 @@ void PbftReplica::Recover() {
   sync_.RecoverTo(target);
   // A snapshot wanted already is wanted again at the newer checkpoint: the owner may switch to
   // it if the older one cannot be fetched (peers that installed a newer snapshot do not keep it).
-  if (target > snapshot_seq_ && config_.snapshot_min_gap > 0 &&
+  if (target > snapshot_seq_ && config_.snapshot_min_gap > 0 && !snapshots_abandoned_ &&
       (snapshot_seq_ != 0 || target - last_executed_ >= config_.snapshot_min_gap) &&
       !checkpoints_.stable_state_root().empty()) {
     snapshot_seq_ = target;
@@ -112,6 +112,14 @@ void PbftReplica::Recover() {
 
 void PbftReplica::AskSync() {
   if (snapshot_seq_ == 0) sync_.Ask(last_executed_, out_);
+}
+
+void PbftReplica::OnSnapshotAbandoned() {
+  if (snapshot_seq_ == 0) return;
+  snapshot_seq_ = 0;
+  snapshots_abandoned_ = true;
+  AskSync();
+  TryExecute();
 }
 
 void PbftReplica::OnSnapshotInstalled(uint64_t seq, const std::string& chain_digest) {

@@ -130,9 +130,12 @@ struct PbftSnapshotInstalled {  // a PbftSnapshotWanted state is the ledger's no
   uint64_t seq = 0;
   std::string chain_digest;  // the wanted one's
 };
+// The owner gave up fetching the wanted snapshots (no progress for long, e.g. no f+1 peers can
+// serve one): the replica block-syncs from its own tip instead, for the rest of its life.
+struct PbftSnapshotAbandoned {};
 using PbftEvent =
     std::variant<PbftStart, PbftMessage, PbftTimerFired, PbftBatchReady, PbftPendingRequests,
-                 PbftTxsAvailable, PbftExecuted, PbftSnapshotInstalled>;
+                 PbftTxsAvailable, PbftExecuted, PbftSnapshotInstalled, PbftSnapshotAbandoned>;
 
 // ---- Actions (apply in order) ----
 

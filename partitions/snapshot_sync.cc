@@ -22,6 +22,8 @@ using ::node::partition::SnapshotRequest;
 // The largest chunk a server reads for one request: a chunk is cut after the entry that makes
 // it reach kSnapshotChunkBytes, so this leaves room for one large value.
 constexpr size_t kMaxChunkReadBytes = 8 << 20;
+// The most a server reads for one chunk, keys written after the asked height (skipped) included.
+constexpr uint64_t kMaxChunkScanBytes = 64 << 20;
 
 std::string TargetKey() { return absl::StrCat(kSnapshotMetaPrefix, "target"); }
 std::string ChunkPrefix() { return absl::StrCat(kSnapshotMetaPrefix, "chunk/"); }
@@ -40,7 +42,8 @@ StateRoot ChunkLanes(const SnapshotChunkInfo& info) {
 
 // ---- Manifest and chunk checks ----
 
-absl::StatusOr<SnapshotManifest> BuildSnapshotManifest(const Ledger& ledger, uint64_t seq) {
+absl::StatusOr<SnapshotManifest> BuildSnapshotManifest(const Ledger& ledger, uint64_t seq,
+                                                       uint64_t* scanned) {
   SnapshotManifest m;
   m.set_seq(seq);
   ASSIGN_OR_RETURN(*m.mutable_block(), ledger.GetBlock(seq));
@@ -53,17 +56,21 @@ absl::StatusOr<SnapshotManifest> BuildSnapshotManifest(const Ledger& ledger, uin
     open = nullptr;
     lanes = StateRoot();
   };
-  RETURN_IF_ERROR(ledger.ScanStateAt(seq, "", [&](absl::string_view key, absl::string_view value) {
-    if (open == nullptr) {
-      open = m.add_chunks();
-      open->set_first_key(std::string(key));
-    }
-    open->set_entries(open->entries() + 1);
-    open->set_bytes(open->bytes() + key.size() + value.size());
-    lanes.Add(key, value);
-    if (open->bytes() >= kSnapshotChunkBytes || open->entries() >= kSnapshotChunkEntries) close();
-    return true;
-  }));
+  RETURN_IF_ERROR(ledger.ScanStateAt(
+      seq, "",
+      [&](absl::string_view key, absl::string_view value) {
+        if (open == nullptr) {
+          open = m.add_chunks();
+          open->set_first_key(std::string(key));
+        }
+        open->set_entries(open->entries() + 1);
+        open->set_bytes(open->bytes() + key.size() + value.size());
+        lanes.Add(key, value);
+        if (open->bytes() >= kSnapshotChunkBytes || open->entries() >= kSnapshotChunkEntries)
+          close();
+        return true;
+      },
+      /*max_scanned=*/0, scanned));
   close();
   return m;
 }
@@ -151,50 +158,63 @@ absl::Status ValidateSnapshotChunk(const SnapshotChunk& chunk, const SnapshotMan
 // ---- SnapshotServer ----
 
 SnapshotServer::SnapshotServer(const Ledger* ledger, const flowctl::Clock* clock, Options options)
-    : ledger_(ledger),
-      budget_(options.serve_bytes_per_second, options.serve_bytes_per_second, clock) {}
+    : ledger_(ledger), clock_(clock), options_(options) {}
 
-PartitionMessage SnapshotServer::Answer(const SnapshotRequest& request) {
+flowctl::TokenBucket& SnapshotServer::BudgetOf(uint32_t peer) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<flowctl::TokenBucket>& b = budgets_[peer];
+  if (b == nullptr) {
+    b = std::make_unique<flowctl::TokenBucket>(options_.serve_bytes_per_second,
+                                               options_.serve_bytes_per_second, clock_);
+  }
+  return *b;
+}
+
+PartitionMessage SnapshotServer::Answer(uint32_t from, const SnapshotRequest& request) {
+  flowctl::TokenBucket& budget = BudgetOf(from);
   PartitionMessage reply;
   if (request.manifest()) {
-    *reply.mutable_snapshot_manifest() = Manifest(request.seq());
+    *reply.mutable_snapshot_manifest() = Manifest(budget, request.seq());
   } else {
-    *reply.mutable_snapshot_chunk() = Chunk(request);
+    *reply.mutable_snapshot_chunk() = Chunk(budget, request);
   }
   return reply;
 }
 
-SnapshotManifest SnapshotServer::Manifest(uint64_t seq) {
+SnapshotManifest SnapshotServer::Manifest(flowctl::TokenBucket& budget, uint64_t seq) {
+  SnapshotManifest refused;
+  refused.set_seq(seq);
+  // The cost of a manifest is known only once built: serve while the peer's budget is not in
+  // debt, then charge what was read (or, cached, what is sent).
+  if (budget.Available() <= 0) {
+    refused.set_refused("busy: over the snapshot serving budget");
+    absl::MutexLock lock(&mu_);
+    ++stats_.refused;
+    return refused;
+  }
   {
     absl::MutexLock lock(&mu_);
     if (cached_.has_value() && cached_->seq() == seq) {
       ++stats_.manifests;
+      budget.Consume(static_cast<double>(cached_->ByteSizeLong()));
       return *cached_;
     }
   }
-  SnapshotManifest refused;
-  refused.set_seq(seq);
-  // The cost of a manifest is known only once built: serve while the budget is not in debt,
-  // then charge what was read.
-  if (budget_.Available() <= 0) {
-    refused.set_refused("busy: over the snapshot serving budget");
-  } else if (absl::StatusOr<SnapshotManifest> m = BuildSnapshotManifest(*ledger_, seq); !m.ok()) {
-    refused.set_refused(std::string(m.status().message()));
-  } else {
-    uint64_t bytes = 0;
-    for (const SnapshotChunkInfo& c : m->chunks()) bytes += c.bytes();
-    budget_.Consume(static_cast<double>(bytes));
-    absl::MutexLock lock(&mu_);
-    ++stats_.manifests;
-    cached_ = *m;
-    return *std::move(m);
-  }
+  uint64_t scanned = 0;
+  absl::StatusOr<SnapshotManifest> m = BuildSnapshotManifest(*ledger_, seq, &scanned);
+  budget.Consume(static_cast<double>(scanned));
   absl::MutexLock lock(&mu_);
-  ++stats_.refused;
-  return refused;
+  if (!m.ok()) {
+    refused.set_refused(std::string(m.status().message()));
+    ++stats_.refused;
+    return refused;
+  }
+  ++stats_.manifests;
+  cached_ = *m;
+  return *std::move(m);
 }
 
-SnapshotChunk SnapshotServer::Chunk(const SnapshotRequest& request) {
+SnapshotChunk SnapshotServer::Chunk(flowctl::TokenBucket& budget, const SnapshotRequest& request) {
   SnapshotChunk chunk;
   chunk.set_seq(request.seq());
   chunk.set_chunk(request.chunk());
@@ -209,18 +229,24 @@ SnapshotChunk SnapshotServer::Chunk(const SnapshotRequest& request) {
   if (request.entries() == 0 || request.entries() > kSnapshotChunkEntries) {
     return refuse(absl::StrCat("a chunk holds 1 to ", kSnapshotChunkEntries, " entries"));
   }
-  if (budget_.Available() <= 0) return refuse("busy: over the snapshot serving budget");
+  if (budget.Available() <= 0) return refuse("busy: over the snapshot serving budget");
   size_t bytes = 0;
+  uint64_t scanned = 0;
   absl::Status s = ledger_->ScanStateAt(
-      request.seq(), request.first_key(), [&](absl::string_view key, absl::string_view value) {
+      request.seq(), request.first_key(),
+      [&](absl::string_view key, absl::string_view value) {
         chunk.add_keys(std::string(key));
         chunk.add_values(std::string(value));
         bytes += key.size() + value.size();
         return chunk.keys_size() < static_cast<int>(request.entries()) &&
                bytes < kMaxChunkReadBytes;
-      });
-  budget_.Consume(static_cast<double>(bytes));
+      },
+      kMaxChunkScanBytes, &scanned);
+  budget.Consume(static_cast<double>(scanned));
   if (!s.ok()) return refuse(std::string(s.message()));
+  if (chunk.keys_size() < static_cast<int>(request.entries()) && scanned >= kMaxChunkScanBytes) {
+    return refuse("too many keys written after that height: ask for a newer snapshot");
+  }
   absl::MutexLock lock(&mu_);
   ++stats_.chunks;
   stats_.bytes += bytes;
@@ -352,7 +378,7 @@ uint32_t SnapshotFetcher::NextPeer() {
 }
 
 void SnapshotFetcher::FillChunkRequests(int64_t now, std::vector<Send>* out) {
-  if (options_.n < 2) return;
+  if (options_.n < 2 || now < backoff_until_) return;
   for (int index = 0; index < manifest_.chunks_size() &&
                       in_flight_.size() < static_cast<size_t>(options_.max_in_flight);
        ++index) {
@@ -380,7 +406,9 @@ absl::Status SnapshotFetcher::OnChunk(uint32_t from, const SnapshotChunk& chunk,
   if (it == in_flight_.end() || it->second.peer != from) return absl::OkStatus();
   in_flight_.erase(it);
   if (!chunk.refused().empty()) {
+    // Busy (or cannot serve it): that chunk waits a while before it is asked of the next peer.
     ++stats_.refusals;
+    backoff_until_ = now + options_.retry_nanos / 4;
   } else if (absl::Status v = ValidateSnapshotChunk(chunk, manifest_); !v.ok()) {
     ++stats_.bad_chunks;
     bad_peers_.insert(from);
@@ -430,6 +458,7 @@ int64_t SnapshotFetcher::Tick(int64_t now, std::vector<Send>* out) {
   for (const auto& [index, req] : in_flight_) {
     next = std::min(next, req.sent_nanos + options_.retry_nanos);
   }
+  if (!complete() && now < backoff_until_) next = std::min(next, backoff_until_);
   return next;
 }
 
@@ -463,6 +492,7 @@ void SnapshotFetcher::Abandon() {
   done_.clear();
   in_flight_.clear();
   bad_peers_.clear();
+  backoff_until_ = 0;
 }
 
 }  // namespace partitions

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -70,8 +71,9 @@ struct SnapshotTarget {
 
 // Builds the manifest of the state after block `seq` from `ledger` (O(state): every entry is
 // read and hashed). Also what tests and tools use to look at a ledger's chunks.
-absl::StatusOr<node::partition::SnapshotManifest> BuildSnapshotManifest(const Ledger& ledger,
-                                                                        uint64_t seq);
+// `scanned` (if set) gets the bytes of the records read.
+absl::StatusOr<node::partition::SnapshotManifest> BuildSnapshotManifest(
+    const Ledger& ledger, uint64_t seq, uint64_t* scanned = nullptr);
 
 // Checks `manifest` against `target` for `partition`: the block is the one at target.seq with
 // the agreed state root, consistent with its receipts; chunks are in strictly increasing key
@@ -89,16 +91,18 @@ absl::Status ValidateSnapshotChunk(const node::partition::SnapshotChunk& chunk,
 class SnapshotServer {
  public:
   struct Options {
-    // State bytes read for peers per second (a manifest reads the whole state); also the burst.
+    // State bytes read for each requesting peer per second (a manifest reads the whole state;
+    // keys written after the asked height are read and skipped, and count); also the burst.
     double serve_bytes_per_second = 64 << 20;
   };
   // `ledger` and `clock` must outlive the server.
   SnapshotServer(const Ledger* ledger, const flowctl::Clock* clock, Options options);
 
-  // Answers a peer's request with a manifest or a chunk; a request it cannot serve gets an
+  // Answers peer `from`'s request with a manifest or a chunk; a request it cannot serve gets an
   // answer whose `refused` says why (a height beyond the tip or below the kept history, a chunk
-  // larger than any the manifest cuts, over the rate budget).
-  node::partition::PartitionMessage Answer(const node::partition::SnapshotRequest& request)
+  // larger than any the manifest cuts or behind too many newer keys, over that peer's budget).
+  node::partition::PartitionMessage Answer(uint32_t from,
+                                           const node::partition::SnapshotRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   struct Stats {
@@ -110,16 +114,22 @@ class SnapshotServer {
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  node::partition::SnapshotManifest Manifest(uint64_t seq) ABSL_LOCKS_EXCLUDED(mu_);
-  node::partition::SnapshotChunk Chunk(const node::partition::SnapshotRequest& request)
+  node::partition::SnapshotManifest Manifest(flowctl::TokenBucket& budget, uint64_t seq)
       ABSL_LOCKS_EXCLUDED(mu_);
+  node::partition::SnapshotChunk Chunk(flowctl::TokenBucket& budget,
+                                       const node::partition::SnapshotRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  flowctl::TokenBucket& BudgetOf(uint32_t peer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Ledger* const ledger_;
-  flowctl::TokenBucket budget_;
+  const flowctl::Clock* const clock_;
+  const Options options_;
 
   mutable absl::Mutex mu_;
   // The last manifest built (peers joining at one checkpoint all ask for the same one).
   std::optional<node::partition::SnapshotManifest> cached_ ABSL_GUARDED_BY(mu_);
+  // One budget per requesting peer (created on its first request; never removed: n is small).
+  std::map<uint32_t, std::unique_ptr<flowctl::TokenBucket>> budgets_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -169,8 +179,10 @@ class SnapshotFetcher {
 
   bool active() const { return target_.has_value(); }
   // No manifest adopted and no chunk staged for three retry periods.
-  bool Stalled(int64_t now) const {
-    return target_.has_value() && now - last_progress_nanos_ >= 3 * options_.retry_nanos;
+  bool Stalled(int64_t now) const { return StalledFor(now) >= 3 * options_.retry_nanos; }
+  // How long since the last progress (Start, the manifest adopted, a chunk staged); 0 when idle.
+  int64_t StalledFor(int64_t now) const {
+    return target_.has_value() ? now - last_progress_nanos_ : 0;
   }
   // Every chunk staged: Install may run.
   bool complete() const;
@@ -214,6 +226,7 @@ class SnapshotFetcher {
   std::set<uint32_t> bad_peers_;
   uint32_t next_peer_ = 0;
   int64_t last_progress_nanos_ = 0;  // Start, the manifest adopted, the last chunk staged
+  int64_t backoff_until_ = 0;        // after a refusal ("busy"), no new chunk request before
   Stats stats_;
 };
 

@@ -31,6 +31,7 @@
 #include "partitions/executor.h"
 #include "partitions/ledger.h"
 #include "partitions/snapshot_sync.h"
+#include "tests/bench/bench_chain_util.h"
 
 namespace partitions {
 namespace {
@@ -105,25 +106,6 @@ Chain OpenFresh(const std::string& dir, bool sync) {
   return *std::move(chain);
 }
 
-void CommitBlock(Chain& chain, uint64_t height, const std::vector<TxPtr>& txs) {
-  absl::StatusOr<BlockExecution> r = chain.executor->Execute(height, txs);
-  CHECK(r.ok()) << r.status();
-  node::chain::Block block;
-  for (const TxPtr& tx : txs) {
-    block.add_tx_hashes(tx->hash);
-    block.add_txs(tx->signed_bytes);
-  }
-  node::chain::BlockHeader* h = block.mutable_header();
-  h->set_partition(0);
-  h->set_height(height);
-  h->set_parent_hash(chain.ledger->last_block_hash());
-  h->set_tx_root(TxRoot(block.tx_hashes()));
-  h->set_state_root(r->state_root);
-  h->set_tx_count(static_cast<uint32_t>(txs.size()));
-  Ok(chain.ledger->CommitBlock(block, r->receipts, r->delta));
-  chain.executor->Apply(*r);
-}
-
 void BM_Join(benchmark::State& state) {
   const auto history = static_cast<uint64_t>(state.range(0));
   const auto keys = static_cast<uint64_t>(state.range(1));
@@ -132,7 +114,7 @@ void BM_Join(benchmark::State& state) {
   Chain source = OpenFresh(dir.path + "/source", /*sync=*/false);
   {
     std::vector<uint64_t> nonces(kSenders, 0);
-    for (uint64_t h = 1; h <= history; ++h) CommitBlock(source, h, BlockTxs(h, keys, nonces));
+    for (uint64_t h = 1; h <= history; ++h) CommitBenchBlock(source, BlockTxs(h, keys, nonces));
     Ok(source.ledger->Compact());
   }
   const std::string root = source.executor->state_root();
@@ -145,7 +127,7 @@ void BM_Join(benchmark::State& state) {
       Chain replay = OpenFresh(dir.path + "/replay", /*sync=*/true);
       std::vector<uint64_t> nonces(kSenders, 0);
       const absl::Time start = absl::Now();
-      for (uint64_t h = 1; h <= history; ++h) CommitBlock(replay, h, BlockTxs(h, keys, nonces));
+      for (uint64_t h = 1; h <= history; ++h) CommitBenchBlock(replay, BlockTxs(h, keys, nonces));
       replay_s = absl::ToDoubleSeconds(absl::Now() - start);
       CHECK_EQ(replay.executor->state_root(), root);
     }
@@ -167,7 +149,7 @@ void BM_Join(benchmark::State& state) {
         SnapshotFetcher::Send send = std::move(queue.front());
         queue.pop_front();
         const node::partition::PartitionMessage answer =
-            servers[send.to]->Answer(send.msg.snapshot_request());
+            servers[send.to]->Answer(3, send.msg.snapshot_request());
         std::vector<SnapshotFetcher::Send> more;
         const int64_t now = flowctl::Clock::Real()->NowNanos();
         Ok(answer.has_snapshot_manifest()

@@ -33,6 +33,7 @@
 #include "partitions/block.h"
 #include "partitions/executor.h"
 #include "partitions/ledger.h"
+#include "tests/bench/bench_chain_util.h"
 
 namespace partitions {
 namespace {
@@ -98,25 +99,7 @@ class Loaded {
     std::filesystem::remove_all(dir_);
   }
 
-  void Commit(const std::vector<TxPtr>& txs) {
-    const uint64_t height = chain_.ledger->last_height() + 1;
-    absl::StatusOr<BlockExecution> r = chain_.executor->Execute(height, txs);
-    CHECK(r.ok()) << r.status();
-    node::chain::Block block;
-    for (const TxPtr& tx : txs) {
-      block.add_tx_hashes(tx->hash);
-      block.add_txs(tx->signed_bytes);
-    }
-    node::chain::BlockHeader* h = block.mutable_header();
-    h->set_height(height);
-    h->set_parent_hash(chain_.ledger->last_block_hash());
-    h->set_tx_root(TxRoot(block.tx_hashes()));
-    h->set_state_root(r->state_root);
-    h->set_tx_count(static_cast<uint32_t>(txs.size()));
-    absl::Status s = chain_.ledger->CommitBlock(block, r->receipts, r->delta);
-    CHECK(s.ok()) << s;
-    chain_.executor->Apply(*r);
-  }
+  void Commit(const std::vector<TxPtr>& txs) { CommitBenchBlock(chain_, txs); }
 
   // A block of `n` Puts, overwriting keys drawn from the first `keys` (new ones when 0).
   std::vector<TxPtr> UniformPuts(int n, uint64_t keys, std::mt19937_64& rng) {

@@ -30,6 +30,7 @@
 #include "partitions/ledger.h"
 #include "proto/client.pb.h"
 #include "runtime/commit_stream.h"
+#include "tests/fuzz/chain_fixture.h"
 #include "tests/fuzz/fuzz_fixtures.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -80,23 +81,7 @@ Fixture* MakeFixture() {
       txs.push_back(std::make_shared<const base::DecodedTx>(*std::move(d)));
       f->written[absl::StrCat("k", i)][h] = absl::StrCat("v", h);
     }
-    absl::StatusOr<partitions::BlockExecution> r = f->chain.executor->Execute(h, txs);
-    Require(r.ok(), "the fixture's blocks execute");
-    node::chain::Block block;
-    for (const auto& tx : txs) {
-      block.add_tx_hashes(tx->hash);
-      block.add_txs(tx->signed_bytes);
-    }
-    node::chain::BlockHeader* header = block.mutable_header();
-    header->set_partition(kPartition);
-    header->set_height(h);
-    header->set_parent_hash(f->chain.ledger->last_block_hash());
-    header->set_tx_root(partitions::TxRoot(block.tx_hashes()));
-    header->set_state_root(r->state_root);
-    header->set_tx_count(static_cast<uint32_t>(txs.size()));
-    Require(f->chain.ledger->CommitBlock(block, r->receipts, r->delta).ok(),
-            "the fixture's blocks commit");
-    f->chain.executor->Apply(*r);
+    Require(tests::CommitFixtureBlock(f->chain, kPartition, txs), "the fixture's blocks commit");
   }
   f->hub = std::make_shared<runtime::CommitStreamHub>("fuzz", f->chain.ledger.get(),
                                                       runtime::CommitStreamLimits{});

@@ -32,6 +32,7 @@
 #include "partitions/ledger.h"
 #include "partitions/snapshot_sync.h"
 #include "proto/partition.pb.h"
+#include "tests/fuzz/chain_fixture.h"
 #include "tests/fuzz/fuzz_fixtures.h"
 #include "tests/fuzz/fuzz_input.h"
 
@@ -93,23 +94,7 @@ Fixture* MakeFixture() {
       Require(d.ok(), "the fixture's txs decode");
       txs.push_back(std::make_shared<const base::DecodedTx>(*std::move(d)));
     }
-    absl::StatusOr<partitions::BlockExecution> r = f->source.executor->Execute(h, txs);
-    Require(r.ok(), "the fixture's blocks execute");
-    node::chain::Block block;
-    for (const auto& tx : txs) {
-      block.add_tx_hashes(tx->hash);
-      block.add_txs(tx->signed_bytes);
-    }
-    node::chain::BlockHeader* header = block.mutable_header();
-    header->set_partition(kPartition);
-    header->set_height(h);
-    header->set_parent_hash(f->source.ledger->last_block_hash());
-    header->set_tx_root(partitions::TxRoot(block.tx_hashes()));
-    header->set_state_root(r->state_root);
-    header->set_tx_count(static_cast<uint32_t>(txs.size()));
-    Require(f->source.ledger->CommitBlock(block, r->receipts, r->delta).ok(),
-            "the fixture's blocks commit");
-    f->source.executor->Apply(*r);
+    Require(tests::CommitFixtureBlock(f->source, kPartition, txs), "the fixture's blocks commit");
   }
   f->server = std::make_unique<partitions::SnapshotServer>(
       f->source.ledger.get(), flowctl::Clock::Real(),
@@ -125,7 +110,7 @@ Fixture* MakeFixture() {
 }
 
 void FuzzServe(Fixture& f, const SnapshotRequest& request) {
-  const PartitionMessage answer = f.server->Answer(request);
+  const PartitionMessage answer = f.server->Answer(3, request);
   if (request.manifest()) {
     Require(answer.has_snapshot_manifest(), "a manifest request gets a manifest");
     const SnapshotManifest& m = answer.snapshot_manifest();
@@ -152,7 +137,7 @@ void FuzzServe(Fixture& f, const SnapshotRequest& request) {
 
 // The honest answer to a chunk request of the fetcher.
 SnapshotChunk Honest(Fixture& f, const SnapshotRequest& request) {
-  return f.server->Answer(request).snapshot_chunk();
+  return f.server->Answer(3, request).snapshot_chunk();
 }
 
 void FuzzFetch(Fixture& f, tests::FuzzInput& in) {

@@ -641,6 +641,40 @@ TEST(PbftSyncTest, FarBehindAReplicaWantsTheCheckpointsStateAndGoesOnFromIt) {
   EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
 }
 
+// When its owner gives up on the snapshots (no progress for long), the replica block-syncs from
+// its own tip, and wants no snapshot again.
+TEST(PbftSyncTest, AnAbandonedSnapshotFallsBackToBlockSync) {
+  PbftConfig c = SmallWindow();
+  c.window = 8;
+  c.snapshot_min_gap = 4;
+  ReplicaHarness src(2, c);
+  src.blocks.batches = CommittedAt(src, 6);
+  const std::string chain6 = src.replica->chain_digest();
+  ReplicaHarness h(3, c);
+  for (int s = 1; s <= 6; ++s) h.pool.have.insert(Tx(100 + s));
+  h.Deliver(MakeCheckpoint(6, chain6, 0));
+  h.Deliver(MakeCheckpoint(6, chain6, 1));
+  ASSERT_EQ(ActionsOf<PbftSnapshotWanted>(h.Deliver(MakeCheckpoint(6, chain6, 2))).size(), 1u);
+  auto a = h.replica->Step(PbftSnapshotAbandoned{});
+  auto reqs = Sent(a, ConsensusMessage::kSyncRequest);
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].sync_request().from_seq(), 1u);
+  // Batches 1..6 come in two responses of sync_chunk each at most; then it is NORMAL at 6.
+  for (int round = 0; round < 4 && h.replica->last_executed() < 6; ++round) {
+    auto resp = Sent(src.Deliver(reqs[0]), ConsensusMessage::kSyncResponse);
+    ASSERT_EQ(resp.size(), 1u);
+    a = h.Deliver(resp[0]);
+    EXPECT_TRUE(ActionsOf<PbftSnapshotWanted>(a).empty());
+    reqs = Sent(a, ConsensusMessage::kSyncRequest);
+    if (h.replica->last_executed() < 6) {
+      ASSERT_EQ(reqs.size(), 1u);
+    }
+  }
+  EXPECT_EQ(h.replica->last_executed(), 6u);
+  EXPECT_EQ(h.replica->chain_digest(), chain6);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+}
+
 TEST(PbftSyncTest, RejectsForgedCommitCertificate) {
   ReplicaHarness src(2);
   auto batches = CommittedAt(src, 1);

@@ -95,7 +95,7 @@ class SnapshotSyncTest : public ::testing::Test {
       queue.pop_front();
       ASSERT_LT(send.to, 3u);
       ASSERT_TRUE(send.msg.has_snapshot_request());
-      PartitionMessage answer = servers_[send.to]->Answer(send.msg.snapshot_request());
+      PartitionMessage answer = servers_[send.to]->Answer(3, send.msg.snapshot_request());
       if (tamper) tamper(send.to, answer);
       std::vector<SnapshotFetcher::Send> more;
       absl::Status s =
@@ -159,7 +159,7 @@ TEST_F(SnapshotSyncTest, ManifestsAreTheSameOnEveryReplicaAndSumToTheRoot) {
   moved.mutable_chunks(0)->set_lanes(l0);
   moved.mutable_chunks(1)->set_lanes(l1);
   EXPECT_TRUE(ValidateSnapshotManifest(moved, target, kPartition).ok());
-  PartitionMessage chunk = servers_[0]->Answer([&] {
+  PartitionMessage chunk = servers_[0]->Answer(3, [&] {
     node::partition::SnapshotRequest r;
     r.set_seq(32);
     r.set_chunk(0);
@@ -269,7 +269,7 @@ TEST_F(SnapshotSyncTest, OnePeersManifestIsNotEnoughAndABadOneIsRefused) {
   Run(fetcher, std::move(to0));
   EXPECT_EQ(fetcher.stats().chunks_total, 0u);
   // Replica 1 sends a manifest whose block claims another state: refused, still one vote.
-  PartitionMessage m1 = servers_[1]->Answer(sends[1].msg.snapshot_request());
+  PartitionMessage m1 = servers_[1]->Answer(3, sends[1].msg.snapshot_request());
   m1.mutable_snapshot_manifest()->mutable_block()->mutable_header()->set_state_root(
       std::string(32, 'x'));
   std::vector<SnapshotFetcher::Send> more;
@@ -312,32 +312,80 @@ TEST_F(SnapshotSyncTest, AnInterruptedFetchResumesWithTheChunksItStaged) {
   ASSERT_TRUE(fetcher.complete());
   ASSERT_TRUE(fetcher.Install({}).ok());
   EXPECT_EQ(StateAt(*joiner_->ledger, 32), StateAt(*peers_[0]->ledger, 32));
+}
 
-  // Another target drops what was staged for the first.
-  SnapshotFetcher again(joiner_->ledger.get(), {.n = 4, .self = 3});
-  sends.clear();
-  ASSERT_TRUE(again.Start(TargetOf(*peers_[0]->ledger, 40), clock_.NowNanos(), &sends).ok());
-  EXPECT_EQ(again.stats().chunks_resumed, 0u);
+TEST_F(SnapshotSyncTest, AnotherTargetDropsWhatWasStagedForTheFirst) {
+  auto staged_chunks = [&] {
+    int n = 0;
+    EXPECT_TRUE(joiner_->ledger
+                    ->ScanConsensusMeta(absl::StrCat(kSnapshotMetaPrefix, "chunk/"),
+                                        [&](absl::string_view, absl::string_view) { ++n; })
+                    .ok());
+    return n;
+  };
+  {
+    SnapshotFetcher fetcher(joiner_->ledger.get(), {.n = 4, .self = 3, .max_in_flight = 1});
+    std::vector<SnapshotFetcher::Send> sends;
+    ASSERT_TRUE(fetcher.Start(TargetOf(*peers_[0]->ledger, 32), clock_.NowNanos(), &sends).ok());
+    Run(fetcher, std::move(sends), nullptr, /*max_messages=*/5);
+  }
+  EXPECT_EQ(staged_chunks(), 2);
+  SnapshotFetcher fetcher(joiner_->ledger.get(), {.n = 4, .self = 3});
+  std::vector<SnapshotFetcher::Send> sends;
+  ASSERT_TRUE(fetcher.Start(TargetOf(*peers_[0]->ledger, 36), clock_.NowNanos(), &sends).ok());
+  EXPECT_EQ(fetcher.stats().chunks_resumed, 0u);
+  EXPECT_EQ(staged_chunks(), 0) << "the first target's chunks are gone";
+  Run(fetcher, std::move(sends));
+  ASSERT_TRUE(fetcher.complete());
+  ASSERT_TRUE(fetcher.Install({}).ok());
+  EXPECT_EQ(StateAt(*joiner_->ledger, 36), StateAt(*peers_[0]->ledger, 36));
 }
 
 TEST_F(SnapshotSyncTest, TheServerRefusesWhatItCannotServeAndPastItsBudget) {
   node::partition::SnapshotRequest r;
   r.set_seq(99);
   r.set_manifest(true);
-  EXPECT_NE(servers_[0]->Answer(r).snapshot_manifest().refused(), "");
+  EXPECT_NE(servers_[0]->Answer(3, r).snapshot_manifest().refused(), "");
   r.set_manifest(false);
   r.set_entries(kSnapshotChunkEntries + 1);
-  EXPECT_NE(servers_[0]->Answer(r).snapshot_chunk().refused(), "");
+  EXPECT_NE(servers_[0]->Answer(3, r).snapshot_chunk().refused(), "");
 
   SnapshotServer slow(peers_[0]->ledger.get(), &clock_, {.serve_bytes_per_second = 100'000});
   r.set_seq(32);
   r.set_manifest(true);
-  EXPECT_EQ(slow.Answer(r).snapshot_manifest().refused(), "");  // ~1.2 MB: into debt
-  r.set_seq(31);                                                // not cached
-  EXPECT_NE(slow.Answer(r).snapshot_manifest().refused(), "");
+  EXPECT_EQ(slow.Answer(3, r).snapshot_manifest().refused(), "");  // ~1.2 MB: into debt
+  r.set_seq(31);                                                   // not cached
+  EXPECT_NE(slow.Answer(3, r).snapshot_manifest().refused(), "");
+  r.set_manifest(false);
+  r.set_entries(1);
+  EXPECT_NE(slow.Answer(3, r).snapshot_chunk().refused(), "") << "chunks too";
+  // Another peer has its own budget: one peer cannot starve the others.
+  r.set_manifest(true);
+  EXPECT_EQ(slow.Answer(1, r).snapshot_manifest().refused(), "");
   clock_.Advance(absl::Seconds(20));
-  EXPECT_EQ(slow.Answer(r).snapshot_manifest().refused(), "");
-  EXPECT_EQ(slow.stats().refused, 1u);
+  EXPECT_EQ(slow.Answer(3, r).snapshot_manifest().refused(), "");
+  EXPECT_EQ(slow.stats().refused, 2u);
+}
+
+// A chunk at an old height whose range is mostly keys written after it is read (and charged)
+// up to a bound, then refused rather than scanned without end.
+TEST_F(SnapshotSyncTest, ScanningPastKeysWrittenLaterIsBoundedAndCounted) {
+  uint64_t scanned = 0;
+  int returned = 0;
+  // At height 0 only genesis accounts exist: every "k..." key was written later.
+  ASSERT_TRUE(peers_[0]
+                  ->ledger
+                  ->ScanStateAt(
+                      0, "k",
+                      [&](absl::string_view, absl::string_view) {
+                        ++returned;
+                        return true;
+                      },
+                      /*max_scanned=*/100'000, &scanned)
+                  .ok());
+  EXPECT_EQ(returned, 0);
+  EXPECT_GE(scanned, 100'000u) << "skipped keys count";
+  EXPECT_LT(scanned, 200'000u) << "and the scan stops near the bound";
 }
 
 }  // namespace
