@@ -529,9 +529,10 @@ TEST(PbftPersistenceTest, StoreFailureHaltsTheReplica) {
 }
 
 // Commits seqs 1..k at `src` and returns the committed batches as a block source would.
-std::map<uint64_t, CommittedBatch> CommittedAt(ReplicaHarness& src, int k) {
+// Has `src` commit seqs first..k (one tx each) and returns them as block sync serves them.
+std::map<uint64_t, CommittedBatch> CommittedAt(ReplicaHarness& src, int k, int first = 1) {
   std::map<uint64_t, CommittedBatch> out;
-  for (int s = 1; s <= k; ++s) {
+  for (int s = first; s <= k; ++s) {
     for (const auto& c : ActionsOf<PbftCommit>(CommitAll(src, 0, s, {Tx(100 + s)}))) {
       CommittedBatch b;
       b.set_seq(c.seq);
@@ -585,15 +586,7 @@ TEST(PbftSyncTest, FarBehindAReplicaWantsTheCheckpointsStateAndGoesOnFromIt) {
   std::map<uint64_t, std::string> chain;
   std::map<uint64_t, CommittedBatch> batches = CommittedAt(src, 4);
   chain[4] = src.replica->chain_digest();
-  for (int s = 5; s <= 6; ++s) {
-    for (const auto& cm : ActionsOf<PbftCommit>(CommitAll(src, 0, s, {Tx(100 + s)}))) {
-      CommittedBatch b;
-      b.set_seq(cm.seq);
-      for (const auto& h : cm.tx_hashes) b.add_tx_hashes(h);
-      for (const auto& m : cm.certificate) *b.add_commit_certificate() = m;
-      batches[cm.seq] = b;
-    }
-  }
+  batches.merge(CommittedAt(src, 6, /*first=*/5));
   chain[6] = src.replica->chain_digest();
   src.blocks.batches = batches;
 
