@@ -198,16 +198,14 @@ void ConsensusDriver::OnSnapshotMessage(uint32_t from,
   });
 }
 
-void ConsensusDriver::StartSnapshotLocked(const PbftSnapshotWanted& wanted) {
-  const SnapshotTarget target{
-      .seq = wanted.seq, .chain_digest = wanted.chain_digest, .state_root = wanted.state_root};
+void ConsensusDriver::StartSnapshotLocked(const SnapshotTarget& target) {
   if (snapshot_->active()) {
     // A newer stable checkpoint while one is being fetched: keep fetching unless stalled (Tick).
     newest_snapshot_ = target;
     return;
   }
-  LOG(INFO) << "partition " << deps_.name << ": " << wanted.seq - replica_->last_executed()
-            << " blocks behind the stable checkpoint " << wanted.seq
+  LOG(INFO) << "partition " << deps_.name << ": " << target.seq - replica_->last_executed()
+            << " blocks behind the stable checkpoint " << target.seq
             << ": fetching its state from peers";
   std::vector<SnapshotFetcher::Send> sends;
   absl::Status s = snapshot_->Start(target, deps_.clock->NowNanos(), &sends);
@@ -230,9 +228,7 @@ void ConsensusDriver::TickSnapshotLocked(int64_t now, int64_t* wake) {
               << " makes no progress; fetching the one at " << newest_snapshot_->seq;
     last_snapshot_ = snapshot_->stats();
     snapshot_->Abandon();
-    const SnapshotTarget next = *std::move(newest_snapshot_);
-    StartSnapshotLocked(
-        {.seq = next.seq, .chain_digest = next.chain_digest, .state_root = next.state_root});
+    StartSnapshotLocked(*std::exchange(newest_snapshot_, std::nullopt));
     return;
   }
   if (snapshot_->StalledFor(now) >= kAbandonSnapshotNanos) {
@@ -418,7 +414,11 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                    },
                    [&](PbftCancelTimer& a) { timers_.erase(a.timer); },
                    [&](PbftFetchTxs& a) { FetchLocked(a); },
-                   [&](PbftSnapshotWanted& a) { StartSnapshotLocked(a); },
+                   [&](PbftSnapshotWanted& a) {
+                     StartSnapshotLocked({.seq = a.seq,
+                                          .chain_digest = std::move(a.chain_digest),
+                                          .state_root = std::move(a.state_root)});
+                   },
                    [&](PbftStateChanged& a) {
                      cut_may_change = true;
                      const auto old = static_cast<ConsensusState>(state_.load());

@@ -180,7 +180,7 @@ class ConsensusDriver {
   void DivergedLocked(const PbftReplica::Divergence& divergence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Snapshot sync: starts (or resumes) the fetch the replica wants; sends the fetcher's requests;
   // installs a complete snapshot and tells the replica.
-  void StartSnapshotLocked(const PbftSnapshotWanted& wanted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartSnapshotLocked(const SnapshotTarget& target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendSnapshotLocked(std::vector<SnapshotFetcher::Send> sends)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void InstallSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -84,10 +84,12 @@ std::string Prefixed(char prefix, absl::string_view rest) {
   return k;
 }
 
-// The first key after every key starting with `prefix`. REQUIRES: prefix does not end in 0xff.
-std::string PrefixEnd(std::string prefix) {
-  prefix.back() = static_cast<char>(prefix.back() + 1);
-  return prefix;
+// Deletes every key starting with `prefix` in `batch` (one range tombstone).
+// REQUIRES: prefix is not empty and does not end in 0xff.
+void DeletePrefix(std::string prefix, rocksdb::WriteBatch* batch) {
+  std::string end = prefix;
+  end.back() = static_cast<char>(end.back() + 1);
+  batch->DeleteRange(prefix, end);
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
@@ -491,9 +493,8 @@ absl::Status Ledger::ScanStateAt(uint64_t height, absl::string_view from,
 absl::Status Ledger::ClearStaged(absl::string_view meta_prefix) {
   const char p = staging_prefix();
   rocksdb::WriteBatch batch;
-  batch.DeleteRange(std::string(1, p), std::string(1, static_cast<char>(p + 1)));
-  const std::string meta_from = Prefixed(kMetaPrefix, meta_prefix);
-  batch.DeleteRange(meta_from, PrefixEnd(meta_from));
+  DeletePrefix(std::string(1, p), &batch);
+  DeletePrefix(Prefixed(kMetaPrefix, meta_prefix), &batch);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
   return FromRocks(db_->Write(wo, &batch), "clear staged state");
@@ -529,7 +530,7 @@ absl::Status Ledger::InstallStagedState(const node::chain::Block& base,
   const char new_prefix = staging_prefix();
   rocksdb::WriteBatch batch;
   RETURN_IF_ERROR(AddBlock(base, receipts, &batch));
-  batch.DeleteRange(std::string(1, kUndoPrefix), std::string(1, kUndoPrefix + 1));
+  DeletePrefix(std::string(1, kUndoPrefix), &batch);
   batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), lanes.Serialize());
   std::string from;
   PutBe(h.height(), 8, &from);
@@ -537,8 +538,7 @@ absl::Status Ledger::InstallStagedState(const node::chain::Block& base,
   batch.Put(rocksdb::Slice(kEarliestKey.data(), kEarliestKey.size()), from);
   batch.Put(rocksdb::Slice(kStatePrefixKey.data(), kStatePrefixKey.size()),
             rocksdb::Slice(&new_prefix, 1));
-  const std::string meta_from = Prefixed(kMetaPrefix, meta_prefix);
-  batch.DeleteRange(meta_from, PrefixEnd(meta_from));
+  DeletePrefix(Prefixed(kMetaPrefix, meta_prefix), &batch);
   for (const auto& [key, value] : meta) batch.Put(Prefixed(kMetaPrefix, key), value);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
@@ -553,7 +553,7 @@ absl::Status Ledger::InstallStagedState(const node::chain::Block& base,
   // The old state is garbage now; a crash before this delete leaves it where the next fetch
   // stages (ClearStaged drops it first).
   rocksdb::WriteBatch drop;
-  drop.DeleteRange(std::string(1, old_prefix), std::string(1, static_cast<char>(old_prefix + 1)));
+  DeletePrefix(std::string(1, old_prefix), &drop);
   if (absl::Status s = FromRocks(db_->Write(rocksdb::WriteOptions(), &drop), "drop old state");
       !s.ok()) {
     LOG(WARNING) << "ledger of partition " << partition_ << ": " << s;

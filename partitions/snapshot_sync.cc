@@ -295,16 +295,21 @@ absl::Status SnapshotFetcher::Start(const SnapshotTarget& target, int64_t now,
   }
   if (!resume) {
     RETURN_IF_ERROR(ledger_->ClearStaged(kSnapshotMetaPrefix));
-    progress.Clear();
-    progress.set_seq(target.seq);
-    progress.set_chain_digest(target.chain_digest);
-    progress.set_state_root(target.state_root);
-    RETURN_IF_ERROR(ledger_->StageState({}, {{TargetKey(), progress.SerializeAsString()}}));
+    RETURN_IF_ERROR(SaveProgress(nullptr));
   }
   for (uint32_t peer = 0; peer < options_.n; ++peer) {
     if (peer != options_.self) AskManifest(peer, now, out);
   }
   return absl::OkStatus();
+}
+
+absl::Status SnapshotFetcher::SaveProgress(const SnapshotManifest* manifest) {
+  SnapshotProgress progress;
+  progress.set_seq(target_->seq);
+  progress.set_chain_digest(target_->chain_digest);
+  progress.set_state_root(target_->state_root);
+  if (manifest != nullptr) *progress.mutable_manifest() = *manifest;
+  return ledger_->StageState({}, {{TargetKey(), progress.SerializeAsString()}});
 }
 
 void SnapshotFetcher::AskManifest(uint32_t peer, int64_t now, std::vector<Send>* out) {
@@ -342,12 +347,7 @@ absl::Status SnapshotFetcher::OnManifest(uint32_t from, const SnapshotManifest& 
   voters.insert(from);
   const uint32_t f = (options_.n - 1) / 3;
   if (voters.size() < f + 1) return absl::OkStatus();
-  SnapshotProgress progress;
-  progress.set_seq(target_->seq);
-  progress.set_chain_digest(target_->chain_digest);
-  progress.set_state_root(target_->state_root);
-  *progress.mutable_manifest() = candidates_[digest];
-  RETURN_IF_ERROR(ledger_->StageState({}, {{TargetKey(), progress.SerializeAsString()}}));
+  RETURN_IF_ERROR(SaveProgress(&candidates_[digest]));
   RETURN_IF_ERROR(Adopt(candidates_[digest]));
   last_progress_nanos_ = now;
   FillChunkRequests(now, out);

@@ -204,6 +204,8 @@ class SnapshotFetcher {
   };
 
   absl::Status Adopt(const node::partition::SnapshotManifest& manifest);
+  // Records the target (and the adopted manifest, if given) in the ledger, for a resume.
+  absl::Status SaveProgress(const node::partition::SnapshotManifest* manifest);
   void AskManifest(uint32_t peer, int64_t now, std::vector<Send>* out);
   void FillChunkRequests(int64_t now, std::vector<Send>* out);
   // The next peer in turn that has not sent a bad answer (all of them again if every one has).

@@ -70,6 +70,14 @@ PbftConfig SmallWindow() {
   return c;
 }
 
+// SmallWindow, with room for 6 seqs and snapshots from 4 behind.
+PbftConfig SnapshotWindow() {
+  PbftConfig c = SmallWindow();
+  c.window = 8;
+  c.snapshot_min_gap = 4;
+  return c;
+}
+
 TEST(PbftConfigTest, Validate) {
   PbftConfig c;
   EXPECT_TRUE(c.Validate().ok());
@@ -579,9 +587,7 @@ TEST(PbftSyncTest, BehindStableCheckpointRecoversThroughSync) {
 // for nothing meanwhile, and once it is installed goes on from there by block sync to a newer
 // checkpoint. Installs it did not ask for change nothing.
 TEST(PbftSyncTest, FarBehindAReplicaWantsTheCheckpointsStateAndGoesOnFromIt) {
-  PbftConfig c = SmallWindow();
-  c.window = 8;
-  c.snapshot_min_gap = 4;
+  const PbftConfig c = SnapshotWindow();
   ReplicaHarness src(2, c);
   std::map<uint64_t, std::string> chain;
   std::map<uint64_t, CommittedBatch> batches = CommittedAt(src, 4);
@@ -637,9 +643,7 @@ TEST(PbftSyncTest, FarBehindAReplicaWantsTheCheckpointsStateAndGoesOnFromIt) {
 // When its owner gives up on the snapshots (no progress for long), the replica block-syncs from
 // its own tip, and wants no snapshot again.
 TEST(PbftSyncTest, AnAbandonedSnapshotFallsBackToBlockSync) {
-  PbftConfig c = SmallWindow();
-  c.window = 8;
-  c.snapshot_min_gap = 4;
+  const PbftConfig c = SnapshotWindow();
   ReplicaHarness src(2, c);
   src.blocks.batches = CommittedAt(src, 6);
   const std::string chain6 = src.replica->chain_digest();
