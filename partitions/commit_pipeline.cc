@@ -10,7 +10,7 @@
 namespace partitions {
 
 std::string CertKey(uint64_t seq) {
-  std::string key = "cert/";
+  std::string key = kCertKeyPrefix;
   for (int i = 7; i >= 0; --i) key.push_back(static_cast<char>((seq >> (8 * i)) & 0xff));
   return key;
 }

@@ -37,6 +37,9 @@
 namespace partitions {
 
 // Ledger consensus-metadata keys.
+// The consensus metadata key of batch `seq`'s commit certificate: kCertKeyPrefix + seq (8 bytes
+// big-endian), so pruning drops them with their blocks (LedgerOptions::height_keyed_meta).
+inline constexpr char kCertKeyPrefix[] = "cert/";
 std::string CertKey(uint64_t seq);
 inline constexpr char kChainDigestKey[] = "chain_digest";
 

@@ -1,5 +1,7 @@
 #include "partitions/ledger.h"
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -13,6 +15,7 @@
 #include "partitions/block.h"
 #include "partitions/rocksdb_logger.h"
 #include "rocksdb/cache.h"
+#include "rocksdb/compaction_filter.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
@@ -20,6 +23,12 @@
 #include "rocksdb/write_batch.h"
 
 namespace partitions {
+
+struct PruneMarks {
+  std::atomic<uint64_t> pruned_below{0};  // "p"
+  std::atomic<uint64_t> history_from{0};  // "h"
+};
+
 namespace {
 
 constexpr char kBlockPrefix = 'b';
@@ -35,8 +44,10 @@ constexpr absl::string_view kLanesKey = "l";
 constexpr absl::string_view kHistoryFromKey = "h";
 // Which prefix the state uses ("s" if absent); the other one stages a snapshot being fetched.
 constexpr absl::string_view kStatePrefixKey = "g";
-// The height of the snapshot installed last (absent: none).
+// The height of the snapshot installed last, or the first block pruning kept (absent: 0).
 constexpr absl::string_view kEarliestKey = "e";
+// Blocks below it were pruned (absent: none).
+constexpr absl::string_view kPrunedBelowKey = "p";
 constexpr char kStagedPrefix = 'n';
 constexpr char kUndoAbsent = '\0';
 constexpr char kUndoPresent = '\1';
@@ -92,6 +103,63 @@ void DeletePrefix(std::string prefix, rocksdb::WriteBatch* batch) {
   batch->DeleteRange(prefix, end);
 }
 
+void PutMark(absl::string_view key, uint64_t height, rocksdb::WriteBatch* batch) {
+  std::string v;
+  PutBe(height, 8, &v);
+  batch->Put(rocksdb::Slice(key.data(), key.size()), v);
+}
+
+// Drops, as RocksDB compacts, the records pruning made useless and left in place because their
+// keys are not ordered by height: undo records at or below the history mark (reads at a height h
+// >= the mark seek records above h) and tx index entries pointing at a pruned block. Until then
+// the ledger ignores them.
+class PrunedRecordFilter : public rocksdb::CompactionFilter {
+ public:
+  explicit PrunedRecordFilter(std::shared_ptr<const PruneMarks> marks) : marks_(std::move(marks)) {}
+
+  bool Filter(int /*level*/, const rocksdb::Slice& key, const rocksdb::Slice& value,
+              std::string* /*new_value*/, bool* /*value_changed*/) const override {
+    if (key.empty()) return false;
+    if (key[0] == kUndoPrefix && key.size() >= 13) {
+      const uint64_t history_from = marks_->history_from.load(std::memory_order_acquire);
+      return GetBe(absl::string_view(key.data() + key.size() - 8, 8)) <= history_from;
+    }
+    if (key[0] == kTxIndexPrefix && value.size() == 12) {
+      return GetBe(absl::string_view(value.data(), 8)) <
+             marks_->pruned_below.load(std::memory_order_acquire);
+    }
+    return false;
+  }
+  const char* Name() const override { return "noded.PrunedRecordFilter"; }
+
+ private:
+  const std::shared_ptr<const PruneMarks> marks_;
+};
+
+class PrunedRecordFilterFactory : public rocksdb::CompactionFilterFactory {
+ public:
+  explicit PrunedRecordFilterFactory(std::shared_ptr<const PruneMarks> marks)
+      : marks_(std::move(marks)) {}
+  std::unique_ptr<rocksdb::CompactionFilter> CreateCompactionFilter(
+      const rocksdb::CompactionFilter::Context& /*context*/) override {
+    return std::make_unique<PrunedRecordFilter>(marks_);
+  }
+  const char* Name() const override { return "noded.PrunedRecordFilterFactory"; }
+
+ private:
+  const std::shared_ptr<const PruneMarks> marks_;
+};
+
+// OUT_OF_RANGE if the tx index entry `loc` points below `pruned_below` (the compaction filter
+// has not dropped it yet).
+absl::Status CheckNotPruned(absl::string_view tx_hash, absl::string_view loc,
+                            uint64_t pruned_below) {
+  if (loc.size() < 8 || GetBe(loc.substr(0, 8)) >= pruned_below) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("tx ", base::BytesToHex(tx_hash), " is in block ",
+                                            GetBe(loc.substr(0, 8)), ", pruned (blocks from ",
+                                            pruned_below, " are kept)"));
+}
+
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
   const std::string msg = absl::StrCat("ledger ", what, ": rocksdb: ", s.ToString());
@@ -129,15 +197,19 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   table.pin_top_level_index_and_filter = true;
   table.pin_l0_filter_and_index_blocks_in_cache = true;
   db_options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  auto marks = std::make_shared<PruneMarks>();
+  db_options.compaction_filter_factory = std::make_shared<PrunedRecordFilterFactory>(marks);
   rocksdb::DB* raw = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &raw), "open " + path));
-  std::unique_ptr<Ledger> ledger(new Ledger(std::unique_ptr<rocksdb::DB>(raw), partition, options));
+  std::unique_ptr<Ledger> ledger(
+      new Ledger(std::unique_ptr<rocksdb::DB>(raw), std::move(marks), partition, options));
   RETURN_IF_ERROR(ledger->LoadTip());
   return ledger;
 }
 
-Ledger::Ledger(std::unique_ptr<rocksdb::DB> db, uint32_t partition, const LedgerOptions& options)
-    : db_(std::move(db)), partition_(partition), options_(options) {}
+Ledger::Ledger(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<PruneMarks> marks,
+               uint32_t partition, const LedgerOptions& options)
+    : db_(std::move(db)), marks_(std::move(marks)), partition_(partition), options_(options) {}
 
 Ledger::~Ledger() = default;
 
@@ -163,6 +235,9 @@ absl::Status Ledger::LoadTip() {
   tip_hash_ = BlockHash(tip_);
   ASSIGN_OR_RETURN(history_from_, ReadHeightMark(kHistoryFromKey, "history mark"));
   ASSIGN_OR_RETURN(earliest_, ReadHeightMark(kEarliestKey, "earliest-block mark"));
+  ASSIGN_OR_RETURN(const uint64_t pruned_below, ReadHeightMark(kPrunedBelowKey, "pruning mark"));
+  marks_->pruned_below.store(pruned_below, std::memory_order_release);
+  marks_->history_from.store(history_from_, std::memory_order_release);
   std::string prefix;
   rocksdb::Status ps =
       db_->Get(rocksdb::ReadOptions(),
@@ -259,6 +334,7 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
   }
   batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), delta.accumulator.Serialize());
   for (const auto& [key, value] : meta) batch.Put(Prefixed(kMetaPrefix, key), value);
+  const uint64_t prune_below = AddPrune(h.height(), &batch);
 
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
@@ -266,7 +342,37 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
   empty_ = false;
   tip_ = h;
   tip_hash_ = BlockHash(h);
+  if (prune_below > 0) {
+    earliest_ = std::max(earliest_, prune_below);
+    history_from_ = std::max(history_from_, prune_below);
+    marks_->pruned_below.store(prune_below, std::memory_order_release);
+    marks_->history_from.store(history_from_, std::memory_order_release);
+  }
   return absl::OkStatus();
+}
+
+uint64_t Ledger::AddPrune(uint64_t height, rocksdb::WriteBatch* batch) const {
+  const uint64_t keep = options_.retain_blocks;
+  if (keep == 0 || height + 1 <= keep) return 0;
+  const uint64_t below = height + 1 - keep;
+  const uint64_t pruned = marks_->pruned_below.load(std::memory_order_relaxed);
+  if (below < pruned + std::max<uint64_t>(options_.prune_step, 1)) return 0;
+  // From the last mark (everything below it is gone already; blocks a snapshot install left
+  // below its base are above it), so the range tombstones do not pile up over one another.
+  batch->DeleteRange(BlockKey(pruned), BlockKey(below));
+  batch->DeleteRange(Prefixed(kReceiptPrefix, Location(pruned, 0)),
+                     Prefixed(kReceiptPrefix, Location(below, 0)));
+  for (const std::string& meta : options_.height_keyed_meta) {
+    std::string from = Prefixed(kMetaPrefix, meta);
+    std::string to = from;
+    PutBe(pruned, 8, &from);
+    PutBe(below, 8, &to);
+    batch->DeleteRange(from, to);
+  }
+  PutMark(kPrunedBelowKey, below, batch);
+  if (below > earliest_) PutMark(kEarliestKey, below, batch);
+  if (below > history_from_) PutMark(kHistoryFromKey, below, batch);
+  return below;
 }
 
 bool Ledger::empty() const {
@@ -305,7 +411,13 @@ absl::StatusOr<std::optional<std::string>> Ledger::Read(absl::string_view key,
 
 absl::StatusOr<node::chain::Block> Ledger::GetBlock(uint64_t height) const {
   ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(BlockKey(height)));
-  if (!bytes.has_value()) return absl::NotFoundError(absl::StrCat("no block at height ", height));
+  if (!bytes.has_value()) {
+    if (const uint64_t pruned = pruned_below(); height < pruned) {
+      return absl::OutOfRangeError(
+          absl::StrCat("block ", height, " was pruned (blocks from ", pruned, " are kept)"));
+    }
+    return absl::NotFoundError(absl::StrCat("no block at height ", height));
+  }
   node::chain::Block block;
   if (!block.ParseFromString(*bytes)) {
     return absl::DataLossError(absl::StrCat("block ", height, " does not parse"));
@@ -318,6 +430,7 @@ absl::StatusOr<node::chain::Receipt> Ledger::GetReceipt(absl::string_view tx_has
   if (!loc.has_value()) {
     return absl::NotFoundError(absl::StrCat("no committed tx ", base::BytesToHex(tx_hash)));
   }
+  RETURN_IF_ERROR(CheckNotPruned(tx_hash, *loc, pruned_below()));
   ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(Prefixed(kReceiptPrefix, *loc)));
   node::chain::Receipt receipt;
   if (!bytes.has_value() || !receipt.ParseFromString(*bytes)) {
@@ -357,6 +470,7 @@ absl::StatusOr<std::string> Ledger::GetTx(absl::string_view tx_hash) const {
   if (!loc.has_value() || loc->size() != 12) {
     return absl::NotFoundError(absl::StrCat("no committed tx ", base::BytesToHex(tx_hash)));
   }
+  RETURN_IF_ERROR(CheckNotPruned(tx_hash, *loc, pruned_below()));
   const uint64_t height = GetBe(absl::string_view(*loc).substr(0, 8));
   const uint64_t index = GetBe(absl::string_view(*loc).substr(8, 4));
   ASSIGN_OR_RETURN(node::chain::Block block, GetBlock(height));
@@ -532,10 +646,8 @@ absl::Status Ledger::InstallStagedState(const node::chain::Block& base,
   RETURN_IF_ERROR(AddBlock(base, receipts, &batch));
   DeletePrefix(std::string(1, kUndoPrefix), &batch);
   batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), lanes.Serialize());
-  std::string from;
-  PutBe(h.height(), 8, &from);
-  batch.Put(rocksdb::Slice(kHistoryFromKey.data(), kHistoryFromKey.size()), from);
-  batch.Put(rocksdb::Slice(kEarliestKey.data(), kEarliestKey.size()), from);
+  PutMark(kHistoryFromKey, h.height(), &batch);
+  PutMark(kEarliestKey, h.height(), &batch);
   batch.Put(rocksdb::Slice(kStatePrefixKey.data(), kStatePrefixKey.size()),
             rocksdb::Slice(&new_prefix, 1));
   DeletePrefix(Prefixed(kMetaPrefix, meta_prefix), &batch);
@@ -550,6 +662,7 @@ absl::Status Ledger::InstallStagedState(const node::chain::Block& base,
   tip_hash_ = BlockHash(h);
   history_from_ = h.height();
   earliest_ = h.height();
+  marks_->history_from.store(history_from_, std::memory_order_release);
   // The old state is garbage now; a crash before this delete leaves it where the next fetch
   // stages (ClearStaged drops it first).
   rocksdb::WriteBatch drop;
@@ -583,6 +696,10 @@ uint64_t Ledger::earliest_height() const {
   return earliest_;
 }
 
+uint64_t Ledger::pruned_below() const {
+  return marks_->pruned_below.load(std::memory_order_acquire);
+}
+
 absl::StatusOr<std::optional<StateRoot>> Ledger::LoadAccumulator() const {
   ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(kLanesKey));
   if (!bytes.has_value()) return std::optional<StateRoot>();
@@ -598,15 +715,14 @@ absl::Status Ledger::UpgradeStateHistory(const StateRoot& root) {
   absl::MutexLock lock(&mu_);
   if (empty_) return absl::FailedPreconditionError("upgrade of an empty ledger");
   // The blocks so far wrote no undo records: the state is readable from the tip on.
-  std::string from;
-  PutBe(tip_.height(), 8, &from);
   rocksdb::WriteBatch batch;
   batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), root.Serialize());
-  batch.Put(rocksdb::Slice(kHistoryFromKey.data(), kHistoryFromKey.size()), from);
+  PutMark(kHistoryFromKey, tip_.height(), &batch);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync;
   RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), "store state hash"));
   history_from_ = tip_.height();
+  marks_->history_from.store(history_from_, std::memory_order_release);
   return absl::OkStatus();
 }
 

@@ -26,6 +26,7 @@
 //                            missing (earliest_height)
 //   "g"                   -> the prefix the state uses ("s" if absent; "n" after an odd number
 //                            of snapshot installs)
+//   "p"                   -> height (8 bytes): blocks below it were pruned (absent: none)
 //
 // CommitBlock writes a block, its receipts, its state delta (and optionally consensus metadata)
 // in ONE WriteBatch with sync=true: after a crash the ledger holds a prefix of the committed
@@ -33,8 +34,17 @@
 // state; OpenChain commits it on first open. Reopening resumes after the last committed block;
 // OpenChain checks the stored state hash against that block's state root, and the executor reads
 // the state from here (the ledger is its StateStore) through a bounded cache: memory does not
-// grow with the state. Nothing is pruned yet: every height's state stays readable (from the
-// history mark on, on a ledger installed from a snapshot).
+// grow with the state. Every height's state stays readable (from the history mark on, on a
+// ledger installed from a snapshot), unless pruning is on.
+//
+// Pruning (LedgerOptions::retain_blocks = K): a commit that leaves more than K + prune_step blocks
+// deletes, in its own write batch, every block below tip + 1 - K with its receipts and the
+// consensus metadata keyed by those heights (range deletes), and raises the history mark there.
+// The tx index entries of those blocks and the undo records the history no longer needs are
+// dropped by a compaction filter as RocksDB compacts (they are ignored meanwhile), so pruning
+// costs no extra read or sync. A pruned block and its txs answer OUT_OF_RANGE naming the earliest
+// height kept (a tx whose index entry the filter dropped: NOT_FOUND, as one never committed), the
+// state before the mark FAILED_PRECONDITION.
 //
 // Snapshots (snapshot_sync.h): ScanStateAt reads the state as of any kept height in key order
 // (what a peer serves); StageState writes a fetched snapshot's state beside the current one and
@@ -80,6 +90,9 @@ class WriteBatch;
 
 namespace partitions {
 
+// The heights below which the ledger's compaction filter drops records (ledger.cc).
+struct PruneMarks;
+
 struct LedgerOptions {
   // fsync every commit. Only benchmarks of the non-durable path turn it off.
   bool sync = true;
@@ -92,6 +105,15 @@ struct LedgerOptions {
   size_t state_cache_bytes = kDefaultStateCacheBytes;
   // OpenChain rehashes the whole state, O(state), and checks it against the stored hash.
   bool verify_state_on_open = false;
+  // Blocks kept behind the tip, the tip included; older ones are pruned (see above). 0: keep
+  // every block.
+  uint64_t retain_blocks = 0;
+  // Blocks pruned at once, at least (one range delete per record kind): the ledger holds between
+  // retain_blocks and retain_blocks + prune_step blocks. >= 1.
+  uint64_t prune_step = 64;
+  // Prefixes of consensus metadata keyed by prefix + height (8 bytes big-endian), pruned with
+  // their blocks (e.g. the commit certificates, "cert/").
+  std::vector<std::string> height_keyed_meta = {};
 };
 
 // Opaque consensus metadata written with a block (or alone): key -> bytes.
@@ -123,9 +145,10 @@ class Ledger : public StateStore {
   node::chain::BlockHeader last_header() const ABSL_LOCKS_EXCLUDED(mu_);
   std::string last_block_hash() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // NOT_FOUND if no block has that height.
+  // NOT_FOUND if no block has that height; OUT_OF_RANGE if it was pruned.
   absl::StatusOr<node::chain::Block> GetBlock(uint64_t height) const;
-  // NOT_FOUND if the tx was never committed. A tx included again later (a replay, REJECTED)
+  // NOT_FOUND if the tx was never committed (or pruned and forgotten); OUT_OF_RANGE if its block
+  // was pruned. A tx included again later (a replay, REJECTED)
   // keeps the receipt of its first inclusion here; GetBlockReceipts has every one by position.
   absl::StatusOr<node::chain::Receipt> GetReceipt(absl::string_view tx_hash) const;
   // The receipts of block `height`, one per tx in block order. NOT_FOUND if there is no block
@@ -190,9 +213,12 @@ class Ledger : public StateStore {
       absl::FunctionRef<void(absl::string_view, absl::string_view)> fn) const;
   // The lowest height whose state GetStateAt and ScanStateAt read.
   uint64_t history_from() const ABSL_LOCKS_EXCLUDED(mu_);
-  // The lowest height from which every block up to the tip is here: 0, or the height of the
-  // snapshot installed last (blocks before it were never fetched).
+  // The lowest height from which every block up to the tip is here: 0, the height of the
+  // snapshot installed last (blocks before it were never fetched), or the first block pruning
+  // kept.
   uint64_t earliest_height() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks below this height were pruned (0: none).
+  uint64_t pruned_below() const;
 
   // Compacts the whole database now (RocksDB's manual compaction): a settled ledger, for
   // benchmarks and maintenance. Blocks commits' background compactions meanwhile, not commits.
@@ -205,7 +231,8 @@ class Ledger : public StateStore {
   uint32_t partition() const { return partition_; }
 
  private:
-  Ledger(std::unique_ptr<rocksdb::DB> db, uint32_t partition, const LedgerOptions& options);
+  Ledger(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<PruneMarks> marks, uint32_t partition,
+         const LedgerOptions& options);
   absl::Status LoadTip() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::optional<std::string>> Read(
       absl::string_view key, const rocksdb::Snapshot* snapshot = nullptr) const;
@@ -232,9 +259,15 @@ class Ledger : public StateStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckBlock(const node::chain::Block& block,
                           absl::Span<const node::chain::Receipt> receipts) const;
+  // Adds to `batch` the pruning that committing block `height` calls for (retain_blocks): returns
+  // the height below which it prunes, 0 for none.
+  uint64_t AddPrune(uint64_t height, rocksdb::WriteBatch* batch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction. rocksdb::DB is thread-safe.
   const std::unique_ptr<rocksdb::DB> db_;
+  // What the compaction filter may drop; shared with it (it lives as long as the DB's options).
+  const std::shared_ptr<PruneMarks> marks_;
   const uint32_t partition_;
   const LedgerOptions options_;
 

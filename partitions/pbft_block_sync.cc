@@ -45,6 +45,7 @@ bool BlockSync::TickStalled(uint64_t last_executed) {
 bool BlockSync::Accept(const node::consensus::SyncResponse& resp, uint64_t last_executed,
                        const PbftValidator& validator) {
   in_flight_ = false;
+  peer_executed_ = std::max(peer_executed_, resp.last_executed());
   const uint64_t horizon = last_executed + std::max<uint64_t>(config_.window, config_.sync_chunk);
   for (const CommittedBatch& batch : resp.batches()) {
     if (batch.seq() <= last_executed || batches_.count(batch.seq()) > 0) continue;
@@ -73,7 +74,8 @@ void BlockSync::DropThrough(uint64_t seq) {
 }
 
 ConsensusMessage BlockSync::Serve(const node::consensus::SyncRequest& req, uint64_t last_executed,
-                                  const PbftBlockSource& blocks) const {
+                                  const PbftBlockSource& blocks,
+                                  const node::consensus::StableCheckpointRecord& stable) const {
   ConsensusMessage msg;
   auto* resp = msg.mutable_sync_response();
   resp->set_last_executed(last_executed);
@@ -85,13 +87,21 @@ ConsensusMessage BlockSync::Serve(const node::consensus::SyncRequest& req, uint6
       if (!batch) break;
       *resp->add_batches() = std::move(*batch);
     }
+    // Nothing from from_seq although it was executed here: not kept. Where to fetch the state
+    // instead (the requester checks the proof).
+    if (resp->batches_size() == 0 && req.from_seq() <= last_executed &&
+        stable.seq() > req.from_seq()) {
+      *resp->mutable_stable() = stable;
+    }
   }
   return msg;
 }
 
 void BlockSync::Answer(const ConsensusMessage& request, uint64_t last_executed,
-                       const PbftBlockSource& blocks, PbftOutbox& out) const {
-  out.Send(request.sender(), out.Sign(Serve(request.sync_request(), last_executed, blocks)),
+                       const PbftBlockSource& blocks,
+                       const node::consensus::StableCheckpointRecord& stable,
+                       PbftOutbox& out) const {
+  out.Send(request.sender(), out.Sign(Serve(request.sync_request(), last_executed, blocks, stable)),
            PbftChannel::kSync);
 }
 

@@ -56,6 +56,9 @@ class BlockSync {
   // Sends the NextRequest, signed, on the sync channel (nothing without peers).
   void Ask(uint64_t last_executed, PbftOutbox& out);
   bool in_flight() const { return in_flight_; }
+  // The highest last_executed a peer's SyncResponse reported (0: none yet): a replica that
+  // reached its target by a snapshot still has the batches after it to fetch.
+  uint64_t peer_executed() const { return peer_executed_; }
   // Called once per retransmit period: true if `last_executed` did not move since the previous
   // call (or since construction).
   bool TickStalled(uint64_t last_executed);
@@ -71,12 +74,16 @@ class BlockSync {
   void DropThrough(uint64_t seq);
 
   // Answers a peer's SyncRequest from this replica's ledger: at most sync_chunk batches from
-  // from_seq on, none above `last_executed`, stopping at the first the ledger lacks. Unsigned.
+  // from_seq on, none above `last_executed`, stopping at the first the ledger lacks. When the
+  // ledger lacks from_seq itself (pruned, or below an installed snapshot) and `stable` (this
+  // replica's stable checkpoint) is above it, the answer carries `stable`. Unsigned.
   ConsensusMessage Serve(const node::consensus::SyncRequest& req, uint64_t last_executed,
-                         const PbftBlockSource& blocks) const;
+                         const PbftBlockSource& blocks,
+                         const node::consensus::StableCheckpointRecord& stable) const;
   // Sends the Serve answer to `request` (a SyncRequest envelope), signed, to its sender.
   void Answer(const ConsensusMessage& request, uint64_t last_executed,
-              const PbftBlockSource& blocks, PbftOutbox& out) const;
+              const PbftBlockSource& blocks, const node::consensus::StableCheckpointRecord& stable,
+              PbftOutbox& out) const;
 
  private:
   const PbftConfig config_;
@@ -84,6 +91,7 @@ class BlockSync {
   uint64_t target_ = 0;
   std::map<uint64_t, node::consensus::CommittedBatch> batches_;  // verified, not yet executed
   bool in_flight_ = false;
+  uint64_t peer_executed_ = 0;
   uint32_t next_peer_ = 0;  // round robin over the other replicas
   uint64_t executed_at_last_tick_ = 0;
 };

@@ -135,8 +135,9 @@ void PbftReplica::OnSnapshotInstalled(uint64_t seq, const std::string& chain_dig
   if (seq == low_watermark() && !MatchesStable(chain_digest_, "")) return;
   sync_.NoteExecuted(last_executed_);
   request_timer_.Restart(out_);
-  // A newer checkpoint became stable meanwhile: the batches up to it.
-  if (sync_.recovering()) AskSync();
+  // A newer checkpoint became stable meanwhile, or a peer told us it executed beyond the
+  // snapshot: the batches up to there.
+  if (sync_.recovering() || sync_.peer_executed() > last_executed_) AskSync();
   TryExecute();
 }
 
@@ -149,11 +150,23 @@ bool PbftReplica::EvidenceAhead() const {
 }
 
 void PbftReplica::OnSyncRequest(const ConsensusMessage& msg) {
-  sync_.Answer(msg, last_executed_, *deps_.blocks, out_);
+  sync_.Answer(msg, last_executed_, *deps_.blocks, checkpoints_.StableRecord(), out_);
 }
 
 void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {
   const auto& resp = msg.sync_response();
+  if (resp.has_stable() && resp.stable().seq() > low_watermark()) {
+    // The peer no longer keeps the batches we asked for. Its stable checkpoint, if 2f+1 signed
+    // it, is as good as the votes we missed: it moves our low watermark, and Recover fetches the
+    // state there (snapshot sync) or the batches up to it.
+    const auto& stable = resp.stable();
+    if (validator_.ValidCheckpointProof(stable.seq(), stable.state_digest(), stable.proof())) {
+      AdvanceStable(stable.seq(), stable.state_digest(),
+                    std::vector<ConsensusMessage>(stable.proof().begin(), stable.proof().end()));
+    } else {
+      ++counters_.dropped_invalid;
+    }
+  }
   const uint64_t before = last_executed_;
   if (sync_.Accept(resp, last_executed_, validator_)) ++counters_.dropped_invalid;
   TryExecute();

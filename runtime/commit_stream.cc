@@ -239,9 +239,13 @@ void CommitStreamHub::NoteCommittedHeader(const node::chain::BlockHeader& header
 absl::StatusOr<std::shared_ptr<CommitWatcher>> CommitStreamHub::Watch(
     const CommitWatcher::Options& options, absl::AnyInvocable<void()> wake) {
   uint64_t tip = 0;
+  uint64_t earliest = 0;
   {
     absl::ReaderMutexLock lock(&ledger_mu_);
-    if (ledger_ != nullptr) tip = ledger_->last_height();
+    if (ledger_ != nullptr) {
+      tip = ledger_->last_height();
+      earliest = ledger_->earliest_height();
+    }
   }
   CommitWatcher::Options o = options;
   std::shared_ptr<CommitWatcher> watcher;
@@ -255,6 +259,11 @@ absl::StatusOr<std::shared_ptr<CommitWatcher>> CommitStreamHub::Watch(
       return absl::OutOfRangeError(absl::StrCat("from_height ", o.from_height,
                                                 " is beyond the tip of partition ", name_, " (",
                                                 tip, "); the next block is ", tip + 1));
+    }
+    if (o.from_height < earliest) {
+      return absl::OutOfRangeError(
+          absl::StrCat("from_height ", o.from_height, " is below the earliest block partition ",
+                       name_, " keeps (", earliest, "; older ones were pruned or never fetched)"));
     }
     if (open_.size() >= limits_.max_watchers) {
       return absl::ResourceExhaustedError(

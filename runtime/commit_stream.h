@@ -212,7 +212,8 @@ class CommitStreamHub final : public partitions::CommitSubscriber,
   void OnSkip(uint64_t height) override ABSL_LOCKS_EXCLUDED(mu_);
 
   // A new watcher. NOT_FOUND-free: the caller found the partition. OUT_OF_RANGE when
-  // from_height is beyond the tip + 1, RESOURCE_EXHAUSTED at max_watchers, UNAVAILABLE after
+  // from_height is beyond the tip + 1 or below the ledger's earliest block (pruned, or before the
+  // snapshot it was installed from), RESOURCE_EXHAUSTED at max_watchers, UNAVAILABLE after
   // Close. `wake` must not block; it may call Next().
   absl::StatusOr<std::shared_ptr<CommitWatcher>> Watch(const CommitWatcher::Options& options,
                                                        absl::AnyInvocable<void()> wake)

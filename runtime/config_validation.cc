@@ -1,6 +1,7 @@
 #include "runtime/config_validation.h"
 
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -232,6 +233,18 @@ std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
   // A cache smaller than one account entry caches nothing; 1 MiB keeps a block's working set.
   check.AtLeast<uint64_t>("state.cache_bytes", p.state().cache_bytes(), 1 << 20);
   check.AtLeast<uint64_t>("state.block_cache_bytes", p.state().block_cache_bytes(), 1 << 20);
+  if (const uint64_t keep = p.state().retain_blocks(); keep > 0) {
+    // Peers far behind join by a snapshot at a recent stable checkpoint (>= tip - window), and
+    // nodes less than snapshot_sync_min_blocks behind replay blocks: both must still be here.
+    const uint64_t gap = p.consensus().snapshot_sync_min_blocks();
+    const uint64_t window = p.consensus().watermark_window();
+    if (gap > std::numeric_limits<uint64_t>::max() - window || keep < gap + window) {
+      check.Fail("state.retain_blocks",
+                 absl::StrCat("must be 0 (keep every block) or at least "
+                              "consensus.snapshot_sync_min_blocks + consensus.watermark_window (",
+                              gap, " + ", window, "), got ", keep));
+    }
+  }
   check.Append(ValidateWatchConfig(p.watch(), at + ".watch"));
 
   absl::flat_hash_set<std::string> keys;

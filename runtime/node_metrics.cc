@@ -69,6 +69,9 @@ void AddPartitionStatus(const node::admin::PartitionStatus& p, Families* f) {
   const Labels l = {{"partition", p.name()}};
   f->Gauge("noded_partition_height", "Height of the last committed block.", l,
            static_cast<double>(p.height()));
+  f->Gauge("noded_partition_earliest_height",
+           "Lowest height whose block this node holds (a snapshot install or pruning moves it).", l,
+           static_cast<double>(p.earliest_height()));
   f->Gauge("noded_partition_view", "Current PBFT view.", l, static_cast<double>(p.view()));
   f->Counter("noded_view_changes_total", "View changes since start.", l,
              static_cast<double>(p.view_changes()));

@@ -108,6 +108,10 @@ absl::Status Partition::Impl::Open() {
   partitions::LedgerOptions ledger_options;
   ledger_options.state_cache_bytes = cfg.state().cache_bytes();
   ledger_options.block_cache_bytes = cfg.state().block_cache_bytes();
+  ledger_options.retain_blocks = cfg.state().retain_blocks();
+  // A range delete per 1/16 of the kept blocks, at most every 64 blocks.
+  ledger_options.prune_step = std::clamp<uint64_t>(cfg.state().retain_blocks() / 16, 1, 64);
+  ledger_options.height_keyed_meta = {partitions::kCertKeyPrefix};
   ASSIGN_OR_RETURN(chain_,
                    partitions::OpenChain(env_.dir + "/ledger", id_, genesis, ledger_options));
   ASSIGN_OR_RETURN(store_, partitions::RocksDbConsensusStore::Open(env_.dir + "/consensus"));

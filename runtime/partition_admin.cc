@@ -298,6 +298,7 @@ node::admin::PartitionStatus Partition::Status() const {
   s.set_view_changes(impl_->driver_->view_changes());
   s.set_observing(impl_->driver_->observing());
   s.set_halt_reason(impl_->driver_->halt_reason());
+  s.set_earliest_height(impl_->chain_.ledger->earliest_height());
   return s;
 }
 

@@ -12,6 +12,12 @@
 //               every chunk read at that height, checked and staged) and installs it.
 // Counters: replay_s, snapshot_s, chunks, state_mib (keys and values). One iteration each.
 //
+// BM_Prune/history:H builds the same chain (10,000 keys) twice, side by side, synced as a node's
+// ledger: keeping every block, and pruning all but the last 1,064 (state.retain_blocks at its
+// least with the default snapshot gap and window). Counters: commit_s of each (what pruning costs
+// the commits), disk_mib of each ledger directory after a full compaction (what it saves), and
+// blocks each holds.
+//
 //   bench_snapshot --benchmark_filter='history:20000'
 #include <unistd.h>
 
@@ -98,9 +104,10 @@ struct TempDir {
   std::string path;
 };
 
-Chain OpenFresh(const std::string& dir, bool sync) {
+Chain OpenFresh(const std::string& dir, bool sync, uint64_t retain_blocks = 0) {
   LedgerOptions options;
   options.sync = sync;
+  options.retain_blocks = retain_blocks;
   absl::StatusOr<Chain> chain = OpenChain(dir, 0, {}, options);
   CHECK(chain.ok()) << chain.status();
   return *std::move(chain);
@@ -177,6 +184,44 @@ void BM_Join(benchmark::State& state) {
   state.counters["chunks"] = static_cast<double>(chunks);
   state.counters["state_mib"] = state_mib;
 }
+
+uint64_t DirBytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) bytes += e.file_size();
+  }
+  return bytes;
+}
+
+void BM_Prune(benchmark::State& state) {
+  const auto history = static_cast<uint64_t>(state.range(0));
+  constexpr uint64_t kKeys = 10'000;
+  constexpr uint64_t kRetain = 1'064;
+  TempDir dir;
+  for (auto _ : state) {
+    for (const bool prune : {false, true}) {
+      const std::string path = dir.path + (prune ? "/pruned" : "/full");
+      Chain chain = OpenFresh(path, /*sync=*/true, prune ? kRetain : 0);
+      std::vector<uint64_t> nonces(kSenders, 0);
+      const absl::Time start = absl::Now();
+      for (uint64_t h = 1; h <= history; ++h) CommitBenchBlock(chain, BlockTxs(h, kKeys, nonces));
+      const double commit_s = absl::ToDoubleSeconds(absl::Now() - start);
+      Ok(chain.ledger->Compact());
+      const std::string name = prune ? "pruned_" : "full_";
+      state.counters[name + "commit_s"] = commit_s;
+      state.counters[name + "disk_mib"] = static_cast<double>(DirBytes(path)) / (1 << 20);
+      state.counters[name + "blocks"] =
+          static_cast<double>(chain.ledger->last_height() + 1 - chain.ledger->earliest_height());
+    }
+  }
+}
+
+BENCHMARK(BM_Prune)
+    ->ArgName("history")
+    ->Arg(2'000)
+    ->Arg(20'000)
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
 
 BENCHMARK(BM_Join)
     ->ArgNames({"history", "keys"})

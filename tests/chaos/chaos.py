@@ -127,10 +127,12 @@ CHANNEL_OPTS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect
 # The cluster: localnet's own functions for processes, gRPC stubs for status.
 
 class Cluster:
-    def __init__(self, ln, d, build, vct_ms, batch_ms, disk=False, snapshot_min_blocks=200):
+    def __init__(self, ln, d, build, vct_ms, batch_ms, disk=False, snapshot_min_blocks=200,
+                 retain_blocks=0):
         self.ln, self.d, self.build, self.vct_ms = ln, d, build, vct_ms
         self.disk = disk
         self.snapshot_min_blocks = snapshot_min_blocks
+        self.retain_blocks = retain_blocks
         self.batch_ms = batch_ms
         self.state = None
         self.procs = {}
@@ -160,8 +162,9 @@ class Cluster:
         extra = os.path.join(os.path.dirname(self.d), "extra.conf")
         with open(extra, "w") as f:
             f.write("[partition *]\nconsensus { view_change_timeout_ms: %d batch_timeout_ms: %d "
-                    "snapshot_sync_min_blocks: %d }\n"
-                    % (self.vct_ms, self.batch_ms, self.snapshot_min_blocks))
+                    "snapshot_sync_min_blocks: %d }\nstate { retain_blocks: %d }\n"
+                    % (self.vct_ms, self.batch_ms, self.snapshot_min_blocks,
+                       self.retain_blocks))
         cmd = [os.path.join(REPO, "tools", "localnet"), "up", str(N_NODES), "--partitions",
                str(len(PARTITIONS)),
                "--base-port", "0", "--dir", self.d, "--config-extra", extra, "--clean",
@@ -492,6 +495,8 @@ class Checker:
                     try:
                         got = self.block(i, p, h)
                     except grpc.RpcError as e:
+                        if e.code() == grpc.StatusCode.OUT_OF_RANGE:
+                            break  # pruned since `earliest` was read (--retain-blocks)
                         self.violation("liveness", "node %d GetBlock %s/%d: %s %s"
                                        % (i, p, h, e.code(), e.details()))
                         break
@@ -522,7 +527,8 @@ class Checker:
                         r = self.c.client[i].GetTx(client_pb2.GetTxRequest(
                             partition=client_pb2.PartitionRef(name=p), tx_hash=tx_hash), timeout=5)
                     except grpc.RpcError as e:
-                        self.violation("liveness", "node %d GetTx: %s" % (i, e.code()))
+                        if e.code() != grpc.StatusCode.OUT_OF_RANGE:  # else pruned meanwhile
+                            self.violation("liveness", "node %d GetTx: %s" % (i, e.code()))
                         continue
                     n_tx += 1
                     if (r.state != client_pb2.GetTxResponse.COMMITTED
@@ -1041,7 +1047,7 @@ def main_run(a, tmp):
     generate_stubs(os.path.join(tmp, "gen"))
     ln = load_localnet()
     cluster = Cluster(ln, os.path.join(tmp, "localnet"), a.build, a.vct_ms, a.batch_ms, a.disk,
-                      a.snapshot_min_blocks)
+                      a.snapshot_min_blocks, a.retain_blocks)
     rng = random.Random(a.seed)
     runs, injected, recov, catch = 0, {}, 0.0, 0.0
     load = subs = None
@@ -1167,6 +1173,9 @@ def main():
     ap.add_argument("--snapshot-min-blocks", type=int, default=200,
                     help="consensus.snapshot_sync_min_blocks: a node this far behind (the "
                     "diverge fault's rebuilt ledger) joins by a snapshot; huge: block sync only")
+    ap.add_argument("--retain-blocks", type=int, default=0,
+                    help="state.retain_blocks: every node prunes all but its last N blocks (at "
+                    "least snapshot-min-blocks + 64); 0: keep every block")
     ap.add_argument("--submit-rate", type=float, default=5, help="acked submits/s per partition")
     ap.add_argument("--partitions", type=int, default=2,
                     help="partitions per node (2: hot and steady, else p1..pN, as localnet)")

@@ -251,6 +251,14 @@ class World {
           }
         }
         sr->set_last_executed(Seq());
+        if (in_.Bool()) {  // a pruned peer's stable checkpoint: earlier votes as its "proof"
+          auto* stable = sr->mutable_stable();
+          std::vector<ConsensusMessage> votes = Earlier(ConsensusMessage::kCheckpoint, 4);
+          stable->set_seq(votes.empty() || in_.Bool() ? Seq() : votes[0].checkpoint().seq());
+          stable->set_state_digest(votes.empty() ? std::string(32, 'x')
+                                                 : votes[0].checkpoint().state_digest());
+          for (auto& v : votes) *stable->add_proof() = v;
+        }
         return Deliver(SignedAs(Sender(), m));
       }
       case 9:

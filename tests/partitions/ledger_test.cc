@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -12,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "partitions/block.h"
 #include "rocksdb/db.h"
@@ -21,6 +24,8 @@
 
 namespace partitions {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr uint32_t kPartition = 2;
 
@@ -295,6 +300,137 @@ TEST_F(LedgerTest, ValuesAtOlderHeightsComeFromTheUndoRecords) {
   ASSERT_TRUE(DecodeAccount(**acct, &a));
   EXPECT_EQ(a.nonce(), 3u);
   EXPECT_EQ(a.balance(), 1000u);
+}
+
+// Counts the records of the closed ledger at `path` whose key starts with `prefix` and for which
+// `pred(key, value)` holds.
+int CountRecords(const std::string& path, char prefix,
+                 const std::function<bool(absl::string_view, absl::string_view)>& pred) {
+  rocksdb::DB* raw = nullptr;
+  CHECK(rocksdb::DB::OpenForReadOnly(rocksdb::Options(), path, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  int n = 0;
+  const std::string p(1, prefix);
+  for (it->Seek(p); it->Valid() && it->key().starts_with(p); it->Next()) {
+    n += pred(absl::string_view(it->key().data(), it->key().size()),
+              absl::string_view(it->value().data(), it->value().size()));
+  }
+  CHECK(it->status().ok());
+  return n;
+}
+
+uint64_t Be64(absl::string_view s) {
+  uint64_t v = 0;
+  for (unsigned char c : s.substr(0, 8)) v = (v << 8) | c;
+  return v;
+}
+
+std::string CertMetaKey(uint64_t h) {
+  std::string k = "cert/";
+  for (int i = 7; i >= 0; --i) k.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
+  return k;
+}
+
+TEST_F(LedgerTest, PruningKeepsTheLastBlocksAndDropsWhatOnlyTheOlderOnesNeeded) {
+  LedgerOptions options;
+  options.retain_blocks = 10;
+  options.prune_step = 4;
+  options.height_keyed_meta = {"cert/"};
+  std::map<uint64_t, std::string> tx_at;  // height -> the hash of its Put
+  auto commit = [&](Chain& chain) {
+    const uint64_t h = chain.ledger->last_height() + 1;
+    TxPtr put = chaintest::Put(keys_[0], *chain.executor->NextNonce(Addr(0)), "k",
+                               absl::StrCat("v", h), kPartition);
+    tx_at[h] = put->hash;
+    ASSERT_TRUE(
+        chaintest::CommitTxs(chain, {put}, {{CertMetaKey(h), absl::StrCat("cert", h)}}).ok());
+  };
+  {
+    Chain chain = Open(options);
+    for (int i = 0; i < 40; ++i) {
+      commit(chain);
+      // Never fewer than retain_blocks blocks, never more than retain_blocks + prune_step - 1.
+      const uint64_t kept = chain.ledger->last_height() + 1 - chain.ledger->earliest_height();
+      ASSERT_GE(kept, std::min<uint64_t>(10, chain.ledger->last_height() + 1));
+      ASSERT_LE(kept, 13u);
+    }
+    // Pruned at heights 13, 17, ..., 37: blocks from 28 on are kept.
+    EXPECT_EQ(chain.ledger->earliest_height(), 28u);
+    EXPECT_EQ(chain.ledger->pruned_below(), 28u);
+    EXPECT_EQ(chain.ledger->history_from(), 28u);
+
+    absl::StatusOr<node::chain::Block> gone = chain.ledger->GetBlock(27);
+    EXPECT_EQ(gone.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_THAT(std::string(gone.status().message()), HasSubstr("pruned (blocks from 28"));
+    EXPECT_EQ(chain.ledger->GetBlock(0).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_TRUE(chain.ledger->GetBlock(28).ok());
+    EXPECT_EQ(chain.ledger->GetBlockReceipts(5).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(chain.ledger->GetBlock(41).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(chain.ledger->GetBlockReceipts(28)->size(), 1u);
+    // The tx index entries of pruned blocks are still on disk (the compaction filter drops
+    // them later) and must not be followed.
+    absl::StatusOr<node::chain::Receipt> old_receipt = chain.ledger->GetReceipt(tx_at[5]);
+    EXPECT_EQ(old_receipt.status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_THAT(std::string(old_receipt.status().message()), HasSubstr("is in block 5, pruned"));
+    EXPECT_EQ(chain.ledger->GetTx(tx_at[5]).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(chain.ledger->GetReceipt(tx_at[30])->block_height(), 30u);
+    EXPECT_TRUE(chain.ledger->GetTx(tx_at[30]).ok());
+    EXPECT_EQ(chain.ledger->GetConsensusMeta(CertMetaKey(27)).status().code(),
+              absl::StatusCode::kNotFound);
+    EXPECT_EQ(chain.ledger->GetConsensusMeta(CertMetaKey(28)).value_or(""), "cert28");
+    // State history from the mark on, exactly as before; below it, refused.
+    EXPECT_EQ(chain.ledger->GetValueAt("k", 27).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    for (uint64_t h = 28; h <= 40; ++h) {
+      EXPECT_EQ(chain.ledger->GetValueAt("k", h).value_or(std::nullopt),
+                std::optional<std::string>(absl::StrCat("v", h)))
+          << h;
+    }
+    ASSERT_TRUE(chain.ledger->Compact().ok());
+  }
+  // On disk after a compaction: no block, receipt, undo record or tx index entry of the pruned
+  // heights is left; those of the kept heights all are.
+  const std::string path = dir_ + "/ledger";
+  auto any = [](absl::string_view, absl::string_view) { return true; };
+  EXPECT_EQ(CountRecords(path, 'b', any), 13);
+  EXPECT_EQ(CountRecords(path, 'r', any), 13);
+  auto undo_height = [](absl::string_view key) { return Be64(key.substr(key.size() - 8)); };
+  EXPECT_EQ(
+      CountRecords(path, 'u',
+                   [&](absl::string_view k, absl::string_view) { return undo_height(k) <= 28; }),
+      0);
+  // "k" and the sender's account changed in each of blocks 29..40.
+  EXPECT_EQ(
+      CountRecords(path, 'u',
+                   [&](absl::string_view k, absl::string_view) { return undo_height(k) > 28; }),
+      2 * 12);
+  EXPECT_EQ(
+      CountRecords(path, 't', [](absl::string_view, absl::string_view v) { return Be64(v) < 28; }),
+      0);
+  EXPECT_EQ(CountRecords(path, 't', any), 13);
+
+  // The marks survive a reopen, and pruning goes on from them.
+  Chain chain = Open(options);
+  EXPECT_EQ(chain.ledger->earliest_height(), 28u);
+  // Its tx index entry is gone with the compaction: as if never committed.
+  EXPECT_EQ(chain.ledger->GetReceipt(tx_at[20]).status().code(), absl::StatusCode::kNotFound);
+  for (int i = 0; i < 4; ++i) commit(chain);
+  EXPECT_EQ(chain.ledger->earliest_height(), 32u);
+  EXPECT_EQ(chain.ledger->GetValueAt("k", 44).value_or(std::nullopt), "v44");
+  EXPECT_EQ(chain.ledger->GetValueAt("k", 32).value_or(std::nullopt), "v32");
+}
+
+TEST_F(LedgerTest, WithoutRetainBlocksNothingIsPruned) {
+  Chain chain = Open();
+  for (uint64_t h = 1; h <= 80; ++h) {
+    ASSERT_TRUE(
+        chaintest::CommitTxs(chain, chaintest::SeededBlockTxs(3, h, *chain.executor, keys_)).ok());
+  }
+  EXPECT_EQ(chain.ledger->earliest_height(), 0u);
+  EXPECT_EQ(chain.ledger->pruned_below(), 0u);
+  EXPECT_TRUE(chain.ledger->GetBlock(0).ok());
+  EXPECT_TRUE(chain.ledger->GetStateAt(AccountKey(Addr(0)), 0).ok());
 }
 
 TEST_F(LedgerTest, ReopenChecksTheStoredStateHashAndCanRehashTheWholeState) {

@@ -101,6 +101,11 @@ TEST_F(BlockSyncTest, AcceptsVerifiedBatchesWithinTheHorizon) {
   EXPECT_TRUE(sync.Batch(3).has_value());
   EXPECT_TRUE(sync.Batch(10).has_value());
   EXPECT_FALSE(sync.Batch(11).has_value());
+  // The highest tip peers reported is remembered (what to fetch after a snapshot).
+  EXPECT_EQ(sync.peer_executed(), 0u);
+  sync.Accept(Response({}, 40), 2, validator_);
+  sync.Accept(Response({}, 30), 2, validator_);
+  EXPECT_EQ(sync.peer_executed(), 40u);
 }
 
 TEST_F(BlockSyncTest, StopsAtTheFirstInvalidBatch) {
@@ -145,8 +150,9 @@ TEST_F(BlockSyncTest, ServesAChunkOfTheLedger) {
     SyncRequest req;
     req.set_from_seq(from);
     req.set_to_seq(to);
-    const ConsensusMessage m = sync.Serve(req, last_executed, blocks);
+    const ConsensusMessage m = sync.Serve(req, last_executed, blocks, {});
     EXPECT_EQ(m.sync_response().last_executed(), last_executed);
+    EXPECT_FALSE(m.sync_response().has_stable());
     std::vector<uint64_t> seqs;
     for (const CommittedBatch& b : m.sync_response().batches()) seqs.push_back(b.seq());
     return seqs;
@@ -157,6 +163,35 @@ TEST_F(BlockSyncTest, ServesAChunkOfTheLedger) {
   EXPECT_EQ(serve(5, 8, 9), (std::vector<uint64_t>{5, 6}));  // stops at the gap
   EXPECT_TRUE(serve(0, 4, 9).empty());                       // malformed
   EXPECT_TRUE(serve(4, 3, 9).empty());
+}
+
+TEST_F(BlockSyncTest, APeerThatNoLongerKeepsTheBatchesAnswersWithItsStableCheckpoint) {
+  BlockSync sync(config_, 0);
+  TestBlocks blocks;  // pruned below 9: holds 9..12
+  for (uint64_t s = 9; s <= 12; ++s) blocks.batches[s] = Batch(s);
+  node::consensus::StableCheckpointRecord stable;
+  stable.set_seq(8);
+  stable.set_state_digest(std::string(32, 'd'));
+  *stable.add_proof() = SignedAs(1, ConsensusMessage());
+  auto serve = [&](uint64_t from, uint64_t last_executed) {
+    SyncRequest req;
+    req.set_from_seq(from);
+    req.set_to_seq(from + 3);
+    return sync.Serve(req, last_executed, blocks, stable).sync_response();
+  };
+  // Asked for seq 3, which it executed and no longer holds: where to fetch the state instead.
+  node::consensus::SyncResponse pruned = serve(3, 12);
+  EXPECT_EQ(pruned.batches_size(), 0);
+  ASSERT_TRUE(pruned.has_stable());
+  EXPECT_EQ(pruned.stable().seq(), 8u);
+  EXPECT_EQ(pruned.stable().proof_size(), 1);
+  // What it holds, it serves, without the checkpoint.
+  node::consensus::SyncResponse kept = serve(9, 12);
+  EXPECT_EQ(kept.batches_size(), 4);
+  EXPECT_FALSE(kept.has_stable());
+  // Not executed yet, or a checkpoint not above the request: nothing to point at.
+  EXPECT_FALSE(serve(3, 2).has_stable());
+  EXPECT_FALSE(serve(8, 12).has_stable());
 }
 
 TEST_F(BlockSyncTest, AsksAndAnswersSigned) {
@@ -170,7 +205,7 @@ TEST_F(BlockSyncTest, AsksAndAnswersSigned) {
   request.mutable_sync_request()->set_from_seq(1);
   request.mutable_sync_request()->set_to_seq(4);
   request = SignedAs(3, request);
-  sync.Answer(request, 1, blocks, out);
+  sync.Answer(request, 1, blocks, {}, out);
 
   const std::vector<PbftSend> sends = testing::ActionsOf<PbftSend>(out.Take());
   ASSERT_EQ(sends.size(), 2u);

@@ -672,6 +672,51 @@ TEST(PbftSyncTest, AnAbandonedSnapshotFallsBackToBlockSync) {
   EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
 }
 
+// A replica that missed the checkpoint votes asks for batches its peers no longer keep (pruned):
+// the answer carries the peer's stable checkpoint, whose 2f+1 signed votes make it stable here
+// too, and the replica wants the state there instead. A forged proof is refused.
+TEST(PbftSyncTest, APeerThatPrunedTheBatchesPointsAtItsStableCheckpoint) {
+  const PbftConfig c = SnapshotWindow();
+  ReplicaHarness src(2, c);
+  std::map<uint64_t, CommittedBatch> batches = CommittedAt(src, 6);
+  const std::string chain6 = src.replica->chain_digest();
+  src.Deliver(MakeCheckpoint(6, chain6, 0));
+  src.Deliver(MakeCheckpoint(6, chain6, 1));
+  ASSERT_EQ(src.replica->low_watermark(), 6u);
+  src.blocks.batches = {{6, batches[6]}};  // pruned below 6
+
+  ReplicaHarness h(3, c);
+  for (int s = 1; s <= 6; ++s) h.pool.have.insert(Tx(100 + s));
+  // f+1 votes above it (not a quorum): it is behind, and asks for the batches after its tip.
+  h.Deliver(MakeCheckpoint(6, chain6, 0));
+  h.Deliver(MakeCheckpoint(6, chain6, 1));
+  auto reqs =
+      Sent(h.replica->Step(PbftTimerFired{PbftTimer::kRetransmit}), ConsensusMessage::kSyncRequest);
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].sync_request().from_seq(), 1u);
+  auto resp = Sent(src.Deliver(reqs[0]), ConsensusMessage::kSyncResponse);
+  ASSERT_EQ(resp.size(), 1u);
+  EXPECT_EQ(resp[0].sync_response().batches_size(), 0);
+  ASSERT_EQ(resp[0].sync_response().stable().seq(), 6u);
+
+  // A proof one vote short (re-signed by the peer) changes nothing.
+  ConsensusMessage forged = resp[0];
+  forged.mutable_sync_response()->mutable_stable()->mutable_proof()->RemoveLast();
+  forged.clear_signature();
+  auto a = h.Deliver(SignedAs(2, forged));
+  EXPECT_TRUE(ActionsOf<PbftSnapshotWanted>(a).empty());
+  EXPECT_EQ(h.replica->low_watermark(), 0u);
+  EXPECT_EQ(h.replica->counters().dropped_invalid, 1u);
+
+  a = h.Deliver(resp[0]);
+  EXPECT_EQ(h.replica->low_watermark(), 6u);
+  auto wanted = ActionsOf<PbftSnapshotWanted>(a);
+  ASSERT_EQ(wanted.size(), 1u);
+  EXPECT_EQ(wanted[0].seq, 6u);
+  EXPECT_EQ(wanted[0].chain_digest, chain6);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kRecovering);
+}
+
 TEST(PbftSyncTest, RejectsForgedCommitCertificate) {
   ReplicaHarness src(2);
   auto batches = CommittedAt(src, 1);

@@ -62,14 +62,14 @@ class CommitStreamTest : public ::testing::Test {
     if (hub_) hub_->Close(absl::UnavailableError("test over"));
   }
 
-  void Open(CommitStreamLimits limits) {
+  void Open(CommitStreamLimits limits, const partitions::LedgerOptions& ledger = {}) {
     if (hub_) hub_->Close(absl::UnavailableError("reopened"));
     hub_.reset();
     chain_ = partitions::Chain();
     keys_ = chaintest::Keys(2);
     absl::StatusOr<partitions::Chain> chain =
         partitions::OpenChain(chaintest::FreshDir("commit_stream_test"), kPartition,
-                              chaintest::Genesis(keys_, 1'000'000));
+                              chaintest::Genesis(keys_, 1'000'000), ledger);
     ASSERT_TRUE(chain.ok()) << chain.status();
     chain_ = *std::move(chain);
     hub_ = std::make_shared<CommitStreamHub>("p7", chain_.ledger.get(), limits);
@@ -219,6 +219,26 @@ TEST_F(CommitStreamTest, FromBeyondTheTipIsOutOfRange) {
   ASSERT_EQ(w.status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(w.status().message(), HasSubstr("from_height 3 is beyond the tip of partition p7"));
   EXPECT_TRUE(hub_->Watch({.from_height = 2}, [] {}).ok());  // tip + 1
+}
+
+TEST_F(CommitStreamTest, BelowThePrunedHeightIsOutOfRange) {
+  Open({}, {.retain_blocks = 4, .prune_step = 1});
+  for (int i = 0; i < 10; ++i) Commit();
+  ASSERT_EQ(chain_.ledger->earliest_height(), 7u);  // keeps 7..10
+  absl::StatusOr<std::shared_ptr<CommitWatcher>> w = hub_->Watch({.from_height = 6}, [] {});
+  ASSERT_EQ(w.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(w.status().message(), HasSubstr("below the earliest block partition p7 keeps (7"));
+  TestStream kept = Watch({.from_height = 7});
+  EXPECT_EQ(kept.Drain(), CommitWatcher::Step::kWait);
+  EXPECT_EQ(kept.Heights(), Range(7, 10));
+
+  // A catch-up that pruning overtakes ends OUT_OF_RANGE, saying where to resume.
+  TestStream slow = Watch({.from_height = 8});
+  for (int i = 0; i < 4; ++i) Commit();  // keeps 11..14
+  EXPECT_EQ(slow.Drain(), CommitWatcher::Step::kEnd);
+  ASSERT_TRUE(slow.end.has_value());
+  EXPECT_EQ(slow.end->code(), absl::StatusCode::kOutOfRange) << *slow.end;
+  EXPECT_THAT(std::string(slow.end->message()), HasSubstr("pruned"));
 }
 
 TEST_F(CommitStreamTest, SlowWatcherIsCutWithTheHeightToResumeFrom) {

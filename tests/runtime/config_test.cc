@@ -117,11 +117,29 @@ TEST(ConfigTest, EachRuleRefuses) {
        "partitions[a].watch.max_buffered_blocks: must be <= 1000000, got 2000000"},
       {"partitions { id: 1 name: \"a\" watch { max_buffered_bytes: 1000 } }",
        "partitions[a].watch.max_buffered_bytes: must be >= 65536, got 1000"},
+      {"partitions { id: 1 name: \"a\" state { retain_blocks: 1063 } }",
+       "partitions[a].state.retain_blocks: must be 0 (keep every block) or at least "
+       "consensus.snapshot_sync_min_blocks + consensus.watermark_window (1000 + 64), got 1063"},
+      {"partitions { id: 1 name: \"a\" state { retain_blocks: 100 } "
+       "consensus { snapshot_sync_min_blocks: 18446744073709551615 } }",
+       "state.retain_blocks: must be 0 (keep every block) or at least"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<node::config::NodeConfig> config = ParseConfig(c.text, "t.conf", false);
     ASSERT_FALSE(config.ok()) << c.text;
     EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.expect)) << c.text;
+  }
+}
+
+TEST(ConfigTest, RetainBlocksDownToTheSnapshotBoundIsAccepted) {
+  // 1000 + 64 with the default snapshot gap and window; 40 + 8 with smaller ones.
+  for (const char* text : {"partitions { id: 1 name: \"a\" state { retain_blocks: 1064 } }",
+                           "partitions { id: 1 name: \"a\" state { retain_blocks: 48 } "
+                           "consensus { snapshot_sync_min_blocks: 40 checkpoint_interval: 4 "
+                           "watermark_window: 8 } }"}) {
+    absl::StatusOr<node::config::NodeConfig> config = ParseConfig(text, "t.conf", false);
+    ASSERT_TRUE(config.ok()) << text << ": " << config.status();
+    EXPECT_GT(config->partitions(0).state().retain_blocks(), 0u);
   }
 }
 

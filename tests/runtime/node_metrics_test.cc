@@ -32,6 +32,7 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   auto* ps = status.add_partitions();
   ps->set_name("hot");
   ps->set_height(42);
+  ps->set_earliest_height(17);
   ps->set_view_changes(3);
   ps->set_consensus_state("VIEW_CHANGE");
 
@@ -64,6 +65,7 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_info{node_id=\"ab\",version=\"1.2.3\"} 1"));
   EXPECT_THAT(text, HasSubstr("noded_peers_connected 2"));
   EXPECT_THAT(text, HasSubstr("noded_partition_height{partition=\"hot\"} 42"));
+  EXPECT_THAT(text, HasSubstr("noded_partition_earliest_height{partition=\"hot\"} 17"));
   EXPECT_THAT(text, HasSubstr("noded_view_changes_total{partition=\"hot\"} 3"));
   EXPECT_THAT(text, HasSubstr("noded_consensus_state{partition=\"hot\",state=\"VIEW_CHANGE\"} 1"));
   EXPECT_THAT(text, HasSubstr("noded_consensus_state{partition=\"hot\",state=\"NORMAL\"} 0"));

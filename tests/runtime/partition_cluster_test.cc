@@ -69,6 +69,7 @@ struct ClusterOptions {
   uint64_t diverge_height = 0;       // ... this block (Executor::PlantNondeterminismForTest)
   uint64_t checkpoint_interval = 0;  // 0: the config default
   uint64_t snapshot_min_blocks = 0;  // 0: the config default
+  uint64_t retain_blocks = 0;        // state.retain_blocks (0: keep every block)
 };
 
 class Cluster {
@@ -125,6 +126,7 @@ class Cluster {
     if (options.snapshot_min_blocks > 0) {
       pc->mutable_consensus()->set_snapshot_sync_min_blocks(options.snapshot_min_blocks);
     }
+    pc->mutable_state()->set_retain_blocks(options.retain_blocks);
     ApplyDefaults(&nc);
     for (int i = 0; i < kReplicas; ++i) {
       Replica& r = replicas_[i];
@@ -165,13 +167,13 @@ class Cluster {
     CHECK(r.partition->Start().ok());
   }
 
-  // Brings a crashed replica back as a new node: its whole partition directory (ledger and
-  // consensus store) deleted.
-  void ReviveEmpty(int index) {
+  // Brings a crashed replica back from its directory, or (`empty`) as a new node: its whole
+  // partition directory (ledger and consensus store) deleted.
+  void Revive(int index, bool empty) {
     Replica& r = replicas_[index];
     CHECK(r.crashed);
     r.partition.reset();
-    std::filesystem::remove_all(r.env.dir);
+    if (empty) std::filesystem::remove_all(r.env.dir);
     hub_.SetNodeUp(r.id, true);
     r.crashed = false;
     Open(r);
@@ -550,7 +552,7 @@ TEST(PartitionClusterTest, ANewReplicaFarBehindJoinsThroughASnapshotOfTheAgreedS
   const uint64_t before = cluster.partition(0).height();
   ASSERT_GE(before, 20u) << "too few blocks for the scenario";
 
-  cluster.ReviveEmpty(kJoiner);
+  cluster.Revive(kJoiner, /*empty=*/true);
   cluster.SubmitTxs(20);  // the others go on committing meanwhile
   cluster.RunFor(absl::Seconds(3));
   Partition& joiner = cluster.partition(kJoiner);
@@ -595,6 +597,71 @@ TEST(PartitionClusterTest, ANewReplicaFarBehindJoinsThroughASnapshotOfTheAgreedS
       joiner.GetAccount(testing::TestKey('a').public_key().bytes());
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->account().nonce(), 180u);
+}
+
+// Every replica prunes (state.retain_blocks): each keeps only the last blocks, and the replicas
+// still bring back one that was down long (through a snapshot at a recent stable checkpoint, whose
+// state the others kept) and one that was down briefly (by replaying blocks they still hold).
+TEST(PartitionClusterTest, PruningReplicasKeepTheLastBlocksAndStillBringLaggardsBack) {
+  constexpr uint64_t kRetain = 26;  // snapshot_min_blocks 10 + watermark window 16
+  constexpr int kLongDown = 3;
+  constexpr int kBrieflyDown = 2;
+  Cluster cluster(37, ::testing::TempDir() + "/cluster_prune",
+                  {.checkpoint_interval = 4, .snapshot_min_blocks = 10, .retain_blocks = kRetain});
+  cluster.SubmitTxs(40);
+  cluster.RunFor(absl::Seconds(1));
+  const uint64_t long_down_at = cluster.partition(kLongDown).height();
+  cluster.Crash(kLongDown);
+  cluster.SubmitTxs(300);
+  cluster.RunFor(absl::Seconds(1));
+  const node::client::GetChainStatusResponse pruned = cluster.partition(0).ChainStatus();
+  ASSERT_GT(pruned.earliest_height(), long_down_at + 1)
+      << "the others must have pruned past the long-down replica's tip for the scenario";
+
+  cluster.Revive(kLongDown, /*empty=*/false);
+  cluster.SubmitTxs(20);
+  cluster.RunFor(absl::Seconds(3));
+  ASSERT_EQ(cluster.partition(kLongDown).height(), cluster.partition(0).height());
+
+  // Then another one down briefly (a quorum needs the first one back).
+  const uint64_t briefly_down_at = cluster.partition(kBrieflyDown).height();
+  cluster.Crash(kBrieflyDown);
+  cluster.SubmitTxs(24);  // a few blocks: less than snapshot_min_blocks behind
+  cluster.RunFor(absl::Seconds(1));
+  ASSERT_LT(cluster.partition(0).height(), briefly_down_at + 10);
+  ASSERT_GT(cluster.partition(0).height(), briefly_down_at);
+  cluster.Revive(kBrieflyDown, /*empty=*/false);
+  cluster.SubmitTxs(20);
+  cluster.RunFor(absl::Seconds(3));
+
+  const uint64_t tip = cluster.partition(0).height();
+  EXPECT_EQ(cluster.partition(kLongDown).FlowStats().snapshot().installed(), 1u);
+  EXPECT_EQ(cluster.partition(kBrieflyDown).FlowStats().snapshot().installed(), 0u)
+      << "blocks the others kept were enough";
+  for (int i = 0; i < kReplicas; ++i) {
+    Partition& p = cluster.partition(i);
+    EXPECT_EQ(p.Status().consensus_state(), "NORMAL") << i << ": " << p.Status().halt_reason();
+    ASSERT_EQ(p.height(), tip) << "replica " << i;
+    const uint64_t earliest = p.ChainStatus().earliest_height();
+    EXPECT_EQ(p.Status().earliest_height(), earliest);  // admin status and metric
+    // Between retain_blocks and retain_blocks + prune_step (1 at this size) - 1 blocks kept.
+    EXPECT_GE(tip + 1 - earliest, i == kLongDown ? 1 : kRetain) << "replica " << i;
+    EXPECT_LE(tip + 1 - earliest, kRetain) << "replica " << i;
+    absl::StatusOr<node::client::GetBlockResponse> gone = p.GetBlock(earliest - 1, false);
+    // Pruned; on the replica that joined by snapshot, maybe never fetched.
+    EXPECT_TRUE(absl::IsOutOfRange(gone.status()) ||
+                (i == kLongDown && absl::IsNotFound(gone.status())))
+        << gone.status();
+    for (uint64_t h = std::max(earliest, pruned.earliest_height()); h <= tip; ++h) {
+      EXPECT_EQ(cluster.BlockAt(i, h).SerializeAsString(),
+                cluster.BlockAt(0, h).SerializeAsString())
+          << "replica " << i << " height " << h;
+    }
+    absl::StatusOr<node::client::GetAccountResponse> a =
+        p.GetAccount(testing::TestKey('a').public_key().bytes());
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->account().nonce(), 404u) << "replica " << i;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <queue>
@@ -44,6 +45,9 @@ class Cluster {
     config_.max_batch_txs = 64;
     // Half the seeds: a replica two checkpoints behind fetches the state instead of the batches.
     config_.snapshot_min_gap = o.seed % 2 == 0 ? 8 : 0;
+    // Half of those: every ledger prunes all but its last min_gap + window batches (and the
+    // state history below them), the least state.retain_blocks accepts.
+    retain_ = o.seed % 4 == 0 ? config_.snapshot_min_gap + config_.window : 0;
     const FaultKind k = o.fault;
     loss_ = k == FaultKind::kLoss || k == FaultKind::kMixed;
     dup_ = k == FaultKind::kDuplicate || k == FaultKind::kMixed;
@@ -564,6 +568,13 @@ class Cluster {
     for (const ConsensusMessage& m : c.certificate) *batch.add_commit_certificate() = m;
     n.ledger.batches[c.seq] = std::move(batch);
     n.ledger.last = c.seq;
+    if (retain_ > 0 && c.seq + 1 > retain_) {
+      const uint64_t below = c.seq + 1 - retain_;
+      auto end = n.ledger.batches.lower_bound(below);
+      result_.batches_pruned += static_cast<uint64_t>(std::distance(n.ledger.batches.begin(), end));
+      n.ledger.batches.erase(n.ledger.batches.begin(), end);
+      n.ledger.history_from = std::max(n.ledger.history_from, below);
+    }
     n.ledger.chain = c.chain_digest;
     // The planted nondeterminism: from diverge_from on, this executor hashes something else.
     const bool planted = n.diverge_from != 0 && c.seq >= n.diverge_from;
@@ -645,6 +656,7 @@ class Cluster {
   std::map<uint64_t, std::pair<std::string, std::string>> executed_state_;
   std::map<uint64_t, std::vector<std::string>> executed_txs_;  // seq -> its batch
   uint64_t snapshots_installed_ = 0;
+  uint64_t retain_ = 0;  // batches each ledger keeps (0: every one)
   std::mt19937_64 rng_;
   bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_;
   const bool trace_ = std::getenv("SIM_TRACE") != nullptr;

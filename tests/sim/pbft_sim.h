@@ -73,6 +73,7 @@ struct SimResult {
   uint64_t view_changes = 0;
   uint64_t synced_batches = 0;
   uint64_t snapshots_installed = 0;  // PbftSnapshotInstalled steps (even seeds allow snapshots)
+  uint64_t batches_pruned = 0;       // by every ledger (seeds divisible by 4 prune)
   uint64_t messages_delivered = 0;
   uint64_t dropped_by_replicas = 0;
 };

@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
   uint64_t safety = 0;
   uint64_t snapshots = 0;
   uint64_t runs_with_snapshots = 0;
+  uint64_t pruned = 0;
   std::atomic<uint64_t> next{0};
   auto worker = [&] {
     for (uint64_t i = next++; i < runs; i = next++) {
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
       counts.second++;
       snapshots += r.snapshots_installed;
       runs_with_snapshots += r.snapshots_installed > 0 ? 1 : 0;
+      pruned += r.batches_pruned;
       if (r.ok) {
         counts.first++;
       } else {
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
   std::printf("snapshots installed: %llu, in %llu runs\n",
               static_cast<unsigned long long>(snapshots),
               static_cast<unsigned long long>(runs_with_snapshots));
+  std::printf("batches pruned: %llu\n", static_cast<unsigned long long>(pruned));
   for (size_t i = 0; i < failures.size() && i < 30; ++i) {
     std::printf("  %s\n", failures[i].c_str());
   }
