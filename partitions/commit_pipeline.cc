@@ -89,9 +89,17 @@ absl::StatusOr<std::string> CommitPipeline::StateRootAt(uint64_t seq) const {
   return block.header().state_root();
 }
 
-bool CommitPipeline::HasTx(absl::string_view tx_hash) const {
+bool CommitPipeline::HasTx(absl::string_view tx_hash, uint64_t seq) const {
   if (deps_.pool->Get(tx_hash) != nullptr) return true;
-  return deps_.chain->ledger->GetReceipt(tx_hash).ok();
+  absl::StatusOr<node::chain::Receipt> receipt = deps_.chain->ledger->GetReceipt(tx_hash);
+  if (!receipt.ok()) return false;
+  // Committing seq - 1 prunes the blocks below seq - retain: the body must be at or above that.
+  const uint64_t retain = deps_.chain->ledger->retain_blocks();
+  return retain == 0 || receipt->block_height() + retain >= seq;
+}
+
+bool CommitPipeline::KnowsTx(absl::string_view tx_hash) const {
+  return deps_.pool->Get(tx_hash) != nullptr || deps_.chain->ledger->GetReceipt(tx_hash).ok();
 }
 
 std::optional<node::consensus::CommittedBatch> CommitPipeline::GetCommitted(uint64_t seq) const {

@@ -64,7 +64,13 @@ class CommitPipeline final : public PbftTxSource, public PbftBlockSource {
   // Called by the thread that calls Commit.
   absl::StatusOr<std::string> StateRootAt(uint64_t seq) const;
 
-  bool HasTx(absl::string_view tx_hash) const override;
+  // Pooled, or committed in a block that pruning (LedgerOptions::retain_blocks) leaves in place
+  // until `seq` has executed: a replay of a tx whose block will be gone by then is not here, so
+  // a correct replica does not prepare a batch it could not execute (a faulty primary's replay
+  // of an old tx costs it its view, not the partition its liveness).
+  bool HasTx(absl::string_view tx_hash, uint64_t seq) const override;
+  // Pooled or committed (still indexed), whatever the batch.
+  bool KnowsTx(absl::string_view tx_hash) const;
   std::optional<node::consensus::CommittedBatch> GetCommitted(uint64_t seq) const override;
 
   uint64_t committed_txs() const { return committed_txs_.load(std::memory_order_relaxed); }

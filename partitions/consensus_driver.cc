@@ -129,7 +129,7 @@ size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
     }
     // Already pooled or already committed (a late forward, or a fetch answered twice): skip the
     // signature check, which is the expensive part.
-    if (deps_.pipeline->HasTx(tx->hash)) continue;
+    if (deps_.pipeline->KnowsTx(tx->hash)) continue;
     if (!base::VerifySignature(*tx).ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
       ++refused;

@@ -433,6 +433,10 @@ absl::StatusOr<node::chain::Receipt> Ledger::GetReceipt(absl::string_view tx_has
   RETURN_IF_ERROR(CheckNotPruned(tx_hash, *loc, pruned_below()));
   ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(Prefixed(kReceiptPrefix, *loc)));
   node::chain::Receipt receipt;
+  if (!bytes.has_value()) {
+    // Pruned since the check above?
+    RETURN_IF_ERROR(CheckNotPruned(tx_hash, *loc, pruned_below()));
+  }
   if (!bytes.has_value() || !receipt.ParseFromString(*bytes)) {
     return absl::DataLossError(
         absl::StrCat("receipt of tx ", base::BytesToHex(tx_hash), " missing or corrupt"));
@@ -458,6 +462,9 @@ absl::StatusOr<std::vector<node::chain::Receipt>> Ledger::GetBlockReceipts(uint6
     }
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "read receipts"));
+  if (out.size() != n && height < pruned_below()) {
+    return absl::OutOfRangeError(absl::StrCat("block ", height, " was pruned while it was read"));
+  }
   if (out.size() != n) {
     return absl::DataLossError(
         absl::StrCat("block ", height, " has ", n, " txs but ", out.size(), " stored receipts"));
@@ -563,8 +570,20 @@ absl::StatusOr<std::optional<std::string>> Ledger::GetStateAt(absl::string_view 
   std::unique_ptr<rocksdb::Iterator> undo(db_->NewIterator(ro));
   std::optional<std::string> value;
   ASSIGN_OR_RETURN(bool changed, UndoValueAt(undo.get(), key, height, &value));
-  if (changed) return value;
-  return Read(Prefixed(view.prefix, key), view.snapshot);
+  if (!changed) {
+    ASSIGN_OR_RETURN(value, Read(Prefixed(view.prefix, key), view.snapshot));
+  }
+  RETURN_IF_ERROR(CheckHistoryKept(height));
+  return value;
+}
+
+absl::Status Ledger::CheckHistoryKept(uint64_t height) const {
+  // The compaction filter ignores RocksDB snapshots: once pruning raised the history mark above
+  // `height`, the undo records a read at `height` used may have been dropped under it.
+  const uint64_t from = marks_->history_from.load(std::memory_order_acquire);
+  if (height >= from) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("the state before height ", from, " is not kept (pruned during the read)"));
 }
 
 absl::Status Ledger::ScanStateAt(uint64_t height, absl::string_view from,
@@ -586,22 +605,23 @@ absl::Status Ledger::ScanStateAt(uint64_t height, absl::string_view from,
   // key written after it has an "absent" undo record there and is skipped (but counted).
   for (it->Seek(Prefixed(view.prefix, from)); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
-    if (max_scanned > 0 && visited >= max_scanned) return absl::OkStatus();
+    if (max_scanned > 0 && visited >= max_scanned) return CheckHistoryKept(height);
     visited += it->key().size() + it->value().size();
     const absl::string_view key(it->key().data() + 1, it->key().size() - 1);
     if (!view.at_tip) {
       ASSIGN_OR_RETURN(bool changed, UndoValueAt(undo.get(), key, height, &older));
       if (changed) {
         if (!older.has_value()) continue;
-        if (!fn(key, *older)) return absl::OkStatus();
+        if (!fn(key, *older)) return CheckHistoryKept(height);
         continue;
       }
     }
     if (!fn(key, absl::string_view(it->value().data(), it->value().size()))) {
-      return absl::OkStatus();
+      return CheckHistoryKept(height);
     }
   }
-  return FromRocks(it->status(), "scan state");
+  RETURN_IF_ERROR(FromRocks(it->status(), "scan state"));
+  return CheckHistoryKept(height);
 }
 
 absl::Status Ledger::ClearStaged(absl::string_view meta_prefix) {

@@ -229,6 +229,7 @@ class Ledger : public StateStore {
   absl::StatusOr<std::string> GetConsensusMeta(absl::string_view key) const;
 
   uint32_t partition() const { return partition_; }
+  uint64_t retain_blocks() const { return options_.retain_blocks; }
 
  private:
   Ledger(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<PruneMarks> marks, uint32_t partition,
@@ -249,6 +250,9 @@ class Ledger : public StateStore {
     bool at_tip = false;
   };
   absl::StatusOr<ReadView> SnapshotAt(uint64_t height) const ABSL_LOCKS_EXCLUDED(mu_);
+  // FAILED_PRECONDITION if pruning raised the history mark above `height` (a read at `height`
+  // that ran meanwhile may have missed undo records).
+  absl::Status CheckHistoryKept(uint64_t height) const;
   // The value of `key` at `height` from the undo records, through `it` (an iterator of the read
   // view); false when the key has not changed since (its current value is it).
   absl::StatusOr<bool> UndoValueAt(rocksdb::Iterator* it, absl::string_view key, uint64_t height,

@@ -127,10 +127,12 @@ bool PbftValidator::ValidBatch(const PrePrepare& pp) const {
 
 bool PbftValidator::ValidCheckpointProof(
     uint64_t seq, const std::string& digest,
-    const google::protobuf::RepeatedPtrField<ConsensusMessage>& proof) const {
+    const google::protobuf::RepeatedPtrField<ConsensusMessage>& proof,
+    bool allow_old_format) const {
   if (seq == 0) return digest == GenesisDigest() && proof.empty();
   if (seq % config_.checkpoint_interval != 0) return false;
   std::set<uint32_t> senders;
+  std::optional<bool> proof_format;
   for (const ConsensusMessage& m : proof) {
     if (!m.has_checkpoint() || m.sender() >= config_.n) return false;
     if (m.checkpoint().seq() != seq || m.checkpoint().state_digest() != digest) return false;
@@ -141,6 +143,11 @@ bool PbftValidator::ValidCheckpointProof(
     const bool old_format = m.checkpoint().chain_digest().empty() &&
                             m.checkpoint().state_root().empty() && digest.size() == kTxHashBytes;
     if (!old_format && !WellFormedCheckpoint(m.checkpoint())) return false;
+    // One format throughout: the stable record takes the chain digest and root from its first
+    // vote, so a faulty signer's old-format vote in front must not blank the root out.
+    if (old_format && !allow_old_format) return false;
+    if (proof_format.has_value() && *proof_format != old_format) return false;
+    proof_format = old_format;
     if (!senders.insert(m.sender()).second) return false;
     if (!crypto_->Verify(m)) return false;
   }

@@ -64,10 +64,12 @@ class PbftValidator {
 
   // Digest matches the hashes, every hash is 32 bytes, size within max_batch_txs.
   bool ValidBatch(const node::consensus::PrePrepare& pp) const;
-  // seq 0 with the genesis digest and no proof, or 2f+1 distinct signed matching checkpoints.
-  bool ValidCheckpointProof(
-      uint64_t seq, const std::string& digest,
-      const google::protobuf::RepeatedPtrField<ConsensusMessage>& proof) const;
+  // seq 0 with the genesis digest and no proof, or 2f+1 distinct signed matching checkpoints, all
+  // of one format (votes without chain digest and root, from before votes carried them, only
+  // with `allow_old_format`: a view change may still carry such a proof).
+  bool ValidCheckpointProof(uint64_t seq, const std::string& digest,
+                            const google::protobuf::RepeatedPtrField<ConsensusMessage>& proof,
+                            bool allow_old_format = true) const;
   // A signed pre-prepare of a view below `below_view` for a seq in (h, h+L], plus 2f signed
   // prepares from distinct backups that match it.
   bool ValidPreparedCertificate(const node::consensus::PreparedCertificate& cert,

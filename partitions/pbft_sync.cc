@@ -160,7 +160,8 @@ void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {
     // it, is as good as the votes we missed: it moves our low watermark, and Recover fetches the
     // state there (snapshot sync) or the batches up to it.
     const auto& stable = resp.stable();
-    if (validator_.ValidCheckpointProof(stable.seq(), stable.state_digest(), stable.proof())) {
+    if (validator_.ValidCheckpointProof(stable.seq(), stable.state_digest(), stable.proof(),
+                                        /*allow_old_format=*/false)) {
       AdvanceStable(stable.seq(), stable.state_digest(),
                     std::vector<ConsensusMessage>(stable.proof().begin(), stable.proof().end()));
     } else {

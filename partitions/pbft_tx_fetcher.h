@@ -32,7 +32,7 @@ class TxFetcher {
   bool HaveAll(uint64_t seq, const Hashes& hashes, PbftOutbox& out) {
     std::vector<std::string> missing;
     for (const std::string& h : hashes) {
-      if (!txs_->HasTx(h)) missing.push_back(h);
+      if (!txs_->HasTx(h, seq)) missing.push_back(h);
     }
     if (missing.empty()) return true;
     if (fetched_for_.insert(seq).second) out.Add(PbftFetchTxs{std::move(missing)});

@@ -80,7 +80,9 @@ class PbftCrypto {
 class PbftTxSource {
  public:
   virtual ~PbftTxSource() = default;
-  virtual bool HasTx(absl::string_view tx_hash) const = 0;
+  // True if the tx is here to execute batch `seq` with: pooled, or committed before in a block
+  // the ledger still holds when `seq` executes (a replay, which the executor rejects again).
+  virtual bool HasTx(absl::string_view tx_hash, uint64_t seq) const = 0;
 };
 
 // The ledger's committed batches with their commit certificates (serves block sync).

@@ -21,7 +21,7 @@ namespace {
 
 class AllTxs final : public PbftTxSource {
  public:
-  bool HasTx(absl::string_view) const override { return true; }
+  bool HasTx(absl::string_view, uint64_t) const override { return true; }
 };
 
 class NoBlocks final : public PbftBlockSource {

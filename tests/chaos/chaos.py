@@ -495,7 +495,8 @@ class Checker:
                     try:
                         got = self.block(i, p, h)
                     except grpc.RpcError as e:
-                        if e.code() == grpc.StatusCode.OUT_OF_RANGE:
+                        if (e.code() == grpc.StatusCode.OUT_OF_RANGE and self.c.retain_blocks
+                                and h < self.earliest(i, p)):
                             break  # pruned since `earliest` was read (--retain-blocks)
                         self.violation("liveness", "node %d GetBlock %s/%d: %s %s"
                                        % (i, p, h, e.code(), e.details()))
@@ -527,7 +528,10 @@ class Checker:
                         r = self.c.client[i].GetTx(client_pb2.GetTxRequest(
                             partition=client_pb2.PartitionRef(name=p), tx_hash=tx_hash), timeout=5)
                     except grpc.RpcError as e:
-                        if e.code() != grpc.StatusCode.OUT_OF_RANGE:  # else pruned meanwhile
+                        pruned = (self.c.retain_blocks and height < self.earliest(i, p) and
+                                  e.code() in (grpc.StatusCode.OUT_OF_RANGE,
+                                               grpc.StatusCode.NOT_FOUND))
+                        if not pruned:  # else pruned since `earliest` was read
                             self.violation("liveness", "node %d GetTx: %s" % (i, e.code()))
                         continue
                     n_tx += 1

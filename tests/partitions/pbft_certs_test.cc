@@ -136,5 +136,33 @@ TEST(CheckpointProofTest, AProofFromBeforeStateRootsStillValidatesAViewChange) {
   EXPECT_FALSE(validator.ValidViewChange(SignedAs(2, m)));
 }
 
+// One format per proof: a faulty replica's old-format vote (no chain digest, no root) placed
+// first among correct new-format votes would make the stable record read an empty root and the
+// digest as the chain digest, and the replica then find itself DIVERGED at that checkpoint.
+// Where old proofs cannot occur (a peer's answer to block sync), old votes are refused outright.
+TEST(CheckpointProofTest, AProofMixingVoteFormatsIsRefused) {
+  PbftConfig config;  // K = 16
+  tests::FakePbftCrypto crypto(3);
+  PbftValidator validator(config, &crypto);
+  const std::string chain = Tx(16);
+  const std::string digest = CheckpointDigest(chain, testing::ModelRoot(chain));
+  google::protobuf::RepeatedPtrField<ConsensusMessage> proof;
+  ConsensusMessage old_vote;
+  old_vote.mutable_checkpoint()->set_seq(16);
+  old_vote.mutable_checkpoint()->set_state_digest(digest);
+  *proof.Add() = SignedAs(0, old_vote);
+  *proof.Add() = testing::MakeCheckpoint(16, chain, 1);
+  *proof.Add() = testing::MakeCheckpoint(16, chain, 2);
+  EXPECT_FALSE(validator.ValidCheckpointProof(16, digest, proof));
+  *proof.Mutable(0) = testing::MakeCheckpoint(16, chain, 0);
+  EXPECT_TRUE(validator.ValidCheckpointProof(16, digest, proof));
+  EXPECT_TRUE(validator.ValidCheckpointProof(16, digest, proof, /*allow_old_format=*/false));
+
+  google::protobuf::RepeatedPtrField<ConsensusMessage> old_only;
+  for (uint32_t from : {0u, 1u, 2u}) *old_only.Add() = SignedAs(from, old_vote);
+  EXPECT_TRUE(validator.ValidCheckpointProof(16, digest, old_only));
+  EXPECT_FALSE(validator.ValidCheckpointProof(16, digest, old_only, /*allow_old_format=*/false));
+}
+
 }  // namespace
 }  // namespace partitions

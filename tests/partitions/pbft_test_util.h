@@ -20,7 +20,9 @@ namespace partitions::testing {
 
 class TestPool final : public PbftTxSource {
  public:
-  bool HasTx(absl::string_view h) const override { return have.count(std::string(h)) > 0; }
+  bool HasTx(absl::string_view h, uint64_t) const override {
+    return have.count(std::string(h)) > 0;
+  }
   std::set<std::string> have;
 };
 

@@ -41,7 +41,9 @@ class SimLedger final : public partitions::PbftBlockSource {
 
 class SimPool final : public partitions::PbftTxSource {
  public:
-  bool HasTx(absl::string_view h) const override { return have.count(std::string(h)) > 0; }
+  bool HasTx(absl::string_view h, uint64_t) const override {
+    return have.count(std::string(h)) > 0;
+  }
   void Add(const std::string& h) {
     if (!have.insert(h).second || committed.count(h) > 0) return;
     fifo.emplace(next_no, h);
