@@ -8,6 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev libbenchmark-dev
   librocksdb-dev libssl-dev prometheus-cpp-dev
+  libgoogle-perftools-dev  # tcmalloc: noded's allocator
   python3 python3-grpcio python3-protobuf python3-cryptography
   procps iproute2 curl clang-format
   prometheus  # promtool: the metrics and alert-rule tests; prometheus: tools/localnet monitor
