@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "partitions/block.h"
+#include "partitions/commit_pipeline.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "tests/mocks/faulty_file_system.h"
@@ -326,25 +327,18 @@ uint64_t Be64(absl::string_view s) {
   return v;
 }
 
-std::string CertMetaKey(uint64_t h) {
-  std::string k = "cert/";
-  for (int i = 7; i >= 0; --i) k.push_back(static_cast<char>((h >> (8 * i)) & 0xff));
-  return k;
-}
-
 TEST_F(LedgerTest, PruningKeepsTheLastBlocksAndDropsWhatOnlyTheOlderOnesNeeded) {
   LedgerOptions options;
   options.retain_blocks = 10;
   options.prune_step = 4;
-  options.height_keyed_meta = {"cert/"};
+  options.height_keyed_meta = {kCertKeyPrefix};
   std::map<uint64_t, std::string> tx_at;  // height -> the hash of its Put
   auto commit = [&](Chain& chain) {
     const uint64_t h = chain.ledger->last_height() + 1;
     TxPtr put = chaintest::Put(keys_[0], *chain.executor->NextNonce(Addr(0)), "k",
                                absl::StrCat("v", h), kPartition);
     tx_at[h] = put->hash;
-    ASSERT_TRUE(
-        chaintest::CommitTxs(chain, {put}, {{CertMetaKey(h), absl::StrCat("cert", h)}}).ok());
+    ASSERT_TRUE(chaintest::CommitTxs(chain, {put}, {{CertKey(h), absl::StrCat("cert", h)}}).ok());
   };
   {
     Chain chain = Open(options);
@@ -376,9 +370,9 @@ TEST_F(LedgerTest, PruningKeepsTheLastBlocksAndDropsWhatOnlyTheOlderOnesNeeded) 
     EXPECT_EQ(chain.ledger->GetTx(tx_at[5]).status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_EQ(chain.ledger->GetReceipt(tx_at[30])->block_height(), 30u);
     EXPECT_TRUE(chain.ledger->GetTx(tx_at[30]).ok());
-    EXPECT_EQ(chain.ledger->GetConsensusMeta(CertMetaKey(27)).status().code(),
+    EXPECT_EQ(chain.ledger->GetConsensusMeta(CertKey(27)).status().code(),
               absl::StatusCode::kNotFound);
-    EXPECT_EQ(chain.ledger->GetConsensusMeta(CertMetaKey(28)).value_or(""), "cert28");
+    EXPECT_EQ(chain.ledger->GetConsensusMeta(CertKey(28)).value_or(""), "cert28");
     // State history from the mark on, exactly as before; below it, refused.
     EXPECT_EQ(chain.ledger->GetValueAt("k", 27).status().code(),
               absl::StatusCode::kFailedPrecondition);
