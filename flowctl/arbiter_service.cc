@@ -21,6 +21,14 @@ ArbiterConsumer ConsumerOf(const node::config::ShareConfig& share, double capaci
   return c;
 }
 
+// Demand for bytes held (memory, disk): the whole limit while the consumer holds at least
+// kMemoryBusyFraction of its last share, else room to grow from what it holds.
+double HeldDemand(double held, double limit, std::optional<double> last_share) {
+  if (held >= ArbiterService::kMemoryBusyFraction * last_share.value_or(limit)) return limit;
+  return std::min(limit, std::max(ArbiterService::kMemoryIdleHeadroom * held,
+                                  ArbiterService::kMemoryIdleFloorFraction * limit));
+}
+
 // The same consumers, each taking whatever it is given: their entitlements.
 std::vector<ArbiterConsumer> Backlogged(std::vector<ArbiterConsumer> consumers) {
   for (ArbiterConsumer& c : consumers) c.demand = kUnboundedDemand;
@@ -175,7 +183,8 @@ void ArbiterService::TickLocked() {
   const double memory_capacity = static_cast<double>(options_.memory_bytes);
 
   // 2. Demand.
-  std::vector<ArbiterConsumer> cpu(n), memory(n), egress(n);
+  std::vector<ArbiterConsumer> cpu(n), memory(n), egress(n), disk(n);
+  const double disk_capacity = static_cast<double>(options_.disk_bytes);
   std::vector<double> egress_rate(n, 0);
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
@@ -185,14 +194,25 @@ void ArbiterService::TickLocked() {
         usage[i].cpu_backlogged
             ? kUnboundedDemand
             : kCpuDemandHeadroom * static_cast<double>(usage[i].cpu_nanos) + kCpuDemandSlackNanos);
-    const double limit = static_cast<double>(usage[i].memory_limit);
-    const double held = static_cast<double>(usage[i].memory_bytes);
-    const double last = m.memory_last_share.value_or(limit);
-    memory[i] = ConsumerOf(share, memory_capacity,
-                           held >= kMemoryBusyFraction * last
-                               ? limit
-                               : std::min(limit, std::max(kMemoryIdleHeadroom * held,
-                                                          kMemoryIdleFloorFraction * limit)));
+    memory[i] =
+        ConsumerOf(share, memory_capacity,
+                   HeldDemand(static_cast<double>(usage[i].memory_bytes),
+                              static_cast<double>(usage[i].memory_limit), m.memory_last_share));
+    if (disk_capacity > 0 && usage[i].disk_floor > 0) {
+      // A consumer's own budget is its ceiling; its floor (what it cannot work below) is
+      // guaranteed, which the configuration makes fit (the capacity covers every floor).
+      const double floor = static_cast<double>(usage[i].disk_floor);
+      const double own = usage[i].disk_limit > 0
+                             ? std::max(floor, static_cast<double>(usage[i].disk_limit))
+                             : disk_capacity;
+      disk[i] = ConsumerOf(share, disk_capacity,
+                           std::max(floor, HeldDemand(static_cast<double>(usage[i].disk_bytes), own,
+                                                      m.disk_last_share)));
+      disk[i].ceiling = std::max(floor, std::min(disk[i].ceiling, own));
+      disk[i].guarantee = std::min(disk[i].ceiling, std::max(disk[i].guarantee, floor));
+    } else {
+      disk[i] = ArbiterConsumer{.weight = share.weight(), .demand = 0};
+    }
     auto sent_it = egress_usage.bytes_sent.find(m.consumer->id());
     const uint64_t sent = sent_it == egress_usage.bytes_sent.end() ? 0 : sent_it->second;
     const uint64_t prev = m.egress_bytes_last;
@@ -210,8 +230,10 @@ void ArbiterService::TickLocked() {
   auto memory_shares = AllocateFairShares(memory_capacity, memory);
   auto egress_shares = AllocateFairShares(egress_capacity, egress);
   auto egress_entitled = AllocateFairShares(egress_capacity, Backlogged(egress));
-  for (const absl::Status& s : {cpu_shares.status(), cpu_entitled.status(), memory_shares.status(),
-                                egress_shares.status(), egress_entitled.status()}) {
+  auto disk_shares = AllocateFairShares(disk_capacity, disk);
+  for (const absl::Status& s :
+       {cpu_shares.status(), cpu_entitled.status(), memory_shares.status(), egress_shares.status(),
+        egress_entitled.status(), disk_shares.status()}) {
     if (!s.ok()) {
       LOG_EVERY_N(ERROR, 100) << "arbiter: tick skipped: " << s;
       return;
@@ -227,6 +249,10 @@ void ArbiterService::TickLocked() {
     c->ApplyShare(Resource::kMemory, (*memory_shares)[i]);
     c->ApplyShare(Resource::kEgress, (*egress_entitled)[i]);
     m.memory_last_share = (*memory_shares)[i];
+    if (disk_capacity > 0 && usage[i].disk_floor > 0) {
+      c->ApplyShare(Resource::kDisk, (*disk_shares)[i]);
+      m.disk_last_share = (*disk_shares)[i];
+    }
     if (egress_ != nullptr) {
       const double weight = std::clamp((*egress_entitled)[i] / egress_capacity * kEgressWeightScale,
                                        kMinEgressWeight, kMaxEgressWeight);
@@ -243,6 +269,10 @@ void ArbiterService::TickLocked() {
     stats.memory =
         ShareStats(memory[i], (*memory_shares)[i], static_cast<double>(usage[i].memory_bytes), 1);
     stats.egress = ShareStats(egress[i], (*egress_shares)[i], egress_rate[i], 1);
+    if (disk_capacity > 0 && usage[i].disk_floor > 0) {
+      stats.disk =
+          ShareStats(disk[i], (*disk_shares)[i], static_cast<double>(usage[i].disk_bytes), 1);
+    }
     m.stats = std::move(stats);
   }
 }

@@ -4,6 +4,8 @@
 //   CPU     = worker threads x elapsed time (ns)
 //   memory  = Options::memory_bytes
 //   egress  = the egress cap in bytes/s (kUnlimitedEgressCapacity when there is none)
+//   disk    = Options::disk_bytes, among the consumers that spill (disk_floor > 0); not divided
+//             when 0
 //
 // One tick:
 //   1. measure: each consumer's TakeUsage(), and per-partition bytes sent from the egress side;
@@ -12,13 +14,16 @@
 //        memory  its limit while it holds at least kMemoryBusyFraction of its last share, else
 //                min(limit, max(kMemoryIdleHeadroom x held, kMemoryIdleFloorFraction x limit))
 //        egress  kEgressDemandHeadroom x rate + kEgressDemandSlackBytesPerSecond
+//        disk    as memory, from the spill bytes held and the consumer's own budget (or the
+//                capacity), with its disk_floor as a guarantee
 //   3. allocate per resource, twice for CPU and egress: demand-based shares (what the stats
 //      report as the current division) and entitlements (every consumer backlogged);
 //   4. apply: ApplyShare(kCpu, entitlement), ApplyShare(kMemory, share), ApplyShare(kEgress,
-//      entitlement), and the egress side's partition weight from the egress entitlement. The
-//      worker pool and the egress scheduler get entitlements, not demand-capped shares, because
-//      both lend idle share by themselves, and a low weight given to a quiet partition would make
-//      its next message wait behind a busy neighbour's backlog;
+//      entitlement), ApplyShare(kDisk, share) when disk is divided, and the egress side's partition
+//      weight from the egress entitlement. The worker pool and the egress scheduler get
+//      entitlements, not demand-capped shares, because both lend idle share by themselves, and a
+//      low weight given to a quiet partition would make its next message wait behind a busy
+//      neighbour's backlog;
 //   5. record the stats (weight, guarantee, ceiling, demand, share, usage per resource).
 // If any allocation fails (a consumer's ShareConfig is invalid), the tick applies and records
 // nothing and logs why.
@@ -81,6 +86,7 @@ struct ConsumerShareStats {
   ResourceShareStats cpu;
   ResourceShareStats memory;
   ResourceShareStats egress;
+  ResourceShareStats disk;  // zeros unless disk is divided and the consumer spills
 };
 
 class ArbiterService {
@@ -124,6 +130,8 @@ class ArbiterService {
     std::function<int()> cpu_workers = nullptr;
     // Memory for all consumers together, in bytes; > 0.
     uint64_t memory_bytes = 0;
+    // Spill disk for all consumers that spill, in bytes; 0 = not divided.
+    uint64_t disk_bytes = 0;
     const Clock* clock = Clock::Real();  // not null; outlives the arbiter
   };
 
@@ -170,6 +178,7 @@ class ArbiterService {
     ResourceConsumer* consumer = nullptr;
     uint64_t egress_bytes_last = 0;                          // bytes sent at the previous tick
     std::optional<double> memory_last_share = std::nullopt;  // none before the first tick
+    std::optional<double> disk_last_share = std::nullopt;    // the same, for disk
     std::optional<ConsumerShareStats> stats = std::nullopt;  // none before the first tick
   };
 

@@ -74,6 +74,9 @@ absl::StatusOr<QuotaDrain::PumpResult> QuotaDrain::PumpOnce(int64_t now_nanos) {
     ++result.records;
     result.bytes += bytes;
   }
+  // Records consumed earlier may have become safe since (a commit moved the persist limit):
+  // free their segment now rather than at the next Pop, which a full disk budget may hold off.
+  if (absl::Status s = fifo_->PersistIfReclaimable(); !s.ok() && error.ok()) error = std::move(s);
   absl::MutexLock l(&mu_);
   stats_.records += result.records;
   stats_.bytes += result.bytes;

@@ -30,8 +30,9 @@ enum class Resource : int {
   kCpu = 0,     // worker-pool time
   kMemory = 1,  // bytes held (pools, lanes, spill memory tiers)
   kEgress = 2,  // bytes/s sent to peers
+  kDisk = 3,    // bytes of spill segment files (lossless partitions)
 };
-inline constexpr int kNumResources = 3;
+inline constexpr int kNumResources = 4;
 
 // What a consumer used; read once per tick.
 struct ConsumerUsage {
@@ -39,6 +40,9 @@ struct ConsumerUsage {
   bool cpu_backlogged = false;  // work is queued now: it would use more CPU if it were given it
   uint64_t memory_bytes = 0;    // bytes held now
   uint64_t memory_limit = 0;    // the most it may hold (its configured limits)
+  uint64_t disk_bytes = 0;      // spill bytes on disk now (0 for a consumer that never spills)
+  uint64_t disk_limit = 0;      // its own disk budget; 0 = none (the whole capacity)
+  uint64_t disk_floor = 0;      // the least disk it can work with; 0 = it does not spill
 };
 
 class ResourceConsumer {
@@ -63,7 +67,9 @@ class ResourceConsumer {
   //            backlogged: a weight for the pool's work-conserving scheduler, not a limit;
   //   kMemory  bytes it may hold;
   //   kEgress  bytes/s it is entitled to with every consumer backlogged. The arbiter weights the
-  //            egress side with it already; a consumer with no egress valve of its own ignores it.
+  //            egress side with it already; a consumer with no egress valve of its own ignores it;
+  //   kDisk    spill bytes it may hold; called only when the arbiter divides a disk capacity
+  //            (ArbiterService::Options::disk_bytes), and only for consumers that spill.
   virtual void ApplyShare(Resource resource, double amount) = 0;
 };
 

@@ -36,6 +36,11 @@ absl::Status ValidateOptions(const SpillFifoOptions& o) {
     return absl::InvalidArgumentError(
         "spill fifo: persist_every_bytes and persist_every_records must be > 0");
   }
+  if (o.disk_budget_bytes != 0 && o.disk_budget_bytes < SpillFifo::MinDiskBudget(o)) {
+    return absl::InvalidArgumentError(absl::StrCat("spill fifo: disk_budget_bytes ",
+                                                   o.disk_budget_bytes, " is below the minimum ",
+                                                   SpillFifo::MinDiskBudget(o)));
+  }
   return absl::OkStatus();
 }
 
@@ -50,7 +55,15 @@ struct SpillFifo::ActiveFile {
 };
 
 SpillFifo::SpillFifo(SpillFifoOptions options)
-    : options_(std::move(options)), write_through_(options_.durability != SpillDurability::kNone) {}
+    : options_(std::move(options)), write_through_(options_.durability != SpillDurability::kNone) {
+  absl::MutexLock l(&mu_);
+  disk_budget_ = options_.disk_budget_bytes;
+}
+
+uint64_t SpillFifo::MinDiskBudget(const SpillFifoOptions& options) {
+  return 2 * std::max<uint64_t>(options.segment_bytes,
+                                spill::kFrameHeaderBytes + uint64_t{options.max_record_bytes});
+}
 
 absl::StatusOr<std::unique_ptr<SpillFifo>> SpillFifo::Open(SpillFifoOptions options) {
   RETURN_IF_ERROR(ValidateOptions(options));
@@ -164,6 +177,16 @@ absl::StatusOr<uint64_t> SpillFifo::Append(absl::string_view data) {
       // Only the consumer changes these concurrently, and only downwards, so a memory decision
       // stays valid; a stale spill decision merely sends one record to disk early.
       spill = disk_records_ > 0 || memory_bytes_ + size > options_.memory_bytes;
+      if ((write_through_ || spill) && disk_budget_ > 0) {
+        // Only producers add bytes, and they hold write_mu_: the check holds until the write.
+        const uint64_t held = DiskBytesLocked();
+        if (held + spill::kFrameHeaderBytes + size > disk_budget_) {
+          ++counters_.refused;
+          return absl::ResourceExhaustedError(
+              absl::StrCat("spill fifo: disk budget full: segment files hold ", held, " of ",
+                           disk_budget_, " bytes; the record waits for the drain"));
+        }
+      }
       rotate_first = spill && rotate_before_spill_;
       if (rotate_first) rotate_before_spill_ = false;
     }
@@ -374,15 +397,72 @@ absl::Status SpillFifo::Pop() {
     ++counters_.consumed;
     unpersisted_bytes_ += size;
     ++unpersisted_records_;
-    const Segment* oldest = segments_.empty() ? nullptr : &segments_.front();
     persist = unpersisted_bytes_ >= options_.persist_every_bytes ||
-              unpersisted_records_ >= options_.persist_every_records ||
-              (oldest != nullptr && oldest->sealed &&
-               oldest->last_seq <= std::min(consumed_seq_, persist_limit_) &&
-               oldest->last_seq > persisted_seq_);
+              unpersisted_records_ >= options_.persist_every_records || ReclaimableLocked();
   }
   front_.reset();
   return persist ? PersistReadPosition() : absl::OkStatus();
+}
+
+uint64_t SpillFifo::DiskBytesLocked() const {
+  uint64_t bytes = 0;
+  for (const Segment& seg : segments_) bytes += seg.size;
+  return bytes;
+}
+
+bool SpillFifo::ReclaimableLocked() const {
+  if (segments_.empty()) return false;
+  const Segment& oldest = segments_.front();
+  return oldest.sealed && oldest.last_seq <= std::min(consumed_seq_, persist_limit_) &&
+         oldest.last_seq > persisted_seq_;
+}
+
+absl::Status SpillFifo::PersistIfReclaimable() {
+  {
+    absl::MutexLock l(&mu_);
+    if (!ReclaimableLocked()) return absl::OkStatus();
+  }
+  return PersistReadPosition();
+}
+
+absl::Status SpillFifo::SetDiskBudget(uint64_t bytes) {
+  if (bytes != 0 && bytes < MinDiskBudget(options_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spill fifo: disk budget ", bytes, " is below the minimum ", MinDiskBudget(options_)));
+  }
+  absl::MutexLock l(&mu_);
+  disk_budget_ = bytes;
+  return absl::OkStatus();
+}
+
+uint64_t SpillFifo::disk_budget() const {
+  absl::MutexLock l(&mu_);
+  return disk_budget_;
+}
+
+uint64_t SpillFifo::BytesToDrainForRoom(uint64_t record_bytes) const {
+  absl::MutexLock l(&mu_);
+  if (disk_budget_ == 0) return 0;
+  const uint64_t held = DiskBytesLocked();
+  const uint64_t want = held + spill::kFrameHeaderBytes + record_bytes;
+  if (want <= disk_budget_) return 0;
+  // Segments free oldest first, whole: walk them until enough is freed, adding what each still
+  // holds unconsumed (its payload's share of its seqs above the consumed one; a segment's id is
+  // its first seq).
+  uint64_t freed = 0;
+  uint64_t to_drain = 0;
+  for (const Segment& seg : segments_) {
+    if (seg.records > 0 && seg.last_seq > consumed_seq_) {
+      const uint64_t seqs = seg.last_seq - std::min(seg.last_seq, seg.id) + 1;
+      const uint64_t left = std::min(seqs, seg.last_seq - consumed_seq_);
+      const uint64_t payload =
+          seg.size - std::min(seg.size, seg.records * spill::kFrameHeaderBytes);
+      to_drain += payload / seqs * left;
+    }
+    freed += seg.size;
+    if (want - std::min(want, freed) <= disk_budget_) break;
+  }
+  return std::max<uint64_t>(to_drain, 1);
 }
 
 std::vector<uint64_t> SpillFifo::TakeDeletableLocked(uint64_t consumed) {
@@ -454,12 +534,13 @@ SpillFifoStats SpillFifo::stats() const {
   s.memory_bytes = memory_bytes_;
   s.disk_records = disk_records_;
   s.disk_record_bytes = disk_record_bytes_;
-  for (const Segment& seg : segments_) s.disk_bytes += seg.size;
+  s.disk_bytes = DiskBytesLocked();
   s.segments = segments_.size();
   s.next_seq = next_seq_;
   s.consumed_seq = consumed_seq_;
   s.persisted_seq = persisted_seq_;
   s.durable_seq = durable_seq_;
+  s.disk_budget_bytes = disk_budget_;
   return s;
 }
 

@@ -31,6 +31,15 @@
 // last seq it processed drops seq <= that. A seq reservation kept in the manifest guarantees new
 // records never reuse a seq handed out before the crash, even one that was lost.
 //
+// Disk budget. With `disk_budget_bytes` set (live with SetDiskBudget), an append that would
+// take the segment files past it is refused with RESOURCE_EXHAUSTED and changes nothing: the
+// files hold at most the budget (consumed records included, until their segment is deleted).
+// Space comes back a segment at a time, once every record in it is consumed and the read
+// position covering them is persisted (under a persist limit: once the limit passes them).
+// BytesToDrainForRoom says how much must be consumed before a record fits, for a retry hint.
+// The budget is at least two segments (or two of the largest records), so the active segment
+// can always fill and rotate while the one before it is being drained.
+//
 // Corruption. Open() validates every frame (length, CRC32C, increasing seq). At the first bad or
 // short frame of a segment everything before it is kept, the tail is moved to
 // `<dir>/quarantine/<segment>.<offset>` and the segment truncated (later segments are kept, and
@@ -78,6 +87,8 @@ struct SpillFifoOptions {
   absl::Duration sync_interval = absl::Milliseconds(10);  // kInterval group-commit period
   uint64_t persist_every_bytes = 1 << 20;  // replay bound after a crash, payload bytes
   uint64_t persist_every_records = 4096;   // replay bound after a crash, records
+  // Most bytes in segment files; 0 = no budget. Else >= MinDiskBudget(options).
+  uint64_t disk_budget_bytes = 0;
 };
 
 struct SpillFifoStats {
@@ -97,6 +108,8 @@ struct SpillFifoStats {
   uint64_t recovered_records = 0;  // unconsumed records found on disk by Open
   uint64_t corruptions = 0;        // corrupt segment tails found by Open
   uint64_t quarantined_bytes = 0;  // bytes moved to quarantine by Open
+  uint64_t disk_budget_bytes = 0;  // the budget now (0 = none)
+  uint64_t refused = 0;            // appends refused by the disk budget since Open
 };
 
 class SpillFifo {
@@ -116,8 +129,12 @@ class SpillFifo {
   SpillFifo(const SpillFifo&) = delete;
   SpillFifo& operator=(const SpillFifo&) = delete;
 
+  // The smallest disk budget `options` allow: two segments or two of the largest records.
+  static uint64_t MinDiskBudget(const SpillFifoOptions& options);
+
   // Appends a record; returns its seq once it is acknowledged under the policy (see above).
-  // InvalidArgument when larger than max_record_bytes; an I/O error leaves the FIFO unchanged,
+  // InvalidArgument when larger than max_record_bytes; ResourceExhausted, changing nothing, when
+  // it would take the segment files past the disk budget; an I/O error leaves the FIFO unchanged,
   // and a failed fdatasync makes every later Append fail (the page cache can no longer be
   // trusted). Thread-safe.
   absl::StatusOr<uint64_t> Append(absl::string_view data);
@@ -138,6 +155,19 @@ class SpillFifo {
   absl::Status Pop();
   // Persists the read position now and deletes fully consumed segments. Consumer only.
   absl::Status PersistReadPosition();
+  // PersistReadPosition if that would delete a segment (its records all consumed, and the
+  // persist limit past them); else nothing. A consumer that has emptied the FIFO calls it while
+  // idle: a limit moved by a later commit then frees space without another Pop. Consumer only.
+  absl::Status PersistIfReclaimable();
+
+  // Changes the disk budget live (0 = none). InvalidArgument below MinDiskBudget. Lowering it
+  // below what the files hold refuses appends until enough is drained; nothing is dropped.
+  absl::Status SetDiskBudget(uint64_t bytes);
+  uint64_t disk_budget() const;
+  // Payload bytes still to be consumed (oldest first) before a record of `record_bytes` fits the
+  // disk budget: 0 when it fits now. An estimate within a segment (by seq, not offset); a caller
+  // divides it by the drain rate for a retry hint.
+  uint64_t BytesToDrainForRoom(uint64_t record_bytes) const;
   // Caps what PersistReadPosition records as consumed (default: no cap). A consumer whose
   // records are not safe until some later step (e.g. a transaction's commit) keeps the cap at
   // its last safe seq: after a crash, replay starts right after it, so nothing past the cap is
@@ -181,6 +211,9 @@ class SpillFifo {
   absl::Status ReadDiskFront();
   // Segments whose records are all consumed up to `consumed`; removes them from segments_.
   std::vector<uint64_t> TakeDeletableLocked(uint64_t consumed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A segment would be deleted by PersistReadPosition now.
+  bool ReclaimableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t DiskBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
   const SpillFifoOptions options_;
@@ -219,6 +252,7 @@ class SpillFifo {
   uint64_t unpersisted_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t unpersisted_records_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t disk_budget_ ABSL_GUARDED_BY(mu_) = 0;  // 0 = none
   absl::Status write_error_ ABSL_GUARDED_BY(mu_);  // sticky: a failed fdatasync
   bool stop_sync_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_consumer_ ABSL_GUARDED_BY(mu_) = false;

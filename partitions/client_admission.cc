@@ -65,6 +65,10 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
 
   const bool lossless = deps_.fifo != nullptr;
   uint64_t last_spill_seq = 0;
+  // Lossless: once the disk budget refuses one tx of a batch, the rest are refused with it, so a
+  // sender's later nonces never land in the FIFO ahead of a refused earlier one.
+  absl::Status spill_refusal;
+  absl::Duration spill_retry_after;
   for (size_t i = 0; i < txs.size(); ++i) {
     SubmitResult& r = job->results[i];
     if (!gate.ok()) {
@@ -102,9 +106,18 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
     r.tx_hash = decoded->hash;
     if (lossless) {
       // Lossless: the record is the acknowledgement; the drain verifies it later.
-      absl::StatusOr<uint64_t> seq = deps_.fifo->Append(txs[i]);
+      absl::StatusOr<uint64_t> seq =
+          spill_refusal.ok() ? deps_.fifo->Append(txs[i]) : absl::StatusOr<uint64_t>(spill_refusal);
       if (!seq.ok()) {
         r.status = seq.status();
+        if (absl::IsResourceExhausted(r.status)) {
+          if (spill_refusal.ok()) {
+            spill_refusal = r.status;
+            if (deps_.spill_retry_after) spill_retry_after = deps_.spill_retry_after(txs[i].size());
+          }
+          r.rejected_by = "spill_disk_budget";
+          r.retry_after = spill_retry_after;
+        }
         continue;
       }
       last_spill_seq = *seq;

@@ -95,6 +95,9 @@ class ClientAdmission {
     std::function<std::string()> consensus_state;
     // Asks the partition for a tick soon (a batch may be ready).
     std::function<void()> request_tick;
+    // Lossless: when a record of this many bytes may fit the FIFO's disk budget again (the
+    // retry-after of a refusal). Null: no hint.
+    std::function<absl::Duration(uint64_t)> spill_retry_after = {};
   };
 
   explicit ClientAdmission(Deps deps);

@@ -335,6 +335,7 @@ std::vector<ConfigProblem> ValidateNodeConfig(const NodeConfig& config) {
     shares.push_back(p.share());
   }
   check.Append(ValidateGuaranteeSum(shares));
+  check.Append(ValidateSpillDisk(config));
   // TLS: reads the PEM files, so a missing or wrong file fails --check and startup.
   for (ConfigProblem& p : ValidateTlsConfig(config.tls())) problems.push_back(std::move(p));
   return problems;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "flowctl/spill_fifo.h"
 #include "flowctl/stage_registry.h"
 
 namespace runtime {
@@ -18,6 +19,7 @@ using node::config::ConsensusConfig;
 using node::config::DispatcherConfig;
 using node::config::LaneConfig;
 using node::config::LosslessConfig;
+using node::config::NodeConfig;
 using node::config::PartitionConfig;
 using node::config::PoolConfig;
 using node::config::ResourceConfig;
@@ -230,6 +232,13 @@ std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
   check.AtLeast<uint64_t>("consensus.batch_max_bytes", p.consensus().batch_max_bytes(),
                           p.pool().max_tx_bytes());
   check.Append(ValidateLosslessConfig(p.lossless(), at + ".lossless"));
+  if (p.lossless().enabled() && p.lossless().disk_budget_bytes() > 0 &&
+      p.lossless().disk_budget_bytes() < LosslessMinDiskBudget(p)) {
+    check.Fail("lossless.disk_budget_bytes",
+               absl::StrCat("must be 0 (none) or at least two segments and two of the largest "
+                            "txs (",
+                            LosslessMinDiskBudget(p), "), got ", p.lossless().disk_budget_bytes()));
+  }
   // A cache smaller than one account entry caches nothing; 1 MiB keeps a block's working set.
   check.AtLeast<uint64_t>("state.cache_bytes", p.state().cache_bytes(), 1 << 20);
   check.AtLeast<uint64_t>("state.block_cache_bytes", p.state().block_cache_bytes(), 1 << 20);
@@ -284,6 +293,27 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
   return check.Take();
 }
 
+uint64_t LosslessMinDiskBudget(const PartitionConfig& p) {
+  flowctl::SpillFifoOptions options;
+  options.segment_bytes = p.lossless().segment_bytes();
+  options.max_record_bytes = static_cast<uint32_t>(p.pool().max_tx_bytes());
+  return flowctl::SpillFifo::MinDiskBudget(options);
+}
+
+std::vector<ConfigProblem> ValidateSpillDisk(const NodeConfig& config) {
+  const uint64_t total = config.resources().spill_disk_bytes();
+  if (total == 0) return {};
+  uint64_t least = 0;
+  for (const PartitionConfig& p : config.partitions()) {
+    if (p.lossless().enabled()) least += LosslessMinDiskBudget(p);
+  }
+  if (total >= least) return {};
+  return {{"resources.spill_disk_bytes",
+           absl::StrCat("must be 0 (not divided) or at least the lossless partitions' smallest "
+                        "budgets together (two segments each: ",
+                        least, "), got ", total)}};
+}
+
 std::vector<ConfigProblem> ValidateGuaranteeSum(const std::vector<ShareConfig>& shares) {
   double sum = 0;
   for (const ShareConfig& s : shares) sum += s.guarantee_fraction();
@@ -329,6 +359,15 @@ absl::StatusOr<PartitionConfig> ApplyFlowUpdate(
                                        "got ",
                                        p.max_tx_bytes())});
     }
+  }
+  if (request.has_lossless()) {
+    const node::admin::LosslessUpdate& l = request.lossless();
+    if (!current.lossless().enabled()) {
+      problems.push_back({at + ".lossless", "the partition is not lossless"});
+    }
+    LosslessConfig& nl = *next.mutable_lossless();
+    if (l.drain_bytes_per_second() > 0) nl.set_drain_bytes_per_second(l.drain_bytes_per_second());
+    if (l.set_disk_budget()) nl.set_disk_budget_bytes(l.disk_budget_bytes());
   }
   for (ConfigProblem& p : ValidatePartitionConfig(next, at)) problems.push_back(std::move(p));
   if (absl::Status s = ProblemsToStatus(problems); !s.ok()) return s;

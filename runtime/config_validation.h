@@ -98,6 +98,11 @@ std::vector<ConfigProblem> ValidateEgressConfig(const node::config::ResourceConf
 // Workers, memory, arbiter tick and ValidateEgressConfig.
 std::vector<ConfigProblem> ValidateResourceConfig(const node::config::ResourceConfig& resources,
                                                   const std::string& at);
+// The smallest disk budget a lossless partition may have: two segments or two of its largest txs
+// (flowctl::SpillFifo::MinDiskBudget). REQUIRES: defaults applied.
+uint64_t LosslessMinDiskBudget(const node::config::PartitionConfig& partition);
+// resources.spill_disk_bytes: 0, or enough for every lossless partition's smallest budget.
+std::vector<ConfigProblem> ValidateSpillDisk(const node::config::NodeConfig& config);
 // Across the node's partitions: guarantee fractions sum to at most 1 (path "partitions").
 std::vector<ConfigProblem> ValidateGuaranteeSum(
     const std::vector<node::config::ShareConfig>& shares);
@@ -105,8 +110,9 @@ std::vector<ConfigProblem> ValidateGuaranteeSum(
 // ---- Live updates: the config each would leave, validated whole ----
 
 // UpdatePartitionFlow: an interceptor given replaces the chain whole; a dispatcher or pool field
-// left at 0 keeps its current value; pool.max_tx_bytes cannot change live. Paths are under
-// PartitionPath(current.name()).
+// left at 0 keeps its current value; pool.max_tx_bytes cannot change live; lossless (on a lossless
+// partition only) sets the drain rate when > 0 and the disk budget when set_disk_budget. Paths are
+// under PartitionPath(current.name()).
 absl::StatusOr<node::config::PartitionConfig> ApplyFlowUpdate(
     const node::config::PartitionConfig& current,
     const node::admin::UpdatePartitionFlowRequest& request);

@@ -416,6 +416,7 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
     *p.mutable_cpu() = ResourceShareOf(shares->cpu);
     *p.mutable_memory() = ResourceShareOf(shares->memory);
     *p.mutable_egress() = ResourceShareOf(shares->egress);
+    *p.mutable_disk() = ResourceShareOf(shares->disk);
   }
   if (egress_) {
     p2p::EgressStats es = egress_->scheduler().Stats();
@@ -514,6 +515,7 @@ absl::Status Node::StartArbiter() {
       .tick = absl::Milliseconds(config_.resources().arbiter_tick_ms()),
       .cpu_workers = [pool] { return pool->threads(); },
       .memory_bytes = config_.resources().memory_bytes(),
+      .disk_bytes = config_.resources().spill_disk_bytes(),
       .clock = options_.clock};
   ASSIGN_OR_RETURN(arbiter_,
                    flowctl::ArbiterService::Create(std::move(options), egress_accounting_.get()));

@@ -187,10 +187,20 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            static_cast<double>(spill.segments()));
   f->Gauge("noded_spill_drain_bytes_per_second", "Configured drain rate.", l,
            spill.drain_bytes_per_second());
+  f->Gauge("noded_spill_drain_measured_bytes_per_second",
+           "Drain rate measured while the FIFO had a backlog (what retry-after hints use).", l,
+           spill.drain_measured_bytes_per_second());
+  f->Gauge("noded_spill_disk_budget_bytes",
+           "Disk budget of the FIFO's segment files in force (0 = none).", l,
+           static_cast<double>(spill.disk_budget_bytes()));
+  f->Counter("noded_spill_refused_total",
+             "Client txs refused because the FIFO's disk budget was full.", l,
+             static_cast<double>(spill.refused_disk_budget()));
 
   AddShare(name, "cpu", p.cpu(), f);
   AddShare(name, "memory", p.memory(), f);
   AddShare(name, "egress", p.egress(), f);
+  if (p.has_spill()) AddShare(name, "disk", p.disk(), f);  // lossless partitions
 
   f->Histogram("noded_commit_latency_seconds",
                "Time from a client tx's admission to its commit on this node.", l,

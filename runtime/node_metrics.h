@@ -17,10 +17,11 @@
 //               noded_lane_queueing_delay_seconds (histogram) {partition,lane}
 //   pool        noded_pool_{txs,bytes,max_txs,max_bytes,above_high_water},
 //               noded_pool_{added,rejected_full,expired}_total {partition}
-//   spill       noded_spill_{appended,drained}_total, noded_spill_{memory_bytes,disk_bytes,
-//               segments,drain_bytes_per_second} {partition}
+//   spill       noded_spill_{appended,drained,refused}_total, noded_spill_{memory_bytes,
+//               disk_bytes,disk_budget_bytes,segments,drain_bytes_per_second,
+//               drain_measured_bytes_per_second} {partition}
 //   arbiter     noded_arbiter_{weight,guarantee,ceiling,demand,share,usage}
-//               {partition,resource="cpu"|"memory"|"egress"}
+//               {partition,resource="cpu"|"memory"|"egress"|"disk"}
 //   egress      noded_egress_{cap,tx_forward_floor,tx_forward_derived}_bytes_per_second,
 //               noded_egress_{bytes_sent,frames_sent,dropped}_total, noded_egress_queue_bytes,
 //               noded_egress_queueing_delay_seconds (histogram) {channel}

@@ -284,6 +284,7 @@ absl::Status Partition::Impl::Open() {
     so.max_record_bytes = static_cast<uint32_t>(tx_limits_.max_tx_bytes);
     so.durability = DurabilityOf(l.durability());
     if (l.sync_interval_ms() > 0) so.sync_interval = absl::Milliseconds(l.sync_interval_ms());
+    so.disk_budget_bytes = l.disk_budget_bytes();
     ASSIGN_OR_RETURN(fifo_, flowctl::SpillFifo::Open(so));
     // A drained record is safe only once its tx commits (the pool is memory): the FIFO may
     // record as consumed only what has committed, so a restart replays the rest.
@@ -298,23 +299,24 @@ absl::Status Partition::Impl::Open() {
         fifo_.get(),
         [this](const flowctl::SpillFifo::Record& r) { return admission_->DrainSink(r); }, qo);
   }
-  admission_ = std::make_unique<partitions::ClientAdmission>(
-      partitions::ClientAdmission::Deps{.partition = id_,
-                                        .name = name_,
-                                        .clock = clock_,
-                                        .interceptor = interceptor_.get(),
-                                        .dispatcher = dispatcher_.get(),
-                                        .client_lane = kClientLane,
-                                        .pool = pool_.get(),
-                                        .tracker = &tracker_,
-                                        .forwarder = forwarder_.get(),
-                                        .waiters = &waiters_,
-                                        .ledger = chain_.ledger.get(),
-                                        .fifo = fifo_.get(),
-                                        .spill_cursor = spill_cursor_.get(),
-                                        .tx_limits = tx_limits_,
-                                        .consensus_state = [this] { return StateName(); },
-                                        .request_tick = [this] { RequestTick(); }});
+  admission_ = std::make_unique<partitions::ClientAdmission>(partitions::ClientAdmission::Deps{
+      .partition = id_,
+      .name = name_,
+      .clock = clock_,
+      .interceptor = interceptor_.get(),
+      .dispatcher = dispatcher_.get(),
+      .client_lane = kClientLane,
+      .pool = pool_.get(),
+      .tracker = &tracker_,
+      .forwarder = forwarder_.get(),
+      .waiters = &waiters_,
+      .ledger = chain_.ledger.get(),
+      .fifo = fifo_.get(),
+      .spill_cursor = spill_cursor_.get(),
+      .tx_limits = tx_limits_,
+      .consensus_state = [this] { return StateName(); },
+      .request_tick = [this] { RequestTick(); },
+      .spill_retry_after = [this](uint64_t bytes) { return SpillRetryAfter(bytes); }});
   LOG(INFO) << "partition " << name_ << " (" << id_ << ") open: height " << height_.load()
             << ", replica " << self_index_ << " of " << env_.replica_ids.size()
             << (fifo_ ? ", lossless" : "");

@@ -76,6 +76,9 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     sp->set_disk_bytes(fs.disk_bytes);
     sp->set_segments(fs.segments);
     sp->set_drain_bytes_per_second(drain_->rate());
+    sp->set_drain_measured_bytes_per_second(drain_measured_rate_.load(std::memory_order_relaxed));
+    sp->set_disk_budget_bytes(fs.disk_budget_bytes);
+    sp->set_refused_disk_budget(fs.refused);
   }
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
   *out.mutable_stage_decision() =
@@ -150,12 +153,37 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
     LOG(ERROR) << "partition " << name_ << ": pool limits: " << s;
   }
   tracker_.SetPolicy(TrackerPolicyFor(limits));  // the tracker's bound follows the pool's
+  if (drain_ && request.has_lossless()) {
+    const double rate = static_cast<double>(next.lossless().drain_bytes_per_second());
+    if (absl::Status s = drain_->SetRate(rate); !s.ok()) {
+      LOG(ERROR) << "partition " << name_ << ": drain rate: " << s;
+    }
+  }
   // A flow update never changes the share; an UpdateArbiter that landed while this one was
   // validated outside the lock keeps its share.
   *next.mutable_share() = config_.share();
   config_ = next;
+  ApplyDiskBudgetLocked();
   LOG(INFO) << "partition " << name_ << ": flow configuration updated";
   return next;
+}
+
+void Partition::Impl::ApplyDiskBudgetLocked() {
+  if (!fifo_) return;
+  uint64_t budget = config_.lossless().disk_budget_bytes();
+  if (disk_share_ > 0) budget = budget == 0 ? disk_share_ : std::min(budget, disk_share_);
+  if (budget > 0) budget = std::max(budget, LosslessMinDiskBudget(config_));
+  if (budget == fifo_->disk_budget()) return;
+  if (absl::Status s = fifo_->SetDiskBudget(budget); !s.ok()) {
+    LOG_EVERY_N(ERROR, 100) << "partition " << name_ << ": spill disk budget: " << s;
+  }
+}
+
+absl::Duration Partition::Impl::SpillRetryAfter(uint64_t record_bytes) const {
+  const double bytes = static_cast<double>(fifo_->BytesToDrainForRoom(record_bytes));
+  double rate = drain_measured_rate_.load(std::memory_order_relaxed);
+  if (rate <= 0) rate = drain_->rate();
+  return std::clamp(absl::Seconds(bytes / std::max(rate, 1.0)), kMinSpillRetry, kMaxSpillRetry);
 }
 
 // ---- Partition (facade) ----
@@ -353,14 +381,43 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   u.memory_limit =
       cfg.pool().max_bytes() + cfg.dispatcher().budget_bytes() + cfg.state().cache_bytes();
   if (impl_->fifo_) {
-    u.memory_bytes += impl_->fifo_->stats().memory_bytes;
+    const flowctl::SpillFifoStats fs = impl_->fifo_->stats();
+    u.memory_bytes += fs.memory_bytes;
     u.memory_limit += cfg.lossless().memory_bytes();
+    u.disk_bytes = fs.disk_bytes;
+    u.disk_limit = cfg.lossless().disk_budget_bytes();  // 0: none of its own
+    u.disk_floor = LosslessMinDiskBudget(cfg);
+    // The drain's rate while it had a backlog (an idle drain says nothing about how fast it
+    // can go): a window opens with a backlog and closes after >= 1 s if there still is one.
+    const int64_t now = impl_->clock_->NowNanos();
+    const uint64_t drained = impl_->drain_->stats().bytes;
+    const bool backlog = fs.memory_records + fs.disk_records > 0;
+    if (!backlog) {
+      impl_->drain_window_start_ = 0;
+    } else if (impl_->drain_window_start_ == 0) {
+      impl_->drain_window_start_ = now;
+      impl_->drain_window_bytes_ = drained;
+    } else if (now - impl_->drain_window_start_ >= 1'000'000'000) {
+      const double rate = static_cast<double>(drained - impl_->drain_window_bytes_) * 1e9 /
+                          static_cast<double>(now - impl_->drain_window_start_);
+      const double last = impl_->drain_measured_rate_.load(std::memory_order_relaxed);
+      impl_->drain_measured_rate_.store(last > 0 ? 0.5 * last + 0.5 * rate : rate,
+                                        std::memory_order_relaxed);
+      impl_->drain_window_start_ = now;
+      impl_->drain_window_bytes_ = drained;
+    }
   }
   return u;
 }
 
 void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   if (resource == flowctl::Resource::kEgress) return;  // the arbiter weights the egress scheduler
+  if (resource == flowctl::Resource::kDisk) {
+    absl::MutexLock lock(&impl_->config_mu_);
+    impl_->disk_share_ = static_cast<uint64_t>(std::max(0.0, amount));
+    impl_->ApplyDiskBudgetLocked();
+    return;
+  }
   if (resource == flowctl::Resource::kCpu) {
     if (amount > 0) {
       absl::Status s = impl_->dispatcher_->SetCpuShare(amount);

@@ -161,6 +161,20 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   node::config::PartitionConfig config_ ABSL_GUARDED_BY(config_mu_);
   uint64_t pool_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;   // arbiter's memory share applied
   uint64_t cache_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;  // the same, to the state cache
+  // Lossless: the arbiter's share of the node's spill disk (0 = not divided). The FIFO's budget
+  // is the smaller of it and lossless.disk_budget_bytes, never below LosslessMinDiskBudget.
+  uint64_t disk_share_ ABSL_GUARDED_BY(config_mu_) = 0;
+  void ApplyDiskBudgetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+  // Lossless: how long until a record of `record_bytes` fits the disk budget, from what must be
+  // drained first and the measured drain rate (the configured one before any measurement).
+  absl::Duration SpillRetryAfter(uint64_t record_bytes) const;
+  // Bytes/s the drain delivered while it had a backlog, over windows of >= 1 s (TakeUsage).
+  std::atomic<double> drain_measured_rate_{0};
+  int64_t drain_window_start_ = 0;   // TakeUsage only; 0 = no window open
+  uint64_t drain_window_bytes_ = 0;  // TakeUsage only
+  // Hint bounds: a refusal's retry-after is within [kMinSpillRetry, kMaxSpillRetry].
+  static constexpr absl::Duration kMinSpillRetry = absl::Milliseconds(10);
+  static constexpr absl::Duration kMaxSpillRetry = absl::Seconds(60);
 
   // ---- consensus ----
   std::unique_ptr<partitions::ConsensusDriver> driver_;

@@ -168,8 +168,10 @@ const std::vector<Command>& Commands() {
        .run = RunGetValue},
       {.name = "update-flow",
        .synopsis = "--partition P [--interceptor FILE|TEXT] [--lane-weights K=V,...] "
-                   "[--budget K=V,...] [--pool K=V,...]",
-       .summary = "Replace a partition's interceptor chain, lane weights, budget or pool limits.",
+                   "[--budget K=V,...] [--pool K=V,...] [--drain-rate BYTES_PER_S] "
+                   "[--disk-budget SIZE|none]",
+       .summary = "Replace a partition's interceptor chain, lane weights, budget, pool limits or "
+                  "(lossless) drain rate and disk budget.",
        .details =
            "--interceptor takes a text-format node.flowctl.StageChainConfig, from a file or "
            "inline:\n"
@@ -185,7 +187,10 @@ const std::vector<Command>& Commands() {
                  {"lane-weights", "K=V,...",
                   "consensus=, sync=, tx_forward=, bulk=, client= (each > 0)"},
                  {"budget", "K=V,...", "dispatcher budget: messages=N, bytes=SIZE"},
-                 {"pool", "K=V,...", "pool limits, e.g. max_txs=50000,max_bytes=64MiB"}},
+                 {"pool", "K=V,...", "pool limits, e.g. max_txs=50000,max_bytes=64MiB"},
+                 {"drain-rate", "BYTES_PER_S", "lossless: the FIFO's drain rate (> 0)"},
+                 {"disk-budget", "SIZE|none",
+                  "lossless: the spill files' disk budget (>= two segments), or none"}},
        .run = RunUpdateFlow},
       {.name = "update-egress",
        .synopsis = "[--cap BYTES_PER_S|unlimited] [--floor BYTES_PER_S]",

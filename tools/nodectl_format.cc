@@ -35,7 +35,7 @@ std::string Lanes(const node::config::LaneConfig& l) {
 // time for CPU (printed as a plain number). The arbiter reports "no ceiling" as infinity.
 std::string Amount(const std::string& resource, double v) {
   if (std::isinf(v)) return "none";
-  if (resource == "memory") return FormatBytes(v);
+  if (resource == "memory" || resource == "disk") return FormatBytes(v);
   if (resource == "egress") return FormatRate(v);
   return FormatNumber(v);
 }
@@ -82,7 +82,11 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
   out << "  spill  appended " << spill.appended() << "  drained " << spill.drained() << "  memory "
       << FormatBytes(spill.memory_bytes()) << "  disk " << FormatBytes(spill.disk_bytes())
       << "  segments " << spill.segments() << "  drain "
-      << FormatRate(spill.drain_bytes_per_second()) << "\n\n";
+      << FormatRate(spill.drain_bytes_per_second()) << " (measured "
+      << FormatRate(spill.drain_measured_bytes_per_second()) << ")  disk budget "
+      << (spill.disk_budget_bytes() == 0 ? std::string("none")
+                                         : FormatBytes(spill.disk_budget_bytes()))
+      << "  refused " << spill.refused_disk_budget() << "\n\n";
 
   Table shares({"RESOURCE", "WEIGHT>", "GUARANTEE>", "CEILING>", "DEMAND>", "SHARE>", "USAGE>"});
   auto add = [&](const std::string& name, const ResourceShare& r) {
@@ -93,6 +97,7 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
   add("cpu", p.cpu());
   add("memory", p.memory());
   add("egress", p.egress());
+  if (p.has_spill() && p.disk().weight() > 0) add("disk", p.disk());  // divided
   shares.Print(out, 2);
 }
 

@@ -211,8 +211,21 @@ absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(
   if (const std::string* s = f.Last("pool")) {
     RETURN_IF_ERROR(ParsePool(*s, req.mutable_pool()));
   }
-  if (!req.has_interceptor() && !req.has_dispatcher() && !req.has_pool()) {
-    return Invalid("nothing to update: give --interceptor, --lane-weights, --budget or --pool");
+  if (const std::string* s = f.Last("drain-rate")) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseBytes("--drain-rate", *s, 1, kMaxU64));
+    req.mutable_lossless()->set_drain_bytes_per_second(v);
+  }
+  if (const std::string* s = f.Last("disk-budget")) {
+    req.mutable_lossless()->set_set_disk_budget(true);
+    if (*s != "none") {
+      ASSIGN_OR_RETURN(uint64_t v, ParseBytes("--disk-budget", *s, 1, kMaxU64));
+      req.mutable_lossless()->set_disk_budget_bytes(v);
+    }
+  }
+  if (!req.has_interceptor() && !req.has_dispatcher() && !req.has_pool() && !req.has_lossless()) {
+    return Invalid(
+        "nothing to update: give --interceptor, --lane-weights, --budget, --pool, --drain-rate or "
+        "--disk-budget");
   }
   return req;
 }

@@ -209,6 +209,55 @@ TEST_F(ArbiterServiceTest, QuietMemoryKeepsTwiceWhatItHolds) {
   EXPECT_THAT(b_.applied(Resource::kMemory), Optional(DoubleNear(700, 1e-9)));
 }
 
+// ---- spill disk ----
+
+TEST_F(ArbiterServiceTest, SpillDiskIsDividedAmongSpillersAboveTheirFloors) {
+  FakeResourceConsumer c{3, "c"};                                        // never spills
+  a_.SetUsage({.disk_bytes = 900, .disk_limit = 0, .disk_floor = 100});  // busy, no own budget
+  b_.SetUsage({.disk_bytes = 0, .disk_limit = 0, .disk_floor = 100});    // idle
+  absl::StatusOr<std::unique_ptr<ArbiterService>> arbiter =
+      ArbiterService::Create({.tick = absl::Hours(1),
+                              .cpu_workers = [] { return 1; },
+                              .memory_bytes = kMemory,
+                              .disk_bytes = 1000,
+                              .clock = &clock_},
+                             nullptr);
+  ASSERT_TRUE(arbiter.ok()) << arbiter.status();
+  for (FakeResourceConsumer* x : {&a_, &b_, &c}) ASSERT_TRUE((*arbiter)->AddConsumer(x).ok());
+  (*arbiter)->Tick();
+  // b holds nothing: it keeps its floor (a quarter of the capacity, 250, is its idle demand);
+  // a, busy, gets the rest.
+  EXPECT_THAT(b_.applied(Resource::kDisk), Optional(DoubleNear(250, 1e-9)));
+  EXPECT_THAT(a_.applied(Resource::kDisk), Optional(DoubleNear(750, 1e-9)));
+  EXPECT_EQ(c.applied(Resource::kDisk), std::nullopt) << "a consumer that never spills";
+  EXPECT_NEAR(StatsOf(**arbiter, 1).disk.usage, 900, 1e-9);
+
+  // b starts spilling, and a's own budget caps it at 300: b gets what a cannot take.
+  a_.SetUsage({.disk_bytes = 300, .disk_limit = 300, .disk_floor = 100});
+  b_.SetUsage({.disk_bytes = 200, .disk_limit = 0, .disk_floor = 100});
+  clock_.Advance(absl::Milliseconds(100));
+  (*arbiter)->Tick();
+  EXPECT_THAT(a_.applied(Resource::kDisk), Optional(DoubleNear(300, 1e-9)));
+  EXPECT_THAT(b_.applied(Resource::kDisk), Optional(DoubleNear(700, 1e-9)));
+
+  // Both busy with no budgets of their own: by weight (1 : 3), never below a floor.
+  a_.SetUsage({.disk_bytes = 900, .disk_limit = 0, .disk_floor = 300});
+  b_.SetUsage({.disk_bytes = 900, .disk_limit = 0, .disk_floor = 100});
+  b_.SetShare(3);
+  clock_.Advance(absl::Milliseconds(100));
+  (*arbiter)->Tick();
+  EXPECT_THAT(a_.applied(Resource::kDisk), Optional(DoubleNear(300, 1e-9)));  // floor > 250
+  EXPECT_THAT(b_.applied(Resource::kDisk), Optional(DoubleNear(700, 1e-9)));
+}
+
+TEST_F(ArbiterServiceTest, SpillDiskIsNotDividedWithoutACapacity) {
+  a_.SetUsage({.disk_bytes = 900, .disk_limit = 0, .disk_floor = 100});
+  auto arbiter = Make({&a_}, &egress_);  // disk_bytes = 0
+  arbiter->Tick();
+  EXPECT_EQ(a_.applied(Resource::kDisk), std::nullopt);
+  EXPECT_EQ(StatsOf(*arbiter, 1).disk.share, 0);
+}
+
 // ---- egress ----
 
 TEST_F(ArbiterServiceTest, EgressWeightsFollowEntitlementsAndRatesAreMeasured) {

@@ -122,6 +122,73 @@ TEST_P(SpillFifoModeTest, RotatesAndDeletesConsumedSegments) {
   EXPECT_LE(SegmentFiles(dir.path()).size(), 1u);
 }
 
+TEST_P(SpillFifoModeTest, TheDiskBudgetRefusesPastItAndTheHintSaysWhatToDrain) {
+  TempDir dir;
+  SpillFifoOptions o = Opts(dir.path(), GetParam(), /*memory_bytes=*/0, /*segment_bytes=*/1000);
+  o.max_record_bytes = 200;
+  EXPECT_EQ(SpillFifo::MinDiskBudget(o), 2000u);  // two segments
+  o.disk_budget_bytes = 1999;
+  EXPECT_EQ(SpillFifo::Open(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.disk_budget_bytes = 2000;
+  auto fifo = MustOpen(o);
+  // 116-byte frames, 8 per 1000-byte segment: 17 fit in 2000 bytes (1972), the 18th would not.
+  uint64_t accepted = 0;
+  absl::Status refused;
+  for (int i = 0; i < 100 && refused.ok(); ++i) {
+    absl::StatusOr<uint64_t> seq = fifo->Append(Payload(i, 100));
+    if (seq.ok()) {
+      ++accepted;
+      EXPECT_LE(fifo->stats().disk_bytes, 2000u);
+    } else {
+      refused = seq.status();
+    }
+  }
+  EXPECT_EQ(accepted, 17u);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("disk budget"));
+  EXPECT_EQ(fifo->stats().refused, 1u);
+  EXPECT_EQ(fifo->stats().disk_budget_bytes, 2000u);
+  // Room comes from deleting the first segment: its 8 records, 800 payload bytes, must drain.
+  EXPECT_EQ(fifo->BytesToDrainForRoom(100), 800u);
+
+  // Consumed but not yet safe (a persist limit, e.g. commits behind): no room yet.
+  fifo->SetPersistLimit(0);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(fifo->Pop().ok());
+  EXPECT_EQ(fifo->Append(Payload(17, 100)).status().code(), absl::StatusCode::kResourceExhausted);
+  // The limit moves (the commits land), and the idle consumer reclaims without another Pop.
+  fifo->SetPersistLimit(8);
+  ASSERT_TRUE(fifo->PersistIfReclaimable().ok());
+  EXPECT_EQ(fifo->BytesToDrainForRoom(100), 0u);
+  // The refusals took no seq: the next record is 18.
+  EXPECT_EQ(MustAppend(*fifo, Payload(17, 100)), 18u);
+  EXPECT_LE(fifo->stats().disk_bytes, 2000u);
+
+  // Live: not below the minimum; 0 lifts the budget.
+  EXPECT_EQ(fifo->SetDiskBudget(1000).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(fifo->SetDiskBudget(0).ok());
+  for (int i = 18; i < 40; ++i) MustAppend(*fifo, Payload(i, 100));
+  EXPECT_GT(fifo->stats().disk_bytes, 2000u);
+  // Everything acknowledged is there, in order.
+  std::vector<SpillFifo::Record> rest = DrainAll(*fifo);
+  ASSERT_EQ(rest.size(), 40u - 8u);
+  EXPECT_EQ(rest.front().data, Payload(8, 100));
+  EXPECT_EQ(rest.back().data, Payload(39, 100));
+}
+
+TEST_P(SpillFifoModeTest, TheHintCountsOnlyWhatIsLeftOfAPartlyDrainedSegment) {
+  TempDir dir;
+  SpillFifoOptions o = Opts(dir.path(), GetParam(), /*memory_bytes=*/0, /*segment_bytes=*/1000);
+  o.max_record_bytes = 200;
+  o.disk_budget_bytes = 2000;
+  auto fifo = MustOpen(o);
+  for (int i = 0; i < 17; ++i) MustAppend(*fifo, Payload(i, 100));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(fifo->Pop().ok());
+  EXPECT_EQ(fifo->BytesToDrainForRoom(100), 500u);  // 5 of the first segment's 8 records
+  // A larger budget (live) leaves room now.
+  ASSERT_TRUE(fifo->SetDiskBudget(2100).ok());
+  EXPECT_EQ(fifo->BytesToDrainForRoom(100), 0u);
+}
+
 TEST_P(SpillFifoModeTest, ReopenResumesFromReadPosition) {
   TempDir dir;
   const SpillFifoOptions o = Opts(dir.path(), GetParam(), 500, 1000);

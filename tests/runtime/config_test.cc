@@ -123,6 +123,17 @@ TEST(ConfigTest, EachRuleRefuses) {
       {"partitions { id: 1 name: \"a\" state { retain_blocks: 100 } "
        "consensus { snapshot_sync_min_blocks: 18446744073709551615 } }",
        "state.retain_blocks: must be 0 (keep every block) or at least"},
+      {"partitions { id: 1 name: \"a\" lossless { enabled: true drain_bytes_per_second: 1000 "
+       "segment_bytes: 65536 disk_budget_bytes: 100000 } }",
+       "partitions[a].lossless.disk_budget_bytes: must be 0 (none) or at least two segments and "
+       "two of the largest txs (131104), got 100000"},
+      {"resources { spill_disk_bytes: 200000 } "
+       "partitions { id: 1 name: \"a\" lossless { enabled: true drain_bytes_per_second: 1000 "
+       "segment_bytes: 65536 } } "
+       "partitions { id: 2 name: \"b\" lossless { enabled: true drain_bytes_per_second: 1000 "
+       "segment_bytes: 65536 } }",
+       "resources.spill_disk_bytes: must be 0 (not divided) or at least the lossless partitions' "
+       "smallest budgets together (two segments each: 262208), got 200000"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<node::config::NodeConfig> config = ParseConfig(c.text, "t.conf", false);
@@ -141,6 +152,19 @@ TEST(ConfigTest, RetainBlocksDownToTheSnapshotBoundIsAccepted) {
     ASSERT_TRUE(config.ok()) << text << ": " << config.status();
     EXPECT_GT(config->partitions(0).state().retain_blocks(), 0u);
   }
+}
+
+TEST(ConfigTest, SpillDiskBudgetsDownToTwoSegmentsAreAccepted) {
+  absl::StatusOr<node::config::NodeConfig> config = ParseConfig(
+      "resources { spill_disk_bytes: 262208 } "
+      "partitions { id: 1 name: \"a\" lossless { enabled: true drain_bytes_per_second: 1000 "
+      "segment_bytes: 65536 disk_budget_bytes: 131104 } } "
+      "partitions { id: 2 name: \"b\" lossless { enabled: true drain_bytes_per_second: 1000 "
+      "segment_bytes: 65536 } }",
+      "t.conf", false);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->partitions(0).lossless().disk_budget_bytes(), 131104u);
+  EXPECT_EQ(config->resources().spill_disk_bytes(), 262208u);
 }
 
 TEST(ConfigTest, MissingFileIsNotFound) {

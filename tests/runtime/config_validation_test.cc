@@ -277,6 +277,14 @@ TEST_F(ConfigValidationTest, LiveUpdateListsEveryProblem) {
             "partitions[hot].pool.high_water_fraction: must be in [0.01, 1], got 2");
 }
 
+TEST_F(ConfigValidationTest, ALosslessUpdateOfAPartitionThatIsNotLosslessIsRefused) {
+  auto r = HotFlow();
+  r.mutable_lossless()->set_drain_bytes_per_second(1000);
+  const grpc::Status s = Flow(r);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "partitions[hot].lossless: the partition is not lossless");
+}
+
 // (On "cold": the tests above expect "hot" as loaded.)
 TEST_F(ConfigValidationTest, ValidUpdatesStillApply) {
   node::admin::UpdatePartitionFlowRequest r;

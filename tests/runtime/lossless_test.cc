@@ -2,9 +2,11 @@
 // acknowledged at once (spilled, durable under the configured policy), drains into the pool at
 // the set rate, and every record commits exactly once, also across a stop and restart in the
 // middle of the drain. GetTx answers PENDING for a tx waiting in the FIFO, and stops doing so
-// once its record is drained.
+// once its record is drained. A flood above the drain rate holds the disk budget: refusals with
+// a retry-after, and every acknowledged tx commits.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "runtime/config.h"
+#include "runtime/config_validation.h"
 #include "runtime/node.h"
 #include "tests/runtime/runtime_test_util.h"
 
@@ -139,6 +142,168 @@ TEST(LosslessTest, BurstIsAcknowledgedSpilledDrainedAndCommittedOnceAcrossAResta
     EXPECT_EQ(account->account().nonce(), static_cast<uint64_t>(kTxs));
     (*node)->Stop(absl::Seconds(1));
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Txs from `n` distinct senders (nonce 1 each), so that refusing some never strands another's
+// later nonce.
+std::vector<std::string> OneTxPerSender(int n, uint32_t partition, char tag = 'F') {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<base::PrivateKey> key = base::PrivateKey::FromSeed(
+        absl::StrCat(std::string(24, tag), absl::Dec(i, absl::kZeroPad8)));
+    CHECK(key.ok());
+    node::chain::Transaction tx;
+    tx.set_partition(partition);
+    tx.set_nonce(1);
+    tx.mutable_put()->set_key(absl::StrCat("flood-", i));
+    tx.mutable_put()->set_value(std::string(100, 'f'));
+    out.push_back(base::SignTx(std::move(tx), *key));
+  }
+  return out;
+}
+
+TEST(LosslessTest, ASustainedOverRateFloodHoldsTheDiskBudgetAndEveryAcknowledgedTxCommits) {
+  const std::string dir = ::testing::TempDir() + "/lossless_budget_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  node::config::NodeConfig config = LosslessConfig(dir);
+  auto* l = config.mutable_partitions(0)->mutable_lossless();
+  // A drain far below the flood (2 KiB/s against ~250 KiB offered), and the smallest budget:
+  // two 64 KiB segments (or two of the largest txs).
+  l->set_drain_bytes_per_second(2 << 10);
+  const uint64_t budget = LosslessMinDiskBudget(config.partitions(0));
+  l->set_disk_budget_bytes(budget);
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      Node::Create(config, NodeOptions{.serve_grpc = false, .serve_metrics = false});
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_TRUE((*node)->Start().ok());
+  Partition* part = *(*node)->FindPartition("ledger");
+
+  constexpr int kTxs = 1200;
+  constexpr int kBatch = 40;
+  const std::vector<std::string> txs = OneTxPerSender(kTxs, 7);
+  std::vector<std::string> acked;
+  std::vector<std::string> refused;
+  std::vector<int> refused_at;
+  uint64_t most_on_disk = 0;
+  for (int at = 0; at < kTxs; at += kBatch) {
+    std::vector<std::string> batch(txs.begin() + at, txs.begin() + std::min(at + kBatch, kTxs));
+    std::vector<SubmitResult> results = SubmitAll(part, std::move(batch));
+    for (size_t i = 0; i < results.size(); ++i) {
+      const SubmitResult& r = results[i];
+      if (r.status.ok()) {
+        EXPECT_TRUE(r.spilled);
+        acked.push_back(r.tx_hash);
+        continue;
+      }
+      ASSERT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted) << r.status;
+      EXPECT_EQ(r.rejected_by, "spill_disk_budget");
+      // A hint from what must drain first and the drain's rate, within the hint's bounds.
+      EXPECT_GE(r.retry_after, absl::Milliseconds(10));
+      EXPECT_LE(r.retry_after, absl::Seconds(60));
+      refused.push_back(r.tx_hash);
+      refused_at.push_back(at + static_cast<int>(i));
+    }
+    most_on_disk = std::max(most_on_disk, part->FlowStats().spill().disk_bytes());
+  }
+  LOG(INFO) << "flood: " << acked.size() << " acknowledged, " << refused.size()
+            << " refused, at most " << most_on_disk << " bytes on disk";
+  EXPECT_FALSE(acked.empty());
+  ASSERT_FALSE(refused.empty()) << "the flood never reached the budget";
+  EXPECT_LE(most_on_disk, budget);
+  node::admin::PartitionFlowStats stats = part->FlowStats();
+  EXPECT_EQ(stats.spill().disk_budget_bytes(), budget);
+  EXPECT_GT(stats.spill().refused_disk_budget(), 0u);
+
+  // The drain speeds up live; every acknowledged tx commits, and no refused one does.
+  node::admin::UpdatePartitionFlowRequest faster;
+  faster.mutable_lossless()->set_drain_bytes_per_second(4 << 20);
+  ASSERT_TRUE(part->UpdateFlow(faster).ok());
+  EXPECT_EQ(part->FlowStats().spill().drain_bytes_per_second(), 4 << 20);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        most_on_disk = std::max(most_on_disk, part->FlowStats().spill().disk_bytes());
+        for (const std::string& h : acked) {
+          absl::StatusOr<node::client::GetTxResponse> tx = part->GetTx(h);
+          if (!tx.ok() || tx->state() != node::client::GetTxResponse::COMMITTED) return false;
+        }
+        return true;
+      },
+      absl::Seconds(120)))
+      << "not every acknowledged tx committed";
+  EXPECT_LE(most_on_disk, budget);
+  for (const std::string& h : refused) {
+    EXPECT_EQ(part->GetTx(h).status().code(), absl::StatusCode::kNotFound);
+  }
+  uint64_t committed = 0;
+  for (uint64_t h = 1; h <= part->height(); ++h) {
+    committed += part->GetBlock(h, false)->block().tx_hashes_size();
+  }
+  EXPECT_EQ(committed, acked.size());
+
+  // Space came back: refused txs offered again are taken now.
+  std::vector<std::string> retry;
+  for (int i : refused_at) {
+    if (retry.size() < 100) retry.push_back(txs[i]);
+  }
+  for (const SubmitResult& r : SubmitAll(part, retry)) {
+    EXPECT_TRUE(r.status.ok()) << r.status;
+  }
+  (*node)->Stop(absl::Seconds(1));
+  std::filesystem::remove_all(dir);
+}
+
+// Offers `txs` in batches of 40; returns how many were acknowledged and updates `most_on_disk`
+// with the partition's spill bytes after each batch.
+int Flood(Partition* part, const std::vector<std::string>& txs, uint64_t* most_on_disk) {
+  int acked = 0;
+  for (size_t at = 0; at < txs.size(); at += 40) {
+    std::vector<std::string> batch(txs.begin() + at, txs.begin() + std::min(at + 40, txs.size()));
+    for (const SubmitResult& r : SubmitAll(part, std::move(batch))) acked += r.status.ok();
+    *most_on_disk = std::max(*most_on_disk, part->FlowStats().spill().disk_bytes());
+  }
+  return acked;
+}
+
+TEST(LosslessTest, TheArbiterDividesTheNodesSpillDiskAndTheFifoHoldsItsShare) {
+  const std::string dir = ::testing::TempDir() + "/lossless_share_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  node::config::NodeConfig config = LosslessConfig(dir);
+  config.mutable_partitions(0)->mutable_lossless()->set_drain_bytes_per_second(2 << 10);
+  node::config::PartitionConfig other = config.partitions(0);
+  other.set_id(8);
+  other.set_name("other");
+  *config.add_partitions() = other;
+  const uint64_t least = LosslessMinDiskBudget(config.partitions(0));  // two 64 KiB segments
+  config.mutable_resources()->set_spill_disk_bytes(3 * least);
+  absl::StatusOr<std::unique_ptr<Node>> node =
+      Node::Create(config, NodeOptions{.serve_grpc = false, .serve_metrics = false});
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_TRUE((*node)->Start().ok());
+  Partition* busy = *(*node)->FindPartition("ledger");
+  Partition* idle = *(*node)->FindPartition("other");
+  // Neither spills: each holds its floor (no budget of its own, so the arbiter's share is it).
+  ASSERT_TRUE(WaitFor([&] { return busy->FlowStats().spill().disk_budget_bytes() == least; },
+                      absl::Seconds(20)));
+
+  // "ledger" fills its share: it wants more, and gets what "other" does not use (its floor
+  // stays): two of the three parts. Its FIFO holds that, not more. (The share may grow while
+  // the first flood runs, so either flood may be the one that fills it.)
+  uint64_t most_on_disk = 0;
+  int acked = Flood(busy, OneTxPerSender(1200, 7, 'A'), &most_on_disk);
+  ASSERT_TRUE(WaitFor([&] { return busy->FlowStats().spill().disk_budget_bytes() == 2 * least; },
+                      absl::Seconds(20)))
+      << busy->FlowStats().DebugString();
+  EXPECT_EQ(idle->FlowStats().spill().disk_budget_bytes(), least);
+  acked += Flood(busy, OneTxPerSender(1200, 7, 'B'), &most_on_disk);
+  EXPECT_LT(acked, 2400);
+  EXPECT_GT(most_on_disk, least) << "the larger share was not used";
+  EXPECT_LE(most_on_disk, 2 * least) << "the FIFO went past its share";
+  absl::StatusOr<node::admin::FlowStats> stats = (*node)->FlowStats("ledger");
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT(stats->partitions(0).spill().refused_disk_budget(), 0u);
+  EXPECT_NEAR(stats->partitions(0).disk().share(), 2 * least, 1024);
+  (*node)->Stop(absl::Seconds(1));
   std::filesystem::remove_all(dir);
 }
 

@@ -51,6 +51,9 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   lane->set_cpu_nanos(2'000'000'000);
   p->mutable_pool()->set_txs(99);
   p->mutable_spill()->set_disk_bytes(1234);
+  p->mutable_spill()->set_disk_budget_bytes(4096);
+  p->mutable_spill()->set_refused_disk_budget(6);
+  p->mutable_disk()->set_share(2048);
   p->mutable_cpu()->set_share(1.5);
   p->mutable_commit_latency()->set_count(8);
   p->mutable_commit_latency()->set_p99_us(250'000);
@@ -84,6 +87,9 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
               HasSubstr("noded_lane_cpu_seconds_total{partition=\"hot\",lane=\"consensus\"} 2"));
   EXPECT_THAT(text, HasSubstr("noded_pool_txs{partition=\"hot\"} 99"));
   EXPECT_THAT(text, HasSubstr("noded_spill_disk_bytes{partition=\"hot\"} 1234"));
+  EXPECT_THAT(text, HasSubstr("noded_spill_disk_budget_bytes{partition=\"hot\"} 4096"));
+  EXPECT_THAT(text, HasSubstr("noded_spill_refused_total{partition=\"hot\"} 6"));
+  EXPECT_THAT(text, HasSubstr("noded_arbiter_share{partition=\"hot\",resource=\"disk\"} 2048"));
   EXPECT_THAT(text, HasSubstr("noded_arbiter_share{partition=\"hot\",resource=\"cpu\"} 1.5"));
   EXPECT_THAT(text, HasSubstr("noded_commit_latency_seconds_count{partition=\"hot\"} 8"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_commit_latency_seconds histogram"));

@@ -208,7 +208,8 @@ TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
   EXPECT_THAT(o, HasSubstr("  pool   txs 10/100000  bytes 2.0 KiB/128.0 MiB  high-water yes  "
                            "added 500  rejected_full 4  expired 1\n"));
   EXPECT_THAT(o, HasSubstr("  spill  appended 9  drained 8  memory 1.0 KiB  disk 1.0 MiB  "
-                           "segments 2  drain 5.0 MiB/s\n"));
+                           "segments 2  drain 5.0 MiB/s (measured 0 B/s)  disk budget none  "
+                           "refused 0\n"));
   EXPECT_THAT(o, ContainsRegex("  cpu +2 +1 +none +3 +2.5 +2\n"));
   EXPECT_THAT(o, ContainsRegex("  memory +2 +0 B +none +1.0 GiB +512.0 MiB +256.0 MiB\n"));
   EXPECT_THAT(
@@ -353,6 +354,27 @@ TEST_F(NodectlTest, UpdateFlowReadsInterceptorFileAndKeepsUnsetSectionsUnset) {
   EXPECT_EQ(sent.interceptor().stages(0).rate().burst(), 10);
   EXPECT_FALSE(sent.has_dispatcher());
   EXPECT_FALSE(sent.has_pool());
+}
+
+TEST_F(NodectlTest, UpdateFlowSendsTheLosslessDrainRateAndDiskBudget) {
+  ASSERT_EQ(
+      Run({"update-flow", "--partition", "ledger", "--drain-rate", "5MB", "--disk-budget", "1GiB"}),
+      kExitOk)
+      << err();
+  auto sent =
+      FromText<node::admin::UpdatePartitionFlowRequest>(fake_.last_request("UpdatePartitionFlow"));
+  EXPECT_EQ(sent.lossless().drain_bytes_per_second(), 5'000'000u);
+  EXPECT_TRUE(sent.lossless().set_disk_budget());
+  EXPECT_EQ(sent.lossless().disk_budget_bytes(), uint64_t{1} << 30);
+  EXPECT_FALSE(sent.has_pool());
+  // "none" lifts the budget: set, with 0.
+  ASSERT_EQ(Run({"update-flow", "--partition", "ledger", "--disk-budget", "none"}), kExitOk)
+      << err();
+  sent =
+      FromText<node::admin::UpdatePartitionFlowRequest>(fake_.last_request("UpdatePartitionFlow"));
+  EXPECT_TRUE(sent.lossless().set_disk_budget());
+  EXPECT_EQ(sent.lossless().disk_budget_bytes(), 0u);
+  EXPECT_EQ(sent.lossless().drain_bytes_per_second(), 0u);
 }
 
 TEST_F(NodectlTest, UpdateEgressSendsCapAndFloor) {
