@@ -185,6 +185,8 @@ void ArbiterService::TickLocked() {
   // 2. Demand.
   std::vector<ArbiterConsumer> cpu(n), memory(n), egress(n), disk(n);
   const double disk_capacity = static_cast<double>(options_.disk_bytes);
+  double disk_floors = 0;
+  for (const ConsumerUsage& u : usage) disk_floors += static_cast<double>(u.disk_floor);
   std::vector<double> egress_rate(n, 0);
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
@@ -199,8 +201,9 @@ void ArbiterService::TickLocked() {
                    HeldDemand(static_cast<double>(usage[i].memory_bytes),
                               static_cast<double>(usage[i].memory_limit), m.memory_last_share));
     if (disk_capacity > 0 && usage[i].disk_floor > 0) {
-      // A consumer's own budget is its ceiling; its floor (what it cannot work below) is
-      // guaranteed, which the configuration makes fit (the capacity covers every floor).
+      // A consumer's own budget is its ceiling. Its floor (what it cannot work below) is
+      // guaranteed, and its guarantee fraction applies to what the floors leave, so guarantees
+      // never sum past the capacity (the configuration makes the floors fit).
       const double floor = static_cast<double>(usage[i].disk_floor);
       const double own = usage[i].disk_limit > 0
                              ? std::max(floor, static_cast<double>(usage[i].disk_limit))
@@ -208,8 +211,9 @@ void ArbiterService::TickLocked() {
       disk[i] = ConsumerOf(share, disk_capacity,
                            std::max(floor, HeldDemand(static_cast<double>(usage[i].disk_bytes), own,
                                                       m.disk_last_share)));
-      disk[i].ceiling = std::max(floor, std::min(disk[i].ceiling, own));
-      disk[i].guarantee = std::min(disk[i].ceiling, std::max(disk[i].guarantee, floor));
+      disk[i].guarantee =
+          floor + share.guarantee_fraction() * std::max(0.0, disk_capacity - disk_floors);
+      disk[i].ceiling = std::max(disk[i].guarantee, std::min(disk[i].ceiling, own));
     } else {
       disk[i] = ArbiterConsumer{.weight = share.weight(), .demand = 0};
     }

@@ -183,8 +183,8 @@ absl::StatusOr<uint64_t> SpillFifo::Append(absl::string_view data) {
         if (held + spill::kFrameHeaderBytes + size > disk_budget_) {
           ++counters_.refused;
           return absl::ResourceExhaustedError(
-              absl::StrCat("spill fifo: disk budget full: segment files hold ", held, " of ",
-                           disk_budget_, " bytes; the record waits for the drain"));
+              absl::StrCat(kDiskBudgetFull, ": segment files hold ", held, " of ", disk_budget_,
+                           " bytes; the record waits for the drain"));
         }
       }
       rotate_first = spill && rotate_before_spill_;
@@ -405,16 +405,18 @@ absl::Status SpillFifo::Pop() {
 }
 
 uint64_t SpillFifo::DiskBytesLocked() const {
-  uint64_t bytes = 0;
+  uint64_t bytes = unlinking_bytes_;
   for (const Segment& seg : segments_) bytes += seg.size;
   return bytes;
 }
 
 bool SpillFifo::ReclaimableLocked() const {
+  // What PersistReadPosition would delete: a sealed oldest segment at or below the position it
+  // would persist (which may already be persisted: a segment sealed after its records were).
   if (segments_.empty()) return false;
   const Segment& oldest = segments_.front();
-  return oldest.sealed && oldest.last_seq <= std::min(consumed_seq_, persist_limit_) &&
-         oldest.last_seq > persisted_seq_;
+  return oldest.sealed &&
+         oldest.last_seq <= std::max(persisted_seq_, std::min(consumed_seq_, persist_limit_));
 }
 
 absl::Status SpillFifo::PersistIfReclaimable() {
@@ -449,12 +451,15 @@ uint64_t SpillFifo::BytesToDrainForRoom(uint64_t record_bytes) const {
   // Segments free oldest first, whole: walk them until enough is freed, adding what each still
   // holds unconsumed (its payload's share of its seqs above the consumed one; a segment's id is
   // its first seq).
+  // Records consumed but not yet safe (their commits pending, under a persist limit) still hold
+  // their segment: they count as left to drain, since commits follow the drain.
+  const uint64_t safe = std::max(persisted_seq_, std::min(consumed_seq_, persist_limit_));
   uint64_t freed = 0;
   uint64_t to_drain = 0;
   for (const Segment& seg : segments_) {
-    if (seg.records > 0 && seg.last_seq > consumed_seq_) {
+    if (seg.records > 0 && seg.last_seq > safe) {
       const uint64_t seqs = seg.last_seq - std::min(seg.last_seq, seg.id) + 1;
-      const uint64_t left = std::min(seqs, seg.last_seq - consumed_seq_);
+      const uint64_t left = std::min(seqs, seg.last_seq - safe);
       const uint64_t payload =
           seg.size - std::min(seg.size, seg.records * spill::kFrameHeaderBytes);
       to_drain += payload / seqs * left;
@@ -465,22 +470,26 @@ uint64_t SpillFifo::BytesToDrainForRoom(uint64_t record_bytes) const {
   return std::max<uint64_t>(to_drain, 1);
 }
 
-std::vector<uint64_t> SpillFifo::TakeDeletableLocked(uint64_t consumed) {
-  std::vector<uint64_t> ids;
+std::vector<std::pair<uint64_t, uint64_t>> SpillFifo::TakeDeletableLocked(uint64_t consumed) {
+  std::vector<std::pair<uint64_t, uint64_t>> doomed;
   while (!segments_.empty() && segments_.front().sealed && segments_.front().last_seq <= consumed) {
-    ids.push_back(segments_.front().id);
+    doomed.push_back({segments_.front().id, segments_.front().size});
+    unlinking_bytes_ += segments_.front().size;  // on disk until unlinked
     segments_.pop_front();
   }
-  return ids;
+  return doomed;
 }
 
 void SpillFifo::SetPersistLimit(uint64_t seq) {
   absl::MutexLock l(&mu_);
   persist_limit_ = seq;
+  // A commit may be what makes a consumed segment deletable: wake an idle consumer to free it
+  // (PersistIfReclaimable) rather than leave a full disk budget to its next timeout.
+  if (ReclaimableLocked()) wake_consumer_ = true;
 }
 
 absl::Status SpillFifo::PersistReadPosition() {
-  std::vector<uint64_t> doomed;
+  std::vector<std::pair<uint64_t, uint64_t>> doomed;  // (segment id, bytes)
   {
     absl::MutexLock ml(&manifest_mu_);
     uint64_t consumed;
@@ -496,13 +505,16 @@ absl::Status SpillFifo::PersistReadPosition() {
     // The manifest now says these are consumed, so deleting them cannot lose anything.
     doomed = TakeDeletableLocked(consumed);
   }
-  for (uint64_t id : doomed) {
+  for (const auto& [id, size] : doomed) {
     if (reader_fd_ >= 0 && reader_segment_ == id) {
       close(reader_fd_);
       reader_fd_ = -1;
     }
     const std::string path = PathOf(id);
+    // A file that fails to go stays counted against the disk budget (it still takes the space).
     if (unlink(path.c_str()) != 0) return spill::ErrnoError("unlink", path, errno);
+    absl::MutexLock l(&mu_);
+    unlinking_bytes_ -= size;
   }
   return absl::OkStatus();
 }

@@ -65,6 +65,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -128,6 +129,9 @@ class SpillFifo {
 
   SpillFifo(const SpillFifo&) = delete;
   SpillFifo& operator=(const SpillFifo&) = delete;
+
+  // In the message of every disk-budget refusal (and no other error's).
+  static constexpr absl::string_view kDiskBudgetFull = "spill fifo: disk budget full";
 
   // The smallest disk budget `options` allow: two segments or two of the largest records.
   static uint64_t MinDiskBudget(const SpillFifoOptions& options);
@@ -209,8 +213,10 @@ class SpillFifo {
   absl::Status SyncOnce() ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   void SyncLoop();
   absl::Status ReadDiskFront();
-  // Segments whose records are all consumed up to `consumed`; removes them from segments_.
-  std::vector<uint64_t> TakeDeletableLocked(uint64_t consumed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Segments whose records are all consumed up to `consumed`, as (id, bytes); removes them from
+  // segments_ and counts their bytes in unlinking_bytes_ until the caller unlinks them.
+  std::vector<std::pair<uint64_t, uint64_t>> TakeDeletableLocked(uint64_t consumed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A segment would be deleted by PersistReadPosition now.
   bool ReclaimableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t DiskBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -252,8 +258,9 @@ class SpillFifo {
   uint64_t unpersisted_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t unpersisted_records_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t disk_budget_ ABSL_GUARDED_BY(mu_) = 0;  // 0 = none
-  absl::Status write_error_ ABSL_GUARDED_BY(mu_);  // sticky: a failed fdatasync
+  uint64_t disk_budget_ ABSL_GUARDED_BY(mu_) = 0;      // 0 = none
+  uint64_t unlinking_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // taken from segments_, not yet unlinked
+  absl::Status write_error_ ABSL_GUARDED_BY(mu_);      // sticky: a failed fdatasync
   bool stop_sync_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_consumer_ ABSL_GUARDED_BY(mu_) = false;
   SpillFifoStats counters_ ABSL_GUARDED_BY(mu_);  // appended, consumed, spilled, recovery

@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 
@@ -110,7 +111,9 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
           spill_refusal.ok() ? deps_.fifo->Append(txs[i]) : absl::StatusOr<uint64_t>(spill_refusal);
       if (!seq.ok()) {
         r.status = seq.status();
-        if (absl::IsResourceExhausted(r.status)) {
+        // The budget's refusal, not a full file system (also RESOURCE_EXHAUSTED, no hint).
+        if (absl::IsResourceExhausted(r.status) &&
+            absl::StrContains(r.status.message(), flowctl::SpillFifo::kDiskBudgetFull)) {
           if (spill_refusal.ok()) {
             spill_refusal = r.status;
             if (deps_.spill_retry_after) spill_retry_after = deps_.spill_retry_after(txs[i].size());

@@ -522,6 +522,11 @@ int64_t ConsensusDriver::Tick(int64_t now, bool paused) {
     for (const auto& [timer, at] : timers_) wake = std::min(wake, at);
     if (now >= next_expire_) {
       deps_.pool->Expire(now);
+      if (deps_.on_pool_dropped) {
+        if (std::vector<std::string> dropped = deps_.pool->TakeDropped(); !dropped.empty()) {
+          deps_.on_pool_dropped(std::move(dropped));
+        }
+      }
       deps_.tracker->Evict(now);
       next_expire_ = now + kExpireEveryNanos;
     }

@@ -96,6 +96,9 @@ class ConsensusDriver {
     // wants the next call 100 ms on (false: only on the first tick after that, whatever asked
     // for it). May be empty.
     std::function<void(const CommitEvent&)> on_commit_locked;
+    // Given the txs the pool dropped without committing since the last call (TxPool::TakeDropped;
+    // set it only with the pool's TrackDropped on), after each expiry pass. May be null.
+    std::function<void(std::vector<std::string> hashes)> on_pool_dropped = {};
     std::function<bool(int64_t now)> on_tick_locked;
     // Asks the owner for a tick soon (txs arrived, a block committed, the replica's state or
     // role changed: a batch may be cut now). Required.

@@ -40,6 +40,17 @@ void SpillCursor::OnCommit(const CommitEvent& event) {
   }
 }
 
+void SpillCursor::Dropped(absl::Span<const std::string> hashes) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& hash : hashes) {
+    auto it = seq_of_.find(hash);
+    if (it == seq_of_.end()) continue;
+    const uint64_t seq = it->second;
+    seq_of_.erase(it);
+    DoneLocked(seq);
+  }
+}
+
 void SpillCursor::UnmapLocked(const std::string& hash, uint64_t seq) {
   auto it = seq_of_.find(hash);
   if (it != seq_of_.end() && it->second == seq) seq_of_.erase(it);

@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "flowctl/spill_fifo.h"
 #include "partitions/commit_feed.h"
 
@@ -44,6 +45,9 @@ class SpillCursor final : public CommitSubscriber {
   // Record `seq` stays in the FIFO (the pool was full; the drain offers it again).
   void Undrained(uint64_t seq, const std::string& hash);
   void OnCommit(const CommitEvent& event) override;
+  // The pool dropped these txs without committing them (expired, or stale): records that pooled
+  // them need no commit any more (TxPool::TakeDropped). Unknown hashes are ignored.
+  void Dropped(absl::Span<const std::string> hashes);
 
   size_t pending() const;
 

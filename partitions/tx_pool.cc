@@ -284,6 +284,7 @@ void TxPool::ResyncSender(const std::string& sender) {
     stale.push_back(it->second);
   }
   for (EntryList::iterator e : stale) {  // may erase `s`; do not touch it after
+    if (track_dropped_) dropped_.push_back(e->tx->hash);
     RemoveEntry(e);
     ++counters_.stale;
   }
@@ -299,6 +300,7 @@ size_t TxPool::Expire(int64_t now_nanos) {
       continue;
     }
     auto next = std::next(it);
+    if (track_dropped_) dropped_.push_back(it->tx->hash);
     RemoveEntry(it);
     it = next;
     ++n;
@@ -306,6 +308,17 @@ size_t TxPool::Expire(int64_t now_nanos) {
   counters_.expired += n;
   UpdateHighWater();
   return n;
+}
+
+void TxPool::TrackDropped(bool on) {
+  absl::MutexLock lock(&mu_);
+  track_dropped_ = on;
+  if (!on) dropped_.clear();
+}
+
+std::vector<std::string> TxPool::TakeDropped() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(dropped_, {});
 }
 
 std::vector<TxPtr> TxPool::TakeForReforward(int64_t added_by_nanos, uint64_t round, size_t max_txs,

@@ -153,6 +153,13 @@ class TxPool {
   // Drops unproposed txs added at or before now_nanos - ttl. Returns how many.
   size_t Expire(int64_t now_nanos) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // While on, the hashes of txs dropped without committing (expired, or stale: another tx took
+  // their nonce) are kept for TakeDropped, which the owner must call regularly (a lossless
+  // partition's spill cursor must hear of them, or it waits for their commit for ever). Off by
+  // default.
+  void TrackDropped(bool on) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> TakeDropped() ABSL_LOCKS_EXCLUDED(mu_);
+
   // For a backup to send again to the primary (forwarding is lossy): unproposed txs added at or
   // before `added_by_nanos`, oldest first, at most `max_txs` and `max_bytes`, skipping those
   // already taken with this `round` (a view: each tx goes again at most once per round). Marks
@@ -223,6 +230,8 @@ class TxPool {
   size_t ready_txs_ ABSL_GUARDED_BY(mu_) = 0;    // sum of the senders' runs
   size_t ready_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // sum of their run_bytes
   TxPoolStats counters_ ABSL_GUARDED_BY(mu_);
+  bool track_dropped_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);  // while track_dropped_
 
   std::atomic<bool> above_high_water_{false};
 };

@@ -126,6 +126,7 @@ grpc::Status AdminServiceImpl::HandleUpdateArbiter(grpc::ServerContextBase*,
   for (node::config::PartitionConfig& config : *effective) {
     *response->add_effective() = std::move(config);
   }
+  response->set_cpu_workers(static_cast<uint32_t>(node_->cpu_workers()));
   return grpc::Status::OK;
 }
 

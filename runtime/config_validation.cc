@@ -283,7 +283,7 @@ std::vector<ConfigProblem> ValidateEgressConfig(const ResourceConfig& r, const s
 std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const std::string& at) {
   Checker check(at);
   check.AtLeast<uint32_t>("cpu_workers", r.cpu_workers(), 1);
-  check.AtMost<uint32_t>("cpu_workers", r.cpu_workers(), 1024);
+  check.AtMost<uint32_t>("cpu_workers", r.cpu_workers(), kMaxCpuWorkers);
   check.AtLeast<uint64_t>("memory_bytes", r.memory_bytes(), 16 * kMiB);
   check.Append(ValidateEgressConfig(r, at));
   if (r.arbiter_tick_ms() < 10 || r.arbiter_tick_ms() > 10'000) {
@@ -310,7 +310,7 @@ std::vector<ConfigProblem> ValidateSpillDisk(const NodeConfig& config) {
   if (total >= least) return {};
   return {{"resources.spill_disk_bytes",
            absl::StrCat("must be 0 (not divided) or at least the lossless partitions' smallest "
-                        "budgets together (two segments each: ",
+                        "budgets together (",
                         least, "), got ", total)}};
 }
 

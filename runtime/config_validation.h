@@ -37,6 +37,9 @@
 
 namespace runtime {
 
+// resources.cpu_workers (and UpdateArbiter's cpu_workers) is in [1, kMaxCpuWorkers].
+inline constexpr uint32_t kMaxCpuWorkers = 1024;
+
 // One problem found in a config: the field's path and what is wrong with it.
 struct ConfigProblem {
   std::string path;     // e.g. "partitions[hot].consensus.checkpoint_interval"

@@ -370,7 +370,13 @@ node::admin::NodeStatus Node::Status() const {
     s.set_peers_configured(static_cast<uint32_t>(network_->peers().size()));
   }
   for (const auto& p : partitions_) *s.add_partitions() = p->Status();
+  s.set_cpu_workers(static_cast<uint32_t>(cpu_workers()));
   return s;
+}
+
+int Node::cpu_workers() const {
+  if (pool_ != nullptr) return pool_->threads();
+  return static_cast<int>(config_.resources().cpu_workers());
 }
 
 node::admin::ListPeersResponse Node::Peers() const {
@@ -467,8 +473,9 @@ absl::StatusOr<node::admin::EgressStats> Node::UpdateEgress(
 
 absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     const node::admin::UpdateArbiterRequest& request) {
-  if (request.entries().empty()) {
-    return absl::InvalidArgumentError("entries: give at least one partition");
+  if (request.entries().empty() && request.cpu_workers() == 0) {
+    return absl::InvalidArgumentError(
+        "entries: give at least one partition (or cpu_workers to change only the worker count)");
   }
   std::vector<std::pair<Partition*, node::config::ShareConfig>> changes;
   std::vector<ConfigProblem> problems;  // validated as the config it would leave
@@ -498,8 +505,19 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
   for (ConfigProblem& problem : ValidateGuaranteeSum(shares)) {
     problems.push_back(std::move(problem));
   }
+  if (request.cpu_workers() > kMaxCpuWorkers) {
+    problems.push_back({"cpu_workers", absl::StrCat("must be in [1, ", kMaxCpuWorkers, "], got ",
+                                                    request.cpu_workers())});
+  }
   RETURN_IF_ERROR(ProblemsToStatus(problems));
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
+  if (request.cpu_workers() > 0) {
+    // The arbiter reads the pool's size at every tick: the tick UpdateShares runs below divides
+    // the new capacity.
+    const int before = pool_->threads();
+    RETURN_IF_ERROR(pool_->SetThreads(static_cast<int>(request.cpu_workers())));
+    LOG(INFO) << "worker pool: " << before << " -> " << request.cpu_workers() << " threads";
+  }
   std::vector<std::pair<uint32_t, node::config::ShareConfig>> updates;
   for (const auto& [p, share] : changes) updates.push_back({p->id(), share});
   RETURN_IF_ERROR(arbiter_->UpdateShares(updates));

@@ -105,6 +105,8 @@ class Node {
   node::admin::NodeStatus Status() const;
   node::admin::ListPeersResponse Peers() const;
   // `partition` empty = all.
+  // The worker pool's threads now (after Start; before it, the configured count).
+  int cpu_workers() const;
   absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
   // Validated as the resources section it would leave (runtime/config_validation.h: the messages
   // config loading gives, "resources.tx_forward_floor_bytes_per_second: ...") before applying.
@@ -112,8 +114,9 @@ class Node {
       const node::admin::UpdateEgressRequest& request);
   // Validates every entry as the config it would leave (unknown partition NOT_FOUND; else
   // InvalidArgument with config loading's messages, "partitions[hot].share.weight: ...", and the
-  // guarantee sum) before applying any; applied shares are used from the next tick, which is run
-  // at once.
+  // guarantee sum, cpu_workers out of range) before applying any; applied shares are used from the
+  // next tick, which is run at once. cpu_workers > 0 resizes the worker pool first, so that tick
+  // divides the new CPU capacity.
   absl::StatusOr<std::vector<node::config::PartitionConfig>> UpdateArbiter(
       const node::admin::UpdateArbiterRequest& request);
   // Runs one arbiter tick now (tests; the arbiter's thread ticks periodically). No-op before

@@ -194,8 +194,9 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            "Disk budget of the FIFO's segment files in force (0 = none).", l,
            static_cast<double>(spill.disk_budget_bytes()));
   f->Counter("noded_spill_refused_total",
-             "Client txs refused because the FIFO's disk budget was full.", l,
-             static_cast<double>(spill.refused_disk_budget()));
+             "Spill appends the FIFO's disk budget refused (the rest of a refused batch is "
+             "refused with it, uncounted).",
+             l, static_cast<double>(spill.refused_disk_budget()));
 
   AddShare(name, "cpu", p.cpu(), f);
   AddShare(name, "memory", p.memory(), f);

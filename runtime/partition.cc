@@ -272,6 +272,14 @@ absl::Status Partition::Impl::Open() {
     return interceptor_->Get()->follows_requests();
   };
   dd.request_tick = [this] { RequestTick(); };
+  if (cfg.lossless().enabled()) {
+    // A drained tx the pool drops (expired, stale) will never commit: its record must not pin
+    // the FIFO's persisted position (and its disk budget) for ever.
+    pool_->TrackDropped(true);
+    dd.on_pool_dropped = [this](std::vector<std::string> hashes) {
+      if (spill_cursor_) spill_cursor_->Dropped(hashes);
+    };
+  }
   dd.wake_by = [this](int64_t when) { WakeBy(when); };
   ASSIGN_OR_RETURN(driver_, partitions::ConsensusDriver::Create(std::move(dd), pc, position));
 

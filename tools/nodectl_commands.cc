@@ -93,7 +93,9 @@ int RunUpdateArbiter(Context& ctx, const ParsedFlags& f) {
   if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
   return ctx.Unary<node::admin::UpdateArbiterRequest, node::admin::UpdateArbiterResponse>(
       &AdminService::Stub::UpdateArbiter, *req, [&](const node::admin::UpdateArbiterResponse& r) {
-        ctx.out() << "updated\n";
+        ctx.out() << "updated";
+        if (req->cpu_workers() > 0) ctx.out() << "; worker threads: " << r.cpu_workers();
+        ctx.out() << "\n";
         PrintShares(r.effective(), ctx.out());
       });
 }
@@ -200,15 +202,20 @@ const std::vector<Command>& Commands() {
                  {"floor", "BYTES_PER_S", "floor of the derived tx-forwarding rate (> 0)"}},
        .run = RunUpdateEgress},
       {.name = "update-arbiter",
-       .synopsis = "--partition P --weight W [--guarantee F] [--ceiling F] [--partition P2 ...]",
-       .summary = "Change partitions' arbiter weights, guarantees and ceilings live.",
+       .synopsis = "[--partition P --weight W [--guarantee F] [--ceiling F] ...] "
+                   "[--cpu-workers N]",
+       .summary = "Change partitions' arbiter weights, guarantees and ceilings, and the worker "
+                  "count, live.",
        .details =
            "Each --partition starts an entry; the --weight/--guarantee/--ceiling after it apply\n"
-           "to it. A left-out --guarantee is sent as 0 (none), --ceiling as 0 (whole capacity).\n",
+           "to it. A left-out --guarantee is sent as 0 (none), --ceiling as 0 (whole capacity).\n"
+           "--cpu-workers resizes the worker pool (the CPU the arbiter divides), with or without\n"
+           "entries.\n",
        .flags = {{"partition", "P", "partition (by name); starts an entry", true},
                  {"weight", "W", "relative weight, > 0; required per entry", true},
                  {"guarantee", "F", "guaranteed fraction of each resource, 0..1", true},
-                 {"ceiling", "F", "fraction never exceeded, (0, 1]", true}},
+                 {"ceiling", "F", "fraction never exceeded, (0, 1]", true},
+                 {"cpu-workers", "N", "worker-pool threads, 1..1024"}},
        .run = RunUpdateArbiter},
       {.name = "pause",
        .synopsis = "PARTITION",

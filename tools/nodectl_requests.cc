@@ -269,6 +269,11 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       seen_in_entry.clear();
       continue;
     }
+    if (name == "cpu-workers") {
+      ASSIGN_OR_RETURN(uint64_t n, ParseUint("--cpu-workers", value, 1, 1024));
+      req.set_cpu_workers(static_cast<uint32_t>(n));
+      continue;
+    }
     if (name != "weight" && name != "guarantee" && name != "ceiling") continue;
     if (entry == nullptr) {
       return Invalid(absl::StrCat("--", name, ": must follow the --partition it applies to"));
@@ -289,7 +294,9 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       share->set_ceiling_fraction(c);
     }
   }
-  if (req.entries_size() == 0) return Invalid("--partition: required");
+  if (req.entries_size() == 0 && req.cpu_workers() == 0) {
+    return Invalid("--partition: required (or --cpu-workers alone)");
+  }
   for (const auto& e : req.entries()) {
     if (e.share().weight() == 0) {
       return Invalid(absl::StrCat("--weight: required for partition '", e.partition(), "'"));

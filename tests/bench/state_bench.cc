@@ -157,16 +157,19 @@ class Loaded {
   double load_s_ = 0;
 };
 
+// The loaded state of the case running (see BM_ExecuteCommitOverState). Closed by main before
+// exit: RocksDB's own statics must outlive it.
+std::unique_ptr<Loaded> loaded;
+int64_t loaded_case = -1;
+double cold_tx_s = 0;
+std::mt19937_64 rng(7);
+
 void BM_ExecuteCommitOverState(benchmark::State& state) {
   const uint64_t keys = static_cast<uint64_t>(state.range(0));
   const bool disk = state.range(1) != 0;
   const bool uniform = state.range(2) != 0;
   // Google Benchmark calls this once per warm-up and trial run; the state is loaded once per
   // process and case, and later calls go on from where the last one left it.
-  static std::unique_ptr<Loaded> loaded;
-  static std::mt19937_64 rng(7);
-  static int64_t loaded_case = -1;
-  static double cold_tx_s = 0;
   const int64_t this_case = (state.range(0) * 2 + state.range(1)) * 2 + state.range(2);
   if (loaded == nullptr || loaded_case != this_case) {
     loaded.reset();
@@ -195,3 +198,12 @@ BENCHMARK(BM_ExecuteCommitOverState)
 
 }  // namespace
 }  // namespace partitions
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  partitions::loaded.reset();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -175,6 +175,28 @@ TEST_P(SpillFifoModeTest, TheDiskBudgetRefusesPastItAndTheHintSaysWhatToDrain) {
   EXPECT_EQ(rest.back().data, Payload(39, 100));
 }
 
+TEST_P(SpillFifoModeTest, ASegmentSealedAfterItsRecordsWerePersistedIsStillReclaimed) {
+  TempDir dir;
+  SpillFifoOptions o = Opts(dir.path(), GetParam(), /*memory_bytes=*/0, /*segment_bytes=*/1000);
+  o.max_record_bytes = 200;
+  o.disk_budget_bytes = 2000;
+  auto fifo = MustOpen(o);
+  // The first segment's 8 records are consumed and persisted while it is still the active one:
+  // nothing can be deleted then.
+  for (int i = 0; i < 8; ++i) MustAppend(*fifo, Payload(i, 100));
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(fifo->Pop().ok());
+  ASSERT_TRUE(fifo->PersistReadPosition().ok());
+  EXPECT_EQ(fifo->stats().persisted_seq, 8u);
+  // Later appends seal it and fill the budget.
+  for (int i = 8; i < 17; ++i) MustAppend(*fifo, Payload(i, 100));
+  EXPECT_EQ(fifo->Append(Payload(17, 100)).status().code(), absl::StatusCode::kResourceExhausted);
+  // It is still reclaimable: an idle consumer frees it, and the next append fits.
+  ASSERT_TRUE(fifo->PersistIfReclaimable().ok());
+  absl::StatusOr<uint64_t> seq = fifo->Append(Payload(17, 100));
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  EXPECT_EQ(*seq, 18u);
+}
+
 TEST_P(SpillFifoModeTest, TheHintCountsOnlyWhatIsLeftOfAPartlyDrainedSegment) {
   TempDir dir;
   SpillFifoOptions o = Opts(dir.path(), GetParam(), /*memory_bytes=*/0, /*segment_bytes=*/1000);
@@ -184,6 +206,10 @@ TEST_P(SpillFifoModeTest, TheHintCountsOnlyWhatIsLeftOfAPartlyDrainedSegment) {
   for (int i = 0; i < 17; ++i) MustAppend(*fifo, Payload(i, 100));
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(fifo->Pop().ok());
   EXPECT_EQ(fifo->BytesToDrainForRoom(100), 500u);  // 5 of the first segment's 8 records
+  // Consumed but not yet safe (commits pending under a persist limit) still counts.
+  fifo->SetPersistLimit(1);
+  EXPECT_EQ(fifo->BytesToDrainForRoom(100), 700u);
+  fifo->SetPersistLimit(UINT64_MAX);
   // A larger budget (live) leaves room now.
   ASSERT_TRUE(fifo->SetDiskBudget(2100).ok());
   EXPECT_EQ(fifo->BytesToDrainForRoom(100), 0u);

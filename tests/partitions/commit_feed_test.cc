@@ -138,5 +138,31 @@ TEST(SpillCursorTest, ThePersistedPositionStopsBelowTheLowestUncommittedRecord) 
   std::filesystem::remove_all(dir);
 }
 
+TEST(SpillCursorTest, ATxThePoolDroppedNoLongerHoldsThePosition) {
+  const std::string dir = chaintest::FreshDir("spill_cursor_dropped");
+  flowctl::SpillFifoOptions o;
+  o.dir = dir;
+  absl::StatusOr<std::unique_ptr<flowctl::SpillFifo>> fifo = flowctl::SpillFifo::Open(o);
+  ASSERT_TRUE(fifo.ok()) << fifo.status();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*fifo)->Append(absl::StrCat("r", i)).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*fifo)->Pop().ok());
+  SpillCursor cursor(fifo->get(), (*fifo)->stats().persisted_seq);
+  cursor.Drained(1, "a");
+  cursor.Drained(2, "b");  // parked behind a nonce gap: it expires from the pool
+  cursor.Drained(3, "c");
+  cursor.OnCommit(Event(1, {}));
+  auto tx = std::make_shared<base::DecodedTx>();
+  tx->hash = "a";
+  cursor.OnCommit(Event(2, {TxPtr(tx)}));
+  ASSERT_TRUE((*fifo)->PersistReadPosition().ok());
+  EXPECT_EQ((*fifo)->stats().persisted_seq, 1u);  // b holds it
+  cursor.Dropped({"b", "unknown"});
+  ASSERT_TRUE((*fifo)->PersistReadPosition().ok());
+  EXPECT_EQ((*fifo)->stats().persisted_seq, 2u);  // c is still pooled
+  EXPECT_EQ(cursor.pending(), 1u);
+  fifo->reset();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace partitions

@@ -222,6 +222,21 @@ TEST_F(TxPoolTest, ExpiryAfterTtlSparesProposedTxs) {
   EXPECT_EQ(pool->stats().expired, 2u);
 }
 
+TEST_F(TxPoolTest, DroppedTxsAreReportedOnlyWhileTracked) {
+  auto pool = MakePool({.ttl = absl::Seconds(10)});
+  ASSERT_TRUE(pool->Add(Tx(1, 1), TxOrigin::kClient).ok());
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(pool->Expire(clock_.NowNanos()), 1u);
+  EXPECT_TRUE(pool->TakeDropped().empty()) << "not tracked";
+  pool->TrackDropped(true);
+  TxPtr expiring = Tx(2, 1);
+  ASSERT_TRUE(pool->Add(expiring, TxOrigin::kClient).ok());
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(pool->Expire(clock_.NowNanos()), 1u);
+  EXPECT_THAT(pool->TakeDropped(), ::testing::ElementsAre(expiring->hash));
+  EXPECT_TRUE(pool->TakeDropped().empty()) << "taken once";
+}
+
 TEST_F(TxPoolTest, LiveLimitChangeAndHighWater) {
   auto pool = MakePool({.max_txs = 10, .forward_reserve = 0, .high_water = 0.5});
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());

@@ -235,8 +235,10 @@ class BadInputTest : public GrpcServicesTest {
     return Admin()->UpdatePartitionFlow(&ctx, request, response ? response : &ignored);
   }
 
-  grpc::Status Arbiter(std::vector<std::tuple<std::string, double, double, double>> entries) {
+  grpc::Status Arbiter(std::vector<std::tuple<std::string, double, double, double>> entries,
+                       uint32_t cpu_workers = 0) {
     node::admin::UpdateArbiterRequest request;
+    request.set_cpu_workers(cpu_workers);
     for (const auto& [name, weight, guarantee, ceiling] : entries) {
       auto* e = request.add_entries();
       e->set_partition(name);
@@ -543,6 +545,9 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        StatusCode::NOT_FOUND, "nope"},
       {"arbiter, no entries", "admin UpdateArbiter, entries []", [&] { return Arbiter({}); },
        StatusCode::INVALID_ARGUMENT, "entries: give at least one partition"},
+      {"arbiter, too many workers", "admin UpdateArbiter, cpu_workers 2000",
+       [&] { return Arbiter({}, 2000); }, StatusCode::INVALID_ARGUMENT,
+       "cpu_workers: must be in [1, 1024], got 2000"},
       {"watch interval too small", "admin WatchFlowStats, interval_ms 50",
        [&] {
          grpc::ClientContext ctx;

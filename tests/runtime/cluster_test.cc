@@ -17,6 +17,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -45,6 +46,17 @@ using ::testing::HasSubstr;
 
 constexpr int kNodes = 4;
 constexpr char kToken[] = "cluster-test-admin-token";
+
+// Threads of this process named like the worker pool's ("worker-N"), every node's together.
+int CountWorkerThreads() {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && absl::StartsWith(name, "worker-")) ++n;
+  }
+  return n;
+}
 
 class ClusterTest : public ::testing::Test {
  protected:
@@ -262,6 +274,25 @@ TEST_F(ClusterTest, LiveRateLimitAppliesAtOnceAndSharesWithinOneTick) {
   const node::admin::PartitionFlowStats& alpha = stats->partitions(0);
   EXPECT_EQ(alpha.cpu().weight(), 7);
   EXPECT_NEAR(alpha.cpu().guarantee(), 0.25 * 1, 1e-6);  // one worker thread = 1 core
+
+  // The worker count, live: a thread more runs, and the arbiter divides two cores from the
+  // update's tick on. Then back to one.
+  for (const uint32_t workers : {2u, 1u}) {
+    const int threads_before = CountWorkerThreads();
+    node::admin::UpdateArbiterRequest resize;
+    resize.set_cpu_workers(workers);
+    grpc::ClientContext ctx;
+    Authorize(ctx);
+    node::admin::UpdateArbiterResponse out;
+    ASSERT_TRUE(Admin(1)->UpdateArbiter(&ctx, resize, &out).ok());
+    EXPECT_EQ(out.cpu_workers(), workers);
+    EXPECT_EQ(CountWorkerThreads() - threads_before, workers == 2 ? 1 : -1);
+    EXPECT_EQ((*nodes_)[1]->Status().cpu_workers(), workers);
+    stats = (*nodes_)[1]->FlowStats("alpha");
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_NEAR(stats->partitions(0).cpu().guarantee(), 0.25 * workers, 1e-6);
+    EXPECT_NEAR(stats->partitions(0).cpu().ceiling(), 1.0 * workers, 1e-6);
+  }
 }
 
 TEST_F(ClusterTest, PausedPartitionRejectsClearly) {

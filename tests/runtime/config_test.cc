@@ -133,7 +133,7 @@ TEST(ConfigTest, EachRuleRefuses) {
        "partitions { id: 2 name: \"b\" lossless { enabled: true drain_bytes_per_second: 1000 "
        "segment_bytes: 65536 } }",
        "resources.spill_disk_bytes: must be 0 (not divided) or at least the lossless partitions' "
-       "smallest budgets together (two segments each: 262208), got 200000"},
+       "smallest budgets together (262208), got 200000"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<node::config::NodeConfig> config = ParseConfig(c.text, "t.conf", false);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -145,6 +146,17 @@ TEST(LosslessTest, BurstIsAcknowledgedSpilledDrainedAndCommittedOnceAcrossAResta
   std::filesystem::remove_all(dir);
 }
 
+// Bytes of the spill segment files of partition `id` under `dir`, as the file system has them.
+uint64_t SpillFileBytes(const std::string& dir, uint32_t id) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(
+           absl::StrCat(dir, "/data/partition-", id, "/spill"), ec)) {
+    if (absl::StartsWith(f.path().filename().string(), "seg-")) bytes += f.file_size(ec);
+  }
+  return bytes;
+}
+
 // Txs from `n` distinct senders (nonce 1 each), so that refusing some never strands another's
 // later nonce.
 std::vector<std::string> OneTxPerSender(int n, uint32_t partition, char tag = 'F') {
@@ -204,7 +216,7 @@ TEST(LosslessTest, ASustainedOverRateFloodHoldsTheDiskBudgetAndEveryAcknowledged
       refused.push_back(r.tx_hash);
       refused_at.push_back(at + static_cast<int>(i));
     }
-    most_on_disk = std::max(most_on_disk, part->FlowStats().spill().disk_bytes());
+    most_on_disk = std::max(most_on_disk, SpillFileBytes(dir, 7));
   }
   LOG(INFO) << "flood: " << acked.size() << " acknowledged, " << refused.size()
             << " refused, at most " << most_on_disk << " bytes on disk";
@@ -222,7 +234,7 @@ TEST(LosslessTest, ASustainedOverRateFloodHoldsTheDiskBudgetAndEveryAcknowledged
   EXPECT_EQ(part->FlowStats().spill().drain_bytes_per_second(), 4 << 20);
   ASSERT_TRUE(WaitFor(
       [&] {
-        most_on_disk = std::max(most_on_disk, part->FlowStats().spill().disk_bytes());
+        most_on_disk = std::max(most_on_disk, SpillFileBytes(dir, 7));
         for (const std::string& h : acked) {
           absl::StatusOr<node::client::GetTxResponse> tx = part->GetTx(h);
           if (!tx.ok() || tx->state() != node::client::GetTxResponse::COMMITTED) return false;
@@ -241,7 +253,10 @@ TEST(LosslessTest, ASustainedOverRateFloodHoldsTheDiskBudgetAndEveryAcknowledged
   }
   EXPECT_EQ(committed, acked.size());
 
-  // Space came back: refused txs offered again are taken now.
+  // Space came back (once the drain has freed the consumed segments): refused txs offered again
+  // are taken now.
+  ASSERT_TRUE(WaitFor([&] { return SpillFileBytes(dir, 7) <= (64u << 10); }, absl::Seconds(20)))
+      << SpillFileBytes(dir, 7) << " bytes of spill files";
   std::vector<std::string> retry;
   for (int i : refused_at) {
     if (retry.size() < 100) retry.push_back(txs[i]);
@@ -254,13 +269,14 @@ TEST(LosslessTest, ASustainedOverRateFloodHoldsTheDiskBudgetAndEveryAcknowledged
 }
 
 // Offers `txs` in batches of 40; returns how many were acknowledged and updates `most_on_disk`
-// with the partition's spill bytes after each batch.
-int Flood(Partition* part, const std::vector<std::string>& txs, uint64_t* most_on_disk) {
+// with the partition's spill file bytes (SpillFileBytes) after each batch.
+int Flood(Partition* part, const std::string& dir, const std::vector<std::string>& txs,
+          uint64_t* most_on_disk) {
   int acked = 0;
   for (size_t at = 0; at < txs.size(); at += 40) {
     std::vector<std::string> batch(txs.begin() + at, txs.begin() + std::min(at + 40, txs.size()));
     for (const SubmitResult& r : SubmitAll(part, std::move(batch))) acked += r.status.ok();
-    *most_on_disk = std::max(*most_on_disk, part->FlowStats().spill().disk_bytes());
+    *most_on_disk = std::max(*most_on_disk, SpillFileBytes(dir, part->id()));
   }
   return acked;
 }
@@ -290,12 +306,12 @@ TEST(LosslessTest, TheArbiterDividesTheNodesSpillDiskAndTheFifoHoldsItsShare) {
   // stays): two of the three parts. Its FIFO holds that, not more. (The share may grow while
   // the first flood runs, so either flood may be the one that fills it.)
   uint64_t most_on_disk = 0;
-  int acked = Flood(busy, OneTxPerSender(1200, 7, 'A'), &most_on_disk);
+  int acked = Flood(busy, dir, OneTxPerSender(1200, 7, 'A'), &most_on_disk);
   ASSERT_TRUE(WaitFor([&] { return busy->FlowStats().spill().disk_budget_bytes() == 2 * least; },
                       absl::Seconds(20)))
       << busy->FlowStats().DebugString();
   EXPECT_EQ(idle->FlowStats().spill().disk_budget_bytes(), least);
-  acked += Flood(busy, OneTxPerSender(1200, 7, 'B'), &most_on_disk);
+  acked += Flood(busy, dir, OneTxPerSender(1200, 7, 'B'), &most_on_disk);
   EXPECT_LT(acked, 2400);
   EXPECT_GT(most_on_disk, least) << "the larger share was not used";
   EXPECT_LE(most_on_disk, 2 * least) << "the FIFO went past its share";

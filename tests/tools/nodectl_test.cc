@@ -415,6 +415,15 @@ TEST_F(NodectlTest, UpdateArbiterGroupsFlagsPerPartition) {
             "steady      2       1          0        1\n");
 }
 
+TEST_F(NodectlTest, UpdateArbiterSendsTheWorkerCountAlone) {
+  fake_.SetArbiterResponse(
+      FromText<node::admin::UpdateArbiterResponse>("cpu_workers: 3 effective { id: 1 name: "
+                                                   "\"hot\" share { weight: 1 } }"));
+  ASSERT_EQ(Run({"update-arbiter", "--cpu-workers", "3"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("UpdateArbiter"), "cpu_workers: 3");
+  EXPECT_THAT(out(), HasSubstr("updated; worker threads: 3\n"));
+}
+
 TEST_F(NodectlTest, PauseAndResumeSendThePartition) {
   ASSERT_EQ(Run({"pause", "hot"}), kExitOk) << err();
   EXPECT_EQ(fake_.last_request("PausePartition"), "partition: \"hot\"");
