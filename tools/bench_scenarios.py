@@ -18,8 +18,9 @@ config body), GOODPUT_ROUNDS (held-saturation / 10x pairs, default 2), GOODPUT_S
 the limits-off run); rejection: REJECTION_RATE (offered tx/s, all refused; default 3000); scale: SCALE_RATE (total offered tx/s,
 default 800), SCALE_COUNTS (partition counts, default 1,4,16), SCALE_SECONDS (default 30),
 SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it); cpu: CPU_RATE
-(default 800), CPU_SAT_RATE (default 2500); state: STATE_KEYS (keys loaded, default 1000000;
-about 8 minutes, no cluster).
+(default 800), CPU_SAT_RATE (default 2500); state: STATE_KEYS (keys loaded, default 1000000),
+STATE_REPS (rounds of all eight cases, interleaved; medians reported; default 3: about 15 minutes,
+no cluster).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -690,28 +691,45 @@ def state_case(keys, disk, uniform):
 def state():
     """Blocks of 500 txs executed and committed (fsync) over an empty state and over STATE_KEYS
     (1,000,000) loaded keys, with the state on disk behind the bounded cache (ours) and wholly in
-    memory beside the ledger (the executor before, the baseline); each case its own process."""
+    memory beside the ledger (the executor before, the baseline); each case its own process,
+    STATE_REPS rounds of all cases interleaved (one case's single run varies by a third between
+    runs on a shared machine), medians reported with the range."""
     keys = int(os.environ.get("STATE_KEYS", "1000000"))
-    got = {}
-    for uniform in (0, 1):
-        for disk in (1, 0):
-            for k in (0, keys):
-                got[(k, disk, uniform)] = state_case(k, disk, uniform)
-                log("state keys=%d disk=%d uniform=%d: %.0f tx/s, RSS %.0f MiB, load %.0f s"
-                    % ((k, disk, uniform) + got[(k, disk, uniform)]))
+    reps = max(1, int(os.environ.get("STATE_REPS", "3")))
+    runs = {}
+    for rep in range(reps):
+        for uniform in (0, 1):
+            for disk in (1, 0):
+                for k in (0, keys):
+                    r = state_case(k, disk, uniform)
+                    runs.setdefault((k, disk, uniform), []).append(r)
+                    log("state round %d keys=%d disk=%d uniform=%d: %.0f tx/s, RSS %.0f MiB, "
+                        "load %.0f s" % ((rep + 1, k, disk, uniform) + r))
+
+    def med(case, i):
+        values = sorted(r[i] for r in runs[case])
+        return values[len(values) // 2]
+
+    def spread(case):
+        values = [r[0] for r in runs[case]]
+        return "%.0f-%.0f" % (min(values), max(values))
+
     for uniform, workload in ((0, "transfers among 500 active senders"),
                               (1, "puts overwriting uniformly drawn loaded keys")):
-        e, f = got[(0, 1, uniform)], got[(keys, 1, uniform)]
-        me, mf = got[(0, 0, uniform)], got[(keys, 0, uniform)]
+        e, f = (0, 1, uniform), (keys, 1, uniform)
+        me, mf = (0, 0, uniform), (keys, 0, uniform)
+        ratios = sorted(a[0] / b[0] for a, b in zip(runs[f], runs[e]))
         result("state on disk, %s" % workload,
-               "%d keys: %.0f tx/s, RSS %.0f MiB; empty: %.0f tx/s, RSS %.0f MiB"
-               % (keys, f[0], f[1], e[0], e[1]),
+               "%d keys: %.0f tx/s (%s), RSS %.0f MiB; empty: %.0f tx/s (%s), RSS %.0f MiB"
+               % (keys, med(f, 0), spread(f), med(f, 1), med(e, 0), spread(e), med(e, 1)),
                "state in memory: %d keys %.0f tx/s, RSS %.0f MiB; empty %.0f tx/s, RSS %.0f MiB"
-               % (keys, mf[0], mf[1], me[0], me[1]),
-               "throughput %.2fx of empty; RSS %.2fx of in-memory" % (f[0] / e[0], f[1] / mf[1]),
+               % (keys, med(mf, 0), med(mf, 1), med(me, 0), med(me, 1)),
+               "throughput %.2fx of empty (median of medians; per round %s); RSS %.2fx of "
+               "in-memory" % (med(f, 0) / med(e, 0), ", ".join("%.2f" % x for x in ratios),
+                              med(f, 1) / med(mf, 1)),
                ">= 0.8x of empty; RSS not growing with state beyond the caches",
                "bench_state, 500-tx blocks, fsync per block, default caches (64 MiB state, "
-               "32 MiB block cache)")
+               "32 MiB block cache), steady state after a 5 s warm-up, tcmalloc; %d rounds" % reps)
 
 
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
