@@ -505,18 +505,23 @@ absl::Status SpillFifo::PersistReadPosition() {
     // The manifest now says these are consumed, so deleting them cannot lose anything.
     doomed = TakeDeletableLocked(consumed);
   }
+  absl::Status first_error;
   for (const auto& [id, size] : doomed) {
     if (reader_fd_ >= 0 && reader_segment_ == id) {
       close(reader_fd_);
       reader_fd_ = -1;
     }
     const std::string path = PathOf(id);
-    // A file that fails to go stays counted against the disk budget (it still takes the space).
-    if (unlink(path.c_str()) != 0) return spill::ErrnoError("unlink", path, errno);
+    // A file that fails to go stays counted against the disk budget (it still takes the space);
+    // one already gone (ENOENT) does not. The others in the list are still deleted.
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      if (first_error.ok()) first_error = spill::ErrnoError("unlink", path, errno);
+      continue;
+    }
     absl::MutexLock l(&mu_);
     unlinking_bytes_ -= size;
   }
-  return absl::OkStatus();
+  return first_error;
 }
 
 bool SpillFifo::WaitForRecords(absl::Duration timeout) {
