@@ -167,7 +167,11 @@ GateStage::GateStage(std::string name, std::string predicate_name,
 
 Decision GateStage::Check(const RequestMeta& request, HoldList&) {
   if (predicate_->predicate(request)) return Decision::Admit();
-  return Decision::Reject(name_, predicate_->rejects_as, reason_, retry_after_);
+  absl::Duration retry_after = retry_after_;
+  if (retry_after <= absl::ZeroDuration()) {
+    retry_after = predicate_->retry_hint ? predicate_->retry_hint(request) : kDefaultGateRetryAfter;
+  }
+  return Decision::Reject(name_, predicate_->rejects_as, reason_, retry_after);
 }
 
 absl::StatusOr<std::unique_ptr<StageFactory>> MakeConcurrencyFactory(
@@ -228,8 +232,9 @@ absl::StatusOr<std::unique_ptr<StageFactory>> MakeGateFactory(
     return FieldError(field_name, absl::StrCat("unknown predicate '", config.predicate(),
                                                "' (registered: ", known_predicates, ")"));
   }
+  // 0: the predicate's measured hint where it has one (GateStage).
   return std::make_unique<GateFactory>(std::move(name), config.predicate(), std::move(predicate),
-                                       OrDefault(config.retry_after_ms(), kDefaultGateRetryAfter));
+                                       absl::Milliseconds(config.retry_after_ms()));
 }
 
 }  // namespace flowctl

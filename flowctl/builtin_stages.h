@@ -36,11 +36,16 @@ namespace flowctl {
 // threads: must be thread-safe and cheap (an atomic load). It may look at request.partition to
 // answer for the right partition.
 using GatePredicate = std::function<bool(const RequestMeta& request)>;
+// How long until a gate's condition is expected to hold again (e.g. from a measured service rate
+// and the backlog ahead). Called only on a refusal, from many threads: thread-safe.
+using GateRetryHint = std::function<absl::Duration(const RequestMeta& request)>;
 
-// A gate predicate as registered: the condition and what a refusal on it means.
+// A gate predicate as registered: the condition, what a refusal on it means and, optionally, its
+// retry-after hint (used by gates whose config leaves retry_after_ms at 0).
 struct RegisteredPredicate {
   GatePredicate predicate;  // never empty
   RejectKind rejects_as = RejectKind::kOverloaded;
+  GateRetryHint retry_hint = {};  // may be empty
 };
 
 inline constexpr absl::string_view kConcurrencyKind = "concurrency";
@@ -108,10 +113,11 @@ class RateStage final : public Stage {
 };
 
 // Admits while `predicate` holds; rejects as the predicate was registered (e.g. unavailable).
-// Stateless apart from its parameters.
+// A refusal's retry-after is `retry_after` when it is > 0, else the predicate's hint, else
+// kDefaultGateRetryAfter. Stateless apart from its parameters.
 class GateStage final : public Stage {
  public:
-  // REQUIRES: predicate is non-null with a non-empty function.
+  // REQUIRES: predicate is non-null with a non-empty function; retry_after >= 0.
   GateStage(std::string name, std::string predicate_name,
             std::shared_ptr<const RegisteredPredicate> predicate, absl::Duration retry_after);
 

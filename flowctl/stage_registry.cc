@@ -154,7 +154,7 @@ absl::Status StageRegistry::RegisterKind(std::string kind,
 }
 
 absl::Status StageRegistry::RegisterPredicate(std::string name, RejectKind rejects_as,
-                                              GatePredicate predicate) {
+                                              GatePredicate predicate, GateRetryHint retry_hint) {
   if (name.empty()) return absl::InvalidArgumentError("gate predicate: name must not be empty");
   if (!predicate) {
     return absl::InvalidArgumentError(
@@ -167,7 +167,9 @@ absl::Status StageRegistry::RegisterPredicate(std::string name, RejectKind rejec
         absl::StrCat("gate predicate '", name, "' is already registered"));
   }
   it->second = std::make_shared<const RegisteredPredicate>(
-      RegisteredPredicate{.predicate = std::move(predicate), .rejects_as = rejects_as});
+      RegisteredPredicate{.predicate = std::move(predicate),
+                          .rejects_as = rejects_as,
+                          .retry_hint = std::move(retry_hint)});
   return absl::OkStatus();
 }
 

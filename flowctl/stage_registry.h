@@ -135,10 +135,11 @@ class StageRegistry {
   }
 
   // Makes `predicate` available to gate stages as `name`; a gate refusing on it rejects as
-  // `rejects_as` (e.g. "consensus_normal" -> kUnavailable). InvalidArgument for an empty name or
+  // `rejects_as` (e.g. "consensus_normal" -> kUnavailable), with `retry_hint` as its retry-after
+  // where the gate gives none of its own. InvalidArgument for an empty name or
   // predicate, AlreadyExists if the name is taken.
-  absl::Status RegisterPredicate(std::string name, RejectKind rejects_as, GatePredicate predicate)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status RegisterPredicate(std::string name, RejectKind rejects_as, GatePredicate predicate,
+                                 GateRetryHint retry_hint = {}) ABSL_LOCKS_EXCLUDED(mu_);
   // The predicate registered as `name`, or null.
   std::shared_ptr<const RegisteredPredicate> FindPredicate(absl::string_view name) const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -152,12 +152,15 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
   flowctl::Dispatcher::OfferResult offered =
       deps_.dispatcher->Offer(deps_.client_lane, std::move(m));
   if (offered != flowctl::Dispatcher::OfferResult::kAccepted) {
+    const absl::Duration retry_after = deps_.client_lane_retry_after
+                                           ? deps_.client_lane_retry_after()
+                                           : kFixedClientLaneRetryAfter;
     for (auto& item : job->items) {
       SubmitResult& r = job->results[item.slot];
       r.status = absl::ResourceExhaustedError(
           "rejected: the partition's signature-check lane is full; retry later");
       r.rejected_by = "client_lane";
-      r.retry_after = absl::Milliseconds(50);
+      r.retry_after = retry_after;
     }
     job->Finish();
   }
@@ -166,6 +169,7 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
 void ClientAdmission::HandleJob(flowctl::Message message) {
   auto job = std::static_pointer_cast<Job>(message.context);
   bool added = false;
+  absl::Duration pool_retry_after = absl::ZeroDuration();
   for (auto& item : job->items) {
     SubmitResult& r = job->results[item.slot];
     absl::Status s = base::VerifySignature(item.tx);
@@ -189,7 +193,11 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
         added = true;
       } else if (s.code() == absl::StatusCode::kResourceExhausted) {
         r.rejected_by = "pool";
-        r.retry_after = absl::Milliseconds(100);
+        if (pool_retry_after == absl::ZeroDuration()) {  // once per job
+          pool_retry_after =
+              deps_.pool_retry_after ? deps_.pool_retry_after() : kFixedPoolRetryAfter;
+        }
+        r.retry_after = pool_retry_after;
       }
     }
     r.status = s;

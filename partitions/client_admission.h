@@ -54,6 +54,10 @@
 
 namespace partitions {
 
+// Retry-after of a pool refusal and of a full client lane when Deps give no measured hint.
+inline constexpr absl::Duration kFixedPoolRetryAfter = absl::Milliseconds(100);
+inline constexpr absl::Duration kFixedClientLaneRetryAfter = absl::Milliseconds(50);
+
 // The outcome of one submitted transaction.
 struct SubmitResult {
   absl::Status status;  // OK = admitted to the pool (or durably spilled in lossless mode)
@@ -98,6 +102,10 @@ class ClientAdmission {
     // Lossless: when a record of this many bytes may fit the FIFO's disk budget again (the
     // retry-after of a refusal). Null: no hint.
     std::function<absl::Duration(uint64_t)> spill_retry_after = {};
+    // The retry-after of a pool refusal (full, sender quota) and of a full client lane. Null:
+    // the fixed 100 ms and 50 ms.
+    std::function<absl::Duration()> pool_retry_after = {};
+    std::function<absl::Duration()> client_lane_retry_after = {};
   };
 
   explicit ClientAdmission(Deps deps);

@@ -1,6 +1,7 @@
 #include "partitions/tx_pool.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -380,12 +381,37 @@ TxPoolStats TxPool::stats() const {
   return s;
 }
 
+absl::Duration PoolRetryAfter(uint64_t excess_txs, uint64_t excess_bytes, uint64_t pooled_txs,
+                              uint64_t pooled_bytes, double commit_txs_per_second,
+                              double blocks_per_second, const flowctl::RetryAfterBounds& bounds) {
+  double txs = static_cast<double>(excess_txs);
+  if (pooled_txs > 0 && pooled_bytes > 0) {
+    const double mean_bytes = static_cast<double>(pooled_bytes) / static_cast<double>(pooled_txs);
+    txs = std::max(txs, std::ceil(static_cast<double>(excess_bytes) / mean_bytes));
+  }
+  absl::Duration hint = flowctl::RetryAfterFor(txs, commit_txs_per_second, bounds);
+  if (blocks_per_second > 0) {
+    hint = std::max(hint, std::min(absl::Seconds(0.5 / blocks_per_second), bounds.max));
+  }
+  return hint;
+}
+
 void TxPool::UpdateHighWater() {
-  const bool above =
-      static_cast<double>(by_hash_.size()) >=
-          limits_.high_water * static_cast<double>(limits_.max_txs) ||
-      static_cast<double>(bytes_) >= limits_.high_water * static_cast<double>(limits_.max_bytes);
-  above_high_water_.store(above, std::memory_order_relaxed);
+  const double txs = static_cast<double>(by_hash_.size());
+  const double bytes = static_cast<double>(bytes_);
+  const double mark_txs = limits_.high_water * static_cast<double>(limits_.max_txs);
+  const double mark_bytes = limits_.high_water * static_cast<double>(limits_.max_bytes);
+  // Above while txs >= mark: below again once txs < mark, i.e. after floor(txs - mark) + 1 leave.
+  auto excess = [](double have, double mark) -> uint64_t {
+    return have >= mark ? static_cast<uint64_t>(have - mark) + 1 : 0;
+  };
+  const uint64_t excess_txs = excess(txs, mark_txs);
+  const uint64_t excess_bytes = excess(bytes, mark_bytes);
+  excess_txs_.store(excess_txs, std::memory_order_relaxed);
+  excess_bytes_.store(excess_bytes, std::memory_order_relaxed);
+  txs_now_.store(by_hash_.size(), std::memory_order_relaxed);
+  bytes_now_.store(bytes_, std::memory_order_relaxed);
+  above_high_water_.store(excess_txs > 0 || excess_bytes > 0, std::memory_order_relaxed);
 }
 
 }  // namespace partitions

@@ -58,6 +58,7 @@
 #include "absl/types/span.h"
 #include "base/transaction.h"
 #include "flowctl/clock.h"
+#include "flowctl/rate_meter.h"
 
 namespace partitions {
 
@@ -104,6 +105,14 @@ struct TxPoolStats {
   uint64_t committed = 0;  // removed because their block committed
   uint64_t stale = 0;      // removed because another tx consumed their nonce
 };
+
+// The retry-after of a pool refusal: how long the measured commit rate takes to bring the pool
+// back under its high-water mark (`excess`; its bytes counted in txs of the pool's mean size),
+// and at least half the measured block interval, since room opens only when a block commits.
+// A rate < 0 is unmeasured: bounds.unknown, unless the block floor says more.
+absl::Duration PoolRetryAfter(uint64_t excess_txs, uint64_t excess_bytes, uint64_t pooled_txs,
+                              uint64_t pooled_bytes, double commit_txs_per_second,
+                              double blocks_per_second, const flowctl::RetryAfterBounds& bounds);
 
 // The next nonce the committed state expects from `sender` (account nonce + 1). An error (the
 // state could not be read) refuses the Add with that status.
@@ -180,6 +189,19 @@ class TxPool {
 
   // Lock-free; read by the interceptor's pool gate on every request.
   bool AboveHighWater() const { return above_high_water_.load(std::memory_order_relaxed); }
+  // Lock-free: what must leave the pool (commit, expire) before AboveHighWater() turns false, in
+  // txs and in bytes (both 0 below the mark); the backlog behind a pool refusal's retry-after.
+  struct Excess {
+    uint64_t txs = 0;
+    uint64_t bytes = 0;
+  };
+  Excess HighWaterExcess() const {
+    return {excess_txs_.load(std::memory_order_relaxed),
+            excess_bytes_.load(std::memory_order_relaxed)};
+  }
+  // Lock-free: pooled txs and bytes as of the last change.
+  uint64_t size_now() const { return txs_now_.load(std::memory_order_relaxed); }
+  uint64_t bytes_now() const { return bytes_now_.load(std::memory_order_relaxed); }
 
   TxPoolStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -234,6 +256,11 @@ class TxPool {
   std::vector<std::string> dropped_ ABSL_GUARDED_BY(mu_);  // while track_dropped_
 
   std::atomic<bool> above_high_water_{false};
+  // Mirrors for lock-free readers, set by UpdateHighWater.
+  std::atomic<uint64_t> excess_txs_{0};
+  std::atomic<uint64_t> excess_bytes_{0};
+  std::atomic<uint64_t> txs_now_{0};
+  std::atomic<uint64_t> bytes_now_{0};
 };
 
 }  // namespace partitions

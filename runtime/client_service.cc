@@ -130,6 +130,19 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
+bool AdmitClientRead(grpc::CallbackServerContext* context, const Partition& partition,
+                     size_t request_bytes, flowctl::Admission* admission, grpc::Status* refused) {
+  *admission = partition.AdmitRead(request_bytes, context->peer());
+  if (admission->admitted()) return true;
+  const flowctl::Decision& d = admission->decision();
+  *refused = ToGrpcStatus(d.ToStatus());
+  if (d.retry_after() > absl::ZeroDuration()) {
+    context->AddTrailingMetadata("retry-after-ms", absl::StrCat(CeilMillis(d.retry_after())));
+  }
+  context->AddTrailingMetadata("rejected-by", std::string(d.stage()));
+  return false;
+}
+
 ClientServiceImpl::ClientServiceImpl(Node* node)
     : node_(node),
       pending_(std::make_shared<PendingCalls>()),
@@ -237,7 +250,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(grpc::CallbackServerC
   return call;
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext* context,
                                                    const grpc::ByteBuffer* raw_request,
                                                    grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetTxRequest, pb::GetTxResponse>(raw_response);
@@ -246,6 +259,11 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext*,
   pb::GetTxResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
+  flowctl::Admission admission;
+  grpc::Status refused;
+  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
+    return FinishNow(call, refused);
+  }
   if (absl::Status s = CheckBytes("tx_hash", request->tx_hash(), 32); !s.ok()) {
     return FinishNow(call, ToGrpcStatus(s));
   }
@@ -254,7 +272,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext*,
   return FinishNow(call, ToGrpcStatus(tx.status()));
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(grpc::CallbackServerContext* context,
                                                         const grpc::ByteBuffer* raw_request,
                                                         grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetAccountRequest, pb::GetAccountResponse>(raw_response);
@@ -263,6 +281,11 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(grpc::CallbackServerCont
   pb::GetAccountResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
+  flowctl::Admission admission;
+  grpc::Status refused;
+  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
+    return FinishNow(call, refused);
+  }
   if (absl::Status s = CheckBytes("address", request->address(), 32); !s.ok()) {
     return FinishNow(call, ToGrpcStatus(s));
   }
@@ -272,7 +295,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(grpc::CallbackServerCont
   return FinishNow(call, ToGrpcStatus(account.status()));
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* raw_request,
                                                       grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetBlockRequest, pb::GetBlockResponse>(raw_response);
@@ -281,13 +304,18 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContex
   pb::GetBlockResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
+  flowctl::Admission admission;
+  grpc::Status refused;
+  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
+    return FinishNow(call, refused);
+  }
   absl::StatusOr<node::client::GetBlockResponse> block =
       (*partition)->GetBlock(request->height(), request->include_txs());
   if (block.ok()) *response = *std::move(block);
   return FinishNow(call, ToGrpcStatus(block.status()));
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(grpc::CallbackServerContext* context,
                                                             const grpc::ByteBuffer* raw_request,
                                                             grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetChainStatusRequest, pb::GetChainStatusResponse>(raw_response);
@@ -296,11 +324,16 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(grpc::CallbackServer
   pb::GetChainStatusResponse* response = &call->response;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
+  flowctl::Admission admission;
+  grpc::Status refused;
+  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
+    return FinishNow(call, refused);
+  }
   *response = (*partition)->ChainStatus();
   return FinishNow(call, grpc::Status::OK);
 }
 
-grpc::ServerUnaryReactor* ClientServiceImpl::GetValue(grpc::CallbackServerContext*,
+grpc::ServerUnaryReactor* ClientServiceImpl::GetValue(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* raw_request,
                                                       grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetValueRequest, pb::GetValueResponse>(raw_response);
@@ -308,6 +341,11 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetValue(grpc::CallbackServerContex
   const pb::GetValueRequest* request = &call->request;
   absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
+  flowctl::Admission admission;
+  grpc::Status refused;
+  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
+    return FinishNow(call, refused);
+  }
   const size_t max_key = base::TxLimits().max_key_bytes;
   if (request->key().empty()) {
     return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key: required"));

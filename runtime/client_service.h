@@ -4,8 +4,10 @@
 // SubmitTxBatch hand the request to Partition::Submit / SubmitBatch and return at once; the
 // partition's done callback (worker-pool or ticker thread, or inline on an early rejection)
 // finishes the call. Queries (GetTx, GetAccount, GetBlock, GetChainStatus, GetValue) are short
-// local reads answered inline. WatchCommits is a server stream fed by the partition's commit
-// stream hub (runtime/watch_commits_call.h, runtime/commit_stream.h): no thread waits on it.
+// local reads answered inline, each after the partition's read chain admitted it
+// (PartitionConfig.read_interceptor; WatchCommits passes it when the stream opens). WatchCommits is
+// a server stream fed by the partition's commit stream hub (runtime/watch_commits_call.h,
+// runtime/commit_stream.h): no thread waits on it.
 //
 // Status mapping (see proto/client.proto):
 //   flow-control rejection  the partition's code (RESOURCE_EXHAUSTED / UNAVAILABLE) and message,
@@ -42,6 +44,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "flowctl/stage_chain.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/client.grpc.pb.h"
 #include "runtime/watch_commits_call.h"
@@ -57,6 +60,15 @@ inline constexpr absl::Duration kMaxWaitTimeout = absl::Seconds(60);
 
 // absl::Status -> grpc::Status with the same code and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class Partition;
+
+// Runs `partition`'s read chain (Partition::AdmitRead) for a read of `request_bytes`. Admitted:
+// true, with the admission in `*admission` (keep it until the read is answered). Refused: false,
+// `*refused` is the stage's status and `context` gets the "retry-after-ms" / "rejected-by"
+// trailing metadata, as a refused write does.
+bool AdmitClientRead(grpc::CallbackServerContext* context, const Partition& partition,
+                     size_t request_bytes, flowctl::Admission* admission, grpc::Status* refused);
 
 // Every ClientService method as a raw (ByteBuffer) callback method.
 using RawClientServiceBase = node::client::ClientService::WithRawCallbackMethod_SubmitTx<

@@ -104,6 +104,15 @@ void DefaultPartition(PartitionConfig* p) {
     rate->set_name("rate");
     rate->mutable_rate()->set_unlimited(true);
   }
+  auto& reads = *p->mutable_read_interceptor()->mutable_stages();
+  if (reads.empty()) {
+    auto* c = reads.Add();
+    c->set_name("read_in_flight");
+    c->mutable_concurrency()->set_max_in_flight(256);
+    auto* rate = reads.Add();
+    rate->set_name("read_rate");
+    rate->mutable_rate()->set_unlimited(true);
+  }
 
   auto& d = *p->mutable_dispatcher();
   if (d.budget_messages() == 0) d.set_budget_messages(65536);

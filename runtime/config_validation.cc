@@ -225,6 +225,14 @@ std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
   }
   check.Append(ValidateShareConfig(p.share(), at + ".share"));
   check.Append(ValidateStageChainConfig(p.interceptor(), at + ".interceptor"));
+  check.Append(ValidateStageChainConfig(p.read_interceptor(), at + ".read_interceptor"));
+  for (int i = 0; i < p.read_interceptor().stages_size(); ++i) {
+    if (p.read_interceptor().stages(i).has_adaptive()) {
+      check.Fail(absl::StrCat("read_interceptor.stages[", i, "].adaptive"),
+                 "not for reads: an adaptive stage follows a transaction to its commit "
+                 "(use concurrency or rate)");
+    }
+  }
   check.Append(ValidateDispatcherConfig(p.dispatcher(), at + ".dispatcher"));
   check.Append(ValidatePoolConfig(p.pool(), at + ".pool"));
   check.Append(ValidateConsensusConfig(p.consensus(), at + ".consensus"));
@@ -328,6 +336,9 @@ absl::StatusOr<PartitionConfig> ApplyFlowUpdate(
   PartitionConfig next = current;
   std::vector<ConfigProblem> problems;
   if (request.has_interceptor()) *next.mutable_interceptor() = request.interceptor();
+  if (request.has_read_interceptor()) {
+    *next.mutable_read_interceptor() = request.read_interceptor();
+  }
   if (request.has_dispatcher()) {
     const DispatcherConfig& d = request.dispatcher();
     DispatcherConfig& nd = *next.mutable_dispatcher();

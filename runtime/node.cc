@@ -209,6 +209,7 @@ absl::Status Node::Start() {
     env.scheduler = scheduler_.get();
     env.channels = &egress_->scheduler().channels();
     env.refusals = refusals_.get();
+    env.fixed_retry_after = config_.resources().fixed_retry_after();
     env.test_equivocate = pc.name() == options_.test_equivocate_partition;
     if (env.test_equivocate) {
       LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()

@@ -121,6 +121,16 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
                gl, value);
     }
   }
+  for (const node::admin::StageStats& s : p.read_stages()) {
+    const Labels sl = {{"partition", name}, {"stage", s.name()}, {"kind", s.kind()}};
+    f->Counter("noded_read_stage_admitted_total", "Reads admitted by the read-chain stage.", sl,
+               static_cast<double>(s.admitted()));
+    f->Counter("noded_read_stage_rejected_total", "Reads rejected by the read-chain stage.", sl,
+               static_cast<double>(s.rejected()));
+    f->Gauge("noded_read_stage_current", "Read stage value now (in-flight, tokens).", sl,
+             s.current());
+    f->Gauge("noded_read_stage_limit", "Read stage limit (max in-flight, rate).", sl, s.limit());
+  }
   for (const node::admin::LaneStats& s : p.lanes()) {
     const Labels ll = {{"partition", name}, {"lane", s.name()}};
     Labels full = ll;
@@ -167,6 +177,16 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            static_cast<double>(pool.max_bytes()));
   f->Gauge("noded_pool_above_high_water", "1 while the pool is above its high-water mark.", l,
            pool.above_high_water() ? 1 : 0);
+  const node::admin::RetryHintStats& hints = p.retry_hints();
+  f->Gauge("noded_commit_rate_measured_txs_per_second",
+           "Transactions committed per second while the pool held some (what pool retry-after "
+           "hints use; 0 = not measured yet).",
+           l, hints.commit_txs_per_second());
+  f->Gauge("noded_retry_after_seconds", "The retry-after a refusal would carry now.",
+           {{"partition", p.name()}, {"refusal", "pool"}}, hints.pool_retry_after_ms() / 1e3);
+  f->Gauge("noded_retry_after_seconds", "The retry-after a refusal would carry now.",
+           {{"partition", p.name()}, {"refusal", "client_lane"}},
+           hints.client_lane_retry_after_ms() / 1e3);
   f->Counter("noded_pool_added_total", "Transactions added to the pool.", l,
              static_cast<double>(pool.added()));
   f->Counter("noded_pool_rejected_full_total", "Transactions refused because the pool was full.", l,

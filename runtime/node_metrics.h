@@ -10,13 +10,16 @@
 //               noded_committed_txs_total, noded_commit_latency_seconds and
 //               noded_stage_decision_seconds (histograms), all {partition}
 //   stages      noded_stage_{admitted,rejected}_total, noded_stage_{current,limit}
-//               {partition,stage,kind}
+//               {partition,stage,kind}; the read chain's: noded_read_stage_{admitted,
+//               rejected}_total, noded_read_stage_{current,limit} {partition,stage,kind}
 //   lanes       noded_lane_{weight,capacity_messages,capacity_bytes,depth_messages,depth_bytes},
 //               noded_lane_{offered,processed}_total, noded_lane_dropped_total{reason="full"},
 //               noded_lane_dropped_bytes_total{reason="full"}, noded_lane_cpu_seconds_total,
 //               noded_lane_queueing_delay_seconds (histogram) {partition,lane}
 //   pool        noded_pool_{txs,bytes,max_txs,max_bytes,above_high_water},
-//               noded_pool_{added,rejected_full,expired}_total {partition}
+//               noded_pool_{added,rejected_full,expired}_total,
+//               noded_commit_rate_measured_txs_per_second {partition},
+//               noded_retry_after_seconds {partition,refusal="pool"|"client_lane"}
 //   spill       noded_spill_{appended,drained,refused}_total, noded_spill_{memory_bytes,
 //               disk_bytes,disk_budget_bytes,segments,drain_bytes_per_second,
 //               drain_measured_bytes_per_second} {partition}

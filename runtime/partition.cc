@@ -59,7 +59,9 @@ Partition::Impl::Impl(PartitionEnv env)
       id_(env_.config.id()),
       name_(env_.config.name()),
       clock_(env_.clock),
-      config_(env_.config) {}
+      config_(env_.config) {
+  fixed_retry_after_ = env_.fixed_retry_after;
+}
 
 Partition::Impl::~Impl() { Stop(absl::ZeroDuration()); }
 
@@ -155,10 +157,14 @@ absl::Status Partition::Impl::Open() {
       }));
   RETURN_IF_ERROR(registry_.RegisterPredicate(
       kPoolBelowHighWaterPredicate, flowctl::RejectKind::kOverloaded,
-      [this](const flowctl::RequestMeta&) { return !pool_->AboveHighWater(); }));
+      [this](const flowctl::RequestMeta&) { return !pool_->AboveHighWater(); },
+      [this](const flowctl::RequestMeta&) { return PoolRetryAfter(); }));
   ASSIGN_OR_RETURN(auto factory, registry_.Build(cfg.interceptor()));
   interceptor_ = std::make_unique<flowctl::StageChainHolder>(
       factory->Create(flowctl::StageContext{.partition = id_, .clock = clock_}));
+  ASSIGN_OR_RETURN(auto read_factory, registry_.Build(cfg.read_interceptor()));
+  read_chain_ = std::make_unique<flowctl::StageChainHolder>(
+      read_factory->Create(flowctl::StageContext{.partition = id_, .clock = clock_}));
 
   flowctl::Dispatcher::Options d;
   d.name = name_;
@@ -324,7 +330,9 @@ absl::Status Partition::Impl::Open() {
       .tx_limits = tx_limits_,
       .consensus_state = [this] { return StateName(); },
       .request_tick = [this] { RequestTick(); },
-      .spill_retry_after = [this](uint64_t bytes) { return SpillRetryAfter(bytes); }});
+      .spill_retry_after = [this](uint64_t bytes) { return SpillRetryAfter(bytes); },
+      .pool_retry_after = [this] { return PoolRetryAfter(); },
+      .client_lane_retry_after = [this] { return ClientLaneRetryAfter(); }});
   LOG(INFO) << "partition " << name_ << " (" << id_ << ") open: height " << height_.load()
             << ", replica " << self_index_ << " of " << env_.replica_ids.size()
             << (fifo_ ? ", lossless" : "");

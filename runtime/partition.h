@@ -88,6 +88,9 @@ struct PartitionEnv {
   absl::Duration tick = absl::Seconds(1);
   // The node's per-peer refusal counts (runtime/peer_refusals.h); null: not counted per peer.
   PeerRefusals* refusals = nullptr;
+  // ResourceConfig.fixed_retry_after: refusals carry the fixed retry-after hints (100 ms pool,
+  // 50 ms lane), not the ones computed from the measured commit and service rates.
+  bool fixed_retry_after = false;
   // Fault tests only (noded --test-equivocate): a faulty primary, ConsensusDriver::Deps.
   bool test_equivocate = false;
   // Fault tests only (noded --test-withhold): ConsensusDriver::Deps::withhold.
@@ -130,6 +133,12 @@ class Partition final : public flowctl::ResourceConsumer {
 
   // ---- Peer path (called from transport threads; never blocks). ----
   void OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std::string payload);
+
+  // ---- Reads. ----
+  // The read chain's decision (PartitionConfig.read_interceptor) for one read of `size_bytes`
+  // from `client`: checked before the read does any work; the caller keeps the Admission until
+  // the read is answered (a concurrency stage's permit). Never blocks; thread-safe.
+  flowctl::Admission AdmitRead(uint64_t size_bytes, absl::string_view client) const;
 
   // ---- Queries. NOT_FOUND for unknown hashes/heights. ----
   absl::StatusOr<node::client::GetTxResponse> GetTx(const std::string& tx_hash) const;

@@ -24,16 +24,20 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   node::admin::PartitionFlowStats out;
   out.set_id(id_);
   out.set_name(name_);
-  for (const flowctl::StageStats& s : interceptor_->Get()->Stats()) {
-    auto* st = out.add_stages();
-    st->set_name(s.name);
-    st->set_kind(s.kind);
-    st->set_admitted(s.admitted);
-    st->set_rejected(s.rejected);
-    if (!s.gauges.empty()) st->set_current(s.gauges[0].value);
-    if (s.gauges.size() > 1) st->set_limit(s.gauges[1].value);
-    for (const flowctl::StageGauge& g : s.gauges) (*st->mutable_gauges())[g.name] = g.value;
-  }
+  auto add_stages = [](const flowctl::StageChainHolder& chain, auto* stages) {
+    for (const flowctl::StageStats& s : chain.Get()->Stats()) {
+      auto* st = stages->Add();
+      st->set_name(s.name);
+      st->set_kind(s.kind);
+      st->set_admitted(s.admitted);
+      st->set_rejected(s.rejected);
+      if (!s.gauges.empty()) st->set_current(s.gauges[0].value);
+      if (s.gauges.size() > 1) st->set_limit(s.gauges[1].value);
+      for (const flowctl::StageGauge& g : s.gauges) (*st->mutable_gauges())[g.name] = g.value;
+    }
+  };
+  add_stages(*interceptor_, out.mutable_stages());
+  add_stages(*read_chain_, out.mutable_read_stages());
   for (const flowctl::Dispatcher::LaneStats& l : dispatcher_->GetStats()) {
     auto* ls = out.add_lanes();
     ls->set_name(l.name);
@@ -76,10 +80,20 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     sp->set_disk_bytes(fs.disk_bytes);
     sp->set_segments(fs.segments);
     sp->set_drain_bytes_per_second(drain_->rate());
-    sp->set_drain_measured_bytes_per_second(drain_measured_rate_.load(std::memory_order_relaxed));
+    sp->set_drain_measured_bytes_per_second(drain_meter_.rate());
     sp->set_disk_budget_bytes(fs.disk_budget_bytes);
     sp->set_refused_disk_budget(fs.refused);
   }
+  auto* hints = out.mutable_retry_hints();
+  hints->set_commit_txs_per_second(commit_meter_.rate());
+  hints->set_commit_blocks_per_second(block_meter_.rate());
+  hints->set_client_lane_jobs_per_second(client_lane_meter_.rate());
+  auto ms = [](absl::Duration d) {
+    return static_cast<uint32_t>(absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1))));
+  };
+  hints->set_pool_retry_after_ms(ms(PoolRetryAfter()));
+  hints->set_client_lane_retry_after_ms(ms(ClientLaneRetryAfter()));
+  hints->set_fixed(fixed_retry_after_);
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
   *out.mutable_stage_decision() =
       LatencySummaryOf(admission_->decision_time(), kFastBucketBoundsUs);
@@ -128,6 +142,10 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
     // Validated above with the same registry code; this builds it with the real predicates.
     ASSIGN_OR_RETURN(factory, registry_.Build(next.interceptor()));
   }
+  std::shared_ptr<const flowctl::ChainFactory> read_factory;
+  if (request.has_read_interceptor()) {
+    ASSIGN_OR_RETURN(read_factory, registry_.Build(next.read_interceptor()));
+  }
   partitions::TxPoolLimits limits = PoolLimitsFrom(next.pool());
   flowctl::Dispatcher::Budget budget{
       .max_messages = next.dispatcher().budget_messages(),
@@ -136,6 +154,7 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
   // 2. Apply (each step below was validated above and cannot fail on values).
   absl::MutexLock lock(&config_mu_);
   if (factory) factory->ApplyTo(*interceptor_);
+  if (read_factory) read_factory->ApplyTo(*read_chain_);
   std::vector<int> weights = LaneWeights(next.dispatcher().lane_weights());
   for (int i = 0; i < kNumPartitionLanes; ++i) {
     absl::Status s = dispatcher_->SetLaneWeight(i, weights[i]);
@@ -181,9 +200,24 @@ void Partition::Impl::ApplyDiskBudgetLocked() {
 
 absl::Duration Partition::Impl::SpillRetryAfter(uint64_t record_bytes) const {
   const double bytes = static_cast<double>(fifo_->BytesToDrainForRoom(record_bytes));
-  double rate = drain_measured_rate_.load(std::memory_order_relaxed);
+  double rate = drain_meter_.rate();
   if (rate <= 0) rate = drain_->rate();
   return std::clamp(absl::Seconds(bytes / std::max(rate, 1.0)), kMinSpillRetry, kMaxSpillRetry);
+}
+
+absl::Duration Partition::Impl::PoolRetryAfter() const {
+  if (fixed_retry_after_) return kFixedPoolRetryAfter;
+  const partitions::TxPool::Excess excess = pool_->HighWaterExcess();
+  return partitions::PoolRetryAfter(excess.txs, excess.bytes, pool_->size_now(), pool_->bytes_now(),
+                                    commit_meter_.estimate(), block_meter_.estimate(),
+                                    kPoolRetryBounds);
+}
+
+absl::Duration Partition::Impl::ClientLaneRetryAfter() const {
+  if (fixed_retry_after_) return kFixedClientLaneRetryAfter;
+  return flowctl::RetryAfterFor(
+      static_cast<double>(client_lane_capacity_.load(std::memory_order_relaxed)),
+      client_lane_meter_.estimate(), kClientLaneRetryBounds);
 }
 
 // ---- Partition (facade) ----
@@ -221,6 +255,13 @@ void Partition::SubmitBatch(std::vector<std::string> signed_txs, const SubmitOpt
 
 void Partition::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std::string payload) {
   impl_->OnPeerMessage(from, channel, std::move(payload));
+}
+
+flowctl::Admission Partition::AdmitRead(uint64_t size_bytes, absl::string_view client) const {
+  return impl_->read_chain_->Admit({.partition = id_,
+                                    .size_bytes = size_bytes,
+                                    .peer = client,
+                                    .arrival_nanos = impl_->clock_->NowNanos()});
 }
 
 absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& tx_hash) const {
@@ -388,24 +429,20 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
     u.disk_limit = cfg.lossless().disk_budget_bytes();  // 0: none of its own
     u.disk_floor = LosslessMinDiskBudget(cfg);
     // The drain's rate while it had a backlog (an idle drain says nothing about how fast it
-    // can go): a window opens with a backlog and closes after >= 1 s if there still is one.
-    const int64_t now = impl_->clock_->NowNanos();
-    const uint64_t drained = impl_->drain_->stats().bytes;
-    const bool backlog = fs.memory_records + fs.disk_records > 0;
-    if (!backlog) {
-      impl_->drain_window_start_ = 0;
-    } else if (impl_->drain_window_start_ == 0) {
-      impl_->drain_window_start_ = now;
-      impl_->drain_window_bytes_ = drained;
-    } else if (now - impl_->drain_window_start_ >= 1'000'000'000) {
-      const double rate = static_cast<double>(drained - impl_->drain_window_bytes_) * 1e9 /
-                          static_cast<double>(now - impl_->drain_window_start_);
-      const double last = impl_->drain_measured_rate_.load(std::memory_order_relaxed);
-      impl_->drain_measured_rate_.store(last > 0 ? 0.5 * last + 0.5 * rate : rate,
-                                        std::memory_order_relaxed);
-      impl_->drain_window_start_ = now;
-      impl_->drain_window_bytes_ = drained;
-    }
+    // can go).
+    impl_->drain_meter_.Observe(impl_->clock_->NowNanos(), impl_->drain_->stats().bytes,
+                                fs.memory_records + fs.disk_records > 0);
+  }
+  // Service rates behind the retry-after hints, each measured while it had work.
+  const int64_t now = impl_->clock_->NowNanos();
+  const bool pooled = impl_->pool_->size_now() > 0;
+  impl_->commit_meter_.Observe(now, impl_->pipeline_->committed_txs(), pooled);
+  impl_->block_meter_.Observe(now, impl_->height_.load(std::memory_order_relaxed), pooled);
+  if (lanes.size() > kClientLane) {
+    const flowctl::Dispatcher::LaneStats& client = lanes[kClientLane];
+    impl_->client_lane_meter_.Observe(now, static_cast<uint64_t>(client.processed),
+                                      client.depth_messages > 0);
+    impl_->client_lane_capacity_.store(client.capacity_messages, std::memory_order_relaxed);
   }
   return u;
 }

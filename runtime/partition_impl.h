@@ -29,6 +29,7 @@
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
 #include "flowctl/quota_drain.h"
+#include "flowctl/rate_meter.h"
 #include "flowctl/request_lifecycle.h"
 #include "flowctl/spill_fifo.h"
 #include "flowctl/stage_chain.h"
@@ -147,6 +148,8 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::shared_ptr<CommitStreamHub> commit_streams_;
   flowctl::StageRegistry registry_;
   std::unique_ptr<flowctl::StageChainHolder> interceptor_;
+  // Reads' own stages (PartitionConfig.read_interceptor), from the same registry.
+  std::unique_ptr<flowctl::StageChainHolder> read_chain_;
   std::unique_ptr<flowctl::Dispatcher> dispatcher_;
   std::unique_ptr<partitions::BatchPolicy> batch_policy_;
   std::unique_ptr<flowctl::SpillFifo> fifo_;    // lossless only
@@ -168,13 +171,34 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // Lossless: how long until a record of `record_bytes` fits the disk budget, from what must be
   // drained first and the measured drain rate (the configured one before any measurement).
   absl::Duration SpillRetryAfter(uint64_t record_bytes) const;
-  // Bytes/s the drain delivered while it had a backlog, over windows of >= 1 s (TakeUsage).
-  std::atomic<double> drain_measured_rate_{0};
-  int64_t drain_window_start_ = 0;   // TakeUsage only; 0 = no window open
-  uint64_t drain_window_bytes_ = 0;  // TakeUsage only
   // Hint bounds: a refusal's retry-after is within [kMinSpillRetry, kMaxSpillRetry].
   static constexpr absl::Duration kMinSpillRetry = absl::Milliseconds(10);
   static constexpr absl::Duration kMaxSpillRetry = absl::Seconds(60);
+
+  // ---- retry-after hints from measurement (docs/ARCHITECTURE.md, "Retry-after hints") ----
+  // How long until a client tx refused by the pool (gate or full) finds room: the pool's excess
+  // over its high-water mark at the measured commit rate, and at least half the measured block
+  // interval (room opens only when a block commits).
+  absl::Duration PoolRetryAfter() const;
+  // How long until the client lane (signature checks) has drained what is queued now, at its
+  // measured service rate.
+  absl::Duration ClientLaneRetryAfter() const;
+  // Service rates while there was a backlog, sampled by TakeUsage (the arbiter's tick; one
+  // caller). Unmeasured (no arbiter, or never backlogged): the fixed hints below.
+  flowctl::BacklogRateMeter commit_meter_{{.min_window = absl::Milliseconds(500)}};  // txs/s
+  flowctl::BacklogRateMeter block_meter_{{.min_window = absl::Milliseconds(500)}};   // blocks/s
+  flowctl::BacklogRateMeter client_lane_meter_{{.min_window = absl::Milliseconds(500)}};  // jobs/s
+  flowctl::BacklogRateMeter drain_meter_{{.min_window = absl::Seconds(1)}};               // bytes/s
+  std::atomic<int64_t> client_lane_capacity_{0};  // messages, as of the last TakeUsage
+  // ResourceConfig.fixed_retry_after: the fixed hints, whatever was measured.
+  bool fixed_retry_after_ = false;
+  static constexpr absl::Duration kFixedPoolRetryAfter = partitions::kFixedPoolRetryAfter;
+  static constexpr absl::Duration kFixedClientLaneRetryAfter =
+      partitions::kFixedClientLaneRetryAfter;
+  static constexpr flowctl::RetryAfterBounds kPoolRetryBounds = {
+      .min = absl::Milliseconds(10), .max = absl::Seconds(10), .unknown = kFixedPoolRetryAfter};
+  static constexpr flowctl::RetryAfterBounds kClientLaneRetryBounds = {
+      .min = absl::Milliseconds(1), .max = absl::Seconds(5), .unknown = kFixedClientLaneRetryAfter};
 
   // ---- consensus ----
   std::unique_ptr<partitions::ConsensusDriver> driver_;

@@ -42,6 +42,16 @@ class WatchCommitsCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
       Finish(ToGrpcStatus(partition.status()));
       return;
     }
+    // The read chain counts the stream's opening; its permit is not held for the stream's life
+    // (the watch limits bound open streams).
+    {
+      flowctl::Admission admission;
+      grpc::Status refused;
+      if (!AdmitClientRead(context_, **partition, raw->Length(), &admission, &refused)) {
+        Finish(refused);
+        return;
+      }
+    }
     absl::StatusOr<std::shared_ptr<CommitWatcher>> watcher =
         (*partition)
             ->WatchCommits({.from_height = request.from_height(),

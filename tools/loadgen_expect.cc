@@ -16,8 +16,8 @@ namespace loadgen {
 namespace {
 
 constexpr absl::string_view kMetricList =
-    "p50, p99, max_latency, committed, accepted, offered, rejected, client_dropped, "
-    "view_changes, committed_rate, accepted_rate, offered_rate, rejected_rate";
+    "p50, p99, max_latency, committed, accepted, offered, rejected, client_dropped, held, "
+    "view_changes, committed_rate, accepted_rate, offered_rate, rejected_rate, hint_accuracy";
 
 absl::Status Bad(absl::string_view text, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("--expect '", text, "': ", message));
@@ -80,6 +80,8 @@ std::string FormatValue(double v, MetricKind kind) {
       return absl::StrFormat("%.1f/s", v);
     case MetricKind::kCount:
       return absl::StrFormat("%.0f", v);
+    case MetricKind::kRatio:
+      return absl::StrFormat("%.1f%%", v * 100);
   }
   return "";
 }
@@ -94,7 +96,8 @@ std::optional<MetricKind> KindOfMetric(absl::string_view metric) {
       {"rejected", MetricKind::kCount},        {"client_dropped", MetricKind::kCount},
       {"view_changes", MetricKind::kCount},    {"committed_rate", MetricKind::kRate},
       {"accepted_rate", MetricKind::kRate},    {"offered_rate", MetricKind::kRate},
-      {"rejected_rate", MetricKind::kRate}};
+      {"rejected_rate", MetricKind::kRate},    {"held", MetricKind::kCount},
+      {"hint_accuracy", MetricKind::kRatio}};
   auto it = kMetrics.find(metric);
   if (it == kMetrics.end()) return std::nullopt;
   return it->second;
@@ -149,7 +152,7 @@ absl::StatusOr<Expectation> ParseExpectation(absl::string_view text) {
     e.factor = number;
     ASSIGN_OR_RETURN(e.rhs_ref, ParseRef(text, rest));
     if (e.rhs_ref.kind != e.lhs.kind) {
-      return Bad(text, "the two metrics have different units (latency, count or rate)");
+      return Bad(text, "the two metrics have different units (latency, count, rate or ratio)");
     }
     if (e.rhs_ref.partition.empty()) e.rhs_ref.partition = e.lhs.partition;
     return e;
@@ -176,6 +179,14 @@ absl::StatusOr<Expectation> ParseExpectation(absl::string_view text) {
       if (!rest.empty()) {
         return Bad(text, absl::StrCat("count metric '", e.lhs.metric, "' takes no unit, got '",
                                       rest, "'"));
+      }
+      break;
+    case MetricKind::kRatio:
+      if (rest == "%") {
+        e.value /= 100;
+      } else if (!rest.empty()) {
+        return Bad(text, absl::StrCat("unit '", rest, "' does not fit ratio metric '", e.lhs.metric,
+                                      "' (use % or none for 0..1)"));
       }
       break;
   }

@@ -6,12 +6,14 @@
 //                                              partition's active window start..stop)
 //   op          := "<" | "<=" | ">" | ">=" | "=="
 //   rhs         := number [unit] | [number "*"] [partition "."] metric [window]
-//   unit        := "ms" | "s" | "us" (latency metrics) | "/s" (rate metrics)
+//   unit        := "ms" | "s" | "us" (latency metrics) | "/s" (rate metrics) | "%" (ratios)
 // Metrics: latency p50, p99, max_latency (milliseconds); counts committed, accepted, offered,
-// rejected, client_dropped, view_changes; rates committed_rate, accepted_rate, offered_rate,
-// rejected_rate (tx/s). Without a partition the expectation is checked for every partition
-// (each must pass). A metric on the right compares two measurements of the same run, e.g.
-// `steady.p99@30s-60s<=1.2*steady.p99@5s-25s`; its partition defaults to the left one's.
+// rejected, client_dropped, held, view_changes; rates committed_rate, accepted_rate,
+// offered_rate, rejected_rate (tx/s); ratio hint_accuracy (accepted_after_hint /
+// reoffers_after_hint, 0..1 or a percentage; see loadgen_stats.h). Without a partition the
+// expectation is checked for every partition (each must pass). A metric on the right compares two
+// measurements of the same run, e.g. `steady.p99@30s-60s<=1.2*steady.p99@5s-25s`; its partition
+// defaults to the left one's.
 //
 // Thread-safety: pure functions.
 //
@@ -31,7 +33,7 @@
 
 namespace loadgen {
 
-enum class MetricKind { kLatencyMs, kCount, kRate };
+enum class MetricKind { kLatencyMs, kCount, kRate, kRatio };
 enum class CompareOp { kLess, kLessEqual, kGreater, kGreaterEqual, kEqual };
 
 struct MetricRef {
@@ -48,7 +50,7 @@ struct Expectation {
   MetricRef lhs;
   CompareOp op = CompareOp::kLess;
   // rhs = value, or factor * measured(rhs_ref) when has_ref.
-  double value = 0;  // in the metric's unit (ms, count, tx/s)
+  double value = 0;  // in the metric's unit (ms, count, tx/s, ratio 0..1)
   bool has_ref = false;
   double factor = 1;
   MetricRef rhs_ref;

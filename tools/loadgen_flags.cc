@@ -46,7 +46,7 @@ absl::StatusOr<std::vector<std::string>> ParseAddresses(absl::string_view flag,
 }
 
 const std::set<std::string>& BoolFlags() {
-  static const std::set<std::string> k = {"quiet", "help"};
+  static const std::set<std::string> k = {"quiet", "help", "honour-retry-after"};
   return k;
 }
 const std::set<std::string>& ValueFlags() {
@@ -183,6 +183,7 @@ absl::StatusOr<Options> ParseLoadgenFlags(const std::vector<std::string>& args, 
     o.out_dir = *v;
   }
   o.quiet = get("quiet") != nullptr;
+  o.honour_retry_after = get("honour-retry-after") != nullptr;
   std::vector<std::string> scenarios;
   for (auto [it, end] = flags.equal_range("scenario"); it != end; ++it)
     scenarios.push_back(it->second);
@@ -215,10 +216,10 @@ std::string LoadgenUsage() {
   return R"(usage: loadgen --targets HOST:PORT[,...] --scenario SPEC [flags]
 
 Open-loop load per partition against noded's ClientService. Offers follow the schedule whatever
-the answers; txs due in the same --batch-ms tick go out as SubmitTxBatch RPCs, one per target
-(--route sender) or one to the next target (--route spread). Commits are found by polling
-GetChainStatus/GetBlock every --poll-ms (--commits poll) or from WatchCommits streams
-(--commits watch).
+the answers (with --honour-retry-after, minus those held back by retry-after hints); txs due in
+the same --batch-ms tick go out as SubmitTxBatch RPCs, one per target (--route sender) or one to
+the next target (--route spread). Commits are found by polling GetChainStatus/GetBlock every
+--poll-ms (--commits poll) or from WatchCommits streams (--commits watch).
 
   --targets A,B,...        client ports of the nodes (required)
   --scenario SPEC          partitions and their load (required; repeatable, joined with ';'):
@@ -249,6 +250,13 @@ GetChainStatus/GetBlock every --poll-ms (--commits poll) or from WatchCommits st
                            consecutive nonces reach different nodes and arrive out of order
   --max-in-flight N        SubmitTxBatch RPCs per target; over it offers count as dropped
                            (default 64)
+  --honour-retry-after     a tx rejected with a retry-after hint (TxResult.retry_after_ms, or
+                           the retry-after-ms trailer of a failed RPC) holds its sender until
+                           the answer time + the hint: nothing of it (neither that tx nor fresh
+                           ones, to keep nonces in order) is offered before; offers due while all
+                           senders they could come from are held count as held. Without it,
+                           rejected txs go again at the next tick. Either way the summary says
+                           how often a re-offer after (and before) the hint was accepted
   --rpc-timeout-ms N       deadline of each RPC (default 5000)
   --commits poll|watch     how commits are found: poll (default): GetChainStatus/GetBlock
                            every --poll-ms on the target furthest ahead; watch: a WatchCommits
@@ -259,12 +267,14 @@ GetChainStatus/GetBlock every --poll-ms (--commits poll) or from WatchCommits st
   --admin-token-file F,..  bearer token file for --admin: one for all or one per address
   --tls-ca FILE            dial --targets and --admin with TLS, trusting the PEM CA in FILE
                            (e.g. D/tls/ca.crt of `tools/localnet up --tls client`)
-  --out DIR                write DIR/series.csv, DIR/summary.json, DIR/report.svg
+  --out DIR                write DIR/series.csv, DIR/summary.json (with the retry-after
+                           figures), DIR/report.svg
   --expect EXPR            assertion, repeatable: [PARTITION.]METRIC[@FROM-TO] OP VALUE[UNIT]
                              METRIC: p50 p99 max_latency (ms) | committed accepted offered
-                             rejected client_dropped view_changes | committed_rate
-                             accepted_rate offered_rate rejected_rate (tx/s)
-                             OP: < <= > >= ==   UNIT: ms s us | /s
+                             rejected client_dropped held view_changes | committed_rate
+                             accepted_rate offered_rate rejected_rate (tx/s) | hint_accuracy
+                             (re-offers after a retry-after hint that were accepted, 0..1)
+                             OP: < <= > >= ==   UNIT: ms s us | /s | %
                              VALUE may be [K*]METRIC[@FROM-TO] of the same run, e.g.
                              'steady.p99@30s-60s<=1.2*steady.p99@5s-25s'
                            without PARTITION it must hold for every partition
@@ -276,6 +286,8 @@ Examples:
     --scenario 'hot:rate=20000;steady:rate=200' --expect 'steady.p99<200ms' --out /tmp/run
   loadgen --targets 127.0.0.1:50051 --duration 60s --tx-bytes 4096 \
     --scenario 'bulk:pattern=burst,rate=5MB/s,peak=100MB/s,period=10s'
+  loadgen --targets 127.0.0.1:50051 --duration 60s --scenario 'hot:rate=20000' \
+    --honour-retry-after --expect 'hot.hint_accuracy>=80%'
 
 Exit: 0 all expectations passed; 1 an expectation failed or a target was unreachable;
 2 usage error.

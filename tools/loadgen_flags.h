@@ -1,8 +1,9 @@
 // loadgen's command line: flags into Options, and the --help text.
 //
-// Flags are `--name value` or `--name=value`; --expect, --scenario may repeat (scenarios are
-// joined with ';'). Every error is InvalidArgument naming the flag ("--duration: not a duration
-// 'x' (e.g. 60s, 500ms, 2m)"); loadgen prints it with a hint and exits 2.
+// Flags are `--name value` or `--name=value`; boolean flags (--quiet, --honour-retry-after) take
+// no value; --expect, --scenario may repeat (scenarios are joined with ';'). Every error is
+// InvalidArgument naming the flag ("--duration: not a duration 'x' (e.g. 60s, 500ms, 2m)"); loadgen
+// prints it with a hint and exits 2.
 //
 // Thread-safety: pure functions.
 //
@@ -50,6 +51,10 @@ struct Options {
   std::string out_dir;
   std::vector<Expectation> expectations;
   bool quiet = false;  // no per-second lines
+  // A tx rejected with a retry-after hint h holds its sender until answer time + h: the sender
+  // offers nothing before then (loadgen_txs.h); offers due meanwhile count as held. false: hints
+  // are only measured (the baseline), never waited for.
+  bool honour_retry_after = false;
 };
 
 // `help` is set (and defaults returned) when -h/--help is given.

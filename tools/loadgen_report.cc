@@ -30,6 +30,12 @@ SecondView View(const SecondStats& s) {
   return v;
 }
 
+// "83.2%", or "-" when there is nothing to divide.
+std::string Percent(uint64_t part, uint64_t whole) {
+  if (whole == 0) return "-";
+  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+}
+
 std::string JsonString(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
@@ -175,10 +181,12 @@ std::string FormatSecondLine(int second, const std::string& name, const SecondSt
   for (int r = 0; r < kNumReasons; ++r) {
     absl::StrAppend(&rejected, r == 0 ? "" : ",", ReasonName(r), "=", s.rejected[r]);
   }
+  const std::string held = s.held > 0 ? absl::StrCat(" held=", s.held) : "";
   return absl::StrFormat(
-      "t=%ds %s offered=%d accepted=%d rejected{%s} dropped=%d committed=%d p50=%.1fms "
+      "t=%ds %s offered=%d accepted=%d rejected{%s} dropped=%d%s committed=%d p50=%.1fms "
       "p99=%.1fms",
-      second, name, s.offered, s.accepted, rejected, s.client_dropped, s.committed, v.p50, v.p99);
+      second, name, s.offered, s.accepted, rejected, s.client_dropped, held, s.committed, v.p50,
+      v.p99);
 }
 
 std::string FormatProgress(double now_s, double duration_s, uint64_t offered, uint64_t committed) {
@@ -217,21 +225,32 @@ std::string FormatSummary(const std::vector<PartitionReport>& reports) {
                       "\"\n");
     }
   }
+  for (const PartitionReport& p : reports) {
+    const HintCounts& h = p.totals.hints;
+    if (h.hinted_rejections == 0) continue;
+    absl::StrAppendFormat(
+        &out,
+        "  %s retry-after: %d hinted (mean %.0f ms); re-offered after the hint %d, accepted %s; "
+        "before the hint %d, accepted %s; held %d offers\n",
+        p.name, h.hinted_rejections, h.mean_hint_ms(), h.reoffers_after_hint,
+        Percent(h.accepted_after_hint, h.reoffers_after_hint), h.reoffers_before_hint,
+        Percent(h.accepted_before_hint, h.reoffers_before_hint), p.totals.held);
+  }
   return out;
 }
 
 std::string SeriesCsv(const std::vector<PartitionReport>& reports) {
   std::string out = "second,partition,offered,accepted,rejected";
   for (int r = 0; r < kNumReasons; ++r) absl::StrAppend(&out, ",rejected_", ReasonName(r));
-  absl::StrAppend(&out, ",client_dropped,committed,p50_ms,p99_ms\n");
+  absl::StrAppend(&out, ",client_dropped,held,committed,p50_ms,p99_ms\n");
   for (const PartitionReport& p : reports) {
     for (size_t s = 0; s < p.series.size(); ++s) {
       const SecondStats& x = p.series[s];
       SecondView v = View(x);
       absl::StrAppend(&out, s, ",", p.name, ",", x.offered, ",", x.accepted, ",", v.rejected);
       for (int r = 0; r < kNumReasons; ++r) absl::StrAppend(&out, ",", x.rejected[r]);
-      absl::StrAppendFormat(&out, ",%d,%d,%.3f,%.3f\n", x.client_dropped, x.committed, v.p50,
-                            v.p99);
+      absl::StrAppendFormat(&out, ",%d,%d,%d,%.3f,%.3f\n", x.client_dropped, x.held, x.committed,
+                            v.p50, v.p99);
     }
   }
   return out;
@@ -277,16 +296,25 @@ std::string SummaryJson(const std::vector<PartitionReport>& reports, const RunIn
                     p.view_changes.has_value() ? absl::StrCat(*p.view_changes) : "null",
                     ", \"signed_during_run\": ", p.signed_during_run,
                     ", \"uncommitted\": ", p.uncommitted,
-                    ", \"pending_reoffers\": ", p.pending_reoffers, ",\n     \"series\": [");
+                    ", \"pending_reoffers\": ", p.pending_reoffers, ",\n");
+    const HintCounts& h = t.hints;
+    absl::StrAppendFormat(&out,
+                          "     \"hinted_rejections\": %d, \"mean_hint_ms\": %.3f, "
+                          "\"reoffers_after_hint\": %d, \"accepted_after_hint\": %d, "
+                          "\"reoffers_before_hint\": %d, \"accepted_before_hint\": %d, "
+                          "\"held\": %d,\n     \"series\": [",
+                          h.hinted_rejections, h.mean_hint_ms(), h.reoffers_after_hint,
+                          h.accepted_after_hint, h.reoffers_before_hint, h.accepted_before_hint,
+                          t.held);
     for (size_t s = 0; s < p.series.size(); ++s) {
       const SecondStats& x = p.series[s];
       SecondView v = View(x);
       absl::StrAppendFormat(&out,
                             "%s\n       {\"t\": %d, \"offered\": %d, \"accepted\": %d, "
-                            "\"rejected\": %d, \"client_dropped\": %d, \"committed\": %d, "
-                            "\"p50_ms\": %.3f, \"p99_ms\": %.3f}",
+                            "\"rejected\": %d, \"client_dropped\": %d, \"held\": %d, "
+                            "\"committed\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f}",
                             s == 0 ? "" : ",", s, x.offered, x.accepted, v.rejected,
-                            x.client_dropped, x.committed, v.p50, v.p99);
+                            x.client_dropped, x.held, x.committed, v.p50, v.p99);
     }
     absl::StrAppend(&out, "]}", i + 1 < reports.size() ? "," : "", "\n");
   }
@@ -365,6 +393,13 @@ absl::StatusOr<double> Measure(const std::vector<PartitionReport>& reports, cons
   if (m == "offered") return static_cast<double>(t.offered);
   if (m == "rejected") return static_cast<double>(t.rejected_total);
   if (m == "client_dropped") return static_cast<double>(t.client_dropped);
+  if (m == "held") return static_cast<double>(t.held);
+  if (m == "hint_accuracy") {
+    std::optional<double> accuracy = t.hints.accuracy();
+    if (!accuracy.has_value())
+      return absl::UnavailableError("no re-offer after a retry-after hint");
+    return *accuracy;
+  }
   if (m == "committed_rate") return rates.committed_rate();
   if (m == "accepted_rate") return rates.accepted_rate();
   if (m == "offered_rate") return rates.offered_rate();

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -79,6 +80,7 @@ class Runner {
     PartitionRun* p = nullptr;
     size_t target = 0;
     int second = 0;
+    int64_t sent_nanos = 0;  // clock_ nanos of the tick that sent it
   };
 
   absl::Status Setup();
@@ -265,11 +267,17 @@ void Runner::SendBatch(PartitionRun& p, size_t target, uint64_t chunk, size_t gr
   call->p = &p;
   call->target = target;
   call->second = second;
+  call->sent_nanos = now;
   call->req.mutable_partition()->set_id(p.id);
   for (uint64_t i = 0; i < chunk; ++i) {
-    std::optional<OfferTx> tx = p.book->Take(group, groups);
-    if (!tx.has_value()) {  // buffers empty: the signer is behind
-      p.stats.AddClientDropped(second, chunk - i);
+    bool held = false;
+    std::optional<OfferTx> tx = p.book->Take(group, groups, now, &held);
+    if (!tx.has_value()) {
+      if (held) {  // the group's senders wait out retry-after hints (--honour-retry-after)
+        p.stats.AddHeld(second, chunk - i);
+      } else {  // buffers empty: the signer is behind
+        p.stats.AddClientDropped(second, chunk - i);
+      }
       break;
     }
     tracker_.Sent(tx->hash, now);
@@ -293,46 +301,76 @@ void Runner::SendBatch(PartitionRun& p, size_t target, uint64_t chunk, size_t gr
 
 void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
   PartitionRun& p = *call->p;
+  const int64_t answered = clock_->NowNanos();
   uint64_t accepted = 0;
   std::array<uint64_t, kNumReasons> rejected = {};
   std::array<std::string, kNumReasons> examples;
-  auto reject = [&](OfferTx& tx, int code, absl::string_view message, absl::string_view by) {
+  HintCounts hints;
+  // A re-offer of a tx whose last rejection carried a hint: did it wait, and did it pass?
+  auto score_reoffer = [&](const OfferTx& tx, bool ok) {
+    if (tx.hint_nanos <= 0) return;
+    if (call->sent_nanos - tx.rejected_at_nanos >= tx.hint_nanos) {
+      ++hints.reoffers_after_hint;
+      if (ok) ++hints.accepted_after_hint;
+    } else {
+      ++hints.reoffers_before_hint;
+      if (ok) ++hints.accepted_before_hint;
+    }
+  };
+  auto reject = [&](OfferTx& tx, int code, absl::string_view message, absl::string_view by,
+                    uint32_t hint_ms) {
     const Reason reason = ClassifyRejection(code, message, by);
     if (rejected[reason]++ == 0) {
       examples[reason] = by.empty() ? absl::StrCat(message, " (code ", code, ")")
                                     : absl::StrCat(by, ": ", message, " (code ", code, ")");
     }
     tracker_.Forget(tx.hash);
-    p.book->ReturnRejected(std::move(tx), ShouldReoffer(code, message));
+    score_reoffer(tx, /*ok=*/false);
+    tx.hint_nanos = static_cast<int64_t>(hint_ms) * 1'000'000;
+    tx.rejected_at_nanos = answered;
+    if (hint_ms > 0) {
+      ++hints.hinted_rejections;
+      hints.hint_ms_sum += hint_ms;
+    }
+    const int64_t not_before = o_.honour_retry_after && hint_ms > 0 ? answered + tx.hint_nanos : 0;
+    p.book->ReturnRejected(std::move(tx), ShouldReoffer(code, message), not_before);
   };
   bool unavailable = false;
   if (!status.ok()) {
     std::string by;
+    uint32_t hint_ms = 0;
     const auto& md = call->ctx.GetServerTrailingMetadata();
     if (auto it = md.find("rejected-by"); it != md.end())
       by.assign(it->second.data(), it->second.size());
+    if (auto it = md.find("retry-after-ms");
+        it != md.end() &&
+        !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &hint_ms)) {
+      hint_ms = 0;  // not a decimal number of milliseconds: no hint
+    }
     for (OfferTx& tx : call->txs) {
-      reject(tx, static_cast<int>(status.error_code()), status.error_message(), by);
+      reject(tx, static_cast<int>(status.error_code()), status.error_message(), by, hint_ms);
     }
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) unavailable = true;
   } else {
     for (size_t i = 0; i < call->txs.size(); ++i) {
       if (static_cast<int>(i) >= call->resp.results_size()) {
-        reject(call->txs[i], 2, "missing result", "");
+        reject(call->txs[i], 2, "missing result", "", 0);
         continue;
       }
       const node::client::TxResult& r = call->resp.results(static_cast<int>(i));
       if (r.code() == 0 ||
           (r.code() == kGrpcAlreadyExists && absl::StartsWith(r.message(), "duplicate"))) {
         ++accepted;
+        score_reoffer(call->txs[i], /*ok=*/true);
       } else {
         if (r.code() == kGrpcUnavailable) unavailable = true;
-        reject(call->txs[i], r.code(), r.message(), "");
+        reject(call->txs[i], r.code(), r.message(), "", r.retry_after_ms());
       }
     }
   }
+  if (!hints.empty()) p.stats.AddHints(call->second, hints);
   if (unavailable && o_.route_by_sender) {
-    avoid_until_[call->target].store(clock_->NowNanos() + kAvoidNanos, std::memory_order_relaxed);
+    avoid_until_[call->target].store(answered + kAvoidNanos, std::memory_order_relaxed);
   }
   if (accepted > 0) p.stats.AddAccepted(call->second, accepted);
   for (int r = 0; r < kNumReasons; ++r) {

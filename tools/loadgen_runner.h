@@ -9,7 +9,13 @@
 //     round-robin over targets). It never waits for answers; when a target already has
 //     --max-in-flight RPCs outstanding the offers are counted as client_dropped instead.
 //   - answers arrive on gRPC's callback threads: accepted / rejected-by-reason per tx; rejected
-//     txs go back to their sender to be re-offered first.
+//     txs go back to their sender to be re-offered first. A rejection's retry-after hint
+//     (TxResult.retry_after_ms, or the "retry-after-ms" trailer of a failed RPC) is kept with
+//     the tx; with --honour-retry-after it also holds the tx's sender until answer time + hint
+//     (tools/loadgen_txs.h), and offers due while all senders a batch could take from are held
+//     count as held. Either way each re-offer of a hinted tx is scored as sent after or before
+//     its hint, and accepted or not (tools/loadgen_stats.h, HintCounts): a run without the flag
+//     is the baseline for how well the hints predict acceptance.
 //   - a poller thread per partition calls GetChainStatus on every target every --poll-ms and
 //     reads the new blocks (GetBlock, hashes only) from the one furthest ahead, so a lagging
 //     replica hides nothing; a block's tx hashes that match sent txs give

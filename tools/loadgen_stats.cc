@@ -73,6 +73,32 @@ uint64_t SecondStats::rejected_total() const {
   return n;
 }
 
+HintCounts& HintCounts::operator+=(const HintCounts& other) {
+  hinted_rejections += other.hinted_rejections;
+  hint_ms_sum += other.hint_ms_sum;
+  reoffers_after_hint += other.reoffers_after_hint;
+  accepted_after_hint += other.accepted_after_hint;
+  reoffers_before_hint += other.reoffers_before_hint;
+  accepted_before_hint += other.accepted_before_hint;
+  return *this;
+}
+
+bool HintCounts::empty() const {
+  return hinted_rejections == 0 && hint_ms_sum == 0 && reoffers_after_hint == 0 &&
+         accepted_after_hint == 0 && reoffers_before_hint == 0 && accepted_before_hint == 0;
+}
+
+double HintCounts::mean_hint_ms() const {
+  return hinted_rejections > 0
+             ? static_cast<double>(hint_ms_sum) / static_cast<double>(hinted_rejections)
+             : 0;
+}
+
+std::optional<double> HintCounts::accuracy() const {
+  if (reoffers_after_hint == 0) return std::nullopt;
+  return static_cast<double>(accepted_after_hint) / static_cast<double>(reoffers_after_hint);
+}
+
 SecondStats& PartitionStats::At(int second) {
   if (second < 0) second = 0;
   if (static_cast<size_t>(second) >= seconds_.size()) seconds_.resize(second + 1);
@@ -94,6 +120,14 @@ void PartitionStats::AddRejected(int second, Reason reason, uint64_t n) {
 void PartitionStats::AddClientDropped(int second, uint64_t n) {
   absl::MutexLock l(&mu_);
   At(second).client_dropped += n;
+}
+void PartitionStats::AddHeld(int second, uint64_t n) {
+  absl::MutexLock l(&mu_);
+  At(second).held += n;
+}
+void PartitionStats::AddHints(int second, const HintCounts& counts) {
+  absl::MutexLock l(&mu_);
+  At(second).hints += counts;
 }
 void PartitionStats::AddCommit(int second, double latency_ms) {
   absl::MutexLock l(&mu_);
@@ -134,7 +168,9 @@ Totals Summarize(const std::vector<SecondStats>& series, Window window) {
     t.accepted += x.accepted;
     for (int r = 0; r < kNumReasons; ++r) t.rejected[r] += x.rejected[r];
     t.client_dropped += x.client_dropped;
+    t.held += x.held;
     t.committed += x.committed;
+    t.hints += x.hints;
     lat.insert(lat.end(), x.latencies_ms.begin(), x.latencies_ms.end());
   }
   for (uint64_t r : t.rejected) t.rejected_total += r;

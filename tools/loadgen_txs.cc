@@ -71,15 +71,22 @@ SenderBook::SenderBook(std::vector<uint64_t> next_nonces) : num_senders_(next_no
   }
 }
 
-std::optional<OfferTx> SenderBook::Take(size_t group, size_t groups) {
+std::optional<OfferTx> SenderBook::Take(size_t group, size_t groups, int64_t now_nanos,
+                                        bool* held) {
   absl::MutexLock l(&mu_);
+  if (held != nullptr) *held = false;
   if (groups == 0 || group >= groups || group >= senders_.size()) return std::nullopt;
   if (cursors_.size() < groups) cursors_.resize(groups, 0);
   const size_t members = (senders_.size() - group + groups - 1) / groups;
   size_t& cursor = cursors_[group];
+  bool skipped_held = false;
   for (size_t tried = 0; tried < members; ++tried) {
     Sender& s = senders_[group + (cursor % members) * groups];
     cursor = (cursor + 1) % members;
+    if (s.hold_until_nanos > now_nanos) {
+      skipped_held = true;
+      continue;
+    }
     if (!s.rejected.empty()) {
       OfferTx tx = std::move(s.rejected.begin()->second);
       s.rejected.erase(s.rejected.begin());
@@ -93,14 +100,17 @@ std::optional<OfferTx> SenderBook::Take(size_t group, size_t groups) {
       return tx;
     }
   }
+  if (held != nullptr) *held = skipped_held;
   return std::nullopt;
 }
 
-void SenderBook::ReturnRejected(OfferTx tx, bool reoffer) {
+void SenderBook::ReturnRejected(OfferTx tx, bool reoffer, int64_t not_before_nanos) {
   if (!reoffer) return;
   absl::MutexLock l(&mu_);
   if (tx.sender >= senders_.size()) return;
-  if (senders_[tx.sender].rejected.emplace(tx.nonce, std::move(tx)).second) ++pending_;
+  Sender& s = senders_[tx.sender];
+  s.hold_until_nanos = std::max(s.hold_until_nanos, not_before_nanos);
+  if (s.rejected.emplace(tx.nonce, std::move(tx)).second) ++pending_;
 }
 
 uint64_t SenderBook::ReserveNonces(uint32_t sender, uint64_t count) {

@@ -19,6 +19,15 @@
 // txs still sit in a pool gets "replayed nonce" rejections; let the earlier run drain, or change
 // --seed.
 //
+// Retry-after holds (--honour-retry-after). A flow-control rejection may carry a hint: retry
+// after h ms. ReturnRejected(tx, reoffer, not_before) then holds the whole sender until
+// not_before (the latest of its holds): Take skips it, so neither the rejected tx nor a fresh
+// one (whose nonce would arrive ahead of it) is offered before then; afterwards its lowest
+// rejected nonce goes first, as always. Take reports when it came back empty because of holds,
+// so that the runner counts those offers as held rather than dropped. Without a not_before no
+// sender is ever held. Each OfferTx remembers the hint it was last rejected with and when, so
+// the runner can tell whether a re-offer waited for the hint (loadgen_stats.h, HintCounts).
+//
 // Thread-safety: SenderBook and CommitTracker are thread-safe; TxFactory is immutable.
 //
 //   ASSIGN_OR_RETURN(std::vector<base::PrivateKey> keys, MakeSenderKeys(/*seed=*/1, 256));
@@ -27,6 +36,10 @@
 //   SignMore(factory, keys[0], /*sender=*/0, /*count=*/100, &book);
 //   std::optional<OfferTx> tx = book.Take();      // send it; if rejected:
 //   book.ReturnRejected(*std::move(tx), ShouldReoffer(code, message));
+//   // or, with --honour-retry-after and a hint: the sender offers nothing before answer + hint
+//   book.ReturnRejected(*std::move(tx), true, /*not_before_nanos=*/answered + hint_nanos);
+//   bool held = false;
+//   tx = book.Take(/*group=*/0, /*groups=*/1, /*now_nanos=*/now, &held);
 #ifndef TOOLS_LOADGEN_TXS_H_
 #define TOOLS_LOADGEN_TXS_H_
 
@@ -51,6 +64,11 @@ struct OfferTx {
   uint64_t nonce = 0;
   std::string bytes;  // serialized SignedTransaction
   std::string hash;   // base::TxHash(bytes): SHA-256 of `bytes`
+  // The retry-after hint of its latest rejection (0 = none, or never rejected) and when that
+  // answer arrived (clock nanos): a re-offer sent at t waited for the hint iff
+  // t - rejected_at_nanos >= hint_nanos.
+  int64_t hint_nanos = 0;
+  int64_t rejected_at_nanos = 0;
 };
 
 absl::StatusOr<std::vector<base::PrivateKey>> MakeSenderKeys(uint64_t seed, int count);
@@ -80,12 +98,19 @@ class SenderBook {
   explicit SenderBook(std::vector<uint64_t> next_nonces);
 
   // The next transaction to offer, round-robin over senders: a sender's lowest rejected one
-  // first, else its oldest pre-signed one. Nullopt when no sender has anything (buffers empty).
+  // first, else its oldest pre-signed one. Senders held past `now_nanos` (see ReturnRejected)
+  // are skipped. Nullopt when no sender has anything to offer now; then `*held` (if given) is
+  // true when some sender of the group was skipped for a hold (the offer waits for a hint),
+  // false when every buffer is simply empty (the signer is behind).
   // With `groups` > 1, only senders i with i % groups == group (one target's senders).
-  std::optional<OfferTx> Take(size_t group = 0, size_t groups = 1) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<OfferTx> Take(size_t group = 0, size_t groups = 1, int64_t now_nanos = 0,
+                              bool* held = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // A sent transaction came back rejected. With `reoffer` it is offered again before the
   // sender's fresh ones; without, it is forgotten (its nonce stays a hole; see file comment).
-  void ReturnRejected(OfferTx tx, bool reoffer) ABSL_LOCKS_EXCLUDED(mu_);
+  // With `reoffer` and `not_before_nanos` > 0 the sender is held: Take offers none of its txs
+  // while now_nanos < not_before_nanos (the latest of its holds counts).
+  void ReturnRejected(OfferTx tx, bool reoffer, int64_t not_before_nanos = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Reserves the next `count` nonces of `sender` for signing; returns the first one.
   uint64_t ReserveNonces(uint32_t sender, uint64_t count) ABSL_LOCKS_EXCLUDED(mu_);
   // Appends signed transactions (nonces reserved by ReserveNonces, in order) to the buffer.
@@ -105,6 +130,7 @@ class SenderBook {
     uint64_t next_nonce_to_sign = 1;
     std::deque<OfferTx> fresh;
     std::map<uint64_t, OfferTx> rejected;  // by nonce
+    int64_t hold_until_nanos = 0;          // offers nothing before (0 = never held)
   };
   size_t num_senders_;
   mutable absl::Mutex mu_;

@@ -169,23 +169,26 @@ const std::vector<Command>& Commands() {
        .positionals = 1,
        .run = RunGetValue},
       {.name = "update-flow",
-       .synopsis = "--partition P [--interceptor FILE|TEXT] [--lane-weights K=V,...] "
-                   "[--budget K=V,...] [--pool K=V,...] [--drain-rate BYTES_PER_S] "
-                   "[--disk-budget SIZE|none]",
-       .summary = "Replace a partition's interceptor chain, lane weights, budget, pool limits or "
-                  "(lossless) drain rate and disk budget.",
+       .synopsis = "--partition P [--interceptor FILE|TEXT] [--read-interceptor FILE|TEXT] "
+                   "[--lane-weights K=V,...] [--budget K=V,...] [--pool K=V,...] "
+                   "[--drain-rate BYTES_PER_S] [--disk-budget SIZE|none]",
+       .summary = "Replace a partition's interceptor or read chain, lane weights, budget, pool "
+                  "limits or (lossless) drain rate and disk budget.",
        .details =
            "--interceptor takes a text-format node.flowctl.StageChainConfig, from a file or "
            "inline:\n"
            "  --interceptor 'stages { concurrency { max_in_flight: 512 } }\n"
            "                 stages { rate { rate_per_second: 1000 burst: 100 } }'\n"
-           "It replaces the whole chain. Lane, budget and pool keys left out are sent as 0, which\n"
+           "It replaces the whole chain; --read-interceptor does the same for the chain reads\n"
+           "pass (GetTx, GetAccount, GetBlock, GetChainStatus, GetValue, WatchCommits).\n"
+           "Lane, budget and pool keys left out are sent as 0, which\n"
            "the node reads as \"keep the current value\". Byte values take B, KiB, MiB, GiB, KB,\n"
            "MB, GB. The node validates the whole update and applies all of it or nothing.\n"
            "Pool keys: max_txs, max_bytes, max_per_sender, forward_reserve_fraction (0..0.5),\n"
            "high_water_fraction (0..1], ttl_seconds, max_tx_bytes.\n",
        .flags = {{"partition", "P", "the partition (by name); required"},
                  {"interceptor", "FILE|TEXT", "new interceptor chain (StageChainConfig text)"},
+                 {"read-interceptor", "FILE|TEXT", "new read chain (StageChainConfig text)"},
                  {"lane-weights", "K=V,...",
                   "consensus=, sync=, tx_forward=, bulk=, client= (each > 0)"},
                  {"budget", "K=V,...", "dispatcher budget: messages=N, bytes=SIZE"},

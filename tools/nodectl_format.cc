@@ -54,6 +54,14 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
   } else {
     out << "  (no interceptor stages)\n";
   }
+  if (p.read_stages_size() > 0) {
+    Table reads({"READ_STAGE", "KIND", "ADMITTED>", "REJECTED>", "CURRENT>", "LIMIT>"});
+    for (const auto& s : p.read_stages()) {
+      reads.AddRow({s.name(), s.kind(), absl::StrCat(s.admitted()), absl::StrCat(s.rejected()),
+                    FormatNumber(s.current()), FormatNumber(s.limit())});
+    }
+    reads.Print(out, 2);
+  }
 
   Table lanes({"LANE", "WEIGHT>", "DEPTH>", "DEPTH_BYTES>", "CAPACITY>", "CAPACITY_BYTES>",
                "OFFERED>", "PROCESSED>", "DROPPED>", "DROPPED_BYTES>", "DELAY_P50>", "DELAY_P99>",
@@ -79,6 +87,12 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
       << FormatBytes(pool.bytes()) << "/" << FormatBytes(pool.max_bytes()) << "  high-water "
       << YesNo(pool.above_high_water()) << "  added " << pool.added() << "  rejected_full "
       << pool.rejected_full() << "  expired " << pool.expired() << "\n";
+  const auto& hints = p.retry_hints();
+  out << "  retry  pool " << hints.pool_retry_after_ms() << "ms  client_lane "
+      << hints.client_lane_retry_after_ms() << "ms  " << (hints.fixed() ? "(fixed)" : "from")
+      << " commits " << FormatNumber(hints.commit_txs_per_second()) << " tx/s, "
+      << FormatNumber(hints.commit_blocks_per_second()) << " blocks/s, client lane "
+      << FormatNumber(hints.client_lane_jobs_per_second()) << " jobs/s\n";
   out << "  spill  appended " << spill.appended() << "  drained " << spill.drained() << "  memory "
       << FormatBytes(spill.memory_bytes()) << "  disk " << FormatBytes(spill.disk_bytes())
       << "  segments " << spill.segments() << "  drain "
@@ -200,10 +214,13 @@ void PrintEgress(const node::admin::EgressStats& e, std::ostream& out) {
 void PrintPartitionFlowConfig(const node::config::PartitionConfig& c, std::ostream& out) {
   std::vector<std::string> stages;
   for (const auto& s : c.interceptor().stages()) stages.push_back(StageSummary(s));
+  std::vector<std::string> reads;
+  for (const auto& s : c.read_interceptor().stages()) reads.push_back(StageSummary(s));
   const auto& d = c.dispatcher();
   const auto& pool = c.pool();
   out << "partition " << c.name() << " (id " << c.id() << ")\n"
       << "  interceptor  " << (stages.empty() ? "(none)" : absl::StrJoin(stages, " -> ")) << "\n"
+      << "  reads        " << (reads.empty() ? "(none)" : absl::StrJoin(reads, " -> ")) << "\n"
       << "  lanes        " << Lanes(d.lane_weights()) << "  budget " << d.budget_messages()
       << " msgs, " << FormatBytes(d.budget_bytes()) << "\n"
       << "  pool         max_txs=" << pool.max_txs() << " max_bytes=" << pool.max_bytes()

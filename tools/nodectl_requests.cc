@@ -202,6 +202,9 @@ absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(
   if (const std::string* s = f.Last("interceptor")) {
     ASSIGN_OR_RETURN(*req.mutable_interceptor(), ParseStageChain("--interceptor", *s));
   }
+  if (const std::string* s = f.Last("read-interceptor")) {
+    ASSIGN_OR_RETURN(*req.mutable_read_interceptor(), ParseStageChain("--read-interceptor", *s));
+  }
   if (const std::string* s = f.Last("lane-weights")) {
     RETURN_IF_ERROR(ParseLaneWeights(*s, req.mutable_dispatcher()->mutable_lane_weights()));
   }
@@ -222,10 +225,11 @@ absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(
       req.mutable_lossless()->set_disk_budget_bytes(v);
     }
   }
-  if (!req.has_interceptor() && !req.has_dispatcher() && !req.has_pool() && !req.has_lossless()) {
+  if (!req.has_interceptor() && !req.has_read_interceptor() && !req.has_dispatcher() &&
+      !req.has_pool() && !req.has_lossless()) {
     return Invalid(
-        "nothing to update: give --interceptor, --lane-weights, --budget, --pool, --drain-rate or "
-        "--disk-budget");
+        "nothing to update: give --interceptor, --read-interceptor, --lane-weights, --budget, "
+        "--pool, --drain-rate or --disk-budget");
   }
   return req;
 }

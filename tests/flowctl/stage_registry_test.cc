@@ -65,6 +65,30 @@ class StageRegistryTest : public ::testing::Test {
   StageRegistry registry_;
 };
 
+TEST_F(StageRegistryTest, GateUsesThePredicatesHintUnlessConfiguredWithOne) {
+  std::atomic<int64_t> hint_ms{250};
+  ASSERT_TRUE(registry_
+                  .RegisterPredicate(
+                      "hinted", RejectKind::kOverloaded, [](const RequestMeta&) { return false; },
+                      [&hint_ms](const RequestMeta& r) {
+                        return absl::Milliseconds(hint_ms.load() + r.partition);
+                      })
+                  .ok());
+  auto chain = BuildOk(registry_, R"pb(
+                 stages { gate { predicate: "hinted" } }
+               )pb")
+                   ->Create({.partition = 3, .clock = &clock_});
+  EXPECT_EQ(Admit(chain, {.partition = 3}).decision().retry_after(), absl::Milliseconds(253));
+  hint_ms.store(40);  // asked on every refusal, not frozen at build time
+  EXPECT_EQ(Admit(chain, {.partition = 3}).decision().retry_after(), absl::Milliseconds(43));
+  // A gate configured with its own retry_after_ms keeps it.
+  auto fixed = BuildOk(registry_, R"pb(
+                 stages { gate { predicate: "hinted" retry_after_ms: 70 } }
+               )pb")
+                   ->Create({.partition = 3, .clock = &clock_});
+  EXPECT_EQ(Admit(fixed, {.partition = 3}).decision().retry_after(), absl::Milliseconds(70));
+}
+
 TEST_F(StageRegistryTest, BuildsTheConfiguredOrderWithDefaultNames) {
   auto factory = BuildOk(registry_, R"pb(
     stages { gate { predicate: "consensus_normal" } }

@@ -40,7 +40,7 @@ class ClientAdmissionTest : public ::testing::Test {
     absl::StatusOr<Chain> chain = OpenChain(dir_, kPartition, node::chain::GenesisConfig());
     ASSERT_TRUE(chain.ok()) << chain.status();
     chain_ = *std::move(chain);
-    pool_ = chaintest::PoolOver(chain_, &clock_);
+    pool_ = chaintest::PoolOver(chain_, &clock_, pool_limits_);
     node::flowctl::StageChainConfig config;
     ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(interceptor_text, &config));
     absl::StatusOr<std::shared_ptr<const flowctl::ChainFactory>> factory = registry_.Build(config);
@@ -74,7 +74,9 @@ class ClientAdmissionTest : public ::testing::Test {
                               .ledger = chain_.ledger.get(),
                               .tx_limits = {.partition = kPartition},
                               .consensus_state = [] { return std::string("NORMAL"); },
-                              .request_tick = [this] { ++ticks_; }});
+                              .request_tick = [this] { ++ticks_; },
+                              .pool_retry_after = pool_hint_,
+                              .client_lane_retry_after = lane_hint_});
   }
 
   void TearDown() override {
@@ -115,6 +117,10 @@ class ClientAdmissionTest : public ::testing::Test {
   std::unique_ptr<flowctl::Dispatcher> dispatcher_;
   std::unique_ptr<ClientAdmission> admission_;
   int ticks_ = 0;
+  // The partition's measured hints (Deps); null: the fixed ones. Set before Build.
+  std::function<absl::Duration()> pool_hint_;
+  std::function<absl::Duration()> lane_hint_;
+  TxPoolLimits pool_limits_;  // set before Build
 };
 
 TEST_F(ClientAdmissionTest, AnAdmittedTxIsVerifiedOnTheLaneThenPooledTrackedAndForwarded) {
@@ -201,11 +207,45 @@ TEST_F(ClientAdmissionTest, AFullLaneRefusesAndAStoppedDispatcherStillAnswersOnc
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(got[0].rejected_by, "client_lane");
+  EXPECT_EQ(got[0].retry_after, kFixedClientLaneRetryAfter);  // no measured hint given
   dispatcher_->Stop();  // the queued job is discarded: its destructor answers
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[1].status.code(), absl::StatusCode::kUnavailable) << got[1].status;
   // The in-flight permits came back: a new chain admits up to its limit again.
   EXPECT_EQ(interceptor_->Get()->Stats()[0].gauges[0].value, 0);
+}
+
+TEST_F(ClientAdmissionTest, RefusalsCarryThePartitionsMeasuredHints) {
+  int lane_asked = 0;
+  lane_hint_ = [&lane_asked] {
+    ++lane_asked;
+    return absl::Milliseconds(7);
+  };
+  pool_hint_ = [] { return absl::Milliseconds(420); };
+  Build("stages { name: 'in_flight' concurrency { max_in_flight: 8 } }", /*lane_messages=*/1);
+  std::vector<SubmitResult> got;
+  Submit(SignedPut(1), &got);
+  Submit(SignedPut(2), &got);  // the lane holds one job
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].rejected_by, "client_lane");
+  EXPECT_EQ(got[0].retry_after, absl::Milliseconds(7));
+  EXPECT_EQ(lane_asked, 1);
+  EXPECT_GT(workers_.RunQueuedForTest(100), 0);
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_TRUE(got[1].status.ok()) << got[1].status;
+
+  // The pool refuses (sender quota 1 with a pool of its own): its hint, not the fixed 100 ms.
+  pool_limits_.max_per_sender = 1;
+  Build("stages { name: 'in_flight' concurrency { max_in_flight: 8 } }", /*lane_messages=*/10);
+  got.clear();
+  admission_->Submit({SignedPut(1), SignedPut(2)}, {}, absl::OkStatus(), /*single=*/false, nullptr,
+                     [&got](std::vector<SubmitResult> r) { got = std::move(r); });
+  EXPECT_GT(workers_.RunQueuedForTest(100), 0);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].status.ok()) << got[0].status;
+  EXPECT_EQ(got[1].status.code(), absl::StatusCode::kResourceExhausted) << got[1].status;
+  EXPECT_EQ(got[1].rejected_by, "pool");
+  EXPECT_EQ(got[1].retry_after, absl::Milliseconds(420));
 }
 
 TEST_F(ClientAdmissionTest, WaitForCommitAnswersWithTheReceiptOfTheBlock) {

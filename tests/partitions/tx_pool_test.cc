@@ -264,6 +264,40 @@ TEST_F(TxPoolTest, LiveLimitChangeAndHighWater) {
   EXPECT_EQ(pool->limits().max_txs, 100u) << "invalid limits change nothing";
 }
 
+TEST_F(TxPoolTest, HighWaterExcessIsWhatMustLeaveBeforeTheGateOpens) {
+  auto pool = MakePool({.max_txs = 10, .forward_reserve = 0, .high_water = 0.5});
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
+  EXPECT_EQ(pool->HighWaterExcess().txs, 0u);
+  for (int i = 4; i < 7; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
+  // 7 pooled, mark 5: the gate opens once 3 have left (7 - 3 = 4 < 5).
+  EXPECT_TRUE(pool->AboveHighWater());
+  EXPECT_EQ(pool->HighWaterExcess().txs, 3u);
+  EXPECT_EQ(pool->HighWaterExcess().bytes, 0u);
+  EXPECT_EQ(pool->size_now(), 7u);
+  EXPECT_EQ(pool->bytes_now(), pool->stats().bytes);
+  std::vector<TxPtr> batch = pool->SelectBatch(3, 1 << 20);
+  ASSERT_EQ(batch.size(), 3u);
+  for (const TxPtr& tx : batch) nonces_.Set(std::string(tx->sender()), 2);
+  pool->RemoveCommitted(batch);
+  EXPECT_FALSE(pool->AboveHighWater());
+  EXPECT_EQ(pool->HighWaterExcess().txs, 0u);
+  EXPECT_EQ(pool->size_now(), 4u);
+}
+
+TEST(PoolRetryAfterTest, TheExcessAtTheMeasuredCommitRateAndAtLeastHalfABlock) {
+  const flowctl::RetryAfterBounds b{
+      .min = absl::Milliseconds(10), .max = absl::Seconds(10), .unknown = absl::Milliseconds(100)};
+  // 300 txs over the mark at 1000 tx/s, blocks at 20/s (25 ms floor): 300 ms.
+  EXPECT_EQ(PoolRetryAfter(300, 0, 3000, 600'000, 1000, 20, b), absl::Milliseconds(300));
+  // Bytes over the mark count in txs of the mean size (200 B): 100 KB = 500 txs.
+  EXPECT_EQ(PoolRetryAfter(300, 100'000, 3000, 600'000, 1000, 20, b), absl::Milliseconds(500));
+  // A small excess still waits for the next block: half of 1/4 s.
+  EXPECT_EQ(PoolRetryAfter(1, 0, 3000, 600'000, 1000, 4, b), absl::Milliseconds(125));
+  // Nothing measured: the fallback; nothing committing while backlogged: the most.
+  EXPECT_EQ(PoolRetryAfter(300, 0, 3000, 600'000, -1, -1, b), absl::Milliseconds(100));
+  EXPECT_EQ(PoolRetryAfter(300, 0, 3000, 600'000, 0, -1, b), absl::Seconds(10));
+}
+
 TEST_F(TxPoolTest, GetAndMissing) {
   auto pool = MakePool({});
   TxPtr a = Tx(1, 1);

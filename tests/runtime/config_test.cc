@@ -37,6 +37,14 @@ TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
   EXPECT_EQ(config->partitions(0).pool().max_per_sender(), 1000u);        // default
   EXPECT_EQ(config->partitions(0).watch().max_watchers(), 64u);           // default
   EXPECT_EQ(config->partitions(0).watch().max_buffered_blocks(), 1024u);  // default
+  // Reads get a chain of their own by default: 256 in flight, no rate limit.
+  const auto& reads = config->partitions(0).read_interceptor();
+  ASSERT_EQ(reads.stages_size(), 2);
+  EXPECT_EQ(reads.stages(0).name(), "read_in_flight");
+  EXPECT_EQ(reads.stages(0).concurrency().max_in_flight(), 256u);
+  EXPECT_EQ(reads.stages(1).name(), "read_rate");
+  EXPECT_TRUE(reads.stages(1).rate().unlimited());
+  EXPECT_FALSE(config->resources().fixed_retry_after());
   EXPECT_EQ(config->key_file(), "/tmp/n1/node.key");
 }
 

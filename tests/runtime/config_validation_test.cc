@@ -188,6 +188,24 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
        },
        "partitions[hot].interceptor.stages[1].name: duplicate stage name 'a' (also stages[0]); "
        "give stages of one kind distinct names"},
+      {"adaptive stage among the reads",
+       ConfigText("read_interceptor { stages { adaptive { initial_limit: 8 } } }"),
+       [&] {
+         auto r = HotFlow();
+         r.mutable_read_interceptor()->add_stages()->mutable_adaptive()->set_initial_limit(8);
+         return Flow(r);
+       },
+       "partitions[hot].read_interceptor.stages[0].adaptive: not for reads: an adaptive stage "
+       "follows a transaction to its commit (use concurrency or rate)"},
+      {"negative read rate",
+       ConfigText("read_interceptor { stages { rate { rate_per_second: -1 } } }"),
+       [&] {
+         auto r = HotFlow();
+         r.mutable_read_interceptor()->add_stages()->mutable_rate()->set_rate_per_second(-1);
+         return Flow(r);
+       },
+       "partitions[hot].read_interceptor.stages[0].rate.rate_per_second: must be finite and >= 0 "
+       "requests/s (0 closes the stage; set `unlimited` for no limit), got -1"},
       {"negative share weight", ConfigText("share { weight: -2 }"),
        [&] {
          node::admin::UpdateArbiterRequest r;

@@ -301,6 +301,100 @@ TEST_F(GrpcServicesTest, RateLimitedPartitionSaysWhoAndWhenInTrailers) {
   EXPECT_GT(std::stoll(retry), 900'000);  // ~1000 s
 }
 
+// Reads pass the partition's read chain, apart from the writes': closed by a live update, reads
+// of that partition are refused with the stage's name and wait in the trailers (writes and other
+// partitions' reads go on); reopened, they pass again. Stats count them per stage.
+TEST_F(GrpcServicesTest, ReadsPassTheirOwnChainWhichChangesLive) {
+  auto update_reads = [&](const std::string& partition, double rate) {
+    node::admin::UpdatePartitionFlowRequest update;
+    update.set_partition(partition);
+    auto* stage = update.mutable_read_interceptor()->add_stages();
+    stage->set_name(rate > 0 ? "cold_reads" : "read_rate");  // a fresh stage: its own counts
+    if (rate > 0) {
+      stage->mutable_rate()->set_rate_per_second(rate);
+      stage->mutable_rate()->set_burst(2);
+    } else {
+      stage->mutable_rate()->set_unlimited(true);
+    }
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::UpdatePartitionFlowResponse resp;
+    grpc::Status st = Admin()->UpdatePartitionFlow(&ctx, update, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(resp.effective().read_interceptor().stages_size(), 1);
+  };
+  auto status = [&](const std::string& partition, grpc::ClientContext* ctx) {
+    WithDeadline(ctx);
+    node::client::GetChainStatusRequest req;
+    *req.mutable_partition() = Ref(partition);
+    node::client::GetChainStatusResponse resp;
+    return Client()->GetChainStatus(ctx, req, &resp);
+  };
+  update_reads("cold", 0.001);  // the burst of 2, then one token per 1000 s
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(status("cold", &ctx).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = status("cold", &ctx);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_EQ(Trailer(ctx, "rejected-by"), "cold_reads");
+    const std::string retry = Trailer(ctx, "retry-after-ms");
+    ASSERT_FALSE(retry.empty());
+    EXPECT_GT(std::stoll(retry), 900'000);
+  }
+  {  // every read RPC passes it, WatchCommits when it opens
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::GetAccountRequest req;
+    *req.mutable_partition() = Ref("cold");
+    req.set_address(Address('z'));
+    node::client::GetAccountResponse resp;
+    EXPECT_EQ(Client()->GetAccount(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::WatchCommitsRequest req;
+    *req.mutable_partition() = Ref("cold");
+    auto reader = Client()->WatchCommits(&ctx, req);
+    node::client::WatchCommitsResponse block;
+    EXPECT_FALSE(reader->Read(&block));
+    grpc::Status st = reader->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  }
+  {  // another partition's reads and this partition's writes are not touched
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(status("hot", &ctx).ok());
+    grpc::ClientContext wctx;
+    node::client::SubmitTxResponse resp;
+    grpc::Status st = Submit("cold", SignedPut(3, 'r', 1, "k"), false, &resp, &wctx);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::GetFlowStatsRequest req;
+    node::admin::FlowStats stats;
+    ASSERT_TRUE(Admin()->GetFlowStats(&ctx, req, &stats).ok());
+    bool found = false;
+    for (const auto& p : stats.partitions()) {
+      if (p.name() != "cold") continue;
+      ASSERT_EQ(p.read_stages_size(), 1);
+      EXPECT_EQ(p.read_stages(0).name(), "cold_reads");
+      EXPECT_EQ(p.read_stages(0).admitted(), 2u);
+      EXPECT_EQ(p.read_stages(0).rejected(), 3u);
+      found = true;
+    }
+    EXPECT_TRUE(found);
+  }
+  update_reads("cold", 0);  // unlimited again
+  grpc::ClientContext ctx;
+  EXPECT_TRUE(status("cold", &ctx).ok());
+}
+
 // A second pair of servers over the suite's node, on ports of their own.
 absl::StatusOr<std::unique_ptr<GrpcServers>> OwnServers(Node* node) {
   node::config::NodeConfig config = node->config();

@@ -44,6 +44,11 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   stage->set_kind("rate");
   stage->set_admitted(10);
   stage->set_rejected(5);
+  auto* read_stage = p->add_read_stages();
+  read_stage->set_name("read_rate");
+  read_stage->set_kind("rate");
+  read_stage->set_admitted(30);
+  read_stage->set_rejected(12);
   auto* lane = p->add_lanes();
   lane->set_name("consensus");
   lane->set_depth_messages(7);
@@ -60,6 +65,9 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   p->set_committed_txs(77);
   p->set_commit_watchers(3);
   p->set_commit_watchers_cut_slow(2);
+  p->mutable_retry_hints()->set_commit_txs_per_second(812.5);
+  p->mutable_retry_hints()->set_pool_retry_after_ms(350);
+  p->mutable_retry_hints()->set_client_lane_retry_after_ms(4);
   auto* channel = stats.mutable_egress()->add_channels();
   channel->set_channel("CONSENSUS");
   channel->set_bytes_sent(555);
@@ -78,6 +86,9 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(
       text,
       HasSubstr("noded_stage_rejected_total{partition=\"hot\",stage=\"rate\",kind=\"rate\"} 5"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_read_stage_rejected_total{partition=\"hot\",stage=\"read_rate\","
+                        "kind=\"rate\"} 12"));
   EXPECT_THAT(text, HasSubstr("noded_lane_depth_messages{partition=\"hot\",lane=\"consensus\"} 7"));
   EXPECT_THAT(
       text,
@@ -100,6 +111,13 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_commit_watchers{partition=\"hot\"} 3"));
   EXPECT_THAT(text, HasSubstr("noded_commit_watchers_cut_slow_total{partition=\"hot\"} 2"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_commit_watchers_cut_slow_total counter"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_commit_rate_measured_txs_per_second{partition=\"hot\"} 812.5"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_retry_after_seconds{partition=\"hot\",refusal=\"pool\"} 0.35"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("noded_retry_after_seconds{partition=\"hot\",refusal=\"client_lane\"} 0.004"));
 }
 
 // Latencies go out as Prometheus histograms built from the node's own histograms: fixed buckets

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "base/ed25519.h"
 #include "flowctl/tick_scheduler.h"
 #include "glog/logging.h"
@@ -46,6 +47,7 @@ class PartitionResourceConsumerTest : public ::testing::Test {
     pool_ = std::make_unique<flowctl::WorkerPool>(po);
     ASSERT_TRUE(pool_->Start().ok());
 
+    members_ = members;
     node::config::NodeConfig nc;
     nc.set_data_dir(dir_);
     auto* pc = nc.add_partitions();
@@ -53,21 +55,28 @@ class PartitionResourceConsumerTest : public ::testing::Test {
     pc->set_name("p");
     ApplyDefaults(&nc);
     config_ = nc.partitions(0);
+    part_ = Open(config_, dir_ + "/part");
+    ASSERT_NE(part_, nullptr);
+  }
+
+  std::unique_ptr<Partition> Open(const node::config::PartitionConfig& config,
+                                  const std::string& dir, bool fixed_retry_after = false) {
     PartitionEnv env;
-    env.config = config_;
-    env.dir = dir_ + "/part";
+    env.config = config;
+    env.dir = dir;
     env.pool = pool_.get();
     env.network = net_.get();
     env.key = testing::TestKey('a');
-    for (const auto& [id, pk] : members) {
+    for (const auto& [id, pk] : members_) {
       env.replica_ids.push_back(id);
       env.replica_keys.push_back(pk);
     }
     env.clock = &clock_;
     env.scheduler = &scheduler_;
+    env.fixed_retry_after = fixed_retry_after;
     absl::StatusOr<std::unique_ptr<Partition>> p = Partition::Open(std::move(env));
-    ASSERT_TRUE(p.ok()) << p.status();
-    part_ = *std::move(p);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *std::move(p) : nullptr;
   }
 
   void TearDown() override {
@@ -85,6 +94,7 @@ class PartitionResourceConsumerTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::vector<std::pair<p2p::NodeId, base::PublicKey>> members_;
   tests::FakeClock clock_;
   flowctl::TickScheduler scheduler_{&clock_};  // never started: no tick runs
   p2p::InMemoryHub hub_{&clock_};
@@ -157,6 +167,55 @@ TEST_F(PartitionResourceConsumerTest, EgressShareChangesNothingOnThePartition) {
   part_->ApplyShare(Resource::kEgress, 1);
   EXPECT_EQ(part_->FlowStats().pool().max_bytes(), max_bytes);
   EXPECT_EQ(GroupShare(), share);
+}
+
+// The pool's retry-after follows the commit rate TakeUsage measures (never started here: a
+// backlog with no commits), or stays the fixed 100 ms under resources.fixed_retry_after.
+TEST_F(PartitionResourceConsumerTest, PoolRetryAfterComesFromTheMeasuredCommitRate) {
+  node::config::PartitionConfig config = config_;
+  config.set_id(6);
+  config.set_name("hinted");
+  config.mutable_pool()->set_max_txs(4);
+  config.mutable_pool()->set_high_water_fraction(0.5);  // 2 txs: above the mark
+  config.clear_interceptor();
+  auto* gate = config.mutable_interceptor()->add_stages();
+  gate->set_name("pool");
+  gate->mutable_gate()->set_predicate("pool_below_high_water");
+  for (bool fixed : {false, true}) {
+    SCOPED_TRACE(fixed ? "fixed" : "measured");
+    std::unique_ptr<Partition> part =
+        Open(config, absl::StrCat(dir_, "/hinted", fixed), /*fixed_retry_after=*/fixed);
+    ASSERT_NE(part, nullptr);
+    auto submit = [&](uint64_t nonce) {
+      absl::Notification done;
+      SubmitResult out;
+      part->Submit(testing::SignedPut(6, 'h', nonce), {}, [&](SubmitResult r) {
+        out = std::move(r);
+        done.Notify();
+      });
+      // The fixture's worker thread verifies it; a gate refusal answers at once.
+      EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+      return out;
+    };
+    ASSERT_TRUE(submit(1).status.ok());
+    ASSERT_TRUE(submit(2).status.ok());
+    // Nothing measured yet: the fixed hint.
+    EXPECT_EQ(part->FlowStats().retry_hints().pool_retry_after_ms(), 100u);
+    part->TakeUsage();  // opens a window: the pool holds txs
+    clock_.Advance(absl::Milliseconds(600));
+    part->TakeUsage();  // closes it: no commit in 600 ms with a backlog
+    const node::admin::RetryHintStats hints = part->FlowStats().retry_hints();
+    EXPECT_EQ(hints.fixed(), fixed);
+    EXPECT_EQ(hints.commit_txs_per_second(), 0);
+    SubmitResult refused = submit(3);
+    EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
+    EXPECT_EQ(refused.rejected_by, "pool");
+    // Measured: nothing commits, so the longest hint; fixed: 100 ms whatever was measured.
+    const absl::Duration want = fixed ? absl::Milliseconds(100) : absl::Seconds(10);
+    EXPECT_EQ(refused.retry_after, want);
+    EXPECT_EQ(hints.pool_retry_after_ms(), absl::ToInt64Milliseconds(want));
+    part.reset();
+  }
 }
 
 }  // namespace

@@ -1,12 +1,16 @@
 // An in-process ClientService for loadgen tests: admits transactions, rejects some, and "commits"
 // the admitted ones into blocks.
 //
-// Behaviour (deterministic counters, no clocks):
+// Behaviour (deterministic counters; a monotonic clock only measures re-send gaps):
 //   SubmitTxBatch  every `reject_rpc_every`-th call (0 = never) fails whole with
-//                  RESOURCE_EXHAUSTED and trailing metadata rejected-by=rate, retry-after-ms=50;
+//                  RESOURCE_EXHAUSTED and trailing metadata rejected-by=rate, retry-after-ms=50
+//                  (SetRetryAfterMs; 0 = no retry-after-ms trailer);
 //                  otherwise each tx: a hash seen before -> ALREADY_EXISTS "duplicate
-//                  transaction"; every `reject_item_every`-th new tx (0 = never) ->
-//                  RESOURCE_EXHAUSTED "pool full" (retry_after_ms 20); else admitted.
+//                  transaction"; with SetAdmitResends(true) a tx rejected before -> admitted;
+//                  every `reject_item_every`-th new tx (0 = never) -> RESOURCE_EXHAUSTED
+//                  "pool full" (retry_after_ms 20, or SetRetryAfterMs); else admitted.
+//                  resends() lists, per re-sent tx that was rejected with a hint, the time from
+//                  that rejection to the re-send's arrival (>= the client's wait after it).
 //   GetChainStatus puts every admitted, uncommitted tx into a new block first (so the poller
 //                  drives commits), then answers the height.
 //   GetBlock       the block's tx hashes; NOT_FOUND for unknown heights.
@@ -82,6 +86,18 @@ class FakeClientService final : public node::client::ClientService::Service {
     reject_rpc_every_ = rpc_every;
     reject_item_every_ = item_every;
   }
+  // The retry-after hints: TxResult.retry_after_ms of "pool full" and the retry-after-ms
+  // trailer of a failed RPC (0 = none).
+  void SetRetryAfterMs(uint32_t item_ms, uint32_t rpc_ms) {
+    absl::MutexLock l(&mu_);
+    item_retry_after_ms_ = item_ms;
+    rpc_retry_after_ms_ = rpc_ms;
+  }
+  // A tx that was rejected (by item or by RPC) is admitted when it comes again.
+  void SetAdmitResends(bool admit) {
+    absl::MutexLock l(&mu_);
+    admit_resends_ = admit;
+  }
   // Every tx is answered UNAVAILABLE (as a node whose consensus is not NORMAL).
   void SetUnavailable(bool unavailable) {
     absl::MutexLock l(&mu_);
@@ -139,6 +155,16 @@ class FakeClientService final : public node::client::ClientService::Service {
     absl::MutexLock l(&mu_);
     return rejected_rpcs_;
   }
+  // A tx rejected with a hint that came again: the time between (rejection sent, re-send
+  // arrived) and the hint it was given.
+  struct Resend {
+    absl::Duration gap;
+    uint32_t hint_ms = 0;
+  };
+  std::vector<Resend> resends() const {
+    absl::MutexLock l(&mu_);
+    return resends_;
+  }
   // Admitted nonces per sender address of one partition.
   std::map<std::string, std::set<uint64_t>> admitted_nonces(const std::string& name) const {
     absl::MutexLock l(&mu_);
@@ -158,18 +184,25 @@ class FakeClientService final : public node::client::ClientService::Service {
     Chain* c = Find(req->partition());
     if (c == nullptr) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown partition");
     ++rpcs_;
+    const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
     if (reject_rpc_every_ > 0 && rpcs_ % reject_rpc_every_ == 0) {
       ++rejected_rpcs_;
       ctx->AddTrailingMetadata("rejected-by", "rate");
-      ctx->AddTrailingMetadata("retry-after-ms", "50");
+      if (rpc_retry_after_ms_ > 0) {
+        ctx->AddTrailingMetadata("retry-after-ms", absl::StrCat(rpc_retry_after_ms_));
+      }
+      for (const std::string& bytes : req->signed_txs()) {
+        const std::string hash = Hash(bytes);
+        NoteResend(hash, now);
+        rejected_at_[hash] = {now, rpc_retry_after_ms_};
+      }
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "request rate limit");
     }
     for (const std::string& bytes : req->signed_txs()) {
       node::client::TxResult* r = resp->add_results();
-      std::string hash(SHA256_DIGEST_LENGTH, '\0');
-      SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
-             reinterpret_cast<unsigned char*>(hash.data()));
+      const std::string hash = Hash(bytes);
       r->set_tx_hash(hash);
+      const bool resend = NoteResend(hash, now);
       node::chain::SignedTransaction st;
       node::chain::Transaction tx;
       if (!st.ParseFromString(bytes) || !tx.ParseFromString(st.tx()) || tx.nonce() == 0 ||
@@ -190,11 +223,13 @@ class FakeClientService final : public node::client::ClientService::Service {
         r->set_message("rejected by stage 'health': consensus_normal is false");
         continue;
       }
-      if (reject_item_every_ > 0 && items_ % reject_item_every_ == 0) {
+      if (reject_item_every_ > 0 && items_ % reject_item_every_ == 0 &&
+          !(admit_resends_ && resend)) {
         ++c->rejected;
         r->set_code(static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
         r->set_message("pool full: 100 of 100 txs");
-        r->set_retry_after_ms(20);
+        r->set_retry_after_ms(item_retry_after_ms_);
+        rejected_at_[hash] = {now, item_retry_after_ms_};
         continue;
       }
       c->seen.insert(hash);
@@ -303,6 +338,23 @@ class FakeClientService final : public node::client::ClientService::Service {
     std::map<std::string, std::set<uint64_t>> nonces;
     uint64_t admitted = 0, committed = 0, rejected = 0, duplicates = 0;
   };
+  static std::string Hash(const std::string& bytes) {
+    std::string hash(SHA256_DIGEST_LENGTH, '\0');
+    SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+           reinterpret_cast<unsigned char*>(hash.data()));
+    return hash;
+  }
+  // True if `hash` was rejected before; records the gap when that rejection carried a hint.
+  bool NoteResend(const std::string& hash, std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = rejected_at_.find(hash);
+    if (it == rejected_at_.end()) return false;
+    if (it->second.second > 0) {
+      resends_.push_back({absl::FromChrono(now - it->second.first), it->second.second});
+    }
+    rejected_at_.erase(it);
+    return true;
+  }
   // Every admitted, uncommitted tx into a new block.
   void CommitPending(Chain* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (c->pending.empty()) return;
@@ -369,6 +421,13 @@ class FakeClientService final : public node::client::ClientService::Service {
   uint64_t rpcs_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t items_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t rejected_rpcs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t item_retry_after_ms_ ABSL_GUARDED_BY(mu_) = 20;
+  uint32_t rpc_retry_after_ms_ ABSL_GUARDED_BY(mu_) = 50;
+  bool admit_resends_ ABSL_GUARDED_BY(mu_) = false;
+  // Rejected txs by hash: when, and the hint given (until they come again).
+  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, uint32_t>> rejected_at_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<Resend> resends_ ABSL_GUARDED_BY(mu_);
   size_t min_size_ ABSL_GUARDED_BY(mu_) = SIZE_MAX;
   size_t max_size_ ABSL_GUARDED_BY(mu_) = 0;
 };

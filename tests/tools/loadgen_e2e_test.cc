@@ -1,8 +1,10 @@
 // loadgen end to end, in-process: RunLoadgen against a fake ClientService (and a fake
 // AdminService for view changes) on loopback, a 2 s run. Checks that the counts add up
-// (offered = accepted + rejected + dropped, accepted = admitted = committed), that rejected
-// transactions are re-offered so nonces have no holes, that expectations set the exit code, and
-// the exit codes for usage errors and unreachable targets.
+// (offered = accepted + rejected + dropped + held, accepted = admitted = committed), that
+// rejected transactions are re-offered so nonces have no holes, that retry-after hints are
+// counted (baseline) and, with --honour-retry-after, waited for (no re-offer reaches the fake
+// sooner than its hint after the rejection), that expectations set the exit code, and the exit
+// codes for usage errors and unreachable targets.
 #include <unistd.h>
 
 #include <fstream>
@@ -108,6 +110,7 @@ TEST(LoadgenE2eTest, CountsAddUpAndRejectedTxsAreReoffered) {
   EXPECT_EQ(Num(hot, "offered"), 800);
   EXPECT_EQ(Num(steady, "offered"), 50);
   for (const auto* p : {&hot, &steady}) {
+    EXPECT_EQ(Num(*p, "held"), 0);  // without --honour-retry-after nothing is held
     EXPECT_EQ(Num(*p, "offered"),
               Num(*p, "accepted") + Num(*p, "rejected") + Num(*p, "client_dropped"));
     EXPECT_EQ(Num(*p, "accepted"), Num(*p, "committed"));
@@ -122,6 +125,19 @@ TEST(LoadgenE2eTest, CountsAddUpAndRejectedTxsAreReoffered) {
   const auto& reasons = hot.fields().at("rejected_by_reason").struct_value().fields();
   EXPECT_EQ(reasons.at("pool").number_value(), fake.rejected_items("hot"));
   EXPECT_GT(reasons.at("rate").number_value(), 0);  // whole-RPC rejections, rejected-by=rate
+  // The baseline of the retry-after figures: every rejection of the fake carries a hint (20 ms
+  // per tx, 50 ms in the failed RPC's trailer), and each re-offer of a hinted tx that reached
+  // the fake was scored, as sent after or before its hint.
+  EXPECT_EQ(Num(hot, "hinted_rejections"), Num(hot, "rejected"));
+  EXPECT_GE(Num(hot, "mean_hint_ms"), 20);
+  EXPECT_LE(Num(hot, "mean_hint_ms"), 50);
+  EXPECT_EQ(Num(hot, "reoffers_after_hint") + Num(hot, "reoffers_before_hint") +
+                Num(steady, "reoffers_after_hint") + Num(steady, "reoffers_before_hint"),
+            static_cast<double>(fake.resends().size()));
+  EXPECT_LE(Num(hot, "accepted_after_hint"), Num(hot, "reoffers_after_hint"));
+  EXPECT_LE(Num(hot, "accepted_before_hint"), Num(hot, "reoffers_before_hint"));
+  EXPECT_THAT(r.out, HasSubstr("hot retry-after: "));
+  EXPECT_THAT(r.out, Not(HasSubstr(" held=")));
   // Steady was idle in its first second.
   EXPECT_EQ(steady.fields()
                 .at("series")
@@ -146,6 +162,107 @@ TEST(LoadgenE2eTest, CountsAddUpAndRejectedTxsAreReoffered) {
   EXPECT_THAT(csv, HasSubstr("second,partition,offered"));
   EXPECT_THAT(csv, HasSubstr(",steady,"));
   EXPECT_THAT(ReadFile(dir + "/report.svg"), HasSubstr("partition hot"));
+}
+
+// --honour-retry-after with per-tx hints: every 7th new tx is rejected "pool full" with a
+// 150 ms hint, and a re-sent tx is always admitted. One sender, so each hint holds everything:
+// offers due meanwhile count as held, and every re-offer waits for its hint and passes.
+TEST(LoadgenE2eTest, HonourRetryAfterReoffersOnlyAfterTheHint) {
+  FakeClientService fake({{"hot", 1}});
+  fake.SetRejectEvery(/*rpc_every=*/0, /*item_every=*/7);
+  fake.SetRetryAfterMs(/*item_ms=*/150, /*rpc_ms=*/0);
+  fake.SetAdmitResends(true);
+  ASSERT_TRUE(fake.Start());
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/loadgen_e2e_honour_", getpid());
+  Result r = RunTool({"--targets",
+                      fake.address(),
+                      "--duration",
+                      "2s",
+                      "--drain",
+                      "5s",
+                      "--senders",
+                      "1",
+                      "--scenario",
+                      "hot:rate=200",
+                      "--poll-ms",
+                      "50",
+                      "--honour-retry-after",
+                      "--out",
+                      dir,
+                      "--expect",
+                      "hot.hint_accuracy==1",
+                      "--expect",
+                      "hot.held>0",
+                      "--expect",
+                      "hot.committed==accepted"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("PASS hot.hint_accuracy==1 (measured 100.0%)"));
+  EXPECT_THAT(r.out, HasSubstr(" held="));  // in a per-second line
+  EXPECT_THAT(r.out, HasSubstr("hot retry-after: "));
+  EXPECT_THAT(r.out, HasSubstr("(mean 150 ms)"));
+  EXPECT_THAT(r.out, HasSubstr("accepted 100.0%; before the hint 0, accepted -; held "));
+
+  google::protobuf::Struct summary;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(ReadFile(dir + "/summary.json"), &summary).ok());
+  const google::protobuf::Struct& hot = Part(summary, 0);
+  EXPECT_EQ(Num(hot, "offered"), 400);
+  EXPECT_EQ(Num(hot, "offered"), Num(hot, "accepted") + Num(hot, "rejected") +
+                                     Num(hot, "client_dropped") + Num(hot, "held"));
+  EXPECT_GT(Num(hot, "held"), 0);
+  EXPECT_EQ(Num(hot, "rejected"), fake.rejected_items("hot"));
+  EXPECT_EQ(Num(hot, "hinted_rejections"), Num(hot, "rejected"));
+  EXPECT_EQ(Num(hot, "mean_hint_ms"), 150);
+  EXPECT_EQ(Num(hot, "reoffers_before_hint"), 0);
+  EXPECT_GT(Num(hot, "reoffers_after_hint"), 0);
+  EXPECT_EQ(Num(hot, "accepted_after_hint"), Num(hot, "reoffers_after_hint"));
+  EXPECT_EQ(Num(hot, "accepted"), fake.admitted("hot"));
+  EXPECT_THAT(ReadFile(dir + "/series.csv"), HasSubstr(",client_dropped,held,committed,"));
+
+  // Seen from the fake: no re-sent tx arrived sooner than its hint after its rejection.
+  const std::vector<FakeClientService::Resend> resends = fake.resends();
+  EXPECT_EQ(static_cast<double>(resends.size()), Num(hot, "reoffers_after_hint"));
+  for (const FakeClientService::Resend& resend : resends) {
+    EXPECT_EQ(resend.hint_ms, 150u);
+    EXPECT_GE(resend.gap, absl::Milliseconds(150));
+  }
+  // Held senders kept their nonces in order: holes only where a rejected tx still waits.
+  uint64_t holes = 0;
+  for (const auto& [sender, nonces] : fake.admitted_nonces("hot")) {
+    holes += *nonces.rbegin() - nonces.size();
+    EXPECT_EQ(*nonces.begin(), 1u);
+  }
+  EXPECT_LE(holes, static_cast<uint64_t>(Num(hot, "pending_reoffers")));
+}
+
+// --honour-retry-after with whole-RPC hints (the retry-after-ms trailer): every 4th RPC fails
+// with a 120 ms hint; its txs' senders wait that long.
+TEST(LoadgenE2eTest, HonourRetryAfterWaitsForTheTrailerHintOfAFailedRpc) {
+  FakeClientService fake({{"hot", 1}});
+  fake.SetRejectEvery(/*rpc_every=*/4, /*item_every=*/0);
+  fake.SetRetryAfterMs(/*item_ms=*/0, /*rpc_ms=*/120);
+  ASSERT_TRUE(fake.Start());
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/loadgen_e2e_trailer_", getpid());
+  Result r = RunTool({"--targets", fake.address(), "--duration", "1s", "--drain", "5s", "--senders",
+                      "2", "--scenario", "hot:rate=300", "--poll-ms", "50", "--honour-retry-after",
+                      "--quiet", "--out", dir});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  google::protobuf::Struct summary;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(ReadFile(dir + "/summary.json"), &summary).ok());
+  const google::protobuf::Struct& hot = Part(summary, 0);
+  EXPECT_GT(fake.rejected_rpcs(), 0u);
+  EXPECT_GT(Num(hot, "rejected"), 0);
+  EXPECT_EQ(Num(hot, "hinted_rejections"), Num(hot, "rejected"));
+  EXPECT_EQ(Num(hot, "mean_hint_ms"), 120);
+  EXPECT_EQ(Num(hot, "reoffers_before_hint"), 0);
+  EXPECT_EQ(Num(hot, "offered"), Num(hot, "accepted") + Num(hot, "rejected") +
+                                     Num(hot, "client_dropped") + Num(hot, "held"));
+  for (const FakeClientService::Resend& resend : fake.resends()) {
+    EXPECT_EQ(resend.hint_ms, 120u);
+    EXPECT_GE(resend.gap, absl::Milliseconds(120));
+  }
+  EXPECT_EQ(static_cast<double>(fake.resends().size()), Num(hot, "reoffers_after_hint"));
 }
 
 TEST(LoadgenE2eTest, FailedExpectationExitsOneAndContinuesNonces) {
@@ -260,6 +377,8 @@ TEST(LoadgenE2eTest, UsageErrorsExitTwoNamingTheFlag) {
       {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "--route", "random"},
        "--route: must be sender or spread, got 'random'"},
       {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "stray"}, "unexpected argument"},
+      {{"--targets", "127.0.0.1:1", "--scenario", "a:rate=1", "--honour-retry-after=yes"},
+       "--honour-retry-after: takes no value"},
   };
   for (const Case& c : cases) {
     Result r = RunTool(c.args);
@@ -271,6 +390,7 @@ TEST(LoadgenE2eTest, UsageErrorsExitTwoNamingTheFlag) {
   EXPECT_EQ(help.code, 0);
   EXPECT_THAT(help.out, HasSubstr("--scenario SPEC"));
   EXPECT_THAT(help.out, HasSubstr("--expect EXPR"));
+  EXPECT_THAT(help.out, HasSubstr("--honour-retry-after"));
 }
 
 }  // namespace

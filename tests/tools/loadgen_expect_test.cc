@@ -1,5 +1,5 @@
 // loadgen --expect: parsing (good and bad inputs, clear errors) and evaluation (PASS/FAIL lines,
-// every-partition expectations, windows, comparisons with another measurement).
+// every-partition expectations, windows, comparisons with another measurement, ratio metrics).
 #include "tools/loadgen_expect.h"
 
 #include <map>
@@ -38,6 +38,13 @@ TEST(LoadgenExpectTest, ParsesMetricsOpsAndUnits) {
   EXPECT_EQ(vc.lhs.partition, "");
   EXPECT_EQ(vc.op, CompareOp::kEqual);
   EXPECT_EQ(P("a.rejected>-1").value, -1);
+  EXPECT_EQ(P("a.held==0").lhs.kind, MetricKind::kCount);
+  Expectation ratio = P("a.hint_accuracy>=0.8");
+  EXPECT_EQ(ratio.lhs.kind, MetricKind::kRatio);
+  EXPECT_DOUBLE_EQ(ratio.value, 0.8);
+  EXPECT_DOUBLE_EQ(P("a.hint_accuracy >= 80%").value, 0.8);
+  EXPECT_EQ(P("a.hint_accuracy@10s-20s>=0.9*a.hint_accuracy@0-10s").rhs_ref.kind,
+            MetricKind::kRatio);
 }
 
 TEST(LoadgenExpectTest, ParsesWindowsAndReferences) {
@@ -71,6 +78,9 @@ TEST(LoadgenExpectTest, BadExpectationsSayWhy) {
       {"a.p99<5/s", "does not fit latency metric"},
       {"a.committed_rate>5ms", "does not fit rate metric"},
       {"a.committed>5ms", "takes no unit"},
+      {"a.hint_accuracy>5/s", "does not fit ratio metric"},
+      {"a.held>5%", "takes no unit"},
+      {"a.hint_accuracy>a.held", "different units"},
       {"a.p99<1.2*a.committed", "different units"},
       {"a.p99@10s<5", "must be @FROM-TO"},
       {"a.p99@10s-5s<5", "end must be after"},
@@ -121,6 +131,13 @@ TEST(LoadgenExpectTest, EvaluatesAgainstMeasurements) {
   r = Evaluate(P("hot.committed==900"), {"hot"}, fn);
   EXPECT_TRUE(r[0].pass);
   r = Evaluate(P("hot.committed>900"), {"hot"}, fn);
+  EXPECT_FALSE(r[0].pass);
+
+  values["hot.hint_accuracy"] = 0.832;
+  r = Evaluate(P("hot.hint_accuracy>=80%"), {"hot"}, fn);
+  EXPECT_TRUE(r[0].pass);
+  EXPECT_EQ(r[0].line, "PASS hot.hint_accuracy>=80% (measured 83.2%)");
+  r = Evaluate(P("hot.hint_accuracy>0.9"), {"hot"}, fn);
   EXPECT_FALSE(r[0].pass);
 
   r = Evaluate(P("hot.view_changes==0"), {"hot"}, fn);  // measurement error -> FAIL with why

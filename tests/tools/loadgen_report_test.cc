@@ -1,5 +1,6 @@
 // loadgen output: the per-second line, the summary table, series.csv, summary.json, report.svg
-// (well-formed, holding the series), Measure, and writing the --out directory.
+// (well-formed, holding the series), Measure, the retry-after figures (summary line, JSON keys,
+// held column, hint_accuracy), and writing the --out directory.
 #include "tools/loadgen_report.h"
 
 #include <unistd.h>
@@ -79,6 +80,92 @@ TEST(LoadgenReportTest, SecondLineHasEveryField) {
             "invalid=0,other=0} dropped=0 committed=10 p50=34.0ms p99=39.0ms");
 }
 
+// Sample() with retry-after hints: 10 hinted rejections of 87 ms on average (second 1), re-offers
+// after the hint 6 (5 accepted) and before it 4 (1 accepted), and 12 held offers (second 2).
+PartitionReport WithHints(const std::string& name) {
+  PartitionStats stats;
+  for (int s = 0; s < 5; ++s) {
+    stats.AddOffered(s, 100);
+    stats.AddAccepted(s, 98);
+    stats.AddRejected(s, kPool, 2);
+    for (int i = 0; i < 10; ++i) stats.AddCommit(s, 10.0 + s * 10 + i);
+  }
+  stats.AddHints(1, {.hinted_rejections = 10, .hint_ms_sum = 870});
+  stats.AddHints(2, {.reoffers_after_hint = 6,
+                     .accepted_after_hint = 5,
+                     .reoffers_before_hint = 4,
+                     .accepted_before_hint = 1});
+  stats.AddOffered(2, 12);
+  stats.AddHeld(2, 12);
+  PartitionReport r;
+  r.name = name;
+  r.id = 1;
+  r.pattern = "constant";
+  r.active = {0, 4};
+  r.series = stats.Snapshot();
+  r.totals = Summarize(r.series, {0, 5});
+  r.active_totals = Summarize(r.series, r.active);
+  return r;
+}
+
+TEST(LoadgenReportTest, SecondLineShowsHeldOnlyWhenThereAreAny) {
+  PartitionReport r = WithHints("hot");
+  EXPECT_THAT(FormatSecondLine(2, "hot", r.series[2]), HasSubstr(" dropped=0 held=12 committed="));
+  EXPECT_THAT(FormatSecondLine(1, "hot", r.series[1]), HasSubstr(" dropped=0 committed="));
+}
+
+TEST(LoadgenReportTest, SummaryHasARetryAfterLineForHintedPartitionsOnly) {
+  std::string table = FormatSummary({WithHints("hot"), Sample("steady", 10)});
+  EXPECT_THAT(table,
+              HasSubstr("  hot retry-after: 10 hinted (mean 87 ms); re-offered after the hint 6, "
+                        "accepted 83.3%; before the hint 4, accepted 25.0%; held 12 offers\n"));
+  EXPECT_THAT(table, ::testing::Not(HasSubstr("steady retry-after")));
+  // Hints but no re-offers yet: no percentage to give.
+  PartitionReport fresh = Sample("cold", 10);
+  fresh.totals.hints.hinted_rejections = 3;
+  fresh.totals.hints.hint_ms_sum = 300;
+  EXPECT_THAT(FormatSummary({fresh}),
+              HasSubstr("  cold retry-after: 3 hinted (mean 100 ms); re-offered after the hint 0, "
+                        "accepted -; before the hint 0, accepted -; held 0 offers\n"));
+  // Without hints the summary is as before.
+  EXPECT_THAT(FormatSummary({Sample("hot", 100)}), ::testing::Not(HasSubstr("retry-after")));
+}
+
+TEST(LoadgenReportTest, JsonAndCsvHoldTheRetryAfterFigures) {
+  std::vector<PartitionReport> reports = {WithHints("hot"), Sample("steady", 10)};
+  std::string json = SummaryJson(reports, RunInfo{}, {});
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &parsed).ok()) << json;
+  const auto& parts = parsed.fields().at("partitions").list_value();
+  const auto& hot = parts.values(0).struct_value().fields();
+  EXPECT_EQ(hot.at("hinted_rejections").number_value(), 10);
+  EXPECT_EQ(hot.at("mean_hint_ms").number_value(), 87);
+  EXPECT_EQ(hot.at("reoffers_after_hint").number_value(), 6);
+  EXPECT_EQ(hot.at("accepted_after_hint").number_value(), 5);
+  EXPECT_EQ(hot.at("reoffers_before_hint").number_value(), 4);
+  EXPECT_EQ(hot.at("accepted_before_hint").number_value(), 1);
+  EXPECT_EQ(hot.at("held").number_value(), 12);
+  // The row adds up with held.
+  EXPECT_EQ(hot.at("offered").number_value(),
+            hot.at("accepted").number_value() + hot.at("rejected").number_value() +
+                hot.at("client_dropped").number_value() + hot.at("held").number_value());
+  const auto& second2 = hot.at("series").list_value().values(2).struct_value().fields();
+  EXPECT_EQ(second2.at("held").number_value(), 12);
+  // Every partition has the keys (0 without hints), so runs compare field by field.
+  const auto& steady = parts.values(1).struct_value().fields();
+  for (const char* key :
+       {"hinted_rejections", "mean_hint_ms", "reoffers_after_hint", "accepted_after_hint",
+        "reoffers_before_hint", "accepted_before_hint", "held"}) {
+    ASSERT_EQ(steady.count(key), 1u) << key;
+    EXPECT_EQ(steady.at(key).number_value(), 0) << key;
+  }
+
+  std::string csv = SeriesCsv(reports);
+  std::vector<std::string> lines = absl::StrSplit(csv, '\n', absl::SkipEmpty());
+  EXPECT_THAT(lines[0], HasSubstr(",client_dropped,held,committed,"));
+  EXPECT_EQ(lines[3], "2,hot,112,98,2,0,2,0,0,0,0,0,12,10,34.000,39.000");
+}
+
 TEST(LoadgenReportTest, ProgressBar) {
   EXPECT_EQ(FormatProgress(15, 60, 3000, 2900),
             "[#######.......................] 15s/60s offered=3000 committed=2900");
@@ -104,7 +191,7 @@ TEST(LoadgenReportTest, CsvHasHeaderAndARowPerSecondAndPartition) {
   const size_t columns = std::count(lines[0].begin(), lines[0].end(), ',');
   for (const std::string& l : lines) EXPECT_EQ(std::count(l.begin(), l.end(), ','), columns) << l;
   EXPECT_THAT(lines[0], HasSubstr("second,partition,offered,accepted,rejected,rejected_rate"));
-  EXPECT_EQ(lines[3], "2,hot,100,98,2,0,2,0,0,0,0,0,10,34.000,39.000");
+  EXPECT_EQ(lines[3], "2,hot,100,98,2,0,2,0,0,0,0,0,0,10,34.000,39.000");
   EXPECT_THAT(lines[6], ::testing::StartsWith("0,steady,10,8,2,"));
 }
 
@@ -200,6 +287,14 @@ TEST(LoadgenReportTest, MeasureUsesWindowsAndActiveRates) {
   EXPECT_EQ(*m("p99", true, 0, 1), 19);
   EXPECT_EQ(*m("committed_rate", true, 1, 3), 10);
   EXPECT_EQ(m("view_changes").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(*m("held"), 0);
+  EXPECT_EQ(m("hint_accuracy").status().code(), absl::StatusCode::kUnavailable);
+  reports = {WithHints("hot")};
+  EXPECT_EQ(*m("held"), 12);
+  EXPECT_DOUBLE_EQ(*m("hint_accuracy"), 5.0 / 6.0);
+  EXPECT_EQ(*m("held", true, 0, 2), 0);
+  EXPECT_EQ(m("hint_accuracy", true, 0, 2).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_DOUBLE_EQ(*m("hint_accuracy", true, 2, 3), 5.0 / 6.0);
   MetricRef other;
   other.partition = "cold";
   other.metric = "p50";

@@ -1,6 +1,7 @@
 // loadgen stats and bookkeeping: percentiles, rejection reasons, per-second series and window
-// totals, the sender book's nonce handling (rejected txs re-offered first, in nonce order) and
-// the commit tracker.
+// totals (held offers and retry-after hint counts included), the sender book's nonce handling
+// (rejected txs re-offered first, in nonce order; senders held by retry-after hints) and the
+// commit tracker.
 #include "tools/loadgen_stats.h"
 
 #include <set>
@@ -96,6 +97,48 @@ TEST(LoadgenStatsTest, SeriesAndWindowTotals) {
   EXPECT_EQ(beyond.p99_ms, 0);
 }
 
+TEST(LoadgenStatsTest, HeldOffersAndHintCountsSumOverWindows) {
+  PartitionStats stats;
+  stats.AddOffered(0, 10);
+  stats.AddAccepted(0, 4);
+  stats.AddRejected(0, kPool, 2);
+  stats.AddHeld(0, 4);
+  stats.AddHints(0, {.hinted_rejections = 2, .hint_ms_sum = 150});
+  stats.AddHints(1, {.hinted_rejections = 1,
+                     .hint_ms_sum = 30,
+                     .reoffers_after_hint = 4,
+                     .accepted_after_hint = 3,
+                     .reoffers_before_hint = 2,
+                     .accepted_before_hint = 1});
+  stats.AddHeld(2, 5);
+  std::vector<SecondStats> series = stats.Snapshot();
+  ASSERT_EQ(series.size(), 3u);
+  EXPECT_EQ(series[0].held, 4u);
+  EXPECT_EQ(series[0].offered, series[0].accepted + series[0].rejected_total() +
+                                   series[0].client_dropped + series[0].held);
+  EXPECT_EQ(series[1].hints.reoffers_after_hint, 4u);
+
+  Totals all = Summarize(series, {0, 3});
+  EXPECT_EQ(all.held, 9u);
+  EXPECT_EQ(all.hints.hinted_rejections, 3u);
+  EXPECT_EQ(all.hints.hint_ms_sum, 180u);
+  EXPECT_DOUBLE_EQ(all.hints.mean_hint_ms(), 60);
+  EXPECT_EQ(all.hints.reoffers_after_hint, 4u);
+  EXPECT_EQ(all.hints.accepted_after_hint, 3u);
+  EXPECT_EQ(all.hints.reoffers_before_hint, 2u);
+  EXPECT_EQ(all.hints.accepted_before_hint, 1u);
+  EXPECT_EQ(all.hints.accuracy(), std::optional<double>(0.75));
+  EXPECT_FALSE(all.hints.empty());
+
+  Totals first = Summarize(series, {0, 1});
+  EXPECT_EQ(first.held, 4u);
+  EXPECT_DOUBLE_EQ(first.hints.mean_hint_ms(), 75);
+  EXPECT_FALSE(first.hints.accuracy().has_value());  // no re-offer after a hint yet
+  Totals none = Summarize(series, {2, 3});
+  EXPECT_TRUE(none.hints.empty());
+  EXPECT_EQ(none.hints.mean_hint_ms(), 0);
+}
+
 TEST(LoadgenStatsTest, ConcurrentRecordingLosesNothing) {
   PartitionStats stats;
   std::vector<std::thread> threads;
@@ -104,6 +147,8 @@ TEST(LoadgenStatsTest, ConcurrentRecordingLosesNothing) {
       for (int i = 0; i < 1000; ++i) {
         stats.AddAccepted(i % 5, 1);
         stats.AddCommit(t, 1.0);
+        stats.AddHeld(i % 3, 1);
+        stats.AddHints(i % 7, {.hinted_rejections = 1, .hint_ms_sum = 2});
       }
     });
   }
@@ -111,6 +156,9 @@ TEST(LoadgenStatsTest, ConcurrentRecordingLosesNothing) {
   Totals all = Summarize(stats.Snapshot(), {0, 10});
   EXPECT_EQ(all.accepted, 4000u);
   EXPECT_EQ(all.committed, 4000u);
+  EXPECT_EQ(all.held, 4000u);
+  EXPECT_EQ(all.hints.hinted_rejections, 4000u);
+  EXPECT_EQ(all.hints.hint_ms_sum, 8000u);
 }
 
 OfferTx Tx(uint32_t sender, uint64_t nonce) {
@@ -176,6 +224,97 @@ TEST(LoadgenSenderBookTest, RejectedTxIsReofferedBeforeFreshOnes) {
   book.ReturnRejected(Tx(0, 5), true);
   book.ReturnRejected(Tx(0, 5), true);
   EXPECT_EQ(book.pending_reoffers(), 1u);
+}
+
+TEST(LoadgenSenderBookTest, AHeldSenderIsSkippedUntilItsNotBefore) {
+  SenderBook book({1, 1});
+  book.AddSigned(0, {Tx(0, 1), Tx(0, 2), Tx(0, 3)});
+  book.AddSigned(1, {Tx(1, 1), Tx(1, 2)});
+  OfferTx n1 = *book.Take(0, 1, /*now_nanos=*/100);
+  EXPECT_EQ(n1.hash, "0/1");
+  EXPECT_EQ(book.Take(0, 1, 100)->hash, "1/1");
+  OfferTx n2 = *book.Take(0, 1, 100);
+  EXPECT_EQ(n2.hash, "0/2");
+  // 0/1 comes back with a retry-after hint: sender 0 offers nothing before 500 (not even its
+  // fresh 0/3); sender 1 goes on.
+  book.ReturnRejected(n1, /*reoffer=*/true, /*not_before_nanos=*/500);
+  bool held = false;
+  std::optional<OfferTx> tx = book.Take(0, 1, 200, &held);
+  ASSERT_TRUE(tx.has_value());
+  EXPECT_EQ(tx->hash, "1/2");
+  EXPECT_FALSE(held);
+  // Sender 1 is empty, sender 0 held: nothing, and it is a hold (not an empty buffer).
+  EXPECT_FALSE(book.Take(0, 1, 200, &held).has_value());
+  EXPECT_TRUE(held);
+  // 0/2 comes back too (no hint of its own): it waits for the hold as well.
+  book.ReturnRejected(n2, /*reoffer=*/true);
+  EXPECT_FALSE(book.Take(0, 1, 499, &held).has_value());
+  EXPECT_TRUE(held);
+  EXPECT_EQ(book.pending_reoffers(), 2u);
+  // From not_before on: the lowest rejected nonce first, then the next, then the fresh one.
+  std::vector<std::string> order;
+  while (std::optional<OfferTx> t = book.Take(0, 1, 500, &held)) order.push_back(t->hash);
+  EXPECT_THAT(order, ::testing::ElementsAre("0/1", "0/2", "0/3"));
+  EXPECT_FALSE(held);  // now the buffers are simply empty
+}
+
+TEST(LoadgenSenderBookTest, TheLatestOfTwoHoldsWins) {
+  SenderBook book({1});
+  book.AddSigned(0, {Tx(0, 1), Tx(0, 2), Tx(0, 3)});
+  OfferTx n1 = *book.Take(0, 1, 0), n2 = *book.Take(0, 1, 0);
+  book.ReturnRejected(n2, true, /*not_before_nanos=*/300);
+  book.ReturnRejected(n1, true, /*not_before_nanos=*/200);  // shorter: does not shorten the hold
+  bool held = false;
+  EXPECT_FALSE(book.Take(0, 1, 250, &held).has_value());
+  EXPECT_TRUE(held);
+  EXPECT_FALSE(book.Take(0, 1, 299, &held).has_value());
+  EXPECT_EQ(book.Take(0, 1, 300)->nonce, 1u);
+  // A later, longer hold extends it; one without not_before leaves it.
+  OfferTx again = *book.Take(0, 1, 300), n3 = *book.Take(0, 1, 300);
+  EXPECT_EQ(again.nonce, 2u);
+  EXPECT_EQ(n3.nonce, 3u);
+  book.ReturnRejected(again, true, /*not_before_nanos=*/900);
+  book.ReturnRejected(n3, true);
+  EXPECT_FALSE(book.Take(0, 1, 899, &held).has_value());
+  EXPECT_TRUE(held);
+  EXPECT_EQ(book.Take(0, 1, 900)->nonce, 2u);
+  EXPECT_EQ(book.Take(0, 1, 900)->nonce, 3u);
+}
+
+TEST(LoadgenSenderBookTest, NoHoldWithoutNotBeforeOrReoffer) {
+  SenderBook book({1, 1, 1, 1});
+  for (uint32_t s = 0; s < 4; ++s) book.AddSigned(s, {Tx(s, 1), Tx(s, 2)});
+  OfferTx a = *book.Take(), b = *book.Take();
+  EXPECT_EQ(a.hash, "0/1");
+  EXPECT_EQ(b.hash, "1/1");
+  // As without --honour-retry-after: re-offered at once, whatever the clock says.
+  book.ReturnRejected(a, /*reoffer=*/true);
+  // A rejection that is never re-offered holds nothing either.
+  book.ReturnRejected(b, /*reoffer=*/false, /*not_before_nanos=*/1'000'000);
+  bool held = true;
+  std::vector<std::string> order;
+  while (std::optional<OfferTx> t = book.Take(0, 1, 0, &held)) order.push_back(t->hash);
+  EXPECT_THAT(order, ::testing::ElementsAre("2/1", "3/1", "0/1", "1/2", "2/2", "3/2", "0/2"));
+  EXPECT_FALSE(held);
+}
+
+TEST(LoadgenSenderBookTest, AHoldOnlyAffectsItsSendersGroup) {
+  // --route sender with 2 targets: group 0 = senders 0, 2; group 1 = senders 1, 3.
+  SenderBook book({1, 1, 1, 1});
+  for (uint32_t s = 0; s < 4; ++s) book.AddSigned(s, {Tx(s, 1), Tx(s, 2)});
+  OfferTx t0 = *book.Take(0, 2, 0), t2 = *book.Take(0, 2, 0);
+  book.ReturnRejected(t0, true, 1000);
+  book.ReturnRejected(t2, true, 2000);
+  bool held = false;
+  EXPECT_FALSE(book.Take(0, 2, 10, &held).has_value());
+  EXPECT_TRUE(held);
+  EXPECT_EQ(book.Take(1, 2, 10, &held)->hash, "1/1");
+  EXPECT_FALSE(held);
+  EXPECT_EQ(book.Take(0, 2, 1000)->hash, "0/1");  // sender 2 is still held
+  EXPECT_EQ(book.Take(0, 2, 1000)->hash, "0/2");
+  EXPECT_FALSE(book.Take(0, 2, 1000, &held).has_value());
+  EXPECT_TRUE(held);
+  EXPECT_EQ(book.Take(0, 2, 2000)->hash, "2/1");
 }
 
 TEST(LoadgenCommitTrackerTest, MatchesSentHashesOnce) {

@@ -83,6 +83,13 @@ node::admin::FlowStats SampleStats() {
         rejected_full: 4
         expired: 1
       }
+      retry_hints {
+        commit_txs_per_second: 850
+        commit_blocks_per_second: 4
+        client_lane_jobs_per_second: 120
+        pool_retry_after_ms: 330
+        client_lane_retry_after_ms: 3
+      }
       spill {
         appended: 9
         drained: 8
@@ -207,6 +214,8 @@ TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
   EXPECT_THAT(o, ContainsRegex("  bulk +1 +0 +0 B +4096 +0 B +0 +0 +55 +2.0 MiB +- +- +0us\n"));
   EXPECT_THAT(o, HasSubstr("  pool   txs 10/100000  bytes 2.0 KiB/128.0 MiB  high-water yes  "
                            "added 500  rejected_full 4  expired 1\n"));
+  EXPECT_THAT(o, HasSubstr("  retry  pool 330ms  client_lane 3ms  from commits 850 tx/s, 4 "
+                           "blocks/s, client lane 120 jobs/s\n"));
   EXPECT_THAT(o, HasSubstr("  spill  appended 9  drained 8  memory 1.0 KiB  disk 1.0 MiB  "
                            "segments 2  drain 5.0 MiB/s (measured 0 B/s)  disk budget none  "
                            "refused 0\n"));
@@ -320,9 +329,11 @@ TEST_F(NodectlTest, UpdateFlowSendsEverySection) {
       id: 1
       name: "hot"
       interceptor { stages { concurrency { max_in_flight: 512 } } }
+      read_interceptor { stages { rate { rate_per_second: 300 burst: 30 } } }
     })pb"));
   ASSERT_EQ(Run({"update-flow", "--partition=hot", "--interceptor",
-                 "stages { concurrency { max_in_flight: 512 } }", "--lane-weights",
+                 "stages { concurrency { max_in_flight: 512 } }", "--read-interceptor",
+                 "stages { rate { rate_per_second: 300 burst: 30 } }", "--lane-weights",
                  "consensus=16,bulk=0.5", "--budget", "messages=1000,bytes=1MiB", "--pool",
                  "max_txs=5000,max_bytes=64MiB,high_water_fraction=0.8"}),
             kExitOk)
@@ -332,6 +343,7 @@ TEST_F(NodectlTest, UpdateFlowSendsEverySection) {
   auto want = FromText<node::admin::UpdatePartitionFlowRequest>(R"pb(
     partition: "hot"
     interceptor { stages { concurrency { max_in_flight: 512 } } }
+    read_interceptor { stages { rate { rate_per_second: 300 burst: 30 } } }
     dispatcher {
       budget_messages: 1000
       budget_bytes: 1048576
@@ -340,7 +352,8 @@ TEST_F(NodectlTest, UpdateFlowSendsEverySection) {
     pool { max_txs: 5000 max_bytes: 67108864 high_water_fraction: 0.8 })pb");
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(sent, want)) << sent.DebugString();
   EXPECT_THAT(out(), AllOf(HasSubstr("updated; effective configuration:\npartition hot (id 1)\n"),
-                           HasSubstr("interceptor  concurrency(max_in_flight=512)\n")));
+                           HasSubstr("interceptor  concurrency(max_in_flight=512)\n"),
+                           HasSubstr("reads        rate(300/s burst=30)\n")));
 }
 
 TEST_F(NodectlTest, UpdateFlowReadsInterceptorFileAndKeepsUnsetSectionsUnset) {

@@ -1,0 +1,74 @@
+// BacklogRateMeter: how fast a consumer serves while it has work (commits per second while the
+// pool holds txs, bytes per second a drain delivers while its FIFO has records), and
+// RetryAfterFor: how long until `units` are served at that rate (the retry-after of a refusal).
+//
+// An idle consumer says nothing about how fast it can go, so a measurement window opens only
+// while there is a backlog and closes after `min_window` if there still is one; a window in which
+// the backlog ran dry is discarded. Each closed window's rate goes into an exponentially weighted
+// average (`weight` on the newest window). Until the first window closes, measured() is false.
+//
+// The meter does not count events itself: Observe takes the consumer's own cumulative counter
+// (e.g. Ledger committed txs), so the hot path pays nothing.
+//
+// Thread-safety: Observe must be called by one thread at a time (e.g. the arbiter's tick);
+// rate() may be read from any thread.
+//
+//   flowctl::BacklogRateMeter commits({.min_window = absl::Milliseconds(500)});
+//   commits.Observe(clock->NowNanos(), pipeline->committed_txs(), pool->size() > 0);  // per tick
+//   absl::Duration hint = flowctl::RetryAfterFor(txs_to_free, commits.estimate(), bounds);
+#ifndef FLOWCTL_RATE_METER_H_
+#define FLOWCTL_RATE_METER_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace flowctl {
+
+class BacklogRateMeter {
+ public:
+  struct Options {
+    absl::Duration min_window = absl::Seconds(1);  // > 0
+    double weight = 0.5;                           // of the newest window, in (0, 1]
+  };
+
+  BacklogRateMeter() : BacklogRateMeter(Options{}) {}
+  explicit BacklogRateMeter(Options options) : options_(options) {}
+
+  // `now_nanos` from the consumer's clock; `count` its cumulative counter (a decrease, e.g. a
+  // reset, restarts the window); `backlogged` whether it had work queued at this instant.
+  void Observe(int64_t now_nanos, uint64_t count, bool backlogged);
+
+  // Units per second of the consumer's clock; 0 before the first window closed.
+  double rate() const { return rate_.load(std::memory_order_relaxed); }
+  bool measured() const { return measured_.load(std::memory_order_relaxed); }
+  // rate() once measured, else -1 (what RetryAfterFor takes as "unknown").
+  double estimate() const { return measured() ? rate() : -1; }
+  // Forgets the measurement (e.g. after the consumer's capacity changed on purpose).
+  void Reset();
+
+ private:
+  const Options options_;
+  std::atomic<double> rate_{0};
+  std::atomic<bool> measured_{false};
+  int64_t window_start_ = 0;  // 0 = no window open
+  uint64_t window_count_ = 0;
+};
+
+// Bounds of a measured retry-after.
+struct RetryAfterBounds {
+  absl::Duration min = absl::Milliseconds(10);
+  absl::Duration max = absl::Seconds(10);
+  // The answer when the rate is unknown (0): e.g. the fixed hint a stage was configured with.
+  absl::Duration unknown = absl::Milliseconds(100);
+};
+
+// How long serving `units` takes at `rate_per_second`, within [bounds.min, bounds.max]:
+// bounds.max when the rate is 0 (nothing is being served), bounds.unknown when it is negative
+// (not measured; see BacklogRateMeter::estimate).
+absl::Duration RetryAfterFor(double units, double rate_per_second, const RetryAfterBounds& bounds);
+
+}  // namespace flowctl
+
+#endif  // FLOWCTL_RATE_METER_H_

@@ -1,0 +1,63 @@
+#include "flowctl/rate_meter.h"
+
+#include "gtest/gtest.h"
+
+namespace flowctl {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+
+TEST(BacklogRateMeterTest, UnknownUntilAWindowWithBacklogCloses) {
+  BacklogRateMeter m({.min_window = absl::Milliseconds(500)});
+  EXPECT_FALSE(m.measured());
+  EXPECT_EQ(m.estimate(), -1);
+  m.Observe(100 * kMs, 0, true);   // opens
+  m.Observe(400 * kMs, 30, true);  // too short
+  EXPECT_FALSE(m.measured());
+  m.Observe(600 * kMs, 50, true);  // 50 in 500 ms
+  ASSERT_TRUE(m.measured());
+  EXPECT_DOUBLE_EQ(m.rate(), 100);
+  EXPECT_DOUBLE_EQ(m.estimate(), 100);
+}
+
+TEST(BacklogRateMeterTest, IdleTimeIsNotCountedAsSlowService) {
+  BacklogRateMeter m({.min_window = absl::Milliseconds(500)});
+  m.Observe(0 * kMs + 1, 0, true);
+  m.Observe(200 * kMs, 40, false);  // ran dry: the window is dropped
+  m.Observe(5000 * kMs, 40, false);
+  EXPECT_FALSE(m.measured());
+  m.Observe(6000 * kMs, 40, true);
+  m.Observe(7000 * kMs, 240, true);  // 200/s while backlogged; the idle seconds do not dilute it
+  EXPECT_DOUBLE_EQ(m.rate(), 200);
+}
+
+TEST(BacklogRateMeterTest, AveragesWindowsAndMeasuresAStall) {
+  BacklogRateMeter m({.min_window = absl::Seconds(1), .weight = 0.5});
+  m.Observe(1, 0, true);
+  m.Observe(1000 * kMs + 1, 100, true);
+  EXPECT_DOUBLE_EQ(m.rate(), 100);
+  m.Observe(2000 * kMs + 1, 400, true);  // 300/s: halfway
+  EXPECT_DOUBLE_EQ(m.rate(), 200);
+  m.Observe(3000 * kMs + 1, 400, true);  // stalled with a backlog: measured, and lower
+  m.Observe(4000 * kMs + 1, 400, true);
+  EXPECT_TRUE(m.measured());
+  EXPECT_DOUBLE_EQ(m.rate(), 50);
+  m.Observe(5000 * kMs + 1, 10, true);  // counter went back (reset): a new window, no sample
+  EXPECT_DOUBLE_EQ(m.rate(), 50);
+  m.Reset();
+  EXPECT_FALSE(m.measured());
+}
+
+TEST(RetryAfterForTest, TimeToServeWithinBounds) {
+  const RetryAfterBounds b{
+      .min = absl::Milliseconds(10), .max = absl::Seconds(5), .unknown = absl::Milliseconds(100)};
+  EXPECT_EQ(RetryAfterFor(300, 1000, b), absl::Milliseconds(300));
+  EXPECT_EQ(RetryAfterFor(1, 1000, b), absl::Milliseconds(10));  // floor
+  EXPECT_EQ(RetryAfterFor(1e9, 1000, b), absl::Seconds(5));      // ceiling
+  EXPECT_EQ(RetryAfterFor(-5, 1000, b), absl::Milliseconds(10));
+  EXPECT_EQ(RetryAfterFor(10, 0, b), absl::Seconds(5));          // nothing served: the most
+  EXPECT_EQ(RetryAfterFor(10, -1, b), absl::Milliseconds(100));  // unknown: the fallback
+}
+
+}  // namespace
+}  // namespace flowctl
