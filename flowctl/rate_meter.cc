@@ -41,4 +41,26 @@ absl::Duration RetryAfterFor(double units, double rate_per_second, const RetryAf
   return std::clamp(absl::Seconds(seconds), bounds.min, bounds.max);
 }
 
+absl::Duration RetrySlots::Take(int64_t now_nanos, absl::Duration room, double rate_per_second,
+                                const RetryAfterBounds& bounds) {
+  const absl::Duration first = std::clamp(room, bounds.min, bounds.max);
+  if (!(rate_per_second > 0) || !std::isfinite(rate_per_second)) return first;
+  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(1e9 / rate_per_second));
+  const int64_t earliest = now_nanos + absl::ToInt64Nanoseconds(first);
+  const int64_t latest = now_nanos + absl::ToInt64Nanoseconds(bounds.max);
+  int64_t next = next_nanos_.load(std::memory_order_relaxed);
+  int64_t mine = 0;
+  do {
+    mine = std::min(std::max(next, earliest), latest);
+  } while (!next_nanos_.compare_exchange_weak(next, mine + step, std::memory_order_relaxed));
+  return absl::Nanoseconds(mine - now_nanos);
+}
+
+absl::Duration RetrySlots::Peek(int64_t now_nanos, absl::Duration room,
+                                const RetryAfterBounds& bounds) const {
+  const int64_t next = next_nanos_.load(std::memory_order_relaxed);
+  const absl::Duration first = std::clamp(room, bounds.min, bounds.max);
+  return std::clamp(std::max(first, absl::Nanoseconds(next - now_nanos)), bounds.min, bounds.max);
+}
+
 }  // namespace flowctl

@@ -64,6 +64,24 @@ struct RetryAfterBounds {
   absl::Duration unknown = absl::Milliseconds(100);
 };
 
+// Spreads the retries of refused requests over the time the consumer needs to make room for
+// them: when room for the first is expected after `room`, the k-th refusal of a burst is told to
+// come back after room + k / rate, not all at the moment the first room opens (which would refuse
+// all but a few of them again and again). A slot in the past is forgotten (the queue of retries
+// drained), and no slot is given beyond `bounds.max` from now. Lock-free.
+class RetrySlots {
+ public:
+  // The retry-after of one refusal now. `rate_per_second` > 0 (units the consumer serves; each
+  // refusal takes one unit), else `room` within the bounds.
+  absl::Duration Take(int64_t now_nanos, absl::Duration room, double rate_per_second,
+                      const RetryAfterBounds& bounds);
+  // What Take would answer now, without taking a slot (for stats).
+  absl::Duration Peek(int64_t now_nanos, absl::Duration room, const RetryAfterBounds& bounds) const;
+
+ private:
+  std::atomic<int64_t> next_nanos_{0};  // the next free slot; 0 = none
+};
+
 // How long serving `units` takes at `rate_per_second`, within [bounds.min, bounds.max]:
 // bounds.max when the rate is 0 (nothing is being served), bounds.unknown when it is negative
 // (not measured; see BacklogRateMeter::estimate).

@@ -169,7 +169,6 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
 void ClientAdmission::HandleJob(flowctl::Message message) {
   auto job = std::static_pointer_cast<Job>(message.context);
   bool added = false;
-  absl::Duration pool_retry_after = absl::ZeroDuration();
   for (auto& item : job->items) {
     SubmitResult& r = job->results[item.slot];
     absl::Status s = base::VerifySignature(item.tx);
@@ -193,11 +192,8 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
         added = true;
       } else if (s.code() == absl::StatusCode::kResourceExhausted) {
         r.rejected_by = "pool";
-        if (pool_retry_after == absl::ZeroDuration()) {  // once per job
-          pool_retry_after =
-              deps_.pool_retry_after ? deps_.pool_retry_after() : kFixedPoolRetryAfter;
-        }
-        r.retry_after = pool_retry_after;
+        // One per refused tx: measured hints queue each refusal behind the others.
+        r.retry_after = deps_.pool_retry_after ? deps_.pool_retry_after() : kFixedPoolRetryAfter;
       }
     }
     r.status = s;

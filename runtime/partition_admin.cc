@@ -91,7 +91,7 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   auto ms = [](absl::Duration d) {
     return static_cast<uint32_t>(absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1))));
   };
-  hints->set_pool_retry_after_ms(ms(PoolRetryAfter()));
+  hints->set_pool_retry_after_ms(ms(PoolRetryAfter(/*take_slot=*/false)));
   hints->set_client_lane_retry_after_ms(ms(ClientLaneRetryAfter()));
   hints->set_fixed(fixed_retry_after_);
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
@@ -205,12 +205,18 @@ absl::Duration Partition::Impl::SpillRetryAfter(uint64_t record_bytes) const {
   return std::clamp(absl::Seconds(bytes / std::max(rate, 1.0)), kMinSpillRetry, kMaxSpillRetry);
 }
 
-absl::Duration Partition::Impl::PoolRetryAfter() const {
+absl::Duration Partition::Impl::PoolRetryAfter(bool take_slot) const {
   if (fixed_retry_after_) return kFixedPoolRetryAfter;
   const partitions::TxPool::Excess excess = pool_->HighWaterExcess();
-  return partitions::PoolRetryAfter(excess.txs, excess.bytes, pool_->size_now(), pool_->bytes_now(),
-                                    commit_meter_.estimate(), block_meter_.estimate(),
-                                    kPoolRetryBounds);
+  const double rate = commit_meter_.estimate();
+  const absl::Duration room =
+      partitions::PoolRetryAfter(excess.txs, excess.bytes, pool_->size_now(), pool_->bytes_now(),
+                                 rate, block_meter_.estimate(), kPoolRetryBounds);
+  // Refusals queue behind the ones already told when to come back, one tx each at the commit
+  // rate, so a burst of them does not all return into the same block's room.
+  const int64_t now = clock_->NowNanos();
+  if (!take_slot) return pool_retry_slots_.Peek(now, room, kPoolRetryBounds);
+  return pool_retry_slots_.Take(now, room, rate, kPoolRetryBounds);
 }
 
 absl::Duration Partition::Impl::ClientLaneRetryAfter() const {

@@ -178,8 +178,10 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // ---- retry-after hints from measurement (docs/ARCHITECTURE.md, "Retry-after hints") ----
   // How long until a client tx refused by the pool (gate or full) finds room: the pool's excess
   // over its high-water mark at the measured commit rate, and at least half the measured block
-  // interval (room opens only when a block commits).
-  absl::Duration PoolRetryAfter() const;
+  // interval (room opens only when a block commits); with `take_slot`, behind the refusals
+  // already told when to return (pool_retry_slots_), else what the next refusal would get.
+  absl::Duration PoolRetryAfter(bool take_slot = true) const;
+  mutable flowctl::RetrySlots pool_retry_slots_;
   // How long until the client lane (signature checks) has drained what is queued now, at its
   // measured service rate.
   absl::Duration ClientLaneRetryAfter() const;

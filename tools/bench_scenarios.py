@@ -3,7 +3,8 @@
 
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
-                                               throughput rejection scale cpu state retry)
+                                               throughput rejection scale cpu state retry
+                                               reads)
 
 Each scenario starts its own 4-node localnet(s) in a temp dir (random ports), drives it with
 loadgen, stops it on every exit path, prints one `RESULT` line with its ratio and appends a
@@ -20,8 +21,9 @@ default 800), SCALE_COUNTS (partition counts, default 1,4,16), SCALE_SECONDS (de
 SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it); cpu: CPU_RATE
 (default 800), CPU_SAT_RATE (default 2500); state: STATE_KEYS (keys loaded, default 1000000),
 STATE_REPS (rounds of all eight cases, interleaved; medians reported; default 3: about 15 minutes,
-no cluster); retry: RETRY_RATE (offered tx/s, default 2500), RETRY_SECONDS (default 20),
-RETRY_REPS (measured/fixed pairs, default 1).
+no cluster); retry: RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS (default 30),
+RETRY_REPS (measured/fixed pairs, default 1); reads: READS_FLOOD (reads/s, default 8000),
+READS_SECONDS (default 40), READS_REPS (limited/unlimited pairs, default 1).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -736,7 +738,10 @@ def state():
 # 10. Retry-after hints: measured vs fixed ----------------------------------------------------
 def retry_run(name, fixed, honour, rate, seconds):
     node = "resources { fixed_retry_after: true }" if fixed else ""
-    with Cluster(name, fc_extra(rate=None, node=node)) as c:
+    # in_flight high enough that the pool gate, whose hint is measured, is what refuses.
+    extra_cfg = "%s\n[partition *]\n%s\n[partition hot]\npool { max_txs: 3000 }\n%s" % (
+        node, LANES, hot_chain(None, 0, in_flight=8192))
+    with Cluster(name, extra_cfg) as c:
         extra = ["--honour-retry-after"] if honour else []
         p, _ = c.loadgen(name, "hot:rate=%d" % rate, seconds, drain=15, presign=rate * 4,
                          extra=extra)
@@ -754,11 +759,12 @@ def retry_summary(h, seconds):
 
 
 def retry():
-    """A pool-bound flood (hot, pool 3000, gates on, no rate limit) offered RETRY_RATE (2500) tx/s
-    for RETRY_SECONDS (20), loadgen honouring retry-after: hints from the measured commit rate vs
-    the fixed ones (resources.fixed_retry_after), RETRY_REPS (1) interleaved pairs."""
-    rate = int(os.environ.get("RETRY_RATE", "2500"))
-    seconds = int(os.environ.get("RETRY_SECONDS", "20"))
+    """A pool-bound flood (hot, pool 3000, gates on, in_flight 8192, no rate limit) offered
+    RETRY_RATE (6000) tx/s for RETRY_SECONDS (30), loadgen honouring retry-after: hints from the
+    measured commit rate vs the fixed ones (resources.fixed_retry_after), RETRY_REPS (1)
+    interleaved pairs."""
+    rate = int(os.environ.get("RETRY_RATE", "6000"))
+    seconds = int(os.environ.get("RETRY_SECONDS", "30"))
     reps = int(os.environ.get("RETRY_REPS", "1"))
     for i in range(reps):
         measured = retry_run("retry_measured_%d" % i, False, True, rate, seconds)
@@ -773,13 +779,62 @@ def retry():
                % (acc_m / max(acc_f, 1e-9), waste_m / max(waste_f, 1e-9),
                   measured["committed"] / max(fixed["committed"], 1)),
                "hint predicts acceptance; fewer wasted offers at equal goodput",
-               "hot pool 3000 (high water 0.9), in_flight 256, health+pool gates, no rate limit; "
+               "hot pool 3000 (high water 0.9), in_flight 8192, health+pool gates, no rate limit; "
                "%d tx/s offered for %d s, loadgen --honour-retry-after" % (rate, seconds))
+
+
+# 11. Read flood: the read chain vs no read limit -------------------------------------------
+READ_LIMIT = 200  # reads/s per node that the steady partition's read chain admits
+
+
+def reads_run(name, limited, flood, seconds):
+    chain = ('read_interceptor { stages { name: "read_rate" rate { rate_per_second: %d '
+             'burst: 50 } } }' % READ_LIMIT if limited else
+             'read_interceptor { stages { name: "read_rate" rate { unlimited: true } } }')
+    extra = "[partition *]\n%s\n[partition steady]\n%s" % (LANES, chain)
+    idle, busy = "steady.p99@4s-14s", "steady.p99@18s-%ds" % seconds
+    with Cluster(name, extra) as c:
+        # Commits from WatchCommits streams (opened once), not polled reads the flood would crowd.
+        p, s = c.loadgen(name, "steady:rate=200,reads=%d,reads_start=15s" % flood, seconds,
+                         presign=200 * (seconds + 2), expect=["%s<=1.2*%s" % (busy, idle)],
+                         extra=["--commits", "watch"])
+    st = p["steady"]
+    m = expect_value(s["_stdout"], busy)
+    pf, pi = (m[0], m[1] / 1.2) if m else (window_p99(st, 18, seconds)[0],
+                                           window_p99(st, 4, 14)[0])
+    return st, pi, pf
+
+
+def reads():
+    """Writes to steady (200 tx/s) while a read flood (GetAccount) hits the same partition from
+    15 s at READS_FLOOD (10x the read chain's cluster-wide limit, 4 x READ_LIMIT): write commit p99
+    in the flood vs before it, with the read chain limiting reads vs no read limit;
+    READS_REPS (1) interleaved pairs."""
+    flood = int(os.environ.get("READS_FLOOD", str(10 * 4 * READ_LIMIT)))
+    seconds = int(os.environ.get("READS_SECONDS", "40"))
+    for i in range(int(os.environ.get("READS_REPS", "1"))):
+        on, on_idle, on_busy = reads_run("reads_limited_%d" % i, True, flood, seconds)
+        off, off_idle, off_busy = reads_run("reads_unlimited_%d" % i, False, flood, seconds)
+
+        def text(st, pi, pf):
+            return ("write p99 %.0f ms in the flood vs %.0f ms before (%.2fx); reads ok %d, "
+                    "refused %d, not sent %d, read p99 %.0f ms; %d VC"
+                    % (pf, pi, pf / max(pi, 1e-9), st.get("reads_ok", 0),
+                       st.get("reads_rejected", 0), st.get("reads_client_dropped", 0),
+                       st.get("read_p99_ms", 0), st["view_changes"] or 0))
+        result("read flood isolation (round %d)" % (i + 1),
+               "read chain %d reads/s per node: " % READ_LIMIT + text(on, on_idle, on_busy),
+               "no read limit: " + text(off, off_idle, off_busy),
+               "flood/idle write p99 %.2f vs %.2f" % (on_busy / max(on_idle, 1e-9),
+                                                      off_busy / max(off_idle, 1e-9)),
+               "<= 1.2 with the read chain",
+               "steady 200 tx/s writes, %d GetAccount reads/s on steady from 15 s (10x the read "
+               "chain's 4 x %d), %d s" % (flood, READ_LIMIT, seconds))
 
 
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
-             "scale": scale, "cpu": cpu, "state": state, "retry": retry}
+             "scale": scale, "cpu": cpu, "state": state, "retry": retry, "reads": reads}
 
 
 def main(argv):

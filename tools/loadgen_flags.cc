@@ -233,6 +233,9 @@ the next target (--route spread). Commits are found by polling GetChainStatus/Ge
                              tx_bytes=N   this partition's tx size
                              keys=unique|per_sender  a new key per tx (default; the state
                                           grows) or one key per sender (fixed-size state)
+                             reads=N      also N GetAccount reads/s (a read flood beside the
+                                          writes; rate=0 for reads only), over
+                             reads_start=T reads_stop=T (default: the whole run)
                            R: tx/s (2000, 2000/s) or bytes/s (5MB/s, 64KiB/s)
                            T: seconds (20, 20s, 500ms, 1m) since the run started
   --duration T             offer window (default 60s)

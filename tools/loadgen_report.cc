@@ -236,6 +236,15 @@ std::string FormatSummary(const std::vector<PartitionReport>& reports) {
         Percent(h.accepted_after_hint, h.reoffers_after_hint), h.reoffers_before_hint,
         Percent(h.accepted_before_hint, h.reoffers_before_hint), p.totals.held);
   }
+  for (const PartitionReport& p : reports) {
+    const Totals& t = p.totals;
+    if (t.reads_offered == 0) continue;
+    absl::StrAppendFormat(&out,
+                          "  %s reads: offered %d, ok %d (p50 %.1f ms, p99 %.1f ms), refused %d, "
+                          "failed %d, not sent %d\n",
+                          p.name, t.reads_offered, t.reads_ok, t.read_p50_ms, t.read_p99_ms,
+                          t.reads_rejected, t.reads_failed, t.reads_client_dropped);
+  }
   return out;
 }
 
@@ -302,10 +311,16 @@ std::string SummaryJson(const std::vector<PartitionReport>& reports, const RunIn
                           "     \"hinted_rejections\": %d, \"mean_hint_ms\": %.3f, "
                           "\"reoffers_after_hint\": %d, \"accepted_after_hint\": %d, "
                           "\"reoffers_before_hint\": %d, \"accepted_before_hint\": %d, "
-                          "\"held\": %d,\n     \"series\": [",
+                          "\"held\": %d,\n",
                           h.hinted_rejections, h.mean_hint_ms(), h.reoffers_after_hint,
                           h.accepted_after_hint, h.reoffers_before_hint, h.accepted_before_hint,
                           t.held);
+    absl::StrAppendFormat(&out,
+                          "     \"reads_offered\": %d, \"reads_ok\": %d, \"reads_rejected\": %d, "
+                          "\"reads_failed\": %d, \"reads_client_dropped\": %d, "
+                          "\"read_p50_ms\": %.3f, \"read_p99_ms\": %.3f,\n     \"series\": [",
+                          t.reads_offered, t.reads_ok, t.reads_rejected, t.reads_failed,
+                          t.reads_client_dropped, t.read_p50_ms, t.read_p99_ms);
     for (size_t s = 0; s < p.series.size(); ++s) {
       const SecondStats& x = p.series[s];
       SecondView v = View(x);

@@ -39,6 +39,8 @@ namespace loadgen {
 namespace {
 
 constexpr int kMaxBatch = 1000;
+// Reads outstanding per target (scenario key `reads`); beyond, a due read is client_dropped.
+constexpr int kMaxReadsInFlight = 512;
 constexpr int kGrpcAlreadyExists = 6;
 constexpr int kGrpcUnavailable = 14;
 // A target that answered UNAVAILABLE (its consensus is not NORMAL, or it is unreachable) gets no
@@ -60,7 +62,9 @@ struct PartitionRun {
   std::unique_ptr<TxFactory> factory;
   std::unique_ptr<SenderBook> book;
   PartitionStats stats;
-  uint64_t scheduled = 0;  // offers due so far
+  uint64_t scheduled = 0;        // offers due so far
+  uint64_t reads_scheduled = 0;  // reads due so far
+  size_t next_read = 0;          // round-robin over targets and senders
   size_t next_target = 0;
   uint64_t per_sender_buffer = 0;
   std::atomic<uint64_t> signed_during_run{0};
@@ -93,6 +97,8 @@ class Runner {
   void SendBatch(PartitionRun& p, size_t target, uint64_t chunk, size_t group, size_t groups,
                  int second, int64_t now);
   void OnBatchDone(Call* call, const grpc::Status& status);
+  // `n` async GetAccount reads of `p` (scenario key `reads`), round-robin over targets.
+  void SendReads(PartitionRun& p, uint64_t n, int second, int64_t now);
   void PollLoop(PartitionRun* p);
   // --commits watch: one WatchCommits stream on `target`, reopened from where it ended until the
   // run stops (CancelWatches).
@@ -119,6 +125,7 @@ class Runner {
   std::vector<std::map<std::string, uint64_t>> view_changes_start_;
   CommitTracker tracker_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;
+  std::unique_ptr<std::atomic<int>[]> reads_in_flight_;  // per target, bounded by kMaxReadsInFlight
   std::unique_ptr<std::atomic<int64_t>[]> avoid_until_;  // per target, clock_ nanos
   int64_t t0_ = 0;
   int printed_ = 0;  // seconds already printed
@@ -139,6 +146,8 @@ absl::Status Runner::Setup() {
   }
   in_flight_ = std::make_unique<std::atomic<int>[]>(stubs_.size());
   for (size_t i = 0; i < stubs_.size(); ++i) in_flight_[i] = 0;
+  reads_in_flight_ = std::make_unique<std::atomic<int>[]>(stubs_.size());
+  for (size_t i = 0; i < stubs_.size(); ++i) reads_in_flight_[i] = 0;
   avoid_until_ = std::make_unique<std::atomic<int64_t>[]>(stubs_.size());
   for (size_t i = 0; i < stubs_.size(); ++i) avoid_until_[i] = 0;
   for (const PartitionLoad& load : o_.loads) {
@@ -383,6 +392,46 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
   --total_in_flight_;
 }
 
+void Runner::SendReads(PartitionRun& p, uint64_t n, int second, int64_t now) {
+  struct ReadCall {
+    grpc::ClientContext ctx;
+    node::client::GetAccountRequest req;
+    node::client::GetAccountResponse resp;
+  };
+  p.stats.AddReadsOffered(second, n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const size_t k = p.next_read++;
+    const size_t target = k % stubs_.size();
+    if (reads_in_flight_[target].load() >= kMaxReadsInFlight) {
+      p.stats.AddReadsDropped(second, 1);
+      continue;
+    }
+    auto call = std::make_shared<ReadCall>();
+    call->req.mutable_partition()->set_id(p.id);
+    call->req.set_address(keys_[(k / stubs_.size()) % keys_.size()].public_key().bytes());
+    call->ctx.set_deadline(DeadlineIn(o_.rpc_timeout_ms));
+    ++reads_in_flight_[target];
+    {
+      absl::MutexLock l(&mu_);
+      ++total_in_flight_;
+    }
+    ReadCall* raw = call.get();
+    stubs_[target]->async()->GetAccount(
+        &raw->ctx, &raw->req, &raw->resp, [this, call, &p, target, second, now](grpc::Status s) {
+          using Outcome = PartitionStats::ReadOutcome;
+          const Outcome outcome = s.ok() ? Outcome::kOk
+                                  : (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+                                     s.error_code() == grpc::StatusCode::UNAVAILABLE)
+                                      ? Outcome::kRejected
+                                      : Outcome::kFailed;
+          p.stats.AddRead(second, outcome, static_cast<double>(clock_->NowNanos() - now) / 1e6);
+          --reads_in_flight_[target];
+          absl::MutexLock l(&mu_);
+          --total_in_flight_;
+        });
+  }
+}
+
 void Runner::PollLoop(PartitionRun* p) {
   uint64_t height = p->start_height;
   do {
@@ -493,6 +542,10 @@ void Runner::OfferLoop() {
       const uint64_t due = p->schedule->OffersBefore(now_s);
       if (due > p->scheduled) Offer(*p, due - p->scheduled, second, now);
       p->scheduled = std::max(due, p->scheduled);
+      const auto reads_due = static_cast<uint64_t>(ReadsBefore(p->load, now_s) + 1e-6);
+      if (reads_due > p->reads_scheduled)
+        SendReads(*p, reads_due - p->reads_scheduled, second, now);
+      p->reads_scheduled = std::max(reads_due, p->reads_scheduled);
     }
     PrintSeconds(second);
     if (second != last_progress) {

@@ -80,6 +80,11 @@ uint64_t Schedule::OffersBetween(double t0_s, double t1_s) const {
   return OffersBefore(t1_s) - OffersBefore(t0_s);
 }
 
+double ReadsBefore(const PartitionLoad& load, double t_s) {
+  if (load.reads <= 0 || load.reads_stop_s <= load.reads_start_s) return 0;
+  return load.reads * (std::clamp(t_s, load.reads_start_s, load.reads_stop_s) - load.reads_start_s);
+}
+
 double Schedule::MaxRate() const {
   switch (load_.kind) {
     case PatternKind::kConstant:
@@ -153,13 +158,14 @@ absl::StatusOr<std::vector<PartitionLoad>> ParseScenario(absl::string_view text,
            absl::StrSplit(part.substr(colon + 1), ',', absl::SkipWhitespace())) {
         std::pair<std::string, std::string> p = absl::StrSplit(item, absl::MaxSplits('=', 1));
         std::string key(absl::StripAsciiWhitespace(p.first));
-        static const std::set<std::string> kKeys = {"pattern",  "rate", "rate2", "peak",
-                                                    "period",   "at",   "start", "stop",
-                                                    "tx_bytes", "keys"};
+        static const std::set<std::string> kKeys = {
+            "pattern", "rate",     "rate2", "peak",  "period",      "at",        "start",
+            "stop",    "tx_bytes", "keys",  "reads", "reads_start", "reads_stop"};
         if (kKeys.count(key) == 0) {
           return Bad(where, absl::StrCat("unknown key '", key,
                                          "' (pattern, rate, rate2, peak, period, at, start, "
-                                         "stop, tx_bytes, keys)"));
+                                         "stop, tx_bytes, keys, reads, reads_start, "
+                                         "reads_stop)"));
         }
         if (!kv.emplace(key, std::string(absl::StripAsciiWhitespace(p.second))).second) {
           return Bad(where, absl::StrCat(key, ": given more than once"));
@@ -218,6 +224,23 @@ absl::StatusOr<std::vector<PartitionLoad>> ParseScenario(absl::string_view text,
     if (l.stop_s > duration_s) l.stop_s = duration_s;
     if (l.start_s > l.stop_s) {
       return Bad(where, absl::StrCat("start (", l.start_s, "s) is after stop (", l.stop_s, "s)"));
+    }
+    if (auto it = kv.find("reads"); it != kv.end()) {
+      if (!absl::SimpleAtod(it->second, &l.reads) || !std::isfinite(l.reads) || l.reads < 0) {
+        return Bad(where,
+                   absl::StrCat("reads: must be a number of reads/s >= 0, got '", it->second, "'"));
+      }
+    }
+    l.reads_stop_s = duration_s;
+    RETURN_IF_ERROR(seconds("reads_start", &l.reads_start_s));
+    RETURN_IF_ERROR(seconds("reads_stop", &l.reads_stop_s));
+    if (l.reads_stop_s > duration_s) l.reads_stop_s = duration_s;
+    if ((kv.count("reads_start") || kv.count("reads_stop")) && kv.count("reads") == 0) {
+      return Bad(where, "reads_start/reads_stop: give reads too");
+    }
+    if (l.reads_start_s > l.reads_stop_s) {
+      return Bad(where, absl::StrCat("reads_start (", l.reads_start_s, "s) is after reads_stop (",
+                                     l.reads_stop_s, "s)"));
     }
     auto only_for = [&](const char* key, bool allowed, const char* patterns) -> absl::Status {
       if (kv.count(key) && !allowed) {

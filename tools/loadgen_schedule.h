@@ -17,9 +17,10 @@
 //   hot:rate=20000,pattern=constant;steady:rate=200,start=0s
 //   bulk:pattern=burst,rate=5MB/s,peak=100MB/s,period=10s,tx_bytes=4096
 //   hot:pattern=step,rate=0,rate2=20000,at=20s
-// Keys: pattern, rate, rate2, peak, period, at, start, stop, tx_bytes, keys. Rates: `N`, `N/s`
-// (tx/s) or `N<B|KB|MB|GB|KiB|MiB|GiB>/s` (bytes/s). Times: `N` seconds or with a unit (`500ms`,
-// `2m`).
+// Keys: pattern, rate, rate2, peak, period, at, start, stop, tx_bytes, keys, reads (reads/s),
+// reads_start, reads_stop (a partition may be given reads only: rate=0,reads=5000). Rates: `N`,
+// `N/s` (tx/s) or `N<B|KB|MB|GB|KiB|MiB|GiB>/s` (bytes/s). Times: `N` seconds or with a unit
+// (`500ms`, `2m`).
 //
 // Thread-safety: Schedule is immutable after construction; all functions are pure.
 //
@@ -55,7 +56,15 @@ struct PartitionLoad {
   // keys=per_sender: each sender overwrites one key (the state stays a fixed size); default
   // keys=unique: one new key per tx (the state grows with every commit).
   bool key_per_sender = false;
+  // Reads (GetAccount of one of the run's senders, round-robin over targets) at `reads` per
+  // second over [reads_start_s, reads_stop_s): a read flood beside the writes. 0 = none.
+  double reads = 0;
+  double reads_start_s = 0;
+  double reads_stop_s = 0;  // = the run's duration unless given
 };
+
+// Reads due in [0, t_s) of `load` (constant rate over its read window), fractional.
+double ReadsBefore(const PartitionLoad& load, double t_s);
 
 const char* PatternName(PatternKind kind);
 

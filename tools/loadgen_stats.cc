@@ -129,6 +129,30 @@ void PartitionStats::AddHints(int second, const HintCounts& counts) {
   absl::MutexLock l(&mu_);
   At(second).hints += counts;
 }
+void PartitionStats::AddReadsOffered(int second, uint64_t n) {
+  absl::MutexLock l(&mu_);
+  At(second).reads.offered += n;
+}
+void PartitionStats::AddReadsDropped(int second, uint64_t n) {
+  absl::MutexLock l(&mu_);
+  At(second).reads.client_dropped += n;
+}
+void PartitionStats::AddRead(int second, ReadOutcome outcome, double latency_ms) {
+  absl::MutexLock l(&mu_);
+  ReadCounts& r = At(second).reads;
+  switch (outcome) {
+    case ReadOutcome::kOk:
+      ++r.ok;
+      r.latencies_ms.push_back(latency_ms);
+      break;
+    case ReadOutcome::kRejected:
+      ++r.rejected;
+      break;
+    case ReadOutcome::kFailed:
+      ++r.failed;
+      break;
+  }
+}
 void PartitionStats::AddCommit(int second, double latency_ms) {
   absl::MutexLock l(&mu_);
   SecondStats& s = At(second);
@@ -161,6 +185,7 @@ Totals Summarize(const std::vector<SecondStats>& series, Window window) {
   Totals t;
   t.seconds = std::max(0, window.to_s - window.from_s);
   std::vector<double> lat;
+  std::vector<double> read_lat;
   for (int s = std::max(0, window.from_s);
        s < window.to_s && static_cast<size_t>(s) < series.size(); ++s) {
     const SecondStats& x = series[s];
@@ -172,6 +197,16 @@ Totals Summarize(const std::vector<SecondStats>& series, Window window) {
     t.committed += x.committed;
     t.hints += x.hints;
     lat.insert(lat.end(), x.latencies_ms.begin(), x.latencies_ms.end());
+    t.reads_offered += x.reads.offered;
+    t.reads_ok += x.reads.ok;
+    t.reads_rejected += x.reads.rejected;
+    t.reads_failed += x.reads.failed;
+    t.reads_client_dropped += x.reads.client_dropped;
+    read_lat.insert(read_lat.end(), x.reads.latencies_ms.begin(), x.reads.latencies_ms.end());
+  }
+  if (!read_lat.empty()) {
+    t.read_p50_ms = Percentile(read_lat, 0.50);
+    t.read_p99_ms = Percentile(read_lat, 0.99);
   }
   for (uint64_t r : t.rejected) t.rejected_total += r;
   if (!lat.empty()) {

@@ -72,7 +72,18 @@ struct HintCounts {
   std::optional<double> accuracy() const;
 };
 
+// Reads (scenario key `reads`): GetAccount calls, booked in the second they were sent.
+struct ReadCounts {
+  uint64_t offered = 0;
+  uint64_t ok = 0;
+  uint64_t rejected = 0;             // RESOURCE_EXHAUSTED / UNAVAILABLE: the read chain said no
+  uint64_t failed = 0;               // any other error
+  uint64_t client_dropped = 0;       // over --max-in-flight for reads: never sent
+  std::vector<double> latencies_ms;  // of the ok ones
+};
+
 struct SecondStats {
+  ReadCounts reads;
   uint64_t offered = 0;
   uint64_t accepted = 0;
   std::array<uint64_t, kNumReasons> rejected = {};
@@ -94,6 +105,11 @@ class PartitionStats {
   void AddHeld(int second, uint64_t n) ABSL_LOCKS_EXCLUDED(mu_);
   void AddHints(int second, const HintCounts& counts) ABSL_LOCKS_EXCLUDED(mu_);
   void AddCommit(int second, double latency_ms) ABSL_LOCKS_EXCLUDED(mu_);
+  void AddReadsOffered(int second, uint64_t n) ABSL_LOCKS_EXCLUDED(mu_);
+  void AddReadsDropped(int second, uint64_t n) ABSL_LOCKS_EXCLUDED(mu_);
+  // One answered read: ok (with its latency), refused by the node's read chain, or failed.
+  enum class ReadOutcome { kOk, kRejected, kFailed };
+  void AddRead(int second, ReadOutcome outcome, double latency_ms) ABSL_LOCKS_EXCLUDED(mu_);
   // Keeps the first message seen for `reason` (shown in the summary to explain the counts).
   void NoteExample(Reason reason, absl::string_view message) ABSL_LOCKS_EXCLUDED(mu_);
   std::array<std::string, kNumReasons> Examples() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -124,6 +140,13 @@ struct Totals {
   uint64_t held = 0;
   uint64_t committed = 0;
   HintCounts hints;
+  uint64_t reads_offered = 0;
+  uint64_t reads_ok = 0;
+  uint64_t reads_rejected = 0;
+  uint64_t reads_failed = 0;
+  uint64_t reads_client_dropped = 0;
+  double read_p50_ms = 0;
+  double read_p99_ms = 0;
   double seconds = 0;
   double p50_ms = 0;
   double p99_ms = 0;

@@ -59,5 +59,29 @@ TEST(RetryAfterForTest, TimeToServeWithinBounds) {
   EXPECT_EQ(RetryAfterFor(10, -1, b), absl::Milliseconds(100));  // unknown: the fallback
 }
 
+TEST(RetrySlotsTest, ABurstOfRefusalsIsSpreadAtTheServiceRate) {
+  const RetryAfterBounds b{
+      .min = absl::Milliseconds(10), .max = absl::Seconds(1), .unknown = absl::Milliseconds(100)};
+  RetrySlots slots;
+  const int64_t t = 5'000 * kMs;
+  // Room in 50 ms, 100 units/s: 50, 60, 70 ms for three refusals at once.
+  EXPECT_EQ(slots.Take(t, absl::Milliseconds(50), 100, b), absl::Milliseconds(50));
+  EXPECT_EQ(slots.Take(t, absl::Milliseconds(50), 100, b), absl::Milliseconds(60));
+  EXPECT_EQ(slots.Peek(t, absl::Milliseconds(50), b), absl::Milliseconds(70));
+  EXPECT_EQ(slots.Take(t, absl::Milliseconds(50), 100, b), absl::Milliseconds(70));
+  // 20 ms later the queue still holds the slots given: the next is after them.
+  EXPECT_EQ(slots.Take(t + 20 * kMs, absl::Milliseconds(10), 100, b), absl::Milliseconds(60));
+  // Long after, the queue has drained: the room alone.
+  EXPECT_EQ(slots.Take(t + 2'000 * kMs, absl::Milliseconds(30), 100, b), absl::Milliseconds(30));
+  // Never beyond the bound, however many are queued.
+  for (int i = 0; i < 500; ++i) slots.Take(t + 3'000 * kMs, absl::Milliseconds(10), 100, b);
+  EXPECT_EQ(slots.Take(t + 3'000 * kMs, absl::Milliseconds(10), 100, b), absl::Seconds(1));
+  // No measured rate: the room, no queue.
+  RetrySlots fresh;
+  EXPECT_EQ(fresh.Take(t, absl::Milliseconds(40), -1, b), absl::Milliseconds(40));
+  EXPECT_EQ(fresh.Take(t, absl::Milliseconds(40), 0, b), absl::Milliseconds(40));
+  EXPECT_EQ(fresh.Take(t, absl::Milliseconds(1), -1, b), absl::Milliseconds(10));
+}
+
 }  // namespace
 }  // namespace flowctl

@@ -166,6 +166,32 @@ TEST(LoadgenReportTest, JsonAndCsvHoldTheRetryAfterFigures) {
   EXPECT_EQ(lines[3], "2,hot,112,98,2,0,2,0,0,0,0,0,12,10,34.000,39.000");
 }
 
+TEST(LoadgenReportTest, ReadsHaveASummaryLineAndJsonKeys) {
+  PartitionStats stats;
+  stats.AddReadsOffered(0, 5);
+  stats.AddReadsDropped(0, 1);
+  stats.AddRead(0, PartitionStats::ReadOutcome::kOk, 2.0);
+  stats.AddRead(0, PartitionStats::ReadOutcome::kOk, 4.0);
+  stats.AddRead(0, PartitionStats::ReadOutcome::kRejected, 0.5);
+  stats.AddRead(0, PartitionStats::ReadOutcome::kFailed, 9.0);
+  PartitionReport r = Sample("hot", 10);
+  r.series = stats.Snapshot();
+  r.totals = Summarize(r.series, {0, 1});
+  EXPECT_EQ(r.totals.reads_ok, 2u);
+  EXPECT_EQ(r.totals.read_p99_ms, 4.0);
+  EXPECT_THAT(FormatSummary({r, Sample("steady", 10)}),
+              HasSubstr("  hot reads: offered 5, ok 2 (p50 2.0 ms, p99 4.0 ms), refused 1, "
+                        "failed 1, not sent 1\n"));
+  EXPECT_THAT(FormatSummary({Sample("steady", 10)}), ::testing::Not(HasSubstr("reads:")));
+  google::protobuf::Struct parsed;
+  const std::string json = SummaryJson({r}, RunInfo{}, {});
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &parsed).ok()) << json;
+  const auto& hot = parsed.fields().at("partitions").list_value().values(0).struct_value().fields();
+  EXPECT_EQ(hot.at("reads_offered").number_value(), 5);
+  EXPECT_EQ(hot.at("reads_rejected").number_value(), 1);
+  EXPECT_EQ(hot.at("read_p99_ms").number_value(), 4);
+}
+
 TEST(LoadgenReportTest, ProgressBar) {
   EXPECT_EQ(FormatProgress(15, 60, 3000, 2900),
             "[#######.......................] 15s/60s offered=3000 committed=2900");

@@ -130,6 +130,22 @@ TEST(LoadgenScheduleTest, ParsesSeveralPartitionsAndUnits) {
   EXPECT_EQ(*ParseSeconds("t", "7"), 7);
 }
 
+TEST(LoadgenScheduleTest, ReadsAreAConstantRateOverTheirOwnWindow) {
+  absl::StatusOr<std::vector<PartitionLoad>> loads =
+      ParseScenario("hot:rate=0,reads=500,reads_start=10s,reads_stop=20s;cold:rate=5", 200, 60);
+  ASSERT_TRUE(loads.ok()) << loads.status();
+  const PartitionLoad& hot = (*loads)[0];
+  EXPECT_EQ(hot.reads, 500);
+  EXPECT_EQ(ReadsBefore(hot, 5), 0);
+  EXPECT_EQ(ReadsBefore(hot, 12), 1000);
+  EXPECT_EQ(ReadsBefore(hot, 30), 5000);
+  EXPECT_EQ(Schedule(hot).TotalOffers(), 0u);  // reads only
+  EXPECT_EQ(ReadsBefore((*loads)[1], 30), 0);  // no reads
+  absl::StatusOr<std::vector<PartitionLoad>> whole = ParseScenario("a:rate=1,reads=10", 200, 60);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(ReadsBefore((*whole)[0], 60), 600);  // the whole run by default
+}
+
 TEST(LoadgenScheduleTest, BadScenariosNameTheProblem) {
   struct Case {
     const char* text;
@@ -154,6 +170,9 @@ TEST(LoadgenScheduleTest, BadScenariosNameTheProblem) {
       {"a:rate=1,start=soon", "not a duration 'soon'"},
       {"a:rate=1,tx_bytes=10", "tx_bytes: must be an integer in [64, 65536]"},
       {"a:rate=1,keys=some", "keys: must be 'unique' or 'per_sender'"},
+      {"a:rate=1,reads=-3", "reads: must be a number of reads/s >= 0"},
+      {"a:rate=1,reads_start=2s", "reads_start/reads_stop: give reads too"},
+      {"a:rate=1,reads=5,reads_start=8s,reads_stop=2s", "reads_start (8s) is after reads_stop"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<std::vector<PartitionLoad>> r = ParseScenario(c.text, 200, 10);
