@@ -168,9 +168,10 @@ GateStage::GateStage(std::string name, std::string predicate_name,
 Decision GateStage::Check(const RequestMeta& request, HoldList&) {
   if (predicate_->predicate(request)) return Decision::Admit();
   absl::Duration retry_after = retry_after_;
-  if (retry_after <= absl::ZeroDuration()) {
-    retry_after = predicate_->retry_hint ? predicate_->retry_hint(request) : kDefaultGateRetryAfter;
+  if (retry_after <= absl::ZeroDuration() && predicate_->retry_hint) {
+    retry_after = predicate_->retry_hint(request);
   }
+  if (retry_after <= absl::ZeroDuration()) retry_after = kDefaultGateRetryAfter;
   return Decision::Reject(name_, predicate_->rejects_as, reason_, retry_after);
 }
 

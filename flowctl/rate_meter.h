@@ -4,8 +4,12 @@
 //
 // An idle consumer says nothing about how fast it can go, so a measurement window opens only
 // while there is a backlog and closes after `min_window` if there still is one; a window in which
-// the backlog ran dry is discarded. Each closed window's rate goes into an exponentially weighted
-// average (`weight` on the newest window). Until the first window closes, measured() is false.
+// the backlog was seen dry (at an Observe) is discarded: the caller's `backlogged` should say
+// "there was more work than could be served", e.g. a pool above its high-water mark, not merely
+// "something is queued". Each closed window's rate goes into an exponentially weighted average
+// (`weight` on the newest window); a window with no service at all sets the rate to 0 (a stall),
+// and the next window with service replaces it. Until the first window closes, measured() is
+// false.
 //
 // The meter does not count events itself: Observe takes the consumer's own cumulative counter
 // (e.g. Ledger committed txs), so the hot path pays nothing.
@@ -19,6 +23,7 @@
 #ifndef FLOWCTL_RATE_METER_H_
 #define FLOWCTL_RATE_METER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -41,18 +46,18 @@ class BacklogRateMeter {
   void Observe(int64_t now_nanos, uint64_t count, bool backlogged);
 
   // Units per second of the consumer's clock; 0 before the first window closed.
-  double rate() const { return rate_.load(std::memory_order_relaxed); }
-  bool measured() const { return measured_.load(std::memory_order_relaxed); }
-  // rate() once measured, else -1 (what RetryAfterFor takes as "unknown").
-  double estimate() const { return measured() ? rate() : -1; }
-  // Forgets the measurement (e.g. after the consumer's capacity changed on purpose).
+  double rate() const { return std::max(0.0, estimate()); }
+  bool measured() const { return estimate() >= 0; }
+  // The rate once measured, else -1 (what RetryAfterFor takes as "unknown"). One atomic: a
+  // reader never sees "measured" with a stale rate.
+  double estimate() const { return rate_.load(std::memory_order_relaxed); }
+  // Forgets the measurement. Called by the thread that calls Observe.
   void Reset();
 
  private:
   const Options options_;
-  std::atomic<double> rate_{0};
-  std::atomic<bool> measured_{false};
-  int64_t window_start_ = 0;  // 0 = no window open
+  std::atomic<double> rate_{-1};  // -1 = not measured
+  int64_t window_start_ = 0;      // 0 = no window open
   uint64_t window_count_ = 0;
 };
 
@@ -60,7 +65,8 @@ class BacklogRateMeter {
 struct RetryAfterBounds {
   absl::Duration min = absl::Milliseconds(10);
   absl::Duration max = absl::Seconds(10);
-  // The answer when the rate is unknown (0): e.g. the fixed hint a stage was configured with.
+  // The answer when the rate is unknown (negative): e.g. the fixed hint a stage was configured
+  // with. A rate of 0 (nothing served) gives `max`.
   absl::Duration unknown = absl::Milliseconds(100);
 };
 
@@ -76,10 +82,12 @@ class RetrySlots {
   absl::Duration Take(int64_t now_nanos, absl::Duration room, double rate_per_second,
                       const RetryAfterBounds& bounds);
   // What Take would answer now, without taking a slot (for stats).
-  absl::Duration Peek(int64_t now_nanos, absl::Duration room, const RetryAfterBounds& bounds) const;
+  absl::Duration Peek(int64_t now_nanos, absl::Duration room, double rate_per_second,
+                      const RetryAfterBounds& bounds) const;
 
  private:
   std::atomic<int64_t> next_nanos_{0};  // the next free slot; 0 = none
+  std::atomic<double> rate_{0};         // the rate the queue's slots were given at
 };
 
 // How long serving `units` takes at `rate_per_second`, within [bounds.min, bounds.max]:

@@ -405,13 +405,22 @@ void TxPool::UpdateHighWater() {
   auto excess = [](double have, double mark) -> uint64_t {
     return have >= mark ? static_cast<uint64_t>(have - mark) + 1 : 0;
   };
-  const uint64_t excess_txs = excess(txs, mark_txs);
-  const uint64_t excess_bytes = excess(bytes, mark_bytes);
-  excess_txs_.store(excess_txs, std::memory_order_relaxed);
-  excess_bytes_.store(excess_bytes, std::memory_order_relaxed);
+  const uint64_t above_txs = excess(txs, mark_txs);
+  const uint64_t above_bytes = excess(bytes, mark_bytes);
+  // What a refused client tx waits for: below the mark, and below the client's cap (the pool less
+  // its forwarding reserve), which may be the lower of the two.
+  const double keep = 1 - limits_.forward_reserve;
+  excess_txs_.store(
+      std::max(above_txs,
+               excess(txs, std::min(mark_txs, keep * static_cast<double>(limits_.max_txs)))),
+      std::memory_order_relaxed);
+  excess_bytes_.store(
+      std::max(above_bytes,
+               excess(bytes, std::min(mark_bytes, keep * static_cast<double>(limits_.max_bytes)))),
+      std::memory_order_relaxed);
   txs_now_.store(by_hash_.size(), std::memory_order_relaxed);
   bytes_now_.store(bytes_, std::memory_order_relaxed);
-  above_high_water_.store(excess_txs > 0 || excess_bytes > 0, std::memory_order_relaxed);
+  above_high_water_.store(above_txs > 0 || above_bytes > 0, std::memory_order_relaxed);
 }
 
 }  // namespace partitions

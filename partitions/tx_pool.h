@@ -189,8 +189,9 @@ class TxPool {
 
   // Lock-free; read by the interceptor's pool gate on every request.
   bool AboveHighWater() const { return above_high_water_.load(std::memory_order_relaxed); }
-  // Lock-free: what must leave the pool (commit, expire) before AboveHighWater() turns false, in
-  // txs and in bytes (both 0 below the mark); the backlog behind a pool refusal's retry-after.
+  // Lock-free: what must leave the pool (commit, expire) before AboveHighWater() turns false and
+  // a client tx fits under its cap (the pool less the forwarding reserve), in txs and in bytes
+  // (both 0 below both); the backlog behind a pool refusal's retry-after.
   struct Excess {
     uint64_t txs = 0;
     uint64_t bytes = 0;

@@ -232,6 +232,11 @@ std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
                  "not for reads: an adaptive stage follows a transaction to its commit "
                  "(use concurrency or rate)");
     }
+    if (p.read_interceptor().stages(i).has_gate()) {
+      check.Fail(absl::StrCat("read_interceptor.stages[", i, "].gate"),
+                 "not for reads: the gates test write-side conditions (consensus, the pool) "
+                 "that a read does not depend on (use concurrency or rate)");
+    }
   }
   check.Append(ValidateDispatcherConfig(p.dispatcher(), at + ".dispatcher"));
   check.Append(ValidatePoolConfig(p.pool(), at + ".pool"));

@@ -179,9 +179,12 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            pool.above_high_water() ? 1 : 0);
   const node::admin::RetryHintStats& hints = p.retry_hints();
   f->Gauge("noded_commit_rate_measured_txs_per_second",
-           "Transactions committed per second while the pool held some (what pool retry-after "
-           "hints use; 0 = not measured yet).",
+           "Transactions committed per second while the pool was above its high-water mark "
+           "(what pool retry-after hints use; 0 = not measured yet or a stall, see "
+           "noded_commit_rate_measured).",
            l, hints.commit_txs_per_second());
+  f->Gauge("noded_commit_rate_measured", "1 once a commit-rate window has closed.", l,
+           hints.commit_rate_measured() ? 1 : 0);
   f->Gauge("noded_retry_after_seconds", "The retry-after a refusal would carry now.",
            {{"partition", p.name()}, {"refusal", "pool"}}, hints.pool_retry_after_ms() / 1e3);
   f->Gauge("noded_retry_after_seconds", "The retry-after a refusal would carry now.",

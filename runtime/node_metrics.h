@@ -18,7 +18,7 @@
 //               noded_lane_queueing_delay_seconds (histogram) {partition,lane}
 //   pool        noded_pool_{txs,bytes,max_txs,max_bytes,above_high_water},
 //               noded_pool_{added,rejected_full,expired}_total,
-//               noded_commit_rate_measured_txs_per_second {partition},
+//               noded_commit_rate_measured_txs_per_second, noded_commit_rate_measured {partition},
 //               noded_retry_after_seconds {partition,refusal="pool"|"client_lane"}
 //   spill       noded_spill_{appended,drained,refused}_total, noded_spill_{memory_bytes,
 //               disk_bytes,disk_budget_bytes,segments,drain_bytes_per_second,

@@ -92,7 +92,8 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     return static_cast<uint32_t>(absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1))));
   };
   hints->set_pool_retry_after_ms(ms(PoolRetryAfter(/*take_slot=*/false)));
-  hints->set_client_lane_retry_after_ms(ms(ClientLaneRetryAfter()));
+  hints->set_client_lane_retry_after_ms(ms(ClientLaneRetryAfter(/*take_slot=*/false)));
+  hints->set_commit_rate_measured(commit_meter_.measured());
   hints->set_fixed(fixed_retry_after_);
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
   *out.mutable_stage_decision() =
@@ -215,15 +216,18 @@ absl::Duration Partition::Impl::PoolRetryAfter(bool take_slot) const {
   // Refusals queue behind the ones already told when to come back, one tx each at the commit
   // rate, so a burst of them does not all return into the same block's room.
   const int64_t now = clock_->NowNanos();
-  if (!take_slot) return pool_retry_slots_.Peek(now, room, kPoolRetryBounds);
+  if (!take_slot) return pool_retry_slots_.Peek(now, room, rate, kPoolRetryBounds);
   return pool_retry_slots_.Take(now, room, rate, kPoolRetryBounds);
 }
 
-absl::Duration Partition::Impl::ClientLaneRetryAfter() const {
+absl::Duration Partition::Impl::ClientLaneRetryAfter(bool take_slot) const {
   if (fixed_retry_after_) return kFixedClientLaneRetryAfter;
-  return flowctl::RetryAfterFor(
-      static_cast<double>(client_lane_capacity_.load(std::memory_order_relaxed)),
-      client_lane_meter_.estimate(), kClientLaneRetryBounds);
+  // A full lane has room again when one job is done; a burst of refusals queues a job apart.
+  const double rate = client_lane_meter_.estimate();
+  const absl::Duration room = flowctl::RetryAfterFor(1, rate, kClientLaneRetryBounds);
+  const int64_t now = clock_->NowNanos();
+  if (!take_slot) return client_lane_slots_.Peek(now, room, rate, kClientLaneRetryBounds);
+  return client_lane_slots_.Take(now, room, rate, kClientLaneRetryBounds);
 }
 
 // ---- Partition (facade) ----
@@ -439,16 +443,18 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
     impl_->drain_meter_.Observe(impl_->clock_->NowNanos(), impl_->drain_->stats().bytes,
                                 fs.memory_records + fs.disk_records > 0);
   }
-  // Service rates behind the retry-after hints, each measured while it had work.
+  // Service rates behind the retry-after hints, each measured while there was more work than it
+  // served: commits while the pool is above its high-water mark (the regime in which the pool
+  // refuses; a pool merely holding txs, e.g. gapped ones, says nothing of how fast blocks go), the
+  // client lane while jobs wait behind the one running (a lane runs one job at a time).
   const int64_t now = impl_->clock_->NowNanos();
-  const bool pooled = impl_->pool_->size_now() > 0;
-  impl_->commit_meter_.Observe(now, impl_->pipeline_->committed_txs(), pooled);
-  impl_->block_meter_.Observe(now, impl_->height_.load(std::memory_order_relaxed), pooled);
+  const bool saturated = impl_->pool_->AboveHighWater();
+  impl_->commit_meter_.Observe(now, impl_->pipeline_->committed_txs(), saturated);
+  impl_->block_meter_.Observe(now, impl_->height_.load(std::memory_order_relaxed), saturated);
   if (lanes.size() > kClientLane) {
     const flowctl::Dispatcher::LaneStats& client = lanes[kClientLane];
     impl_->client_lane_meter_.Observe(now, static_cast<uint64_t>(client.processed),
-                                      client.depth_messages > 0);
-    impl_->client_lane_capacity_.store(client.capacity_messages, std::memory_order_relaxed);
+                                      client.depth_messages > 1);
   }
   return u;
 }

@@ -182,16 +182,16 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // already told when to return (pool_retry_slots_), else what the next refusal would get.
   absl::Duration PoolRetryAfter(bool take_slot = true) const;
   mutable flowctl::RetrySlots pool_retry_slots_;
-  // How long until the client lane (signature checks) has drained what is queued now, at its
-  // measured service rate.
-  absl::Duration ClientLaneRetryAfter() const;
+  // How long until a full client lane (signature checks) has room: one job at its measured
+  // service rate, behind the refusals already told (client_lane_slots_; with `take_slot`).
+  absl::Duration ClientLaneRetryAfter(bool take_slot = true) const;
+  mutable flowctl::RetrySlots client_lane_slots_;
   // Service rates while there was a backlog, sampled by TakeUsage (the arbiter's tick; one
   // caller). Unmeasured (no arbiter, or never backlogged): the fixed hints below.
   flowctl::BacklogRateMeter commit_meter_{{.min_window = absl::Milliseconds(500)}};  // txs/s
   flowctl::BacklogRateMeter block_meter_{{.min_window = absl::Milliseconds(500)}};   // blocks/s
   flowctl::BacklogRateMeter client_lane_meter_{{.min_window = absl::Milliseconds(500)}};  // jobs/s
   flowctl::BacklogRateMeter drain_meter_{{.min_window = absl::Seconds(1)}};               // bytes/s
-  std::atomic<int64_t> client_lane_capacity_{0};  // messages, as of the last TakeUsage
   // ResourceConfig.fixed_retry_after: the fixed hints, whatever was measured.
   bool fixed_retry_after_ = false;
   static constexpr absl::Duration kFixedPoolRetryAfter = partitions::kFixedPoolRetryAfter;

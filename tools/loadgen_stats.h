@@ -78,7 +78,7 @@ struct ReadCounts {
   uint64_t ok = 0;
   uint64_t rejected = 0;             // RESOURCE_EXHAUSTED / UNAVAILABLE: the read chain said no
   uint64_t failed = 0;               // any other error
-  uint64_t client_dropped = 0;       // over --max-in-flight for reads: never sent
+  uint64_t client_dropped = 0;       // over 512 reads in flight per target: never sent
   std::vector<double> latencies_ms;  // of the ok ones
 };
 

@@ -38,14 +38,17 @@ TEST(BacklogRateMeterTest, AveragesWindowsAndMeasuresAStall) {
   EXPECT_DOUBLE_EQ(m.rate(), 100);
   m.Observe(2000 * kMs + 1, 400, true);  // 300/s: halfway
   EXPECT_DOUBLE_EQ(m.rate(), 200);
-  m.Observe(3000 * kMs + 1, 400, true);  // stalled with a backlog: measured, and lower
-  m.Observe(4000 * kMs + 1, 400, true);
+  m.Observe(3000 * kMs + 1, 400, true);  // stalled with a backlog: a stall at once, not halved
   EXPECT_TRUE(m.measured());
-  EXPECT_DOUBLE_EQ(m.rate(), 50);
+  EXPECT_DOUBLE_EQ(m.rate(), 0);
+  EXPECT_DOUBLE_EQ(m.estimate(), 0);
+  m.Observe(4000 * kMs + 1, 500, true);  // service again: replaces the stall, not averaged with it
+  EXPECT_DOUBLE_EQ(m.rate(), 100);
   m.Observe(5000 * kMs + 1, 10, true);  // counter went back (reset): a new window, no sample
-  EXPECT_DOUBLE_EQ(m.rate(), 50);
+  EXPECT_DOUBLE_EQ(m.rate(), 100);
   m.Reset();
   EXPECT_FALSE(m.measured());
+  EXPECT_EQ(m.estimate(), -1);
 }
 
 TEST(RetryAfterForTest, TimeToServeWithinBounds) {
@@ -67,7 +70,8 @@ TEST(RetrySlotsTest, ABurstOfRefusalsIsSpreadAtTheServiceRate) {
   // Room in 50 ms, 100 units/s: 50, 60, 70 ms for three refusals at once.
   EXPECT_EQ(slots.Take(t, absl::Milliseconds(50), 100, b), absl::Milliseconds(50));
   EXPECT_EQ(slots.Take(t, absl::Milliseconds(50), 100, b), absl::Milliseconds(60));
-  EXPECT_EQ(slots.Peek(t, absl::Milliseconds(50), b), absl::Milliseconds(70));
+  EXPECT_EQ(slots.Peek(t, absl::Milliseconds(50), 100, b), absl::Milliseconds(70));
+  EXPECT_EQ(slots.Peek(t, absl::Milliseconds(50), -1, b), absl::Milliseconds(50));  // no rate
   EXPECT_EQ(slots.Take(t, absl::Milliseconds(50), 100, b), absl::Milliseconds(70));
   // 20 ms later the queue still holds the slots given: the next is after them.
   EXPECT_EQ(slots.Take(t + 20 * kMs, absl::Milliseconds(10), 100, b), absl::Milliseconds(60));
@@ -76,6 +80,16 @@ TEST(RetrySlotsTest, ABurstOfRefusalsIsSpreadAtTheServiceRate) {
   // Never beyond the bound, however many are queued.
   for (int i = 0; i < 500; ++i) slots.Take(t + 3'000 * kMs, absl::Milliseconds(10), 100, b);
   EXPECT_EQ(slots.Take(t + 3'000 * kMs, absl::Milliseconds(10), 100, b), absl::Seconds(1));
+  // The rate changed more than 2x (a stall ended): the old queue is forgotten.
+  RetrySlots stalled;
+  for (int i = 0; i < 5; ++i) stalled.Take(t, absl::Seconds(1), 1, b);  // all at the bound
+  EXPECT_EQ(stalled.Take(t, absl::Milliseconds(20), 1000, b), absl::Milliseconds(20));
+  EXPECT_EQ(stalled.Take(t, absl::Milliseconds(20), 1000, b), absl::Milliseconds(21));
+  // A vanishing rate: one slot is at most the bound, nothing overflows.
+  RetrySlots tiny;
+  EXPECT_EQ(tiny.Take(t, absl::Milliseconds(20), 1e-300, b), absl::Milliseconds(20));
+  EXPECT_EQ(tiny.Take(t, absl::Milliseconds(20), 1e-300, b), absl::Seconds(1));
+  EXPECT_EQ(tiny.Take(t, absl::Milliseconds(20), 1e-300, b), absl::Seconds(1));
   // No measured rate: the room, no queue.
   RetrySlots fresh;
   EXPECT_EQ(fresh.Take(t, absl::Milliseconds(40), -1, b), absl::Milliseconds(40));

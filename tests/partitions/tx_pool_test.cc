@@ -284,6 +284,16 @@ TEST_F(TxPoolTest, HighWaterExcessIsWhatMustLeaveBeforeTheGateOpens) {
   EXPECT_EQ(pool->size_now(), 4u);
 }
 
+TEST_F(TxPoolTest, ExcessCountsAgainstTheClientCapWhenItIsBelowTheMark) {
+  // Clients may fill half the pool (the rest is the forwarding reserve); the mark is the whole.
+  auto pool = MakePool({.max_txs = 10, .forward_reserve = 0.5, .high_water = 1.0});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
+  ExpectRefused(pool->Add(Tx(6, 1), TxOrigin::kClient), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  EXPECT_FALSE(pool->AboveHighWater());
+  EXPECT_EQ(pool->HighWaterExcess().txs, 1u);  // one must commit before a client tx fits
+}
+
 TEST(PoolRetryAfterTest, TheExcessAtTheMeasuredCommitRateAndAtLeastHalfABlock) {
   const flowctl::RetryAfterBounds b{
       .min = absl::Milliseconds(10), .max = absl::Seconds(10), .unknown = absl::Milliseconds(100)};

@@ -197,6 +197,17 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
        },
        "partitions[hot].read_interceptor.stages[0].adaptive: not for reads: an adaptive stage "
        "follows a transaction to its commit (use concurrency or rate)"},
+      {"gate among the reads",
+       ConfigText("read_interceptor { stages { gate { predicate: \"pool_below_high_water\" } } }"),
+       [&] {
+         auto r = HotFlow();
+         r.mutable_read_interceptor()->add_stages()->mutable_gate()->set_predicate(
+             "pool_below_high_water");
+         return Flow(r);
+       },
+       "partitions[hot].read_interceptor.stages[0].gate: not for reads: the gates test "
+       "write-side conditions (consensus, the pool) that a read does not depend on (use "
+       "concurrency or rate)"},
       {"negative read rate",
        ConfigText("read_interceptor { stages { rate { rate_per_second: -1 } } }"),
        [&] {
