@@ -130,6 +130,8 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
 
 absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
     const node::admin::UpdatePartitionFlowRequest& request) {
+  // One change at a time from the merge to the write-back, so a concurrent one is never lost.
+  absl::MutexLock update(&update_mu_);
   PartitionConfig next;
   {
     absl::MutexLock lock(&config_mu_);
@@ -399,6 +401,7 @@ node::config::ShareConfig Partition::share_config() const {
 }
 
 void Partition::SetShareConfig(const node::config::ShareConfig& share) {
+  absl::MutexLock update(&impl_->update_mu_);  // not overwritten by an UpdateFlow in progress
   absl::MutexLock lock(&impl_->config_mu_);
   *impl_->config_.mutable_share() = share;
 }

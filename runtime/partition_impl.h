@@ -160,6 +160,9 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::array<int, p2p::kNumChannels + 1> lane_of_channel_{};
 
   // ---- configuration and arbiter results ----
+  // Serializes config changes (UpdateFlow, SetShareConfig) from read to write-back; taken before
+  // config_mu_, which guards each read and write.
+  absl::Mutex update_mu_ ABSL_ACQUIRED_BEFORE(config_mu_);
   mutable absl::Mutex config_mu_;
   node::config::PartitionConfig config_ ABSL_GUARDED_BY(config_mu_);
   uint64_t pool_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;   // arbiter's memory share applied
