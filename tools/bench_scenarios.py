@@ -23,7 +23,8 @@ SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it); c
 STATE_REPS (rounds of all eight cases, interleaved; medians reported; default 3: about 15 minutes,
 no cluster); retry: RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS (default 30),
 RETRY_REPS (measured/fixed pairs, default 1); reads: READS_FLOOD (reads/s, default 8000),
-READS_SECONDS (default 40), READS_REPS (limited/unlimited pairs, default 1).
+READS_SECONDS (default 40), READS_REPS (limited/unlimited pairs, default 1), READS_RPC (account,
+the default, or block: GetBlock of the latest block with its tx bodies).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -787,7 +788,7 @@ def retry():
 READ_LIMIT = 200  # reads/s per node that the steady partition's read chain admits
 
 
-def reads_run(name, limited, flood, seconds):
+def reads_run(name, limited, flood, seconds, rpc="account"):
     chain = ('read_interceptor { stages { name: "read_rate" rate { rate_per_second: %d '
              'burst: 50 } } }' % READ_LIMIT if limited else
              'read_interceptor { stages { name: "read_rate" rate { unlimited: true } } }')
@@ -795,7 +796,8 @@ def reads_run(name, limited, flood, seconds):
     idle, busy = "steady.p99@4s-14s", "steady.p99@18s-%ds" % seconds
     with Cluster(name, extra) as c:
         # Commits from WatchCommits streams (opened once), not polled reads the flood would crowd.
-        p, s = c.loadgen(name, "steady:rate=200,reads=%d,reads_start=15s" % flood, seconds,
+        p, s = c.loadgen(name, "steady:rate=200,reads=%d,reads_start=15s,read_rpc=%s"
+                         % (flood, rpc), seconds,
                          presign=200 * (seconds + 2), expect=["%s<=1.2*%s" % (busy, idle)],
                          extra=["--commits", "watch"])
     st = p["steady"]
@@ -812,9 +814,10 @@ def reads():
     READS_REPS (1) interleaved pairs."""
     flood = int(os.environ.get("READS_FLOOD", str(10 * 4 * READ_LIMIT)))
     seconds = int(os.environ.get("READS_SECONDS", "40"))
+    rpc = os.environ.get("READS_RPC", "account")
     for i in range(int(os.environ.get("READS_REPS", "1"))):
-        on, on_idle, on_busy = reads_run("reads_limited_%d" % i, True, flood, seconds)
-        off, off_idle, off_busy = reads_run("reads_unlimited_%d" % i, False, flood, seconds)
+        on, on_idle, on_busy = reads_run("reads_limited_%d" % i, True, flood, seconds, rpc)
+        off, off_idle, off_busy = reads_run("reads_unlimited_%d" % i, False, flood, seconds, rpc)
 
         def text(st, pi, pf):
             return ("write p99 %.0f ms in the flood vs %.0f ms before (%.2fx); reads ok %d, "
@@ -828,8 +831,10 @@ def reads():
                "flood/idle write p99 %.2f vs %.2f" % (on_busy / max(on_idle, 1e-9),
                                                       off_busy / max(off_idle, 1e-9)),
                "<= 1.2 with the read chain",
-               "steady 200 tx/s writes, %d GetAccount reads/s on steady from 15 s (10x the read "
-               "chain's 4 x %d), %d s" % (flood, READ_LIMIT, seconds))
+               "steady 200 tx/s writes, %d %s reads/s on steady from 15 s (10x the read "
+               "chain's 4 x %d), %d s" % (flood, "GetBlock (latest, with bodies)"
+                                          if rpc == "block" else "GetAccount", READ_LIMIT,
+                                          seconds))
 
 
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,

@@ -236,6 +236,8 @@ the next target (--route spread). Commits are found by polling GetChainStatus/Ge
                              reads=N      also N GetAccount reads/s (a read flood beside the
                                           writes; rate=0 for reads only), over
                              reads_start=T reads_stop=T (default: the whole run)
+                             read_rpc=account|block  GetAccount (default) or GetBlock of the
+                                          latest block with its tx bodies
                            R: tx/s (2000, 2000/s) or bytes/s (5MB/s, 64KiB/s)
                            T: seconds (20, 20s, 500ms, 1m) since the run started
   --duration T             offer window (default 60s)

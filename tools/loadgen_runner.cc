@@ -395,8 +395,10 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
 void Runner::SendReads(PartitionRun& p, uint64_t n, int second, int64_t now) {
   struct ReadCall {
     grpc::ClientContext ctx;
-    node::client::GetAccountRequest req;
-    node::client::GetAccountResponse resp;
+    node::client::GetAccountRequest account;
+    node::client::GetAccountResponse account_resp;
+    node::client::GetBlockRequest block;
+    node::client::GetBlockResponse block_resp;
   };
   p.stats.AddReadsOffered(second, n);
   for (uint64_t i = 0; i < n; ++i) {
@@ -407,28 +409,36 @@ void Runner::SendReads(PartitionRun& p, uint64_t n, int second, int64_t now) {
       continue;
     }
     auto call = std::make_shared<ReadCall>();
-    call->req.mutable_partition()->set_id(p.id);
-    call->req.set_address(keys_[(k / stubs_.size()) % keys_.size()].public_key().bytes());
     call->ctx.set_deadline(DeadlineIn(o_.rpc_timeout_ms));
     ++reads_in_flight_[target];
     {
       absl::MutexLock l(&mu_);
       ++total_in_flight_;
     }
+    auto done = [this, call, &p, target, second, now](grpc::Status s) {
+      using Outcome = PartitionStats::ReadOutcome;
+      const Outcome outcome = s.ok() ? Outcome::kOk
+                              : (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+                                 s.error_code() == grpc::StatusCode::UNAVAILABLE)
+                                  ? Outcome::kRejected
+                                  : Outcome::kFailed;
+      p.stats.AddRead(second, outcome, static_cast<double>(clock_->NowNanos() - now) / 1e6);
+      --reads_in_flight_[target];
+      absl::MutexLock l(&mu_);
+      --total_in_flight_;
+    };
     ReadCall* raw = call.get();
-    stubs_[target]->async()->GetAccount(
-        &raw->ctx, &raw->req, &raw->resp, [this, call, &p, target, second, now](grpc::Status s) {
-          using Outcome = PartitionStats::ReadOutcome;
-          const Outcome outcome = s.ok() ? Outcome::kOk
-                                  : (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
-                                     s.error_code() == grpc::StatusCode::UNAVAILABLE)
-                                      ? Outcome::kRejected
-                                      : Outcome::kFailed;
-          p.stats.AddRead(second, outcome, static_cast<double>(clock_->NowNanos() - now) / 1e6);
-          --reads_in_flight_[target];
-          absl::MutexLock l(&mu_);
-          --total_in_flight_;
-        });
+    if (p.load.read_blocks) {
+      // The latest block with its transactions' bodies: a read that costs the node some work.
+      raw->block.mutable_partition()->set_id(p.id);
+      raw->block.set_include_txs(true);
+      stubs_[target]->async()->GetBlock(&raw->ctx, &raw->block, &raw->block_resp, std::move(done));
+    } else {
+      raw->account.mutable_partition()->set_id(p.id);
+      raw->account.set_address(keys_[(k / stubs_.size()) % keys_.size()].public_key().bytes());
+      stubs_[target]->async()->GetAccount(&raw->ctx, &raw->account, &raw->account_resp,
+                                          std::move(done));
+    }
   }
 }
 

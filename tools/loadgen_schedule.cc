@@ -159,13 +159,13 @@ absl::StatusOr<std::vector<PartitionLoad>> ParseScenario(absl::string_view text,
         std::pair<std::string, std::string> p = absl::StrSplit(item, absl::MaxSplits('=', 1));
         std::string key(absl::StripAsciiWhitespace(p.first));
         static const std::set<std::string> kKeys = {
-            "pattern", "rate",     "rate2", "peak",  "period",      "at",        "start",
-            "stop",    "tx_bytes", "keys",  "reads", "reads_start", "reads_stop"};
+            "pattern", "rate",     "rate2", "peak",  "period",      "at",         "start",
+            "stop",    "tx_bytes", "keys",  "reads", "reads_start", "reads_stop", "read_rpc"};
         if (kKeys.count(key) == 0) {
           return Bad(where, absl::StrCat("unknown key '", key,
                                          "' (pattern, rate, rate2, peak, period, at, start, "
                                          "stop, tx_bytes, keys, reads, reads_start, "
-                                         "reads_stop)"));
+                                         "reads_stop, read_rpc)"));
         }
         if (!kv.emplace(key, std::string(absl::StripAsciiWhitespace(p.second))).second) {
           return Bad(where, absl::StrCat(key, ": given more than once"));
@@ -235,8 +235,17 @@ absl::StatusOr<std::vector<PartitionLoad>> ParseScenario(absl::string_view text,
     RETURN_IF_ERROR(seconds("reads_start", &l.reads_start_s));
     RETURN_IF_ERROR(seconds("reads_stop", &l.reads_stop_s));
     if (l.reads_stop_s > duration_s) l.reads_stop_s = duration_s;
-    if ((kv.count("reads_start") || kv.count("reads_stop")) && kv.count("reads") == 0) {
-      return Bad(where, "reads_start/reads_stop: give reads too");
+    if ((kv.count("reads_start") || kv.count("reads_stop") || kv.count("read_rpc")) &&
+        kv.count("reads") == 0) {
+      return Bad(where, "reads_start/reads_stop/read_rpc: give reads too");
+    }
+    if (auto it = kv.find("read_rpc"); it != kv.end()) {
+      if (it->second == "block") {
+        l.read_blocks = true;
+      } else if (it->second != "account") {
+        return Bad(where,
+                   absl::StrCat("read_rpc: must be 'account' or 'block', got '", it->second, "'"));
+      }
     }
     if (l.reads_start_s > l.reads_stop_s) {
       return Bad(where, absl::StrCat("reads_start (", l.reads_start_s, "s) is after reads_stop (",

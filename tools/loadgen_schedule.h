@@ -18,7 +18,8 @@
 //   bulk:pattern=burst,rate=5MB/s,peak=100MB/s,period=10s,tx_bytes=4096
 //   hot:pattern=step,rate=0,rate2=20000,at=20s
 // Keys: pattern, rate, rate2, peak, period, at, start, stop, tx_bytes, keys, reads (reads/s),
-// reads_start, reads_stop (a partition may be given reads only: rate=0,reads=5000). Rates: `N`,
+// reads_start, reads_stop, read_rpc=account|block (a partition may be given reads only:
+// rate=0,reads=5000). Rates: `N`,
 // `N/s` (tx/s) or `N<B|KB|MB|GB|KiB|MiB|GiB>/s` (bytes/s). Times: `N` seconds or with a unit
 // (`500ms`, `2m`).
 //
@@ -61,6 +62,8 @@ struct PartitionLoad {
   double reads = 0;
   double reads_start_s = 0;
   double reads_stop_s = 0;  // = the run's duration unless given
+  // read_rpc=block: each read is GetBlock(latest, with tx bodies) instead of GetAccount.
+  bool read_blocks = false;
 };
 
 // Reads due in [0, t_s) of `load` (constant rate over its read window), fractional.

@@ -144,6 +144,8 @@ TEST(LoadgenScheduleTest, ReadsAreAConstantRateOverTheirOwnWindow) {
   absl::StatusOr<std::vector<PartitionLoad>> whole = ParseScenario("a:rate=1,reads=10", 200, 60);
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(ReadsBefore((*whole)[0], 60), 600);  // the whole run by default
+  EXPECT_FALSE((*whole)[0].read_blocks);
+  EXPECT_TRUE((*ParseScenario("a:rate=1,reads=10,read_rpc=block", 200, 60))[0].read_blocks);
 }
 
 TEST(LoadgenScheduleTest, BadScenariosNameTheProblem) {
@@ -171,7 +173,8 @@ TEST(LoadgenScheduleTest, BadScenariosNameTheProblem) {
       {"a:rate=1,tx_bytes=10", "tx_bytes: must be an integer in [64, 65536]"},
       {"a:rate=1,keys=some", "keys: must be 'unique' or 'per_sender'"},
       {"a:rate=1,reads=-3", "reads: must be a number of reads/s >= 0"},
-      {"a:rate=1,reads_start=2s", "reads_start/reads_stop: give reads too"},
+      {"a:rate=1,reads_start=2s", "reads_start/reads_stop/read_rpc: give reads too"},
+      {"a:rate=1,reads=5,read_rpc=scan", "read_rpc: must be 'account' or 'block', got 'scan'"},
       {"a:rate=1,reads=5,reads_start=8s,reads_stop=2s", "reads_start (8s) is after reads_stop"},
   };
   for (const Case& c : cases) {
