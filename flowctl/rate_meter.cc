@@ -69,6 +69,8 @@ absl::Duration RetrySlots::Peek(int64_t now_nanos, absl::Duration room, double r
                                 const RetryAfterBounds& bounds) const {
   const absl::Duration first = std::clamp(room, bounds.min, bounds.max);
   if (!(rate_per_second > 0) || !std::isfinite(rate_per_second)) return first;
+  const double was = rate_.load(std::memory_order_relaxed);
+  if (was > 0 && (rate_per_second > 2 * was || rate_per_second < was / 2)) return first;  // as Take
   const int64_t next = next_nanos_.load(std::memory_order_relaxed);
   return std::clamp(std::max(first, absl::Nanoseconds(next - now_nanos)), bounds.min, bounds.max);
 }

@@ -447,11 +447,13 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
                                 fs.memory_records + fs.disk_records > 0);
   }
   // Service rates behind the retry-after hints, each measured while there was more work than it
-  // served: commits while the pool is above its high-water mark (the regime in which the pool
-  // refuses; a pool merely holding txs, e.g. gapped ones, says nothing of how fast blocks go), the
-  // client lane while jobs wait behind the one running (a lane runs one job at a time).
+  // served: commits while the pool is at its high-water mark or its client cap (the regimes in
+  // which the pool refuses; a pool merely holding txs, e.g. gapped ones, says nothing of how fast
+  // blocks go), the client lane while jobs wait behind the one running (a lane runs one job at a
+  // time).
   const int64_t now = impl_->clock_->NowNanos();
-  const bool saturated = impl_->pool_->AboveHighWater();
+  const partitions::TxPool::Excess excess = impl_->pool_->HighWaterExcess();
+  const bool saturated = excess.txs > 0 || excess.bytes > 0;  // above the mark or the client cap
   impl_->commit_meter_.Observe(now, impl_->pipeline_->committed_txs(), saturated);
   impl_->block_meter_.Observe(now, impl_->height_.load(std::memory_order_relaxed), saturated);
   if (lanes.size() > kClientLane) {

@@ -83,6 +83,8 @@ TEST(RetrySlotsTest, ABurstOfRefusalsIsSpreadAtTheServiceRate) {
   // The rate changed more than 2x (a stall ended): the old queue is forgotten.
   RetrySlots stalled;
   for (int i = 0; i < 5; ++i) stalled.Take(t, absl::Seconds(1), 1, b);  // all at the bound
+  EXPECT_EQ(stalled.Peek(t, absl::Milliseconds(20), 1, b), absl::Seconds(1));
+  EXPECT_EQ(stalled.Peek(t, absl::Milliseconds(20), 1000, b), absl::Milliseconds(20));  // as Take
   EXPECT_EQ(stalled.Take(t, absl::Milliseconds(20), 1000, b), absl::Milliseconds(20));
   EXPECT_EQ(stalled.Take(t, absl::Milliseconds(20), 1000, b), absl::Milliseconds(21));
   // A vanishing rate: one slot is at most the bound, nothing overflows.

@@ -218,5 +218,42 @@ TEST_F(PartitionResourceConsumerTest, PoolRetryAfterComesFromTheMeasuredCommitRa
   }
 }
 
+// The same when the pool refuses at its client cap (the forwarding reserve) below the high-water
+// mark: the backlog is measured there too, and TxPool::Add's refusal carries the hint.
+TEST_F(PartitionResourceConsumerTest, PoolFullAtTheClientCapGetsTheMeasuredHintToo) {
+  node::config::PartitionConfig config = config_;
+  config.set_id(7);
+  config.set_name("capped");
+  config.mutable_pool()->set_max_txs(4);
+  config.mutable_pool()->set_forward_reserve_fraction(0.5);  // clients may fill 2
+  config.mutable_pool()->set_high_water_fraction(1.0);       // the gate never closes
+  config.clear_interceptor();
+  auto* stage = config.mutable_interceptor()->add_stages();
+  stage->set_name("in_flight");
+  stage->mutable_concurrency()->set_max_in_flight(100);
+  std::unique_ptr<Partition> part = Open(config, dir_ + "/capped");
+  ASSERT_NE(part, nullptr);
+  auto submit = [&](uint64_t nonce) {
+    absl::Notification done;
+    SubmitResult out;
+    part->Submit(testing::SignedPut(7, 'c', nonce), {}, [&](SubmitResult r) {
+      out = std::move(r);
+      done.Notify();
+    });
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    return out;
+  };
+  ASSERT_TRUE(submit(1).status.ok());
+  ASSERT_TRUE(submit(2).status.ok());
+  part->TakeUsage();
+  clock_.Advance(absl::Milliseconds(600));
+  part->TakeUsage();
+  EXPECT_TRUE(part->FlowStats().retry_hints().commit_rate_measured());
+  SubmitResult refused = submit(3);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
+  EXPECT_EQ(refused.rejected_by, "pool");
+  EXPECT_EQ(refused.retry_after, absl::Seconds(10));  // measured: nothing commits
+}
+
 }  // namespace
 }  // namespace runtime
