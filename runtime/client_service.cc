@@ -104,11 +104,13 @@ int64_t CeilMillis(absl::Duration d) {
   return absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)));
 }
 
-void AddRejectionMetadata(grpc::CallbackServerContext* context, const SubmitResult& result) {
-  if (result.retry_after > absl::ZeroDuration()) {
-    context->AddTrailingMetadata("retry-after-ms", absl::StrCat(CeilMillis(result.retry_after)));
+// The trailers of a flow-control refusal, for writes and reads alike.
+void AddRejectionMetadata(grpc::CallbackServerContext* context, absl::Duration retry_after,
+                          absl::string_view rejected_by) {
+  if (retry_after > absl::ZeroDuration()) {
+    context->AddTrailingMetadata("retry-after-ms", absl::StrCat(CeilMillis(retry_after)));
   }
-  if (!result.rejected_by.empty()) context->AddTrailingMetadata("rejected-by", result.rejected_by);
+  if (!rejected_by.empty()) context->AddTrailingMetadata("rejected-by", std::string(rejected_by));
 }
 
 grpc::ServerUnaryReactor* FinishNow(UnaryCall* call, const grpc::Status& status) {
@@ -136,10 +138,7 @@ bool AdmitClientRead(grpc::CallbackServerContext* context, const Partition& part
   if (admission->admitted()) return true;
   const flowctl::Decision& d = admission->decision();
   *refused = ToGrpcStatus(d.ToStatus());
-  if (d.retry_after() > absl::ZeroDuration()) {
-    context->AddTrailingMetadata("retry-after-ms", absl::StrCat(CeilMillis(d.retry_after())));
-  }
-  context->AddTrailingMetadata("rejected-by", std::string(d.stage()));
+  AddRejectionMetadata(context, d.retry_after(), d.stage());
   return false;
 }
 
@@ -201,7 +200,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
                      response->set_spilled(result.spilled);
                      if (result.receipt.has_value()) *response->mutable_receipt() = *result.receipt;
                    } else {
-                     AddRejectionMetadata(context, result);
+                     AddRejectionMetadata(context, result.retry_after, result.rejected_by);
                    }
                  });
                });

@@ -204,8 +204,9 @@ void Partition::Impl::ApplyDiskBudgetLocked() {
 absl::Duration Partition::Impl::SpillRetryAfter(uint64_t record_bytes) const {
   const double bytes = static_cast<double>(fifo_->BytesToDrainForRoom(record_bytes));
   double rate = drain_meter_.rate();
-  if (rate <= 0) rate = drain_->rate();
-  return std::clamp(absl::Seconds(bytes / std::max(rate, 1.0)), kMinSpillRetry, kMaxSpillRetry);
+  if (rate <= 0) rate = drain_->rate();  // not measured yet (or a stall): the configured rate
+  return flowctl::RetryAfterFor(bytes, std::max(rate, 1.0),
+                                {.min = kMinSpillRetry, .max = kMaxSpillRetry});
 }
 
 absl::Duration Partition::Impl::PoolRetryAfter(bool take_slot) const {

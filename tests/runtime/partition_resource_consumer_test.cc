@@ -85,6 +85,20 @@ class PartitionResourceConsumerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
+  // Submits a signed Put and waits for the answer: the fixture's worker thread verifies it; a
+  // gate refusal answers at once.
+  static SubmitResult SubmitAndWait(Partition& part, uint32_t partition, char account,
+                                    uint64_t nonce) {
+    absl::Notification done;
+    SubmitResult out;
+    part.Submit(testing::SignedPut(partition, account, nonce), {}, [&](SubmitResult r) {
+      out = std::move(r);
+      done.Notify();
+    });
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    return out;
+  }
+
   double GroupShare() const {
     for (const auto& g : pool_->GetGroupStats()) {
       if (g.name == "p") return g.share;
@@ -186,17 +200,7 @@ TEST_F(PartitionResourceConsumerTest, PoolRetryAfterComesFromTheMeasuredCommitRa
     std::unique_ptr<Partition> part =
         Open(config, absl::StrCat(dir_, "/hinted", fixed), /*fixed_retry_after=*/fixed);
     ASSERT_NE(part, nullptr);
-    auto submit = [&](uint64_t nonce) {
-      absl::Notification done;
-      SubmitResult out;
-      part->Submit(testing::SignedPut(6, 'h', nonce), {}, [&](SubmitResult r) {
-        out = std::move(r);
-        done.Notify();
-      });
-      // The fixture's worker thread verifies it; a gate refusal answers at once.
-      EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-      return out;
-    };
+    auto submit = [&](uint64_t nonce) { return SubmitAndWait(*part, 6, 'h', nonce); };
     ASSERT_TRUE(submit(1).status.ok());
     ASSERT_TRUE(submit(2).status.ok());
     // Nothing measured yet: the fixed hint.
@@ -233,16 +237,7 @@ TEST_F(PartitionResourceConsumerTest, PoolFullAtTheClientCapGetsTheMeasuredHintT
   stage->mutable_concurrency()->set_max_in_flight(100);
   std::unique_ptr<Partition> part = Open(config, dir_ + "/capped");
   ASSERT_NE(part, nullptr);
-  auto submit = [&](uint64_t nonce) {
-    absl::Notification done;
-    SubmitResult out;
-    part->Submit(testing::SignedPut(7, 'c', nonce), {}, [&](SubmitResult r) {
-      out = std::move(r);
-      done.Notify();
-    });
-    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-    return out;
-  };
+  auto submit = [&](uint64_t nonce) { return SubmitAndWait(*part, 7, 'c', nonce); };
   ASSERT_TRUE(submit(1).status.ok());
   ASSERT_TRUE(submit(2).status.ok());
   part->TakeUsage();
