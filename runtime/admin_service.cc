@@ -27,8 +27,37 @@ AdminServiceImpl::AdminServiceImpl(Node* node, std::string token)
     : node_(node),
       expected_authorization_(token.empty() ? std::string() : absl::StrCat("Bearer ", token)) {}
 
+AdminServiceImpl::~AdminServiceImpl() { Shutdown(); }
+
 void AdminServiceImpl::Shutdown() {
   if (!shutdown_called_.exchange(true)) shutdown_.Notify();
+  {
+    absl::MutexLock lock(&ops_mu_);
+    ops_closed_ = true;
+  }
+  if (ops_thread_.joinable()) ops_thread_.join();
+}
+
+void AdminServiceImpl::RunOps() {
+  for (;;) {
+    Op op;
+    {
+      absl::MutexLock lock(&ops_mu_);
+      ops_mu_.Await(absl::Condition(
+          +[](AdminServiceImpl* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->ops_mu_) {
+            return self->ops_closed_ || !self->ops_.empty();
+          },
+          this));
+      if (ops_.empty()) return;  // closed
+      op = std::move(ops_.front());
+      ops_.pop_front();
+      if (ops_closed_) {
+        op.refuse();
+        continue;
+      }
+    }
+    op.run();
+  }
 }
 
 grpc::Status AdminServiceImpl::Authorize(const grpc::ServerContextBase* context) const {
@@ -51,10 +80,7 @@ grpc::Status AdminServiceImpl::HandleGetNodeStatus(grpc::ServerContextBase*,
 grpc::Status AdminServiceImpl::HandleListPartitions(grpc::ServerContextBase*,
                                                     const node::admin::ListPartitionsRequest*,
                                                     node::admin::ListPartitionsResponse* response) {
-  for (const Partition* partition : node_->partitions()) {
-    *response->add_partitions() = partition->Status();
-    *response->add_configs() = partition->config();
-  }
+  *response = node_->ListPartitions();
   return grpc::Status::OK;
 }
 
@@ -100,7 +126,7 @@ grpc::Status AdminServiceImpl::WatchFlowStats(grpc::ServerContext* context,
 grpc::Status AdminServiceImpl::HandleUpdatePartitionFlow(
     grpc::ServerContextBase*, const node::admin::UpdatePartitionFlowRequest* request,
     node::admin::UpdatePartitionFlowResponse* response) {
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return ToGrpcStatus(partition.status());
   absl::StatusOr<node::config::PartitionConfig> effective = (*partition)->UpdateFlow(*request);
   if (!effective.ok()) return ToGrpcStatus(effective.status());
@@ -133,7 +159,7 @@ grpc::Status AdminServiceImpl::HandleUpdateArbiter(grpc::ServerContextBase*,
 grpc::Status AdminServiceImpl::HandlePausePartition(
     grpc::ServerContextBase*, const node::admin::PausePartitionRequest* request,
     node::admin::PausePartitionResponse*) {
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return ToGrpcStatus(partition.status());
   (*partition)->Pause();
   return grpc::Status::OK;
@@ -142,10 +168,89 @@ grpc::Status AdminServiceImpl::HandlePausePartition(
 grpc::Status AdminServiceImpl::HandleResumePartition(
     grpc::ServerContextBase*, const node::admin::ResumePartitionRequest* request,
     node::admin::ResumePartitionResponse*) {
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return ToGrpcStatus(partition.status());
   (*partition)->Resume();
   return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::HandleCreatePartition(
+    grpc::ServerContextBase*, const node::admin::CreatePartitionRequest* request,
+    node::admin::CreatePartitionResponse* response) {
+  if (!request->has_config()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "config: required (a partitions { ... } block of the config file)");
+  }
+  absl::StatusOr<node::admin::CreatePartitionResponse> created =
+      node_->CreatePartition(request->config());
+  if (!created.ok()) return ToGrpcStatus(created.status());
+  *response = *std::move(created);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::HandleStopPartition(grpc::ServerContextBase*,
+                                                   const node::admin::StopPartitionRequest* request,
+                                                   node::admin::StopPartitionResponse* response) {
+  if (request->drain_ms() > kMaxStopDrainMs) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("drain_ms: must be <= ", kMaxStopDrainMs, ", got ", request->drain_ms()));
+  }
+  const uint32_t drain_ms = request->drain_ms() == 0 ? kDefaultStopDrainMs : request->drain_ms();
+  absl::StatusOr<node::admin::PartitionStatus> status =
+      node_->StopPartition(request->partition(), absl::Milliseconds(drain_ms));
+  if (!status.ok()) return ToGrpcStatus(status.status());
+  *response->mutable_status() = *std::move(status);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::HandleStartPartition(
+    grpc::ServerContextBase*, const node::admin::StartPartitionRequest* request,
+    node::admin::StartPartitionResponse* response) {
+  absl::StatusOr<node::admin::PartitionStatus> status = node_->StartPartition(request->partition());
+  if (!status.ok()) return ToGrpcStatus(status.status());
+  *response->mutable_status() = *std::move(status);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminServiceImpl::HandleRemovePartition(
+    grpc::ServerContextBase*, const node::admin::RemovePartitionRequest* request,
+    node::admin::RemovePartitionResponse* response) {
+  absl::StatusOr<node::admin::RemovePartitionResponse> removed =
+      node_->RemovePartition(request->partition(), request->delete_data());
+  if (!removed.ok()) return ToGrpcStatus(removed.status());
+  *response = *std::move(removed);
+  return grpc::Status::OK;
+}
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* AdminServiceImpl::ServeSlow(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response,
+    grpc::Status (AdminServiceImpl::*handler)(grpc::ServerContextBase*, const Request*,
+                                              Response*)) {
+  auto* call = new RawCall<Request, Response>(raw_response);
+  if (grpc::Status s = Authorize(context); !s.ok()) {
+    call->Reply(s);
+    return call;
+  }
+  if (!call->Parse(raw_request)) return call;
+  absl::MutexLock lock(&ops_mu_);
+  if (ops_closed_) {
+    call->Reply(grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
+    return call;
+  }
+  ops_.push_back({.run =
+                      [this, call, context, handler] {
+                        call->Reply((this->*handler)(context, &call->request, &call->response));
+                      },
+                  .refuse =
+                      [call] {
+                        call->Reply(
+                            grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
+                      }});
+  if (!ops_thread_.joinable()) ops_thread_ = std::thread([this] { RunOps(); });
+  return call;
 }
 
 template <typename Request, typename Response>
@@ -218,6 +323,30 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ResumePartition(grpc::CallbackServer
                                                             const grpc::ByteBuffer* request,
                                                             grpc::ByteBuffer* response) {
   return Serve(context, request, response, &AdminServiceImpl::HandleResumePartition);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::CreatePartition(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return ServeSlow(context, request, response, &AdminServiceImpl::HandleCreatePartition);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::StopPartition(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return ServeSlow(context, request, response, &AdminServiceImpl::HandleStopPartition);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::StartPartition(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return ServeSlow(context, request, response, &AdminServiceImpl::HandleStartPartition);
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::RemovePartition(grpc::CallbackServerContext* context,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return ServeSlow(context, request, response, &AdminServiceImpl::HandleRemovePartition);
 }
 
 }  // namespace runtime

@@ -1,6 +1,9 @@
 // AdminServiceImpl: node.admin.AdminService (proto/admin.proto) on top of a runtime::Node.
 //
-// Every admin call is a quick read or a validated update of in-memory settings, answered inline.
+// Every admin call is a quick read or a validated update of in-memory settings, answered inline,
+// except the live partition calls (CreatePartition, StopPartition, StartPartition,
+// RemovePartition), which open or drain a partition: they run one at a time, in arrival order, on
+// the service's own thread, so no gRPC thread waits for a ledger to open or lanes to drain.
 // The unary methods are raw callback methods that parse their own request (runtime/raw_call.h):
 // an undecodable body gets INVALID_ARGUMENT "request does not parse as ..." (after the token
 // check). WatchFlowStats is synchronous. WatchFlowStats holds its handler thread between
@@ -25,9 +28,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/admin.grpc.pb.h"
@@ -40,6 +48,9 @@ class Node;
 inline constexpr uint32_t kMinWatchIntervalMs = 100;
 inline constexpr uint32_t kMaxWatchIntervalMs = 60000;
 inline constexpr uint32_t kDefaultWatchIntervalMs = 1000;
+// StopPartition's drain_ms: 0 means the default; larger than the maximum is refused.
+inline constexpr uint32_t kDefaultStopDrainMs = 5000;
+inline constexpr uint32_t kMaxStopDrainMs = 60000;
 
 // True when `supplied` equals `expected`; runs in time that depends only on expected's length.
 bool ConstantTimeEquals(absl::string_view supplied, absl::string_view expected);
@@ -55,14 +66,25 @@ using RawAdminServiceBase = node::admin::AdminService::WithRawCallbackMethod_Get
                         node::admin::AdminService::WithRawCallbackMethod_UpdateArbiter<
                             node::admin::AdminService::WithRawCallbackMethod_PausePartition<
                                 node::admin::AdminService::WithRawCallbackMethod_ResumePartition<
-                                    node::admin::AdminService::Service>>>>>>>>>;
+                                    node::admin::AdminService::WithRawCallbackMethod_CreatePartition<
+                                        node::admin::AdminService::
+                                            WithRawCallbackMethod_StopPartition<
+                                                node::admin::AdminService::
+                                                    WithRawCallbackMethod_StartPartition<
+                                                        node::admin::AdminService::
+                                                            WithRawCallbackMethod_RemovePartition<
+                                                                node::admin::AdminService::
+                                                                    Service>>>>>>>>>>>>>;
 
 class AdminServiceImpl final : public RawAdminServiceBase {
  public:
   // `node` outlives the service. `token` "" = no auth.
   AdminServiceImpl(Node* node, std::string token);
+  ~AdminServiceImpl() override;  // Shutdown()
 
-  // Ends open WatchFlowStats streams (with OK) and refuses new ones. Idempotent.
+  // Ends open WatchFlowStats streams (with OK) and refuses new ones; waits for the live partition
+  // call that is running to finish, answers those still queued UNAVAILABLE and refuses new ones.
+  // Idempotent.
   void Shutdown();
 
   // The unary methods, on raw bytes (runtime/raw_call.h): a request body that does not parse
@@ -92,6 +114,18 @@ class AdminServiceImpl final : public RawAdminServiceBase {
                                            const grpc::ByteBuffer* request,
                                            grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ResumePartition(grpc::CallbackServerContext* context,
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CreatePartition(grpc::CallbackServerContext* context,
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* StopPartition(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* StartPartition(grpc::CallbackServerContext* context,
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* RemovePartition(grpc::CallbackServerContext* context,
                                             const grpc::ByteBuffer* request,
                                             grpc::ByteBuffer* response) override;
   // Streams updates; a synchronous method (it holds its thread between updates).
@@ -128,6 +162,18 @@ class AdminServiceImpl final : public RawAdminServiceBase {
   grpc::Status HandleResumePartition(grpc::ServerContextBase* context,
                                      const node::admin::ResumePartitionRequest* request,
                                      node::admin::ResumePartitionResponse* response);
+  grpc::Status HandleCreatePartition(grpc::ServerContextBase* context,
+                                     const node::admin::CreatePartitionRequest* request,
+                                     node::admin::CreatePartitionResponse* response);
+  grpc::Status HandleStopPartition(grpc::ServerContextBase* context,
+                                   const node::admin::StopPartitionRequest* request,
+                                   node::admin::StopPartitionResponse* response);
+  grpc::Status HandleStartPartition(grpc::ServerContextBase* context,
+                                    const node::admin::StartPartitionRequest* request,
+                                    node::admin::StartPartitionResponse* response);
+  grpc::Status HandleRemovePartition(grpc::ServerContextBase* context,
+                                     const node::admin::RemovePartitionRequest* request,
+                                     node::admin::RemovePartitionResponse* response);
 
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context,
@@ -135,12 +181,32 @@ class AdminServiceImpl final : public RawAdminServiceBase {
                                   grpc::ByteBuffer* raw_response,
                                   grpc::Status (AdminServiceImpl::*handler)(
                                       grpc::ServerContextBase*, const Request*, Response*));
+  // Serve, with the handler run on the live-partition thread (ops_thread_).
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* ServeSlow(grpc::CallbackServerContext* context,
+                                      const grpc::ByteBuffer* raw_request,
+                                      grpc::ByteBuffer* raw_response,
+                                      grpc::Status (AdminServiceImpl::*handler)(
+                                          grpc::ServerContextBase*, const Request*, Response*));
   grpc::Status Authorize(const grpc::ServerContextBase* context) const;
+  void RunOps();
+
+  // A queued live partition call: runs the handler and replies, or (shutting down) replies
+  // UNAVAILABLE.
+  struct Op {
+    absl::AnyInvocable<void()> run;
+    absl::AnyInvocable<void()> refuse;
+  };
 
   Node* const node_;
   const std::string expected_authorization_;  // "Bearer <token>", or "" when no token
   std::atomic<bool> shutdown_called_{false};
   absl::Notification shutdown_;
+
+  absl::Mutex ops_mu_;
+  std::deque<Op> ops_ ABSL_GUARDED_BY(ops_mu_);
+  bool ops_closed_ ABSL_GUARDED_BY(ops_mu_) = false;
+  std::thread ops_thread_;  // started with the first live partition call; joined by Shutdown
 };
 
 }  // namespace runtime

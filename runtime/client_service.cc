@@ -176,7 +176,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
   if (!call->Parse(raw_request)) return call;
   const pb::SubmitTxRequest* request = &call->request;
   pb::SubmitTxResponse* response = &call->response;
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   if (request->signed_tx().empty()) {
     return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "signed_tx: required"));
@@ -214,7 +214,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(grpc::CallbackServerC
   if (!call->Parse(raw_request)) return call;
   const pb::SubmitTxBatchRequest* request = &call->request;
   pb::SubmitTxBatchResponse* response = &call->response;
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   const int n = request->signed_txs_size();
   if (n < 1 || n > kMaxBatchTxs) {
@@ -256,7 +256,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext* 
   if (!call->Parse(raw_request)) return call;
   const pb::GetTxRequest* request = &call->request;
   pb::GetTxResponse* response = &call->response;
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   flowctl::Admission admission;
   grpc::Status refused;
@@ -278,7 +278,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(grpc::CallbackServerCont
   if (!call->Parse(raw_request)) return call;
   const pb::GetAccountRequest* request = &call->request;
   pb::GetAccountResponse* response = &call->response;
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   flowctl::Admission admission;
   grpc::Status refused;
@@ -301,7 +301,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContex
   if (!call->Parse(raw_request)) return call;
   const pb::GetBlockRequest* request = &call->request;
   pb::GetBlockResponse* response = &call->response;
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   flowctl::Admission admission;
   grpc::Status refused;
@@ -321,7 +321,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(grpc::CallbackServer
   if (!call->Parse(raw_request)) return call;
   const pb::GetChainStatusRequest* request = &call->request;
   pb::GetChainStatusResponse* response = &call->response;
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   flowctl::Admission admission;
   grpc::Status refused;
@@ -338,7 +338,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetValue(grpc::CallbackServerContex
   auto* call = new RawCall<pb::GetValueRequest, pb::GetValueResponse>(raw_response);
   if (!call->Parse(raw_request)) return call;
   const pb::GetValueRequest* request = &call->request;
-  absl::StatusOr<Partition*> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
   flowctl::Admission admission;
   grpc::Status refused;

@@ -23,6 +23,7 @@
 #include "runtime/latency_summary.h"
 #include "runtime/metrics.h"
 #include "runtime/node_metrics.h"
+#include "runtime/partition_registry.h"
 #include "runtime/tls.h"
 
 namespace runtime {
@@ -184,66 +185,32 @@ absl::Status Node::Start() {
                                                      std::move(vo), options_.clock));
   network_ = egress_.get();
 
-  // 4. Partitions (opened before the network delivers anything to them).
-  std::vector<p2p::NodeId> ids;
-  std::vector<base::PublicKey> keys;
+  // 4. Partitions (opened before the network delivers anything to them): the config file's,
+  // with the live changes recorded under the data directory.
   for (auto& [id, pk] : members) {
-    ids.push_back(id);
-    keys.push_back(pk);
+    replica_ids_.push_back(id);
+    replica_keys_.push_back(pk);
   }
   std::vector<p2p::NodeId> others;
-  for (const p2p::NodeId& member : ids) {
+  for (const p2p::NodeId& member : replica_ids_) {
     if (member != id_) others.push_back(member);
   }
   refusals_ = std::make_unique<PeerRefusals>(others);
-  for (const auto& pc : config_.partitions()) {
-    PartitionEnv env;
-    env.config = pc;
-    env.dir = absl::StrCat(config_.data_dir(), "/partition-", pc.id());
-    env.pool = pool_.get();
-    env.network = network_;
-    env.key = key_;
-    env.replica_ids = ids;
-    env.replica_keys = keys;
-    env.clock = options_.clock;
-    env.scheduler = scheduler_.get();
-    env.channels = &egress_->scheduler().channels();
-    env.refusals = refusals_.get();
-    env.fixed_retry_after = config_.resources().fixed_retry_after();
-    env.test_equivocate = pc.name() == options_.test_equivocate_partition;
-    if (env.test_equivocate) {
-      LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
-                   << ": this node proposes conflicting batches when it is the primary";
+  {
+    absl::MutexLock live_lock(&live_mu_);
+    ASSIGN_OR_RETURN(std::vector<bool> run, PlanPartitionsLocked());
+    absl::MutexLock lock(&partitions_mu_);
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (!run[i]) continue;  // stopped through the admin API
+      PartitionEntry& entry = entries_[i];
+      entry.closed = std::make_shared<absl::Notification>();
+      ASSIGN_OR_RETURN(entry.running, OpenPartition(entry.config, entry.closed));
     }
-    if (pc.name() == options_.test_diverge_partition) {
-      env.test_diverge_height = options_.test_diverge_height;
-      LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name() << ": block "
-                   << env.test_diverge_height << " executes differently on this node";
-    }
-    env.test_withhold = pc.name() == options_.test_withhold_partition;
-    if (env.test_withhold) {
-      LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
-                   << ": this node withholds the bodies of its proposals and answers no fetch";
-    }
-    absl::StatusOr<std::unique_ptr<Partition>> part = Partition::Open(std::move(env));
-    if (!part.ok()) {
-      return absl::Status(part.status().code(),
-                          absl::StrCat("partition ", pc.name(), ": ", part.status().message()));
-    }
-    partitions_.push_back(*std::move(part));
   }
   // Handlers before the transport starts: peer messages go straight to their partition's lanes.
-  std::map<uint32_t, Partition*> by_id;
-  for (auto& p : partitions_) by_id[p->id()] = p.get();
   network_->SetHandlers(
-      [by_id, refusals = refusals_.get()](const p2p::NodeId& from, p2p::PartitionId part,
-                                          p2p::Channel ch, std::string payload) {
-        auto it = by_id.find(part);
-        if (it != by_id.end()) {
-          it->second->OnPeerMessage(from, ch, std::move(payload));
-        } else {
-          refusals->Count(from, PeerRefusals::kUnknownPartition);
-        }
+      [this](const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch, std::string payload) {
+        RoutePeerMessage(from, part, ch, std::move(payload));
       },
       [](const p2p::NodeId& peer, p2p::PeerEvent ev) {
         LOG(INFO) << "peer " << peer << " " << ev;
@@ -255,7 +222,7 @@ absl::Status Node::Start() {
     RETURN_IF_ERROR(transport_->Start());
   }
   if (!options_.egress_by_hand) RETURN_IF_ERROR(egress_->Start());
-  for (auto& p : partitions_) RETURN_IF_ERROR(p->Start());
+  for (const std::shared_ptr<Partition>& p : partitions()) RETURN_IF_ERROR(p->Start());
 
   // 5. Arbiter.
   RETURN_IF_ERROR(StartArbiter());
@@ -274,10 +241,10 @@ absl::Status Node::Start() {
           [servers = servers_.get()] { return servers->rpc_metrics().Collect(); });
     }
   }
-  LOG(INFO) << "noded " << kNodeVersion << " node " << id_ << " started: " << partitions_.size()
-            << " partitions, " << members.size() << " replicas, client port " << client_port_
-            << ", admin port " << admin_port_ << ", p2p port " << p2p_port() << ", metrics port "
-            << (metrics_ ? metrics_->port() : 0);
+  LOG(INFO) << "noded " << kNodeVersion << " node " << id_ << " started: " << partitions().size()
+            << " partitions running, " << members.size() << " replicas, client port "
+            << client_port_ << ", admin port " << admin_port_ << ", p2p port " << p2p_port()
+            << ", metrics port " << (metrics_ ? metrics_->port() : 0);
   return absl::OkStatus();
 }
 
@@ -294,11 +261,16 @@ void Node::Stop(absl::Duration drain) {
   if (servers_) servers_->Shutdown(drain);
   metrics_.reset();
   if (arbiter_) arbiter_->Stop();
-  for (auto it = partitions_.rbegin(); it != partitions_.rend(); ++it) (*it)->Stop(drain);
+  std::vector<std::shared_ptr<Partition>> running = partitions();
+  for (auto it = running.rbegin(); it != running.rend(); ++it) (*it)->Stop(drain);
   if (scheduler_) scheduler_->Stop();
   if (egress_) egress_->Stop();
   if (transport_) transport_->Stop();
-  partitions_.clear();
+  running.clear();
+  {
+    absl::MutexLock lock(&partitions_mu_);
+    entries_.clear();
+  }
   servers_.reset();
   if (pool_) pool_->Stop();
   LOG(INFO) << "node stopped";
@@ -328,23 +300,27 @@ absl::Status Node::SetPeerAddress(absl::string_view public_key_hex, const std::s
 
 int Node::metrics_port() const { return metrics_ ? metrics_->port() : 0; }
 
-absl::StatusOr<Partition*> Node::FindPartition(const node::client::PartitionRef& ref) const {
-  if (ref.id() != 0) {
-    for (const auto& p : partitions_) {
-      if (p->id() == ref.id()) return p.get();
-    }
-    return absl::NotFoundError(absl::StrCat("unknown partition id ", ref.id()));
-  }
-  if (ref.name().empty()) {
+absl::StatusOr<std::shared_ptr<Partition>> Node::FindPartition(
+    const node::client::PartitionRef& ref) const {
+  if (ref.id() == 0 && ref.name().empty()) {
     return absl::InvalidArgumentError("partition: give its id or its name");
   }
-  for (const auto& p : partitions_) {
-    if (p->name() == ref.name()) return p.get();
+  absl::ReaderMutexLock lock(&partitions_mu_);
+  for (const PartitionEntry& e : entries_) {
+    if (ref.id() != 0 ? e.config.id() != ref.id() : e.config.name() != ref.name()) continue;
+    if (e.running == nullptr) {
+      return absl::UnavailableError(absl::StrCat("partition ", e.config.name(),
+                                                 " is stopped on this node (StartPartition "
+                                                 "starts it); another node may serve it"));
+    }
+    return e.running;
   }
+  if (ref.id() != 0) return absl::NotFoundError(absl::StrCat("unknown partition id ", ref.id()));
   return absl::NotFoundError(absl::StrCat("unknown partition \"", ref.name(), "\""));
 }
 
-absl::StatusOr<Partition*> Node::FindPartition(const std::string& id_or_name) const {
+absl::StatusOr<std::shared_ptr<Partition>> Node::FindPartition(
+    const std::string& id_or_name) const {
   node::client::PartitionRef ref;
   uint32_t id = 0;
   if (absl::SimpleAtoi(id_or_name, &id) && id != 0) {
@@ -355,10 +331,58 @@ absl::StatusOr<Partition*> Node::FindPartition(const std::string& id_or_name) co
   return FindPartition(ref);
 }
 
-std::vector<Partition*> Node::partitions() const {
-  std::vector<Partition*> out;
-  for (const auto& p : partitions_) out.push_back(p.get());
+std::vector<std::shared_ptr<Partition>> Node::partitions() const {
+  std::vector<std::shared_ptr<Partition>> out;
+  absl::ReaderMutexLock lock(&partitions_mu_);
+  for (const PartitionEntry& e : entries_) {
+    if (e.running != nullptr) out.push_back(e.running);
+  }
   return out;
+}
+
+node::admin::PartitionStatus Node::StatusOfLocked(const PartitionEntry& entry) const {
+  node::admin::PartitionStatus s;
+  if (entry.running != nullptr) {
+    s = entry.running->Status();
+  } else {
+    s.set_id(entry.config.id());
+    s.set_name(entry.config.name());
+    s.set_lossless(entry.config.lossless().enabled());
+    s.set_consensus_state("STOPPED");
+  }
+  s.set_created_live(entry.created_live);
+  return s;
+}
+
+node::admin::ListPartitionsResponse Node::ListPartitions() const {
+  node::admin::ListPartitionsResponse out;
+  absl::ReaderMutexLock lock(&partitions_mu_);
+  for (const PartitionEntry& e : entries_) {
+    *out.add_partitions() = StatusOfLocked(e);
+    *out.add_configs() = e.running != nullptr ? e.running->config() : e.config;
+  }
+  return out;
+}
+
+void Node::RoutePeerMessage(const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch,
+                            std::string payload) const {
+  std::shared_ptr<Partition> target;
+  bool stopped = false;
+  {
+    absl::ReaderMutexLock lock(&partitions_mu_);
+    for (const PartitionEntry& e : entries_) {
+      if (e.config.id() != part) continue;
+      target = e.running;
+      stopped = target == nullptr;
+      break;
+    }
+  }
+  if (target != nullptr) {
+    target->OnPeerMessage(from, ch, std::move(payload));
+  } else {
+    refusals_->Count(from,
+                     stopped ? PeerRefusals::kStoppedPartition : PeerRefusals::kUnknownPartition);
+  }
 }
 
 node::admin::NodeStatus Node::Status() const {
@@ -370,7 +394,10 @@ node::admin::NodeStatus Node::Status() const {
     s.set_peers_connected(static_cast<uint32_t>(network_->connected_peers().size()));
     s.set_peers_configured(static_cast<uint32_t>(network_->peers().size()));
   }
-  for (const auto& p : partitions_) *s.add_partitions() = p->Status();
+  {
+    absl::ReaderMutexLock lock(&partitions_mu_);
+    for (const PartitionEntry& e : entries_) *s.add_partitions() = StatusOfLocked(e);
+  }
   s.set_cpu_workers(static_cast<uint32_t>(cpu_workers()));
   return s;
 }
@@ -402,6 +429,7 @@ node::admin::ListPeersResponse Node::Peers() const {
       r->set_bad_signature(refusals_->count(id, PeerRefusals::kBadSignature));
       r->set_bad_tx(refusals_->count(id, PeerRefusals::kBadTx));
       r->set_bad_frame(refusals_->count(id, PeerRefusals::kBadFrame));
+      r->set_stopped_partition(refusals_->count(id, PeerRefusals::kStoppedPartition));
     }
   }
   return out;
@@ -411,10 +439,10 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
   node::admin::FlowStats out;
   out.set_unix_millis(absl::ToUnixMillis(absl::Now()));
   if (!partition.empty()) {
-    ASSIGN_OR_RETURN(Partition * p, FindPartition(partition));
+    ASSIGN_OR_RETURN(std::shared_ptr<Partition> p, FindPartition(partition));
     *out.add_partitions() = p->FlowStats();
   } else {
-    for (const auto& p : partitions_) *out.add_partitions() = p->FlowStats();
+    for (const std::shared_ptr<Partition>& p : partitions()) *out.add_partitions() = p->FlowStats();
   }
   for (auto& p : *out.mutable_partitions()) {
     std::optional<flowctl::ConsumerShareStats> shares;
@@ -478,12 +506,12 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     return absl::InvalidArgumentError(
         "entries: give at least one partition (or cpu_workers to change only the worker count)");
   }
-  std::vector<std::pair<Partition*, node::config::ShareConfig>> changes;
+  std::vector<std::pair<std::shared_ptr<Partition>, node::config::ShareConfig>> changes;
   std::vector<ConfigProblem> problems;  // validated as the config it would leave
   for (int i = 0; i < request.entries_size(); ++i) {
     const auto& e = request.entries(i);
     const std::string at = absl::StrCat("entries[", i, "]");
-    absl::StatusOr<Partition*> p = FindPartition(e.partition());
+    absl::StatusOr<std::shared_ptr<Partition>> p = FindPartition(e.partition());
     if (!p.ok()) {
       return absl::Status(p.status().code(),
                           absl::StrCat(at, ".partition: ", p.status().message()));
@@ -495,11 +523,12 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     }
     changes.push_back({*p, share});
   }
-  std::vector<node::config::ShareConfig> shares;
-  for (const auto& p : partitions_) {
-    node::config::ShareConfig share = p->config().share();
+  std::vector<node::config::ShareConfig> shares;  // every partition's, stopped ones too
+  const node::admin::ListPartitionsResponse listed = ListPartitions();
+  for (const node::config::PartitionConfig& config : listed.configs()) {
+    node::config::ShareConfig share = config.share();
     for (const auto& [changed, next] : changes) {
-      if (changed == p.get()) share = next;
+      if (changed->id() == config.id()) share = next;
     }
     shares.push_back(share);
   }
@@ -523,7 +552,7 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
   for (const auto& [p, share] : changes) updates.push_back({p->id(), share});
   RETURN_IF_ERROR(arbiter_->UpdateShares(updates));
   std::vector<node::config::PartitionConfig> out;
-  for (const auto& p : partitions_) out.push_back(p->config());
+  for (const std::shared_ptr<Partition>& p : partitions()) out.push_back(p->config());
   return out;
 }
 
@@ -538,12 +567,344 @@ absl::Status Node::StartArbiter() {
       .clock = options_.clock};
   ASSIGN_OR_RETURN(arbiter_,
                    flowctl::ArbiterService::Create(std::move(options), egress_accounting_.get()));
-  for (const auto& p : partitions_) RETURN_IF_ERROR(arbiter_->AddConsumer(p.get()));
+  for (const std::shared_ptr<Partition>& p : partitions()) {
+    RETURN_IF_ERROR(arbiter_->AddConsumer(p.get()));
+  }
   return arbiter_->Start();
 }
 
 void Node::ArbiterTick() {
   if (arbiter_) arbiter_->Tick();
+}
+
+// ---- Live partitions ----
+
+std::string Node::PartitionDir(uint32_t id) const {
+  return absl::StrCat(config_.data_dir(), "/partition-", id);
+}
+
+absl::StatusOr<std::vector<bool>> Node::PlanPartitionsLocked() {
+  const std::string path = LivePartitionsPath(config_.data_dir());
+  ASSIGN_OR_RETURN(node::config::LivePartitions live, ReadLivePartitions(path));
+  ASSIGN_OR_RETURN(PartitionPlan plan, PlanPartitions(config_, live, path));
+  for (const std::string& warning : plan.warnings) LOG(WARNING) << warning;
+  // The whole set is validated as one config (a created partition may have been written by an
+  // older version, or the file may have changed under it).
+  NodeConfig effective = config_;
+  effective.clear_partitions();
+  for (const PlannedPartition& p : plan.partitions) *effective.add_partitions() = p.config;
+  if (!plan.partitions.empty()) ApplyDefaults(&effective);  // (an empty list would get defaults)
+  std::vector<ConfigProblem> problems = ValidateNodeConfig(effective);
+  // A node whose partitions were all removed live still starts, to take CreatePartition.
+  std::erase_if(problems, [&](const ConfigProblem& p) {
+    return plan.partitions.empty() && p.path == "partitions";
+  });
+  if (absl::Status s = ProblemsToStatus(problems); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the config file's partitions with the live changes recorded in ", path, ": ",
+                     s.message()));
+  }
+  live_ = std::move(plan.live);
+  if (live_.SerializeAsString() != live.SerializeAsString()) RETURN_IF_ERROR(WriteLiveLocked());
+  std::vector<bool> run;
+  absl::MutexLock lock(&partitions_mu_);
+  for (size_t i = 0; i < plan.partitions.size(); ++i) {
+    entries_.push_back({.config = effective.partitions(static_cast<int>(i)),
+                        .created_live = plan.partitions[i].created_live});
+    run.push_back(!plan.partitions[i].stopped);
+    if (plan.partitions[i].stopped) {
+      LOG(INFO) << "partition " << plan.partitions[i].config.name()
+                << " is stopped (StopPartition); StartPartition starts it";
+    }
+  }
+  return run;
+}
+
+absl::Status Node::WriteLiveLocked() {
+  return WriteLivePartitions(LivePartitionsPath(config_.data_dir()), live_);
+}
+
+absl::StatusOr<std::shared_ptr<Partition>> Node::OpenPartition(
+    const node::config::PartitionConfig& pc, std::shared_ptr<absl::Notification> closed) {
+  PartitionEnv env;
+  env.config = pc;
+  env.dir = PartitionDir(pc.id());
+  env.pool = pool_.get();
+  env.network = network_;
+  env.key = key_;
+  env.replica_ids = replica_ids_;
+  env.replica_keys = replica_keys_;
+  env.clock = options_.clock;
+  env.scheduler = scheduler_.get();
+  env.channels = &egress_->scheduler().channels();
+  env.refusals = refusals_.get();
+  env.fixed_retry_after = config_.resources().fixed_retry_after();
+  env.test_equivocate = pc.name() == options_.test_equivocate_partition;
+  if (env.test_equivocate) {
+    LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
+                 << ": this node proposes conflicting batches when it is the primary";
+  }
+  if (pc.name() == options_.test_diverge_partition) {
+    env.test_diverge_height = options_.test_diverge_height;
+    LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name() << ": block "
+                 << env.test_diverge_height << " executes differently on this node";
+  }
+  env.test_withhold = pc.name() == options_.test_withhold_partition;
+  if (env.test_withhold) {
+    LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
+                 << ": this node withholds the bodies of its proposals and answers no fetch";
+  }
+  absl::StatusOr<std::unique_ptr<Partition>> part = Partition::Open(std::move(env));
+  if (!part.ok()) {
+    return absl::Status(part.status().code(),
+                        absl::StrCat("partition ", pc.name(), ": ", part.status().message()));
+  }
+  // Whoever lets go of it last (the node, or a call still using it) closes it and says so.
+  return std::shared_ptr<Partition>(part->release(), [closed](Partition* p) {
+    delete p;
+    closed->Notify();
+  });
+}
+
+absl::StatusOr<size_t> Node::EntryIndexLocked(const std::string& id_or_name) const {
+  if (id_or_name.empty()) return absl::InvalidArgumentError("partition: give its id or its name");
+  uint32_t id = 0;
+  const bool by_id = absl::SimpleAtoi(id_or_name, &id) && id != 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (by_id ? entries_[i].config.id() == id : entries_[i].config.name() == id_or_name) return i;
+  }
+  return absl::NotFoundError(absl::StrCat("partition: unknown partition \"", id_or_name, "\""));
+}
+
+absl::Status Node::RunPartition(size_t index) {
+  node::config::PartitionConfig config;
+  {
+    absl::ReaderMutexLock lock(&partitions_mu_);
+    config = entries_[index].config;
+  }
+  auto closed = std::make_shared<absl::Notification>();
+  ASSIGN_OR_RETURN(std::shared_ptr<Partition> partition, OpenPartition(config, closed));
+  absl::Status s = partition->Start();
+  if (s.ok()) s = arbiter_->AddConsumer(partition.get());
+  if (!s.ok()) {
+    partition->Stop(absl::ZeroDuration());
+    return s;
+  }
+  {
+    absl::MutexLock lock(&partitions_mu_);
+    entries_[index].running = partition;
+    entries_[index].closed = closed;
+  }
+  arbiter_->Tick();  // re-divide now, with the new consumer
+  return absl::OkStatus();
+}
+
+void Node::ClosePartition(size_t index, absl::Duration drain) {
+  std::shared_ptr<Partition> partition;
+  std::shared_ptr<absl::Notification> closed;
+  {
+    absl::MutexLock lock(&partitions_mu_);
+    PartitionEntry& entry = entries_[index];
+    partition = std::move(entry.running);
+    entry.running = nullptr;
+    closed = entry.closed;
+    entry.config = partition->config();  // live updates kept for the next start
+  }
+  // Out of the lookups first (new calls get UNAVAILABLE), then out of the arbiter, then stopped.
+  absl::Status s = arbiter_->RemoveConsumer(partition->id());
+  if (!s.ok()) LOG(WARNING) << "partition " << partition->name() << ": arbiter: " << s;
+  partition->Stop(drain);
+  const std::string name = partition->name();
+  partition.reset();
+  // A call that still holds it lets go when it finishes; its callbacks were all answered.
+  if (!closed->WaitForNotificationWithTimeout(absl::Seconds(30))) {
+    LOG(WARNING) << "partition " << name << " stopped but still referenced after 30 s";
+  }
+  arbiter_->Tick();
+}
+
+absl::StatusOr<node::admin::CreatePartitionResponse> Node::CreatePartition(
+    node::config::PartitionConfig config) {
+  if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
+  absl::MutexLock live_lock(&live_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::UnavailableError("node is shutting down");
+  }
+  // Validated as the config it would leave: every partition (stopped ones too) plus this one.
+  NodeConfig effective = config_;
+  effective.clear_partitions();
+  {
+    absl::ReaderMutexLock lock(&partitions_mu_);
+    for (const PartitionEntry& e : entries_) {
+      if (e.config.id() == config.id() && config.id() != 0) {
+        return absl::AlreadyExistsError(absl::StrCat("config.id: partition id ", config.id(),
+                                                     " is in use by partition ", e.config.name(),
+                                                     e.running ? "" : " (stopped)"));
+      }
+      if (e.config.name() == config.name()) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("config.name: partition name \"", config.name(), "\" is in use (id ",
+                         e.config.id(), e.running ? ")" : ", stopped)"));
+      }
+      *effective.add_partitions() = e.running ? e.running->config() : e.config;
+    }
+  }
+  *effective.add_partitions() = config;
+  ApplyDefaults(&effective);
+  RETURN_IF_ERROR(ProblemsToStatus(ValidateNodeConfig(effective)));
+  config = effective.partitions(effective.partitions_size() - 1);
+
+  size_t index = 0;
+  {
+    absl::MutexLock lock(&partitions_mu_);
+    entries_.push_back({.config = config, .created_live = true});
+    index = entries_.size() - 1;
+  }
+  absl::Status s = RunPartition(index);
+  if (s.ok()) {
+    *live_.add_created() = config;
+    s = WriteLiveLocked();
+    if (!s.ok()) {
+      live_.mutable_created()->RemoveLast();
+      ClosePartition(index, absl::ZeroDuration());
+    }
+  }
+  if (!s.ok()) {
+    absl::MutexLock lock(&partitions_mu_);
+    entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(index));
+    return s;
+  }
+  LOG(INFO) << "partition " << config.name() << " (" << config.id() << ") created live";
+  node::admin::CreatePartitionResponse out;
+  absl::ReaderMutexLock lock(&partitions_mu_);
+  *out.mutable_status() = StatusOfLocked(entries_[index]);
+  *out.mutable_config() = entries_[index].running->config();
+  return out;
+}
+
+absl::StatusOr<node::admin::PartitionStatus> Node::StopPartition(const std::string& id_or_name,
+                                                                 absl::Duration drain) {
+  if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
+  absl::MutexLock live_lock(&live_mu_);
+  size_t index = 0;
+  uint32_t id = 0;
+  {
+    absl::ReaderMutexLock lock(&partitions_mu_);
+    ASSIGN_OR_RETURN(index, EntryIndexLocked(id_or_name));
+    if (entries_[index].running == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("partition ", entries_[index].config.name(), " is already stopped"));
+    }
+    id = entries_[index].config.id();
+  }
+  ClosePartition(index, drain);
+  if (std::find(live_.stopped().begin(), live_.stopped().end(), id) == live_.stopped().end()) {
+    live_.add_stopped(id);
+  }
+  absl::Status written = WriteLiveLocked();
+  absl::ReaderMutexLock lock(&partitions_mu_);
+  LOG(INFO) << "partition " << entries_[index].config.name() << " stopped live";
+  if (!written.ok()) {
+    return absl::Status(written.code(),
+                        absl::StrCat("partition stopped, but recording it failed (a restart would "
+                                     "start it again): ",
+                                     written.message()));
+  }
+  return StatusOfLocked(entries_[index]);
+}
+
+absl::StatusOr<node::admin::PartitionStatus> Node::StartPartition(const std::string& id_or_name) {
+  if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
+  absl::MutexLock live_lock(&live_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::UnavailableError("node is shutting down");
+  }
+  size_t index = 0;
+  uint32_t id = 0;
+  {
+    absl::ReaderMutexLock lock(&partitions_mu_);
+    ASSIGN_OR_RETURN(index, EntryIndexLocked(id_or_name));
+    if (entries_[index].running != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("partition ", entries_[index].config.name(), " is running"));
+    }
+    id = entries_[index].config.id();
+  }
+  RETURN_IF_ERROR(RunPartition(index));
+  auto* stopped = live_.mutable_stopped();
+  stopped->erase(std::remove(stopped->begin(), stopped->end(), id), stopped->end());
+  absl::Status written = WriteLiveLocked();
+  absl::ReaderMutexLock lock(&partitions_mu_);
+  LOG(INFO) << "partition " << entries_[index].config.name() << " started live";
+  if (!written.ok()) {
+    return absl::Status(written.code(),
+                        absl::StrCat("partition started, but recording it failed (a restart would "
+                                     "leave it stopped): ",
+                                     written.message()));
+  }
+  return StatusOfLocked(entries_[index]);
+}
+
+absl::StatusOr<node::admin::RemovePartitionResponse> Node::RemovePartition(
+    const std::string& id_or_name, bool delete_data) {
+  if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
+  absl::MutexLock live_lock(&live_mu_);
+  PartitionEntry entry;
+  size_t index = 0;
+  {
+    absl::ReaderMutexLock lock(&partitions_mu_);
+    ASSIGN_OR_RETURN(index, EntryIndexLocked(id_or_name));
+    entry = entries_[index];
+  }
+  if (entry.running != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "partition ", entry.config.name(), " is running; stop it first (StopPartition)"));
+  }
+  if (entry.closed != nullptr && !entry.closed->HasBeenNotified()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "partition ", entry.config.name(), " is stopped but a call still holds it; retry"));
+  }
+  const uint32_t id = entry.config.id();
+  node::config::LivePartitions next = live_;
+  auto* stopped = next.mutable_stopped();
+  stopped->erase(std::remove(stopped->begin(), stopped->end(), id), stopped->end());
+  if (entry.created_live) {
+    auto* created = next.mutable_created();
+    for (int i = 0; i < created->size(); ++i) {
+      if (created->Get(i).id() == id) {
+        created->DeleteSubrange(i, 1);
+        break;
+      }
+    }
+  } else {
+    next.add_removed(id);
+  }
+  std::swap(live_, next);
+  if (absl::Status s = WriteLiveLocked(); !s.ok()) {
+    std::swap(live_, next);
+    return s;
+  }
+  {
+    absl::MutexLock lock(&partitions_mu_);
+    entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+  node::admin::RemovePartitionResponse out;
+  out.set_data_dir(PartitionDir(id));
+  if (delete_data) {
+    std::error_code ec;
+    std::filesystem::remove_all(out.data_dir(), ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("partition ", entry.config.name(),
+                                              " removed, but deleting ", out.data_dir(),
+                                              " failed: ", ec.message()));
+    }
+    out.set_data_deleted(true);
+  }
+  LOG(INFO) << "partition " << entry.config.name() << " (" << id << ") removed live; data "
+            << (delete_data ? "deleted" : "kept in ") << (delete_data ? "" : out.data_dir());
+  return out;
 }
 
 }  // namespace runtime

@@ -18,6 +18,12 @@
 // network, built from partitions::NodeChannelTable(), so the egress cap, UpdateEgress and the
 // egress stats work the same on both.
 //
+// Partitions are created, stopped, started and removed live (CreatePartition ... RemovePartition,
+// docs/ARCHITECTURE.md "Live partitions"); the changes are recorded under the data directory
+// (runtime/partition_registry.h) and a restart keeps them. Lookups hand out shared pointers: a
+// partition stopped while a call uses it stays valid (refusing new work) until that call lets go;
+// StopPartition returns once its stores are closed.
+//
 // Thread-safety: all public methods are thread-safe after Start().
 #ifndef RUNTIME_NODE_H_
 #define RUNTIME_NODE_H_
@@ -32,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/ed25519.h"
 #include "flowctl/arbiter_service.h"
@@ -96,11 +103,26 @@ class Node {
   // Graceful: see the file comment. Idempotent.
   void Stop(absl::Duration drain = absl::Seconds(5));
 
-  // Lookup by PartitionRef (id if non-zero, else name) or by "id or name" text.
-  // NOT_FOUND "unknown partition ..." / INVALID_ARGUMENT when the ref is empty.
-  absl::StatusOr<Partition*> FindPartition(const node::client::PartitionRef& ref) const;
-  absl::StatusOr<Partition*> FindPartition(const std::string& id_or_name) const;
-  std::vector<Partition*> partitions() const;
+  // Lookup of a running partition by PartitionRef (id if non-zero, else name) or by "id or name"
+  // text. NOT_FOUND "unknown partition ..." / INVALID_ARGUMENT when the ref is empty /
+  // UNAVAILABLE when the partition is stopped on this node.
+  absl::StatusOr<std::shared_ptr<Partition>> FindPartition(
+      const node::client::PartitionRef& ref) const;
+  absl::StatusOr<std::shared_ptr<Partition>> FindPartition(const std::string& id_or_name) const;
+  // The running partitions.
+  std::vector<std::shared_ptr<Partition>> partitions() const;
+  // Every partition, running or stopped, with its status and effective config.
+  node::admin::ListPartitionsResponse ListPartitions() const;
+
+  // ---- Live partitions (proto/admin.proto). Serialized with each other; each blocks while the
+  // partition opens or drains. Errors: see admin.proto; FAILED_PRECONDITION before Start().
+  absl::StatusOr<node::admin::CreatePartitionResponse> CreatePartition(
+      node::config::PartitionConfig config);
+  absl::StatusOr<node::admin::PartitionStatus> StopPartition(const std::string& id_or_name,
+                                                             absl::Duration drain);
+  absl::StatusOr<node::admin::PartitionStatus> StartPartition(const std::string& id_or_name);
+  absl::StatusOr<node::admin::RemovePartitionResponse> RemovePartition(
+      const std::string& id_or_name, bool delete_data);
 
   node::admin::NodeStatus Status() const;
   node::admin::ListPeersResponse Peers() const;
@@ -124,6 +146,8 @@ class Node {
   void ArbiterTick();
 
   const p2p::NodeId& id() const { return id_; }
+  // The config the node was started with (its `partitions` are the file's, without live changes;
+  // ListPartitions has the effective ones).
   const node::config::NodeConfig& config() const { return config_; }
   // Bound ports (after Start; useful with port 0 in tests). 0 when not serving.
   int client_port() const { return client_port_; }
@@ -143,9 +167,37 @@ class Node {
 
  private:
   Node(node::config::NodeConfig config, NodeOptions options, base::PrivateKey key);
+  // One partition the node lists: running (`running` set) or stopped.
+  struct PartitionEntry {
+    node::config::PartitionConfig config = {};     // as last run (live updates included) or created
+    std::shared_ptr<Partition> running = nullptr;  // null when stopped
+    // Notified when the Partition object is destroyed (its stores closed).
+    std::shared_ptr<absl::Notification> closed = nullptr;
+    bool created_live = false;
+  };
+
   absl::Status StartServers();
   absl::Status StartArbiter();
   void RegisterMetrics();
+  // Reads the live-partition record, plans and validates the partitions to run
+  // (runtime/partition_registry.h) and lists them all in entries_; true for those to start.
+  absl::StatusOr<std::vector<bool>> PlanPartitionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
+  // Opens (not starts) one partition in <data_dir>/partition-<id>.
+  absl::StatusOr<std::shared_ptr<Partition>> OpenPartition(
+      const node::config::PartitionConfig& config, std::shared_ptr<absl::Notification> closed);
+  // Opens and starts entries_[index]'s partition and gives it to the arbiter.
+  absl::Status RunPartition(size_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
+  // Takes entries_[index]'s running partition from the arbiter, stops it and waits for it to close.
+  void ClosePartition(size_t index, absl::Duration drain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
+  void RoutePeerMessage(const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch,
+                        std::string payload) const;
+  // Index of the entry with this id or name; NOT_FOUND / INVALID_ARGUMENT as FindPartition.
+  absl::StatusOr<size_t> EntryIndexLocked(const std::string& id_or_name) const
+      ABSL_SHARED_LOCKS_REQUIRED(partitions_mu_);
+  node::admin::PartitionStatus StatusOfLocked(const PartitionEntry& entry) const
+      ABSL_SHARED_LOCKS_REQUIRED(partitions_mu_);
+  std::string PartitionDir(uint32_t id) const;
+  absl::Status WriteLiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
 
   node::config::NodeConfig config_;
   const NodeOptions options_;
@@ -160,7 +212,15 @@ class Node {
   std::unique_ptr<p2p::EgressValve> egress_;       // over transport_ or options_.network
   p2p::Network* network_ = nullptr;                // egress_, as the partitions see it
   std::unique_ptr<PeerRefusals> refusals_;         // per peer, over every partition
-  std::vector<std::unique_ptr<Partition>> partitions_;
+  std::vector<p2p::NodeId> replica_ids_;           // sorted; every partition's replica set
+  std::vector<base::PublicKey> replica_keys_;
+
+  // Live operations hold live_mu_ throughout (it is taken before partitions_mu_); lookups take
+  // partitions_mu_ shared, briefly.
+  absl::Mutex live_mu_;
+  node::config::LivePartitions live_ ABSL_GUARDED_BY(live_mu_);
+  mutable absl::Mutex partitions_mu_ ABSL_ACQUIRED_AFTER(live_mu_);
+  std::vector<PartitionEntry> entries_ ABSL_GUARDED_BY(partitions_mu_);
 
   std::unique_ptr<GrpcServers> servers_;
   std::unique_ptr<MetricsServer> metrics_;

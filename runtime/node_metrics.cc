@@ -19,8 +19,9 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-constexpr char kConsensusStates[][12] = {"NORMAL", "VIEW_CHANGE", "RECOVERING", "HALTED",
-                                         "DIVERGED"};
+constexpr char kConsensusStates[][12] = {"NORMAL",   "VIEW_CHANGE", "RECOVERING", "HALTED",
+                                         "DIVERGED",  // a replica's states
+                                         "STOPPED"};  // StopPartition: not running here
 
 // Collects samples into families, one family per name, in first-use order.
 class Families {
@@ -319,7 +320,8 @@ void AddPeers(const node::admin::ListPeersResponse& peers, Families* f) {
          {std::pair{"unknown_partition", r.unknown_partition()},
           std::pair{"malformed", r.malformed()}, std::pair{"wrong_channel", r.wrong_channel()},
           std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()},
-          std::pair{"bad_frame", r.bad_frame()}}) {
+          std::pair{"bad_frame", r.bad_frame()},
+          std::pair{"stopped_partition", r.stopped_partition()}}) {
       f->Counter("noded_peer_messages_refused_total",
                  "Messages from the peer this node refused, by reason, over all partitions.",
                  {{"peer", p.node_id()}, {"reason", reason}}, static_cast<double>(n));

@@ -16,6 +16,8 @@ const char* PeerRefusals::ReasonName(Reason r) {
       return "bad_tx";
     case kBadFrame:
       return "bad_frame";
+    case kStoppedPartition:
+      return "stopped_partition";
     case kNumReasons:
       break;
   }

@@ -37,6 +37,7 @@ class PeerRefusals {
     kBadSignature,      // not signed by the connection's replica, or a bad signature
     kBadTx,             // a forwarded or fetched tx that does not decode or verify
     kBadFrame,          // a transport frame refused (oversized, or it does not reassemble)
+    kStoppedPartition,  // for a partition this node has stopped (not the peer's fault)
     kNumReasons,
   };
   // "unknown_partition", "malformed", ...

@@ -37,7 +37,7 @@ class WatchCommitsCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
       Finish(parsed);
       return;
     }
-    absl::StatusOr<Partition*> partition = node->FindPartition(request.partition());
+    absl::StatusOr<std::shared_ptr<Partition>> partition = node->FindPartition(request.partition());
     if (!partition.ok()) {
       Finish(ToGrpcStatus(partition.status()));
       return;

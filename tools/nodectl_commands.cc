@@ -18,6 +18,13 @@ namespace {
 
 // --- subcommands -----------------------------------------------------------------------------
 
+// "<name> (<id>): STATE at height H" for a live partition command's answer.
+std::string PartitionLine(const node::admin::PartitionStatus& s) {
+  std::string line = absl::StrCat("partition ", s.name(), " (", s.id(), "): ", s.consensus_state());
+  if (s.consensus_state() != "STOPPED") absl::StrAppend(&line, " at height ", s.height());
+  return line + "\n";
+}
+
 int RunStatus(Context& ctx, const ParsedFlags&) {
   return ctx.Unary<node::admin::GetNodeStatusRequest, node::admin::NodeStatus>(
       &AdminService::Stub::GetNodeStatus, {},
@@ -97,6 +104,61 @@ int RunUpdateArbiter(Context& ctx, const ParsedFlags& f) {
         if (req->cpu_workers() > 0) ctx.out() << "; worker threads: " << r.cpu_workers();
         ctx.out() << "\n";
         PrintShares(r.effective(), ctx.out());
+      });
+}
+
+int RunCreatePartition(Context& ctx, const ParsedFlags& f) {
+  absl::StatusOr<node::admin::CreatePartitionRequest> req = BuildCreatePartitionRequest(f);
+  if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
+  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
+  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
+  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
+  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  return ctx.UnaryEach<node::admin::CreatePartitionRequest, node::admin::CreatePartitionResponse>(
+      *admins, *tokens, &AdminService::Stub::CreatePartition, *req,
+      [&](const node::admin::CreatePartitionResponse& r) {
+        ctx.out() << "created " << PartitionLine(r.status());
+      });
+}
+
+int RunStopPartition(Context& ctx, const ParsedFlags& f) {
+  absl::StatusOr<node::admin::StopPartitionRequest> req = BuildStopPartitionRequest(f);
+  if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
+  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
+  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
+  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
+  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  return ctx.UnaryEach<node::admin::StopPartitionRequest, node::admin::StopPartitionResponse>(
+      *admins, *tokens, &AdminService::Stub::StopPartition, *req,
+      [&](const node::admin::StopPartitionResponse& r) { ctx.out() << PartitionLine(r.status()); });
+}
+
+int RunStartPartition(Context& ctx, const ParsedFlags& f) {
+  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
+  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
+  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
+  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  node::admin::StartPartitionRequest req;
+  req.set_partition(f.positional[0]);
+  return ctx.UnaryEach<node::admin::StartPartitionRequest, node::admin::StartPartitionResponse>(
+      *admins, *tokens, &AdminService::Stub::StartPartition, req,
+      [&](const node::admin::StartPartitionResponse& r) {
+        ctx.out() << PartitionLine(r.status());
+      });
+}
+
+int RunRemovePartition(Context& ctx, const ParsedFlags& f) {
+  absl::StatusOr<node::admin::RemovePartitionRequest> req = BuildRemovePartitionRequest(f);
+  if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
+  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
+  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
+  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
+  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  return ctx.UnaryEach<node::admin::RemovePartitionRequest, node::admin::RemovePartitionResponse>(
+      *admins, *tokens, &AdminService::Stub::RemovePartition, *req,
+      [&](const node::admin::RemovePartitionResponse& r) {
+        ctx.out() << "partition " << req->partition() << " removed; data "
+                  << (r.data_deleted() ? "deleted: " : "kept in ") << r.data_dir() << "\n";
       });
 }
 
@@ -230,6 +292,61 @@ const std::vector<Command>& Commands() {
        .summary = "Resume a paused partition.",
        .positionals = 1,
        .run = RunResume},
+      {.name = "create-partition",
+       .synopsis = "--config FILE|TEXT [--admins HOST:PORT,...]",
+       .summary = "Create a partition live (every node of the cluster must create it).",
+       .details =
+           "--config is the body of a config file's partitions { ... } block, from a file or as\n"
+           "text, e.g. --config 'id: 7 name: \"orders\" share { weight: 2 }'. The node applies\n"
+           "defaults, validates it as the config it would leave, opens <data_dir>/partition-ID\n"
+           "(reopening data a remove-partition kept) and starts it; the arbiter re-divides at\n"
+           "once. The change is recorded under the data directory, so a restart keeps it.\n"
+           "Consensus needs 2f+1 nodes running the partition: create it on every node, e.g.\n"
+           "--admins 10.0.0.1:50052,10.0.0.2:50052,10.0.0.3:50052,10.0.0.4:50052.\n",
+       .flags = {{"config", "FILE|TEXT", "the PartitionConfig (text format); required"},
+                 {"admins", "HOST:PORT,...",
+                  "apply to each of these admin addresses in turn (every node of the cluster), "
+                  "instead of --admin"},
+                 {"token-files", "FILE,...",
+                  "with --admins: one admin token file per address, in order (else --token-file)"}},
+       .run = RunCreatePartition},
+      {.name = "stop-partition",
+       .synopsis = "PARTITION [--drain-ms N] [--admins HOST:PORT,...]",
+       .summary = "Stop a partition live: drain, close its stores; it stays listed as STOPPED.",
+       .details =
+           "A stopped partition refuses clients (UNAVAILABLE) and no longer votes; stopping\n"
+           "it on more than f nodes halts its consensus until they start it again.\n",
+       .flags = {{"drain-ms", "N", "how long the lanes may drain, 1..60000 (default 5000)"},
+                 {"admins", "HOST:PORT,...",
+                  "apply to each of these admin addresses in turn (every node of the cluster), "
+                  "instead of --admin"},
+                 {"token-files", "FILE,...",
+                  "with --admins: one admin token file per address, in order (else --token-file)"}},
+       .positionals = 1,
+       .run = RunStopPartition},
+      {.name = "start-partition",
+       .synopsis = "PARTITION [--admins HOST:PORT,...]",
+       .summary = "Start a stopped partition; it catches up with the others by block sync.",
+       .flags = {{"admins", "HOST:PORT,...",
+                  "apply to each of these admin addresses in turn (every node of the cluster), "
+                  "instead of --admin"},
+                 {"token-files", "FILE,...",
+                  "with --admins: one admin token file per address, in order (else --token-file)"}},
+       .positionals = 1,
+       .run = RunStartPartition},
+      {.name = "remove-partition",
+       .synopsis = "PARTITION [--delete-data] [--admins HOST:PORT,...]",
+       .summary = "Forget a stopped partition (its data is kept unless --delete-data).",
+       .details = "A running partition is refused: stop it first. Kept data is reopened by a\n"
+                  "later create-partition with the same id.\n",
+       .flags = {{"delete-data", "", "also delete <data_dir>/partition-ID"},
+                 {"admins", "HOST:PORT,...",
+                  "apply to each of these admin addresses in turn (every node of the cluster), "
+                  "instead of --admin"},
+                 {"token-files", "FILE,...",
+                  "with --admins: one admin token file per address, in order (else --token-file)"}},
+       .positionals = 1,
+       .run = RunRemovePartition},
   };
   return *kCommands;
 }

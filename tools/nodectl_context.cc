@@ -6,11 +6,28 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "flowctl/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
 #include "tools/channel_credentials.h"
 
 namespace nodectl {
+namespace {
+
+absl::StatusOr<std::string> ReadToken(absl::string_view flag, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(buf.str()));
+  if (token.empty())
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", path, "' is empty"));
+  return token;
+}
+
+}  // namespace
 
 const std::vector<FlagSpec>& GlobalFlags() {
   static const auto* const kFlags = new std::vector<FlagSpec>{
@@ -43,18 +60,32 @@ absl::Status Context::Configure(const ParsedFlags& f) {
   const std::string* ca = f.Last("tls-ca");
   ASSIGN_OR_RETURN(credentials_, tools::ClientCredentials("--tls-ca", ca == nullptr ? "" : *ca));
   if (const std::string* path = f.Last("token-file")) {
-    std::ifstream in(*path);
-    if (!in) {
-      return absl::InvalidArgumentError(absl::StrCat("--token-file: cannot read '", *path, "'"));
-    }
-    std::stringstream buf;
-    buf << in.rdbuf();
-    token_ = std::string(absl::StripAsciiWhitespace(buf.str()));
-    if (token_.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--token-file: '", *path, "' is empty"));
-    }
+    ASSIGN_OR_RETURN(token_, ReadToken("--token-file", *path));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Context::AdminTokens(const ParsedFlags& f,
+                                                              size_t n) const {
+  const std::string* list = f.Last("token-files");
+  if (list == nullptr) return std::vector<std::string>(n, token_);
+  std::vector<std::string> files = absl::StrSplit(*list, ',');
+  if (files.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token-files: give one file per --admins "
+                     "address (",
+                     n, "), got ", files.size()));
+  }
+  std::vector<std::string> tokens;
+  for (const std::string& file : files) {
+    if (file.empty()) {
+      tokens.push_back("");
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::string token, ReadToken("--token-files", file));
+    tokens.push_back(std::move(token));
+  }
+  return tokens;
 }
 
 AdminService::Stub& Context::Stub() {
@@ -63,6 +94,29 @@ AdminService::Stub& Context::Stub() {
     stub_ = AdminService::NewStub(grpc::CreateChannel(admin_, credentials_));
   }
   return *stub_;
+}
+
+std::unique_ptr<AdminService::Stub> Context::StubFor(const std::string& address) const {
+  return AdminService::NewStub(grpc::CreateChannel(address, credentials_));
+}
+
+std::string EachJson(const std::string& address, const grpc::Status& status,
+                     const std::string& response_json) {
+  // The address and message are JSON-escaped through a protobuf Struct-free path: a Value.
+  auto quoted = [](const std::string& text) {
+    google::protobuf::Value v;
+    v.set_string_value(text);
+    std::string out;
+    if (!google::protobuf::util::MessageToJsonString(v, &out).ok()) return std::string("\"\"");
+    return out;
+  };
+  if (status.ok()) {
+    return absl::StrCat("{\"admin\":", quoted(address), ",\"ok\":true,\"response\":",
+                        absl::StripTrailingAsciiWhitespace(response_json), "}\n");
+  }
+  return absl::StrCat("{\"admin\":", quoted(address),
+                      ",\"ok\":false,\"code\":", quoted(StatusCodeName(status.error_code())),
+                      ",\"message\":", quoted(status.error_message()), "}\n");
 }
 
 ClientService::Stub& Context::ClientStub() {

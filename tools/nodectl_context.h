@@ -44,6 +44,10 @@ const std::vector<FlagSpec>& GlobalFlags();
 
 struct Command;
 
+// One line of UnaryEach's --json output; `response_json` is used when `status` is OK.
+std::string EachJson(const std::string& address, const grpc::Status& status,
+                     const std::string& response_json);
+
 // Everything a subcommand needs: validated global options, streams, and the admin and client
 // stubs (each made on first use, so a usage error never opens a channel).
 class Context {
@@ -58,6 +62,11 @@ class Context {
   absl::Status Configure(const ParsedFlags& f);
   AdminService::Stub& Stub();
   ClientService::Stub& ClientStub();
+  // A stub for another admin address, with the same credentials (commands given --admins).
+  std::unique_ptr<AdminService::Stub> StubFor(const std::string& address) const;
+  // The admin token for each of `n` --admins addresses: from --token-files F1,F2,... (one file
+  // per address, in order; an empty entry means none) or else --token-file's for all.
+  absl::StatusOr<std::vector<std::string>> AdminTokens(const ParsedFlags& f, size_t n) const;
   // Sets the admin token metadata (admin calls only: the client port needs none and must not
   // see it) and, if `with_deadline`, the deadline.
   void Prepare(grpc::ClientContext* context, bool with_deadline, bool admin = true) const;
@@ -75,6 +84,45 @@ class Context {
                                                        Response*),
             const Request& request, const std::function<void(const Response&)>& print) {
     return UnaryOn(Stub(), method, request, print, /*admin=*/true);
+  }
+  // The same call on each admin address of `admins` (--admins), in order, with the admin token
+  // `tokens[i]` (AdminTokens), going on after a failure: one line per address, "ADDRESS: " and what
+  // `print` writes, or the error (with
+  // --json, one JSON object per address: {"admin", "ok", "response" or "code" and "message"}).
+  // kExitOk only when every call succeeded. An empty list: Unary on --admin.
+  template <typename Request, typename Response>
+  int UnaryEach(const std::vector<std::string>& admins, const std::vector<std::string>& tokens,
+                grpc::Status (AdminService::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                           Response*),
+                const Request& request, const std::function<void(const Response&)>& print) {
+    if (admins.empty()) return Unary(method, request, print);
+    int failed = 0;
+    for (size_t i = 0; i < admins.size(); ++i) {
+      const std::string& address = admins[i];
+      std::unique_ptr<AdminService::Stub> stub = StubFor(address);
+      grpc::ClientContext context;
+      Prepare(&context, /*with_deadline=*/true, /*admin=*/false);
+      if (!tokens[i].empty()) context.AddMetadata("authorization", "Bearer " + tokens[i]);
+      if (canceller() != nullptr && !canceller()->Attach(&context)) return kExitRpcError;
+      Response response;
+      grpc::Status status = ((*stub).*method)(&context, request, &response);
+      if (canceller() != nullptr) canceller()->Detach();
+      failed += status.ok() ? 0 : 1;
+      if (json_) {
+        out() << EachJson(address, status, ToJson(response, /*pretty=*/false));
+      } else if (status.ok()) {
+        out() << address << ": ";
+        print(response);
+      } else {
+        out() << address << ": " << StatusCodeName(status.error_code()) << ": "
+              << status.error_message() << "\n";
+      }
+    }
+    if (failed > 0) {
+      err() << "nodectl: " << failed << " of " << admins.size() << " nodes failed\n";
+      return kExitRpcError;
+    }
+    return kExitOk;
   }
   // The same on any stub (the client API's get-value).
   template <typename StubT, typename Request, typename Response>

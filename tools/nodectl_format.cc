@@ -170,7 +170,8 @@ void PrintPeers(const node::admin::ListPeersResponse& resp, std::ostream& out) {
          {std::pair{"unknown_partition", r.unknown_partition()},
           std::pair{"malformed", r.malformed()}, std::pair{"wrong_channel", r.wrong_channel()},
           std::pair{"bad_signature", r.bad_signature()}, std::pair{"bad_tx", r.bad_tx()},
-          std::pair{"bad_frame", r.bad_frame()}}) {
+          std::pair{"bad_frame", r.bad_frame()},
+          std::pair{"stopped_partition", r.stopped_partition()}}) {
       refused += n;
       if (n > 0) absl::StrAppend(&reasons, reasons.empty() ? "" : ", ", name, "=", n);
     }

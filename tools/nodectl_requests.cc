@@ -1,5 +1,6 @@
 #include "tools/nodectl_requests.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -8,9 +9,12 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "flowctl/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -165,19 +169,78 @@ absl::StatusOr<node::client::GetValueRequest> BuildGetValueRequest(const ParsedF
   return req;
 }
 
+namespace {
+
+// `spec` is the text itself when it holds '{' or ':', else a file to read.
+absl::StatusOr<std::string> TextOrFile(absl::string_view what, const std::string& spec,
+                                       absl::string_view message_name) {
+  if (absl::StrContains(spec, '{') || absl::StrContains(spec, ':')) return spec;
+  std::ifstream in(spec);
+  if (!in) {
+    return Invalid(absl::StrCat(what, ": cannot read file '", spec, "' (give a file, or the ",
+                                message_name, " itself)"));
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+}  // namespace
+
+absl::StatusOr<node::admin::CreatePartitionRequest> BuildCreatePartitionRequest(
+    const ParsedFlags& f) {
+  const std::string* spec = f.Last("config");
+  if (spec == nullptr) return Invalid("--config: required");
+  ASSIGN_OR_RETURN(std::string text, TextOrFile("--config", *spec, "text-format PartitionConfig"));
+  node::admin::CreatePartitionRequest req;
+  google::protobuf::TextFormat::Parser parser;
+  CollectFirstError errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, req.mutable_config())) {
+    return Invalid(
+        absl::StrCat("--config: ", errors.first().empty() ? "parse error" : errors.first()));
+  }
+  if (req.config().id() == 0) return Invalid("--config: id: required (>= 1)");
+  if (req.config().name().empty()) return Invalid("--config: name: required");
+  return req;
+}
+
+absl::StatusOr<node::admin::StopPartitionRequest> BuildStopPartitionRequest(const ParsedFlags& f) {
+  node::admin::StopPartitionRequest req;
+  req.set_partition(f.positional.at(0));
+  if (const std::string* d = f.Last("drain-ms")) {
+    ASSIGN_OR_RETURN(uint64_t ms, ParseUint("--drain-ms", *d, 1, 60000));
+    req.set_drain_ms(static_cast<uint32_t>(ms));
+  }
+  return req;
+}
+
+absl::StatusOr<node::admin::RemovePartitionRequest> BuildRemovePartitionRequest(
+    const ParsedFlags& f) {
+  node::admin::RemovePartitionRequest req;
+  req.set_partition(f.positional.at(0));
+  req.set_delete_data(f.Has("delete-data"));
+  return req;
+}
+
+absl::StatusOr<std::vector<std::string>> AdminList(const ParsedFlags& f) {
+  std::vector<std::string> out;
+  const std::string* list = f.Last("admins");
+  if (list == nullptr) return out;
+  for (absl::string_view a : absl::StrSplit(*list, ',')) {
+    const std::string address(absl::StripAsciiWhitespace(a));
+    if (address.empty()) return Invalid("--admins: an empty address in the list");
+    if (std::find(out.begin(), out.end(), address) != out.end()) {
+      return Invalid(absl::StrCat("--admins: ", address, " is listed twice"));
+    }
+    out.push_back(address);
+  }
+  return out;
+}
+
 absl::StatusOr<node::flowctl::StageChainConfig> ParseStageChain(absl::string_view what,
                                                                 const std::string& spec) {
-  std::string text = spec;
-  if (!absl::StrContains(spec, '{') && !absl::StrContains(spec, ':')) {
-    std::ifstream in(spec);
-    if (!in) {
-      return Invalid(absl::StrCat(what, ": cannot read file '", spec,
-                                  "' (give a file, or the text-format StageChainConfig itself)"));
-    }
-    std::stringstream buf;
-    buf << in.rdbuf();
-    text = buf.str();
-  }
+  ASSIGN_OR_RETURN(std::string text, TextOrFile(what, spec, "text-format StageChainConfig"));
   node::flowctl::StageChainConfig chain;
   google::protobuf::TextFormat::Parser parser;
   CollectFirstError errors;

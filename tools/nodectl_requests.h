@@ -14,6 +14,7 @@
 #define TOOLS_NODECTL_REQUESTS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -42,6 +43,20 @@ absl::StatusOr<node::admin::UpdateEgressRequest> BuildUpdateEgressRequest(const 
 
 // One entry per --partition; the --weight/--guarantee/--ceiling after it belong to it.
 absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(const ParsedFlags& f);
+
+// create-partition --config FILE|TEXT: a text-format PartitionConfig (the body of a config file's
+// `partitions { ... }` block), from a file or the text itself ('{' or ':' in it). id and name are
+// required here; the node checks the rest.
+absl::StatusOr<node::admin::CreatePartitionRequest> BuildCreatePartitionRequest(
+    const ParsedFlags& f);
+// stop-partition PARTITION [--drain-ms N (1..60000)].
+absl::StatusOr<node::admin::StopPartitionRequest> BuildStopPartitionRequest(const ParsedFlags& f);
+// remove-partition PARTITION [--delete-data].
+absl::StatusOr<node::admin::RemovePartitionRequest> BuildRemovePartitionRequest(
+    const ParsedFlags& f);
+// --admins HOST:PORT,HOST:PORT,...: the admin addresses a partition command applies to, in order
+// (each non-empty, none repeated); empty when the flag is absent (the --admin address alone).
+absl::StatusOr<std::vector<std::string>> AdminList(const ParsedFlags& f);
 
 // `spec` is a path to a text-format StageChainConfig file, or the text itself (recognised by a
 // '{' or ':' in it). Errors name `what`, the line and the column.

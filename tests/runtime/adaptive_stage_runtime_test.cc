@@ -81,9 +81,9 @@ class AdaptiveRuntimeTest : public ::testing::Test {
   }
 
   static Partition* Part(const std::string& name) {
-    absl::StatusOr<Partition*> p = node_->FindPartition(name);
+    absl::StatusOr<std::shared_ptr<Partition>> p = node_->FindPartition(name);
     CHECK(p.ok());
-    return *p;
+    return p->get();
   }
 
   // The adaptive stage's gauges of a partition, by name.

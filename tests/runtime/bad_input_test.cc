@@ -235,6 +235,13 @@ class BadInputTest : public GrpcServicesTest {
     return Admin()->UpdatePartitionFlow(&ctx, request, response ? response : &ignored);
   }
 
+  grpc::Status CreatePartition(node::admin::CreatePartitionRequest request) {
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::CreatePartitionResponse response;
+    return Admin()->CreatePartition(&ctx, request, &response);
+  }
+
   grpc::Status Arbiter(std::vector<std::tuple<std::string, double, double, double>> entries,
                        uint32_t cpu_workers = 0) {
     node::admin::UpdateArbiterRequest request;
@@ -473,6 +480,62 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        },
        StatusCode::UNIMPLEMENTED,
        "unknown method /node.client.ClientService/GetChainStatus on the admin port"},
+      // --- Admin port: live partitions ---
+      {"malformed protobuf (admin, live partition call)", "admin CreatePartition, 0xff.. body",
+       [&] {
+         return RawUnary(*admin_channel_, "/node.admin.AdminService/CreatePartition",
+                         std::string("\xff\xff\xff\xff\x0f garbage", 14), /*token=*/true);
+       },
+       StatusCode::INVALID_ARGUMENT,
+       "request does not parse as node.admin.CreatePartitionRequest (14 bytes)"},
+      {"live partition call without the token", "admin StopPartition hot, no authorization",
+       [&] {
+         grpc::ClientContext ctx;
+         WithDeadline(&ctx);
+         node::admin::StopPartitionRequest r;
+         r.set_partition("hot");
+         node::admin::StopPartitionResponse response;
+         return Admin()->StopPartition(&ctx, r, &response);
+       },
+       StatusCode::UNAUTHENTICATED, "missing or invalid admin token"},
+      {"create without a config", "admin CreatePartition {}", [&] { return CreatePartition({}); },
+       StatusCode::INVALID_ARGUMENT, "config: required"},
+      {"create with id 0", "admin CreatePartition, config {name: \"fresh\"}",
+       [&] {
+         node::admin::CreatePartitionRequest r;
+         r.mutable_config()->set_name("fresh");
+         return CreatePartition(r);
+       },
+       StatusCode::INVALID_ARGUMENT, "partitions[fresh].id"},
+      {"create with a name in use", "admin CreatePartition, config {id: 99 name: \"hot\"}",
+       [&] {
+         node::admin::CreatePartitionRequest r;
+         r.mutable_config()->set_id(99);
+         r.mutable_config()->set_name("hot");
+         return CreatePartition(r);
+       },
+       StatusCode::ALREADY_EXISTS, "config.name: partition name \"hot\" is in use"},
+      {"stop with too long a drain", "admin StopPartition hot, drain_ms 70000",
+       [&] {
+         grpc::ClientContext ctx;
+         WithToken(&ctx);
+         node::admin::StopPartitionRequest r;
+         r.set_partition("hot");
+         r.set_drain_ms(70000);
+         node::admin::StopPartitionResponse response;
+         return Admin()->StopPartition(&ctx, r, &response);
+       },
+       StatusCode::INVALID_ARGUMENT, "drain_ms: must be <= 60000, got 70000"},
+      {"remove a running partition", "admin RemovePartition hot",
+       [&] {
+         grpc::ClientContext ctx;
+         WithToken(&ctx);
+         node::admin::RemovePartitionRequest r;
+         r.set_partition("hot");
+         node::admin::RemovePartitionResponse response;
+         return Admin()->RemovePartition(&ctx, r, &response);
+       },
+       StatusCode::FAILED_PRECONDITION, "partition hot is running; stop it first"},
       // --- Admin port: invalid updates ---
       {"negative rate", "admin UpdatePartitionFlow, rate stage rate_per_second -5",
        [&] {

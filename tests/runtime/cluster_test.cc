@@ -153,9 +153,9 @@ class ClusterTest : public ::testing::Test {
   }
 
   static Partition* Part(int node, const std::string& name) {
-    absl::StatusOr<Partition*> p = (*nodes_)[node]->FindPartition(name);
+    absl::StatusOr<std::shared_ptr<Partition>> p = (*nodes_)[node]->FindPartition(name);
     CHECK(p.ok());
-    return *p;
+    return p->get();
   }
 
   static std::string* root_;

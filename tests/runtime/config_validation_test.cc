@@ -282,7 +282,7 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
   }
 
   // Every refused update changed nothing: the node still runs its loaded settings.
-  absl::StatusOr<Partition*> hot = node_->FindPartition("hot");
+  absl::StatusOr<std::shared_ptr<Partition>> hot = node_->FindPartition("hot");
   ASSERT_TRUE(hot.ok());
   EXPECT_EQ((*hot)->config().pool().max_txs(), 100000u);
   EXPECT_EQ((*hot)->config().share().weight(), 1);
@@ -321,7 +321,7 @@ TEST_F(ConfigValidationTest, ValidUpdatesStillApply) {
   r.mutable_pool()->set_max_per_sender(500);
   const grpc::Status flow = Flow(r);
   ASSERT_TRUE(flow.ok()) << flow.error_message();
-  absl::StatusOr<Partition*> cold = node_->FindPartition("cold");
+  absl::StatusOr<std::shared_ptr<Partition>> cold = node_->FindPartition("cold");
   ASSERT_TRUE(cold.ok());
   EXPECT_EQ((*cold)->config().pool().max_per_sender(), 500u);
   // An arbiter entry's ceiling of 0 reads as 1, as in a config file.

@@ -100,7 +100,7 @@ TEST_F(GateTest, AReplicaInViewChangeRefusesClientsWithUnavailableFromTheHealthS
   grpc::Status admitted = Submit("hot", SignedPut(1, 'h', 1, "k"), &first);
   ASSERT_TRUE(admitted.ok()) << admitted.error_message();
   ASSERT_TRUE(testing::WaitFor([&] {
-    absl::StatusOr<Partition*> p = node_->FindPartition("hot");
+    absl::StatusOr<std::shared_ptr<Partition>> p = node_->FindPartition("hot");
     return p.ok() && (*p)->Status().consensus_state() == "VIEW_CHANGE";
   })) << "the request timer should have started a view change";
 

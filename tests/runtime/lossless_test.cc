@@ -93,7 +93,7 @@ TEST(LosslessTest, BurstIsAcknowledgedSpilledDrainedAndCommittedOnceAcrossAResta
         Node::Create(LosslessConfig(dir), NodeOptions{.serve_grpc = false, .serve_metrics = false});
     ASSERT_TRUE(node.ok()) << node.status();
     ASSERT_TRUE((*node)->Start().ok());
-    Partition* part = *(*node)->FindPartition("ledger");
+    Partition* part = (*node)->FindPartition("ledger")->get();
     EXPECT_TRUE(part->lossless());
     std::vector<SubmitResult> results = SubmitAll(part, txs);
     const uint64_t drained_at_ack = part->FlowStats().spill().drained();
@@ -120,7 +120,7 @@ TEST(LosslessTest, BurstIsAcknowledgedSpilledDrainedAndCommittedOnceAcrossAResta
         Node::Create(LosslessConfig(dir), NodeOptions{.serve_grpc = false, .serve_metrics = false});
     ASSERT_TRUE(node.ok()) << node.status();
     ASSERT_TRUE((*node)->Start().ok());
-    Partition* part = *(*node)->FindPartition("ledger");
+    Partition* part = (*node)->FindPartition("ledger")->get();
     // Everything acknowledged before the restart commits: nothing lost, nothing twice.
     ASSERT_TRUE(WaitFor(
         [&] {
@@ -189,7 +189,7 @@ TEST(LosslessTest, ASustainedOverRateFloodHoldsTheDiskBudgetAndEveryAcknowledged
       Node::Create(config, NodeOptions{.serve_grpc = false, .serve_metrics = false});
   ASSERT_TRUE(node.ok()) << node.status();
   ASSERT_TRUE((*node)->Start().ok());
-  Partition* part = *(*node)->FindPartition("ledger");
+  Partition* part = (*node)->FindPartition("ledger")->get();
 
   constexpr int kTxs = 1200;
   constexpr int kBatch = 40;
@@ -296,8 +296,8 @@ TEST(LosslessTest, TheArbiterDividesTheNodesSpillDiskAndTheFifoHoldsItsShare) {
       Node::Create(config, NodeOptions{.serve_grpc = false, .serve_metrics = false});
   ASSERT_TRUE(node.ok()) << node.status();
   ASSERT_TRUE((*node)->Start().ok());
-  Partition* busy = *(*node)->FindPartition("ledger");
-  Partition* idle = *(*node)->FindPartition("other");
+  Partition* busy = (*node)->FindPartition("ledger")->get();
+  Partition* idle = (*node)->FindPartition("other")->get();
   // Neither spills: each holds its floor (no budget of its own, so the arbiter's share is it).
   ASSERT_TRUE(WaitFor([&] { return busy->FlowStats().spill().disk_budget_bytes() == least; },
                       absl::Seconds(20)));
@@ -339,7 +339,7 @@ TEST(LosslessTest, GetTxIsPendingWhileTheTxWaitsInTheFifo) {
   ASSERT_TRUE(node.ok()) << node.status();
   ASSERT_TRUE((*node)->Start().ok());
 
-  Partition* waiting = *(*node)->FindPartition("slow");
+  Partition* waiting = (*node)->FindPartition("slow")->get();
   std::vector<SubmitResult> results = SubmitAll(waiting, SignedTxs(3, 8, 'P'));
   ASSERT_EQ(results.size(), 3u);
   for (const SubmitResult& r : results) ASSERT_TRUE(r.spilled) << r.status;
@@ -350,7 +350,7 @@ TEST(LosslessTest, GetTxIsPendingWhileTheTxWaitsInTheFifo) {
 
   // A record that is acknowledged but fails verification when drained: GetTx answers PENDING
   // only until the drain drops it, then NOT_FOUND (it will never commit).
-  Partition* fast = *(*node)->FindPartition("ledger");
+  Partition* fast = (*node)->FindPartition("ledger")->get();
   std::string bad = SignedTxs(1, 7, 'Q')[0];
   bad.back() ^= 1;  // the signature's last byte
   std::vector<SubmitResult> bad_result = SubmitAll(fast, {bad});

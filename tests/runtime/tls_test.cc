@@ -253,7 +253,7 @@ TEST_F(TlsTest, FourNodesWithMutualTlsBetweenPeersCommit) {
   EXPECT_GT(height, 0u);
   for (int i = 0; i < kNodes; ++i) {
     ASSERT_TRUE(WaitFor([&] {
-      absl::StatusOr<Partition*> p = nodes[i]->FindPartition("alpha");
+      absl::StatusOr<std::shared_ptr<Partition>> p = nodes[i]->FindPartition("alpha");
       return p.ok() && (*p)->GetTx(resp.tx_hash()).ok() &&
              (*p)->GetTx(resp.tx_hash())->receipt().block_height() == height;
     })) << "node "

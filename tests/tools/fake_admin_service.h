@@ -136,6 +136,38 @@ class FakeAdminService final : public node::admin::AdminService::Service {
                                node::admin::ResumePartitionResponse* out) override {
     return Handle("ResumePartition", c, *r, node::admin::ResumePartitionResponse(), out);
   }
+  grpc::Status CreatePartition(grpc::ServerContext* c, const node::admin::CreatePartitionRequest* r,
+                               node::admin::CreatePartitionResponse* out) override {
+    node::admin::CreatePartitionResponse resp;
+    resp.mutable_status()->set_id(r->config().id());
+    resp.mutable_status()->set_name(r->config().name());
+    resp.mutable_status()->set_consensus_state("NORMAL");
+    return Handle("CreatePartition", c, *r, resp, out);
+  }
+  grpc::Status StopPartition(grpc::ServerContext* c, const node::admin::StopPartitionRequest* r,
+                             node::admin::StopPartitionResponse* out) override {
+    node::admin::StopPartitionResponse resp;
+    resp.mutable_status()->set_id(7);
+    resp.mutable_status()->set_name(r->partition());
+    resp.mutable_status()->set_consensus_state("STOPPED");
+    return Handle("StopPartition", c, *r, resp, out);
+  }
+  grpc::Status StartPartition(grpc::ServerContext* c, const node::admin::StartPartitionRequest* r,
+                              node::admin::StartPartitionResponse* out) override {
+    node::admin::StartPartitionResponse resp;
+    resp.mutable_status()->set_id(7);
+    resp.mutable_status()->set_name(r->partition());
+    resp.mutable_status()->set_consensus_state("NORMAL");
+    resp.mutable_status()->set_height(12);
+    return Handle("StartPartition", c, *r, resp, out);
+  }
+  grpc::Status RemovePartition(grpc::ServerContext* c, const node::admin::RemovePartitionRequest* r,
+                               node::admin::RemovePartitionResponse* out) override {
+    node::admin::RemovePartitionResponse resp;
+    resp.set_data_dir("/data/partition-7");
+    resp.set_data_deleted(r->delete_data());
+    return Handle("RemovePartition", c, *r, resp, out);
+  }
   grpc::Status WatchFlowStats(grpc::ServerContext* c, const node::admin::WatchFlowStatsRequest* r,
                               grpc::ServerWriter<node::admin::FlowStats>* writer) override {
     node::admin::FlowStats base;

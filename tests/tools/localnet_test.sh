@@ -5,12 +5,16 @@
 #                                                configs checked by `noded --check` if noded exists
 #   localnet_test.sh cluster LOCALNET BUILD_DIR  4 real nodes, 2 partitions: up, status, blocks,
 #                                                kill + restart one node, heights keep growing, down
+#   localnet_test.sh live LOCALNET BUILD_DIR     4 real nodes: a partition created on all of them
+#                                                with nodectl --admins commits; refusals; stopped
+#                                                on one node (the others go on) across a restart;
+#                                                started, it catches up; stopped and removed on all
 #
 # Exit 0 pass, 1 fail, 77 skipped (cluster: no noded built yet). NODED, NODECTL and TXSEND override
 # the binaries' paths. Every wait is bounded; the cluster is torn down on every exit path.
 set -uo pipefail
 
-mode=${1:?usage: localnet_test.sh usage|cluster LOCALNET BUILD_DIR}
+mode=${1:?usage: localnet_test.sh usage|cluster|live LOCALNET BUILD_DIR}
 localnet=${2:?}
 bin=${3:?}
 noded=${NODED:-$bin/runtime/noded}
@@ -241,9 +245,97 @@ cluster_tests() {
   pass "down: every node exited on SIGTERM"
 }
 
+# Partitions created, stopped, started and removed live, through nodectl as an operator would.
+live_tests() {
+  if [ ! -x "$noded" ]; then
+    echo "SKIP: $noded does not exist yet"
+    exit 77
+  fi
+  [ -x "$nodectl" ] || { echo "SKIP: no nodectl at $nodectl"; exit 77; }
+  [ -x "$txsend" ] || { echo "SKIP: no localnet_txsend at $txsend"; exit 77; }
+
+  started=1
+  expect 0 "$localnet" up 4 --partitions 1 --dir "$net" --base-port 0 --timeout 60 \
+    --noded "$noded" --nodectl "$nodectl"
+  local admins tokens i
+  admins=$("$localnet" addrs admin --dir "$net")
+  tokens=$net/node1/admin.token,$net/node2/admin.token,$net/node3/admin.token,$net/node4/admin.token
+  # ctl I ARGS: nodectl against node I; all ARGS: against every node (--admins).
+  ctl() {
+    local who=$1
+    shift
+    if [ "$who" = all ]; then
+      "$nodectl" --timeout-ms 60000 "$@" --admins "$admins" --token-files "$tokens"
+    else
+      "$nodectl" --timeout-ms 60000 --admin "$(echo "$admins" | cut -d, -f"$who")" \
+        --token-file "$net/node$who/admin.token" "$@"
+    fi
+  }
+  # A replica that missed blocks syncs when it sees the others' next stable checkpoint: a short
+  # checkpoint interval lets the test's few blocks reach one.
+  local orders='id: 9 name: "orders" consensus { batch_timeout_ms: 10 checkpoint_interval: 2 }
+                share { weight: 2 }'
+
+  expect 0 ctl all create-partition --config "$orders"
+  [ "$(echo "$out" | grep -c 'created partition orders (9)')" = 4 ] || fail "create on 4: $out"
+  send 9 1 20
+  local h1 h2 h3
+  h1=$(min_height orders 1)
+  [ "$h1" -ge 1 ] || fail "orders made no block after 20 txs"
+  wait_height orders "$h1" 1,2,3,4 30
+  pass "orders created on all 4 nodes with one nodectl --admins call; commits (height $h1)"
+
+  expect 1 ctl 1 create-partition --config "$orders"
+  [[ $out == *ALREADY_EXISTS*"id 9"* ]] || fail "second create: $out"
+  expect 1 ctl 1 create-partition --config 'id: 10 name: "bad" pool { max_txs: 10 max_per_sender: 20 }'
+  [[ $out == *INVALID_ARGUMENT*"partitions[bad].pool.max_per_sender"* ]] || fail "bad config: $out"
+  expect 1 ctl 1 remove-partition orders
+  [[ $out == *FAILED_PRECONDITION*"stop it first"* ]] || fail "remove running: $out"
+  expect 1 ctl 1 stop-partition nosuch
+  [[ $out == *NOT_FOUND* ]] || fail "stop unknown: $out"
+  pass "refused: id in use, bad config (field named), removing a running one, unknown"
+
+  expect 0 ctl 4 stop-partition orders
+  [[ $out == *STOPPED* ]] || fail "stop on node 4: $out"
+  send 9 1 20
+  h2=$(min_height orders 1,2,3)
+  [ "$h2" -gt "$h1" ] || fail "orders did not grow with node 4 stopped: $h1 -> $h2"
+  expect 0 "$localnet" restart 4 --dir "$net" --timeout 60
+  status_json
+  [ "$(json "$tmp/status.json" '[p["consensus_state"] for p in j["nodes"][3]["partitions"] if p["name"] == "orders"]')" = "['STOPPED']" ] ||
+    fail "orders not STOPPED on node 4 after its restart: $(cat "$tmp/status.json")"
+  pass "stopped on node 4: the other 3 commit ($h1 -> $h2); still stopped after a restart"
+
+  expect 0 ctl 4 start-partition orders
+  send 9 1 10
+  send 9 2 10
+  h3=$(min_height orders 1,2,3)
+  [ "$h3" -gt "$h2" ] || fail "orders did not grow after node 4 started it: $h2 -> $h3"
+  wait_height orders "$h3" 4 60
+  send 9 4 10
+  pass "started on node 4: caught up ($h2 -> $h3) and takes clients again"
+
+  expect 0 ctl all stop-partition orders
+  expect 0 ctl all remove-partition orders --delete-data
+  [ "$(echo "$out" | grep -c 'data deleted')" = 4 ] || fail "remove on 4: $out"
+  for i in 1 2 3 4; do
+    [ ! -e "$net/node$i/data/partition-9" ] || fail "node $i kept partition-9 after --delete-data"
+  done
+  expect 0 "$localnet" restart 2 --dir "$net" --timeout 60
+  status_json
+  [ "$(json "$tmp/status.json" 'sum(p["name"] == "orders" for n in j["nodes"] for p in n["partitions"])')" = 0 ] ||
+    fail "orders listed after removal: $(cat "$tmp/status.json")"
+  send 1 2 20
+  pass "stopped and removed on all 4 with its data; gone after a restart; hot still commits"
+
+  expect 0 "$localnet" down --dir "$net" --timeout 15
+  started=0
+}
+
 case "$mode" in
   usage) usage_tests ;;
   cluster) cluster_tests ;;
+  live) live_tests ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
 echo "PASS: localnet $mode"

@@ -2,12 +2,14 @@
 // and get-value, a fake ClientService) on loopback. Checks the
 // request each subcommand sends, its table and JSON output, the token header, exit codes and
 // error messages, and that --help and bad flags never make an RPC.
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -446,6 +448,72 @@ TEST_F(NodectlTest, PauseAndResumeSendThePartition) {
   EXPECT_EQ(out(), "partition hot resumed\n");
   ASSERT_EQ(Run({"--json", "pause", "hot"}), kExitOk) << err();
   EXPECT_EQ(out(), "{}\n");
+}
+
+TEST_F(NodectlTest, CreatePartitionSendsTheConfigTextOrFile) {
+  ASSERT_EQ(Run({"create-partition", "--config", "id: 7 name: \"orders\" share { weight: 2 }"}),
+            kExitOk)
+      << err();
+  EXPECT_EQ(fake_.last_request("CreatePartition"),
+            "config { id: 7 name: \"orders\" share { weight: 2 } }");
+  EXPECT_EQ(out(), "created partition orders (7): NORMAL at height 0\n");
+
+  const std::string file = ::testing::TempDir() + "/nodectl_create_partition.textproto";
+  std::ofstream(file) << "id: 8\nname: \"fills\"\npool { max_txs: 100 }\n";
+  ASSERT_EQ(Run({"create-partition", "--config", file}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("CreatePartition"),
+            "config { id: 8 name: \"fills\" pool { max_txs: 100 } }");
+  std::remove(file.c_str());
+}
+
+TEST_F(NodectlTest, CreatePartitionRefusesABadConfigBeforeAnyCall) {
+  EXPECT_EQ(Run({"create-partition", "--config", "id: 7 nmae: \"x\""}), kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("--config: line 1"));
+  EXPECT_EQ(Run({"create-partition", "--config", "name: \"x\""}), kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("--config: id: required"));
+  EXPECT_EQ(Run({"create-partition"}), kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("--config: required"));
+  EXPECT_EQ(Run({"create-partition", "--config", "/no/such/file"}), kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("cannot read file '/no/such/file'"));
+  EXPECT_EQ(fake_.calls(), 0);
+}
+
+TEST_F(NodectlTest, StopStartRemoveSendThePartitionAndOptions) {
+  ASSERT_EQ(Run({"stop-partition", "orders", "--drain-ms", "2000"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("StopPartition"), "partition: \"orders\" drain_ms: 2000");
+  EXPECT_EQ(out(), "partition orders (7): STOPPED\n");
+  ASSERT_EQ(Run({"start-partition", "orders"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("StartPartition"), "partition: \"orders\"");
+  EXPECT_EQ(out(), "partition orders (7): NORMAL at height 12\n");
+  ASSERT_EQ(Run({"remove-partition", "orders", "--delete-data"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("RemovePartition"), "partition: \"orders\" delete_data: true");
+  EXPECT_EQ(out(), "partition orders removed; data deleted: /data/partition-7\n");
+  EXPECT_EQ(Run({"stop-partition", "orders", "--drain-ms", "0"}), kExitUsage);
+  EXPECT_EQ(Run({"stop-partition"}), kExitUsage);
+}
+
+TEST_F(NodectlTest, AdminsAppliesTheChangeToEachNodeAndReportsEach) {
+  FakeAdminService second;
+  ASSERT_TRUE(second.Start());
+  second.SetError(
+      grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "config.id: partition id 7 is in use"));
+  const std::string list = absl::StrCat(fake_.address(), ",", second.address());
+  EXPECT_EQ(Run({"create-partition", "--config", "id: 7 name: \"orders\"", "--admins", list}),
+            kExitRpcError);
+  EXPECT_EQ(
+      out(),
+      absl::StrCat(fake_.address(), ": created partition orders (7): NORMAL at height 0\n",
+                   second.address(), ": ALREADY_EXISTS: config.id: partition id 7 is in use\n"));
+  EXPECT_THAT(err(), HasSubstr("1 of 2 nodes failed"));
+  EXPECT_EQ(second.last_request("CreatePartition"), "config { id: 7 name: \"orders\" }");
+
+  second.SetError(grpc::Status::OK);
+  ASSERT_EQ(Run({"--json", "stop-partition", "orders", "--admins", list}), kExitOk) << err();
+  EXPECT_THAT(out(), HasSubstr(absl::StrCat("{\"admin\":\"", second.address(), "\",\"ok\":true,")));
+  EXPECT_EQ(Run({"stop-partition", "orders", "--admins", absl::StrCat(list, ",", fake_.address())}),
+            kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("listed twice"));
+  EXPECT_EQ(Run({"stop-partition", "orders", "--admins", ","}), kExitUsage);
 }
 
 TEST_F(NodectlTest, WatchStopsAfterCount) {
