@@ -180,7 +180,9 @@ void ArbiterService::TickLocked() {
   std::vector<ConsumerUsage> usage(n);
   for (size_t i = 0; i < n; ++i) usage[i] = members_[i].consumer->TakeUsage();
   const double cpu_capacity = static_cast<double>(options_.cpu_workers()) * elapsed;
-  const double memory_capacity = static_cast<double>(options_.memory_bytes);
+  const double memory_scale =
+      options_.memory_scale ? std::clamp(options_.memory_scale(), 0.01, 1.0) : 1.0;
+  const double memory_capacity = static_cast<double>(options_.memory_bytes) * memory_scale;
 
   // 2. Demand.
   std::vector<ArbiterConsumer> cpu(n), memory(n), egress(n), disk(n);

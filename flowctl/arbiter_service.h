@@ -130,6 +130,9 @@ class ArbiterService {
     std::function<int()> cpu_workers = nullptr;
     // Memory for all consumers together, in bytes; > 0.
     uint64_t memory_bytes = 0;
+    // Called every tick: the fraction of memory_bytes divided at that tick, clamped to
+    // [0.01, 1] (memory pressure shrinks it; flowctl/memory_pressure.h). Null: 1.
+    std::function<double()> memory_scale = nullptr;
     // Spill disk for all consumers that spill, in bytes; 0 = not divided.
     uint64_t disk_bytes = 0;
     const Clock* clock = Clock::Real();  // not null; outlives the arbiter

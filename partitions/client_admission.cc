@@ -54,7 +54,7 @@ struct ClientAdmission::Job {
 ClientAdmission::ClientAdmission(Deps deps) : deps_(std::move(deps)) {}
 
 void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& options,
-                             const absl::Status& gate, bool single, SubmitDone single_done,
+                             const SubmitGate& gate, bool single, SubmitDone single_done,
                              BatchDone batch_done) {
   auto job = std::make_shared<Job>();
   job->options = options;
@@ -72,8 +72,10 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
   absl::Duration spill_retry_after;
   for (size_t i = 0; i < txs.size(); ++i) {
     SubmitResult& r = job->results[i];
-    if (!gate.ok()) {
-      r.status = gate;
+    if (!gate.status.ok()) {
+      r.status = gate.status;
+      r.rejected_by = gate.rejected_by;
+      r.retry_after = gate.retry_after;
       continue;
     }
     flowctl::Admission admission;

@@ -69,6 +69,18 @@ struct SubmitResult {
   std::optional<node::chain::Receipt> receipt;  // wait_for_commit: the committed receipt
 };
 
+// Why every tx of a request is refused before the interceptor runs (the partition is stopping,
+// paused or halted; the node is under memory pressure). An OK status: none. Built from a bare
+// status where no stage name or hint applies.
+struct SubmitGate {
+  SubmitGate(absl::Status s = absl::OkStatus()) : status(std::move(s)) {}  // NOLINT: implicit
+  SubmitGate(absl::Status s, std::string by, absl::Duration after)
+      : status(std::move(s)), rejected_by(std::move(by)), retry_after(after) {}
+  absl::Status status;
+  std::string rejected_by;
+  absl::Duration retry_after = absl::ZeroDuration();
+};
+
 struct SubmitOptions {
   bool wait_for_commit = false;
   absl::Duration wait_timeout = absl::Seconds(10);  // DEADLINE_EXCEEDED after it
@@ -113,9 +125,9 @@ class ClientAdmission {
   ClientAdmission& operator=(const ClientAdmission&) = delete;
 
   // Admits each tx on its own (one result per tx, in order); verification runs as one job.
-  // A non-OK `gate` (paused, stopping) answers every tx with it. Calls `single_done` when
-  // `single` (one tx), else `batch_done`.
-  void Submit(std::vector<std::string> txs, const SubmitOptions& options, const absl::Status& gate,
+  // A non-OK `gate` (paused, stopping, memory pressure) answers every tx with it. Calls
+  // `single_done` when `single` (one tx), else `batch_done`.
+  void Submit(std::vector<std::string> txs, const SubmitOptions& options, const SubmitGate& gate,
               bool single, SubmitDone single_done, BatchDone batch_done);
   // The client lane's handler.
   void HandleJob(flowctl::Message message);

@@ -242,6 +242,14 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ServeSlow(
   }
   ops_.push_back({.run =
                       [this, call, context, handler] {
+                        // A caller that gave up while the call waited its turn (e.g. behind a
+                        // long drain) gets no change it no longer expects; its retry runs.
+                        if (context->IsCancelled()) {
+                          call->Reply(grpc::Status(grpc::StatusCode::CANCELLED,
+                                                   "the caller gave up before the call ran; "
+                                                   "nothing was done"));
+                          return;
+                        }
                         call->Reply((this->*handler)(context, &call->request, &call->response));
                       },
                   .refuse =

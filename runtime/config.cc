@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "flowctl/memory_pressure.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/stubs/common.h"  // IsStructurallyValidUTF8
 #include "google/protobuf/text_format.h"
@@ -241,6 +242,7 @@ void ApplyDefaults(NodeConfig* config) {
     r.set_tx_forward_floor_bytes_per_second(64 * kKiB);
   }
   if (r.arbiter_tick_ms() == 0) r.set_arbiter_tick_ms(100);
+  flowctl::ApplyMemoryPressureDefaults(r.mutable_memory_pressure());
   if (config->partitions().empty()) {
     auto* hot = config->add_partitions();
     hot->set_id(1);

@@ -303,6 +303,20 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
     check.Fail("arbiter_tick_ms",
                absl::StrCat("must be in [10, 10000], got ", r.arbiter_tick_ms()));
   }
+  const node::config::MemoryPressureConfig& m = r.memory_pressure();
+  auto in = [&](const char* field, double v, double lo, bool lo_open, double hi, bool hi_open) {
+    if (!std::isfinite(v) || (lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {
+      check.Fail(absl::StrCat("memory_pressure.", field),
+                 absl::StrCat("must be in ", lo_open ? "(" : "[", lo, ", ", hi, hi_open ? ")" : "]",
+                              ", got ", v));
+    }
+  };
+  in("psi_full_scale_percent", m.psi_full_scale_percent(), 0, true, 100, false);
+  in("shrink_pools_at", m.shrink_pools_at(), 0, true, 2, false);
+  in("drop_forwarded_at", m.drop_forwarded_at(), 0, true, 2, false);
+  in("refuse_clients_at", m.refuse_clients_at(), 0, true, 2, false);
+  in("min_pool_scale", m.min_pool_scale(), 0, true, 1, false);
+  in("hysteresis", m.hysteresis(), 0, false, 0.5, true);
   return check.Take();
 }
 

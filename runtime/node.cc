@@ -130,6 +130,15 @@ absl::Status Node::Start() {
                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   pool_ = std::make_unique<flowctl::WorkerPool>(po);
   RETURN_IF_ERROR(pool_->Start());
+  if (!res.memory_pressure().disabled()) {
+    memory_pressure_ = std::make_unique<flowctl::MemoryPressure>(
+        res.memory_pressure(), options_.memory_source
+                                   ? options_.memory_source()
+                                   : std::make_unique<flowctl::ProcMemorySource>());
+    absl::Status sampled = memory_pressure_->Update();
+    LOG(INFO) << "memory pressure: " << memory_pressure_->Stats().source
+              << (sampled.ok() ? "" : absl::StrCat(" (", sampled.message(), ")"));
+  }
   // One timer for every partition's ticks (partitions own no threads).
   scheduler_ = std::make_unique<flowctl::TickScheduler>(options_.clock);
   RETURN_IF_ERROR(scheduler_->Start());
@@ -260,6 +269,9 @@ void Node::Stop(absl::Duration drain) {
   LOG(INFO) << "node stopping";
   if (servers_) servers_->Shutdown(drain);
   metrics_.reset();
+  // Live partition calls check stopped_ under live_mu_: none starts or stops a partition from
+  // here on, and one in progress finishes first.
+  absl::MutexLock live_lock(&live_mu_);
   if (arbiter_) arbiter_->Stop();
   std::vector<std::shared_ptr<Partition>> running = partitions();
   for (auto it = running.rbegin(); it != running.rend(); ++it) (*it)->Stop(drain);
@@ -399,7 +411,33 @@ node::admin::NodeStatus Node::Status() const {
     for (const PartitionEntry& e : entries_) *s.add_partitions() = StatusOfLocked(e);
   }
   s.set_cpu_workers(static_cast<uint32_t>(cpu_workers()));
+  *s.mutable_memory() = MemoryPressureStatus();
   return s;
+}
+
+node::admin::MemoryPressureStatus Node::MemoryPressureStatus() const {
+  node::admin::MemoryPressureStatus m;
+  if (memory_pressure_ == nullptr) return m;
+  const flowctl::MemoryPressureStats st = memory_pressure_->Stats();
+  m.set_enabled(true);
+  m.set_source(st.source);
+  m.set_rss_bytes(st.sample.rss_bytes);
+  m.set_rss_limit_bytes(memory_pressure_->config().rss_limit_bytes());
+  m.set_cgroup_version(static_cast<uint32_t>(st.sample.cgroup_version));
+  m.set_cgroup_current_bytes(st.sample.cgroup_current_bytes.value_or(0));
+  m.set_cgroup_max_bytes(st.sample.cgroup_max_bytes.value_or(0));
+  m.set_psi_available(st.sample.psi_some_avg10.has_value());
+  m.set_psi_some_avg10(st.sample.psi_some_avg10.value_or(0));
+  m.set_pressure(st.pressure);
+  m.set_driven_by(st.driven_by);
+  m.set_pool_scale(st.pool_scale);
+  m.set_drop_forwarded(st.drop_forwarded);
+  m.set_refuse_clients(st.refuse_clients);
+  m.set_transitions(st.transitions);
+  m.set_refused_writes(memory_pressure_->refused_writes());
+  m.set_dropped_messages(memory_pressure_->dropped_messages());
+  m.set_error(st.error);
+  return m;
 }
 
 int Node::cpu_workers() const {
@@ -506,6 +544,9 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     return absl::InvalidArgumentError(
         "entries: give at least one partition (or cpu_workers to change only the worker count)");
   }
+  // The guarantee sum is checked against the partitions as they are: no create or start may
+  // change them meanwhile.
+  absl::MutexLock live_lock(&live_mu_);
   std::vector<std::pair<std::shared_ptr<Partition>, node::config::ShareConfig>> changes;
   std::vector<ConfigProblem> problems;  // validated as the config it would leave
   for (int i = 0; i < request.entries_size(); ++i) {
@@ -559,10 +600,26 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
 absl::Status Node::StartArbiter() {
   egress_accounting_ = std::make_unique<SchedulerEgressAccounting>(&egress_->scheduler());
   flowctl::WorkerPool* pool = pool_.get();
+  flowctl::MemoryPressure* pressure = memory_pressure_.get();
   flowctl::ArbiterService::Options options{
       .tick = absl::Milliseconds(config_.resources().arbiter_tick_ms()),
       .cpu_workers = [pool] { return pool->threads(); },
       .memory_bytes = config_.resources().memory_bytes(),
+      // Memory pressure is sampled here, every tick, and shrinks the memory divided.
+      .memory_scale = [pressure]() -> double {
+        if (pressure == nullptr) return 1;
+        const flowctl::MemoryPressureStats before = pressure->Stats();
+        absl::Status s = pressure->Update();
+        const flowctl::MemoryPressureStats after = pressure->Stats();
+        if (!s.ok() && before.error != after.error) LOG(WARNING) << "memory pressure: " << s;
+        if (after.transitions != before.transitions) {
+          LOG(WARNING) << "memory pressure " << after.pressure << " (" << after.driven_by
+                       << "): pool scale " << after.pool_scale << ", forwarded txs "
+                       << (after.drop_forwarded ? "dropped" : "accepted") << ", client writes "
+                       << (after.refuse_clients ? "REFUSED" : "accepted");
+        }
+        return pressure->pool_scale();
+      },
       .disk_bytes = config_.resources().spill_disk_bytes(),
       .clock = options_.clock};
   ASSIGN_OR_RETURN(arbiter_,
@@ -639,6 +696,7 @@ absl::StatusOr<std::shared_ptr<Partition>> Node::OpenPartition(
   env.channels = &egress_->scheduler().channels();
   env.refusals = refusals_.get();
   env.fixed_retry_after = config_.resources().fixed_retry_after();
+  env.memory_pressure = memory_pressure_.get();
   env.test_equivocate = pc.name() == options_.test_equivocate_partition;
   if (env.test_equivocate) {
     LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
@@ -708,12 +766,16 @@ void Node::ClosePartition(size_t index, absl::Duration drain) {
     partition = std::move(entry.running);
     entry.running = nullptr;
     closed = entry.closed;
-    entry.config = partition->config();  // live updates kept for the next start
   }
   // Out of the lookups first (new calls get UNAVAILABLE), then out of the arbiter, then stopped.
   absl::Status s = arbiter_->RemoveConsumer(partition->id());
   if (!s.ok()) LOG(WARNING) << "partition " << partition->name() << ": arbiter: " << s;
   partition->Stop(drain);
+  {
+    // Live updates made while it ran (the last of them included) are kept for the next start.
+    absl::MutexLock lock(&partitions_mu_);
+    entries_[index].config = partition->config();
+  }
   const std::string name = partition->name();
   partition.reset();
   // A call that still holds it lets go when it finishes; its callbacks were all answered.
@@ -761,18 +823,27 @@ absl::StatusOr<node::admin::CreatePartitionResponse> Node::CreatePartition(
     entries_.push_back({.config = config, .created_live = true});
     index = entries_.size() - 1;
   }
+  std::error_code ec;
+  const bool had_data = std::filesystem::exists(PartitionDir(config.id()), ec);
   absl::Status s = RunPartition(index);
   if (s.ok()) {
-    *live_.add_created() = config;
+    node::config::LivePartitions next = live_;
+    *next.add_created() = config;
+    // A stopped mark left by an earlier partition with this id is not this one's.
+    auto* stopped = next.mutable_stopped();
+    stopped->erase(std::remove(stopped->begin(), stopped->end(), config.id()), stopped->end());
+    std::swap(live_, next);
     s = WriteLiveLocked();
     if (!s.ok()) {
-      live_.mutable_created()->RemoveLast();
+      std::swap(live_, next);
       ClosePartition(index, absl::ZeroDuration());
     }
   }
   if (!s.ok()) {
     absl::MutexLock lock(&partitions_mu_);
     entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(index));
+    // A failed create leaves no data behind that a later create with this id would reopen.
+    if (!had_data) std::filesystem::remove_all(PartitionDir(config.id()), ec);
     return s;
   }
   LOG(INFO) << "partition " << config.name() << " (" << config.id() << ") created live";
@@ -787,6 +858,10 @@ absl::StatusOr<node::admin::PartitionStatus> Node::StopPartition(const std::stri
                                                                  absl::Duration drain) {
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
   absl::MutexLock live_lock(&live_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::UnavailableError("node is shutting down");
+  }
   size_t index = 0;
   uint32_t id = 0;
   {
@@ -830,6 +905,11 @@ absl::StatusOr<node::admin::PartitionStatus> Node::StartPartition(const std::str
       return absl::FailedPreconditionError(
           absl::StrCat("partition ", entries_[index].config.name(), " is running"));
     }
+    if (entries_[index].closed != nullptr && !entries_[index].closed->HasBeenNotified()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("partition ", entries_[index].config.name(),
+                       " is stopped but a call still holds it open; retry"));
+    }
     id = entries_[index].config.id();
   }
   RETURN_IF_ERROR(RunPartition(index));
@@ -851,6 +931,10 @@ absl::StatusOr<node::admin::RemovePartitionResponse> Node::RemovePartition(
     const std::string& id_or_name, bool delete_data) {
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
   absl::MutexLock live_lock(&live_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::UnavailableError("node is shutting down");
+  }
   PartitionEntry entry;
   size_t index = 0;
   {

@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@
 #include "flowctl/arbiter_service.h"
 #include "flowctl/clock.h"
 #include "flowctl/egress_accounting.h"
+#include "flowctl/memory_pressure.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
 #include "p2p/egress_valve.h"
@@ -88,6 +90,9 @@ struct NodeOptions {
   // root differs from the others' from there on and it must go DIVERGED.
   std::string test_diverge_partition = {};
   uint64_t test_diverge_height = 0;
+  // Tests: where memory pressure reads from (flowctl/memory_pressure.h). Empty: the process and
+  // its cgroup (ProcMemorySource).
+  std::function<std::unique_ptr<flowctl::MemorySource>()> memory_source = {};
 };
 
 class Node {
@@ -130,6 +135,8 @@ class Node {
   // The worker pool's threads now (after Start; before it, the configured count).
   int cpu_workers() const;
   absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
+  // resources.memory_pressure at work (also in Status()).
+  node::admin::MemoryPressureStatus MemoryPressureStatus() const;
   // Validated as the resources section it would leave (runtime/config_validation.h: the messages
   // config loading gives, "resources.tx_forward_floor_bytes_per_second: ...") before applying.
   absl::StatusOr<node::admin::EgressStats> UpdateEgress(
@@ -207,6 +214,8 @@ class Node {
   std::string admin_token_;
 
   std::unique_ptr<flowctl::WorkerPool> pool_;
+  // resources.memory_pressure; sampled at every arbiter tick (null when disabled).
+  std::unique_ptr<flowctl::MemoryPressure> memory_pressure_;
   std::unique_ptr<flowctl::TickScheduler> scheduler_;
   std::unique_ptr<p2p::GrpcTransport> transport_;  // null with options_.network
   std::unique_ptr<p2p::EgressValve> egress_;       // over transport_ or options_.network

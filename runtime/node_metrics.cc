@@ -88,6 +88,41 @@ void AddPartitionStatus(const node::admin::PartitionStatus& p, Families* f) {
            p.lossless() ? 1 : 0);
 }
 
+void AddMemoryPressure(const node::admin::MemoryPressureStatus& m, Families* f) {
+  f->Gauge("noded_memory_rss_bytes", "Resident memory of the process.", {},
+           static_cast<double>(m.rss_bytes()));
+  if (m.cgroup_version() > 0) {
+    f->Gauge("noded_memory_cgroup_current_bytes", "Memory charged to the node's cgroup.", {},
+             static_cast<double>(m.cgroup_current_bytes()));
+    if (m.cgroup_max_bytes() > 0) {
+      f->Gauge("noded_memory_cgroup_max_bytes", "The node's cgroup memory limit.", {},
+               static_cast<double>(m.cgroup_max_bytes()));
+    }
+  }
+  if (m.psi_available()) {
+    f->Gauge("noded_memory_psi_some_avg10",
+             "Percent of the last 10 s in which some task stalled on memory (PSI).", {},
+             m.psi_some_avg10());
+  }
+  f->Gauge("noded_memory_pressure",
+           "Memory pressure: the highest of RSS / limit, cgroup current / max, PSI / full scale.",
+           {}, m.pressure());
+  f->Gauge("noded_memory_pool_scale",
+           "Fraction of resources.memory_bytes the arbiter divides under memory pressure.", {},
+           m.pool_scale());
+  for (const auto& [action, on] : {std::pair{"drop_forwarded", m.drop_forwarded()},
+                                   std::pair{"refuse_clients", m.refuse_clients()}}) {
+    f->Gauge("noded_memory_action_active", "1 while the memory-pressure action is in force.",
+             {{"action", action}}, on ? 1 : 0);
+  }
+  f->Counter("noded_memory_pressure_refused_total",
+             "Client writes refused and peer messages dropped under memory pressure.",
+             {{"what", "client_writes"}}, static_cast<double>(m.refused_writes()));
+  f->Counter("noded_memory_pressure_refused_total",
+             "Client writes refused and peer messages dropped under memory pressure.",
+             {{"what", "peer_messages"}}, static_cast<double>(m.dropped_messages()));
+}
+
 void AddShare(const std::string& partition, const std::string& resource,
               const node::admin::ResourceShare& s, Families* f) {
   const Labels l = {{"partition", partition}, {"resource", resource}};
@@ -363,6 +398,7 @@ std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& stat
   f.Gauge("noded_peers_configured", "Peers in the config.", {},
           static_cast<double>(status.peers_configured()));
   for (const node::admin::PartitionStatus& p : status.partitions()) AddPartitionStatus(p, &f);
+  if (status.memory().enabled()) AddMemoryPressure(status.memory(), &f);
   for (const node::admin::PartitionFlowStats& p : stats.partitions()) AddPartitionFlow(p, &f);
   AddEgress(stats.egress(), &f);
   AddPeers(peers, &f);

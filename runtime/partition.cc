@@ -381,7 +381,7 @@ void Partition::Impl::Stop(absl::Duration drain) {
 
 void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& options,
                              bool single, SubmitDone single_done, BatchDone batch_done) {
-  absl::Status gate;
+  partitions::SubmitGate gate;
   if (stopping_.load(std::memory_order_relaxed)) {
     gate = absl::UnavailableError(absl::StrCat("partition ", name_, " is shutting down"));
   } else if (paused_.load(std::memory_order_relaxed)) {
@@ -394,6 +394,12 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
     gate = absl::UnavailableError(absl::StrCat(
         "partition ", name_, " is ", state == partitions::kHaltedState ? "halted" : "DIVERGED",
         " on this node (see its halt_reason); another node may serve it"));
+  } else if (env_.memory_pressure != nullptr && env_.memory_pressure->refuse_clients()) {
+    // Before anything is parsed: the node is short of memory (flowctl/memory_pressure.h).
+    env_.memory_pressure->CountRefusedWrites(txs.size());
+    gate =
+        partitions::SubmitGate(absl::ResourceExhaustedError(env_.memory_pressure->RefusalMessage()),
+                               std::string(kMemoryPressureStage), kMemoryPressureRetryAfter);
   }
   admission_->Submit(std::move(txs), options, gate, single, std::move(single_done),
                      std::move(batch_done));

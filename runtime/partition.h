@@ -51,6 +51,7 @@
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
+#include "flowctl/memory_pressure.h"
 #include "flowctl/resource_consumer.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
@@ -88,6 +89,9 @@ struct PartitionEnv {
   absl::Duration tick = absl::Seconds(1);
   // The node's per-peer refusal counts (runtime/peer_refusals.h); null: not counted per peer.
   PeerRefusals* refusals = nullptr;
+  // The node's memory pressure (flowctl/memory_pressure.h); null: none. Under it, client writes
+  // are refused (rejected_by kMemoryPressureStage) and forwarded txs dropped on arrival.
+  flowctl::MemoryPressure* memory_pressure = nullptr;
   // ResourceConfig.fixed_retry_after: refusals carry the fixed retry-after hints (100 ms pool,
   // 50 ms lane), not the ones computed from the measured commit and service rates.
   bool fixed_retry_after = false;
@@ -99,6 +103,11 @@ struct PartitionEnv {
   // (Executor::PlantNondeterminismForTest); 0: never.
   uint64_t test_diverge_height = 0;
 };
+
+// What a write refused under node memory pressure names as the refusing stage, and its hint (the
+// pressure is sampled every arbiter tick; PSI's 10 s average falls slowly).
+inline constexpr char kMemoryPressureStage[] = "memory_pressure";
+inline constexpr absl::Duration kMemoryPressureRetryAfter = absl::Seconds(1);
 
 // The outcome of one submitted tx and the submit options (partitions/client_admission.h).
 using SubmitResult = partitions::SubmitResult;

@@ -26,6 +26,14 @@ void Partition::Impl::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channe
     CountRefused(it->second, PeerRefusals::kMalformed);
     return;
   }
+  // Under node memory pressure, gossip that consensus does not need goes first: forwarded txs
+  // (a proposal's missing bodies are fetched) and bulk traffic.
+  if (env_.memory_pressure != nullptr &&
+      (channel == node::p2p::TX_FORWARD || channel == node::p2p::BULK) &&
+      env_.memory_pressure->drop_forwarded()) {
+    env_.memory_pressure->CountDroppedMessages(1);
+    return;
+  }
   // Full lanes drop and count (Dispatcher stats); PBFT retransmits what matters.
   flowctl::Message m;
   m.payload = std::move(payload);

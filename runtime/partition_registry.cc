@@ -101,6 +101,7 @@ absl::StatusOr<PartitionPlan> PlanPartitions(const node::config::NodeConfig& fil
   PartitionPlan plan;
   plan.live = live;
   plan.live.clear_removed();
+  plan.live.clear_stopped();
   absl::flat_hash_set<uint32_t> file_ids;
   for (const PartitionConfig& pc : file_config.partitions()) file_ids.insert(pc.id());
   for (uint32_t id : live.removed()) {
@@ -132,6 +133,11 @@ absl::StatusOr<PartitionPlan> PlanPartitions(const node::config::NodeConfig& fil
     names.insert(pc.name());
     plan.partitions.push_back(
         {.config = pc, .stopped = Contains(live.stopped(), pc.id()), .created_live = true});
+  }
+  // Stopped marks of ids no longer planned are dropped, so a partition that takes such an id
+  // later does not start stopped.
+  for (const PlannedPartition& p : plan.partitions) {
+    if (p.stopped) plan.live.add_stopped(p.config.id());
   }
   return plan;
 }

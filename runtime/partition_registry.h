@@ -45,8 +45,8 @@ struct PlannedPartition {
 
 struct PartitionPlan {
   std::vector<PlannedPartition> partitions;  // file order, then creation order
-  // The record with `removed` pruned to ids the file still lists (write it back when it
-  // differs from what was read).
+  // The record with `removed` pruned to ids the file still lists and `stopped` to ids planned
+  // (write it back when it differs from what was read).
   node::config::LivePartitions live;
   // One line per removed partition the file still lists (logged as warnings at startup).
   std::vector<std::string> warnings;

@@ -4,7 +4,7 @@
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
                                                throughput rejection scale cpu state retry
-                                               reads)
+                                               reads live memory)
 
 Each scenario starts its own 4-node localnet(s) in a temp dir (random ports), drives it with
 loadgen, stops it on every exit path, prints one `RESULT` line with its ratio and appends a
@@ -24,7 +24,10 @@ STATE_REPS (rounds of all eight cases, interleaved; medians reported; default 3:
 no cluster); retry: RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS (default 30),
 RETRY_REPS (measured/fixed pairs, default 1); reads: READS_FLOOD (reads/s, default 8000),
 READS_SECONDS (default 40), READS_REPS (limited/unlimited pairs, default 1), READS_RPC (account,
-the default, or block: GetBlock of the latest block with its tx bodies).
+the default, or block: GetBlock of the latest block with its tx bodies); live: LIVE_REPS
+(with/without pairs, default 1); memory: MEMORY_RATE (16 KiB tx/s, default 2000), MEMORY_SECONDS
+(default 40), MEMORY_LIMIT_MIB (node 1's cgroup limit, default 400; needs a memory cgroup this
+user may create, as root on most machines).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -837,9 +840,258 @@ def reads():
                                           seconds))
 
 
+# 12. Live partitions ------------------------------------------------------------------------
+TXSEND = os.path.join(BUILD, "tests", "localnet_txsend")
+LIVE_ORDERS = ('id: 9 name: "orders" share { weight: 2 } '
+               'consensus { batch_timeout_ms: 10 checkpoint_interval: 2 }')
+
+
+def live_ops(c, t0, out):
+    """From t0 + 15 s: create `orders` on all 4 nodes, commit into it, stop it on node 4 (22 s),
+    commit on the other 3, start it on node 4 (28 s), commit again and time node 4's catch-up.
+    Fills `out` with the timings (seconds); raises nothing (errors go into out["error"])."""
+    admins, tokens = c.admin.split(","), c.tokens.split(",")
+    clients = c.client.split(",")
+
+    def ctl(node, *args):
+        t = time.monotonic()
+        cmd = [NODECTL, "--timeout-ms", "60000", "--json"] + (
+            list(args) + ["--admins", c.admin, "--token-files", c.tokens] if node == 0 else
+            ["--admin", admins[node - 1], "--token-file", tokens[node - 1]] + list(args))
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError("nodectl %s: %s %s" % (" ".join(args), r.stdout, r.stderr))
+        return time.monotonic() - t
+
+    def send(node, count):
+        t = time.monotonic()
+        r = subprocess.run([TXSEND, "--target", clients[node - 1], "--partition-id", "9",
+                            "--count", str(count), "--timeout-ms", "30000"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError("txsend: %s %s" % (r.stdout, r.stderr))
+        return time.monotonic() - t
+
+    def height(node):
+        r = subprocess.run([NODECTL, "--admin", admins[node - 1], "--token-file", tokens[node - 1],
+                            "--json", "status"], capture_output=True, text=True, timeout=20)
+        for p in json.loads(r.stdout).get("partitions", []) if r.returncode == 0 else []:
+            if p.get("name") == "orders":
+                return int(p.get("height", 0) or 0)
+        return 0
+
+    try:
+        time.sleep(max(0, t0 + 15 - time.monotonic()))
+        out["create_s"] = ctl(0, "create-partition", "--config", LIVE_ORDERS)
+        out["first_commit_s"] = send(1, 10)
+        time.sleep(max(0, t0 + 22 - time.monotonic()))
+        out["stop_s"] = ctl(4, "stop-partition", "orders")
+        send(2, 10)
+        send(3, 10)
+        time.sleep(max(0, t0 + 28 - time.monotonic()))
+        out["start_s"] = ctl(4, "start-partition", "orders")
+        t = time.monotonic()
+        send(1, 10)
+        send(2, 10)
+        target = height(1)
+        while height(4) < target and time.monotonic() - t < 30:
+            time.sleep(0.1)
+        out["catch_up_s"] = time.monotonic() - t if height(4) >= target else None
+        out["orders_height"] = target
+    except Exception as e:  # reported in the result row
+        out["error"] = str(e)
+
+
+def live():
+    """steady at 200 tx/s for 40 s on a 4-node localnet; from 15 s a partition is created on
+    every node (nodectl --admins), committed into, stopped on node 4 and started again there.
+    steady's commit p99 over 15-35 s against the same run with no partition changes, LIVE_REPS
+    (1) interleaved pairs; the create, stop and start call times, the new partition's first
+    commit and node 4's catch-up."""
+    seconds = 40
+    extra = "[partition *]\n%s" % LANES
+    idle, busy = "steady.p99@4s-14s", "steady.p99@15s-35s"
+    for i in range(int(os.environ.get("LIVE_REPS", "1"))):
+        runs = {}
+        for ops in (True, False):
+            name = "live_%s_%d" % ("ops" if ops else "none", i)
+            with Cluster(name, extra) as c:
+                timings = {}
+                th = None
+                if ops:
+                    th = threading.Thread(target=live_ops, args=(c, time.monotonic(), timings))
+                    th.start()
+                p, s = c.loadgen(name, "steady:rate=200", seconds, presign=200 * (seconds + 2),
+                                 expect=["%s<=1.2*%s" % (busy, idle)])
+                if th:
+                    th.join()
+            st = p["steady"]
+            m = expect_value(s["_stdout"], busy)
+            runs[ops] = (st, m[0] if m else window_p99(st, 15, 35)[0],
+                         m[1] / 1.2 if m else window_p99(st, 4, 14)[0], timings)
+        st, p_ops, idle_ops, t = runs[True]
+        st0, p_none, idle_none, _ = runs[False]
+        if "error" in t:
+            note = "ops failed: %s" % t["error"][:200]
+        else:
+            note = ("create on 4 nodes %.2f s (one nodectl --admins call), first 10 txs committed "
+                    "%.2f s after; stop on node 4 %.2f s, start %.2f s, node 4 caught up to "
+                    "height %d %s after start; steady 200 tx/s, 40 s"
+                    % (t["create_s"], t["first_commit_s"], t["stop_s"], t["start_s"],
+                       t["orders_height"], "in %.2f s" % t["catch_up_s"]
+                       if t.get("catch_up_s") is not None else "NOT within 30 s"))
+        result("live partition changes under load (round %d)" % (i + 1),
+               "steady p99 %.0f ms in 15-35 s with the changes (%.0f ms before; %d VC)"
+               % (p_ops, idle_ops, st["view_changes"] or 0),
+               "%.0f ms in 15-35 s without (%.0f ms before; %d VC)"
+               % (p_none, idle_none, st0["view_changes"] or 0),
+               "%.2f" % (p_ops / max(p_none, 1e-9)), "<= 1.2", note)
+
+
+# 13. Memory pressure -----------------------------------------------------------------------
+def memory_cgroup():
+    """(directory, version) of this process's memory cgroup (v2 when its memory controller is
+    there, else v1), or (None, reason)."""
+    v1 = v2 = None
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            ident, controllers, path = line.rstrip("\n").split(":", 2)
+            if ident == "0" and controllers == "":
+                v2 = path
+            if "memory" in controllers.split(","):
+                v1 = path
+    if v2 is not None:
+        for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+            d = mount + ("" if v2 == "/" else v2)
+            if os.path.exists(d + "/memory.current"):
+                return d, 2
+    if v1 is not None:
+        d = "/sys/fs/cgroup/memory" + ("" if v1 == "/" else v1)
+        if os.path.exists(d + "/memory.usage_in_bytes"):
+            return d, 1
+    return None, "no memory cgroup (v2 memory controller or v1 memory hierarchy) found"
+
+
+class MemoryGroup:
+    """A child memory cgroup with a limit; processes moved in; peak and OOM kills read back."""
+
+    def __init__(self, name, limit):
+        parent, self.version = memory_cgroup()
+        if parent is None:
+            raise RuntimeError(self.version)
+        self.dir = os.path.join(parent, "noded_bench_%s_%d" % (name, os.getpid()))
+        os.mkdir(self.dir)
+        v = self.version
+        self.write("memory.max" if v == 2 else "memory.limit_in_bytes", str(limit))
+        if v == 1:
+            self.write("memory.move_charge_at_immigrate", "3")
+        self.peak = 0
+        self.stop = threading.Event()
+        self.sampler = threading.Thread(target=self.sample, daemon=True)
+        self.sampler.start()
+
+    def write(self, f, text):
+        with open(os.path.join(self.dir, f), "w") as out:
+            out.write(text)
+
+    def read(self, f):
+        try:
+            with open(os.path.join(self.dir, f)) as inp:
+                return inp.read()
+        except OSError:
+            return ""
+
+    def current(self):
+        t = self.read("memory.current" if self.version == 2 else "memory.usage_in_bytes")
+        return int(t) if t.strip() else 0
+
+    def sample(self):
+        while not self.stop.wait(0.2):
+            self.peak = max(self.peak, self.current())
+
+    def add(self, pid):
+        self.write("cgroup.procs", str(pid))
+
+    def oom_kills(self):
+        text = self.read("memory.events" if self.version == 2 else "memory.oom_control")
+        m = re.search(r"oom_kill (\d+)", text)
+        return int(m.group(1)) if m else 0
+
+    def close(self):
+        self.stop.set()
+        self.sampler.join()
+        if self.version == 1:
+            m = self.read("memory.max_usage_in_bytes").strip()
+            if m:
+                self.peak = max(self.peak, int(m))
+        for _ in range(50):
+            try:
+                os.rmdir(self.dir)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+MEMORY_LIMIT_MIB = 400
+
+
+def memory_run(name, disabled, rate, seconds, limit):
+    """One flood with node 1 in a memory group of `limit` bytes: (summary, survived, peak bytes,
+    OOM kills, node 1's memory status or None)."""
+    extra = ("[node]\nresources { memory_bytes: 4294967296 memory_pressure { disabled: %s } }\n"
+             "[partition *]\npool { max_txs: 1000000 max_bytes: 2147483648 }\n%s"
+             % ("true" if disabled else "false", LANES))
+    group = MemoryGroup(name, limit)
+    try:
+        with Cluster(name, extra, partitions=1) as c:
+            group.add(c.pids[0])
+            p, s = c.loadgen(name, "p1:rate=%d,tx_bytes=16384" % rate, seconds, drain=5)
+            alive = os.path.exists("/proc/%d" % c.pids[0])
+            status = None
+            if alive:
+                r = subprocess.run([NODECTL, "--admin", c.admin.split(",")[0], "--token-file",
+                                    c.tokens.split(",")[0], "--json", "status"],
+                                   capture_output=True, text=True, timeout=20)
+                status = json.loads(r.stdout).get("memory") if r.returncode == 0 else None
+    finally:
+        group.close()
+    return p["p1"], alive, group.peak, group.oom_kills(), status
+
+
+def memory():
+    """Node 1 of a 4-node localnet runs in a memory cgroup of MEMORY_LIMIT_MIB (400) MiB while
+    its config promises 4 GiB (resources.memory_bytes) and a 2 GiB pool: a flood of 16 KiB txs at
+    MEMORY_RATE (2000) tx/s for MEMORY_SECONDS (40), with memory pressure on (the default) and
+    off. Does node 1 survive, how close to its limit did it get, what did the cluster commit."""
+    rate = int(os.environ.get("MEMORY_RATE", "2000"))
+    seconds = int(os.environ.get("MEMORY_SECONDS", "40"))
+    limit = int(os.environ.get("MEMORY_LIMIT_MIB", str(MEMORY_LIMIT_MIB))) << 20
+    if memory_cgroup()[0] is None:
+        raise RuntimeError("memory scenario: " + memory_cgroup()[1])
+    on = memory_run("memory_on", False, rate, seconds, limit)
+    off = memory_run("memory_off", True, rate, seconds, limit)
+
+    def text(r):
+        p, alive, peak, kills, status = r
+        extra = ""
+        if status:
+            extra = "; pressure %.2f, pool scale %.2f, refused writes %s, dropped %s" % (
+                status.get("pressure", 0), status.get("pool_scale", 1),
+                status.get("refused_writes", 0), status.get("dropped_messages", 0))
+        return ("node 1 %s, peak %.0f MiB of %d, %d OOM kills; committed %.0f tx/s, %d VC%s"
+                % ("alive" if alive else "DEAD", peak / 2**20, limit >> 20, kills,
+                   window_rate(p, "committed", 0, seconds), p["view_changes"] or 0, extra))
+    result("memory pressure (node 1 in a %d MiB cgroup)" % (limit >> 20),
+           "pressure on: " + text(on), "pressure off: " + text(off),
+           "survived %s vs %s" % (on[1], off[1]), "node 1 survives with pressure on",
+           "16 KiB txs at %d tx/s for %d s; memory_bytes 4 GiB, pool 2 GiB; cgroup v%d"
+           % (rate, seconds, memory_cgroup()[1]))
+
+
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
-             "scale": scale, "cpu": cpu, "state": state, "retry": retry, "reads": reads}
+             "scale": scale, "cpu": cpu, "state": state, "retry": retry, "reads": reads,
+             "live": live, "memory": memory}
 
 
 def main(argv):

@@ -18,6 +18,10 @@ namespace {
 
 // --- subcommands -----------------------------------------------------------------------------
 
+// The least deadline of a live partition call unless --timeout-ms says otherwise: it may wait
+// behind another one, for a ledger to open or a partition to close.
+constexpr uint64_t kLivePartitionTimeoutMs = 60000;
+
 // "<name> (<id>): STATE at height H" for a live partition command's answer.
 std::string PartitionLine(const node::admin::PartitionStatus& s) {
   std::string line = absl::StrCat("partition ", s.name(), " (", s.id(), "): ", s.consensus_state());
@@ -114,6 +118,7 @@ int RunCreatePartition(Context& ctx, const ParsedFlags& f) {
   if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
   absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
   if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
   return ctx.UnaryEach<node::admin::CreatePartitionRequest, node::admin::CreatePartitionResponse>(
       *admins, *tokens, &AdminService::Stub::CreatePartition, *req,
       [&](const node::admin::CreatePartitionResponse& r) {
@@ -128,6 +133,8 @@ int RunStopPartition(Context& ctx, const ParsedFlags& f) {
   if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
   absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
   if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  // The node drains for up to drain_ms (default 5 s), then waits up to 30 s for the close.
+  ctx.AtLeastTimeoutMs((req->drain_ms() == 0 ? 5000 : req->drain_ms()) + kLivePartitionTimeoutMs);
   return ctx.UnaryEach<node::admin::StopPartitionRequest, node::admin::StopPartitionResponse>(
       *admins, *tokens, &AdminService::Stub::StopPartition, *req,
       [&](const node::admin::StopPartitionResponse& r) { ctx.out() << PartitionLine(r.status()); });
@@ -140,6 +147,7 @@ int RunStartPartition(Context& ctx, const ParsedFlags& f) {
   if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
   node::admin::StartPartitionRequest req;
   req.set_partition(f.positional[0]);
+  ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
   return ctx.UnaryEach<node::admin::StartPartitionRequest, node::admin::StartPartitionResponse>(
       *admins, *tokens, &AdminService::Stub::StartPartition, req,
       [&](const node::admin::StartPartitionResponse& r) {
@@ -154,6 +162,7 @@ int RunRemovePartition(Context& ctx, const ParsedFlags& f) {
   if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
   absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
   if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
   return ctx.UnaryEach<node::admin::RemovePartitionRequest, node::admin::RemovePartitionResponse>(
       *admins, *tokens, &AdminService::Stub::RemovePartition, *req,
       [&](const node::admin::RemovePartitionResponse& r) {

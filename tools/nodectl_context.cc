@@ -55,6 +55,7 @@ absl::Status Context::Configure(const ParsedFlags& f) {
   }
   if (const std::string* t = f.Last("timeout-ms")) {
     ASSIGN_OR_RETURN(timeout_ms_, ParseUint("--timeout-ms", *t, 1, 3600000));
+    timeout_given_ = true;
   }
   json_ = f.Has("json");
   const std::string* ca = f.Last("tls-ca");

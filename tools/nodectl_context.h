@@ -11,6 +11,7 @@
 #ifndef TOOLS_NODECTL_CONTEXT_H_
 #define TOOLS_NODECTL_CONTEXT_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -71,6 +72,11 @@ class Context {
   // see it) and, if `with_deadline`, the deadline.
   void Prepare(grpc::ClientContext* context, bool with_deadline, bool admin = true) const;
   CallCanceller* canceller() const { return io_.canceller; }
+  // Raises the call deadline to at least `ms` unless --timeout-ms was given (commands whose call
+  // may wait for a drain or a ledger to open).
+  void AtLeastTimeoutMs(uint64_t ms) {
+    if (!timeout_given_) timeout_ms_ = std::max(timeout_ms_, ms);
+  }
 
   int RpcError(const grpc::Status& status) const {
     err() << "nodectl: " << StatusCodeName(status.error_code()) << ": " << status.error_message()
@@ -154,6 +160,7 @@ class Context {
   std::string client_ = kDefaultClient;
   std::string token_;
   uint64_t timeout_ms_ = kDefaultTimeoutMs;
+  bool timeout_given_ = false;
   bool json_ = false;
   std::shared_ptr<grpc::ChannelCredentials>
       credentials_;  // set by Configure: --tls-ca or plaintext

@@ -121,7 +121,22 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
   out << "node     " << s.node_id() << "\n"
       << "version  " << s.version() << "\n"
       << "uptime   " << FormatDuration(s.uptime_seconds()) << "\n"
-      << "peers    " << s.peers_connected() << "/" << s.peers_configured() << " connected\n\n";
+      << "peers    " << s.peers_connected() << "/" << s.peers_configured() << " connected\n";
+  if (s.memory().enabled()) {
+    const node::admin::MemoryPressureStatus& m = s.memory();
+    out << "memory   pressure " << FormatNumber(m.pressure())
+        << (m.driven_by().empty() ? "" : " (" + m.driven_by() + ")") << ", rss "
+        << FormatBytes(m.rss_bytes());
+    if (m.cgroup_version() > 0) {
+      out << ", cgroup v" << m.cgroup_version() << " " << FormatBytes(m.cgroup_current_bytes())
+          << (m.cgroup_max_bytes() > 0 ? " of " + FormatBytes(m.cgroup_max_bytes()) : "");
+    }
+    if (m.psi_available()) out << ", psi " << FormatNumber(m.psi_some_avg10()) << "%";
+    out << "; pool scale " << FormatNumber(m.pool_scale())
+        << (m.drop_forwarded() ? ", forwarded txs DROPPED" : "")
+        << (m.refuse_clients() ? ", client writes REFUSED" : "") << "\n";
+  }
+  out << "\n";
   Table t({"PARTITION", "ID>", "HEIGHT>", "VIEW>", "STATE", "PAUSED", "LOSSLESS", "VIEW_CHANGES>"});
   for (const auto& p : s.partitions()) {
     t.AddRow({p.name(), absl::StrCat(p.id()), absl::StrCat(p.height()), absl::StrCat(p.view()),

@@ -114,6 +114,20 @@ TEST(PlanPartitions, ARemovedIdTheFileNoLongerListsIsForgotten) {
   EXPECT_EQ(plan->partitions.size(), 2u);
 }
 
+TEST(PlanPartitions, AStoppedMarkOfAnIdNoLongerPlannedIsForgotten) {
+  LivePartitions live;
+  live.add_stopped(5);  // stopped, then taken out of the file
+  live.add_stopped(1);
+  absl::StatusOr<PartitionPlan> plan = PlanPartitions(FileWith({Part(1, "alpha")}), live, "LIVE");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(plan->live.stopped(), ElementsAre(1u));
+  // So a partition the file adds later under id 5 starts.
+  plan = PlanPartitions(FileWith({Part(1, "alpha"), Part(5, "late")}), plan->live, "LIVE");
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->partitions.size(), 2u);
+  EXPECT_FALSE(plan->partitions[1].stopped);
+}
+
 TEST(PlanPartitions, ACreatedPartitionMayReuseTheIdOfARemovedFilePartition) {
   LivePartitions live;
   live.add_removed(2);

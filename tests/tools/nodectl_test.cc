@@ -516,6 +516,36 @@ TEST_F(NodectlTest, AdminsAppliesTheChangeToEachNodeAndReportsEach) {
   EXPECT_EQ(Run({"stop-partition", "orders", "--admins", ","}), kExitUsage);
 }
 
+TEST_F(NodectlTest, TokenFilesGiveEachAdminAddressItsOwnToken) {
+  FakeAdminService second;
+  ASSERT_TRUE(second.Start());
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/nodectl_token_a") << "token-of-node-a\n";
+  std::ofstream(dir + "/nodectl_token_b") << "token-of-node-b\n";
+  const std::string list = absl::StrCat(fake_.address(), ",", second.address());
+  ASSERT_EQ(Run({"start-partition", "orders", "--admins", list, "--token-files",
+                 dir + "/nodectl_token_a," + dir + "/nodectl_token_b"}),
+            kExitOk)
+      << err();
+  EXPECT_EQ(fake_.last_authorization(), "Bearer token-of-node-a");
+  EXPECT_EQ(second.last_authorization(), "Bearer token-of-node-b");
+  // An empty entry sends no token to that address.
+  ASSERT_EQ(Run({"start-partition", "orders", "--admins", list, "--token-files",
+                 dir + "/nodectl_token_a,"}),
+            kExitOk)
+      << err();
+  EXPECT_EQ(second.last_authorization(), "");
+  // One file per address, or a usage error before any call.
+  const int calls = fake_.calls();
+  EXPECT_EQ(Run({"start-partition", "orders", "--admins", list, "--token-files",
+                 dir + "/nodectl_token_a"}),
+            kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("--token-files: give one file per --admins address (2), got 1"));
+  EXPECT_EQ(fake_.calls(), calls);
+  std::remove((dir + "/nodectl_token_a").c_str());
+  std::remove((dir + "/nodectl_token_b").c_str());
+}
+
 TEST_F(NodectlTest, WatchStopsAfterCount) {
   fake_.SetStats(SampleStats());
   fake_.SetWatch(/*updates=*/50, /*hold=*/true);

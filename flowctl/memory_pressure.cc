@@ -1,0 +1,232 @@
+#include "flowctl/memory_pressure.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace flowctl {
+namespace {
+
+// The whole of a small file, or nullopt when it cannot be read.
+std::optional<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::optional<uint64_t> ReadUint(const std::string& path) {
+  std::optional<std::string> text = ReadSmallFile(path);
+  if (!text) return std::nullopt;
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v)) return std::nullopt;
+  return v;
+}
+
+// "some avg10=1.23 avg60=... total=..." (first line of a PSI file) -> 1.23.
+std::optional<double> ParsePsiSomeAvg10(const std::string& text) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, "some ")) continue;
+    for (absl::string_view field : absl::StrSplit(line, ' ')) {
+      if (absl::ConsumePrefix(&field, "avg10=")) {
+        double v = 0;
+        if (absl::SimpleAtod(field, &v)) return v;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::string FormatGiB(uint64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+}
+
+}  // namespace
+
+ProcMemorySource::ProcMemorySource(std::string proc, std::string cgroup_root)
+    : proc_(std::move(proc)) {
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page > 0) page_size_ = page;
+  std::optional<std::string> cgroups = ReadSmallFile(proc_ + "/self/cgroup");
+  if (!cgroups) return;
+  std::string v1_path;
+  std::string v2_path;
+  bool have_v2 = false;
+  for (absl::string_view line : absl::StrSplit(*cgroups, '\n', absl::SkipEmpty())) {
+    // hierarchy-id:controllers:path
+    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    if (parts[0] == "0" && parts[1].empty()) {
+      v2_path = std::string(parts[2]);
+      have_v2 = true;
+    }
+    for (absl::string_view c : absl::StrSplit(parts[1], ',')) {
+      if (c == "memory") v1_path = std::string(parts[2]);
+    }
+  }
+  std::error_code ec;
+  if (have_v2) {
+    for (const std::string& mount : {cgroup_root, cgroup_root + "/unified"}) {
+      const std::string dir = mount + (v2_path == "/" ? "" : v2_path);
+      if (std::filesystem::exists(dir + "/memory.current", ec)) {
+        cgroup_dir_ = dir;
+        cgroup_version_ = 2;
+        return;
+      }
+    }
+  }
+  if (!v1_path.empty()) {
+    const std::string dir = cgroup_root + "/memory" + (v1_path == "/" ? "" : v1_path);
+    if (std::filesystem::exists(dir + "/memory.usage_in_bytes", ec)) {
+      cgroup_dir_ = dir;
+      cgroup_version_ = 1;
+    }
+  }
+}
+
+std::string ProcMemorySource::Describe() const {
+  if (cgroup_version_ == 0) return "rss " + proc_ + "/self/statm (no memory cgroup found)";
+  return absl::StrCat("rss ", proc_, "/self/statm, cgroup v", cgroup_version_, " ", cgroup_dir_);
+}
+
+absl::StatusOr<MemorySample> ProcMemorySource::Sample() {
+  MemorySample s;
+  std::optional<std::string> statm = ReadSmallFile(proc_ + "/self/statm");
+  std::vector<absl::string_view> fields;
+  if (statm) fields = absl::StrSplit(*statm, ' ', absl::SkipEmpty());
+  uint64_t resident_pages = 0;
+  if (fields.size() < 2 || !absl::SimpleAtoi(fields[1], &resident_pages)) {
+    return absl::UnavailableError(
+        absl::StrCat("memory pressure: cannot read ", proc_, "/self/statm"));
+  }
+  s.rss_bytes = resident_pages * static_cast<uint64_t>(page_size_);
+  s.cgroup_version = cgroup_version_;
+  std::optional<std::string> psi;
+  if (cgroup_version_ == 2) {
+    s.cgroup_current_bytes = ReadUint(cgroup_dir_ + "/memory.current");
+    // "max" (no limit) does not parse as a number: no max.
+    s.cgroup_max_bytes = ReadUint(cgroup_dir_ + "/memory.max");
+    psi = ReadSmallFile(cgroup_dir_ + "/memory.pressure");
+  } else if (cgroup_version_ == 1) {
+    s.cgroup_current_bytes = ReadUint(cgroup_dir_ + "/memory.usage_in_bytes");
+    std::optional<uint64_t> limit = ReadUint(cgroup_dir_ + "/memory.limit_in_bytes");
+    if (limit && *limit < kCgroupV1NoLimit) s.cgroup_max_bytes = limit;
+  }
+  if (!psi) psi = ReadSmallFile(proc_ + "/pressure/memory");
+  if (psi) s.psi_some_avg10 = ParsePsiSomeAvg10(*psi);
+  return s;
+}
+
+void ApplyMemoryPressureDefaults(node::config::MemoryPressureConfig* c) {
+  if (c->psi_full_scale_percent() == 0) c->set_psi_full_scale_percent(40);
+  if (c->shrink_pools_at() == 0) c->set_shrink_pools_at(0.80);
+  if (c->drop_forwarded_at() == 0) c->set_drop_forwarded_at(0.90);
+  if (c->refuse_clients_at() == 0) c->set_refuse_clients_at(0.95);
+  if (c->min_pool_scale() == 0) c->set_min_pool_scale(0.25);
+  if (c->hysteresis() == 0) c->set_hysteresis(0.05);
+}
+
+double PoolScaleAt(double pressure, double shrink_at, double min_scale) {
+  if (pressure <= shrink_at) return 1;
+  if (pressure >= 1 || shrink_at >= 1) return min_scale;
+  return 1 - (1 - min_scale) * (pressure - shrink_at) / (1 - shrink_at);
+}
+
+MemoryPressure::MemoryPressure(const node::config::MemoryPressureConfig& config,
+                               std::unique_ptr<MemorySource> source)
+    : config_(config), source_(std::move(source)) {
+  absl::MutexLock lock(&mu_);
+  stats_.source = source_->Describe();
+}
+
+absl::Status MemoryPressure::Update() {
+  absl::StatusOr<MemorySample> sample = source_->Sample();
+  absl::MutexLock lock(&mu_);
+  if (!sample.ok()) {
+    stats_.error = std::string(sample.status().message());
+    return sample.status();
+  }
+  stats_.error.clear();
+  stats_.sample = *sample;
+  stats_.sampled = true;
+  double pressure = 0;
+  std::string by;
+  auto consider = [&](double ratio, const char* name) {
+    if (ratio > pressure) {
+      pressure = ratio;
+      by = name;
+    }
+  };
+  if (config_.rss_limit_bytes() > 0) {
+    consider(
+        static_cast<double>(sample->rss_bytes) / static_cast<double>(config_.rss_limit_bytes()),
+        "rss");
+  }
+  if (sample->cgroup_current_bytes && sample->cgroup_max_bytes && *sample->cgroup_max_bytes > 0) {
+    consider(static_cast<double>(*sample->cgroup_current_bytes) /
+                 static_cast<double>(*sample->cgroup_max_bytes),
+             "cgroup");
+  }
+  if (!config_.ignore_psi() && sample->psi_some_avg10) {
+    consider(*sample->psi_some_avg10 / config_.psi_full_scale_percent(), "psi");
+  }
+  if (config_.disabled()) {
+    pressure = 0;
+    by.clear();
+  }
+  // A switch turns on at its threshold and off `hysteresis` below it.
+  auto next = [&](bool on, double at) {
+    return on ? pressure >= at - config_.hysteresis() : pressure >= at;
+  };
+  const bool drop = next(stats_.drop_forwarded, config_.drop_forwarded_at());
+  const bool refuse = next(stats_.refuse_clients, config_.refuse_clients_at());
+  stats_.transitions += (drop != stats_.drop_forwarded) + (refuse != stats_.refuse_clients);
+  stats_.pressure = pressure;
+  stats_.driven_by = by;
+  stats_.pool_scale = PoolScaleAt(pressure, config_.shrink_pools_at(), config_.min_pool_scale());
+  stats_.drop_forwarded = drop;
+  stats_.refuse_clients = refuse;
+  pressure_.store(pressure, std::memory_order_relaxed);
+  pool_scale_.store(stats_.pool_scale, std::memory_order_relaxed);
+  drop_forwarded_.store(drop, std::memory_order_relaxed);
+  refuse_clients_.store(refuse, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+std::string MemoryPressure::RefusalMessage() const {
+  absl::MutexLock lock(&mu_);
+  std::string what;
+  const MemorySample& s = stats_.sample;
+  if (stats_.driven_by == "cgroup") {
+    what = absl::StrCat("cgroup: ", FormatGiB(s.cgroup_current_bytes.value_or(0)), " of ",
+                        FormatGiB(s.cgroup_max_bytes.value_or(0)));
+  } else if (stats_.driven_by == "rss") {
+    what =
+        absl::StrCat("rss: ", FormatGiB(s.rss_bytes), " of ", FormatGiB(config_.rss_limit_bytes()));
+  } else if (stats_.driven_by == "psi") {
+    what = absl::StrFormat("psi: some avg10 %.1f%%", s.psi_some_avg10.value_or(0));
+  }
+  return absl::StrFormat(
+      "node memory pressure %.2f (%s): client writes are refused until it falls below %.2f",
+      stats_.pressure, what, config_.refuse_clients_at() - config_.hysteresis());
+}
+
+MemoryPressureStats MemoryPressure::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace flowctl
