@@ -1,5 +1,7 @@
 #include "flowctl/memory_pressure.h"
 
+#include <dlfcn.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +52,18 @@ std::optional<double> ParsePsiSomeAvg10(const std::string& text) {
   return std::nullopt;
 }
 
+// The value of `key` in a memory.stat file ("key value" lines), or 0.
+uint64_t StatField(const std::string& path, absl::string_view key) {
+  std::optional<std::string> text = ReadSmallFile(path);
+  if (!text) return 0;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (!absl::ConsumePrefix(&line, key) || !absl::ConsumePrefix(&line, " ")) continue;
+    uint64_t v = 0;
+    return absl::SimpleAtoi(line, &v) ? v : 0;
+  }
+  return 0;
+}
+
 std::string FormatGiB(uint64_t bytes) {
   return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
 }
@@ -57,10 +71,19 @@ std::string FormatGiB(uint64_t bytes) {
 }  // namespace
 
 ProcMemorySource::ProcMemorySource(std::string proc, std::string cgroup_root)
-    : proc_(std::move(proc)) {
+    : proc_(std::move(proc)), cgroup_root_(std::move(cgroup_root)) {
   const long page = sysconf(_SC_PAGESIZE);
   if (page > 0) page_size_ = page;
+  FindCgroup();
+}
+
+void ProcMemorySource::FindCgroup() {
   std::optional<std::string> cgroups = ReadSmallFile(proc_ + "/self/cgroup");
+  if (cgroups && *cgroups == cgroups_text_) return;  // unchanged
+  cgroups_text_ = cgroups.value_or("");
+  cgroup_dir_.clear();
+  cgroup_version_ = 0;
+  const std::string& cgroup_root = cgroup_root_;
   if (!cgroups) return;
   std::string v1_path;
   std::string v2_path;
@@ -103,6 +126,7 @@ std::string ProcMemorySource::Describe() const {
 }
 
 absl::StatusOr<MemorySample> ProcMemorySource::Sample() {
+  FindCgroup();  // the process may have been moved to another group since
   MemorySample s;
   std::optional<std::string> statm = ReadSmallFile(proc_ + "/self/statm");
   std::vector<absl::string_view> fields;
@@ -117,11 +141,13 @@ absl::StatusOr<MemorySample> ProcMemorySource::Sample() {
   std::optional<std::string> psi;
   if (cgroup_version_ == 2) {
     s.cgroup_current_bytes = ReadUint(cgroup_dir_ + "/memory.current");
+    s.cgroup_inactive_file_bytes = StatField(cgroup_dir_ + "/memory.stat", "inactive_file");
     // "max" (no limit) does not parse as a number: no max.
     s.cgroup_max_bytes = ReadUint(cgroup_dir_ + "/memory.max");
     psi = ReadSmallFile(cgroup_dir_ + "/memory.pressure");
   } else if (cgroup_version_ == 1) {
     s.cgroup_current_bytes = ReadUint(cgroup_dir_ + "/memory.usage_in_bytes");
+    s.cgroup_inactive_file_bytes = StatField(cgroup_dir_ + "/memory.stat", "total_inactive_file");
     std::optional<uint64_t> limit = ReadUint(cgroup_dir_ + "/memory.limit_in_bytes");
     if (limit && *limit < kCgroupV1NoLimit) s.cgroup_max_bytes = limit;
   }
@@ -139,15 +165,32 @@ void ApplyMemoryPressureDefaults(node::config::MemoryPressureConfig* c) {
   if (c->hysteresis() == 0) c->set_hysteresis(0.05);
 }
 
+uint64_t CgroupWorkingSet(const MemorySample& s) {
+  const uint64_t current = s.cgroup_current_bytes.value_or(0);
+  return current - std::min(current, s.cgroup_inactive_file_bytes);
+}
+
 double PoolScaleAt(double pressure, double shrink_at, double min_scale) {
   if (pressure <= shrink_at) return 1;
   if (pressure >= 1 || shrink_at >= 1) return min_scale;
   return 1 - (1 - min_scale) * (pressure - shrink_at) / (1 - shrink_at);
 }
 
+void ReleaseFreeHeap() {
+  using Release = void (*)();
+  static const Release tcmalloc_release =
+      reinterpret_cast<Release>(dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory"));
+  if (tcmalloc_release != nullptr) {
+    tcmalloc_release();
+  } else {
+    malloc_trim(0);
+  }
+}
+
 MemoryPressure::MemoryPressure(const node::config::MemoryPressureConfig& config,
-                               std::unique_ptr<MemorySource> source)
-    : config_(config), source_(std::move(source)) {
+                               std::unique_ptr<MemorySource> source,
+                               std::function<void()> release_heap)
+    : config_(config), source_(std::move(source)), release_heap_(std::move(release_heap)) {
   absl::MutexLock lock(&mu_);
   stats_.source = source_->Describe();
 }
@@ -176,7 +219,7 @@ absl::Status MemoryPressure::Update() {
         "rss");
   }
   if (sample->cgroup_current_bytes && sample->cgroup_max_bytes && *sample->cgroup_max_bytes > 0) {
-    consider(static_cast<double>(*sample->cgroup_current_bytes) /
+    consider(static_cast<double>(CgroupWorkingSet(*sample)) /
                  static_cast<double>(*sample->cgroup_max_bytes),
              "cgroup");
   }
@@ -199,6 +242,12 @@ absl::Status MemoryPressure::Update() {
   stats_.pool_scale = PoolScaleAt(pressure, config_.shrink_pools_at(), config_.min_pool_scale());
   stats_.drop_forwarded = drop;
   stats_.refuse_clients = refuse;
+  if (pressure >= config_.shrink_pools_at() && release_heap_ &&
+      absl::Now() - last_release_ >= absl::Seconds(1)) {
+    last_release_ = absl::Now();
+    ++stats_.heap_releases;
+    release_heap_();
+  }
   pressure_.store(pressure, std::memory_order_relaxed);
   pool_scale_.store(stats_.pool_scale, std::memory_order_relaxed);
   drop_forwarded_.store(drop, std::memory_order_relaxed);
@@ -211,7 +260,7 @@ std::string MemoryPressure::RefusalMessage() const {
   std::string what;
   const MemorySample& s = stats_.sample;
   if (stats_.driven_by == "cgroup") {
-    what = absl::StrCat("cgroup: ", FormatGiB(s.cgroup_current_bytes.value_or(0)), " of ",
+    what = absl::StrCat("cgroup: ", FormatGiB(CgroupWorkingSet(s)), " of ",
                         FormatGiB(s.cgroup_max_bytes.value_or(0)));
   } else if (stats_.driven_by == "rss") {
     what =

@@ -8,8 +8,11 @@
 //             memory.usage_in_bytes / memory.limit_in_bytes; a group with no limit has no max;
 //   psi       "some avg10" of the cgroup's memory.pressure (v2) or of /proc/pressure/memory: the
 //             share of the last 10 s in which some task stalled waiting for memory.
-// Each source that is present and has a limit gives a ratio (rss / rss_limit_bytes, current /
-// max, avg10 / psi_full_scale_percent); the pressure is the highest of them.
+// Each source that is present and has a limit gives a ratio (rss / rss_limit_bytes, working set /
+// max, avg10 / psi_full_scale_percent); the pressure is the highest of them. The cgroup is looked
+// up again whenever /proc/self/cgroup changes (a process moved into a group after it started).
+// The cgroup's working set is its usage less its inactive file cache (memory.stat), as kubelet
+// counts it.
 //
 // Actions, by pressure (thresholds from MemoryPressureConfig, proto/config.proto):
 //   pool_scale      1 below shrink_pools_at, falling linearly to min_pool_scale at pressure 1:
@@ -21,6 +24,11 @@
 //                   committed is lost);
 //   refuse_clients  from refuse_clients_at: client writes are refused with RESOURCE_EXHAUSTED
 //                   before they are parsed; consensus, reads and sync go on.
+//   release_heap    from shrink_pools_at, at most once a second: the allocator's free pages go
+//                   back to the system (tcmalloc's ReleaseFreeMemory when noded runs on it,
+//                   else glibc's malloc_trim), as Envoy's shrink_heap action does; without it a
+//                   process whose pool has drained keeps the freed memory and the pressure it
+//                   reads never falls.
 // The two switches turn off only once the pressure is `hysteresis` below their threshold, so a
 // pressure hovering at a threshold does not flap.
 //
@@ -35,6 +43,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +52,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "proto/config.pb.h"
 
 namespace flowctl {
@@ -52,6 +63,10 @@ struct MemorySample {
   // 0 when the process is in no memory cgroup this can read; 1 or 2 otherwise.
   int cgroup_version = 0;
   std::optional<uint64_t> cgroup_current_bytes;
+  // Page cache the kernel would reclaim first (memory.stat inactive_file; v1 total_inactive_file).
+  // The group's working set is current - this (what kubelet and cAdvisor judge too): a group
+  // whose usage is mostly cold file cache is not short of memory.
+  uint64_t cgroup_inactive_file_bytes = 0;
   std::optional<uint64_t> cgroup_max_bytes;  // absent: the group has no limit
   std::optional<double> psi_some_avg10;      // percent, 0..100; absent: no PSI on this kernel
 };
@@ -66,10 +81,10 @@ class MemorySource {
 };
 
 // The real source. `proc` and `cgroup_root` are "/proc" and "/sys/fs/cgroup" except in tests,
-// which give a directory tree laid out like them. The cgroup is found once, at construction, from
-// <proc>/self/cgroup: the v2 entry ("0::/path") when <cgroup_root>/<path>/memory.current exists
-// (or <cgroup_root>/unified/<path>/..., a hybrid machine's v2 mount), else the v1 "memory"
-// controller's entry under <cgroup_root>/memory.
+// which give a directory tree laid out like them. The cgroup is found from <proc>/self/cgroup (at
+// construction, and again at a Sample when that file changed): the v2 entry ("0::/path") when
+// <cgroup_root>/<path>/memory.current exists (or <cgroup_root>/unified/<path>/..., a hybrid
+// machine's v2 mount), else the v1 "memory" controller's entry under <cgroup_root>/memory.
 class ProcMemorySource final : public MemorySource {
  public:
   explicit ProcMemorySource(std::string proc = "/proc", std::string cgroup_root = "/sys/fs/cgroup");
@@ -81,7 +96,11 @@ class ProcMemorySource final : public MemorySource {
   int cgroup_version() const { return cgroup_version_; }
 
  private:
+  void FindCgroup();
+
   const std::string proc_;
+  const std::string cgroup_root_;
+  std::string cgroups_text_;  // <proc>/self/cgroup when the group was last looked up
   std::string cgroup_dir_;
   int cgroup_version_ = 0;
   long page_size_ = 4096;
@@ -101,13 +120,20 @@ struct MemoryPressureStats {
   bool drop_forwarded = false;
   bool refuse_clients = false;
   uint64_t transitions = 0;  // times an action switched on or off
+  uint64_t heap_releases = 0;
 };
+
+// Returns the allocator's free pages to the system: tcmalloc's MallocExtension_ReleaseFreeMemory
+// when the process runs on tcmalloc (looked up at run time), else glibc's malloc_trim(0).
+void ReleaseFreeHeap();
 
 class MemoryPressure {
  public:
   // `config` with defaults applied (see ApplyMemoryPressureDefaults); `source` not null.
+  // `release_heap` gives free heap back to the system (default ReleaseFreeHeap; tests count).
   MemoryPressure(const node::config::MemoryPressureConfig& config,
-                 std::unique_ptr<MemorySource> source);
+                 std::unique_ptr<MemorySource> source,
+                 std::function<void()> release_heap = ReleaseFreeHeap);
 
   // Reads the source and updates the actions. Returns the read's error (the actions keep their
   // last state then).
@@ -137,6 +163,8 @@ class MemoryPressure {
  private:
   const node::config::MemoryPressureConfig config_;
   const std::unique_ptr<MemorySource> source_;
+  const std::function<void()> release_heap_;
+  absl::Time last_release_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   std::atomic<double> pool_scale_{1};
   std::atomic<bool> drop_forwarded_{false};
@@ -151,6 +179,9 @@ class MemoryPressure {
 
 // Fills unset fields with their documented defaults (proto/config.proto).
 void ApplyMemoryPressureDefaults(node::config::MemoryPressureConfig* config);
+
+// cgroup_current_bytes less cgroup_inactive_file_bytes (0 when there is no cgroup).
+uint64_t CgroupWorkingSet(const MemorySample& s);
 
 // The pool scale at `pressure`: 1 below shrink_at, min_scale at 1 and above, linear between.
 double PoolScaleAt(double pressure, double shrink_at, double min_scale);

@@ -424,7 +424,7 @@ node::admin::MemoryPressureStatus Node::MemoryPressureStatus() const {
   m.set_rss_bytes(st.sample.rss_bytes);
   m.set_rss_limit_bytes(memory_pressure_->config().rss_limit_bytes());
   m.set_cgroup_version(static_cast<uint32_t>(st.sample.cgroup_version));
-  m.set_cgroup_current_bytes(st.sample.cgroup_current_bytes.value_or(0));
+  m.set_cgroup_current_bytes(flowctl::CgroupWorkingSet(st.sample));
   m.set_cgroup_max_bytes(st.sample.cgroup_max_bytes.value_or(0));
   m.set_psi_available(st.sample.psi_some_avg10.has_value());
   m.set_psi_some_avg10(st.sample.psi_some_avg10.value_or(0));
@@ -437,6 +437,7 @@ node::admin::MemoryPressureStatus Node::MemoryPressureStatus() const {
   m.set_refused_writes(memory_pressure_->refused_writes());
   m.set_dropped_messages(memory_pressure_->dropped_messages());
   m.set_error(st.error);
+  m.set_heap_releases(st.heap_releases);
   return m;
 }
 

@@ -982,9 +982,16 @@ class MemoryGroup:
         self.dir = os.path.join(parent, "noded_bench_%s_%d" % (name, os.getpid()))
         os.mkdir(self.dir)
         v = self.version
-        self.write("memory.max" if v == 2 else "memory.limit_in_bytes", str(limit))
+        try:
+            self.write("memory.max" if v == 2 else "memory.limit_in_bytes", str(limit))
+        except OSError:
+            os.rmdir(self.dir)
+            raise
         if v == 1:
-            self.write("memory.move_charge_at_immigrate", "3")
+            try:  # charges made before the move follow it, where the kernel still can
+                self.write("memory.move_charge_at_immigrate", "3")
+            except OSError:
+                pass
         self.peak = 0
         self.stop = threading.Event()
         self.sampler = threading.Thread(target=self.sample, daemon=True)

@@ -44,8 +44,9 @@ struct Harness {
   explicit Harness(node::config::MemoryPressureConfig c = Defaults()) {
     auto s = std::make_unique<FakeSource>();
     source = s.get();
-    pressure = std::make_unique<MemoryPressure>(c, std::move(s));
+    pressure = std::make_unique<MemoryPressure>(c, std::move(s), [this] { ++releases; });
   }
+  int releases = 0;
   // Sets the cgroup usage to `fraction` of a 1 GiB limit and updates.
   void Cgroup(double fraction) {
     source->sample.cgroup_version = 2;
@@ -91,6 +92,18 @@ TEST(MemoryPressure, ActionsFollowTheThresholds) {
 
   h.Cgroup(1.3);  // past the limit: the floor
   EXPECT_DOUBLE_EQ(h.pressure->pool_scale(), 0.25);
+}
+
+TEST(MemoryPressure, FreeHeapIsReleasedUnderPressureAtMostOnceASecond) {
+  Harness h;
+  h.Cgroup(0.7);
+  EXPECT_EQ(h.releases, 0);
+  h.Cgroup(0.85);
+  EXPECT_EQ(h.releases, 1);
+  h.Cgroup(0.9);  // within the same second
+  EXPECT_EQ(h.releases, 1);
+  EXPECT_EQ(h.pressure->Stats().heap_releases, 1u);
+  ReleaseFreeHeap();  // the real one runs (glibc or tcmalloc) without harm
 }
 
 TEST(MemoryPressure, SwitchesTurnOffOnlyBelowTheHysteresis) {
@@ -233,6 +246,26 @@ TEST_F(FakeTree, CgroupV1MemoryController) {
   s = src.Sample();
   ASSERT_TRUE(s.ok());
   EXPECT_FALSE(s->cgroup_max_bytes.has_value());
+}
+
+TEST_F(FakeTree, TheWorkingSetLeavesOutInactiveFileCacheAndAMoveIsFollowed) {
+  Write("proc/self/cgroup", "0::/a\n");
+  Write("cg/a/memory.current", "900\n");
+  Write("cg/a/memory.max", "1000\n");
+  Write("cg/a/memory.stat", "anon 300\nfile 600\ninactive_file 500\nactive_file 100\n");
+  node::config::MemoryPressureConfig c = Defaults();
+  c.set_ignore_psi(true);
+  MemoryPressure pressure(c, std::make_unique<ProcMemorySource>(root_ + "/proc", root_ + "/cg"));
+  ASSERT_TRUE(pressure.Update().ok());
+  EXPECT_DOUBLE_EQ(pressure.pressure(), 0.4) << "(900 - 500 inactive file) / 1000";
+  EXPECT_EQ(CgroupWorkingSet(pressure.Stats().sample), 400u);
+  // The process is moved to another group after it started: the next sample reads that one.
+  Write("cg/b/memory.current", "950\n");
+  Write("cg/b/memory.max", "1000\n");
+  Write("proc/self/cgroup", "0::/b\n");
+  ASSERT_TRUE(pressure.Update().ok());
+  EXPECT_DOUBLE_EQ(pressure.pressure(), 0.95);
+  EXPECT_TRUE(pressure.refuse_clients());
 }
 
 TEST_F(FakeTree, NoCgroupAndNoPsiStillGivesRss) {
