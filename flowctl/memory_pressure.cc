@@ -101,21 +101,27 @@ void ProcMemorySource::FindCgroup() {
     }
   }
   std::error_code ec;
+  // In a container the group's path is often outside the mounted subtree (the mount's root is
+  // the group itself): the mount point is then the group.
   if (have_v2) {
     for (const std::string& mount : {cgroup_root, cgroup_root + "/unified"}) {
-      const std::string dir = mount + (v2_path == "/" ? "" : v2_path);
-      if (std::filesystem::exists(dir + "/memory.current", ec)) {
-        cgroup_dir_ = dir;
-        cgroup_version_ = 2;
-        return;
+      for (const std::string& dir : {mount + (v2_path == "/" ? "" : v2_path), mount}) {
+        if (std::filesystem::exists(dir + "/memory.current", ec)) {
+          cgroup_dir_ = dir;
+          cgroup_version_ = 2;
+          return;
+        }
       }
     }
   }
   if (!v1_path.empty()) {
-    const std::string dir = cgroup_root + "/memory" + (v1_path == "/" ? "" : v1_path);
-    if (std::filesystem::exists(dir + "/memory.usage_in_bytes", ec)) {
-      cgroup_dir_ = dir;
-      cgroup_version_ = 1;
+    const std::string mount = cgroup_root + "/memory";
+    for (const std::string& dir : {mount + (v1_path == "/" ? "" : v1_path), mount}) {
+      if (std::filesystem::exists(dir + "/memory.usage_in_bytes", ec)) {
+        cgroup_dir_ = dir;
+        cgroup_version_ = 1;
+        return;
+      }
     }
   }
 }
@@ -142,13 +148,24 @@ absl::StatusOr<MemorySample> ProcMemorySource::Sample() {
   if (cgroup_version_ == 2) {
     s.cgroup_current_bytes = ReadUint(cgroup_dir_ + "/memory.current");
     s.cgroup_inactive_file_bytes = StatField(cgroup_dir_ + "/memory.stat", "inactive_file");
-    // "max" (no limit) does not parse as a number: no max.
-    s.cgroup_max_bytes = ReadUint(cgroup_dir_ + "/memory.max");
+    // "max" (no limit) does not parse as a number: no max. A limit set on an ancestor (a
+    // systemd slice's MemoryMax) binds too: the lowest one up to the mount counts.
+    for (std::filesystem::path dir = cgroup_dir_;; dir = dir.parent_path()) {
+      std::optional<uint64_t> max = ReadUint(dir.string() + "/memory.max");
+      if (max && (!s.cgroup_max_bytes || *max < *s.cgroup_max_bytes)) s.cgroup_max_bytes = max;
+      if (!std::filesystem::exists(dir.parent_path() / "memory.max") ||
+          dir == dir.parent_path()) {
+        break;
+      }
+    }
     psi = ReadSmallFile(cgroup_dir_ + "/memory.pressure");
   } else if (cgroup_version_ == 1) {
     s.cgroup_current_bytes = ReadUint(cgroup_dir_ + "/memory.usage_in_bytes");
     s.cgroup_inactive_file_bytes = StatField(cgroup_dir_ + "/memory.stat", "total_inactive_file");
     std::optional<uint64_t> limit = ReadUint(cgroup_dir_ + "/memory.limit_in_bytes");
+    // An ancestor's limit binds too (memory.stat's hierarchical_memory_limit is the lowest).
+    const uint64_t hierarchical = StatField(cgroup_dir_ + "/memory.stat", "hierarchical_memory_limit");
+    if (hierarchical > 0 && (!limit || hierarchical < *limit)) limit = hierarchical;
     if (limit && *limit < kCgroupV1NoLimit) s.cgroup_max_bytes = limit;
   }
   if (!psi) psi = ReadSmallFile(proc_ + "/pressure/memory");
@@ -197,7 +214,17 @@ MemoryPressure::MemoryPressure(const node::config::MemoryPressureConfig& config,
 
 absl::Status MemoryPressure::Update() {
   absl::StatusOr<MemorySample> sample = source_->Sample();
+  bool release = false;
+  absl::Status s = UpdateWith(sample, &release);
+  // Outside the lock: a heap trim scans the heap, and refused writes read the message under it.
+  if (release) release_heap_();
+  return s;
+}
+
+absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& sample,
+                                        bool* release) {
   absl::MutexLock lock(&mu_);
+  stats_.source = source_->Describe();  // the process may have moved to another group
   if (!sample.ok()) {
     stats_.error = std::string(sample.status().message());
     return sample.status();
@@ -240,14 +267,26 @@ absl::Status MemoryPressure::Update() {
   stats_.pressure = pressure;
   stats_.driven_by = by;
   stats_.pool_scale = PoolScaleAt(pressure, config_.shrink_pools_at(), config_.min_pool_scale());
+  // Never divide more than a share of a known limit, whatever memory_bytes says.
+  uint64_t limit = config_.rss_limit_bytes();
+  if (sample->cgroup_max_bytes && *sample->cgroup_max_bytes > 0) {
+    limit = limit == 0 ? *sample->cgroup_max_bytes : std::min(limit, *sample->cgroup_max_bytes);
+  }
+  const uint64_t divided = divided_bytes_.load(std::memory_order_relaxed);
+  if (!config_.disabled() && limit > 0 && divided > 0) {
+    stats_.pool_scale = std::min(stats_.pool_scale, kDividedShareOfLimit *
+                                                        static_cast<double>(limit) /
+                                                        static_cast<double>(divided));
+  }
   stats_.drop_forwarded = drop;
   stats_.refuse_clients = refuse;
   if (pressure >= config_.shrink_pools_at() && release_heap_ &&
       absl::Now() - last_release_ >= absl::Seconds(1)) {
     last_release_ = absl::Now();
     ++stats_.heap_releases;
-    release_heap_();
+    *release = true;
   }
+  refusal_message_ = MakeRefusalMessageLocked();
   pressure_.store(pressure, std::memory_order_relaxed);
   pool_scale_.store(stats_.pool_scale, std::memory_order_relaxed);
   drop_forwarded_.store(drop, std::memory_order_relaxed);
@@ -257,6 +296,10 @@ absl::Status MemoryPressure::Update() {
 
 std::string MemoryPressure::RefusalMessage() const {
   absl::MutexLock lock(&mu_);
+  return refusal_message_;
+}
+
+std::string MemoryPressure::MakeRefusalMessageLocked() const {
   std::string what;
   const MemorySample& s = stats_.sample;
   if (stats_.driven_by == "cgroup") {

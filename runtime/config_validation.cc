@@ -317,6 +317,15 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
   in("refuse_clients_at", m.refuse_clients_at(), 0, true, 2, false);
   in("min_pool_scale", m.min_pool_scale(), 0, true, 1, false);
   in("hysteresis", m.hysteresis(), 0, false, 0.5, true);
+  // A switch turns off `hysteresis` below its threshold: that must be above 0, or it never does.
+  for (const auto& [field, at] : {std::pair{"drop_forwarded_at", m.drop_forwarded_at()},
+                                  std::pair{"refuse_clients_at", m.refuse_clients_at()}}) {
+    if (std::isfinite(at) && at <= m.hysteresis()) {
+      check.Fail(absl::StrCat("memory_pressure.", field),
+                 absl::StrCat("must be above memory_pressure.hysteresis (", m.hysteresis(),
+                              "), got ", at, ": the action would never turn off"));
+    }
+  }
   return check.Take();
 }
 

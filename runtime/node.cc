@@ -135,6 +135,7 @@ absl::Status Node::Start() {
         res.memory_pressure(), options_.memory_source
                                    ? options_.memory_source()
                                    : std::make_unique<flowctl::ProcMemorySource>());
+    memory_pressure_->SetDividedBytes(res.memory_bytes());
     absl::Status sampled = memory_pressure_->Update();
     LOG(INFO) << "memory pressure: " << memory_pressure_->Stats().source
               << (sampled.ok() ? "" : absl::StrCat(" (", sampled.message(), ")"));
@@ -546,8 +547,15 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
         "entries: give at least one partition (or cpu_workers to change only the worker count)");
   }
   // The guarantee sum is checked against the partitions as they are: no create or start may
-  // change them meanwhile.
-  absl::MutexLock live_lock(&live_mu_);
+  // change them meanwhile. One in progress may take seconds (a drain): refuse rather than wait.
+  if (!live_mu_.TryLock()) {
+    return absl::UnavailableError(
+        "a live partition change (create, stop, start, remove) is in progress; retry");
+  }
+  struct Unlock {
+    absl::Mutex* mu;
+    ~Unlock() { mu->Unlock(); }
+  } unlock{&live_mu_};
   std::vector<std::pair<std::shared_ptr<Partition>, node::config::ShareConfig>> changes;
   std::vector<ConfigProblem> problems;  // validated as the config it would leave
   for (int i = 0; i < request.entries_size(); ++i) {

@@ -92,7 +92,8 @@ void AddMemoryPressure(const node::admin::MemoryPressureStatus& m, Families* f) 
   f->Gauge("noded_memory_rss_bytes", "Resident memory of the process.", {},
            static_cast<double>(m.rss_bytes()));
   if (m.cgroup_version() > 0) {
-    f->Gauge("noded_memory_cgroup_current_bytes", "Memory charged to the node's cgroup.", {},
+    f->Gauge("noded_memory_cgroup_current_bytes",
+             "Working set of the node's cgroup: its usage less inactive file cache.", {},
              static_cast<double>(m.cgroup_current_bytes()));
     if (m.cgroup_max_bytes() > 0) {
       f->Gauge("noded_memory_cgroup_max_bytes", "The node's cgroup memory limit.", {},

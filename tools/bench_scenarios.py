@@ -921,10 +921,13 @@ def live():
                 if ops:
                     th = threading.Thread(target=live_ops, args=(c, time.monotonic(), timings))
                     th.start()
-                p, s = c.loadgen(name, "steady:rate=200", seconds, presign=200 * (seconds + 2),
-                                 expect=["%s<=1.2*%s" % (busy, idle)])
-                if th:
-                    th.join()
+                try:
+                    p, s = c.loadgen(name, "steady:rate=200", seconds,
+                                     presign=200 * (seconds + 2),
+                                     expect=["%s<=1.2*%s" % (busy, idle)])
+                finally:
+                    if th:
+                        th.join()
             st = p["steady"]
             m = expect_value(s["_stdout"], busy)
             runs[ops] = (st, m[0] if m else window_p99(st, 15, 35)[0],
@@ -993,6 +996,7 @@ class MemoryGroup:
             except OSError:
                 pass
         self.peak = 0
+        self.kills = 0
         self.stop = threading.Event()
         self.sampler = threading.Thread(target=self.sample, daemon=True)
         self.sampler.start()
@@ -1027,6 +1031,7 @@ class MemoryGroup:
     def close(self):
         self.stop.set()
         self.sampler.join()
+        self.kills = self.oom_kills()  # before the group's files go
         if self.version == 1:
             m = self.read("memory.max_usage_in_bytes").strip()
             if m:
@@ -1062,7 +1067,7 @@ def memory_run(name, disabled, rate, seconds, limit):
                 status = json.loads(r.stdout).get("memory") if r.returncode == 0 else None
     finally:
         group.close()
-    return p["p1"], alive, group.peak, group.oom_kills(), status
+    return p["p1"], alive, group.peak, group.kills, status
 
 
 def memory():

@@ -139,6 +139,17 @@ TEST(MemoryPressure, TheHighestSourceDrives) {
   EXPECT_THAT(h.pressure->RefusalMessage(), HasSubstr("rss: 1.00 GiB of 1.00 GiB"));
 }
 
+TEST(MemoryPressure, TheMemoryDividedStaysWithinAShareOfAKnownLimit) {
+  Harness h;
+  h.pressure->SetDividedBytes(uint64_t{4} << 30);  // memory_bytes 4 GiB in a 1 GiB group
+  h.Cgroup(0.1);
+  EXPECT_DOUBLE_EQ(h.pressure->pool_scale(), kDividedShareOfLimit / 4);
+  EXPECT_FALSE(h.pressure->refuse_clients()) << "no pressure: only the division is bounded";
+  h.pressure->SetDividedBytes(uint64_t{64} << 20);  // well inside the limit: untouched
+  h.Cgroup(0.1);
+  EXPECT_EQ(h.pressure->pool_scale(), 1);
+}
+
 TEST(MemoryPressure, IgnoredPsiAndDisabledAreNotJudged) {
   node::config::MemoryPressureConfig c = Defaults();
   c.set_ignore_psi(true);
