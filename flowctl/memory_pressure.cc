@@ -153,8 +153,7 @@ absl::StatusOr<MemorySample> ProcMemorySource::Sample() {
     for (std::filesystem::path dir = cgroup_dir_;; dir = dir.parent_path()) {
       std::optional<uint64_t> max = ReadUint(dir.string() + "/memory.max");
       if (max && (!s.cgroup_max_bytes || *max < *s.cgroup_max_bytes)) s.cgroup_max_bytes = max;
-      if (!std::filesystem::exists(dir.parent_path() / "memory.max") ||
-          dir == dir.parent_path()) {
+      if (!std::filesystem::exists(dir.parent_path() / "memory.max") || dir == dir.parent_path()) {
         break;
       }
     }
@@ -164,7 +163,8 @@ absl::StatusOr<MemorySample> ProcMemorySource::Sample() {
     s.cgroup_inactive_file_bytes = StatField(cgroup_dir_ + "/memory.stat", "total_inactive_file");
     std::optional<uint64_t> limit = ReadUint(cgroup_dir_ + "/memory.limit_in_bytes");
     // An ancestor's limit binds too (memory.stat's hierarchical_memory_limit is the lowest).
-    const uint64_t hierarchical = StatField(cgroup_dir_ + "/memory.stat", "hierarchical_memory_limit");
+    const uint64_t hierarchical =
+        StatField(cgroup_dir_ + "/memory.stat", "hierarchical_memory_limit");
     if (hierarchical > 0 && (!limit || hierarchical < *limit)) limit = hierarchical;
     if (limit && *limit < kCgroupV1NoLimit) s.cgroup_max_bytes = limit;
   }
@@ -221,8 +221,7 @@ absl::Status MemoryPressure::Update() {
   return s;
 }
 
-absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& sample,
-                                        bool* release) {
+absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& sample, bool* release) {
   absl::MutexLock lock(&mu_);
   stats_.source = source_->Describe();  // the process may have moved to another group
   if (!sample.ok()) {
@@ -274,9 +273,9 @@ absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& samp
   }
   const uint64_t divided = divided_bytes_.load(std::memory_order_relaxed);
   if (!config_.disabled() && limit > 0 && divided > 0) {
-    stats_.pool_scale = std::min(stats_.pool_scale, kDividedShareOfLimit *
-                                                        static_cast<double>(limit) /
-                                                        static_cast<double>(divided));
+    stats_.pool_scale =
+        std::min(stats_.pool_scale,
+                 kDividedShareOfLimit * static_cast<double>(limit) / static_cast<double>(divided));
   }
   stats_.drop_forwarded = drop;
   stats_.refuse_clients = refuse;
