@@ -733,6 +733,12 @@ absl::StatusOr<std::shared_ptr<Partition>> Node::OpenPartition(
   });
 }
 
+absl::Status Node::LiveCallAllowedLocked() const {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("node is shutting down");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<size_t> Node::EntryIndexLocked(const std::string& id_or_name) const {
   if (id_or_name.empty()) return absl::InvalidArgumentError("partition: give its id or its name");
   uint32_t id = 0;
@@ -798,10 +804,7 @@ absl::StatusOr<node::admin::CreatePartitionResponse> Node::CreatePartition(
     node::config::PartitionConfig config) {
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
   absl::MutexLock live_lock(&live_mu_);
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopped_) return absl::UnavailableError("node is shutting down");
-  }
+  RETURN_IF_ERROR(LiveCallAllowedLocked());
   // Validated as the config it would leave: every partition (stopped ones too) plus this one.
   NodeConfig effective = config_;
   effective.clear_partitions();
@@ -867,10 +870,7 @@ absl::StatusOr<node::admin::PartitionStatus> Node::StopPartition(const std::stri
                                                                  absl::Duration drain) {
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
   absl::MutexLock live_lock(&live_mu_);
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopped_) return absl::UnavailableError("node is shutting down");
-  }
+  RETURN_IF_ERROR(LiveCallAllowedLocked());
   size_t index = 0;
   uint32_t id = 0;
   {
@@ -901,10 +901,7 @@ absl::StatusOr<node::admin::PartitionStatus> Node::StopPartition(const std::stri
 absl::StatusOr<node::admin::PartitionStatus> Node::StartPartition(const std::string& id_or_name) {
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
   absl::MutexLock live_lock(&live_mu_);
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopped_) return absl::UnavailableError("node is shutting down");
-  }
+  RETURN_IF_ERROR(LiveCallAllowedLocked());
   size_t index = 0;
   uint32_t id = 0;
   {
@@ -940,10 +937,7 @@ absl::StatusOr<node::admin::RemovePartitionResponse> Node::RemovePartition(
     const std::string& id_or_name, bool delete_data) {
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
   absl::MutexLock live_lock(&live_mu_);
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopped_) return absl::UnavailableError("node is shutting down");
-  }
+  RETURN_IF_ERROR(LiveCallAllowedLocked());
   PartitionEntry entry;
   size_t index = 0;
   {

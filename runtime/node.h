@@ -204,6 +204,8 @@ class Node {
   node::admin::PartitionStatus StatusOfLocked(const PartitionEntry& entry) const
       ABSL_SHARED_LOCKS_REQUIRED(partitions_mu_);
   std::string PartitionDir(uint32_t id) const;
+  // UNAVAILABLE once Stop() began: no live partition call may start or stop a partition then.
+  absl::Status LiveCallAllowedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
   absl::Status WriteLiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
 
   node::config::NodeConfig config_;

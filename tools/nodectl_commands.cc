@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "flowctl/status_macros.h"
 #include "proto/admin.grpc.pb.h"
 #include "tools/nodectl_client_commands.h"
 #include "tools/nodectl_context.h"
@@ -21,6 +22,15 @@ namespace {
 // The least deadline of a live partition call unless --timeout-ms says otherwise: it may wait
 // behind another one, for a ledger to open or a partition to close.
 constexpr uint64_t kLivePartitionTimeoutMs = 60000;
+
+// --admins and the token for each (--token-files, else --token-file's); empty lists without
+// --admins (the call goes to --admin alone).
+absl::Status AdminTargets(const Context& ctx, const ParsedFlags& f,
+                          std::vector<std::string>* admins, std::vector<std::string>* tokens) {
+  ASSIGN_OR_RETURN(*admins, AdminList(f));
+  ASSIGN_OR_RETURN(*tokens, ctx.AdminTokens(f, admins->size()));
+  return absl::OkStatus();
+}
 
 // "<name> (<id>): STATE at height H" for a live partition command's answer.
 std::string PartitionLine(const node::admin::PartitionStatus& s) {
@@ -114,13 +124,13 @@ int RunUpdateArbiter(Context& ctx, const ParsedFlags& f) {
 int RunCreatePartition(Context& ctx, const ParsedFlags& f) {
   absl::StatusOr<node::admin::CreatePartitionRequest> req = BuildCreatePartitionRequest(f);
   if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
-  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
-  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
-  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
-  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  std::vector<std::string> admins, tokens;
+  if (absl::Status s = AdminTargets(ctx, f, &admins, &tokens); !s.ok()) {
+    return UsageError(ctx.command(), s, ctx.err());
+  }
   ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
   return ctx.UnaryEach<node::admin::CreatePartitionRequest, node::admin::CreatePartitionResponse>(
-      *admins, *tokens, &AdminService::Stub::CreatePartition, *req,
+      admins, tokens, &AdminService::Stub::CreatePartition, *req,
       [&](const node::admin::CreatePartitionResponse& r) {
         ctx.out() << "created " << PartitionLine(r.status());
       });
@@ -129,27 +139,27 @@ int RunCreatePartition(Context& ctx, const ParsedFlags& f) {
 int RunStopPartition(Context& ctx, const ParsedFlags& f) {
   absl::StatusOr<node::admin::StopPartitionRequest> req = BuildStopPartitionRequest(f);
   if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
-  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
-  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
-  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
-  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  std::vector<std::string> admins, tokens;
+  if (absl::Status s = AdminTargets(ctx, f, &admins, &tokens); !s.ok()) {
+    return UsageError(ctx.command(), s, ctx.err());
+  }
   // The node drains for up to drain_ms (default 5 s), then waits up to 30 s for the close.
   ctx.AtLeastTimeoutMs((req->drain_ms() == 0 ? 5000 : req->drain_ms()) + kLivePartitionTimeoutMs);
   return ctx.UnaryEach<node::admin::StopPartitionRequest, node::admin::StopPartitionResponse>(
-      *admins, *tokens, &AdminService::Stub::StopPartition, *req,
+      admins, tokens, &AdminService::Stub::StopPartition, *req,
       [&](const node::admin::StopPartitionResponse& r) { ctx.out() << PartitionLine(r.status()); });
 }
 
 int RunStartPartition(Context& ctx, const ParsedFlags& f) {
-  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
-  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
-  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
-  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  std::vector<std::string> admins, tokens;
+  if (absl::Status s = AdminTargets(ctx, f, &admins, &tokens); !s.ok()) {
+    return UsageError(ctx.command(), s, ctx.err());
+  }
   node::admin::StartPartitionRequest req;
   req.set_partition(f.positional[0]);
   ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
   return ctx.UnaryEach<node::admin::StartPartitionRequest, node::admin::StartPartitionResponse>(
-      *admins, *tokens, &AdminService::Stub::StartPartition, req,
+      admins, tokens, &AdminService::Stub::StartPartition, req,
       [&](const node::admin::StartPartitionResponse& r) {
         ctx.out() << PartitionLine(r.status());
       });
@@ -158,13 +168,13 @@ int RunStartPartition(Context& ctx, const ParsedFlags& f) {
 int RunRemovePartition(Context& ctx, const ParsedFlags& f) {
   absl::StatusOr<node::admin::RemovePartitionRequest> req = BuildRemovePartitionRequest(f);
   if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
-  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
-  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
-  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
-  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  std::vector<std::string> admins, tokens;
+  if (absl::Status s = AdminTargets(ctx, f, &admins, &tokens); !s.ok()) {
+    return UsageError(ctx.command(), s, ctx.err());
+  }
   ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
   return ctx.UnaryEach<node::admin::RemovePartitionRequest, node::admin::RemovePartitionResponse>(
-      *admins, *tokens, &AdminService::Stub::RemovePartition, *req,
+      admins, tokens, &AdminService::Stub::RemovePartition, *req,
       [&](const node::admin::RemovePartitionResponse& r) {
         ctx.out() << "partition " << req->partition() << " removed; data "
                   << (r.data_deleted() ? "deleted: " : "kept in ") << r.data_dir() << "\n";
