@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "glog/logging.h"
 
 namespace flowctl {
 namespace {
@@ -225,6 +226,9 @@ absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& samp
   absl::MutexLock lock(&mu_);
   stats_.source = source_->Describe();  // the process may have moved to another group
   if (!sample.ok()) {
+    if (stats_.error != sample.status().message()) {
+      LOG(WARNING) << "memory pressure: " << sample.status();
+    }
     stats_.error = std::string(sample.status().message());
     return sample.status();
   }
@@ -262,6 +266,7 @@ absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& samp
   };
   const bool drop = next(stats_.drop_forwarded, config_.drop_forwarded_at());
   const bool refuse = next(stats_.refuse_clients, config_.refuse_clients_at());
+  const bool switched = drop != stats_.drop_forwarded || refuse != stats_.refuse_clients;
   stats_.transitions += (drop != stats_.drop_forwarded) + (refuse != stats_.refuse_clients);
   stats_.pressure = pressure;
   stats_.driven_by = by;
@@ -286,6 +291,11 @@ absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& samp
     *release = true;
   }
   refusal_message_ = MakeRefusalMessageLocked();
+  if (switched) {
+    LOG(WARNING) << "memory pressure " << pressure << " (" << by << "): pool scale "
+                 << stats_.pool_scale << ", forwarded txs " << (drop ? "dropped" : "accepted")
+                 << ", client writes " << (refuse ? "REFUSED" : "accepted");
+  }
   pressure_.store(pressure, std::memory_order_relaxed);
   pool_scale_.store(stats_.pool_scale, std::memory_order_relaxed);
   drop_forwarded_.store(drop, std::memory_order_relaxed);

@@ -35,6 +35,8 @@
 // The two switches turn off only once the pressure is `hysteresis` below their threshold, so a
 // pressure hovering at a threshold does not flap.
 //
+// Every switch of an action, and a read that starts failing, is logged (WARNING).
+//
 // Thread-safety: Update() is called by one thread at a time (the arbiter's tick); the action
 // getters and Stats() may be called from any thread (atomics; Stats takes a mutex).
 //

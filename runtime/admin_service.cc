@@ -224,17 +224,25 @@ grpc::Status AdminServiceImpl::HandleRemovePartition(
 }
 
 template <typename Request, typename Response>
+bool AdminServiceImpl::Admit(const grpc::CallbackServerContext* context,
+                             const grpc::ByteBuffer* raw_request,
+                             RawCall<Request, Response>* call) const {
+  // The token first: a caller without it learns nothing, not even how its body parses.
+  if (grpc::Status s = Authorize(context); !s.ok()) {
+    call->Reply(s);
+    return false;
+  }
+  return call->Parse(raw_request);
+}
+
+template <typename Request, typename Response>
 grpc::ServerUnaryReactor* AdminServiceImpl::ServeSlow(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
     grpc::ByteBuffer* raw_response,
     grpc::Status (AdminServiceImpl::*handler)(grpc::ServerContextBase*, const Request*,
                                               Response*)) {
   auto* call = new RawCall<Request, Response>(raw_response);
-  if (grpc::Status s = Authorize(context); !s.ok()) {
-    call->Reply(s);
-    return call;
-  }
-  if (!call->Parse(raw_request)) return call;
+  if (!Admit(context, raw_request, call)) return call;
   absl::MutexLock lock(&ops_mu_);
   if (ops_closed_) {
     call->Reply(grpc::Status(grpc::StatusCode::UNAVAILABLE, "node is shutting down"));
@@ -268,12 +276,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Serve(
     grpc::Status (AdminServiceImpl::*handler)(grpc::ServerContextBase*, const Request*,
                                               Response*)) {
   auto* call = new RawCall<Request, Response>(raw_response);
-  // The token first: a caller without it learns nothing, not even how its body parses.
-  if (grpc::Status s = Authorize(context); !s.ok()) {
-    call->Reply(s);
-    return call;
-  }
-  if (!call->Parse(raw_request)) return call;
+  if (!Admit(context, raw_request, call)) return call;
   call->Reply((this->*handler)(context, &call->request, &call->response));
   return call;
 }

@@ -39,6 +39,7 @@
 #include "absl/synchronization/notification.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/admin.grpc.pb.h"
+#include "runtime/raw_call.h"
 
 namespace runtime {
 
@@ -189,6 +190,10 @@ class AdminServiceImpl final : public RawAdminServiceBase {
                                       grpc::Status (AdminServiceImpl::*handler)(
                                           grpc::ServerContextBase*, const Request*, Response*));
   grpc::Status Authorize(const grpc::ServerContextBase* context) const;
+  // Checks the token and parses the body; false when `call` was answered (refused).
+  template <typename Request, typename Response>
+  bool Admit(const grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request,
+             RawCall<Request, Response>* call) const;
   void RunOps();
 
   // A queued live partition call: runs the handler and replies, or (shutting down) replies

@@ -72,6 +72,11 @@ class SchedulerEgressAccounting final : public flowctl::EgressAccounting {
   p2p::EgressScheduler* const scheduler_;
 };
 
+// Removes `id` from a list of ids of the live-partition record.
+void EraseId(google::protobuf::RepeatedField<uint32_t>* ids, uint32_t id) {
+  ids->erase(std::remove(ids->begin(), ids->end(), id), ids->end());
+}
+
 // The admin API's form: an unbounded demand is reported as -1.
 node::admin::ResourceShare ResourceShareOf(const flowctl::ResourceShareStats& s) {
   node::admin::ResourceShare r;
@@ -617,16 +622,7 @@ absl::Status Node::StartArbiter() {
       // Memory pressure is sampled here, every tick, and shrinks the memory divided.
       .memory_scale = [pressure]() -> double {
         if (pressure == nullptr) return 1;
-        const flowctl::MemoryPressureStats before = pressure->Stats();
-        absl::Status s = pressure->Update();
-        const flowctl::MemoryPressureStats after = pressure->Stats();
-        if (!s.ok() && before.error != after.error) LOG(WARNING) << "memory pressure: " << s;
-        if (after.transitions != before.transitions) {
-          LOG(WARNING) << "memory pressure " << after.pressure << " (" << after.driven_by
-                       << "): pool scale " << after.pool_scale << ", forwarded txs "
-                       << (after.drop_forwarded ? "dropped" : "accepted") << ", client writes "
-                       << (after.refuse_clients ? "REFUSED" : "accepted");
-        }
+        pressure->Update().IgnoreError();  // logged by MemoryPressure when it changes
         return pressure->pool_scale();
       },
       .disk_bytes = config_.resources().spill_disk_bytes(),
@@ -842,8 +838,7 @@ absl::StatusOr<node::admin::CreatePartitionResponse> Node::CreatePartition(
     node::config::LivePartitions next = live_;
     *next.add_created() = config;
     // A stopped mark left by an earlier partition with this id is not this one's.
-    auto* stopped = next.mutable_stopped();
-    stopped->erase(std::remove(stopped->begin(), stopped->end(), config.id()), stopped->end());
+    EraseId(next.mutable_stopped(), config.id());
     std::swap(live_, next);
     s = WriteLiveLocked();
     if (!s.ok()) {
@@ -883,19 +878,9 @@ absl::StatusOr<node::admin::PartitionStatus> Node::StopPartition(const std::stri
     id = entries_[index].config.id();
   }
   ClosePartition(index, drain);
-  if (std::find(live_.stopped().begin(), live_.stopped().end(), id) == live_.stopped().end()) {
-    live_.add_stopped(id);
-  }
-  absl::Status written = WriteLiveLocked();
-  absl::ReaderMutexLock lock(&partitions_mu_);
-  LOG(INFO) << "partition " << entries_[index].config.name() << " stopped live";
-  if (!written.ok()) {
-    return absl::Status(written.code(),
-                        absl::StrCat("partition stopped, but recording it failed (a restart would "
-                                     "start it again): ",
-                                     written.message()));
-  }
-  return StatusOfLocked(entries_[index]);
+  EraseId(live_.mutable_stopped(), id);
+  live_.add_stopped(id);
+  return RecordLiveChangeLocked(index, "stopped", "start it again");
 }
 
 absl::StatusOr<node::admin::PartitionStatus> Node::StartPartition(const std::string& id_or_name) {
@@ -919,16 +904,21 @@ absl::StatusOr<node::admin::PartitionStatus> Node::StartPartition(const std::str
     id = entries_[index].config.id();
   }
   RETURN_IF_ERROR(RunPartition(index));
-  auto* stopped = live_.mutable_stopped();
-  stopped->erase(std::remove(stopped->begin(), stopped->end(), id), stopped->end());
+  EraseId(live_.mutable_stopped(), id);
+  return RecordLiveChangeLocked(index, "started", "leave it stopped");
+}
+
+absl::StatusOr<node::admin::PartitionStatus> Node::RecordLiveChangeLocked(size_t index,
+                                                                          absl::string_view done,
+                                                                          absl::string_view lost) {
   absl::Status written = WriteLiveLocked();
   absl::ReaderMutexLock lock(&partitions_mu_);
-  LOG(INFO) << "partition " << entries_[index].config.name() << " started live";
+  LOG(INFO) << "partition " << entries_[index].config.name() << " " << done << " live";
   if (!written.ok()) {
-    return absl::Status(written.code(),
-                        absl::StrCat("partition started, but recording it failed (a restart would "
-                                     "leave it stopped): ",
-                                     written.message()));
+    return absl::Status(written.code(), absl::StrCat("partition ", done,
+                                                     ", but recording it failed (a restart "
+                                                     "would ",
+                                                     lost, "): ", written.message()));
   }
   return StatusOfLocked(entries_[index]);
 }
@@ -955,8 +945,7 @@ absl::StatusOr<node::admin::RemovePartitionResponse> Node::RemovePartition(
   }
   const uint32_t id = entry.config.id();
   node::config::LivePartitions next = live_;
-  auto* stopped = next.mutable_stopped();
-  stopped->erase(std::remove(stopped->begin(), stopped->end(), id), stopped->end());
+  EraseId(next.mutable_stopped(), id);
   if (entry.created_live) {
     auto* created = next.mutable_created();
     for (int i = 0; i < created->size(); ++i) {

@@ -207,6 +207,12 @@ class Node {
   // UNAVAILABLE once Stop() began: no live partition call may start or stop a partition then.
   absl::Status LiveCallAllowedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
   absl::Status WriteLiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
+  // Writes the record after a stop or start of entries_[index] and answers its status; a failed
+  // write says the change was `done` but a restart would `lost`.
+  absl::StatusOr<node::admin::PartitionStatus> RecordLiveChangeLocked(size_t index,
+                                                                      absl::string_view done,
+                                                                      absl::string_view lost)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
 
   node::config::NodeConfig config_;
   const NodeOptions options_;

@@ -23,15 +23,6 @@ namespace {
 // behind another one, for a ledger to open or a partition to close.
 constexpr uint64_t kLivePartitionTimeoutMs = 60000;
 
-// --admins and the token for each (--token-files, else --token-file's); empty lists without
-// --admins (the call goes to --admin alone).
-absl::Status AdminTargets(const Context& ctx, const ParsedFlags& f,
-                          std::vector<std::string>* admins, std::vector<std::string>* tokens) {
-  ASSIGN_OR_RETURN(*admins, AdminList(f));
-  ASSIGN_OR_RETURN(*tokens, ctx.AdminTokens(f, admins->size()));
-  return absl::OkStatus();
-}
-
 // "<name> (<id>): STATE at height H" for a live partition command's answer.
 std::string PartitionLine(const node::admin::PartitionStatus& s) {
   std::string line = absl::StrCat("partition ", s.name(), " (", s.id(), "): ", s.consensus_state());
@@ -121,16 +112,26 @@ int RunUpdateArbiter(Context& ctx, const ParsedFlags& f) {
       });
 }
 
+// A live partition call on --admin, or on each of --admins, with a deadline of at least
+// `timeout_ms`.
+template <typename Request, typename Response>
+int RunOnAdmins(Context& ctx, const ParsedFlags& f, const Request& req, uint64_t timeout_ms,
+                grpc::Status (AdminService::Stub::*method)(grpc::ClientContext*, const Request&,
+                                                           Response*),
+                const std::function<void(const Response&)>& print) {
+  absl::StatusOr<std::vector<std::string>> admins = AdminList(f);
+  if (!admins.ok()) return UsageError(ctx.command(), admins.status(), ctx.err());
+  absl::StatusOr<std::vector<std::string>> tokens = ctx.AdminTokens(f, admins->size());
+  if (!tokens.ok()) return UsageError(ctx.command(), tokens.status(), ctx.err());
+  ctx.AtLeastTimeoutMs(timeout_ms);
+  return ctx.UnaryEach(*admins, *tokens, method, req, print);
+}
+
 int RunCreatePartition(Context& ctx, const ParsedFlags& f) {
   absl::StatusOr<node::admin::CreatePartitionRequest> req = BuildCreatePartitionRequest(f);
   if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
-  std::vector<std::string> admins, tokens;
-  if (absl::Status s = AdminTargets(ctx, f, &admins, &tokens); !s.ok()) {
-    return UsageError(ctx.command(), s, ctx.err());
-  }
-  ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
-  return ctx.UnaryEach<node::admin::CreatePartitionRequest, node::admin::CreatePartitionResponse>(
-      admins, tokens, &AdminService::Stub::CreatePartition, *req,
+  return RunOnAdmins<node::admin::CreatePartitionRequest, node::admin::CreatePartitionResponse>(
+      ctx, f, *req, kLivePartitionTimeoutMs, &AdminService::Stub::CreatePartition,
       [&](const node::admin::CreatePartitionResponse& r) {
         ctx.out() << "created " << PartitionLine(r.status());
       });
@@ -139,27 +140,18 @@ int RunCreatePartition(Context& ctx, const ParsedFlags& f) {
 int RunStopPartition(Context& ctx, const ParsedFlags& f) {
   absl::StatusOr<node::admin::StopPartitionRequest> req = BuildStopPartitionRequest(f);
   if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
-  std::vector<std::string> admins, tokens;
-  if (absl::Status s = AdminTargets(ctx, f, &admins, &tokens); !s.ok()) {
-    return UsageError(ctx.command(), s, ctx.err());
-  }
   // The node drains for up to drain_ms (default 5 s), then waits up to 30 s for the close.
-  ctx.AtLeastTimeoutMs((req->drain_ms() == 0 ? 5000 : req->drain_ms()) + kLivePartitionTimeoutMs);
-  return ctx.UnaryEach<node::admin::StopPartitionRequest, node::admin::StopPartitionResponse>(
-      admins, tokens, &AdminService::Stub::StopPartition, *req,
+  return RunOnAdmins<node::admin::StopPartitionRequest, node::admin::StopPartitionResponse>(
+      ctx, f, *req, (req->drain_ms() == 0 ? 5000 : req->drain_ms()) + kLivePartitionTimeoutMs,
+      &AdminService::Stub::StopPartition,
       [&](const node::admin::StopPartitionResponse& r) { ctx.out() << PartitionLine(r.status()); });
 }
 
 int RunStartPartition(Context& ctx, const ParsedFlags& f) {
-  std::vector<std::string> admins, tokens;
-  if (absl::Status s = AdminTargets(ctx, f, &admins, &tokens); !s.ok()) {
-    return UsageError(ctx.command(), s, ctx.err());
-  }
   node::admin::StartPartitionRequest req;
   req.set_partition(f.positional[0]);
-  ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
-  return ctx.UnaryEach<node::admin::StartPartitionRequest, node::admin::StartPartitionResponse>(
-      admins, tokens, &AdminService::Stub::StartPartition, req,
+  return RunOnAdmins<node::admin::StartPartitionRequest, node::admin::StartPartitionResponse>(
+      ctx, f, req, kLivePartitionTimeoutMs, &AdminService::Stub::StartPartition,
       [&](const node::admin::StartPartitionResponse& r) {
         ctx.out() << PartitionLine(r.status());
       });
@@ -168,13 +160,8 @@ int RunStartPartition(Context& ctx, const ParsedFlags& f) {
 int RunRemovePartition(Context& ctx, const ParsedFlags& f) {
   absl::StatusOr<node::admin::RemovePartitionRequest> req = BuildRemovePartitionRequest(f);
   if (!req.ok()) return UsageError(ctx.command(), req.status(), ctx.err());
-  std::vector<std::string> admins, tokens;
-  if (absl::Status s = AdminTargets(ctx, f, &admins, &tokens); !s.ok()) {
-    return UsageError(ctx.command(), s, ctx.err());
-  }
-  ctx.AtLeastTimeoutMs(kLivePartitionTimeoutMs);
-  return ctx.UnaryEach<node::admin::RemovePartitionRequest, node::admin::RemovePartitionResponse>(
-      admins, tokens, &AdminService::Stub::RemovePartition, *req,
+  return RunOnAdmins<node::admin::RemovePartitionRequest, node::admin::RemovePartitionResponse>(
+      ctx, f, *req, kLivePartitionTimeoutMs, &AdminService::Stub::RemovePartition,
       [&](const node::admin::RemovePartitionResponse& r) {
         ctx.out() << "partition " << req->partition() << " removed; data "
                   << (r.data_deleted() ? "deleted: " : "kept in ") << r.data_dir() << "\n";
