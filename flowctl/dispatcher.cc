@@ -35,6 +35,8 @@ class MessageRing {
     ++size_;
   }
   // REQUIRES: !empty().
+  const Message& front() const { return slots_[head_]; }
+  // REQUIRES: !empty().
   Message pop_front() {
     Message message = std::move(slots_[head_]);
     head_ = (head_ + 1) & (slots_.size() - 1);
@@ -152,6 +154,14 @@ class Dispatcher::Lane final : public Schedulable {
     capacity_bytes_ = bytes;
   }
 
+  // How long the oldest queued message has waited at `now`; 0 when nothing is queued.
+  int64_t OldestQueuedAge(int64_t now) const {
+    absl::MutexLock lock(&mu_);
+    return queue_.empty() ? 0 : std::max<int64_t>(0, now - queue_.front().enqueue_nanos);
+  }
+
+  HistogramSnapshot DelaySnapshot() const { return delay_.Snapshot(); }
+
   void CloseAdmission() {
     absl::MutexLock lock(&mu_);
     stopped_ = true;
@@ -242,6 +252,18 @@ absl::Status ValidateWeight(int weight, absl::string_view lane) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateDelayTarget(const Dispatcher::DelayTarget& target, absl::string_view lane) {
+  if (target.target_nanos < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lanes[", lane, "].delay_target.target_nanos must be >= 0, got ", target.target_nanos));
+  }
+  if (target.max_weight < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lanes[", lane, "].delay_target.max_weight must be >= 0, got ", target.max_weight));
+  }
+  return absl::OkStatus();
+}
+
 // weight's share of `total`, at least 1. Doubles: the product may overflow int64.
 int64_t ShareOf(int64_t total, int weight, int64_t weight_sum) {
   const double share = std::floor(static_cast<double>(total) * weight / weight_sum);
@@ -266,6 +288,7 @@ absl::Status Dispatcher::ValidateOptions(const Options& options) {
           absl::StrCat("lanes[", i, "].name '", lane.name, "' is used by another lane"));
     }
     if (absl::Status s = ValidateWeight(lane.weight, lane.name); !s.ok()) return s;
+    if (absl::Status s = ValidateDelayTarget(lane.delay_target, lane.name); !s.ok()) return s;
     if (lane.reserved_messages < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("lanes[", lane.name, "].reserved_messages must be >= 0"));
@@ -297,6 +320,7 @@ Dispatcher::Dispatcher(WorkerPool* pool, Options options)
     lanes_.back()->task = pool_->AddTask(group_, lanes_.back().get(), config.weight);
     weights_.push_back(config.weight);
     reserved_.push_back(config.reserved_messages);
+    adaptive_.push_back({.target = config.delay_target, .effective = config.weight});
   }
   ApplyCapacitiesLocked();
 }
@@ -338,11 +362,70 @@ absl::Status Dispatcher::SetLaneWeight(int lane, int weight) {
   if (absl::Status s = ValidateWeight(weight, lanes_[lane]->name()); !s.ok()) return s;
   absl::MutexLock lock(&config_mu_);
   weights_[lane] = weight;
-  if (!stopped_) {
-    if (absl::Status s = pool_->SetTaskWeight(lanes_[lane]->task, weight); !s.ok()) return s;
-  }
+  SetEffectiveLocked(lane, weight);
   ApplyCapacitiesLocked();
   return absl::OkStatus();
+}
+
+absl::Status Dispatcher::SetDelayTarget(int lane, DelayTarget target) {
+  if (lane < 0 || lane >= num_lanes()) {
+    return absl::InvalidArgumentError(absl::StrCat("no lane ", lane));
+  }
+  if (absl::Status s = ValidateDelayTarget(target, lanes_[lane]->name()); !s.ok()) return s;
+  absl::MutexLock lock(&config_mu_);
+  adaptive_[lane].target = target;
+  const int weight = target.target_nanos == 0 ? weights_[lane]
+                                              : std::clamp(adaptive_[lane].effective,
+                                                           weights_[lane], MaxWeightLocked(lane));
+  SetEffectiveLocked(lane, weight);
+  return absl::OkStatus();
+}
+
+int Dispatcher::MaxWeightLocked(int lane) const {
+  const DelayTarget& target = adaptive_[lane].target;
+  const int64_t ceiling = target.max_weight > 0
+                              ? target.max_weight
+                              : static_cast<int64_t>(weights_[lane]) * kDefaultMaxWeightFactor;
+  return static_cast<int>(
+      std::clamp<int64_t>(ceiling, weights_[lane], std::numeric_limits<int>::max() / 2));
+}
+
+void Dispatcher::SetEffectiveLocked(int lane, int weight) {
+  adaptive_[lane].effective = weight;
+  if (stopped_) return;
+  if (absl::Status s = pool_->SetTaskWeight(lanes_[lane]->task, weight); !s.ok()) {
+    LOG(ERROR) << "dispatcher " << name_ << ": lane " << lanes_[lane]->name() << ": " << s;
+  }
+}
+
+int Dispatcher::AdaptWeights() {
+  const int64_t now = clock_->NowNanos();
+  absl::MutexLock lock(&config_mu_);
+  int changed = 0;
+  for (int i = 0; i < num_lanes(); ++i) {
+    Adaptive& a = adaptive_[i];
+    if (a.target.target_nanos == 0) continue;
+    HistogramSnapshot delays = lanes_[i]->DelaySnapshot();
+    const HistogramSnapshot window = delays.Since(a.last_delay);
+    a.last_delay = std::move(delays);
+    const int64_t signal =
+        std::max(window.count > 0 ? window.Percentile(0.99) : 0, lanes_[i]->OldestQueuedAge(now));
+    a.window_delay_nanos = signal;
+    const int base = weights_[i];
+    int next = a.effective;
+    if (signal > a.target.target_nanos) {
+      next = static_cast<int>(std::min<double>(std::max(next + 1.0, std::ceil(next * kRaiseFactor)),
+                                               MaxWeightLocked(i)));
+    } else if (static_cast<double>(signal) <= a.target.target_nanos * kLowerBelowFraction) {
+      next = static_cast<int>(std::min(next - 1.0, std::floor(next * kLowerFactor)));
+    }
+    next = std::clamp(next, base, MaxWeightLocked(i));
+    if (next == a.effective) continue;
+    ++(next > a.effective ? a.raises : a.lowers);
+    SetEffectiveLocked(i, next);
+    ++changed;
+  }
+  return changed;
 }
 
 absl::Status Dispatcher::SetCpuShare(double share) {
@@ -409,6 +492,13 @@ Dispatcher::LaneStats Dispatcher::GetLaneStats(int lane) const {
     absl::ReaderMutexLock lock(&config_mu_);
     const Lane& l = *lanes_[lane];
     stats.weight = weights_[lane];
+    const Adaptive& a = adaptive_[lane];
+    stats.effective_weight = a.effective;
+    stats.delay_target_nanos = a.target.target_nanos;
+    stats.max_weight = a.target.target_nanos > 0 ? MaxWeightLocked(lane) : weights_[lane];
+    stats.window_delay_nanos = a.window_delay_nanos;
+    stats.weight_raises = a.raises;
+    stats.weight_lowers = a.lowers;
     stats.cpu_nanos = l.task != nullptr ? WorkerPool::TaskCpuNanos(l.task) : l.final_cpu_nanos;
   }
   lanes_[lane]->FillStats(&stats);

@@ -21,6 +21,17 @@
 // Live changes (SetLaneWeight, SetCpuShare, SetBudget) never lose queued messages: lowering a
 // capacity below the current depth keeps what is queued and refuses new messages until it drains.
 //
+// Adaptive weights. A lane may have a queueing-delay target (LaneConfig::delay_target). Each call
+// of AdaptWeights() (the owner calls it periodically; a partition does at every arbiter tick) is
+// one control step per such lane: its signal is the p99 queueing delay of the messages it started
+// since the previous step, or the age of its oldest queued message if larger (a starved lane
+// starts nothing, so its delays alone would never show it). Above the target, the lane's
+// scheduling weight rises by kRaiseFactor (at least +1), up to its max_weight; at most
+// kLowerBelowFraction of the target, it falls by kLowerFactor (at least -1) back towards its
+// configured weight; in between it holds (hysteresis). Only the pool's task weight follows: lane
+// capacities stay split by the configured weights, so a raised lane gets CPU sooner, not memory.
+// A configured weight changed live (SetLaneWeight) restarts the lane at that weight.
+//
 // Lifecycle. Create() registers with the pool. Drain() waits until every admitted message has been
 // handled. Stop() stops admission (later Offers drop with kStopped), waits for running handlers,
 // discards what is still queued (counted as dropped kStopped, so offered == processed + dropped
@@ -73,6 +84,12 @@ class Dispatcher {
  public:
   using Handler = std::function<void(Message message)>;
 
+  // See "Adaptive weights" in the file comment.
+  struct DelayTarget {
+    int64_t target_nanos = 0;  // >= 0; 0 = the lane's weight is fixed
+    int max_weight = 0;        // >= 0; 0 = kDefaultMaxWeightFactor x the lane's weight
+  };
+
   struct LaneConfig {
     std::string name;  // unique within the dispatcher, non-empty
     int weight = 1;    // >= 1: share of the budget and of the dispatcher's CPU
@@ -81,7 +98,14 @@ class Dispatcher {
     // budget; its weight then counts for CPU only. For coalesced control work, such as a
     // partition's timer ticks, which must not take capacity from the message lanes.
     int64_t reserved_messages = 0;
+    DelayTarget delay_target = {};
   };
+
+  // ---- Adaptive weight policy (see the file comment). ----
+  static constexpr double kRaiseFactor = 1.5;
+  static constexpr double kLowerFactor = 0.75;
+  static constexpr double kLowerBelowFraction = 0.5;
+  static constexpr int kDefaultMaxWeightFactor = 8;
 
   struct Budget {
     int64_t max_messages = 0;  // >= 1, across all lanes
@@ -117,6 +141,14 @@ class Dispatcher {
     int64_t dropped_stopped = 0;       // kStopped: offered after Stop, or discarded by Stop
     int64_t cpu_nanos = 0;             // CPU the pool charged to this lane
     HistogramSnapshot queueing_delay;  // ns from Offer to handler start
+    // Adaptive weights: the pool's weight for the lane now (= weight without a target), the
+    // target (0 = none) and the ceiling in force, the last step's signal, and its changes.
+    int effective_weight = 0;
+    int64_t delay_target_nanos = 0;
+    int max_weight = 0;
+    int64_t window_delay_nanos = 0;
+    int64_t weight_raises = 0;
+    int64_t weight_lowers = 0;
 
     int64_t dropped() const { return dropped_full + dropped_bytes + dropped_stopped; }
   };
@@ -142,6 +174,13 @@ class Dispatcher {
   absl::Status SetLaneWeight(int lane, int weight);
   absl::Status SetCpuShare(double share);
   absl::Status SetBudget(Budget budget);
+  // Sets lane `lane`'s delay target; its weight is clamped into the new bounds (back to the
+  // configured weight when the target is 0).
+  absl::Status SetDelayTarget(int lane, DelayTarget target);
+
+  // One adaptive-weight control step for every lane with a target (see the file comment).
+  // Returns the number of lanes whose scheduling weight changed. Cheap when no lane has a target.
+  int AdaptWeights();
 
   // Waits until every admitted message has been handled (all lanes empty and idle), or `timeout`
   // passes (DeadlineExceeded). Messages offered meanwhile are waited for too. Needs a started
@@ -162,8 +201,22 @@ class Dispatcher {
   class Lane;
 
   Dispatcher(WorkerPool* pool, Options options);
+  // Per lane, for AdaptWeights.
+  struct Adaptive {
+    DelayTarget target;
+    int effective = 0;                  // the pool's task weight
+    HistogramSnapshot last_delay = {};  // the lane's delays at the previous step
+    int64_t window_delay_nanos = 0;     // the previous step's signal
+    int64_t raises = 0;
+    int64_t lowers = 0;
+  };
+
   // Recomputes every lane's capacity from budget_ and the weights.
   void ApplyCapacitiesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+  // The highest weight lane `lane` may be given now (>= its configured weight).
+  int MaxWeightLocked(int lane) const ABSL_SHARED_LOCKS_REQUIRED(config_mu_);
+  // Sets lane `lane`'s scheduling weight (and the pool's task weight, until Stop).
+  void SetEffectiveLocked(int lane, int weight) ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
 
   // Constant after construction.
   WorkerPool* const pool_;
@@ -177,7 +230,8 @@ class Dispatcher {
   mutable absl::Mutex config_mu_;
   Budget budget_ ABSL_GUARDED_BY(config_mu_);
   double cpu_share_ ABSL_GUARDED_BY(config_mu_);
-  std::vector<int> weights_ ABSL_GUARDED_BY(config_mu_);
+  std::vector<int> weights_ ABSL_GUARDED_BY(config_mu_);  // configured
+  std::vector<Adaptive> adaptive_ ABSL_GUARDED_BY(config_mu_);
   bool stopped_ ABSL_GUARDED_BY(config_mu_) = false;
   WorkerPool::Group* group_ ABSL_GUARDED_BY(config_mu_);  // null once Stop() has finished
 };

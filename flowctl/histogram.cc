@@ -88,4 +88,24 @@ void HistogramSnapshot::Merge(const HistogramSnapshot& other) {
   max = std::max(max, other.max);
 }
 
+HistogramSnapshot HistogramSnapshot::Since(const HistogramSnapshot& earlier) const {
+  HistogramSnapshot window;
+  window.buckets.resize(buckets.size());
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const uint64_t before = i < earlier.buckets.size() ? earlier.buckets[i] : 0;
+    window.buckets[i] = buckets[i] > before ? buckets[i] - before : 0;
+    window.count += window.buckets[i];
+  }
+  window.sum = sum > earlier.sum ? sum - earlier.sum : 0;
+  // The window's largest value: the upper bound of its highest non-empty bucket, clipped to the
+  // all-time max (the true window max lies in that bucket).
+  for (size_t i = window.buckets.size(); i > 0; --i) {
+    if (window.buckets[i - 1] > 0) {
+      window.max = std::min(max, Histogram::BucketUpperBound(static_cast<int>(i - 1)));
+      break;
+    }
+  }
+  return window;
+}
+
 }  // namespace flowctl

@@ -36,6 +36,10 @@ struct HistogramSnapshot {
   uint64_t CountAtOrBelow(int64_t bound) const;
   // Adds another snapshot's counts into this one.
   void Merge(const HistogramSnapshot& other);
+  // The values recorded after `earlier` (an older snapshot of the same histogram): this minus
+  // earlier, bucket by bucket. Its count is built from the buckets, so a snapshot taken while
+  // values were being recorded never gives a negative or inconsistent window.
+  HistogramSnapshot Since(const HistogramSnapshot& earlier) const;
 };
 
 class Histogram {

@@ -124,6 +124,7 @@ void DefaultPartition(PartitionConfig* p) {
   if (w.tx_forward() == 0) w.set_tx_forward(2);
   if (w.bulk() == 0) w.set_bulk(1);
   if (w.client() == 0) w.set_client(4);
+  ApplyAdaptiveLaneDefaults(d.mutable_adaptive_weights());
 
   auto& pool = *p->mutable_pool();
   if (pool.max_txs() == 0) pool.set_max_txs(100000);

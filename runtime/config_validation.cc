@@ -130,13 +130,36 @@ std::vector<ConfigProblem> ValidateLaneConfig(const LaneConfig& w, const std::st
   return check.Take();
 }
 
+std::vector<ConfigProblem> ValidateAdaptiveLaneWeights(const node::config::AdaptiveLaneWeights& a,
+                                                       const std::string& at) {
+  Checker check(at);
+  for (auto [name, t] : {std::pair{"consensus", &a.consensus()},
+                         {"sync", &a.sync()},
+                         {"tx_forward", &a.tx_forward()},
+                         {"bulk", &a.bulk()},
+                         {"client", &a.client()}}) {
+    check.InRange(absl::StrCat(name, ".target_p99_ms"), t->target_p99_ms(), 0,
+                  kMaxLaneDelayTargetMs);
+    check.InRange(absl::StrCat(name, ".max_weight"), t->max_weight(), 0, kMaxLaneWeight);
+  }
+  return check.Take();
+}
+
 std::vector<ConfigProblem> ValidateDispatcherConfig(const DispatcherConfig& d,
                                                     const std::string& at) {
   Checker check(at);
   check.AtLeast<uint32_t>("budget_messages", d.budget_messages(), 1);
   check.AtLeast<uint64_t>("budget_bytes", d.budget_bytes(), 1);
   check.Append(ValidateLaneConfig(d.lane_weights(), at + ".lane_weights"));
+  check.Append(ValidateAdaptiveLaneWeights(d.adaptive_weights(), at + ".adaptive_weights"));
   return check.Take();
+}
+
+void ApplyAdaptiveLaneDefaults(node::config::AdaptiveLaneWeights* adaptive) {
+  if (!adaptive->has_enabled()) adaptive->set_enabled(false);
+  if (!adaptive->has_consensus()) {
+    adaptive->mutable_consensus()->set_target_p99_ms(kDefaultConsensusDelayTargetMs);
+  }
 }
 
 std::vector<ConfigProblem> ValidatePoolConfig(const PoolConfig& pool, const std::string& at) {
@@ -380,6 +403,10 @@ absl::StatusOr<PartitionConfig> ApplyFlowUpdate(
     if (w.client() != 0) nw.set_client(w.client());
     if (d.budget_messages() > 0) nd.set_budget_messages(d.budget_messages());
     if (d.budget_bytes() > 0) nd.set_budget_bytes(d.budget_bytes());
+    if (d.has_adaptive_weights()) {
+      *nd.mutable_adaptive_weights() = d.adaptive_weights();
+      ApplyAdaptiveLaneDefaults(nd.mutable_adaptive_weights());
+    }
   }
   if (request.has_pool()) {
     const PoolConfig& p = request.pool();

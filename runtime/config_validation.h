@@ -61,6 +61,14 @@ inline constexpr std::array<GatePredicateSpec, 2> kGatePredicates = {{
 
 // Upper bound of a lane weight (weights become integer strides in the worker pool).
 inline constexpr double kMaxLaneWeight = 1e6;
+// Upper bound of a lane's queueing-delay target, in milliseconds.
+inline constexpr double kMaxLaneDelayTargetMs = 60000;
+// The consensus lane's default delay target when adaptive lane weights are on.
+inline constexpr double kDefaultConsensusDelayTargetMs = 5;
+
+// Fills adaptive lane weights' defaults (enabled false; a consensus target when its block is
+// absent). Used by ApplyDefaults and by a live update that replaces the block.
+void ApplyAdaptiveLaneDefaults(node::config::AdaptiveLaneWeights* adaptive);
 
 // "partitions[<name>]".
 std::string PartitionPath(absl::string_view name);
@@ -77,6 +85,8 @@ std::vector<ConfigProblem> ValidateShareConfig(const node::config::ShareConfig& 
                                                const std::string& at);
 std::vector<ConfigProblem> ValidateLaneConfig(const node::config::LaneConfig& lanes,
                                               const std::string& at);
+std::vector<ConfigProblem> ValidateAdaptiveLaneWeights(
+    const node::config::AdaptiveLaneWeights& adaptive, const std::string& at);
 std::vector<ConfigProblem> ValidateDispatcherConfig(
     const node::config::DispatcherConfig& dispatcher, const std::string& at);
 std::vector<ConfigProblem> ValidatePoolConfig(const node::config::PoolConfig& pool,
@@ -113,7 +123,8 @@ std::vector<ConfigProblem> ValidateGuaranteeSum(
 // ---- Live updates: the config each would leave, validated whole ----
 
 // UpdatePartitionFlow: an interceptor given replaces the chain whole; a dispatcher or pool field
-// left at 0 keeps its current value; pool.max_tx_bytes cannot change live; lossless (on a lossless
+// left at 0 keeps its current value (dispatcher.adaptive_weights, when present, replaces the
+// block whole, with its defaults); pool.max_tx_bytes cannot change live; lossless (on a lossless
 // partition only) sets the drain rate when > 0 and the disk budget when set_disk_budget. Paths are
 // under PartitionPath(current.name()).
 absl::StatusOr<node::config::PartitionConfig> ApplyFlowUpdate(

@@ -194,6 +194,21 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
     f->Histogram("noded_lane_queueing_delay_seconds",
                  "Time a message waited in the dispatcher lane before its handler ran.", ll,
                  s.queueing_delay());
+    f->Gauge("noded_lane_effective_weight",
+             "Weight the worker pool schedules the lane with now (adaptive lane weights).", ll,
+             s.effective_weight());
+    f->Gauge("noded_lane_delay_target_seconds",
+             "The lane's queueing-delay p99 target (0: its weight is fixed).", ll,
+             s.delay_target_ms() * 1e-3);
+    f->Gauge("noded_lane_window_delay_seconds",
+             "Queueing-delay p99 (or oldest queued age) the last adaptation step measured.", ll,
+             s.window_delay_ms() * 1e-3);
+    for (auto [direction, n] : {std::pair{"up", s.weight_raises()}, {"down", s.weight_lowers()}}) {
+      Labels dl = ll;
+      dl.emplace_back("direction", direction);
+      f->Counter("noded_lane_weight_changes_total", "Adaptive lane weight changes, by direction.",
+                 dl, static_cast<double>(n));
+    }
   }
   const node::admin::StateCacheStats& cache = p.state_cache();
   f->Counter("noded_state_cache_hits_total", "State reads the executor's cache answered.", l,

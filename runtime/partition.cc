@@ -52,6 +52,22 @@ std::vector<int> LaneWeights(const node::config::LaneConfig& w) {
           LaneWeight(w.bulk()), LaneWeight(w.client())};
 }
 
+std::vector<flowctl::Dispatcher::DelayTarget> LaneDelayTargets(
+    const node::config::DispatcherConfig& d) {
+  std::vector<flowctl::Dispatcher::DelayTarget> out(kNumPartitionLanes + 1);  // + the tick lane
+  const node::config::AdaptiveLaneWeights& a = d.adaptive_weights();
+  if (!a.enabled()) return out;
+  const node::config::LaneDelayTarget* targets[kNumPartitionLanes] = {
+      &a.consensus(), &a.sync(), &a.tx_forward(), &a.bulk(), &a.client()};
+  for (int i = 0; i < kNumPartitionLanes; ++i) {
+    out[i] = {
+        .target_nanos = static_cast<int64_t>(targets[i]->target_p99_ms() * 1e6),
+        .max_weight = targets[i]->max_weight() > 0 ? LaneWeight(targets[i]->max_weight()) : 0};
+  }
+  out[kTickLane] = out[kConsensusLane];  // ticks compete like consensus messages (see Open)
+  return out;
+}
+
 // ---- Impl: construction ----
 
 Partition::Impl::Impl(PartitionEnv env)
@@ -172,6 +188,7 @@ absl::Status Partition::Impl::Open() {
   d.budget.max_messages = cfg.dispatcher().budget_messages();
   d.budget.max_bytes = static_cast<int64_t>(cfg.dispatcher().budget_bytes());
   std::vector<int> weights = LaneWeights(cfg.dispatcher().lane_weights());
+  std::vector<flowctl::Dispatcher::DelayTarget> targets = LaneDelayTargets(cfg.dispatcher());
   const char* names[kNumPartitionLanes] = {
       partitions::kConsensusLaneName, partitions::kSyncLaneName, partitions::kTxForwardLaneName,
       partitions::kBulkLaneName, "client"};
@@ -185,14 +202,18 @@ absl::Status Partition::Impl::Open() {
     } else {
       handler = [this](flowctl::Message m) { HandlePeerMessage(std::move(m)); };
     }
-    d.lanes.push_back({.name = names[i], .weight = weights[i], .handler = std::move(handler)});
+    d.lanes.push_back({.name = names[i],
+                       .weight = weights[i],
+                       .handler = std::move(handler),
+                       .delay_target = targets[i]});
   }
   // Ticks compete for CPU like consensus messages (they cut and sign proposals and fire
   // consensus timers); coalesced, so two slots are plenty.
   d.lanes.push_back({.name = "tick",
                      .weight = weights[kConsensusLane],
                      .handler = [this](flowctl::Message) { HandleTick(); },
-                     .reserved_messages = 2});
+                     .reserved_messages = 2,
+                     .delay_target = targets[kTickLane]});
   ASSIGN_OR_RETURN(dispatcher_, flowctl::Dispatcher::Create(env_.pool, std::move(d)));
   // Registered once, before anything can ask for a tick; ticks run only after Start.
   tick_id_ = env_.scheduler->Register([this](int64_t) { RequestTick(); });

@@ -52,6 +52,12 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
     ls->set_dropped_bytes_full(l.dropped_bytes);
     *ls->mutable_queueing_delay() = LatencySummaryOf(l.queueing_delay);
     ls->set_cpu_nanos(l.cpu_nanos);
+    ls->set_effective_weight(l.effective_weight);
+    ls->set_delay_target_ms(static_cast<double>(l.delay_target_nanos) / 1e6);
+    ls->set_max_weight(l.max_weight);
+    ls->set_window_delay_ms(static_cast<double>(l.window_delay_nanos) / 1e6);
+    ls->set_weight_raises(l.weight_raises);
+    ls->set_weight_lowers(l.weight_lowers);
   }
   partitions::TxPoolStats ps = pool_->stats();
   partitions::TxPoolLimits pl = pool_->limits();
@@ -166,6 +172,12 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
   // Ticks compete for CPU like consensus messages (see Open).
   if (absl::Status s = dispatcher_->SetLaneWeight(kTickLane, weights[kConsensusLane]); !s.ok()) {
     LOG(ERROR) << "partition " << name_ << ": tick lane weight: " << s;
+  }
+  std::vector<flowctl::Dispatcher::DelayTarget> targets = LaneDelayTargets(next.dispatcher());
+  for (int i = 0; i <= kTickLane; ++i) {
+    if (absl::Status s = dispatcher_->SetDelayTarget(i, targets[i]); !s.ok()) {
+      LOG(ERROR) << "partition " << name_ << ": lane delay target: " << s;
+    }
   }
   if (absl::Status s = dispatcher_->SetBudget(budget); !s.ok()) {
     LOG(ERROR) << "partition " << name_ << ": budget: " << s;
@@ -417,6 +429,8 @@ void Partition::Resume() {
 bool Partition::paused() const { return impl_->paused_.load(std::memory_order_relaxed); }
 
 flowctl::ConsumerUsage Partition::TakeUsage() {
+  // The arbiter's tick is also the adaptive lane weights' control step (one clock, one thread).
+  impl_->dispatcher_->AdaptWeights();
   flowctl::ConsumerUsage u;
   int64_t cpu = impl_->dispatcher_->CpuNanos();
   u.cpu_nanos = cpu - impl_->last_cpu_nanos_;

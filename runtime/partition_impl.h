@@ -239,6 +239,10 @@ partitions::TxTrackerPolicy TrackerPolicyFor(const partitions::TxPoolLimits& poo
 
 // Dispatcher weights (>= 1, rounded) of the configured lane weights, in PartitionLane order.
 std::vector<int> LaneWeights(const node::config::LaneConfig& weights);
+// Dispatcher delay targets of the adaptive lane weights, in PartitionLane order plus the tick
+// lane (which follows consensus); all zero (fixed weights) when adaptation is off.
+std::vector<flowctl::Dispatcher::DelayTarget> LaneDelayTargets(
+    const node::config::DispatcherConfig& dispatcher);
 
 }  // namespace runtime
 

@@ -4,7 +4,7 @@
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
                                                throughput rejection scale cpu state retry
-                                               reads live memory)
+                                               reads live memory lanes)
 
 Each scenario starts its own 4-node localnet(s) in a temp dir (random ports), drives it with
 loadgen, stops it on every exit path, prints one `RESULT` line with its ratio and appends a
@@ -27,7 +27,9 @@ READS_SECONDS (default 40), READS_REPS (limited/unlimited pairs, default 1), REA
 the default, or block: GetBlock of the latest block with its tx bodies); live: LIVE_REPS
 (with/without pairs, default 1); memory: MEMORY_RATE (16 KiB tx/s, default 2000), MEMORY_SECONDS
 (default 40), MEMORY_LIMIT_MIB (node 1's cgroup limit, default 400; needs a memory cgroup this
-user may create, as root on most machines).
+user may create, as root on most machines); lanes: LANES_RATE (hot's offered tx/s, default 3000),
+LANES_SECONDS (default 25), LANES_REPS (off/on pairs, default 2), LANES_WEIGHTS (lane_weights
+body, default the node's).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -1100,10 +1102,122 @@ def memory():
            % (rate, seconds, memory_cgroup()[1]))
 
 
+# 14. Adaptive lane weights: on vs off under a saturating flood -------------------------------
+def lane_stats(stats, partition, lane):
+    """The LaneStats dict of `lane` in `partition` of a `nodectl --json stats` object, or {}."""
+    found = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            if o.get("name") == partition and isinstance(o.get("lanes"), list):
+                found.extend(l for l in o["lanes"] if l.get("name") == lane)
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+    walk(stats)
+    return found[0] if found else {}
+
+
+def lanes_run(name, adaptive, rate, seconds, weights):
+    extra = "[partition *]\ndispatcher { %s adaptive_weights { enabled: %s } }\n" \
+            "[partition hot]\npool { max_txs: 3000 }\n%s" % (
+                ("lane_weights { %s }" % weights) if weights else "",
+                "true" if adaptive else "false", hot_chain(None, 0, in_flight=8192))
+    with Cluster(name, extra) as c:
+        stop, peaks = threading.Event(), {}
+
+        def sampler():  # the highest scheduled consensus weight any node reached
+            while not stop.wait(2):
+                for i in range(c.nodes):
+                    try:
+                        st = c.stats(i)
+                    except Exception:  # a node busy past the timeout: skip the sample
+                        continue
+                    for part in ("hot", "steady"):
+                        w = lane_stats(st, part, "consensus").get("effective_weight", 0)
+                        peaks[part] = max(peaks.get(part, 0), w)
+        t = threading.Thread(target=sampler, daemon=True)
+        t.start()
+        p, s = c.loadgen(name, "hot:rate=%d;steady:rate=20" % rate, seconds, drain=10,
+                         presign=rate * 8)
+        stop.set()
+        t.join()
+        row = {"steady_p99": p["steady"]["p99_ms"], "hot_rate": p["hot"]["committed_rate"],
+               "hot_p99": p["hot"]["p99_ms"], "steady_rate": p["steady"]["committed_rate"],
+               "vc": (p["hot"]["view_changes"] or 0) + (p["steady"]["view_changes"] or 0),
+               "peaks": peaks}
+        # Queueing delay of the consensus and tick lanes since the cluster started (fresh), the
+        # worst node's p99; and the weight changes the adaptation made.
+        for part in ("hot", "steady"):
+            for lane in ("consensus", "tick"):
+                vals, raises, cpu, handled = [], 0, 0, 0
+                for i in range(c.nodes):
+                    ls = lane_stats(c.stats(i) or {}, part, lane)
+                    vals.append(ls.get("queueing_delay", {}).get("p99_us", 0) / 1e3)
+                    raises += int(ls.get("weight_raises", 0))
+                    cpu += int(ls.get("cpu_nanos", 0))
+                    handled += int(ls.get("processed", 0))
+                row["%s_%s_p99" % (part, lane)] = max(vals)
+                row["%s_%s_raises" % (part, lane)] = raises
+                # Mean worker CPU per handled message (all nodes): a lane is serial, so one
+                # long handler delays every message queued behind it, whatever the weight.
+                row["%s_%s_cpu_us" % (part, lane)] = cpu / 1e3 / max(handled, 1)
+        return row
+
+
+def lanes():
+    """Adaptive lane weights on vs off (LANES_REPS interleaved pairs, default 2): hot flooded at
+    LANES_RATE (default 3000) tx/s, beyond what the cluster commits, with gates and pool 3000 but
+    no rate limit; steady at 20 tx/s; LANES_SECONDS (default 25). LANES_WEIGHTS replaces the lane
+    weights (default: the node's defaults, consensus 8, client 4)."""
+    rate = int(os.environ.get("LANES_RATE", "3000"))
+    seconds = int(os.environ.get("LANES_SECONDS", "25"))
+    reps = int(os.environ.get("LANES_REPS", "2"))
+    weights = os.environ.get("LANES_WEIGHTS", "")
+    rows = {"off": [], "on": []}
+    for i in range(reps):
+        for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
+            rows[mode].append(lanes_run("lanes_%s_%d" % (mode, i), mode == "on", rate, seconds,
+                                        weights))
+
+    def med(mode, key):
+        vals = sorted(r[key] for r in rows[mode])
+        return vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] +
+                                                           vals[len(vals) // 2]) / 2
+
+    def fmt(mode):
+        rs = rows[mode]
+        return ("consensus-lane queueing p99 hot %s ms, steady %s ms; tick lane hot %s ms; "
+                "steady commit p99 %s ms; hot %s tx/s (p99 %s ms); %s VC; consensus weight "
+                "raises %s, peak weight hot %s; mean CPU per hot consensus-lane message %s us"
+                % ("/".join("%.1f" % r["hot_consensus_p99"] for r in rs),
+                   "/".join("%.1f" % r["steady_consensus_p99"] for r in rs),
+                   "/".join("%.1f" % r["hot_tick_p99"] for r in rs),
+                   "/".join("%.0f" % r["steady_p99"] for r in rs),
+                   "/".join("%.0f" % r["hot_rate"] for r in rs),
+                   "/".join("%.0f" % r["hot_p99"] for r in rs),
+                   "/".join("%d" % r["vc"] for r in rs),
+                   "/".join("%d" % r["hot_consensus_raises"] for r in rs),
+                   "/".join("%g" % r["peaks"].get("hot", 0) for r in rs),
+                   "/".join("%.0f" % r["hot_consensus_cpu_us"] for r in rs)))
+    ratio = ("hot consensus-lane p99 on/off %.2f; steady commit p99 on/off %.2f; hot committed "
+             "on/off %.2f (medians of %d)"
+             % (med("on", "hot_consensus_p99") / max(med("off", "hot_consensus_p99"), 1e-9),
+                med("on", "steady_p99") / max(med("off", "steady_p99"), 1e-9),
+                med("on", "hot_rate") / max(med("off", "hot_rate"), 1e-9), reps))
+    result("adaptive lane weights%s" % (" (weights %s)" % weights if weights else ""),
+           "on: " + fmt("on"), "off: " + fmt("off"), ratio,
+           "decide the default (issue 18 item 4)",
+           "hot %d tx/s offered (gates, pool 3000, in_flight 8192, no rate limit), steady 20 tx/s, "
+           "%d s; per run values listed in run order" % (rate, seconds))
+
+
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
              "scale": scale, "cpu": cpu, "state": state, "retry": retry, "reads": reads,
-             "live": live, "memory": memory}
+             "live": live, "memory": memory, "lanes": lanes}
 
 
 def main(argv):

@@ -238,8 +238,8 @@ const std::vector<Command>& Commands() {
        .run = RunGetValue},
       {.name = "update-flow",
        .synopsis = "--partition P [--interceptor FILE|TEXT] [--read-interceptor FILE|TEXT] "
-                   "[--lane-weights K=V,...] [--budget K=V,...] [--pool K=V,...] "
-                   "[--drain-rate BYTES_PER_S] [--disk-budget SIZE|none]",
+                   "[--lane-weights K=V,...] [--budget K=V,...] [--adaptive-lanes SPEC] "
+                   "[--pool K=V,...] [--drain-rate BYTES_PER_S] [--disk-budget SIZE|none]",
        .summary = "Replace a partition's interceptor or read chain, lane weights, budget, pool "
                   "limits or (lossless) drain rate and disk budget.",
        .details =
@@ -253,13 +253,19 @@ const std::vector<Command>& Commands() {
            "the node reads as \"keep the current value\". Byte values take B, KiB, MiB, GiB, KB,\n"
            "MB, GB. The node validates the whole update and applies all of it or nothing.\n"
            "Pool keys: max_txs, max_bytes, max_per_sender, forward_reserve_fraction (0..0.5),\n"
-           "high_water_fraction (0..1], ttl_seconds, max_tx_bytes.\n",
+           "high_water_fraction (0..1], ttl_seconds, max_tx_bytes.\n"
+           "--adaptive-lanes: off, on (consensus lane target 5 ms), or per-lane p99 queueing-\n"
+           "delay targets in ms with an optional weight ceiling, e.g. consensus=5/64,client=50\n"
+           "(turns adaptation on; replaces the whole adaptive block; lanes left out get their\n"
+           "defaults, 0 = that lane's weight stays fixed).\n",
        .flags = {{"partition", "P", "the partition (by name); required"},
                  {"interceptor", "FILE|TEXT", "new interceptor chain (StageChainConfig text)"},
                  {"read-interceptor", "FILE|TEXT", "new read chain (StageChainConfig text)"},
                  {"lane-weights", "K=V,...",
                   "consensus=, sync=, tx_forward=, bulk=, client= (each > 0)"},
                  {"budget", "K=V,...", "dispatcher budget: messages=N, bytes=SIZE"},
+                 {"adaptive-lanes", "off|on|LANE=MS[/MAX],...",
+                  "adaptive lane weights: queueing-delay targets per lane"},
                  {"pool", "K=V,...", "pool limits, e.g. max_txs=50000,max_bytes=64MiB"},
                  {"drain-rate", "BYTES_PER_S", "lossless: the FIFO's drain rate (> 0)"},
                  {"disk-budget", "SIZE|none",

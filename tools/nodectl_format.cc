@@ -25,6 +25,23 @@ std::string Latency(const LatencySummary& l) {
                       FormatMicros(l.max_us()));
 }
 
+// "off", or "on: consensus 5ms (max 64), ..." for the lanes with a target.
+std::string AdaptiveLanes(const node::config::AdaptiveLaneWeights& a) {
+  if (!a.enabled()) return "off";
+  std::vector<std::string> targets;
+  for (auto [name, t] : {std::pair{"consensus", &a.consensus()},
+                         {"sync", &a.sync()},
+                         {"tx_forward", &a.tx_forward()},
+                         {"bulk", &a.bulk()},
+                         {"client", &a.client()}}) {
+    if (t->target_p99_ms() <= 0) continue;
+    targets.push_back(absl::StrCat(
+        name, " ", FormatNumber(t->target_p99_ms()), "ms",
+        t->max_weight() > 0 ? absl::StrCat(" (max ", FormatNumber(t->max_weight()), ")") : ""));
+  }
+  return absl::StrCat("on: ", targets.empty() ? "no lane targets" : absl::StrJoin(targets, ", "));
+}
+
 std::string Lanes(const node::config::LaneConfig& l) {
   return absl::StrCat("consensus=", FormatNumber(l.consensus()), ",sync=", FormatNumber(l.sync()),
                       ",tx_forward=", FormatNumber(l.tx_forward()),
@@ -63,12 +80,18 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
     reads.Print(out, 2);
   }
 
-  Table lanes({"LANE", "WEIGHT>", "DEPTH>", "DEPTH_BYTES>", "CAPACITY>", "CAPACITY_BYTES>",
-               "OFFERED>", "PROCESSED>", "DROPPED>", "DROPPED_BYTES>", "DELAY_P50>", "DELAY_P99>",
-               "CPU>"});
+  Table lanes({"LANE", "WEIGHT>", "SCHED>", "DEPTH>", "DEPTH_BYTES>", "CAPACITY>",
+               "CAPACITY_BYTES>", "OFFERED>", "PROCESSED>", "DROPPED>", "DROPPED_BYTES>",
+               "DELAY_P50>", "DELAY_P99>", "CPU>"});
   for (const auto& l : p.lanes()) {
     const LatencySummary& d = l.queueing_delay();
-    lanes.AddRow({l.name(), FormatNumber(l.weight()), absl::StrCat(l.depth_messages()),
+    // SCHED: the weight the pool schedules with (adaptive), "target/window" when adapting.
+    std::string sched = FormatNumber(l.effective_weight());
+    if (l.delay_target_ms() > 0) {
+      absl::StrAppend(&sched, " (", FormatNumber(l.window_delay_ms()), "/",
+                      FormatNumber(l.delay_target_ms()), "ms)");
+    }
+    lanes.AddRow({l.name(), FormatNumber(l.weight()), sched, absl::StrCat(l.depth_messages()),
                   FormatBytes(l.depth_bytes()), absl::StrCat(l.capacity_messages()),
                   FormatBytes(l.capacity_bytes()), absl::StrCat(l.offered()),
                   absl::StrCat(l.processed()), absl::StrCat(l.dropped_full()),
@@ -239,6 +262,7 @@ void PrintPartitionFlowConfig(const node::config::PartitionConfig& c, std::ostre
       << "  reads        " << (reads.empty() ? "(none)" : absl::StrJoin(reads, " -> ")) << "\n"
       << "  lanes        " << Lanes(d.lane_weights()) << "  budget " << d.budget_messages()
       << " msgs, " << FormatBytes(d.budget_bytes()) << "\n"
+      << "  adaptive     " << AdaptiveLanes(d.adaptive_weights()) << "\n"
       << "  pool         max_txs=" << pool.max_txs() << " max_bytes=" << pool.max_bytes()
       << " max_per_sender=" << pool.max_per_sender()
       << " forward_reserve_fraction=" << FormatNumber(pool.forward_reserve_fraction())

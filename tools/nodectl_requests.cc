@@ -65,6 +65,34 @@ absl::Status ParseLaneWeights(const std::string& text, node::config::LaneConfig*
   return absl::OkStatus();
 }
 
+// "off", "on" (the node's default targets) or lane=TARGET_MS[/MAX_WEIGHT],... (on, with these
+// targets; lanes not named get their defaults).
+absl::Status ParseAdaptiveLanes(const std::string& text, node::config::AdaptiveLaneWeights* a) {
+  a->set_enabled(text != "off");
+  if (text == "on" || text == "off") return absl::OkStatus();
+  static constexpr absl::string_view kKeys[] = {"consensus", "sync", "tx_forward", "bulk",
+                                                "client"};
+  ASSIGN_OR_RETURN(auto kv, ParseKeyValues("--adaptive-lanes", text, kKeys));
+  for (const auto& [key, value] : kv) {
+    const std::string what = absl::StrCat("--adaptive-lanes ", key);
+    const std::vector<std::string> parts = absl::StrSplit(value, absl::MaxSplits('/', 1));
+    node::config::LaneDelayTarget t;
+    ASSIGN_OR_RETURN(double target, ParseDouble(what, parts[0], 0, 60000));
+    t.set_target_p99_ms(target);
+    if (parts.size() > 1) {
+      ASSIGN_OR_RETURN(double max_weight, ParseDouble(what + " max weight", parts[1], 0, kMaxWeight,
+                                                      /*min_exclusive=*/true));
+      t.set_max_weight(max_weight);
+    }
+    if (key == "consensus") *a->mutable_consensus() = t;
+    if (key == "sync") *a->mutable_sync() = t;
+    if (key == "tx_forward") *a->mutable_tx_forward() = t;
+    if (key == "bulk") *a->mutable_bulk() = t;
+    if (key == "client") *a->mutable_client() = t;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseBudget(const std::string& text, node::config::DispatcherConfig* d) {
   static constexpr absl::string_view kKeys[] = {"messages", "bytes"};
   ASSIGN_OR_RETURN(auto kv, ParseKeyValues("--budget", text, kKeys));
@@ -274,6 +302,9 @@ absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(
   if (const std::string* s = f.Last("budget")) {
     RETURN_IF_ERROR(ParseBudget(*s, req.mutable_dispatcher()));
   }
+  if (const std::string* s = f.Last("adaptive-lanes")) {
+    RETURN_IF_ERROR(ParseAdaptiveLanes(*s, req.mutable_dispatcher()->mutable_adaptive_weights()));
+  }
   if (const std::string* s = f.Last("pool")) {
     RETURN_IF_ERROR(ParsePool(*s, req.mutable_pool()));
   }
@@ -292,7 +323,7 @@ absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(
       !req.has_pool() && !req.has_lossless()) {
     return Invalid(
         "nothing to update: give --interceptor, --read-interceptor, --lane-weights, --budget, "
-        "--pool, --drain-rate or --disk-budget");
+        "--adaptive-lanes, --pool, --drain-rate or --disk-budget");
   }
   return req;
 }

@@ -73,5 +73,21 @@ TEST(HistogramTest, CountAtOrBelowAndMerge) {
   EXPECT_EQ(a.Snapshot().Percentile(0.5), 0);
 }
 
+// Since(): only what was recorded after the earlier snapshot, with the window's own max bound.
+TEST(HistogramTest, SinceIsTheWindowBetweenTwoSnapshots) {
+  Histogram h;
+  for (int i = 0; i < 100; ++i) h.Record(1'000'000);  // 1 ms
+  const HistogramSnapshot before = h.Snapshot();
+  for (int i = 0; i < 10; ++i) h.Record(1'000);  // 1 us
+  const HistogramSnapshot window = h.Snapshot().Since(before);
+  EXPECT_EQ(window.count, 10u);
+  EXPECT_EQ(window.sum, 10'000);
+  EXPECT_LE(window.Percentile(0.99), 1'070);  // not the 1 ms of the earlier values
+  EXPECT_GE(window.Percentile(0.99), 1'000);
+  EXPECT_EQ(h.Snapshot().Since(h.Snapshot()).count, 0u);
+  EXPECT_EQ(h.Snapshot().Since(h.Snapshot()).Percentile(0.99), 0);
+  EXPECT_EQ(h.Snapshot().Since(HistogramSnapshot{}).count, 110u);  // from an empty snapshot
+}
+
 }  // namespace
 }  // namespace flowctl

@@ -4,6 +4,7 @@
 // serve and the transaction it committed before the table must still be COMMITTED.
 //
 // The test prints the table (case, how sent, code, message) as markdown for docs/RELIABILITY.md.
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -569,6 +570,18 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
       {"negative lane weight", "admin UpdatePartitionFlow, lane_weights.bulk -1",
        [&] { return Flow(WithLaneWeight(-1)); }, StatusCode::INVALID_ARGUMENT,
        "partitions[steady].dispatcher.lane_weights.bulk: must be > 0, got -1"},
+      {"NaN lane delay target", "admin UpdatePartitionFlow, adaptive_weights.consensus NaN",
+       [&] {
+         node::admin::UpdatePartitionFlowRequest r;
+         r.set_partition("steady");
+         auto* a = r.mutable_dispatcher()->mutable_adaptive_weights();
+         a->set_enabled(true);
+         a->mutable_consensus()->set_target_p99_ms(std::nan(""));
+         return Flow(r);
+       },
+       StatusCode::INVALID_ARGUMENT,
+       "partitions[steady].dispatcher.adaptive_weights.consensus.target_p99_ms: must be in [0, "
+       "60000], got nan"},
       {"lane weight 0 keeps the current", "admin UpdatePartitionFlow, lane_weights.bulk 0",
        [&] {
          node::admin::UpdatePartitionFlowResponse response;

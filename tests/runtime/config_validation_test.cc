@@ -141,6 +141,30 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
          return Flow(r);
        },
        "partitions[hot].dispatcher.lane_weights.client: must be <= 1000000, got 2e+06"},
+      {"lane delay target above a minute",
+       ConfigText("dispatcher { adaptive_weights { enabled: true consensus { target_p99_ms: "
+                  "90000 } } }"),
+       [&] {
+         auto r = HotFlow();
+         auto* a = r.mutable_dispatcher()->mutable_adaptive_weights();
+         a->set_enabled(true);
+         a->mutable_consensus()->set_target_p99_ms(90000);
+         return Flow(r);
+       },
+       "partitions[hot].dispatcher.adaptive_weights.consensus.target_p99_ms: must be in [0, "
+       "60000], got 90000"},
+      {"negative lane max weight",
+       ConfigText("dispatcher { adaptive_weights { client { target_p99_ms: 20 max_weight: -3 } "
+                  "} }"),
+       [&] {
+         auto r = HotFlow();
+         auto* c = r.mutable_dispatcher()->mutable_adaptive_weights()->mutable_client();
+         c->set_target_p99_ms(20);
+         c->set_max_weight(-3);
+         return Flow(r);
+       },
+       "partitions[hot].dispatcher.adaptive_weights.client.max_weight: must be in [0, 1e+06], "
+       "got -3"},
       {"negative rate", ConfigText("interceptor { stages { rate { rate_per_second: -5 } } }"),
        [&] {
          node::flowctl::StageConfig stage;
@@ -331,6 +355,48 @@ TEST_F(ConfigValidationTest, ValidUpdatesStillApply) {
   ASSERT_TRUE(arbiter.ok()) << arbiter.error_message();
   EXPECT_EQ((*cold)->config().share().ceiling_fraction(), 1);
   EXPECT_EQ((*cold)->config().share().weight(), 2);
+}
+
+// Adaptive lane weights turned on live reach the partition's dispatcher (each lane's target and
+// ceiling in its stats), with the defaults for lanes the update leaves out; off puts every lane's
+// scheduling weight back to its configured one.
+TEST_F(ConfigValidationTest, AdaptiveLaneWeightsApplyLive) {
+  absl::StatusOr<std::shared_ptr<Partition>> cold = node_->FindPartition("cold");
+  ASSERT_TRUE(cold.ok());
+  auto lane = [&](const std::string& name) {
+    const node::admin::PartitionFlowStats stats = (*cold)->FlowStats();
+    for (const node::admin::LaneStats& l : stats.lanes()) {
+      if (l.name() == name) return l;
+    }
+    ADD_FAILURE() << "no lane " << name;
+    return node::admin::LaneStats();
+  };
+  EXPECT_EQ(lane("consensus").delay_target_ms(), 0);  // off by default
+  EXPECT_FALSE((*cold)->config().dispatcher().adaptive_weights().enabled());
+
+  node::admin::UpdatePartitionFlowRequest r;
+  r.set_partition("cold");
+  auto* a = r.mutable_dispatcher()->mutable_adaptive_weights();
+  a->set_enabled(true);
+  a->mutable_client()->set_target_p99_ms(40);
+  a->mutable_client()->set_max_weight(10);
+  const grpc::Status on = Flow(r);
+  ASSERT_TRUE(on.ok()) << on.error_message();
+  const double consensus_weight = (*cold)->config().dispatcher().lane_weights().consensus();
+  EXPECT_EQ(lane("consensus").delay_target_ms(), kDefaultConsensusDelayTargetMs);
+  EXPECT_EQ(lane("consensus").max_weight(), 8 * consensus_weight);
+  EXPECT_EQ(lane("tick").delay_target_ms(), kDefaultConsensusDelayTargetMs);
+  EXPECT_EQ(lane("client").delay_target_ms(), 40);
+  EXPECT_EQ(lane("client").max_weight(), 10);
+  EXPECT_EQ(lane("bulk").delay_target_ms(), 0);
+  EXPECT_TRUE((*cold)->config().dispatcher().adaptive_weights().enabled());
+
+  a->Clear();
+  a->set_enabled(false);
+  const grpc::Status off = Flow(r);
+  ASSERT_TRUE(off.ok()) << off.error_message();
+  EXPECT_EQ(lane("client").delay_target_ms(), 0);
+  EXPECT_EQ(lane("client").effective_weight(), lane("client").weight());
 }
 
 // Config files name a partition by position where its name cannot identify it.

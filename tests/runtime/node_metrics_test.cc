@@ -54,6 +54,11 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   lane->set_depth_messages(7);
   lane->set_dropped_full(4);
   lane->set_cpu_nanos(2'000'000'000);
+  lane->set_effective_weight(24);
+  lane->set_delay_target_ms(5);
+  lane->set_window_delay_ms(12.5);
+  lane->set_weight_raises(3);
+  lane->set_weight_lowers(1);
   p->mutable_pool()->set_txs(99);
   p->mutable_spill()->set_disk_bytes(1234);
   p->mutable_spill()->set_disk_budget_bytes(4096);
@@ -96,6 +101,20 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
           "noded_lane_dropped_total{partition=\"hot\",lane=\"consensus\",reason=\"full\"} 4"));
   EXPECT_THAT(text,
               HasSubstr("noded_lane_cpu_seconds_total{partition=\"hot\",lane=\"consensus\"} 2"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_lane_effective_weight{partition=\"hot\",lane=\"consensus\"} 24"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_lane_delay_target_seconds{partition=\"hot\",lane=\"consensus\"}"
+                        " 0.005"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_lane_window_delay_seconds{partition=\"hot\",lane=\"consensus\"}"
+                        " 0.0125"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_lane_weight_changes_total{partition=\"hot\",lane=\"consensus\","
+                        "direction=\"up\"} 3"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_lane_weight_changes_total{partition=\"hot\",lane=\"consensus\","
+                        "direction=\"down\"} 1"));
   EXPECT_THAT(text, HasSubstr("noded_pool_txs{partition=\"hot\"} 99"));
   EXPECT_THAT(text, HasSubstr("noded_spill_disk_bytes{partition=\"hot\"} 1234"));
   EXPECT_THAT(text, HasSubstr("noded_spill_disk_budget_bytes{partition=\"hot\"} 4096"));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "base/ed25519.h"
+#include "flowctl/dispatcher.h"
 #include "flowctl/tick_scheduler.h"
 #include "glog/logging.h"
 #include "gtest/gtest.h"
@@ -144,6 +145,60 @@ TEST_F(PartitionResourceConsumerTest, CpuShareBecomesTheDispatcherGroupWeight) {
   EXPECT_EQ(GroupShare(), 12345);
   part_->ApplyShare(Resource::kCpu, 0);  // not a weight: ignored
   EXPECT_EQ(GroupShare(), 12345);
+}
+
+// The arbiter's tick (TakeUsage) is the adaptive lane weights' control step: a client job held
+// past the client lane's target, behind a worker busy elsewhere, raises that lane's scheduling
+// weight at the next TakeUsage, and not before.
+TEST_F(PartitionResourceConsumerTest, TakeUsageAdaptsLaneWeights) {
+  node::admin::UpdatePartitionFlowRequest r;
+  r.set_partition("p");
+  auto* a = r.mutable_dispatcher()->mutable_adaptive_weights();
+  a->set_enabled(true);
+  a->mutable_client()->set_target_p99_ms(1);
+  // No health gate: the partition is never started, so its consensus is not NORMAL.
+  auto* stage = r.mutable_interceptor()->add_stages();
+  stage->set_name("in_flight");
+  stage->mutable_concurrency()->set_max_in_flight(16);
+  absl::StatusOr<node::config::PartitionConfig> updated = part_->UpdateFlow(r);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  auto client_lane = [&] {
+    const node::admin::PartitionFlowStats stats = part_->FlowStats();
+    for (const node::admin::LaneStats& l : stats.lanes()) {
+      if (l.name() == "client") return l;
+    }
+    ADD_FAILURE() << "no client lane";
+    return node::admin::LaneStats();
+  };
+  ASSERT_EQ(client_lane().delay_target_ms(), 1);
+
+  // Occupy the pool's only worker with another dispatcher's handler.
+  absl::Notification entered, release;
+  absl::StatusOr<std::unique_ptr<flowctl::Dispatcher>> blocker = flowctl::Dispatcher::Create(
+      pool_.get(), {.name = "blocker",
+                    .budget = {.max_messages = 1, .max_bytes = 1024},
+                    .lanes = {{.name = "b", .weight = 1, .handler = [&](flowctl::Message) {
+                                 entered.Notify();
+                                 release.WaitForNotification();
+                               }}}});
+  ASSERT_TRUE(blocker.ok()) << blocker.status();
+  ASSERT_EQ((*blocker)->Offer(0, flowctl::Message{}), flowctl::Dispatcher::OfferResult::kAccepted);
+  entered.WaitForNotification();
+
+  absl::Notification answered;
+  part_->Submit(testing::SignedPut(5, 'x', 1), {}, [&](SubmitResult) { answered.Notify(); });
+  ASSERT_EQ(client_lane().depth_messages(), 1u);  // queued for verification
+  clock_.Advance(absl::Milliseconds(10));
+  EXPECT_EQ(client_lane().effective_weight(), client_lane().weight());  // no step yet
+  part_->TakeUsage();
+  const node::admin::LaneStats after = client_lane();
+  EXPECT_GT(after.effective_weight(), after.weight());
+  EXPECT_EQ(after.weight_raises(), 1u);
+  EXPECT_GE(after.window_delay_ms(), 10);
+
+  release.Notify();
+  EXPECT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  (*blocker)->Stop();
 }
 
 TEST_F(PartitionResourceConsumerTest, MemoryShareCapsThePoolBytes) {

@@ -58,6 +58,9 @@ node::admin::FlowStats SampleStats() {
       lanes {
         name: "consensus"
         weight: 8
+        effective_weight: 12
+        delay_target_ms: 5
+        window_delay_ms: 7.5
         capacity_messages: 32768
         capacity_bytes: 33554432
         depth_messages: 3
@@ -71,6 +74,7 @@ node::admin::FlowStats SampleStats() {
       lanes {
         name: "bulk"
         weight: 1
+        effective_weight: 1
         capacity_messages: 4096
         dropped_full: 55
         dropped_bytes_full: 2097152
@@ -211,9 +215,9 @@ TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
   EXPECT_THAT(o, HasSubstr("  STAGE        KIND         ADMITTED  REJECTED  CURRENT  LIMIT\n"
                            "  concurrency  concurrency      1000         7       12   1024\n"
                            "  rate         rate              990        10      3.5    500\n"));
-  EXPECT_THAT(o, ContainsRegex("  consensus +8 +3 +1.5 KiB +32768 +32.0 MiB +100 +97 +0 +0 B "
-                               "+40us +900us +2.50ms\n"));
-  EXPECT_THAT(o, ContainsRegex("  bulk +1 +0 +0 B +4096 +0 B +0 +0 +55 +2.0 MiB +- +- +0us\n"));
+  EXPECT_THAT(o, ContainsRegex("  consensus +8 +12 \\(7.5/5ms\\) +3 +1.5 KiB +32768 +32.0 MiB "
+                               "+100 +97 +0 +0 B +40us +900us +2.50ms\n"));
+  EXPECT_THAT(o, ContainsRegex("  bulk +1 +1 +0 +0 B +4096 +0 B +0 +0 +55 +2.0 MiB +- +- +0us\n"));
   EXPECT_THAT(o, HasSubstr("  pool   txs 10/100000  bytes 2.0 KiB/128.0 MiB  high-water yes  "
                            "added 500  rejected_full 4  expired 1\n"));
   EXPECT_THAT(o, HasSubstr("  retry  pool 330ms  client_lane 3ms  from commits 850 tx/s, 4 "
@@ -369,6 +373,37 @@ TEST_F(NodectlTest, UpdateFlowReadsInterceptorFileAndKeepsUnsetSectionsUnset) {
   EXPECT_EQ(sent.interceptor().stages(0).rate().burst(), 10);
   EXPECT_FALSE(sent.has_dispatcher());
   EXPECT_FALSE(sent.has_pool());
+}
+
+TEST_F(NodectlTest, UpdateFlowSendsAdaptiveLaneTargets) {
+  ASSERT_EQ(
+      Run({"update-flow", "--partition", "hot", "--adaptive-lanes", "consensus=3/64,client=50"}),
+      kExitOk)
+      << err();
+  auto sent =
+      FromText<node::admin::UpdatePartitionFlowRequest>(fake_.last_request("UpdatePartitionFlow"));
+  auto want = FromText<node::admin::UpdatePartitionFlowRequest>(R"pb(
+    partition: "hot"
+    dispatcher {
+      adaptive_weights {
+        enabled: true
+        consensus { target_p99_ms: 3 max_weight: 64 }
+        client { target_p99_ms: 50 }
+      }
+    })pb");
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(sent, want)) << sent.DebugString();
+
+  ASSERT_EQ(Run({"update-flow", "--partition", "hot", "--adaptive-lanes", "off"}), kExitOk);
+  sent =
+      FromText<node::admin::UpdatePartitionFlowRequest>(fake_.last_request("UpdatePartitionFlow"));
+  EXPECT_TRUE(sent.dispatcher().adaptive_weights().has_enabled());
+  EXPECT_FALSE(sent.dispatcher().adaptive_weights().enabled());
+  EXPECT_FALSE(sent.dispatcher().adaptive_weights().has_consensus());
+
+  EXPECT_EQ(Run({"update-flow", "--partition", "hot", "--adaptive-lanes", "consensus=-1"}),
+            kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("--adaptive-lanes consensus"));
+  EXPECT_EQ(Run({"update-flow", "--partition", "hot", "--adaptive-lanes", "egress=5"}), kExitUsage);
 }
 
 TEST_F(NodectlTest, UpdateFlowSendsTheLosslessDrainRateAndDiskBudget) {

@@ -83,7 +83,7 @@ TEST_F(NodectlUsageTest, UsageErrorsExitTwoWithoutRpc) {
       {{"update-flow", "--pool", "max_txs=1"}, "nodectl update-flow: --partition: required"},
       {{"update-flow", "--partition", "hot"},
        "nodectl update-flow: nothing to update: give --interceptor, --read-interceptor, "
-       "--lane-weights, --budget, --pool, --drain-rate or --disk-budget"},
+       "--lane-weights, --budget, --adaptive-lanes, --pool, --drain-rate or --disk-budget"},
       {{"update-flow", "--partition", "ledger", "--disk-budget", "0"},
        "nodectl update-flow: --disk-budget: must be >= 1 bytes, got 0"},
       {{"update-flow", "--partition", "hot", "--lane-weights", "consensus=0"},
