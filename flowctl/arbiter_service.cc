@@ -281,6 +281,12 @@ void ArbiterService::TickLocked() {
     }
     m.stats = std::move(stats);
   }
+  if (options_.after_tick) {
+    std::vector<ResourceConsumer*> consumers;
+    consumers.reserve(n);
+    for (const Member& m : members_) consumers.push_back(m.consumer);
+    options_.after_tick(cpu_capacity, consumers);
+  }
 }
 
 }  // namespace flowctl

@@ -320,7 +320,8 @@ Dispatcher::Dispatcher(WorkerPool* pool, Options options)
     lanes_.back()->task = pool_->AddTask(group_, lanes_.back().get(), config.weight);
     weights_.push_back(config.weight);
     reserved_.push_back(config.reserved_messages);
-    adaptive_.push_back({.target = config.delay_target, .effective = config.weight});
+    adaptive_.push_back(
+        {.target = config.delay_target, .watch = config.watch_delay, .effective = config.weight});
   }
   ApplyCapacitiesLocked();
 }
@@ -361,6 +362,7 @@ absl::Status Dispatcher::SetLaneWeight(int lane, int weight) {
   }
   if (absl::Status s = ValidateWeight(weight, lanes_[lane]->name()); !s.ok()) return s;
   absl::MutexLock lock(&config_mu_);
+  if (weights_[lane] == weight) return absl::OkStatus();  // an unrelated update keeps adaptation
   weights_[lane] = weight;
   SetEffectiveLocked(lane, weight);
   ApplyCapacitiesLocked();
@@ -373,10 +375,16 @@ absl::Status Dispatcher::SetDelayTarget(int lane, DelayTarget target) {
   }
   if (absl::Status s = ValidateDelayTarget(target, lanes_[lane]->name()); !s.ok()) return s;
   absl::MutexLock lock(&config_mu_);
-  adaptive_[lane].target = target;
-  const int weight = target.target_nanos == 0 ? weights_[lane]
-                                              : std::clamp(adaptive_[lane].effective,
-                                                           weights_[lane], MaxWeightLocked(lane));
+  Adaptive& a = adaptive_[lane];
+  if (a.target.target_nanos == 0 && target.target_nanos > 0 && !a.watch) {
+    // Adaptation starts now: the first window must not hold the delays of before.
+    a.last_delay = lanes_[lane]->DelaySnapshot();
+  }
+  if (target.target_nanos == 0 && !a.watch) a.window_delay_nanos = 0;
+  a.target = target;
+  const int weight = target.target_nanos == 0
+                         ? weights_[lane]
+                         : std::clamp(a.effective, weights_[lane], MaxWeightLocked(lane));
   SetEffectiveLocked(lane, weight);
   return absl::OkStatus();
 }
@@ -401,16 +409,18 @@ void Dispatcher::SetEffectiveLocked(int lane, int weight) {
 int Dispatcher::AdaptWeights() {
   const int64_t now = clock_->NowNanos();
   absl::MutexLock lock(&config_mu_);
+  if (stopped_) return 0;
   int changed = 0;
   for (int i = 0; i < num_lanes(); ++i) {
     Adaptive& a = adaptive_[i];
-    if (a.target.target_nanos == 0) continue;
+    if (a.target.target_nanos == 0 && !a.watch) continue;
     HistogramSnapshot delays = lanes_[i]->DelaySnapshot();
     const HistogramSnapshot window = delays.Since(a.last_delay);
     a.last_delay = std::move(delays);
     const int64_t signal =
         std::max(window.count > 0 ? window.Percentile(0.99) : 0, lanes_[i]->OldestQueuedAge(now));
     a.window_delay_nanos = signal;
+    if (a.target.target_nanos == 0) continue;  // watched only
     const int base = weights_[i];
     int next = a.effective;
     if (signal > a.target.target_nanos) {

@@ -99,6 +99,9 @@ class Dispatcher {
     // partition's timer ticks, which must not take capacity from the message lanes.
     int64_t reserved_messages = 0;
     DelayTarget delay_target = {};
+    // Measure the lane's step signal (LaneStats::window_delay_nanos) at every AdaptWeights even
+    // without a target (e.g. for node-wide admission, which watches consensus lanes).
+    bool watch_delay = false;
   };
 
   // ---- Adaptive weight policy (see the file comment). ----
@@ -178,8 +181,9 @@ class Dispatcher {
   // configured weight when the target is 0).
   absl::Status SetDelayTarget(int lane, DelayTarget target);
 
-  // One adaptive-weight control step for every lane with a target (see the file comment).
-  // Returns the number of lanes whose scheduling weight changed. Cheap when no lane has a target.
+  // One adaptive-weight control step for every lane with a target (see the file comment); also
+  // measures the signal of watched lanes (LaneConfig::watch_delay). Returns the number of lanes
+  // whose scheduling weight changed. Cheap when no lane has a target or is watched.
   int AdaptWeights();
 
   // Waits until every admitted message has been handled (all lanes empty and idle), or `timeout`
@@ -204,6 +208,7 @@ class Dispatcher {
   // Per lane, for AdaptWeights.
   struct Adaptive {
     DelayTarget target;
+    bool watch = false;                 // LaneConfig::watch_delay
     int effective = 0;                  // the pool's task weight
     HistogramSnapshot last_delay = {};  // the lane's delays at the previous step
     int64_t window_delay_nanos = 0;     // the previous step's signal

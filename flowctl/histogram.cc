@@ -98,10 +98,14 @@ HistogramSnapshot HistogramSnapshot::Since(const HistogramSnapshot& earlier) con
   }
   window.sum = sum > earlier.sum ? sum - earlier.sum : 0;
   // The window's largest value: the upper bound of its highest non-empty bucket, clipped to the
-  // all-time max (the true window max lies in that bucket).
+  // all-time max when that max lies in the bucket (a snapshot taken while a value is recorded may
+  // see its bucket before the max that follows it).
   for (size_t i = window.buckets.size(); i > 0; --i) {
     if (window.buckets[i - 1] > 0) {
-      window.max = std::min(max, Histogram::BucketUpperBound(static_cast<int>(i - 1)));
+      const int index = static_cast<int>(i - 1);
+      const int64_t upper = Histogram::BucketUpperBound(index);
+      const int64_t lower = index == 0 ? 0 : Histogram::BucketUpperBound(index - 1) + 1;
+      window.max = max >= lower ? std::min(max, upper) : upper;
       break;
     }
   }

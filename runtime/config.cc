@@ -244,6 +244,12 @@ void ApplyDefaults(NodeConfig* config) {
   }
   if (r.arbiter_tick_ms() == 0) r.set_arbiter_tick_ms(100);
   flowctl::ApplyMemoryPressureDefaults(r.mutable_memory_pressure());
+  auto& na = *r.mutable_node_admission();
+  if (!na.has_enabled()) na.set_enabled(false);
+  if (na.consensus_delay_target_ms() == 0) na.set_consensus_delay_target_ms(50);
+  if (na.cpu_busy_fraction() == 0) na.set_cpu_busy_fraction(0.9);
+  if (na.min_admit_fraction() == 0) na.set_min_admit_fraction(0.05);
+  if (na.exit_ticks() == 0) na.set_exit_ticks(5);
   if (config->partitions().empty()) {
     auto* hot = config->add_partitions();
     hot->set_id(1);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -152,6 +153,20 @@ std::vector<ConfigProblem> ValidateDispatcherConfig(const DispatcherConfig& d,
   check.AtLeast<uint64_t>("budget_bytes", d.budget_bytes(), 1);
   check.Append(ValidateLaneConfig(d.lane_weights(), at + ".lane_weights"));
   check.Append(ValidateAdaptiveLaneWeights(d.adaptive_weights(), at + ".adaptive_weights"));
+  // A ceiling below the lane's weight would leave adaptation silently off for that lane.
+  const LaneConfig& w = d.lane_weights();
+  const node::config::AdaptiveLaneWeights& a = d.adaptive_weights();
+  for (auto [name, weight, t] : {std::tuple{"consensus", w.consensus(), &a.consensus()},
+                                 {"sync", w.sync(), &a.sync()},
+                                 {"tx_forward", w.tx_forward(), &a.tx_forward()},
+                                 {"bulk", w.bulk(), &a.bulk()},
+                                 {"client", w.client(), &a.client()}}) {
+    if (t->target_p99_ms() > 0 && t->max_weight() > 0 && t->max_weight() < weight) {
+      check.Fail(absl::StrCat("adaptive_weights.", name, ".max_weight"),
+                 absl::StrCat("must be 0 (8x the weight) or >= lane_weights.", name, " (", weight,
+                              "), got ", t->max_weight()));
+    }
+  }
   return check.Take();
 }
 
@@ -348,6 +363,20 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
                  absl::StrCat("must be above memory_pressure.hysteresis (", m.hysteresis(),
                               "), got ", at, ": the action would never turn off"));
     }
+  }
+  const node::config::NodeAdmissionConfig& na = r.node_admission();
+  auto admission_in = [&](const char* field, double v, double hi) {
+    if (!(v > 0 && v <= hi)) {
+      check.Fail(absl::StrCat("node_admission.", field),
+                 absl::StrCat("must be in (0, ", hi, "], got ", v));
+    }
+  };
+  admission_in("consensus_delay_target_ms", na.consensus_delay_target_ms(), 60000);
+  admission_in("cpu_busy_fraction", na.cpu_busy_fraction(), 1);
+  admission_in("min_admit_fraction", na.min_admit_fraction(), 1);
+  if (na.exit_ticks() < 1 || na.exit_ticks() > 1000) {
+    check.Fail("node_admission.exit_ticks",
+               absl::StrCat("must be in [1, 1000], got ", na.exit_ticks()));
   }
   return check.Take();
 }

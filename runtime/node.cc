@@ -145,6 +145,17 @@ absl::Status Node::Start() {
     LOG(INFO) << "memory pressure: " << memory_pressure_->Stats().source
               << (sampled.ok() ? "" : absl::StrCat(" (", sampled.message(), ")"));
   }
+  if (res.node_admission().enabled()) {
+    const auto& na = res.node_admission();
+    flowctl::NodeAdmission::Config ac{
+        .consensus_delay_target = absl::Milliseconds(na.consensus_delay_target_ms()),
+        .cpu_busy_fraction = na.cpu_busy_fraction(),
+        .min_admit_fraction = na.min_admit_fraction(),
+        .exit_ticks = static_cast<int>(na.exit_ticks())};
+    RETURN_IF_ERROR(flowctl::NodeAdmission::ValidateConfig(ac));
+    absl::MutexLock lock(&admission_mu_);
+    admission_ = std::make_unique<flowctl::NodeAdmission>(ac);
+  }
   // One timer for every partition's ticks (partitions own no threads).
   scheduler_ = std::make_unique<flowctl::TickScheduler>(options_.clock);
   RETURN_IF_ERROR(scheduler_->Start());
@@ -418,7 +429,52 @@ node::admin::NodeStatus Node::Status() const {
   }
   s.set_cpu_workers(static_cast<uint32_t>(cpu_workers()));
   *s.mutable_memory() = MemoryPressureStatus();
+  *s.mutable_admission() = NodeAdmissionStatus();
   return s;
+}
+
+void Node::AdmissionTick(double cpu_capacity_nanos,
+                         absl::Span<flowctl::ResourceConsumer* const> consumers) {
+  absl::MutexLock lock(&admission_mu_);
+  if (admission_ == nullptr) return;
+  // Every consumer the node gives the arbiter is a Partition (StartArbiter, CreatePartition).
+  std::vector<flowctl::NodeAdmission::PartitionLoad> loads;
+  loads.reserve(consumers.size());
+  for (flowctl::ResourceConsumer* c : consumers) {
+    loads.push_back(static_cast<Partition*>(c)->AdmissionLoad());
+  }
+  const std::vector<double> fractions =
+      admission_->Update(static_cast<int64_t>(cpu_capacity_nanos), loads);
+  for (size_t i = 0; i < consumers.size(); ++i) {
+    static_cast<Partition*>(consumers[i])->SetAdmitFraction(fractions[i]);
+  }
+}
+
+node::admin::NodeAdmissionStatus Node::NodeAdmissionStatus() const {
+  node::admin::NodeAdmissionStatus out;
+  flowctl::NodeAdmission::Stats st;
+  {
+    absl::MutexLock lock(&admission_mu_);
+    if (admission_ == nullptr) return out;
+    st = admission_->stats();
+  }
+  out.set_enabled(true);
+  out.set_congested(st.congested);
+  out.set_episodes(st.episodes);
+  out.set_congested_ticks(st.congested_ticks);
+  out.set_trigger(st.trigger);
+  for (const std::shared_ptr<Partition>& p : partitions()) {
+    auto* a = out.add_partitions();
+    a->set_name(p->name());
+    a->set_admit_fraction(p->admit_fraction());
+    a->set_refused(p->admission_refused());
+    for (const flowctl::NodeAdmission::PartitionState& ps : st.partitions) {
+      if (ps.id != p->id()) continue;
+      a->set_cpu_over_entitlement(ps.cpu_over_entitlement);
+      a->set_consensus_delay_ms(static_cast<double>(ps.consensus_delay_nanos) / 1e6);
+    }
+  }
+  return out;
 }
 
 node::admin::MemoryPressureStatus Node::MemoryPressureStatus() const {
@@ -626,6 +682,10 @@ absl::Status Node::StartArbiter() {
         return pressure->pool_scale();
       },
       .disk_bytes = config_.resources().spill_disk_bytes(),
+      .after_tick =
+          [this](double capacity, absl::Span<flowctl::ResourceConsumer* const> consumers) {
+            AdmissionTick(capacity, consumers);
+          },
       .clock = options_.clock};
   ASSIGN_OR_RETURN(arbiter_,
                    flowctl::ArbiterService::Create(std::move(options), egress_accounting_.get()));

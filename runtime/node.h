@@ -46,6 +46,7 @@
 #include "flowctl/clock.h"
 #include "flowctl/egress_accounting.h"
 #include "flowctl/memory_pressure.h"
+#include "flowctl/node_admission.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
 #include "p2p/egress_valve.h"
@@ -137,6 +138,8 @@ class Node {
   absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
   // resources.memory_pressure at work (also in Status()).
   node::admin::MemoryPressureStatus MemoryPressureStatus() const;
+  // resources.node_admission as of the last arbiter tick (enabled false when off).
+  node::admin::NodeAdmissionStatus NodeAdmissionStatus() const;
   // Validated as the resources section it would leave (runtime/config_validation.h: the messages
   // config loading gives, "resources.tx_forward_floor_bytes_per_second: ...") before applying.
   absl::StatusOr<node::admin::EgressStats> UpdateEgress(
@@ -224,6 +227,13 @@ class Node {
   std::unique_ptr<flowctl::WorkerPool> pool_;
   // resources.memory_pressure; sampled at every arbiter tick (null when disabled).
   std::unique_ptr<flowctl::MemoryPressure> memory_pressure_;
+  // resources.node_admission (null when off): updated after every arbiter tick (AdmissionTick),
+  // read by NodeAdmissionStatus.
+  mutable absl::Mutex admission_mu_;
+  std::unique_ptr<flowctl::NodeAdmission> admission_ ABSL_GUARDED_BY(admission_mu_);
+  // The arbiter's after_tick: feeds the partitions' loads to admission_ and sets their fractions.
+  void AdmissionTick(double cpu_capacity_nanos,
+                     absl::Span<flowctl::ResourceConsumer* const> consumers);
   std::unique_ptr<flowctl::TickScheduler> scheduler_;
   std::unique_ptr<p2p::GrpcTransport> transport_;  // null with options_.network
   std::unique_ptr<p2p::EgressValve> egress_;       // over transport_ or options_.network

@@ -124,6 +124,25 @@ void AddMemoryPressure(const node::admin::MemoryPressureStatus& m, Families* f) 
              {{"what", "peer_messages"}}, static_cast<double>(m.dropped_messages()));
 }
 
+void AddNodeAdmission(const node::admin::NodeAdmissionStatus& a, Families* f) {
+  f->Gauge("noded_node_admission_congested",
+           "1 during a congestion episode of the node-wide admission.", {}, a.congested() ? 1 : 0);
+  f->Counter("noded_node_admission_episodes_total", "Congestion episodes started.", {},
+             static_cast<double>(a.episodes()));
+  for (const auto& p : a.partitions()) {
+    const Labels l = {{"partition", p.name()}};
+    f->Gauge("noded_node_admission_fraction",
+             "Share of the partition's client writes the node-wide admission lets through.", l,
+             p.admit_fraction());
+    f->Counter("noded_node_admission_refused_total",
+               "Client write calls refused by the node-wide admission.", l,
+               static_cast<double>(p.refused()));
+    f->Gauge("noded_node_admission_consensus_delay_seconds",
+             "The partition's consensus-lane queueing delay over the last arbiter tick.", l,
+             p.consensus_delay_ms() * 1e-3);
+  }
+}
+
 void AddShare(const std::string& partition, const std::string& resource,
               const node::admin::ResourceShare& s, Families* f) {
   const Labels l = {{"partition", partition}, {"resource", resource}};
@@ -415,6 +434,7 @@ std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& stat
           static_cast<double>(status.peers_configured()));
   for (const node::admin::PartitionStatus& p : status.partitions()) AddPartitionStatus(p, &f);
   if (status.memory().enabled()) AddMemoryPressure(status.memory(), &f);
+  if (status.admission().enabled()) AddNodeAdmission(status.admission(), &f);
   for (const node::admin::PartitionFlowStats& p : stats.partitions()) AddPartitionFlow(p, &f);
   AddEgress(stats.egress(), &f);
   AddPeers(peers, &f);

@@ -202,10 +202,12 @@ absl::Status Partition::Impl::Open() {
     } else {
       handler = [this](flowctl::Message m) { HandlePeerMessage(std::move(m)); };
     }
+    // The consensus lane's delay is always measured (node-wide admission watches it).
     d.lanes.push_back({.name = names[i],
                        .weight = weights[i],
                        .handler = std::move(handler),
-                       .delay_target = targets[i]});
+                       .delay_target = targets[i],
+                       .watch_delay = i == kConsensusLane});
   }
   // Ticks compete for CPU like consensus messages (they cut and sign proposals and fire
   // consensus timers); coalesced, so two slots are plenty.
@@ -421,6 +423,14 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
     gate =
         partitions::SubmitGate(absl::ResourceExhaustedError(env_.memory_pressure->RefusalMessage()),
                                std::string(kMemoryPressureStage), kMemoryPressureRetryAfter);
+  } else if (!shedder_.Admit()) {
+    // Before anything is parsed: the node is congested and this partition's share of client
+    // writes is cut (flowctl/node_admission.h).
+    gate = partitions::SubmitGate(absl::ResourceExhaustedError(absl::StrCat(
+                                      "node congested: partition ", name_, " admits ",
+                                      static_cast<int>(100 * shedder_.fraction()),
+                                      "% of client writes until the episode ends; retry later")),
+                                  std::string(kNodeAdmissionStage), kNodeAdmissionRetryAfter);
   }
   admission_->Submit(std::move(txs), options, gate, single, std::move(single_done),
                      std::move(batch_done));

@@ -52,6 +52,7 @@
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
 #include "flowctl/memory_pressure.h"
+#include "flowctl/node_admission.h"
 #include "flowctl/resource_consumer.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
@@ -108,6 +109,11 @@ struct PartitionEnv {
 // pressure is sampled every arbiter tick; PSI's 10 s average falls slowly).
 inline constexpr char kMemoryPressureStage[] = "memory_pressure";
 inline constexpr absl::Duration kMemoryPressureRetryAfter = absl::Seconds(1);
+// Client writes the node-wide admission sheds (flowctl/node_admission.h) are refused with
+// RESOURCE_EXHAUSTED, rejected by this name, with this hint (a few arbiter ticks: the fraction
+// moves once per tick).
+inline constexpr char kNodeAdmissionStage[] = "node_admission";
+inline constexpr absl::Duration kNodeAdmissionRetryAfter = absl::Milliseconds(500);
 
 // The outcome of one submitted tx and the submit options (partitions/client_admission.h).
 using SubmitResult = partitions::SubmitResult;
@@ -190,6 +196,16 @@ class Partition final : public flowctl::ResourceConsumer {
   // kCpu sets the dispatcher group's CPU share; kMemory caps the pool's byte limit below its
   // configured value; kEgress is ignored (the arbiter weights the egress scheduler itself).
   void ApplyShare(flowctl::Resource resource, double amount) override;
+
+  // ---- Node-wide admission (the node calls these after each arbiter tick). ----
+  // This partition's load over the last tick: worker CPU used and entitled (the arbiter's CPU
+  // entitlement), its consensus lane's delay signal, whether work was queued.
+  flowctl::NodeAdmission::PartitionLoad AdmissionLoad() const;
+  // The share of client writes (Submit / SubmitBatch calls) let through, in [0, 1].
+  void SetAdmitFraction(double fraction);
+  double admit_fraction() const;
+  // Client calls refused by the node-wide admission since Open.
+  uint64_t admission_refused() const;
 
   uint32_t id() const override { return id_; }
   const std::string& name() const override { return name_; }

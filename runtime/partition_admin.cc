@@ -435,6 +435,7 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   int64_t cpu = impl_->dispatcher_->CpuNanos();
   u.cpu_nanos = cpu - impl_->last_cpu_nanos_;
   impl_->last_cpu_nanos_ = cpu;
+  impl_->tick_cpu_nanos_.store(u.cpu_nanos, std::memory_order_relaxed);
   uint64_t lane_bytes = 0;
   const std::vector<flowctl::Dispatcher::LaneStats> lanes = impl_->dispatcher_->GetStats();
   for (size_t i = 0; i < lanes.size(); ++i) {
@@ -444,6 +445,9 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
       u.cpu_backlogged = true;
     }
   }
+  impl_->tick_backlogged_.store(u.cpu_backlogged, std::memory_order_relaxed);
+  impl_->tick_consensus_delay_nanos_.store(lanes[kConsensusLane].window_delay_nanos,
+                                           std::memory_order_relaxed);
   partitions::TxPoolStats ps = impl_->pool_->stats();
   u.memory_bytes = ps.bytes + lane_bytes + impl_->chain_.executor->cache_stats().bytes;
   PartitionConfig cfg = config();
@@ -478,6 +482,19 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   }
   return u;
 }
+
+flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
+  return {
+      .id = id_,
+      .cpu_nanos = impl_->tick_cpu_nanos_.load(std::memory_order_relaxed),
+      .entitlement_nanos = impl_->dispatcher_->cpu_share(),
+      .consensus_delay_nanos = impl_->tick_consensus_delay_nanos_.load(std::memory_order_relaxed),
+      .backlogged = impl_->tick_backlogged_.load(std::memory_order_relaxed)};
+}
+
+void Partition::SetAdmitFraction(double fraction) { impl_->shedder_.SetFraction(fraction); }
+double Partition::admit_fraction() const { return impl_->shedder_.fraction(); }
+uint64_t Partition::admission_refused() const { return impl_->shedder_.refused(); }
 
 void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   if (resource == flowctl::Resource::kEgress) return;  // the arbiter weights the egress scheduler

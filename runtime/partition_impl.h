@@ -227,6 +227,11 @@ class Partition::Impl final : public partitions::CommitSubscriber {
 
   // ---- arbiter usage ----
   int64_t last_cpu_nanos_ = 0;  // TakeUsage only (one caller: the arbiter)
+  // The last tick's figures, for the node-wide admission (written by TakeUsage).
+  std::atomic<int64_t> tick_cpu_nanos_{0};
+  std::atomic<int64_t> tick_consensus_delay_nanos_{0};
+  std::atomic<bool> tick_backlogged_{false};
+  flowctl::AdmissionShedder shedder_;  // node-wide admission's gate on client writes
 
   // ---- ticks (no thread of its own: the node's TickScheduler and the tick lane) ----
   flowctl::TickScheduler::Id tick_id_ = 0;  // constant after Open

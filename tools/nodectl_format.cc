@@ -159,6 +159,19 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
         << (m.drop_forwarded() ? ", forwarded txs DROPPED" : "")
         << (m.refuse_clients() ? ", client writes REFUSED" : "") << "\n";
   }
+  if (s.admission().enabled()) {
+    const node::admin::NodeAdmissionStatus& a = s.admission();
+    out << "admission " << (a.congested() ? "CONGESTED (" + a.trigger() + ")" : "calm") << ", "
+        << a.episodes() << " episodes";
+    std::vector<std::string> cut;
+    for (const auto& p : a.partitions()) {
+      if (p.admit_fraction() < 1) {
+        cut.push_back(absl::StrCat(p.name(), " ", static_cast<int>(100 * p.admit_fraction()), "%"));
+      }
+    }
+    if (!cut.empty()) out << "; admitting " << absl::StrJoin(cut, ", ");
+    out << "\n";
+  }
   out << "\n";
   Table t({"PARTITION", "ID>", "HEIGHT>", "VIEW>", "STATE", "PAUSED", "LOSSLESS", "VIEW_CHANGES>"});
   for (const auto& p : s.partitions()) {

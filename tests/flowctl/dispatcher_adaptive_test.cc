@@ -195,6 +195,28 @@ TEST_F(AdaptiveWeightsTest, LiveChanges) {
   EXPECT_EQ(d_->GetLaneStats(0).delay_target_nanos, 0);
 }
 
+// A flow update re-sends every configured weight: an unchanged one keeps the adapted weight. A
+// target set live judges only what happens from then on (not the delays from before).
+TEST_F(AdaptiveWeightsTest, UnchangedWeightKeepsAdaptationAndANewTargetStartsAFreshWindow) {
+  Create({.target_nanos = 1 * kMs});
+  Fill(0, 10);
+  clock_.Advance(absl::Milliseconds(5));
+  for (int step = 0; step < 2; ++step) d_->AdaptWeights();
+  ASSERT_EQ(d_->GetLaneStats(0).effective_weight, 3);
+  ASSERT_TRUE(d_->SetLaneWeight(0, 1).ok());
+  EXPECT_EQ(d_->GetLaneStats(0).effective_weight, 3);
+
+  // Lane 1 (no target) waited 50 ms before adaptation was on for it.
+  Fill(1, 1);
+  clock_.Advance(absl::Milliseconds(50));
+  Run(3);  // lane 0's ten messages, then lane 1's
+  ASSERT_EQ(d_->GetLaneStats(1).depth_messages, 0);
+  ASSERT_TRUE(d_->SetDelayTarget(1, {.target_nanos = 10 * kMs}).ok());
+  d_->AdaptWeights();
+  EXPECT_EQ(d_->GetLaneStats(1).effective_weight, 1);  // the 50 ms was before the target
+  EXPECT_EQ(d_->GetLaneStats(1).window_delay_nanos, 0);
+}
+
 TEST(DispatcherAdaptiveOptionsTest, NegativeTargetIsRefusedAtCreate) {
   WorkerPool pool({});
   Dispatcher::Options o;

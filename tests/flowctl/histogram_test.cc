@@ -89,5 +89,19 @@ TEST(HistogramTest, SinceIsTheWindowBetweenTwoSnapshots) {
   EXPECT_EQ(h.Snapshot().Since(HistogramSnapshot{}).count, 110u);  // from an empty snapshot
 }
 
+// A snapshot taken while a value was being recorded may see its bucket but not yet the max that
+// follows it: the window's max is then its bucket's bound, not the stale max.
+TEST(HistogramTest, SinceDoesNotClipToAStaleMax) {
+  HistogramSnapshot later;
+  later.buckets.assign(Histogram::kNumBuckets, 0);
+  later.buckets[Histogram::BucketIndex(1'000'000)] = 1;
+  later.count = 1;
+  later.sum = 1'000'000;
+  later.max = 10;  // not updated yet
+  const HistogramSnapshot window = later.Since(HistogramSnapshot{});
+  EXPECT_GE(window.max, 1'000'000);
+  EXPECT_GE(window.Percentile(0.99), 1'000'000);
+}
+
 }  // namespace
 }  // namespace flowctl

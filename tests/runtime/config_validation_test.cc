@@ -165,6 +165,18 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
        },
        "partitions[hot].dispatcher.adaptive_weights.client.max_weight: must be in [0, 1e+06], "
        "got -3"},
+      {"lane ceiling below its weight",
+       ConfigText("dispatcher { adaptive_weights { consensus { target_p99_ms: 5 max_weight: 4 } "
+                  "} }"),
+       [&] {
+         auto r = HotFlow();
+         auto* c = r.mutable_dispatcher()->mutable_adaptive_weights()->mutable_consensus();
+         c->set_target_p99_ms(5);
+         c->set_max_weight(4);
+         return Flow(r);
+       },
+       "partitions[hot].dispatcher.adaptive_weights.consensus.max_weight: must be 0 (8x the "
+       "weight) or >= lane_weights.consensus (8), got 4"},
       {"negative rate", ConfigText("interceptor { stages { rate { rate_per_second: -5 } } }"),
        [&] {
          node::flowctl::StageConfig stage;

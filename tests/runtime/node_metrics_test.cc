@@ -35,6 +35,15 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   ps->set_earliest_height(17);
   ps->set_view_changes(3);
   ps->set_consensus_state("VIEW_CHANGE");
+  auto* admission = status.mutable_admission();
+  admission->set_enabled(true);
+  admission->set_congested(true);
+  admission->set_episodes(2);
+  auto* ap = admission->add_partitions();
+  ap->set_name("hot");
+  ap->set_admit_fraction(0.25);
+  ap->set_refused(31);
+  ap->set_consensus_delay_ms(80);
 
   node::admin::FlowStats stats;
   auto* p = stats.add_partitions();
@@ -115,6 +124,12 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text,
               HasSubstr("noded_lane_weight_changes_total{partition=\"hot\",lane=\"consensus\","
                         "direction=\"down\"} 1"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_congested 1"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_episodes_total 2"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_fraction{partition=\"hot\"} 0.25"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_refused_total{partition=\"hot\"} 31"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_node_admission_consensus_delay_seconds{partition=\"hot\"} 0.08"));
   EXPECT_THAT(text, HasSubstr("noded_pool_txs{partition=\"hot\"} 99"));
   EXPECT_THAT(text, HasSubstr("noded_spill_disk_bytes{partition=\"hot\"} 1234"));
   EXPECT_THAT(text, HasSubstr("noded_spill_disk_budget_bytes{partition=\"hot\"} 4096"));

@@ -29,6 +29,40 @@ namespace {
 
 using flowctl::Resource;
 
+// Holds a pool's worker in another dispatcher's handler from construction until Release() or
+// destruction (so an ASSERT that returns early never leaves the worker blocked). With a 1-thread
+// pool, whatever is offered meanwhile waits in its lane.
+class BlockedWorker {
+ public:
+  explicit BlockedWorker(flowctl::WorkerPool* pool) {
+    absl::StatusOr<std::unique_ptr<flowctl::Dispatcher>> d = flowctl::Dispatcher::Create(
+        pool, {.name = "blocker",
+               .budget = {.max_messages = 1, .max_bytes = 1024},
+               .lanes = {{.name = "b", .weight = 1, .handler = [this](flowctl::Message) {
+                            entered_.Notify();
+                            release_.WaitForNotification();
+                          }}}});
+    CHECK(d.ok()) << d.status();
+    dispatcher_ = *std::move(d);
+    CHECK(dispatcher_->Offer(0, flowctl::Message{}) == flowctl::Dispatcher::OfferResult::kAccepted);
+    entered_.WaitForNotification();
+  }
+  ~BlockedWorker() {
+    Release();
+    dispatcher_->Stop();
+  }
+  BlockedWorker(const BlockedWorker&) = delete;
+  BlockedWorker& operator=(const BlockedWorker&) = delete;
+
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+  }
+
+ private:
+  absl::Notification entered_, release_;
+  std::unique_ptr<flowctl::Dispatcher> dispatcher_;
+};
+
 class PartitionResourceConsumerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -172,18 +206,7 @@ TEST_F(PartitionResourceConsumerTest, TakeUsageAdaptsLaneWeights) {
   };
   ASSERT_EQ(client_lane().delay_target_ms(), 1);
 
-  // Occupy the pool's only worker with another dispatcher's handler.
-  absl::Notification entered, release;
-  absl::StatusOr<std::unique_ptr<flowctl::Dispatcher>> blocker = flowctl::Dispatcher::Create(
-      pool_.get(), {.name = "blocker",
-                    .budget = {.max_messages = 1, .max_bytes = 1024},
-                    .lanes = {{.name = "b", .weight = 1, .handler = [&](flowctl::Message) {
-                                 entered.Notify();
-                                 release.WaitForNotification();
-                               }}}});
-  ASSERT_TRUE(blocker.ok()) << blocker.status();
-  ASSERT_EQ((*blocker)->Offer(0, flowctl::Message{}), flowctl::Dispatcher::OfferResult::kAccepted);
-  entered.WaitForNotification();
+  BlockedWorker blocked(pool_.get());
 
   absl::Notification answered;
   part_->Submit(testing::SignedPut(5, 'x', 1), {}, [&](SubmitResult) { answered.Notify(); });
@@ -196,9 +219,52 @@ TEST_F(PartitionResourceConsumerTest, TakeUsageAdaptsLaneWeights) {
   EXPECT_EQ(after.weight_raises(), 1u);
   EXPECT_GE(after.window_delay_ms(), 10);
 
-  release.Notify();
+  blocked.Release();
   EXPECT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  (*blocker)->Stop();
+}
+
+// Node-wide admission's gate: at fraction 0.25 three calls in four are refused before anything
+// is parsed, with the stage name and hint a client needs; the load the node reads back is what
+// the tick measured (the CPU entitlement the arbiter applied, the consensus lane's delay).
+TEST_F(PartitionResourceConsumerTest, NodeAdmissionFractionRefusesClientWrites) {
+  node::admin::UpdatePartitionFlowRequest r;
+  r.set_partition("p");
+  auto* stage = r.mutable_interceptor()->add_stages();  // no health gate: never started
+  stage->set_name("in_flight");
+  stage->mutable_concurrency()->set_max_in_flight(16);
+  ASSERT_TRUE(part_->UpdateFlow(r).ok());
+
+  part_->SetAdmitFraction(0.25);
+  EXPECT_EQ(part_->admit_fraction(), 0.25);
+  std::vector<SubmitResult> results;
+  for (uint64_t nonce = 1; nonce <= 4; ++nonce) {
+    results.push_back(SubmitAndWait(*part_, 5, 'n', nonce));
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(results[i].status.code(), absl::StatusCode::kResourceExhausted) << results[i].status;
+    EXPECT_EQ(results[i].status.message(),
+              "node congested: partition p admits 25% of client writes until the episode ends; "
+              "retry later");
+    EXPECT_EQ(results[i].rejected_by, kNodeAdmissionStage);
+    EXPECT_EQ(results[i].retry_after, kNodeAdmissionRetryAfter);
+    EXPECT_TRUE(results[i].tx_hash.empty()) << "refused before decoding";
+  }
+  EXPECT_TRUE(results[3].status.ok()) << results[3].status;
+  EXPECT_EQ(part_->admission_refused(), 3u);
+
+  // The consensus lane's delay as the tick saw it: a message held behind a busy worker.
+  BlockedWorker blocked(pool_.get());
+  const p2p::NodeId self = p2p::NodeIdFromPublicKey(testing::TestKey('a').public_key().bytes());
+  const p2p::NodeId peer = members_[0].first == self ? members_[1].first : members_[0].first;
+  part_->OnPeerMessage(peer, node::p2p::CONSENSUS, "not a message");
+  clock_.Advance(absl::Milliseconds(80));
+  part_->TakeUsage();
+  part_->ApplyShare(Resource::kCpu, 4e7);
+  const flowctl::NodeAdmission::PartitionLoad load = part_->AdmissionLoad();
+  EXPECT_EQ(load.id, 5u);
+  EXPECT_GE(load.consensus_delay_nanos, 80'000'000);
+  EXPECT_TRUE(load.backlogged);
+  EXPECT_EQ(load.entitlement_nanos, 4e7);
 }
 
 TEST_F(PartitionResourceConsumerTest, MemoryShareCapsThePoolBytes) {
