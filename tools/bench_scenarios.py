@@ -256,20 +256,27 @@ GOODPUT_ADAPTIVE = ("initial_limit: 64 min_limit: 16 max_limit: 600 tolerance: 2
 
 def adaptive_gauges(stats, partition="hot"):
     """The adaptive stage's gauges of `partition` in a `nodectl --json stats` object, or None."""
+    found = [st.get("gauges", {}) for st in partition_items(stats, partition, "stages")
+             if st.get("kind") == "adaptive"]
+    return found[0] if found else None
+
+
+def partition_items(stats, partition, key):
+    """The dicts in list `key` (e.g. "stages", "lanes") of every object named `partition`, found
+    anywhere in a `nodectl --json` object."""
     found = []
 
     def walk(o):
         if isinstance(o, dict):
-            if o.get("name") == partition and isinstance(o.get("stages"), list):
-                found.extend(st.get("gauges", {}) for st in o["stages"]
-                             if isinstance(st, dict) and st.get("kind") == "adaptive")
+            if o.get("name") == partition and isinstance(o.get(key), list):
+                found.extend(x for x in o[key] if isinstance(x, dict))
             for v in o.values():
                 walk(v)
         elif isinstance(o, list):
             for v in o:
                 walk(v)
     walk(stats)
-    return found[0] if found else None
+    return found
 
 
 def goodput():
@@ -1107,18 +1114,7 @@ def memory():
 # 14. Adaptive lane weights: on vs off under a saturating flood -------------------------------
 def lane_stats(stats, partition, lane):
     """The LaneStats dict of `lane` in `partition` of a `nodectl --json stats` object, or {}."""
-    found = []
-
-    def walk(o):
-        if isinstance(o, dict):
-            if o.get("name") == partition and isinstance(o.get("lanes"), list):
-                found.extend(l for l in o["lanes"] if l.get("name") == lane)
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, list):
-            for v in o:
-                walk(v)
-    walk(stats)
+    found = [x for x in partition_items(stats, partition, "lanes") if x.get("name") == lane]
     return found[0] if found else {}
 
 
