@@ -132,16 +132,22 @@ std::vector<ConfigProblem> ValidateLaneConfig(const LaneConfig& w, const std::st
 }
 
 std::vector<ConfigProblem> ValidateAdaptiveLaneWeights(const node::config::AdaptiveLaneWeights& a,
-                                                       const std::string& at) {
+                                                       const LaneConfig& w, const std::string& at) {
   Checker check(at);
-  for (auto [name, t] : {std::pair{"consensus", &a.consensus()},
-                         {"sync", &a.sync()},
-                         {"tx_forward", &a.tx_forward()},
-                         {"bulk", &a.bulk()},
-                         {"client", &a.client()}}) {
+  for (auto [name, weight, t] : {std::tuple{"consensus", w.consensus(), &a.consensus()},
+                                 {"sync", w.sync(), &a.sync()},
+                                 {"tx_forward", w.tx_forward(), &a.tx_forward()},
+                                 {"bulk", w.bulk(), &a.bulk()},
+                                 {"client", w.client(), &a.client()}}) {
     check.InRange(absl::StrCat(name, ".target_p99_ms"), t->target_p99_ms(), 0,
                   kMaxLaneDelayTargetMs);
     check.InRange(absl::StrCat(name, ".max_weight"), t->max_weight(), 0, kMaxLaneWeight);
+    // A ceiling below the lane's weight would leave adaptation silently off for that lane.
+    if (t->target_p99_ms() > 0 && t->max_weight() > 0 && t->max_weight() < weight) {
+      check.Fail(absl::StrCat(name, ".max_weight"),
+                 absl::StrCat("must be 0 (8x the weight) or >= lane_weights.", name, " (", weight,
+                              "), got ", t->max_weight()));
+    }
   }
   return check.Take();
 }
@@ -152,21 +158,8 @@ std::vector<ConfigProblem> ValidateDispatcherConfig(const DispatcherConfig& d,
   check.AtLeast<uint32_t>("budget_messages", d.budget_messages(), 1);
   check.AtLeast<uint64_t>("budget_bytes", d.budget_bytes(), 1);
   check.Append(ValidateLaneConfig(d.lane_weights(), at + ".lane_weights"));
-  check.Append(ValidateAdaptiveLaneWeights(d.adaptive_weights(), at + ".adaptive_weights"));
-  // A ceiling below the lane's weight would leave adaptation silently off for that lane.
-  const LaneConfig& w = d.lane_weights();
-  const node::config::AdaptiveLaneWeights& a = d.adaptive_weights();
-  for (auto [name, weight, t] : {std::tuple{"consensus", w.consensus(), &a.consensus()},
-                                 {"sync", w.sync(), &a.sync()},
-                                 {"tx_forward", w.tx_forward(), &a.tx_forward()},
-                                 {"bulk", w.bulk(), &a.bulk()},
-                                 {"client", w.client(), &a.client()}}) {
-    if (t->target_p99_ms() > 0 && t->max_weight() > 0 && t->max_weight() < weight) {
-      check.Fail(absl::StrCat("adaptive_weights.", name, ".max_weight"),
-                 absl::StrCat("must be 0 (8x the weight) or >= lane_weights.", name, " (", weight,
-                              "), got ", t->max_weight()));
-    }
-  }
+  check.Append(ValidateAdaptiveLaneWeights(d.adaptive_weights(), d.lane_weights(),
+                                           at + ".adaptive_weights"));
   return check.Take();
 }
 

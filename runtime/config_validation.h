@@ -85,8 +85,11 @@ std::vector<ConfigProblem> ValidateShareConfig(const node::config::ShareConfig& 
                                                const std::string& at);
 std::vector<ConfigProblem> ValidateLaneConfig(const node::config::LaneConfig& lanes,
                                               const std::string& at);
+// Targets and ceilings in range; a lane's ceiling (when it has a target) not below its weight in
+// `lanes`.
 std::vector<ConfigProblem> ValidateAdaptiveLaneWeights(
-    const node::config::AdaptiveLaneWeights& adaptive, const std::string& at);
+    const node::config::AdaptiveLaneWeights& adaptive, const node::config::LaneConfig& lanes,
+    const std::string& at);
 std::vector<ConfigProblem> ValidateDispatcherConfig(
     const node::config::DispatcherConfig& dispatcher, const std::string& at);
 std::vector<ConfigProblem> ValidatePoolConfig(const node::config::PoolConfig& pool,
