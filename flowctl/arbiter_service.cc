@@ -86,6 +86,11 @@ absl::Status ArbiterService::RemoveConsumer(uint32_t id) {
   if (it == members_.end()) {
     return absl::NotFoundError(absl::StrCat("arbiter: unknown consumer id ", id));
   }
+  // A partition created later with the same id must not inherit its egress limit.
+  if (it->egress_limit != 0 && egress_ != nullptr) {
+    absl::Status s = egress_->SetPartitionRateLimit(id, 0);
+    if (!s.ok()) LOG(WARNING) << "arbiter: egress limit of removed consumer " << id << ": " << s;
+  }
   members_.erase(it);
   return absl::OkStatus();
 }
@@ -179,7 +184,8 @@ void ArbiterService::TickLocked() {
   const size_t n = members_.size();
   std::vector<ConsumerUsage> usage(n);
   for (size_t i = 0; i < n; ++i) usage[i] = members_[i].consumer->TakeUsage();
-  const double cpu_capacity = static_cast<double>(options_.cpu_workers()) * elapsed;
+  const int workers = options_.cpu_workers();
+  const double cpu_capacity = static_cast<double>(workers) * elapsed;
   const double memory_scale =
       options_.memory_scale ? std::clamp(options_.memory_scale(), 0.01, 1.0) : 1.0;
   const double memory_capacity = static_cast<double>(options_.memory_bytes) * memory_scale;
@@ -250,6 +256,46 @@ void ArbiterService::TickLocked() {
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
     ResourceConsumer* c = m.consumer;
+    // Hard limits: the ceiling (at least the guarantee, as the allocation uses it) as a rate.
+    double cpu_limit = 0;
+    double egress_limit = 0;
+    if (c->share_config().hard_ceiling()) {
+      cpu_limit = cpu[i].ceiling / cpu_capacity * static_cast<double>(workers);
+      if (egress_capacity < kUnlimitedEgressCapacity) egress_limit = egress[i].ceiling;
+    }
+    if (options_.advisory) {
+      cpu_limit = 0;
+      egress_limit = 0;
+    } else {
+      if (cpu_limit != m.cpu_limit) {
+        c->ApplyCpuLimit(cpu_limit);
+        m.cpu_limit = cpu_limit;
+      }
+      if (egress_ != nullptr && egress_limit != m.egress_limit) {
+        absl::Status s = egress_->SetPartitionRateLimit(c->id(), egress_limit);
+        if (s.ok()) {
+          m.egress_limit = egress_limit;
+        } else {
+          LOG_EVERY_N(WARNING, 100) << "arbiter: egress limit: " << s;
+        }
+      }
+    }
+    ConsumerShareStats stats;
+    stats.id = c->id();
+    stats.name = c->name();
+    stats.cpu =
+        ShareStats(cpu[i], (*cpu_shares)[i], static_cast<double>(usage[i].cpu_nanos), elapsed);
+    stats.cpu.limit = cpu_limit;
+    stats.memory =
+        ShareStats(memory[i], (*memory_shares)[i], static_cast<double>(usage[i].memory_bytes), 1);
+    stats.egress = ShareStats(egress[i], (*egress_shares)[i], egress_rate[i], 1);
+    stats.egress.limit = egress_limit;
+    if (disk_capacity > 0 && usage[i].disk_floor > 0) {
+      stats.disk =
+          ShareStats(disk[i], (*disk_shares)[i], static_cast<double>(usage[i].disk_bytes), 1);
+    }
+    m.stats = std::move(stats);
+    if (options_.advisory) continue;
     c->ApplyShare(Resource::kCpu,
                   std::max((*cpu_entitled)[i], cpu_capacity * kMinCpuWeightFraction));
     c->ApplyShare(Resource::kMemory, (*memory_shares)[i]);
@@ -267,19 +313,6 @@ void ArbiterService::TickLocked() {
         LOG_EVERY_N(WARNING, 100) << "arbiter: egress weight: " << s;
       }
     }
-    ConsumerShareStats stats;
-    stats.id = c->id();
-    stats.name = c->name();
-    stats.cpu =
-        ShareStats(cpu[i], (*cpu_shares)[i], static_cast<double>(usage[i].cpu_nanos), elapsed);
-    stats.memory =
-        ShareStats(memory[i], (*memory_shares)[i], static_cast<double>(usage[i].memory_bytes), 1);
-    stats.egress = ShareStats(egress[i], (*egress_shares)[i], egress_rate[i], 1);
-    if (disk_capacity > 0 && usage[i].disk_floor > 0) {
-      stats.disk =
-          ShareStats(disk[i], (*disk_shares)[i], static_cast<double>(usage[i].disk_bytes), 1);
-    }
-    m.stats = std::move(stats);
   }
   if (options_.after_tick) {
     std::vector<ResourceConsumer*> consumers;

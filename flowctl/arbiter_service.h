@@ -23,7 +23,12 @@
 //      weight from the egress entitlement. The worker pool and the egress scheduler get
 //      entitlements, not demand-capped shares, because both lend idle share by themselves, and a
 //      low weight given to a quiet partition would make its next message wait behind a busy
-//      neighbour's backlog;
+//      neighbour's backlog: that lending is how the demand-based shares come about (tests check
+//      the CPU each partition gets against them). A consumer whose ShareConfig has hard_ceiling
+//      also gets hard limits, which nothing lends past: ApplyCpuLimit(ceiling x worker threads)
+//      and, when egress is capped, SetPartitionRateLimit(ceiling x cap) on the egress side.
+//      Memory and disk shares never exceed a ceiling anyway. With Options::advisory nothing is
+//      applied (for comparison benchmarks);
 //   5. record the stats (weight, guarantee, ceiling, demand, share, usage per resource).
 // If any allocation fails (a consumer's ShareConfig is invalid), the tick applies and records
 // nothing and logs why.
@@ -78,6 +83,7 @@ struct ResourceShareStats {
   double demand = 0;  // kUnboundedDemand when unbounded (a backlogged consumer's CPU)
   double share = 0;   // demand-based share
   double usage = 0;   // measured over the last tick (memory: held at the tick)
+  double limit = 0;   // the hard limit applied (CPU, egress); 0 = none
 };
 
 struct ConsumerShareStats {
@@ -142,6 +148,9 @@ class ArbiterService {
     std::function<void(double cpu_capacity_nanos, absl::Span<ResourceConsumer* const> consumers)>
         after_tick = nullptr;
     const Clock* clock = Clock::Real();  // not null; outlives the arbiter
+    // Measure, allocate and report, but apply nothing (no ApplyShare, ApplyCpuLimit, egress
+    // weight or limit): the node as if it had no arbiter, for comparison benchmarks.
+    bool advisory = false;
   };
 
   // InvalidArgument naming the option when one is out of range. `egress` may be null (no egress
@@ -189,6 +198,8 @@ class ArbiterService {
     std::optional<double> memory_last_share = std::nullopt;  // none before the first tick
     std::optional<double> disk_last_share = std::nullopt;    // the same, for disk
     std::optional<ConsumerShareStats> stats = std::nullopt;  // none before the first tick
+    double cpu_limit = 0;  // the hard limits last applied (cores, bytes/s); 0 = none
+    double egress_limit = 0;
   };
 
   ArbiterService(Options options, EgressAccounting* egress);

@@ -454,6 +454,21 @@ absl::Status Dispatcher::SetBudget(Budget budget) {
   return absl::OkStatus();
 }
 
+absl::Status Dispatcher::SetCpuLimit(double cores) {
+  absl::MutexLock lock(&config_mu_);
+  if (stopped_) return absl::OkStatus();
+  return pool_->SetGroupCpuLimit(group_, cores);
+}
+
+Dispatcher::CpuLimitStats Dispatcher::GetCpuLimitStats() const {
+  absl::ReaderMutexLock lock(&config_mu_);
+  if (group_ == nullptr) return {};
+  const WorkerPool::GroupStats g = pool_->GroupStatsOf(group_);
+  return {.limit_cores = g.cpu_limit_cores,
+          .throttles = g.throttles,
+          .throttled_nanos = g.throttled_nanos};
+}
+
 double Dispatcher::cpu_share() const {
   absl::ReaderMutexLock lock(&config_mu_);
   return cpu_share_;

@@ -176,6 +176,9 @@ class Dispatcher {
   // Live changes; InvalidArgument on bad values (then nothing changes).
   absl::Status SetLaneWeight(int lane, int weight);
   absl::Status SetCpuShare(double share);
+  // Holds all lanes together to `cores` of worker CPU even while the pool is otherwise idle
+  // (WorkerPool::SetGroupCpuLimit: the arbiter's hard ceiling); 0 removes the limit.
+  absl::Status SetCpuLimit(double cores);
   absl::Status SetBudget(Budget budget);
   // Sets lane `lane`'s delay target; its weight is clamped into the new bounds (back to the
   // configured weight when the target is 0).
@@ -200,6 +203,14 @@ class Dispatcher {
   // CPU the pool charged to all lanes (kept after Stop). Thread-safe.
   int64_t CpuNanos() const;
   double cpu_share() const;
+  // The hard CPU limit in force (0 = none), the times the lanes were held at it and the total
+  // time held. Zeros after Stop().
+  struct CpuLimitStats {
+    double limit_cores = 0;
+    int64_t throttles = 0;
+    int64_t throttled_nanos = 0;
+  };
+  CpuLimitStats GetCpuLimitStats() const;
 
  private:
   class Lane;

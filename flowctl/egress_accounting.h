@@ -40,6 +40,9 @@ class EgressAccounting {
   // Relative weight (>= 1) of the partition in the scheduler's round robin.
   // InvalidArgument for weight 0.
   virtual absl::Status SetPartitionWeight(uint32_t partition, uint32_t weight) = 0;
+  // A hard limit on the partition's egress in bytes/s, held even while the link is otherwise
+  // idle; 0 removes it. InvalidArgument for a negative or NaN rate.
+  virtual absl::Status SetPartitionRateLimit(uint32_t partition, double bytes_per_second) = 0;
 };
 
 }  // namespace flowctl

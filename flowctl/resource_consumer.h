@@ -71,6 +71,12 @@ class ResourceConsumer {
   //   kDisk    spill bytes it may hold; called only when the arbiter divides a disk capacity
   //            (ArbiterService::Options::disk_bytes), and only for consumers that spill.
   virtual void ApplyShare(Resource resource, double amount) = 0;
+
+  // The hard limit on the consumer's worker CPU, in cores (ShareConfig.hard_ceiling: its ceiling
+  // fraction of the worker threads), or 0 for none. Called after a successful tick whenever it
+  // differs from the last one applied (first: when it is not 0). Egress limits go to the egress
+  // side (EgressAccounting::SetPartitionRateLimit).
+  virtual void ApplyCpuLimit(double cores) = 0;
 };
 
 }  // namespace flowctl

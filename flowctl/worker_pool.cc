@@ -21,6 +21,12 @@ thread_local const WorkerPool* current_pool = nullptr;
 
 bool ValidShare(double share) { return std::isfinite(share) && share > 0; }
 
+// The clock time at which a throttled group's budget (<= 0, refilled up to `budget_at`) is
+// positive again.
+int64_t RefillTime(double budget_nanos, double limit_cores, int64_t budget_at) {
+  return budget_at + static_cast<int64_t>(std::ceil(-budget_nanos / limit_cores)) + 1;
+}
+
 }  // namespace
 
 WorkerPool::WorkerPool(Options options)
@@ -126,8 +132,39 @@ absl::Status WorkerPool::SetGroupShare(Group* group, double share) {
   return absl::OkStatus();
 }
 
+absl::Status WorkerPool::SetGroupCpuLimit(Group* group, double cores) {
+  if (!std::isfinite(cores) || cores < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu limit must be finite and >= 0 cores, got ", cores));
+  }
+  absl::MutexLock lock(&mu_);
+  if (cores == group->limit_cores_) return absl::OkStatus();
+  const int64_t now = clock_->NowNanos();
+  if (cores == 0) {
+    group->limit_cores_ = 0;
+    if (group->throttled_) UnthrottleLocked(group, now);
+    return absl::OkStatus();
+  }
+  const double burst = cores * static_cast<double>(absl::ToInt64Nanoseconds(kLimitBurst));
+  if (group->limit_cores_ == 0) {
+    group->budget_nanos_ = burst;
+  } else {
+    RefillLocked(group, now);
+    group->budget_nanos_ = std::min(group->budget_nanos_, burst);
+  }
+  group->budget_at_ = now;
+  group->limit_cores_ = cores;
+  if (group->throttled_) {
+    // Its release time moved: let the workers work it out again.
+    next_refill_nanos_ = std::min(next_refill_nanos_, now);
+    work_cv_.SignalAll();
+  }
+  return absl::OkStatus();
+}
+
 void WorkerPool::RemoveGroup(Group* group) {
   absl::MutexLock lock(&mu_);
+  throttled_.erase(group);
   for (const auto& task : group->tasks_) {
     CHECK(task->removed_) << "RemoveGroup: group " << group->name_ << " has a task not removed";
   }
@@ -162,12 +199,16 @@ void WorkerPool::RemoveTask(Task* task) {
   absl::MutexLock lock(&mu_);
   CHECK(!task->removed_) << "RemoveTask called twice";
   task->removed_ = true;
+  Group* group = task->group_;
   if (task->queued_) {
     run_queue_.erase(task->queue_key_);
     task->queued_ = false;
   }
+  if (task->parked_) {
+    group->parked_.erase(std::find(group->parked_.begin(), group->parked_.end(), task));
+    task->parked_ = false;
+  }
   while (task->running_) removed_cv_.Wait(&mu_);
-  Group* group = task->group_;
   if (task->active_) {
     task->active_ = false;
     group->active_weight_ -= task->weight_;
@@ -201,15 +242,31 @@ int64_t WorkerPool::GroupCpuNanos(const Group* group) {
   return group->cpu_nanos_.load(std::memory_order_relaxed);
 }
 
+WorkerPool::GroupStats WorkerPool::StatsLocked(const Group& g, int64_t now) const {
+  return {.name = g.name_,
+          .share = g.share_,
+          .cpu_nanos = g.cpu_nanos_.load(std::memory_order_relaxed),
+          .quanta = g.quanta_,
+          .active_tasks = g.active_tasks_,
+          .cpu_limit_cores = g.limit_cores_,
+          .throttles = g.throttles_,
+          .throttled_nanos = g.throttled_nanos_ +
+                             (g.throttled_ ? std::max<int64_t>(0, now - g.throttled_since_) : 0)};
+}
+
 std::vector<WorkerPool::GroupStats> WorkerPool::GetGroupStats() const {
+  const int64_t now = clock_->NowNanos();
   absl::MutexLock lock(&mu_);
   std::vector<GroupStats> out;
   out.reserve(groups_.size());
-  for (const auto& g : groups_) {
-    out.push_back({g->name_, g->share_, g->cpu_nanos_.load(std::memory_order_relaxed), g->quanta_,
-                   g->active_tasks_});
-  }
+  for (const auto& g : groups_) out.push_back(StatsLocked(*g, now));
   return out;
+}
+
+WorkerPool::GroupStats WorkerPool::GroupStatsOf(const Group* group) const {
+  const int64_t now = clock_->NowNanos();
+  absl::MutexLock lock(&mu_);
+  return StatsLocked(*group, now);
 }
 
 void WorkerPool::ActivateLocked(Task* task) {
@@ -224,6 +281,11 @@ void WorkerPool::ActivateLocked(Task* task) {
 }
 
 void WorkerPool::EnqueueLocked(Task* task) {
+  if (task->group_->throttled_) {
+    task->parked_ = true;
+    task->group_->parked_.push_back(task);
+    return;
+  }
   task->queue_key_ = QueueKey{task->pass_, next_seq_++, task};
   run_queue_.insert(task->queue_key_);
   task->queued_ = true;
@@ -243,6 +305,12 @@ void WorkerPool::FinishQuantumLocked(Task* task, int64_t used_nanos, bool more) 
   // A quantum that used no measurable time still moves the pass a little, so equal-pass tasks
   // take turns instead of one being picked forever.
   task->pass_ += std::max<double>(used_nanos, 1.0) / effective_weight;
+  if (group->limit_cores_ > 0) {
+    const int64_t now = clock_->NowNanos();
+    RefillLocked(group, now);
+    group->budget_nanos_ -= static_cast<double>(used_nanos);
+    if (group->budget_nanos_ <= 0 && !group->throttled_) ThrottleLocked(group, now);
+  }
   if (task->removed_) {
     removed_cv_.SignalAll();
     return;
@@ -263,6 +331,65 @@ void WorkerPool::FinishQuantumLocked(Task* task, int64_t used_nanos, bool more) 
     task->state_.store(Task::kScheduled, std::memory_order_release);
   }
   EnqueueLocked(task);
+}
+
+void WorkerPool::RefillLocked(Group* group, int64_t now) {
+  if (group->limit_cores_ <= 0) return;
+  const double burst =
+      group->limit_cores_ * static_cast<double>(absl::ToInt64Nanoseconds(kLimitBurst));
+  const double earned =
+      group->limit_cores_ * static_cast<double>(std::max<int64_t>(0, now - group->budget_at_));
+  group->budget_nanos_ = std::min(burst, group->budget_nanos_ + earned);
+  group->budget_at_ = now;
+}
+
+void WorkerPool::ThrottleLocked(Group* group, int64_t now) {
+  group->throttled_ = true;
+  group->throttled_since_ = now;
+  ++group->throttles_;
+  for (const auto& task : group->tasks_) {
+    if (!task->queued_) continue;
+    run_queue_.erase(task->queue_key_);
+    task->queued_ = false;
+    task->parked_ = true;
+    group->parked_.push_back(task.get());
+  }
+  const int64_t release = RefillTime(group->budget_nanos_, group->limit_cores_, group->budget_at_);
+  next_refill_nanos_ = throttled_.empty() ? release : std::min(next_refill_nanos_, release);
+  throttled_.insert(group);
+}
+
+void WorkerPool::UnthrottleLocked(Group* group, int64_t now) {
+  group->throttled_ = false;
+  group->throttled_nanos_ += std::max<int64_t>(0, now - group->throttled_since_);
+  throttled_.erase(group);
+  std::vector<Task*> parked;
+  parked.swap(group->parked_);
+  for (Task* task : parked) {
+    task->parked_ = false;
+    // Waiting at the limit earns no credit, as sleeping does not.
+    task->pass_ = std::max(task->pass_, virtual_time_);
+    EnqueueLocked(task);
+  }
+}
+
+void WorkerPool::ReleaseThrottledLocked(int64_t now) {
+  if (throttled_.empty() || now < next_refill_nanos_) return;
+  const std::vector<Group*> throttled(throttled_.begin(), throttled_.end());
+  int64_t next = 0;
+  bool any = false;
+  for (Group* group : throttled) {
+    RefillLocked(group, now);
+    if (group->budget_nanos_ > 0) {
+      UnthrottleLocked(group, now);
+      continue;
+    }
+    const int64_t release =
+        RefillTime(group->budget_nanos_, group->limit_cores_, group->budget_at_);
+    next = any ? std::min(next, release) : release;
+    any = true;
+  }
+  if (any) next_refill_nanos_ = next;
 }
 
 int64_t WorkerPool::CpuNowNanos() const {
@@ -286,7 +413,9 @@ int WorkerPool::RunQueuedForTest(int max_quanta) {
   absl::MutexLock lock(&mu_);
   CHECK(!started_) << "RunQueuedForTest on a started pool";
   int ran = 0;
-  while (ran < max_quanta && !run_queue_.empty()) {
+  while (ran < max_quanta) {
+    ReleaseThrottledLocked(clock_->NowNanos());
+    if (run_queue_.empty()) break;
     Task* task = PopNextLocked();
     mu_.Unlock();
     current_task = task;
@@ -307,9 +436,21 @@ void WorkerPool::WorkerLoop(int index) {
   int64_t cpu_mark = CpuNowNanos();
   absl::MutexLock lock(&mu_);
   while (true) {
-    while (!stopping_ && index < target_threads_ && run_queue_.empty()) {
+    while (true) {
+      int64_t now = 0;
+      if (!throttled_.empty()) {
+        now = clock_->NowNanos();
+        ReleaseThrottledLocked(now);
+      }
+      if (stopping_ || index >= target_threads_ || !run_queue_.empty()) break;
       ++idle_workers_;
-      work_cv_.Wait(&mu_);
+      if (throttled_.empty()) {
+        work_cv_.Wait(&mu_);
+      } else {
+        // Only parked work, or none: sleep until the first throttled group may run again.
+        work_cv_.WaitWithTimeout(
+            &mu_, std::max(kMinRefillWait, absl::Nanoseconds(next_refill_nanos_ - now)));
+      }
       --idle_workers_;
     }
     if (stopping_) break;

@@ -22,6 +22,17 @@
 // CPU accounting uses the worker thread's CPU clock by default (so preemption by other processes
 // on a loaded machine is not charged), or wall time on Options::clock (deterministic tests).
 //
+// Hard CPU limits (SetGroupCpuLimit): a group may be held to `cores` of CPU even while every
+// other group is idle (the arbiter's hard ceilings; the shares above are work-conserving and lend
+// idle CPU). The group has a budget in CPU nanoseconds that refills at `cores` per nanosecond of
+// Options::clock time up to a burst of cores x kLimitBurst, and every quantum is charged to it
+// after it ran (a quantum is never cut short). When the budget is no longer positive the group is
+// throttled: its queued tasks leave the run queue for the group's parked list, and any of its
+// tasks that finishes a quantum or is woken is parked too, until the budget is positive again;
+// then they re-enter at max(pass, virtual time), so waiting at the limit earns no credit. Over any
+// interval t the group is charged at most cores x t + burst + one quantum per worker. Idle workers
+// sleep until the earliest refill when only parked work remains; nothing polls.
+//
 // Idle workers sleep on a CondVar; nothing polls. Wake() is lock-free unless the task goes from
 // idle to queued (then it takes the pool lock once).
 //
@@ -96,10 +107,18 @@ class WorkerPool {
   struct GroupStats {
     std::string name;
     double share = 0;
-    int64_t cpu_nanos = 0;  // total CPU charged to the group's tasks since AddGroup
-    int64_t quanta = 0;     // quanta run (items per quantum shows how well work batches)
-    int active_tasks = 0;   // queued or running now
+    int64_t cpu_nanos = 0;        // total CPU charged to the group's tasks since AddGroup
+    int64_t quanta = 0;           // quanta run (items per quantum shows how well work batches)
+    int active_tasks = 0;         // queued or running now
+    double cpu_limit_cores = 0;   // the hard limit in force; 0 = none
+    int64_t throttles = 0;        // times the group was throttled at its limit
+    int64_t throttled_nanos = 0;  // total clock time spent throttled (the current spell included)
   };
+
+  // Burst of a hard CPU limit: a group may run cores x kLimitBurst of CPU at once after idling.
+  static constexpr absl::Duration kLimitBurst = absl::Milliseconds(20);
+  // Shortest sleep of an idle worker waiting for a throttled group's refill.
+  static constexpr absl::Duration kMinRefillWait = absl::Microseconds(100);
 
   // REQUIRES: ValidateOptions(options).ok().
   explicit WorkerPool(Options options);
@@ -136,6 +155,13 @@ class WorkerPool {
   // Groups. `share` > 0 (finite); InvalidArgument otherwise (AddGroup: CHECK).
   Group* AddGroup(std::string name, double share);
   absl::Status SetGroupShare(Group* group, double share);
+  // Holds the group to `cores` of CPU (see "Hard CPU limits" above); 0 removes the limit and
+  // releases its parked tasks at once. A new limit starts with a full burst; a changed one keeps
+  // the budget earned so far (clipped to the new burst). InvalidArgument for a negative or
+  // non-finite value.
+  absl::Status SetGroupCpuLimit(Group* group, double cores);
+  // Per-group figures of one group; the same as its GetGroupStats() entry.
+  GroupStats GroupStatsOf(const Group* group) const;
   // Deletes the group and its tasks. REQUIRES: RemoveTask() was called on each of its tasks.
   void RemoveGroup(Group* group);
 
@@ -175,6 +201,14 @@ class WorkerPool {
   void EnqueueLocked(Task* task) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishQuantumLocked(Task* task, int64_t used_nanos, bool more)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hard limits. Refill adds what `now` earned since the last refill; Throttle parks the
+  // group's queued tasks; ReleaseThrottled unparks every group whose budget is positive again and
+  // sets next_refill_nanos_ to the earliest time another may be.
+  static void RefillLocked(Group* group, int64_t now);
+  void ThrottleLocked(Group* group, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnthrottleLocked(Group* group, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseThrottledLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  GroupStats StatsLocked(const Group& group, int64_t now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t CpuNowNanos() const;
 
   // Constant after construction.
@@ -199,6 +233,10 @@ class WorkerPool {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<QueueKey> run_queue_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
+  // Groups throttled at their hard limit now, and the clock time at which the first of them may
+  // be released (meaningful while the set is not empty).
+  std::set<Group*> throttled_ ABSL_GUARDED_BY(mu_);
+  int64_t next_refill_nanos_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class WorkerPool::Task {
@@ -222,6 +260,7 @@ class WorkerPool::Task {
   double pass_ = 0;
   bool active_ = false;  // counted in group_->active_weight_
   bool queued_ = false;  // in run_queue_ under queue_key_
+  bool parked_ = false;  // in group_->parked_: has work, waits for the group's CPU budget
   bool running_ = false;
   bool removed_ = false;  // RemoveTask called: never queued again
   QueueKey queue_key_{};
@@ -241,6 +280,15 @@ class WorkerPool::Group {
   int64_t quanta_ = 0;
   std::atomic<int64_t> cpu_nanos_{0};
   std::vector<std::unique_ptr<Task>> tasks_;  // removed ones too, until RemoveGroup
+  // Hard CPU limit (0 = none) and its budget in CPU nanoseconds, refilled up to budget_at_.
+  double limit_cores_ = 0;
+  double budget_nanos_ = 0;
+  int64_t budget_at_ = 0;
+  bool throttled_ = false;
+  int64_t throttled_since_ = 0;
+  int64_t throttles_ = 0;
+  int64_t throttled_nanos_ = 0;  // finished spells
+  std::vector<Task*> parked_;
 };
 
 }  // namespace flowctl

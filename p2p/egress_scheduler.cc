@@ -12,11 +12,25 @@ namespace p2p {
 namespace {
 
 constexpr double kTxBurstChunks = 8;
+// A partition limit's burst, in chunks (or chunk times of the rate, whichever is more): enough
+// that waiting a few chunks for its round-robin turn or the global bucket costs the partition no
+// rate, few enough that the ceiling is tight over any interval.
+constexpr double kLimitBurstChunks = 4;
 
 bool IsUnlimited(double cap) { return cap == 0 || std::isinf(cap); }
 
 double CapOrUnlimited(double cap) {
   return IsUnlimited(cap) ? flowctl::TokenBucket::kUnlimited : cap;
+}
+
+// The burst of a partition limit of `rate` bytes/s (finite, > 0): kLimitBurstChunks x the larger
+// of one chunk time of the rate and one of the partition's chunks (cost, header included).
+double LimitBurstBytes(double rate, int64_t chunk_time_nanos) {
+  const double chunk_cost =
+      static_cast<double>(ChunkBytesForCap(rate, chunk_time_nanos) + kFrameOverheadBytes);
+  const double chunk_time_bytes = rate * (static_cast<double>(chunk_time_nanos) / 1e9);
+  return std::min(flowctl::TokenBucket::kMaxTokens,
+                  kLimitBurstChunks * std::max(chunk_time_bytes, chunk_cost));
 }
 
 }  // namespace
@@ -136,8 +150,15 @@ absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition,
   return absl::OkStatus();
 }
 
+size_t EgressScheduler::ChunkBytesFor(PartitionId partition) const {
+  if (limits_.empty()) return chunk_bytes_;
+  auto it = limits_.find(partition);
+  if (it == limits_.end() || it->second.bucket == nullptr) return chunk_bytes_;
+  return std::min(chunk_bytes_, ChunkBytesForCap(it->second.rate, options_.chunk_time_nanos));
+}
+
 size_t EgressScheduler::ChunkCost(const Message& m) const {
-  const size_t chunk = m.started() ? m.chunk_size : chunk_bytes_;
+  const size_t chunk = m.started() ? m.chunk_size : ChunkBytesFor(m.partition);
   return std::min(chunk, m.data->size() - m.offset) + kFrameOverheadBytes;
 }
 
@@ -149,17 +170,45 @@ size_t EgressScheduler::Eligible(const PartitionQueue& pq) const {
   return kNone;
 }
 
+bool EgressScheduler::HeldByLimit(const Message& m, int64_t now, std::vector<PartitionId>* held,
+                                  int64_t* wait) {
+  if (limits_.empty()) return false;
+  if (std::find(held->begin(), held->end(), m.partition) != held->end()) return true;
+  auto it = limits_.find(m.partition);
+  if (it == limits_.end() || it->second.bucket == nullptr) return false;
+  PartitionLimit& limit = it->second;
+  const int64_t until = limit.bucket->NanosUntilAt(static_cast<double>(ChunkCost(m)), now);
+  if (until == 0) return false;
+  held->push_back(m.partition);
+  *wait = std::min(*wait, until);
+  const std::pair<uint64_t, uint32_t> chunk = {m.id, m.next_chunk};
+  if (chunk != limit.last_held) {
+    limit.last_held = chunk;
+    ++limit.waits;
+  }
+  return true;
+}
+
+void EgressScheduler::ChargeLimit(PartitionId partition, size_t cost, int64_t now) {
+  if (limits_.empty()) return;
+  auto it = limits_.find(partition);
+  if (it == limits_.end() || it->second.bucket == nullptr) return;
+  it->second.bucket->ConsumeAt(static_cast<double>(cost), now);
+}
+
 std::pair<EgressScheduler::PartitionQueue*, size_t> EgressScheduler::SelectPartition(
-    ChannelState& cs) {
+    ChannelState& cs, int64_t now, std::vector<PartitionId>* held, int64_t* wait) {
   // Deficit round robin. Each visit without enough deficit grants one quantum, and the quantum is
   // at least the current chunk cost, so this ends within a few rounds (a message whose chunk size
   // was fixed under a larger cap may need several quanta). Partitions whose messages all wait on
-  // blocked peers are passed over; once every partition was, there is nothing to send.
+  // blocked peers, and partitions held by their limit, are passed over; once every partition
+  // was, there is nothing to send.
   size_t passed = 0;
   for (;;) {
     const PartitionId p = cs.active.front();
     PartitionQueue& pq = cs.partitions.at(p);
-    const size_t pos = Eligible(pq);
+    size_t pos = Eligible(pq);
+    if (pos != kNone && HeldByLimit(pq.messages[pos], now, held, wait)) pos = kNone;
     if (pos == kNone) {
       if (++passed >= cs.active.size()) return {nullptr, kNone};
       pq.quantum_given = false;
@@ -187,7 +236,7 @@ EgressFrame EgressScheduler::CutChunk(Message& m, int64_t now) {
   ChannelState& cs = channels_[options_.channels.PriorityIndex(m.channel)];
   const size_t total = m.data->size();
   if (!m.started()) {
-    m.chunk_size = static_cast<uint32_t>(chunk_bytes_);
+    m.chunk_size = static_cast<uint32_t>(ChunkBytesFor(m.partition));
     cs.delay.Record(now - m.enqueued_at);
   }
   const uint32_t count =
@@ -394,11 +443,14 @@ DequeueResult EgressScheduler::Dequeue() {
 
 DequeueResult EgressScheduler::DequeuePriority(int64_t now) {
   int64_t wait = kNever;
+  // Partitions held by their limit in this pass: passed over in every channel below too, so a
+  // partition's own lower channels do not take the tokens its higher one waits for.
+  std::vector<PartitionId> held;
   for (int i = 0; i < kNumChannels; ++i) {
     ChannelState& cs = channels_[i];
     if (cs.active.empty()) continue;
-    auto [pq, pos] = SelectPartition(cs);
-    if (pq == nullptr) continue;  // all of it waits on blocked peers
+    auto [pq, pos] = SelectPartition(cs, now, &held, &wait);
+    if (pq == nullptr) continue;  // all of it waits on blocked peers or partition limits
     Message& m = pq->messages[pos];
     const size_t cost = ChunkCost(m);
     if (i == derived_ && tx_bucket_.NanosUntilAt(cost, now) > 0) {
@@ -412,6 +464,7 @@ DequeueResult EgressScheduler::DequeuePriority(int64_t now) {
               std::min(wait, std::max<int64_t>(1, global_bucket_.NanosUntilAt(cost, now)))};
     }
     if (i == derived_) tx_bucket_.ConsumeAt(cost, now);
+    ChargeLimit(m.partition, cost, now);
     pq->deficit -= static_cast<int64_t>(cost);
     EgressFrame f = CutChunk(m, now);
     if (m.next_chunk == f.chunk_count) {
@@ -428,9 +481,13 @@ DequeueResult EgressScheduler::DequeueFifo(int64_t now) {
   if (fifo_.empty()) return {std::nullopt, kNever};
   Message& m = fifo_.front();
   const size_t cost = ChunkCost(m);
+  std::vector<PartitionId> held;
+  int64_t wait = kNever;
+  if (HeldByLimit(m, now, &held, &wait)) return {std::nullopt, wait};  // head-of-line
   if (!global_bucket_.TryAcquireAt(cost, now)) {
     return {std::nullopt, std::max<int64_t>(1, global_bucket_.NanosUntilAt(cost, now))};
   }
+  ChargeLimit(m.partition, cost, now);
   EgressFrame f = CutChunk(m, now);
   if (m.next_chunk == f.chunk_count) fifo_.pop_front();
   Account(f, now);
@@ -473,6 +530,37 @@ absl::Status EgressScheduler::SetPartitionWeight(PartitionId partition, uint32_t
   return absl::OkStatus();
 }
 
+absl::Status EgressScheduler::SetPartitionRateLimit(PartitionId partition,
+                                                    double bytes_per_second) {
+  if (!(bytes_per_second >= 0)) {  // also refuses NaN
+    return absl::InvalidArgumentError(absl::StrCat("partition ", partition,
+                                                   ": egress rate limit must be >= 0 bytes/s "
+                                                   "(0 = none), got ",
+                                                   bytes_per_second));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (IsUnlimited(bytes_per_second)) {
+      auto it = limits_.find(partition);
+      if (it == limits_.end()) return absl::OkStatus();
+      it->second.rate = 0;
+      it->second.bucket.reset();
+    } else {
+      PartitionLimit& limit = limits_[partition];
+      const double burst = LimitBurstBytes(bytes_per_second, options_.chunk_time_nanos);
+      limit.rate = bytes_per_second;
+      if (limit.bucket == nullptr) {
+        limit.bucket = std::make_unique<flowctl::TokenBucket>(bytes_per_second, burst, clock_);
+      } else {
+        // Keeps the balance (clipped to the new burst) or the debt: no fresh burst.
+        CHECK(limit.bucket->SetRate(bytes_per_second, burst).ok());
+      }
+    }
+  }
+  Wake();
+  return absl::OkStatus();
+}
+
 EgressStats EgressScheduler::Stats() const {
   absl::MutexLock l(&mu_);
   EgressStats s;
@@ -483,6 +571,12 @@ EgressStats EgressScheduler::Stats() const {
     s.channels[i].queue_delay_nanos = channels_[i].delay.Snapshot();
   }
   s.partitions = partition_stats_;
+  for (const auto& [p, limit] : limits_) {
+    PartitionLimitStats& ls = s.partition_limits[p];
+    ls.limit_bytes_per_second = limit.rate;
+    ls.burst_bytes = limit.bucket == nullptr ? 0 : limit.bucket->burst();
+    ls.limit_waits = limit.waits;
+  }
   s.oversized_refused = oversized_refused_;
   s.blocked_peers = blocked_.size();
   s.peer_block_events = peer_block_events_;

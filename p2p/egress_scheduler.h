@@ -12,10 +12,24 @@
 //   idle because of that rate (they are still under the global cap).
 // - Within a channel, partitions share by deficit round robin on bytes (quantum = weight x the
 //   chunk cost), weights set live (by the arbiter).
+// - Optional hard limit per partition (SetPartitionRateLimit), all channels together, in the same
+//   bytes as the global bucket: a token bucket of its own that is never exceeded, even when the
+//   rest of the link is idle. A partition whose bucket cannot pay for its next chunk is passed over
+//   in every channel (like a blocked peer's messages: skipped, its order kept), so other partitions
+//   and lower channels go ahead; once it was passed over in one channel it is not looked at in
+//   lower ones, so its own CONSENSUS is not overtaken by its own BULK. Its burst is
+//   4 x max(rate x chunk_time, one of its chunks) (8 ms of the rate at the default 2 ms chunk
+//   time, at least 4 chunks): a few chunks of room so that waiting its turn behind other
+//   partitions or the global bucket costs it no rate, small enough that over any interval t it
+//   sends at most rate x t + burst. Its chunks are cut for the tighter of the cap and its limit
+//   (2 ms of the smaller, clamped as below), so it is paced smoothly rather than in 64 KiB gulps.
 // - Messages above the chunk size are cut into chunks (chunk = ~2 ms of the cap, clamped to
 //   [1 KiB, 64 KiB]; 64 KiB when unlimited), cut when each chunk is dequeued, so a
 //   higher-priority frame goes out between two chunks. A message's chunk size is fixed when its
-//   first chunk leaves. Messages over max_frame_bytes are refused (InvalidArgument) and counted.
+//   first chunk leaves (so a message started before a partition limit was set may carry chunks
+//   larger than that limit's burst: its bucket admits each when full and goes into debt, and the
+//   bound above becomes rate x t + that chunk). Messages over max_frame_bytes are refused
+//   (InvalidArgument) and counted.
 // - Bounded queues, per channel, in bytes (descriptor queue_bytes). A kRefuseNew channel refuses
 //   a message that does not fit (ResourceExhausted; counted and logged: never dropped silently).
 //   A kDropOldest channel drops its oldest not-yet-started messages to make room (counted).
@@ -26,8 +40,9 @@
 //   hold at most `blocked_peer_bytes` here: beyond that its oldest not-started messages of
 //   kDropOldest channels (lowest priority first) are dropped to make room, then the new message
 //   itself (counted per channel).
-// - fifo_mode: one queue in arrival order, global bucket only, no per-peer backpressure (for
-//   comparison).
+// - fifo_mode: one queue in arrival order, the global bucket and the partition limits (a head held
+//   by its partition's limit holds everything behind it: head-of-line, as FIFO is), no per-peer
+//   backpressure (for comparison).
 //
 // The scheduler keeps no thread and reads time from the injected clock, so tests drive it with a
 // FakeClock: Enqueue(...) then Dequeue(), which returns the next frame to hand to the transport or
@@ -52,6 +67,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -115,9 +131,20 @@ struct PartitionEgressStats {
   uint64_t frames_sent = 0;
 };
 
+// A partition's hard egress limit (SetPartitionRateLimit), all channels together.
+struct PartitionLimitStats {
+  double limit_bytes_per_second = 0;  // 0: none (removed)
+  double burst_bytes = 0;             // of its bucket; 0 when none
+  // Chunks of the partition that had to wait for its limit, each counted once however often
+  // Dequeue looked at it. Never decreases, also across a removed and re-set limit.
+  uint64_t limit_waits = 0;
+};
+
 struct EgressStats {
   std::array<ChannelEgressStats, kNumChannels> channels;  // in priority order (highest first)
   std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partitions;
+  // Partitions that have, or once had, a hard limit.
+  std::map<PartitionId, PartitionLimitStats> partition_limits;
   uint64_t oversized_refused = 0;
   uint64_t blocked_peers = 0;       // peers blocked now
   uint64_t peer_block_events = 0;   // times a peer became blocked
@@ -166,9 +193,19 @@ class EgressScheduler {
   absl::Status SetCap(double cap_bytes_per_second);  // 0 = unlimited
   absl::Status SetTxForwardFloor(double floor_bytes_per_second);
   absl::Status SetPartitionWeight(PartitionId partition, uint32_t weight);  // default 1
+  // A hard limit on one partition's egress, all channels together, in bytes/s (payload +
+  // kFrameOverheadBytes per frame, the same cost the global bucket charges); 0 removes it.
+  // While over it, the partition's frames wait even if the link is otherwise idle. Live.
+  // InvalidArgument for a negative or NaN rate.
+  //
+  // A new limit starts with a full burst (see the rules above); changing it keeps what its bucket
+  // holds (clipped to the new burst; a debt is paid at the new rate), so a change grants no fresh
+  // burst. Removing it (0, or +inf) frees the partition's frames at once. Wakes the sender.
+  absl::Status SetPartitionRateLimit(PartitionId partition, double bytes_per_second);
 
-  // Called (with no scheduler lock held) after each successful Enqueue and each cap change, so a
-  // sender waiting on a previous wait_nanos can look again. nullptr removes it.
+  // Called (with no scheduler lock held) after each successful Enqueue, each cap change and each
+  // partition limit change, so a sender waiting on a previous wait_nanos can look again. nullptr
+  // removes it.
   void SetWakeup(std::function<void()> wakeup);
 
   EgressStats Stats() const;
@@ -193,6 +230,14 @@ class EgressScheduler {
     int64_t deficit = 0;
     bool quantum_given = false;
   };
+  // A partition's hard limit. The entry stays when the limit is removed, for its stats.
+  struct PartitionLimit {
+    double rate = 0;                               // bytes/s; 0 = none
+    std::unique_ptr<flowctl::TokenBucket> bucket;  // null when rate is 0
+    uint64_t waits = 0;
+    // (message id, chunk index) of the chunk last counted in `waits`.
+    std::pair<uint64_t, uint32_t> last_held = {0, 0};
+  };
   struct ChannelState {
     const ChannelDescriptor* desc = nullptr;           // in options_.channels
     std::map<PartitionId, PartitionQueue> partitions;  // only non-empty ones
@@ -205,12 +250,25 @@ class EgressScheduler {
 
   static constexpr size_t kNone = ~size_t{0};
 
+  // Chunk size for the partition's messages not yet started: the cap's, or its limit's if smaller.
+  size_t ChunkBytesFor(PartitionId partition) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t ChunkCost(const Message& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Position of the first message in `pq` whose peer is not blocked, or kNone.
   size_t Eligible(const PartitionQueue& pq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The partition whose turn it is (deficit round robin) among those with an eligible message,
-  // and that message's position; {nullptr, kNone} when every message waits on a blocked peer.
-  std::pair<PartitionQueue*, size_t> SelectPartition(ChannelState& cs)
+  // Whether `m`, the next chunk of its partition, must wait for the partition's limit: true if
+  // the partition is already in `held` (passed over in this Dequeue), or if its bucket cannot pay
+  // for the chunk now; then it is added to `held`, `*wait` is lowered to when it can, and the
+  // chunk is counted in the limit's waits (once per chunk).
+  bool HeldByLimit(const Message& m, int64_t now, std::vector<PartitionId>* held, int64_t* wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Charges the partition's limit (if any) for a chunk that leaves.
+  void ChargeLimit(PartitionId partition, size_t cost, int64_t now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The partition whose turn it is (deficit round robin) among those with an eligible message not
+  // held by their limit (see HeldByLimit for `held` and `wait`), and that message's position;
+  // {nullptr, kNone} when every message waits on a blocked peer or a partition limit.
+  std::pair<PartitionQueue*, size_t> SelectPartition(ChannelState& cs, int64_t now,
+                                                     std::vector<PartitionId>* held, int64_t* wait)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes room for `size` more bytes for the blocked `peer`; false if it cannot.
   bool MakeRoomForBlockedPeer(const NodeId& peer, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -243,6 +301,8 @@ class EgressScheduler {
   std::array<ChannelState, kNumChannels> channels_ ABSL_GUARDED_BY(mu_);  // priority order
   std::deque<Message> fifo_ ABSL_GUARDED_BY(mu_);                         // fifo_mode only
   std::map<PartitionId, uint32_t> weights_ ABSL_GUARDED_BY(mu_);
+  // The buckets have their own synchronization; the map and the rest are protected by mu_.
+  std::map<PartitionId, PartitionLimit> limits_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<PartitionId, Channel>, PartitionEgressStats> partition_stats_
       ABSL_GUARDED_BY(mu_);
   uint64_t oversized_refused_ ABSL_GUARDED_BY(mu_) = 0;

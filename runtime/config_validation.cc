@@ -111,6 +111,10 @@ std::vector<ConfigProblem> ValidateShareConfig(const ShareConfig& s, const std::
                absl::StrCat("must be >= guarantee_fraction (", s.guarantee_fraction(), "), got ",
                             s.ceiling_fraction()));
   }
+  if (s.hard_ceiling() && !(s.ceiling_fraction() > 0 && s.ceiling_fraction() < 1)) {
+    check.Fail("hard_ceiling",
+               absl::StrCat("needs a ceiling_fraction in (0, 1), got ", s.ceiling_fraction()));
+  }
   return check.Take();
 }
 

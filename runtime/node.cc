@@ -67,6 +67,9 @@ class SchedulerEgressAccounting final : public flowctl::EgressAccounting {
   absl::Status SetPartitionWeight(uint32_t partition, uint32_t weight) override {
     return scheduler_->SetPartitionWeight(partition, weight);
   }
+  absl::Status SetPartitionRateLimit(uint32_t partition, double bytes_per_second) override {
+    return scheduler_->SetPartitionRateLimit(partition, bytes_per_second);
+  }
 
  private:
   p2p::EgressScheduler* const scheduler_;
@@ -86,6 +89,7 @@ node::admin::ResourceShare ResourceShareOf(const flowctl::ResourceShareStats& s)
   r.set_demand(std::isinf(s.demand) ? -1 : s.demand);
   r.set_share(s.share);
   r.set_usage(s.usage);
+  r.set_limit(s.limit);
   return r;
 }
 
@@ -545,17 +549,28 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
   } else {
     for (const std::shared_ptr<Partition>& p : partitions()) *out.add_partitions() = p->FlowStats();
   }
+  std::optional<p2p::EgressStats> egress_stats;
+  if (egress_) egress_stats = egress_->scheduler().Stats();
   for (auto& p : *out.mutable_partitions()) {
     std::optional<flowctl::ConsumerShareStats> shares;
     if (arbiter_) shares = arbiter_->StatsOf(p.id());
     if (!shares) continue;
-    *p.mutable_cpu() = ResourceShareOf(shares->cpu);
+    node::admin::ResourceShare cpu = ResourceShareOf(shares->cpu);
+    cpu.set_limit_holds(p.cpu().limit_holds());  // measured by the partition's worker-pool group
+    cpu.set_limited_seconds(p.cpu().limited_seconds());
+    *p.mutable_cpu() = std::move(cpu);
     *p.mutable_memory() = ResourceShareOf(shares->memory);
     *p.mutable_egress() = ResourceShareOf(shares->egress);
+    if (egress_stats) {  // the hard egress limit's effect, measured by the scheduler
+      auto it = egress_stats->partition_limits.find(p.id());
+      if (it != egress_stats->partition_limits.end()) {
+        p.mutable_egress()->set_limit_holds(it->second.limit_waits);
+      }
+    }
     *p.mutable_disk() = ResourceShareOf(shares->disk);
   }
-  if (egress_) {
-    p2p::EgressStats es = egress_->scheduler().Stats();
+  if (egress_stats) {
+    const p2p::EgressStats& es = *egress_stats;
     auto* e = out.mutable_egress();
     const bool unlimited = es.cap_bytes_per_second >= flowctl::TokenBucket::kUnlimited;
     e->set_cap_bytes_per_second(unlimited ? 0 : es.cap_bytes_per_second);
@@ -686,7 +701,8 @@ absl::Status Node::StartArbiter() {
           [this](double capacity, absl::Span<flowctl::ResourceConsumer* const> consumers) {
             AdmissionTick(capacity, consumers);
           },
-      .clock = options_.clock};
+      .clock = options_.clock,
+      .advisory = config_.resources().arbiter_advisory()};
   ASSIGN_OR_RETURN(arbiter_,
                    flowctl::ArbiterService::Create(std::move(options), egress_accounting_.get()));
   for (const std::shared_ptr<Partition>& p : partitions()) {

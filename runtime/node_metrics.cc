@@ -154,6 +154,17 @@ void AddShare(const std::string& partition, const std::string& resource,
   f->Gauge("noded_arbiter_demand", "Measured demand (cores, bytes or bytes/s).", l, s.demand());
   f->Gauge("noded_arbiter_share", "Share given by the last arbiter tick.", l, s.share());
   f->Gauge("noded_arbiter_usage", "Measured usage (cores, bytes or bytes/s).", l, s.usage());
+  f->Gauge("noded_arbiter_limit",
+           "Hard limit in force (share.hard_ceiling; cores or bytes/s); 0 = none.", l, s.limit());
+  f->Counter("noded_arbiter_limit_holds_total",
+             "Times the partition's work was held at its hard limit (CPU: lanes parked until "
+             "their budget refilled; egress: a frame waited for the partition's bucket).",
+             l, static_cast<double>(s.limit_holds()));
+  if (resource == "cpu") {
+    f->Counter("noded_arbiter_limited_seconds_total",
+               "Time the partition's lanes were held at their hard CPU limit.", l,
+               s.limited_seconds());
+  }
 }
 
 void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {

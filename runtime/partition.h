@@ -196,6 +196,8 @@ class Partition final : public flowctl::ResourceConsumer {
   // kCpu sets the dispatcher group's CPU share; kMemory caps the pool's byte limit below its
   // configured value; kEgress is ignored (the arbiter weights the egress scheduler itself).
   void ApplyShare(flowctl::Resource resource, double amount) override;
+  // Holds the dispatcher's worker-pool group to `cores` (0 = none; ShareConfig.hard_ceiling).
+  void ApplyCpuLimit(double cores) override;
 
   // ---- Node-wide admission (the node calls these after each arbiter tick). ----
   // This partition's load over the last tick: worker CPU used and entitled (the arbiter's CPU

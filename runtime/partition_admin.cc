@@ -24,6 +24,11 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   node::admin::PartitionFlowStats out;
   out.set_id(id_);
   out.set_name(name_);
+  // The hard CPU limit's effect (the node adds the arbiter's figures to the same message).
+  const flowctl::Dispatcher::CpuLimitStats cpu_limit = dispatcher_->GetCpuLimitStats();
+  out.mutable_cpu()->set_limit(cpu_limit.limit_cores);
+  out.mutable_cpu()->set_limit_holds(static_cast<uint64_t>(cpu_limit.throttles));
+  out.mutable_cpu()->set_limited_seconds(static_cast<double>(cpu_limit.throttled_nanos) * 1e-9);
   auto add_stages = [](const flowctl::StageChainHolder& chain, auto* stages) {
     for (const flowctl::StageStats& s : chain.Get()->Stats()) {
       auto* st = stages->Add();
@@ -495,6 +500,13 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
 void Partition::SetAdmitFraction(double fraction) { impl_->shedder_.SetFraction(fraction); }
 double Partition::admit_fraction() const { return impl_->shedder_.fraction(); }
 uint64_t Partition::admission_refused() const { return impl_->shedder_.refused(); }
+
+void Partition::ApplyCpuLimit(double cores) {
+  absl::Status s = impl_->dispatcher_->SetCpuLimit(cores);
+  if (!s.ok()) {
+    LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": cpu limit: " << s;
+  }
+}
 
 void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   if (resource == flowctl::Resource::kEgress) return;  // the arbiter weights the egress scheduler

@@ -4,7 +4,7 @@
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
                                                throughput rejection scale cpu state retry
-                                               reads live memory lanes admission)
+                                               reads live memory lanes admission shares)
 
 Each scenario starts its own 4-node localnet(s) in a temp dir (random ports), drives it with
 loadgen, stops it on every exit path, prints one `RESULT` line with its ratio and appends a
@@ -31,7 +31,9 @@ user may create, as root on most machines); lanes: LANES_RATE (hot's offered tx/
 LANES_SECONDS (default 25), LANES_REPS (off/on pairs, default 2), LANES_WEIGHTS (lane_weights
 body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMISSION_FLOOD
 (p1's tx/s from second 15, default 1000), ADMISSION_QUIET (each other partition's tx/s, default
-20), ADMISSION_REPS (off/on pairs, default 1).
+20), ADMISSION_REPS (off/on pairs, default 1); shares: SHARES_RATE (each flooded partition's
+tx/s, default 1500), SHARES_CEILING (p1's hard ceiling fraction, default 0.1), SHARES_REPS
+(rounds, default 1).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -1305,10 +1307,121 @@ def admission():
                % (flood, flood_at, n - 1, quiet, seconds))
 
 
+def lanes_cpu_nanos(stats, partition):
+    """Worker-pool CPU charged to all lanes of `partition` in one node's stats (ns)."""
+    return sum(int(l.get("cpu_nanos", 0)) for l in partition_items(stats, partition, "lanes"))
+
+
+def shares_run(name, extra, names, scen, seconds, window=(10, 25)):
+    """One flood on a 4-node localnet; per partition, the worker-pool CPU each node charged to it
+    over `window` (seconds from the start), in cores averaged over the nodes, its fraction of the
+    partitions' total, the arbiter's share at the end, and the committed rate."""
+    with Cluster(name, extra, partitions=len(names)) as c:
+        marks = {}
+
+        def sample(key):
+            marks[key] = [c.stats(i) or {} for i in range(c.nodes)]
+            marks[key + "_t"] = time.monotonic()
+
+        def sampler():
+            time.sleep(window[0])
+            sample("a")
+            time.sleep(window[1] - window[0])
+            sample("b")
+        t = threading.Thread(target=sampler, daemon=True)
+        t0 = time.monotonic()
+        t.start()
+        p, _ = c.loadgen(name, scen, seconds, drain=5, presign=2000)
+        t.join()
+        if "b" not in marks:
+            raise RuntimeError("stats were not sampled (load ran %.0f s)" % (time.monotonic() - t0))
+        span = marks["b_t"] - marks["a_t"]
+        row = {}
+        for nm in names:
+            cores = [(lanes_cpu_nanos(b, nm) - lanes_cpu_nanos(a, nm)) / 1e9 / span
+                     for a, b in zip(marks["a"], marks["b"])]
+            shares = [ps.get("cpu", {}).get("share", 0) for b in marks["b"]
+                      for ps in b.get("partitions", []) if ps.get("name") == nm]
+            limits = [ps.get("cpu", {}).get("limit", 0) for b in marks["b"]
+                      for ps in b.get("partitions", []) if ps.get("name") == nm]
+            row[nm] = {"cores": sum(cores) / len(cores), "share": sum(shares) / max(len(shares), 1),
+                       "limit": max(limits or [0]), "rate": p[nm]["committed_rate"],
+                       "vc": p[nm]["view_changes"] or 0}
+        total = sum(r["cores"] for r in row.values())
+        for r in row.values():
+            r["fraction"] = r["cores"] / max(total, 1e-9)
+        return row
+
+
+def shares():
+    """The arbiter governing CPU, side by side with it advisory (SHARES_REPS rounds, default 1):
+    (a) weights: p1, p2, p3 with share weights 1, 2, 4, each flooded (SHARES_RATE tx/s, default
+    1500; no rate stage, in-flight 8192): each partition's fraction of the worker-pool CPU vs its
+    allocation (weight / 7), governed and with resources.arbiter_advisory; (b) hard ceiling: p1
+    flooded alone with ceiling_fraction SHARES_CEILING (default 0.1), hard vs soft: its worker CPU
+    per node vs ceiling x cpu_workers."""
+    rate = int(os.environ.get("SHARES_RATE", "1500"))
+    ceiling = float(os.environ.get("SHARES_CEILING", "0.1"))
+    reps = int(os.environ.get("SHARES_REPS", "1"))
+    seconds = 30
+    chain = hot_chain(None, 0, in_flight=8192)
+    names = ["p1", "p2", "p3"]
+    weights = {"p1": 1, "p2": 2, "p3": 4}
+    for i in range(reps):
+        part_extra = "[partition *]\npool { max_txs: 3000 }\n%s\n" % chain + "".join(
+            "[partition %s]\nshare { weight: %d }\n" % (nm, w) for nm, w in weights.items())
+        scen = ";".join("%s:rate=%d" % (nm, rate) for nm in names)
+        rows = {}
+        for mode in ("governed", "advisory") if i % 2 == 0 else ("advisory", "governed"):
+            node = "resources { arbiter_advisory: %s }\n" % ("true" if mode == "advisory"
+                                                             else "false")
+            rows[mode] = shares_run("shares_weights_%s_%d" % (mode, i), node + part_extra, names,
+                                    scen, seconds)
+        alloc = {nm: w / sum(weights.values()) for nm, w in weights.items()}
+
+        def fmt(r):
+            return ", ".join("%s %.2f (%.2f cores, %.0f tx/s)" % (nm, r[nm]["fraction"],
+                                                                   r[nm]["cores"], r[nm]["rate"])
+                             for nm in names)
+
+        def worst(r):
+            return max(abs(r[nm]["fraction"] - alloc[nm]) / alloc[nm] for nm in names)
+        g, a = rows["governed"], rows["advisory"]
+        result("arbiter CPU shares, weights 1:2:4, all flooded (round %d)" % (i + 1),
+               "governed: fraction of pool CPU " + fmt(g), "advisory: " + fmt(a),
+               "worst |fraction - allocation| / allocation: governed %.2f, advisory %.2f; "
+               "allocation %s; VC governed %d, advisory %d"
+               % (worst(g), worst(a), ", ".join("%s %.2f" % (nm, alloc[nm]) for nm in names),
+                  sum(r["vc"] for r in g.values()), sum(r["vc"] for r in a.values())),
+               "per-partition CPU within 10% of its allocation (issue 18, item 1)",
+               "p1..p3 weights 1, 2, 4, each offered %d tx/s, %d s, CPU over seconds 10-25, "
+               "mean of 4 nodes" % (rate, seconds))
+
+        rows = {}
+        for hard in (True, False) if i % 2 == 0 else (False, True):
+            extra = ("[partition *]\npool { max_txs: 3000 }\n%s\n[partition p1]\n"
+                     "share { ceiling_fraction: %g hard_ceiling: %s }\n"
+                     % (chain, ceiling, "true" if hard else "false"))
+            rows[hard] = shares_run("shares_ceiling_%s_%d" % ("hard" if hard else "soft", i),
+                                    extra, ["p1", "p2"], "p1:rate=%d" % rate, seconds)
+        h, sft = rows[True]["p1"], rows[False]["p1"]
+        result("arbiter hard ceiling %g, p1 flooded alone (round %d)" % (ceiling, i + 1),
+               "hard: p1 %.3f cores/node of worker CPU (limit %.3f), %.0f tx/s, %d VC"
+               % (h["cores"], h["limit"], h["rate"], h["vc"]),
+               "soft: p1 %.3f cores/node, %.0f tx/s, %d VC" % (sft["cores"], sft["rate"],
+                                                               sft["vc"]),
+               "hard / limit %.2f; soft / hard %.2f" % (h["cores"] / max(h["limit"], 1e-9),
+                                                       sft["cores"] / max(h["cores"], 1e-9)),
+               "hard: worker CPU <= ceiling x workers; soft: lends the idle rest",
+               "p1 offered %d tx/s for %d s, p2 idle, CPU over seconds 10-25, mean of 4 nodes"
+               % (rate, seconds))
+
+
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
              "scale": scale, "cpu": cpu, "state": state, "retry": retry, "reads": reads,
-             "live": live, "memory": memory, "lanes": lanes, "admission": admission}
+             "live": live, "memory": memory, "lanes": lanes, "admission": admission,
+             "shares": shares}
 
 
 def main(argv):

@@ -279,19 +279,22 @@ const std::vector<Command>& Commands() {
                  {"floor", "BYTES_PER_S", "floor of the derived tx-forwarding rate (> 0)"}},
        .run = RunUpdateEgress},
       {.name = "update-arbiter",
-       .synopsis = "[--partition P --weight W [--guarantee F] [--ceiling F] ...] "
+       .synopsis = "[--partition P --weight W [--guarantee F] [--ceiling F [--hard]] ...] "
                    "[--cpu-workers N]",
        .summary = "Change partitions' arbiter weights, guarantees and ceilings, and the worker "
                   "count, live.",
        .details =
            "Each --partition starts an entry; the --weight/--guarantee/--ceiling after it apply\n"
            "to it. A left-out --guarantee is sent as 0 (none), --ceiling as 0 (whole capacity).\n"
+           "--hard makes the entry's ceiling a hard limit for CPU and egress too (held even\n"
+           "while the rest of the node is idle; needs --ceiling below 1).\n"
            "--cpu-workers resizes the worker pool (the CPU the arbiter divides), with or without\n"
            "entries.\n",
        .flags = {{"partition", "P", "partition (by name); starts an entry", true},
                  {"weight", "W", "relative weight, > 0; required per entry", true},
                  {"guarantee", "F", "guaranteed fraction of each resource, 0..1", true},
                  {"ceiling", "F", "fraction never exceeded, (0, 1]", true},
+                 {"hard", "", "the ceiling is a hard CPU and egress limit", true},
                  {"cpu-workers", "N", "worker-pool threads, 1..1024"}},
        .run = RunUpdateArbiter},
       {.name = "pause",

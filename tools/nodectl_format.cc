@@ -125,11 +125,19 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
                                          : FormatBytes(spill.disk_budget_bytes()))
       << "  refused " << spill.refused_disk_budget() << "\n\n";
 
-  Table shares({"RESOURCE", "WEIGHT>", "GUARANTEE>", "CEILING>", "DEMAND>", "SHARE>", "USAGE>"});
+  Table shares(
+      {"RESOURCE", "WEIGHT>", "GUARANTEE>", "CEILING>", "DEMAND>", "SHARE>", "USAGE>", "LIMIT"});
+  // LIMIT: a hard ceiling in force, with how often (and for CPU how long) it held the partition.
+  auto limit = [&](const std::string& name, const ResourceShare& r) -> std::string {
+    if (r.limit() <= 0) return "-";
+    std::string out = absl::StrCat(Amount(name, r.limit()), " held ", r.limit_holds(), "x");
+    if (r.limited_seconds() > 0) absl::StrAppend(&out, " ", FormatNumber(r.limited_seconds()), "s");
+    return out;
+  };
   auto add = [&](const std::string& name, const ResourceShare& r) {
     shares.AddRow({name, FormatNumber(r.weight()), Amount(name, r.guarantee()),
                    Amount(name, r.ceiling()), Amount(name, r.demand()), Amount(name, r.share()),
-                   Amount(name, r.usage())});
+                   Amount(name, r.usage()), limit(name, r)});
   };
   add("cpu", p.cpu());
   add("memory", p.memory());
@@ -283,7 +291,8 @@ void PrintPartitionFlowConfig(const node::config::PartitionConfig& c, std::ostre
       << " ttl_seconds=" << pool.ttl_seconds() << " max_tx_bytes=" << pool.max_tx_bytes() << "\n"
       << "  share        weight=" << FormatNumber(c.share().weight())
       << " guarantee=" << FormatNumber(c.share().guarantee_fraction())
-      << " ceiling=" << FormatNumber(c.share().ceiling_fraction()) << "\n";
+      << " ceiling=" << FormatNumber(c.share().ceiling_fraction())
+      << (c.share().hard_ceiling() ? " (hard)" : "") << "\n";
 }
 
 void PrintShares(const google::protobuf::RepeatedPtrField<node::config::PartitionConfig>& configs,
@@ -292,7 +301,8 @@ void PrintShares(const google::protobuf::RepeatedPtrField<node::config::Partitio
   for (const auto& c : configs) {
     t.AddRow({c.name(), absl::StrCat(c.id()), FormatNumber(c.share().weight()),
               FormatNumber(c.share().guarantee_fraction()),
-              FormatNumber(c.share().ceiling_fraction())});
+              absl::StrCat(FormatNumber(c.share().ceiling_fraction()),
+                           c.share().hard_ceiling() ? " hard" : "")});
   }
   t.Print(out);
 }

@@ -372,7 +372,7 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       req.set_cpu_workers(static_cast<uint32_t>(n));
       continue;
     }
-    if (name != "weight" && name != "guarantee" && name != "ceiling") continue;
+    if (name != "weight" && name != "guarantee" && name != "ceiling" && name != "hard") continue;
     if (entry == nullptr) {
       return Invalid(absl::StrCat("--", name, ": must follow the --partition it applies to"));
     }
@@ -387,6 +387,8 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
     } else if (name == "guarantee") {
       ASSIGN_OR_RETURN(double g, ParseDouble("--guarantee", value, 0, 1));
       share->set_guarantee_fraction(g);
+    } else if (name == "hard") {
+      share->set_hard_ceiling(true);
     } else {
       ASSIGN_OR_RETURN(double c, ParseDouble("--ceiling", value, 0, 1, true));
       share->set_ceiling_fraction(c);
@@ -400,6 +402,10 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       return Invalid(absl::StrCat("--weight: required for partition '", e.partition(), "'"));
     }
     const auto& s = e.share();
+    if (s.hard_ceiling() && !(s.ceiling_fraction() > 0 && s.ceiling_fraction() < 1)) {
+      return Invalid(
+          absl::StrCat("--hard: needs a --ceiling below 1 for partition '", e.partition(), "'"));
+    }
     if (s.ceiling_fraction() > 0 && s.guarantee_fraction() > s.ceiling_fraction()) {
       return Invalid(absl::StrCat("--guarantee: must be <= --ceiling (", s.ceiling_fraction(),
                                   ") for partition '", e.partition(), "', got ",

@@ -151,6 +151,90 @@ TEST_F(ArbiterServiceTest, CeilingCapsShareAndEntitlement) {
   EXPECT_NEAR(a.memory.ceiling, kMemory / 4.0, 1e-9);
 }
 
+// hard_ceiling turns the ceiling into limits the consumer and the egress side enforce: CPU in
+// cores of the worker threads (followed when the pool is resized), egress as a rate of the cap.
+// Applied when it changes only; switched off, both are removed.
+TEST_F(ArbiterServiceTest, HardCeilingIsAppliedAsLimits) {
+  a_.SetShare(/*weight=*/1, /*guarantee_fraction=*/0, /*ceiling_fraction=*/0.25,
+              /*hard_ceiling=*/true);
+  b_.SetShare(/*weight=*/1, /*guarantee_fraction=*/0, /*ceiling_fraction=*/0.25);
+  egress_.SetCap(1000);
+  auto arbiter = Make({&a_, &b_}, &egress_);
+  arbiter->Tick();
+  EXPECT_THAT(a_.cpu_limit(), Optional(DoubleNear(kWorkers * 0.25, 1e-9)));
+  EXPECT_THAT(egress_.rate_limit(1), Optional(DoubleNear(250, 1e-9)));
+  EXPECT_EQ(b_.cpu_limit(), std::nullopt);  // a soft ceiling: never limited
+  EXPECT_EQ(egress_.rate_limit(2), std::nullopt);
+  EXPECT_NEAR(StatsOf(*arbiter, 1).cpu.limit, 1, 1e-9);
+  EXPECT_NEAR(StatsOf(*arbiter, 1).egress.limit, 250, 1e-9);
+  EXPECT_EQ(StatsOf(*arbiter, 2).cpu.limit, 0);
+
+  clock_.Advance(absl::Milliseconds(100));
+  arbiter->Tick();
+  EXPECT_EQ(a_.cpu_limit_calls(), 1);  // unchanged: not applied again
+  workers_ = 2;
+  clock_.Advance(absl::Milliseconds(100));
+  arbiter->Tick();
+  EXPECT_THAT(a_.cpu_limit(), Optional(DoubleNear(0.5, 1e-9)));
+
+  a_.SetShare(1, 0, 0.25, /*hard_ceiling=*/false);
+  clock_.Advance(absl::Milliseconds(100));
+  arbiter->Tick();
+  EXPECT_THAT(a_.cpu_limit(), Optional(0.0));
+  EXPECT_THAT(egress_.rate_limit(1), Optional(0.0));
+}
+
+// Without an egress cap there is nothing to take a fraction of: CPU is limited, egress is not.
+TEST_F(ArbiterServiceTest, HardCeilingWithoutAnEgressCapLimitsCpuOnly) {
+  a_.SetShare(1, 0, 0.5, /*hard_ceiling=*/true);
+  auto arbiter = Make({&a_}, &egress_);
+  arbiter->Tick();
+  EXPECT_THAT(a_.cpu_limit(), Optional(DoubleNear(kWorkers * 0.5, 1e-9)));
+  EXPECT_EQ(egress_.rate_limit(1), std::nullopt);
+}
+
+// A removed consumer's egress limit goes with it (a partition created later under its id must not
+// inherit it).
+TEST_F(ArbiterServiceTest, RemovingAConsumerRemovesItsEgressLimit) {
+  a_.SetShare(1, 0, 0.5, /*hard_ceiling=*/true);
+  egress_.SetCap(1000);
+  auto arbiter = Make({&a_, &b_}, &egress_);
+  arbiter->Tick();
+  EXPECT_THAT(egress_.rate_limit(1), Optional(DoubleNear(500, 1e-9)));
+  ASSERT_TRUE(arbiter->RemoveConsumer(1).ok());
+  EXPECT_THAT(egress_.rate_limit(1), Optional(0.0));
+}
+
+// Advisory: everything is measured and reported, nothing is applied.
+TEST_F(ArbiterServiceTest, AdvisoryAppliesNothing) {
+  a_.SetShare(1, 0, 0.25, /*hard_ceiling=*/true);
+  b_.SetShare(3);
+  a_.SetUsage(Backlogged());
+  b_.SetUsage(Backlogged());
+  egress_.SetCap(1000);
+  absl::StatusOr<std::unique_ptr<ArbiterService>> arbiter =
+      ArbiterService::Create({.tick = absl::Hours(1),
+                              .cpu_workers = [] { return kWorkers; },
+                              .memory_bytes = kMemory,
+                              .clock = &clock_,
+                              .advisory = true},
+                             &egress_);
+  ASSERT_TRUE(arbiter.ok());
+  ASSERT_TRUE((*arbiter)->AddConsumer(&a_).ok());
+  ASSERT_TRUE((*arbiter)->AddConsumer(&b_).ok());
+  (*arbiter)->Tick();
+  for (const FakeResourceConsumer* c : {&a_, &b_}) {
+    for (Resource r : {Resource::kCpu, Resource::kMemory, Resource::kEgress}) {
+      EXPECT_EQ(c->apply_calls(r), 0) << c->name();
+    }
+    EXPECT_EQ(c->cpu_limit_calls(), 0) << c->name();
+  }
+  EXPECT_EQ(egress_.weight(1), std::nullopt);
+  EXPECT_EQ(egress_.rate_limit(1), std::nullopt);
+  EXPECT_NEAR(StatsOf(**arbiter, 1).cpu.share, 1, 1e-9);  // still computed and reported
+  EXPECT_EQ(StatsOf(**arbiter, 1).cpu.limit, 0);          // but no limit is in force
+}
+
 TEST_F(ArbiterServiceTest, GuaranteeHoldsAgainstAHeavierNeighbour) {
   a_.SetShare(/*weight=*/1, /*guarantee_fraction=*/0.5);
   b_.SetShare(9);

@@ -35,6 +35,20 @@ class FakeEgressAccounting final : public flowctl::EgressAccounting {
     return absl::OkStatus();
   }
 
+  absl::Status SetPartitionRateLimit(uint32_t partition, double bytes_per_second) override {
+    if (!(bytes_per_second >= 0)) return absl::InvalidArgumentError("rate: must be >= 0");
+    absl::MutexLock lock(&mu_);
+    limits_[partition] = bytes_per_second;
+    return absl::OkStatus();
+  }
+  // The last rate limit set for `partition` (nullopt: never set; 0: removed).
+  std::optional<double> rate_limit(uint32_t partition) const {
+    absl::MutexLock lock(&mu_);
+    auto it = limits_.find(partition);
+    if (it == limits_.end()) return std::nullopt;
+    return it->second;
+  }
+
   // bytes/s; TokenBucket::kUnlimited for none (the default).
   void SetCap(double cap_bytes_per_second) {
     absl::MutexLock lock(&mu_);
@@ -56,6 +70,7 @@ class FakeEgressAccounting final : public flowctl::EgressAccounting {
   mutable absl::Mutex mu_;
   flowctl::EgressUsage usage_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, uint32_t> weights_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, double> limits_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tests

@@ -41,11 +41,13 @@ class FakeResourceConsumer final : public flowctl::ResourceConsumer {
     absl::MutexLock lock(&mu_);
     share_ = share;
   }
-  void SetShare(double weight, double guarantee_fraction = 0, double ceiling_fraction = 0) {
+  void SetShare(double weight, double guarantee_fraction = 0, double ceiling_fraction = 0,
+                bool hard_ceiling = false) {
     node::config::ShareConfig s;
     s.set_weight(weight);
     s.set_guarantee_fraction(guarantee_fraction);
     s.set_ceiling_fraction(ceiling_fraction);
+    s.set_hard_ceiling(hard_ceiling);
     SetShareConfig(s);
   }
 
@@ -64,6 +66,21 @@ class FakeResourceConsumer final : public flowctl::ResourceConsumer {
     absl::MutexLock lock(&mu_);
     applied_[static_cast<int>(resource)] = amount;
     ++apply_calls_[static_cast<int>(resource)];
+  }
+
+  void ApplyCpuLimit(double cores) override {
+    absl::MutexLock lock(&mu_);
+    cpu_limit_ = cores;
+    ++cpu_limit_calls_;
+  }
+  // The last CPU limit applied (nullopt: never), and how many times one was.
+  std::optional<double> cpu_limit() const {
+    absl::MutexLock lock(&mu_);
+    return cpu_limit_;
+  }
+  int cpu_limit_calls() const {
+    absl::MutexLock lock(&mu_);
+    return cpu_limit_calls_;
   }
 
   // The last amount applied for `resource` (nullopt: never applied).
@@ -90,6 +107,8 @@ class FakeResourceConsumer final : public flowctl::ResourceConsumer {
   int usage_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::array<std::optional<double>, flowctl::kNumResources> applied_ ABSL_GUARDED_BY(mu_);
   std::array<int, flowctl::kNumResources> apply_calls_ ABSL_GUARDED_BY(mu_) = {};
+  std::optional<double> cpu_limit_ ABSL_GUARDED_BY(mu_);
+  int cpu_limit_calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tests

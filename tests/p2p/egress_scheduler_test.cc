@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -65,6 +66,7 @@ class Driver {
       DequeueResult r = s_->Dequeue();
       if (r.frame) {
         wire += r.frame->wire_bytes();
+        sent_.push_back({now, r.frame->partition, r.frame->channel, r.frame->wire_bytes()});
         frames_.push_back(*r.frame);
         if (keep_frames_ == 0) frames_.clear();
         continue;
@@ -79,15 +81,52 @@ class Driver {
     return wire;
   }
 
+  // Every frame handed to the transport, with the time it was released.
+  struct Sent {
+    int64_t at;
+    PartitionId partition;
+    Channel channel;
+    size_t wire;
+  };
+
   std::vector<EgressFrame> frames_;
   int keep_frames_ = 0;
   int enqueue_errors_ = 0;
+  std::vector<Sent> sent_;
 
  private:
   EgressScheduler* s_;
   tests::FakeClock* clock_;
   std::vector<Source> sources_;
 };
+
+// Wire bytes of `partition` released in [from, to).
+uint64_t BytesOf(const std::vector<Driver::Sent>& sent, PartitionId partition, int64_t from,
+                 int64_t to) {
+  uint64_t bytes = 0;
+  for (const Driver::Sent& s : sent) {
+    if (s.partition == partition && s.at >= from && s.at < to) bytes += s.wire;
+  }
+  return bytes;
+}
+
+// The most `partition` sent over any interval beyond what `rate` (bytes/s) allows over its
+// length: max over frames i <= j of (bytes of frames i..j) - rate x (t_j - t_i). A token bucket of
+// that rate keeps it at or below its burst.
+double MaxExcessOverRate(const std::vector<Driver::Sent>& sent, PartitionId partition,
+                         double rate) {
+  double excess = 0;
+  double cum_before = 0;  // bytes of the partition's frames before the current one
+  double min_start = std::numeric_limits<double>::infinity();  // min over i of cum_{<i} - rate t_i
+  for (const Driver::Sent& s : sent) {
+    if (s.partition != partition) continue;
+    const double t = static_cast<double>(s.at) / 1e9;
+    min_start = std::min(min_start, cum_before - rate * t);
+    cum_before += static_cast<double>(s.wire);
+    excess = std::max(excess, cum_before - rate * t - min_start);
+  }
+  return excess;
+}
 
 TEST(ChunkBytesForCapTest, TwoMillisecondsClamped) {
   EXPECT_EQ(ChunkBytesForCap(2e6), 4000u);
@@ -367,6 +406,274 @@ TEST(EgressSchedulerTest, PriorityOverflowAndDerivedRateComeFromTheTable) {
   clock.Advance(absl::Milliseconds(200));  // past the usage window's current slot
   EXPECT_FALSE(s.Dequeue().frame);
   EXPECT_EQ(s.Stats().priority_usage_bytes_per_second, 2 * (1000 + kFrameOverheadBytes) / 0.9);
+}
+
+// --- Per-partition hard limits (SetPartitionRateLimit) ---
+
+constexpr PartitionId kLimited = 7;
+constexpr PartitionId kOther = 8;
+
+// The burst of a partition limit per the rule in egress_scheduler.h (default 2 ms chunk time):
+// 4 x max(2 ms of the rate, one of the partition's chunks with its header).
+double LimitBurst(double rate) {
+  const double chunk = static_cast<double>(ChunkBytesForCap(rate) + kFrameOverheadBytes);
+  return 4 * std::max(rate * 0.002, chunk);
+}
+
+// The cost of one chunk of a partition limited to a rate below ~512 KB/s: the 1 KiB minimum.
+constexpr double kSmallChunkCost = kMinChunkBytes + kFrameOverheadBytes;
+
+// Checks that `partition` went at `rate` over [from, to] (clock nanos): never more than
+// rate x t + burst over any interval (the hard ceiling), and over the whole span no less than
+// rate x t minus one chunk (it really uses its limit).
+void ExpectSentAtRate(const Driver& d, PartitionId partition, double rate, int64_t from,
+                      int64_t to) {
+  std::vector<Driver::Sent> span;
+  for (const Driver::Sent& s : d.sent_) {
+    if (s.at >= from && s.at <= to) span.push_back(s);
+  }
+  const double seconds = static_cast<double>(to - from) / 1e9;
+  const double sent = static_cast<double>(BytesOf(span, partition, from, to + 1));
+  EXPECT_LE(sent, rate * seconds + LimitBurst(rate)) << "partition " << partition;
+  EXPECT_GE(sent, rate * seconds - kSmallChunkCost) << "partition " << partition;
+  EXPECT_LE(MaxExcessOverRate(span, partition, rate), LimitBurst(rate) + 1)
+      << "partition " << partition;
+}
+
+// A lone limited partition, offered ten times its limit, on an unlimited scheduler and under a
+// cap well above the limit: it goes at its limit and never above, although the link has room.
+class LoneLimitedPartitionTest : public ::testing::TestWithParam<double> {};
+
+TEST_P(LoneLimitedPartitionTest, GoesAtItsLimitNeverAbove) {
+  tests::FakeClock clock;
+  EgressOptions opt;
+  opt.cap_bytes_per_second = GetParam();
+  opt.channels = WithQueueBytes(1 << 20);
+  EgressScheduler s(opt, &clock);
+  constexpr double kRate = 300'000;
+  ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, kRate).ok());
+  Driver d(&s, &clock);
+  d.AddSource("b", kLimited, node::p2p::BULK, 3000, kMs);  // 3 MB/s offered
+  const int64_t start = clock.NowNanos();
+  d.RunUntil(start + 10 * kSec);
+  ExpectSentAtRate(d, kLimited, kRate, start, start + 10 * kSec);
+  const EgressStats st = s.Stats();
+  ASSERT_TRUE(st.partition_limits.contains(kLimited));
+  EXPECT_EQ(st.partition_limits.at(kLimited).limit_bytes_per_second, kRate);
+  // Roughly one wait per chunk once the burst is spent.
+  EXPECT_GT(st.partition_limits.at(kLimited).limit_waits, 2000u);
+  EXPECT_GT(st.channel(node::p2p::BULK).queued_bytes, 0u);  // it had more to send
+}
+
+INSTANTIATE_TEST_SUITE_P(UnlimitedAndCapped, LoneLimitedPartitionTest, ::testing::Values(0.0, 1e6));
+
+// Once its burst is spent, a held partition's frame waits exactly until its bucket can pay for
+// it, and Dequeue says so; the chunk is counted once in limit_waits however often it is looked at.
+TEST_P(LoneLimitedPartitionTest, HeldFrameWaitsExactlyUntilItsBucketCanPay) {
+  tests::FakeClock clock;
+  EgressOptions opt;
+  opt.cap_bytes_per_second = GetParam() == 0 ? 0 : 10e6;  // a cap that never binds here
+  EgressScheduler s(opt, &clock);
+  constexpr double kRate = 100'000;
+  ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, kRate).ok());
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(s.Enqueue("b", kLimited, node::p2p::BULK, std::string(kMinChunkBytes, 'x')).ok());
+  }
+  // The burst is 4 chunks: four leave at once.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.Dequeue().frame) << i;
+  DequeueResult r = s.Dequeue();
+  ASSERT_FALSE(r.frame);
+  const int64_t chunk_time = static_cast<int64_t>(kSmallChunkCost / kRate * 1e9);  // 10.56 ms
+  EXPECT_NEAR(static_cast<double>(r.wait_nanos), static_cast<double>(chunk_time), 2);
+  clock.AdvanceNanos(r.wait_nanos - 1);
+  r = s.Dequeue();
+  EXPECT_FALSE(r.frame);
+  EXPECT_EQ(r.wait_nanos, 1);
+  clock.AdvanceNanos(1);
+  ASSERT_TRUE(s.Dequeue().frame);
+  EXPECT_EQ(s.Stats().partition_limits.at(kLimited).limit_waits, 1u);
+  EXPECT_FALSE(s.Dequeue().frame);
+  EXPECT_EQ(s.Stats().partition_limits.at(kLimited).limit_waits, 2u);
+}
+
+// Two partitions on one channel under a cap, one limited: the other is not held back by the
+// limited one's waiting frames and takes the rest of the cap.
+TEST(EgressSchedulerLimitTest, OtherPartitionTakesTheRestOfTheCap) {
+  tests::FakeClock clock;
+  EgressOptions opt;
+  opt.cap_bytes_per_second = 2e6;
+  opt.channels = WithQueueBytes(1 << 20);
+  EgressScheduler s(opt, &clock);
+  constexpr double kRate = 300'000;  // well under its round-robin half of the cap
+  ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, kRate).ok());
+  Driver d(&s, &clock);
+  d.AddSource("b", kLimited, node::p2p::BULK, 3000, kMs);  // 3 MB/s offered each
+  d.AddSource("c", kOther, node::p2p::BULK, 3000, kMs);
+  const int64_t start = clock.NowNanos();
+  d.RunUntil(start + kSec);
+  d.RunUntil(start + 6 * kSec);
+  ExpectSentAtRate(d, kLimited, kRate, start + kSec, start + 6 * kSec);
+  const double other =
+      static_cast<double>(BytesOf(d.sent_, kOther, start + kSec, start + 6 * kSec));
+  EXPECT_NEAR(other, (2e6 - kRate) * 5, 0.02 * 2e6 * 5);
+}
+
+// The limit covers every channel: a limited partition's CONSENSUS waits for it, and meanwhile
+// another partition's BULK goes out. The limited partition's own BULK stays behind its CONSENSUS.
+TEST(EgressSchedulerLimitTest, ConsensusIsHeldTooAndLowerChannelsOfOthersGoAhead) {
+  {
+    tests::FakeClock clock;
+    EgressScheduler s(EgressOptions{}, &clock);  // unlimited link
+    ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, 100'000).ok());
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(
+          s.Enqueue("b", kLimited, node::p2p::CONSENSUS, std::string(kMinChunkBytes, 'v')).ok());
+    }
+    ASSERT_TRUE(s.Enqueue("b", kLimited, node::p2p::BULK, std::string(100, 'l')).ok());
+    for (int i = 0; i < 4; ++i) {  // the burst
+      DequeueResult r = s.Dequeue();
+      ASSERT_TRUE(r.frame);
+      EXPECT_EQ(r.frame->channel, node::p2p::CONSENSUS);
+    }
+    // 2 ms later its bucket holds 200 B: not enough for its CONSENSUS chunk (1056 B), enough for
+    // its BULK (132 B) but that stays behind its CONSENSUS; another partition's BULK goes.
+    clock.Advance(absl::Milliseconds(2));
+    ASSERT_TRUE(s.Enqueue("c", kOther, node::p2p::BULK, std::string(100, 'o')).ok());
+    DequeueResult r = s.Dequeue();
+    ASSERT_TRUE(r.frame);
+    EXPECT_EQ(r.frame->partition, kOther);
+    EXPECT_EQ(r.frame->channel, node::p2p::BULK);
+    r = s.Dequeue();
+    EXPECT_FALSE(r.frame);
+    EXPECT_NEAR(static_cast<double>(r.wait_nanos), (kSmallChunkCost - 200) / 100'000 * 1e9, 2);
+    EXPECT_EQ(s.Stats().channel(node::p2p::CONSENSUS).queued_messages, 1u);
+    clock.AdvanceNanos(r.wait_nanos);
+    r = s.Dequeue();
+    ASSERT_TRUE(r.frame);
+    EXPECT_EQ(r.frame->channel, node::p2p::CONSENSUS);
+  }
+  // Sustained: the limited partition floods CONSENSUS and BULK, another floods BULK, under a cap.
+  tests::FakeClock clock;
+  EgressOptions opt;
+  opt.cap_bytes_per_second = 1e6;
+  opt.channels = WithQueueBytes(1 << 20);
+  EgressScheduler s(opt, &clock);
+  constexpr double kRate = 100'000;
+  ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, kRate).ok());
+  Driver d(&s, &clock);
+  d.AddSource("b", kLimited, node::p2p::CONSENSUS, 1000, 5 * kMs);  // 200 KB/s offered
+  d.AddSource("b", kLimited, node::p2p::BULK, 1000, 5 * kMs);
+  d.AddSource("c", kOther, node::p2p::BULK, 3000, kMs);  // 3 MB/s offered
+  const int64_t start = clock.NowNanos();
+  d.RunUntil(start + kSec);
+  d.RunUntil(start + 6 * kSec);
+  ExpectSentAtRate(d, kLimited, kRate, start + kSec, start + 6 * kSec);
+  // Once its CONSENSUS has a backlog (after the first second) its own BULK never goes first.
+  uint64_t limited_bulk = 0;
+  for (const Driver::Sent& f : d.sent_) {
+    if (f.at >= start + kSec && f.partition == kLimited && f.channel == node::p2p::BULK) {
+      limited_bulk += f.wire;
+    }
+  }
+  EXPECT_EQ(limited_bulk, 0u);
+  EXPECT_GT(s.Stats().channel(node::p2p::CONSENSUS).queued_bytes, 0u);
+  const double other =
+      static_cast<double>(BytesOf(d.sent_, kOther, start + kSec, start + 6 * kSec));
+  EXPECT_NEAR(other, (1e6 - kRate) * 5, 0.02 * 1e6 * 5);
+  EXPECT_GT(s.Stats().partition_limits.at(kLimited).limit_waits, 0u);
+}
+
+// Removing the limit releases the held frames at once; setting it again, raising and lowering it
+// live change the rate measured over the following interval.
+TEST(EgressSchedulerLimitTest, RemovalReleasesAtOnceAndLiveChangesTakeEffect) {
+  tests::FakeClock clock;
+  EgressOptions opt;
+  opt.channels = WithQueueBytes(1 << 20);
+  EgressScheduler s(opt, &clock);  // unlimited link
+  int wakeups = 0;
+  s.SetWakeup([&wakeups] { ++wakeups; });
+  ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, 200'000).ok());
+  Driver d(&s, &clock);
+  d.AddSource("b", kLimited, node::p2p::BULK, 3000, kMs);  // 3 MB/s offered
+  int64_t t = clock.NowNanos();
+  d.RunUntil(t + 2 * kSec);
+  ExpectSentAtRate(d, kLimited, 200'000, t, t + 2 * kSec);
+  ASSERT_GT(s.Stats().channel(node::p2p::BULK).queued_bytes, 0u);
+
+  // Removed: everything queued leaves at this very instant.
+  const int before = wakeups;
+  ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, 0).ok());
+  EXPECT_GT(wakeups, before);
+  DequeueResult r = s.Dequeue();
+  for (; r.frame; r = s.Dequeue()) {
+  }
+  EXPECT_EQ(r.wait_nanos, EgressScheduler::kNever);
+  EXPECT_EQ(s.Stats().channel(node::p2p::BULK).queued_bytes, 0u);
+  EXPECT_EQ(s.Stats().partition_limits.at(kLimited).limit_bytes_per_second, 0);
+
+  // Set again, then raised, then lowered: each next interval follows the rate in force.
+  bool first = true;
+  for (double rate : {100'000.0, 400'000.0, 50'000.0}) {
+    SCOPED_TRACE(rate);
+    ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, rate).ok());
+    t = clock.NowNanos();
+    d.RunUntil(t + 3 * kSec);
+    ExpectSentAtRate(d, kLimited, rate, t, t + 3 * kSec);
+    // A live change keeps the bucket's balance (short of a chunk: the partition is backlogged),
+    // so it grants no fresh burst: at most one chunk leaves at the change.
+    if (!first) {
+      EXPECT_LE(BytesOf(d.sent_, kLimited, t, t + 1), kSmallChunkCost);
+    }
+    first = false;
+  }
+}
+
+// fifo_mode honours the limits too, head-of-line: a held head holds everything behind it.
+TEST(EgressSchedulerLimitTest, FifoModeHoldsTheHeadAndEverythingBehindIt) {
+  tests::FakeClock clock;
+  EgressOptions opt;
+  opt.fifo_mode = true;
+  EgressScheduler s(opt, &clock);
+  ASSERT_TRUE(s.SetPartitionRateLimit(kLimited, 100'000).ok());
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(s.Enqueue("b", kLimited, node::p2p::BULK, std::string(kMinChunkBytes, 'x')).ok());
+  }
+  ASSERT_TRUE(s.Enqueue("c", kOther, node::p2p::CONSENSUS, std::string(10, 'o')).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(s.Dequeue().frame) << i;
+  DequeueResult r = s.Dequeue();
+  ASSERT_FALSE(r.frame);
+  EXPECT_NEAR(static_cast<double>(r.wait_nanos), kSmallChunkCost / 100'000 * 1e9, 2);
+  clock.AdvanceNanos(r.wait_nanos);
+  r = s.Dequeue();
+  ASSERT_TRUE(r.frame);
+  EXPECT_EQ(r.frame->partition, kLimited);
+  r = s.Dequeue();
+  ASSERT_TRUE(r.frame);
+  EXPECT_EQ(r.frame->partition, kOther);
+}
+
+TEST(EgressSchedulerLimitTest, BadRatesAreRefusedAndChangeNothing) {
+  tests::FakeClock clock;
+  EgressScheduler s(EgressOptions{}, &clock);
+  EXPECT_TRUE(absl::IsInvalidArgument(s.SetPartitionRateLimit(kLimited, -1)));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      s.SetPartitionRateLimit(kLimited, std::numeric_limits<double>::quiet_NaN())));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      s.SetPartitionRateLimit(kLimited, -std::numeric_limits<double>::infinity())));
+  // No limit was set: a backlog far over any burst leaves at once on the unlimited link.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(s.Enqueue("b", kLimited, node::p2p::BULK, std::string(10'000, 'x')).ok());
+  }
+  int frames = 0;
+  DequeueResult r = s.Dequeue();
+  for (; r.frame; r = s.Dequeue()) ++frames;
+  EXPECT_EQ(frames, 10);
+  EXPECT_EQ(r.wait_nanos, EgressScheduler::kNever);
+  EXPECT_FALSE(s.Stats().partition_limits.contains(kLimited));
+  // Removing a limit that was never set, or "infinity", is fine and sets none.
+  EXPECT_TRUE(s.SetPartitionRateLimit(kLimited, 0).ok());
+  EXPECT_TRUE(s.SetPartitionRateLimit(kLimited, std::numeric_limits<double>::infinity()).ok());
+  EXPECT_FALSE(s.Stats().partition_limits.contains(kLimited));
 }
 
 }  // namespace

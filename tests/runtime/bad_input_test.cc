@@ -609,6 +609,21 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        },
        StatusCode::INVALID_ARGUMENT,
        "partitions[steady].share.ceiling_fraction: must be >= guarantee_fraction (0.5), got 0.3"},
+      {"hard ceiling without a ceiling", "admin UpdateArbiter, hard_ceiling with ceiling 1",
+       [&] {
+         node::admin::UpdateArbiterRequest request;
+         auto* e = request.add_entries();
+         e->set_partition("steady");
+         e->mutable_share()->set_weight(1);
+         e->mutable_share()->set_ceiling_fraction(1);
+         e->mutable_share()->set_hard_ceiling(true);
+         grpc::ClientContext ctx;
+         WithToken(&ctx);
+         node::admin::UpdateArbiterResponse response;
+         return Admin()->UpdateArbiter(&ctx, request, &response);
+       },
+       StatusCode::INVALID_ARGUMENT,
+       "partitions[steady].share.hard_ceiling: needs a ceiling_fraction in (0, 1), got 1"},
       {"guarantees sum over 1", "admin UpdateArbiter, hot 0.6 + steady 0.6",
        [&] {
          return Arbiter({{"hot", 1, 0.6, 1}, {"steady", 1, 0.6, 1}});

@@ -275,6 +275,15 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
          return Arbiter(r);
        },
        "partitions[hot].share.guarantee_fraction: must be in [0, 1], got -0.5"},
+      {"hard ceiling without a ceiling",
+       ConfigText("share { ceiling_fraction: 1 hard_ceiling: true }"),
+       [&] {
+         node::admin::UpdateArbiterRequest r;
+         AddShare(&r, "hot", 1, 0, 1);
+         r.mutable_entries(0)->mutable_share()->set_hard_ceiling(true);
+         return Arbiter(r);
+       },
+       "partitions[hot].share.hard_ceiling: needs a ceiling_fraction in (0, 1), got 1"},
       {"guarantees sum over 1",
        ConfigText("share { guarantee_fraction: 0.6 }", "share { guarantee_fraction: 0.6 }"),
        [&] {

@@ -181,6 +181,27 @@ TEST_F(PartitionResourceConsumerTest, CpuShareBecomesTheDispatcherGroupWeight) {
   EXPECT_EQ(GroupShare(), 12345);
 }
 
+// The hard CPU limit goes to the partition's worker-pool group (whose effect, CPU held to the
+// limit, tests/flowctl/worker_pool_limit_test.cc and arbiter_governs_test.cc measure), and its
+// figures to the partition's flow stats.
+TEST_F(PartitionResourceConsumerTest, CpuLimitHoldsTheDispatcherGroup) {
+  auto group_limit = [this] {
+    for (const auto& g : pool_->GetGroupStats()) {
+      if (g.name == "p") return g.cpu_limit_cores;
+    }
+    ADD_FAILURE() << "no worker-pool group for the partition";
+    return -1.0;
+  };
+  EXPECT_EQ(group_limit(), 0);
+  part_->ApplyCpuLimit(0.5);
+  EXPECT_EQ(group_limit(), 0.5);
+  EXPECT_EQ(part_->FlowStats().cpu().limit(), 0.5);
+  EXPECT_EQ(part_->FlowStats().cpu().limit_holds(), 0u);
+  part_->ApplyCpuLimit(0);
+  EXPECT_EQ(group_limit(), 0);
+  EXPECT_EQ(part_->FlowStats().cpu().limit(), 0);
+}
+
 // The arbiter's tick (TakeUsage) is the adaptive lane weights' control step: a client job held
 // past the client lane's target, behind a worker busy elsewhere, raises that lane's scheduling
 // weight at the next TakeUsage, and not before.

@@ -104,7 +104,17 @@ node::admin::FlowStats SampleStats() {
         segments: 2
         drain_bytes_per_second: 5242880
       }
-      cpu { weight: 2 guarantee: 1 ceiling: inf demand: 3 share: 2.5 usage: 2 }
+      cpu {
+        weight: 2
+        guarantee: 1
+        ceiling: inf
+        demand: 3
+        share: 2.5
+        usage: 2
+        limit: 0.5
+        limit_holds: 12
+        limited_seconds: 1.5
+      }
       memory { weight: 2 demand: 1073741824 share: 536870912 usage: 268435456 ceiling: inf }
       egress { weight: 2 share: 1048576 ceiling: inf }
     }
@@ -225,8 +235,8 @@ TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
   EXPECT_THAT(o, HasSubstr("  spill  appended 9  drained 8  memory 1.0 KiB  disk 1.0 MiB  "
                            "segments 2  drain 5.0 MiB/s (measured 0 B/s)  disk budget none  "
                            "refused 0\n"));
-  EXPECT_THAT(o, ContainsRegex("  cpu +2 +1 +none +3 +2.5 +2\n"));
-  EXPECT_THAT(o, ContainsRegex("  memory +2 +0 B +none +1.0 GiB +512.0 MiB +256.0 MiB\n"));
+  EXPECT_THAT(o, ContainsRegex("  cpu +2 +1 +none +3 +2.5 +2 +0.5 held 12x 1.5s\n"));
+  EXPECT_THAT(o, ContainsRegex("  memory +2 +0 B +none +1.0 GiB +512.0 MiB +256.0 MiB +-\n"));
   EXPECT_THAT(
       o, HasSubstr("egress  cap 50.0 MiB/s  tx_forward floor 64.0 KiB/s  derived 1.0 MiB/s\n"));
   EXPECT_THAT(o, ContainsRegex("  CONSENSUS +10.0 KiB +20 +0 B +0 +30us +80us\n"));
@@ -463,6 +473,26 @@ TEST_F(NodectlTest, UpdateArbiterGroupsFlagsPerPartition) {
             "PARTITION  ID  WEIGHT  GUARANTEE  CEILING\n"
             "hot         1       3        0.2      0.9\n"
             "steady      2       1          0        1\n");
+}
+
+TEST_F(NodectlTest, UpdateArbiterHardCeiling) {
+  fake_.SetArbiterResponse(FromText<node::admin::UpdateArbiterResponse>(R"pb(
+    effective {
+      id: 1
+      name: "hot"
+      share { weight: 1 ceiling_fraction: 0.25 hard_ceiling: true }
+    })pb"));
+  ASSERT_EQ(
+      Run({"update-arbiter", "--partition", "hot", "--weight", "1", "--ceiling", "0.25", "--hard"}),
+      kExitOk)
+      << err();
+  EXPECT_EQ(fake_.last_request("UpdateArbiter"),
+            "entries { partition: \"hot\" share { weight: 1 ceiling_fraction: 0.25 "
+            "hard_ceiling: true } }");
+  EXPECT_THAT(out(), HasSubstr("0.25 hard\n"));
+  // A hard ceiling needs a ceiling to be hard.
+  EXPECT_EQ(Run({"update-arbiter", "--partition", "hot", "--weight", "1", "--hard"}), kExitUsage);
+  EXPECT_THAT(err(), HasSubstr("--hard: needs a --ceiling below 1 for partition 'hot'"));
 }
 
 TEST_F(NodectlTest, UpdateArbiterSendsTheWorkerCountAlone) {
