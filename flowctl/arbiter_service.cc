@@ -256,11 +256,16 @@ void ArbiterService::TickLocked() {
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
     ResourceConsumer* c = m.consumer;
-    // Hard limits: the ceiling (at least the guarantee, as the allocation uses it) as a rate.
+    // Hard limits: the ceiling (at least the guarantee, as the allocation uses it) as a rate,
+    // from the fractions (not the tick's capacity, whose elapsed time varies: the same limit must
+    // compare equal from tick to tick).
     double cpu_limit = 0;
     double egress_limit = 0;
-    if (c->share_config().hard_ceiling()) {
-      cpu_limit = cpu[i].ceiling / cpu_capacity * static_cast<double>(workers);
+    const node::config::ShareConfig share = c->share_config();
+    if (share.hard_ceiling()) {
+      const double fraction = std::max(
+          share.guarantee_fraction(), share.ceiling_fraction() == 0 ? 1 : share.ceiling_fraction());
+      cpu_limit = fraction * static_cast<double>(workers);
       if (egress_capacity < kUnlimitedEgressCapacity) egress_limit = egress[i].ceiling;
     }
     if (options_.advisory) {

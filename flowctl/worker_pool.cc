@@ -23,8 +23,11 @@ bool ValidShare(double share) { return std::isfinite(share) && share > 0; }
 
 // The clock time at which a throttled group's budget (<= 0, refilled up to `budget_at`) is
 // positive again.
+// Saturates at an hour ahead (a limit of a few nanocores), where a worker just looks again.
 int64_t RefillTime(double budget_nanos, double limit_cores, int64_t budget_at) {
-  return budget_at + static_cast<int64_t>(std::ceil(-budget_nanos / limit_cores)) + 1;
+  constexpr double kMaxAhead = 3600.0 * 1e9;
+  return budget_at +
+         static_cast<int64_t>(std::min(kMaxAhead, std::ceil(-budget_nanos / limit_cores))) + 1;
 }
 
 }  // namespace
@@ -355,8 +358,12 @@ void WorkerPool::ThrottleLocked(Group* group, int64_t now) {
     group->parked_.push_back(task.get());
   }
   const int64_t release = RefillTime(group->budget_nanos_, group->limit_cores_, group->budget_at_);
-  next_refill_nanos_ = throttled_.empty() ? release : std::min(next_refill_nanos_, release);
+  const bool earlier = throttled_.empty() || release < next_refill_nanos_;
+  if (earlier) next_refill_nanos_ = release;
   throttled_.insert(group);
+  // Idle workers may be in an untimed wait (nothing was throttled when they slept) or in a timed
+  // one for a later release: each must wake by this release.
+  if (earlier && idle_workers_ > 0) work_cv_.SignalAll();
 }
 
 void WorkerPool::UnthrottleLocked(Group* group, int64_t now) {
@@ -457,7 +464,9 @@ void WorkerPool::WorkerLoop(int index) {
     if (index >= target_threads_) {
       // Surplus after SetThreads shrank the pool. A Wake may have signalled this worker rather
       // than a remaining one: pass the signal on.
-      if (!run_queue_.empty() && idle_workers_ > 0) work_cv_.Signal();
+      if ((!run_queue_.empty() || !throttled_.empty()) && idle_workers_ > 0) {
+        work_cv_.SignalAll();  // and parked work needs a worker that waits for its release
+      }
       break;
     }
     Task* task = PopNextLocked();

@@ -109,7 +109,7 @@ class WorkerPool {
     double share = 0;
     int64_t cpu_nanos = 0;        // total CPU charged to the group's tasks since AddGroup
     int64_t quanta = 0;           // quanta run (items per quantum shows how well work batches)
-    int active_tasks = 0;         // queued or running now
+    int active_tasks = 0;         // queued, parked at the group's CPU limit, or running now
     double cpu_limit_cores = 0;   // the hard limit in force; 0 = none
     int64_t throttles = 0;        // times the group was throttled at its limit
     int64_t throttled_nanos = 0;  // total clock time spent throttled (the current spell included)

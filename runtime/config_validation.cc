@@ -375,6 +375,12 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
     check.Fail("node_admission.exit_ticks",
                absl::StrCat("must be in [1, 1000], got ", na.exit_ticks()));
   }
+  if (r.arbiter_advisory() && na.enabled()) {
+    check.Fail("arbiter_advisory",
+               "cannot be used with node_admission.enabled (admission weighs each partition's "
+               "CPU against the entitlement the arbiter applies, and an advisory arbiter applies "
+               "none)");
+  }
   return check.Take();
 }
 

@@ -32,8 +32,8 @@ LANES_SECONDS (default 25), LANES_REPS (off/on pairs, default 2), LANES_WEIGHTS 
 body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMISSION_FLOOD
 (p1's tx/s from second 15, default 1000), ADMISSION_QUIET (each other partition's tx/s, default
 20), ADMISSION_REPS (off/on pairs, default 1); shares: SHARES_RATE (each flooded partition's
-tx/s, default 1500), SHARES_CEILING (p1's hard ceiling fraction, default 0.1), SHARES_REPS
-(rounds, default 1).
+tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
+(worker threads per node, default 1), SHARES_REPS (rounds, default 1).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -1345,8 +1345,9 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25)):
             limits = [ps.get("cpu", {}).get("limit", 0) for b in marks["b"]
                       for ps in b.get("partitions", []) if ps.get("name") == nm]
             row[nm] = {"cores": sum(cores) / len(cores), "share": sum(shares) / max(len(shares), 1),
-                       "limit": max(limits or [0]), "rate": p[nm]["committed_rate"],
-                       "vc": p[nm]["view_changes"] or 0}
+                       "limit": max(limits or [0]),
+                       "rate": p[nm]["committed_rate"] if nm in p else 0,
+                       "vc": (p[nm]["view_changes"] or 0) if nm in p else 0}
         total = sum(r["cores"] for r in row.values())
         for r in row.values():
             r["fraction"] = r["cores"] / max(total, 1e-9)
@@ -1356,15 +1357,20 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25)):
 def shares():
     """The arbiter governing CPU, side by side with it advisory (SHARES_REPS rounds, default 1):
     (a) weights: p1, p2, p3 with share weights 1, 2, 4, each flooded (SHARES_RATE tx/s, default
-    1500; no rate stage, in-flight 8192): each partition's fraction of the worker-pool CPU vs its
+    1500; no gates or rate stage, in-flight 8192): each partition's fraction of the worker-pool CPU vs its
     allocation (weight / 7), governed and with resources.arbiter_advisory; (b) hard ceiling: p1
     flooded alone with ceiling_fraction SHARES_CEILING (default 0.1), hard vs soft: its worker CPU
-    per node vs ceiling x cpu_workers."""
+    per node vs ceiling x cpu_workers. Nodes run SHARES_WORKERS (default 1) worker threads, so
+    the pool, which the arbiter divides, is where the partitions meet."""
     rate = int(os.environ.get("SHARES_RATE", "1500"))
     ceiling = float(os.environ.get("SHARES_CEILING", "0.1"))
     reps = int(os.environ.get("SHARES_REPS", "1"))
+    workers = int(os.environ.get("SHARES_WORKERS", "1"))
     seconds = 30
-    chain = hot_chain(None, 0, in_flight=8192)
+    # No gates: the flood's txs queue for verification in the client lanes, so every partition has
+    # work waiting in the worker pool, which is what the arbiter divides (with the pool gate on,
+    # the flood is refused on gRPC threads and the pool is never the bottleneck).
+    chain = hot_chain(None, 0, in_flight=8192, gates=False)
     names = ["p1", "p2", "p3"]
     weights = {"p1": 1, "p2": 2, "p3": 4}
     for i in range(reps):
@@ -1373,8 +1379,8 @@ def shares():
         scen = ";".join("%s:rate=%d" % (nm, rate) for nm in names)
         rows = {}
         for mode in ("governed", "advisory") if i % 2 == 0 else ("advisory", "governed"):
-            node = "resources { arbiter_advisory: %s }\n" % ("true" if mode == "advisory"
-                                                             else "false")
+            node = "resources { cpu_workers: %d arbiter_advisory: %s }\n" % (
+                workers, "true" if mode == "advisory" else "false")
             rows[mode] = shares_run("shares_weights_%s_%d" % (mode, i), node + part_extra, names,
                                     scen, seconds)
         alloc = {nm: w / sum(weights.values()) for nm, w in weights.items()}
@@ -1399,21 +1405,21 @@ def shares():
 
         rows = {}
         for hard in (True, False) if i % 2 == 0 else (False, True):
-            extra = ("[partition *]\npool { max_txs: 3000 }\n%s\n[partition p1]\n"
-                     "share { ceiling_fraction: %g hard_ceiling: %s }\n"
-                     % (chain, ceiling, "true" if hard else "false"))
+            extra = ("resources { cpu_workers: %d }\n[partition *]\npool { max_txs: 3000 }\n%s\n"
+                     "[partition hot]\nshare { ceiling_fraction: %g hard_ceiling: %s }\n"
+                     % (workers, chain, ceiling, "true" if hard else "false"))
             rows[hard] = shares_run("shares_ceiling_%s_%d" % ("hard" if hard else "soft", i),
-                                    extra, ["p1", "p2"], "p1:rate=%d" % rate, seconds)
-        h, sft = rows[True]["p1"], rows[False]["p1"]
-        result("arbiter hard ceiling %g, p1 flooded alone (round %d)" % (ceiling, i + 1),
-               "hard: p1 %.3f cores/node of worker CPU (limit %.3f), %.0f tx/s, %d VC"
+                                    extra, ["hot", "steady"], "hot:rate=%d" % rate, seconds)
+        h, sft = rows[True]["hot"], rows[False]["hot"]
+        result("arbiter hard ceiling %g, hot flooded alone (round %d)" % (ceiling, i + 1),
+               "hard: hot %.3f cores/node of worker CPU (limit %.3f), %.0f tx/s, %d VC"
                % (h["cores"], h["limit"], h["rate"], h["vc"]),
-               "soft: p1 %.3f cores/node, %.0f tx/s, %d VC" % (sft["cores"], sft["rate"],
+               "soft: hot %.3f cores/node, %.0f tx/s, %d VC" % (sft["cores"], sft["rate"],
                                                                sft["vc"]),
                "hard / limit %.2f; soft / hard %.2f" % (h["cores"] / max(h["limit"], 1e-9),
                                                        sft["cores"] / max(h["cores"], 1e-9)),
                "hard: worker CPU <= ceiling x workers; soft: lends the idle rest",
-               "p1 offered %d tx/s for %d s, p2 idle, CPU over seconds 10-25, mean of 4 nodes"
+               "hot offered %d tx/s for %d s, steady idle, CPU over seconds 10-25, mean of 4 nodes"
                % (rate, seconds))
 
 

@@ -287,7 +287,8 @@ const std::vector<Command>& Commands() {
            "Each --partition starts an entry; the --weight/--guarantee/--ceiling after it apply\n"
            "to it. A left-out --guarantee is sent as 0 (none), --ceiling as 0 (whole capacity).\n"
            "--hard makes the entry's ceiling a hard limit for CPU and egress too (held even\n"
-           "while the rest of the node is idle; needs --ceiling below 1).\n"
+           "while the rest of the node is idle; needs --ceiling below 1); a left-out --hard is\n"
+           "sent as false (the whole share is replaced).\n"
            "--cpu-workers resizes the worker pool (the CPU the arbiter divides), with or without\n"
            "entries.\n",
        .flags = {{"partition", "P", "partition (by name); starts an entry", true},
