@@ -58,6 +58,7 @@ SpillFifo::SpillFifo(SpillFifoOptions options)
     : options_(std::move(options)), write_through_(options_.durability != SpillDurability::kNone) {
   absl::MutexLock l(&mu_);
   disk_budget_ = options_.disk_budget_bytes;
+  memory_budget_ = options_.memory_bytes;
 }
 
 uint64_t SpillFifo::MinDiskBudget(const SpillFifoOptions& options) {
@@ -176,7 +177,7 @@ absl::StatusOr<uint64_t> SpillFifo::Append(absl::string_view data) {
       seq = next_seq_;
       // Only the consumer changes these concurrently, and only downwards, so a memory decision
       // stays valid; a stale spill decision merely sends one record to disk early.
-      spill = disk_records_ > 0 || memory_bytes_ + size > options_.memory_bytes;
+      spill = disk_records_ > 0 || memory_bytes_ + size > memory_budget_;
       if ((write_through_ || spill) && disk_budget_ > 0) {
         // Only producers add bytes, and they hold write_mu_: the check holds until the write.
         const uint64_t held = DiskBytesLocked();
@@ -437,6 +438,11 @@ absl::Status SpillFifo::SetDiskBudget(uint64_t bytes) {
   return absl::OkStatus();
 }
 
+void SpillFifo::SetMemoryBudget(uint64_t bytes) {
+  absl::MutexLock l(&mu_);
+  memory_budget_ = bytes;
+}
+
 uint64_t SpillFifo::disk_budget() const {
   absl::MutexLock l(&mu_);
   return disk_budget_;
@@ -558,6 +564,7 @@ SpillFifoStats SpillFifo::stats() const {
   s.persisted_seq = persisted_seq_;
   s.durable_seq = durable_seq_;
   s.disk_budget_bytes = disk_budget_;
+  s.memory_budget_bytes = memory_budget_;
   return s;
 }
 

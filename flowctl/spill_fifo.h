@@ -93,24 +93,25 @@ struct SpillFifoOptions {
 };
 
 struct SpillFifoStats {
-  uint64_t appended = 0;           // records appended since Open
-  uint64_t consumed = 0;           // records popped since Open
-  uint64_t spilled = 0;            // appended records that went to the disk tier
-  uint64_t memory_records = 0;     // memory tier now
-  uint64_t memory_bytes = 0;       // memory tier now, payload bytes
-  uint64_t disk_records = 0;       // disk tier backlog now (unconsumed, readable only from disk)
-  uint64_t disk_record_bytes = 0;  // disk tier backlog now, payload bytes
-  uint64_t disk_bytes = 0;         // bytes in segment files now (includes consumed records)
-  uint64_t segments = 0;           // segment files now
-  uint64_t next_seq = 0;           // seq the next Append will get
-  uint64_t consumed_seq = 0;       // highest consumed seq (0 = none)
-  uint64_t persisted_seq = 0;      // consumed_seq as last persisted (replay starts after it)
-  uint64_t durable_seq = 0;        // see durable_seq()
-  uint64_t recovered_records = 0;  // unconsumed records found on disk by Open
-  uint64_t corruptions = 0;        // corrupt segment tails found by Open
-  uint64_t quarantined_bytes = 0;  // bytes moved to quarantine by Open
-  uint64_t disk_budget_bytes = 0;  // the budget now (0 = none)
-  uint64_t refused = 0;            // appends refused by the disk budget since Open
+  uint64_t appended = 0;             // records appended since Open
+  uint64_t consumed = 0;             // records popped since Open
+  uint64_t spilled = 0;              // appended records that went to the disk tier
+  uint64_t memory_records = 0;       // memory tier now
+  uint64_t memory_bytes = 0;         // memory tier now, payload bytes
+  uint64_t disk_records = 0;         // disk tier backlog now (unconsumed, readable only from disk)
+  uint64_t disk_record_bytes = 0;    // disk tier backlog now, payload bytes
+  uint64_t disk_bytes = 0;           // bytes in segment files now (includes consumed records)
+  uint64_t segments = 0;             // segment files now
+  uint64_t next_seq = 0;             // seq the next Append will get
+  uint64_t consumed_seq = 0;         // highest consumed seq (0 = none)
+  uint64_t persisted_seq = 0;        // consumed_seq as last persisted (replay starts after it)
+  uint64_t durable_seq = 0;          // see durable_seq()
+  uint64_t recovered_records = 0;    // unconsumed records found on disk by Open
+  uint64_t corruptions = 0;          // corrupt segment tails found by Open
+  uint64_t quarantined_bytes = 0;    // bytes moved to quarantine by Open
+  uint64_t disk_budget_bytes = 0;    // the budget now (0 = none)
+  uint64_t memory_budget_bytes = 0;  // the memory tier's budget now
+  uint64_t refused = 0;              // appends refused by the disk budget since Open
 };
 
 class SpillFifo {
@@ -168,6 +169,10 @@ class SpillFifo {
   // below what the files hold refuses appends until enough is drained; nothing is dropped.
   absl::Status SetDiskBudget(uint64_t bytes);
   uint64_t disk_budget() const;
+  // Changes the memory tier's budget live (the arbiter's memory share). Records already in
+  // memory stay there until consumed (nothing moves, nothing is lost); appends that do not fit
+  // the new budget go to the disk tier. An append deciding concurrently may use the old budget.
+  void SetMemoryBudget(uint64_t bytes);
   // Payload bytes still to be consumed (oldest first) before a record of `record_bytes` fits the
   // disk budget: 0 when it fits now. An estimate within a segment (by seq, not offset); a caller
   // divides it by the drain rate for a retry hint.
@@ -259,6 +264,7 @@ class SpillFifo {
   uint64_t unpersisted_records_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t durable_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t disk_budget_ ABSL_GUARDED_BY(mu_) = 0;      // 0 = none
+  uint64_t memory_budget_ ABSL_GUARDED_BY(mu_) = 0;    // of the memory tier, payload bytes
   uint64_t unlinking_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // taken from segments_, not yet unlinked
   absl::Status write_error_ ABSL_GUARDED_BY(mu_);      // sticky: a failed fdatasync
   bool stop_sync_ ABSL_GUARDED_BY(mu_) = false;

@@ -461,7 +461,7 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   if (impl_->fifo_) {
     const flowctl::SpillFifoStats fs = impl_->fifo_->stats();
     u.memory_bytes += fs.memory_bytes;
-    u.memory_limit += cfg.lossless().memory_bytes();
+    u.memory_limit += impl_->fifo_->options().memory_bytes;  // the configured, or the default
     u.disk_bytes = fs.disk_bytes;
     u.disk_limit = cfg.lossless().disk_budget_bytes();  // 0: none of its own
     u.disk_floor = LosslessMinDiskBudget(cfg);
@@ -535,7 +535,8 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   // above their configured limits.
   double limit = static_cast<double>(configured + impl_->config_.dispatcher().budget_bytes() +
                                      cache_configured);
-  if (impl_->fifo_) limit += static_cast<double>(impl_->config_.lossless().memory_bytes());
+  const uint64_t spill_configured = impl_->fifo_ ? impl_->fifo_->options().memory_bytes : 0;
+  limit += static_cast<double>(spill_configured);
   auto part_of_share = [&](uint64_t part, double resident_factor) {
     if (memory_bytes >= limit) return part;  // its whole configured memory: no cap
     const uint64_t cap = static_cast<uint64_t>(std::max(
@@ -554,6 +555,17 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   if (changed(cache_cap, cache_old)) {
     impl_->cache_bytes_cap_ = cache_cap;
     impl_->chain_.executor->SetCacheCapacity(cache_cap);
+  }
+  // A lossless partition's spill memory tier: what does not fit goes to its disk tier (nothing
+  // is refused or lost for it).
+  if (impl_->fifo_) {
+    const uint64_t spill_cap = part_of_share(spill_configured, 1);
+    const uint64_t spill_old =
+        impl_->spill_memory_cap_ == 0 ? spill_configured : impl_->spill_memory_cap_;
+    if (changed(spill_cap, spill_old)) {
+      impl_->spill_memory_cap_ = spill_cap;
+      impl_->fifo_->SetMemoryBudget(spill_cap);
+    }
   }
   // A pooled tx is resident at about twice its wire size (the bytes plus the parsed message,
   // base/transaction.h) and the pool counts wire bytes: halve the share for it.

@@ -1349,8 +1349,10 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25)):
                        "rate": p[nm]["committed_rate"] if nm in p else 0,
                        "vc": (p[nm]["view_changes"] or 0) if nm in p else 0}
         total = sum(r["cores"] for r in row.values())
+        committed = sum(r["rate"] for r in row.values())
         for r in row.values():
             r["fraction"] = r["cores"] / max(total, 1e-9)
+            r["tx_fraction"] = r["rate"] / max(committed, 1e-9)
         return row
 
 
@@ -1386,18 +1388,19 @@ def shares():
         alloc = {nm: w / sum(weights.values()) for nm, w in weights.items()}
 
         def fmt(r):
-            return ", ".join("%s %.2f (%.2f cores, %.0f tx/s)" % (nm, r[nm]["fraction"],
-                                                                   r[nm]["cores"], r[nm]["rate"])
-                             for nm in names)
+            return ", ".join("%s %.2f of CPU (%.2f cores), %.2f of commits (%.0f tx/s)"
+                             % (nm, r[nm]["fraction"], r[nm]["cores"], r[nm]["tx_fraction"],
+                                r[nm]["rate"]) for nm in names)
 
-        def worst(r):
-            return max(abs(r[nm]["fraction"] - alloc[nm]) / alloc[nm] for nm in names)
+        def worst(r, key):
+            return max(abs(r[nm][key] - alloc[nm]) / alloc[nm] for nm in names)
         g, a = rows["governed"], rows["advisory"]
         result("arbiter CPU shares, weights 1:2:4, all flooded (round %d)" % (i + 1),
-               "governed: fraction of pool CPU " + fmt(g), "advisory: " + fmt(a),
-               "worst |fraction - allocation| / allocation: governed %.2f, advisory %.2f; "
-               "allocation %s; VC governed %d, advisory %d"
-               % (worst(g), worst(a), ", ".join("%s %.2f" % (nm, alloc[nm]) for nm in names),
+               "governed: " + fmt(g), "advisory: " + fmt(a),
+               "worst |fraction - allocation| / allocation, CPU: governed %.2f, advisory %.2f; "
+               "commits: governed %.2f, advisory %.2f; allocation %s; VC governed %d, advisory %d"
+               % (worst(g, "fraction"), worst(a, "fraction"), worst(g, "tx_fraction"),
+                  worst(a, "tx_fraction"), ", ".join("%s %.2f" % (nm, alloc[nm]) for nm in names),
                   sum(r["vc"] for r in g.values()), sum(r["vc"] for r in a.values())),
                "per-partition CPU within 10% of its allocation (issue 18, item 1)",
                "p1..p3 weights 1, 2, 4, each offered %d tx/s, %d s, CPU over seconds 10-25, "

@@ -275,6 +275,28 @@ TEST(SpillFifoTest, NoneLosesMemoryTierOnCrashButNeverReusesSeqs) {
   EXPECT_GT(MustAppend(*fifo, "y"), 20u);
 }
 
+// The memory tier's budget live (the arbiter's memory share): lowered, later appends go to disk
+// while what is in memory stays; raised again, appends stay in memory once the disk backlog is
+// drained. Order and content are kept throughout.
+TEST(SpillFifoTest, MemoryBudgetChangesLive) {
+  TempDir dir;
+  auto fifo = MustOpen(Opts(dir.path(), SpillDurability::kNone, 1000));
+  for (int i = 0; i < 5; ++i) MustAppend(*fifo, Payload(i, 100));  // 500 bytes, in memory
+  EXPECT_EQ(fifo->stats().spilled, 0u);
+  fifo->SetMemoryBudget(200);
+  EXPECT_EQ(fifo->stats().memory_budget_bytes, 200u);
+  for (int i = 5; i < 10; ++i) MustAppend(*fifo, Payload(i, 100));
+  SpillFifoStats s = fifo->stats();
+  EXPECT_EQ(s.spilled, 5u);         // over the new budget: to disk
+  EXPECT_EQ(s.memory_records, 5u);  // nothing moved out of memory
+  std::vector<SpillFifo::Record> all = DrainAll(*fifo);
+  ASSERT_EQ(all.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(all[i].data, Payload(i, 100)) << i;
+  fifo->SetMemoryBudget(1000);
+  for (int i = 0; i < 5; ++i) MustAppend(*fifo, Payload(i, 100));
+  EXPECT_EQ(fifo->stats().spilled, 5u);  // all five fit in memory again
+}
+
 TEST(SpillFifoTest, DurabilityEveryRecordIsDurableOnReturn) {
   TempDir dir;
   auto fifo = MustOpen(Opts(dir.path(), SpillDurability::kEveryRecord, 1 << 20));
