@@ -10,6 +10,12 @@ int64_t RealClock::NowNanos() const {
   return static_cast<int64_t>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
 }
 
+int64_t ThreadCpuNanos() {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
+}
+
 const Clock* Clock::Real() {
   static const RealClock* const kClock = new RealClock();
   return kClock;

@@ -35,6 +35,11 @@ class RealClock final : public Clock {
   int64_t NowNanos() const override;
 };
 
+// CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID), in nanoseconds: what a piece of
+// work cost, not counting time the thread was preempted. Not a Clock (it stands still while the
+// thread sleeps).
+int64_t ThreadCpuNanos();
+
 }  // namespace flowctl
 
 #endif  // FLOWCTL_CLOCK_H_

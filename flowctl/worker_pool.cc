@@ -401,9 +401,7 @@ void WorkerPool::ReleaseThrottledLocked(int64_t now) {
 
 int64_t WorkerPool::CpuNowNanos() const {
   if (cpu_clock_ == CpuClock::kWall) return clock_->NowNanos();
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
+  return ThreadCpuNanos();
 }
 
 WorkerPool::Task* WorkerPool::PopNextLocked() {

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "flowctl/clock.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
@@ -334,7 +335,15 @@ absl::Status Partition::Impl::Open() {
     RETURN_IF_ERROR(flowctl::QuotaDrain::ValidateOptions(qo));
     drain_ = std::make_unique<flowctl::QuotaDrain>(
         fifo_.get(),
-        [this](const flowctl::SpillFifo::Record& r) { return admission_->DrainSink(r); }, qo);
+        [this](const flowctl::SpillFifo::Record& r) {
+          // The drain thread decodes, verifies and pools: the partition's CPU, off the pool.
+          const int64_t cpu_start = flowctl::ThreadCpuNanos();
+          absl::Status s = admission_->DrainSink(r);
+          off_pool_cpu_nanos_.fetch_add(flowctl::ThreadCpuNanos() - cpu_start,
+                                        std::memory_order_relaxed);
+          return s;
+        },
+        qo);
   }
   admission_ = std::make_unique<partitions::ClientAdmission>(partitions::ClientAdmission::Deps{
       .partition = id_,
@@ -404,6 +413,9 @@ void Partition::Impl::Stop(absl::Duration drain) {
 
 void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& options,
                              bool single, SubmitDone single_done, BatchDone batch_done) {
+  // The gRPC thread's part of the partition's CPU (gates, the interceptor, decoding, refusals,
+  // lossless appends), charged with the worker pool's for the arbiter (TakeUsage).
+  const int64_t cpu_start = flowctl::ThreadCpuNanos();
   partitions::SubmitGate gate;
   if (stopping_.load(std::memory_order_relaxed)) {
     gate = absl::UnavailableError(absl::StrCat("partition ", name_, " is shutting down"));
@@ -434,6 +446,7 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
   }
   admission_->Submit(std::move(txs), options, gate, single, std::move(single_done),
                      std::move(batch_done));
+  off_pool_cpu_nanos_.fetch_add(flowctl::ThreadCpuNanos() - cpu_start, std::memory_order_relaxed);
 }
 
 }  // namespace runtime

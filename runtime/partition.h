@@ -190,8 +190,10 @@ class Partition final : public flowctl::ResourceConsumer {
   // ---- flowctl::ResourceConsumer (the arbiter calls these). ----
   node::config::ShareConfig share_config() const override;
   void SetShareConfig(const node::config::ShareConfig& share) override;
-  // Worker-pool CPU of the dispatcher since the last call, backlogged = a lane holds messages;
-  // memory = pool + lane + spill-memory bytes, limit = their configured sum.
+  // CPU since the last call: the dispatcher's worker-pool time plus the thread CPU of the
+  // partition's work elsewhere (client calls on gRPC threads, the lossless drain thread);
+  // backlogged = a lane holds messages; memory = pool + lane + spill-memory bytes + state cache,
+  // limit = their configured sum.
   flowctl::ConsumerUsage TakeUsage() override;
   // kCpu sets the dispatcher group's CPU share; kMemory caps the pool's byte limit below its
   // configured value; kEgress is ignored (the arbiter weights the egress scheduler itself).

@@ -437,7 +437,8 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   // The arbiter's tick is also the adaptive lane weights' control step (one clock, one thread).
   impl_->dispatcher_->AdaptWeights();
   flowctl::ConsumerUsage u;
-  int64_t cpu = impl_->dispatcher_->CpuNanos();
+  int64_t cpu =
+      impl_->dispatcher_->CpuNanos() + impl_->off_pool_cpu_nanos_.load(std::memory_order_relaxed);
   u.cpu_nanos = cpu - impl_->last_cpu_nanos_;
   impl_->last_cpu_nanos_ = cpu;
   impl_->tick_cpu_nanos_.store(u.cpu_nanos, std::memory_order_relaxed);

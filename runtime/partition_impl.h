@@ -228,6 +228,9 @@ class Partition::Impl final : public partitions::CommitSubscriber {
 
   // ---- arbiter usage ----
   int64_t last_cpu_nanos_ = 0;  // TakeUsage only (one caller: the arbiter)
+  // CPU the partition's work used outside the worker pool: client calls on gRPC threads
+  // (Submit), the lossless drain thread. Added to the pool's in TakeUsage.
+  std::atomic<int64_t> off_pool_cpu_nanos_{0};
   // The last tick's figures, for the node-wide admission (written by TakeUsage).
   std::atomic<int64_t> tick_cpu_nanos_{0};
   std::atomic<int64_t> tick_consensus_delay_nanos_{0};

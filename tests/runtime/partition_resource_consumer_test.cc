@@ -181,6 +181,26 @@ TEST_F(PartitionResourceConsumerTest, CpuShareBecomesTheDispatcherGroupWeight) {
   EXPECT_EQ(GroupShare(), 12345);
 }
 
+// Work done for the partition outside the worker pool (here: client calls refused on the caller's
+// thread, a paused partition's gate) is charged to it as well: the CPU the arbiter sees grows
+// while the pool's does not.
+TEST_F(PartitionResourceConsumerTest, OffPoolClientWorkIsCharged) {
+  part_->TakeUsage();  // start a fresh window
+  part_->Pause();
+  int refused = 0;
+  for (uint64_t nonce = 1; nonce <= 500; ++nonce) {
+    SubmitResult r = SubmitAndWait(*part_, 5, 'a', nonce);
+    if (r.status.code() == absl::StatusCode::kUnavailable) ++refused;
+  }
+  EXPECT_EQ(refused, 500);
+  int64_t pool_cpu = 0;
+  const node::admin::PartitionFlowStats stats = part_->FlowStats();
+  for (const auto& l : stats.lanes()) pool_cpu += static_cast<int64_t>(l.cpu_nanos());
+  EXPECT_EQ(pool_cpu, 0);  // nothing reached the workers
+  EXPECT_GT(part_->TakeUsage().cpu_nanos, 0);
+  part_->Resume();
+}
+
 // The hard CPU limit goes to the partition's worker-pool group (whose effect, CPU held to the
 // limit, tests/flowctl/worker_pool_limit_test.cc and arbiter_governs_test.cc measure), and its
 // figures to the partition's flow stats.
