@@ -337,11 +337,7 @@ absl::Status Partition::Impl::Open() {
         fifo_.get(),
         [this](const flowctl::SpillFifo::Record& r) {
           // The drain thread decodes, verifies and pools: the partition's CPU, off the pool.
-          const int64_t cpu_start = flowctl::ThreadCpuNanos();
-          absl::Status s = admission_->DrainSink(r);
-          off_pool_cpu_nanos_.fetch_add(flowctl::ThreadCpuNanos() - cpu_start,
-                                        std::memory_order_relaxed);
-          return s;
+          return ChargeOffPool([&] { return admission_->DrainSink(r); });
         },
         qo);
   }
@@ -415,7 +411,13 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
                              bool single, SubmitDone single_done, BatchDone batch_done) {
   // The gRPC thread's part of the partition's CPU (gates, the interceptor, decoding, refusals,
   // lossless appends), charged with the worker pool's for the arbiter (TakeUsage).
-  const int64_t cpu_start = flowctl::ThreadCpuNanos();
+  ChargeOffPool([&] {
+    SubmitCharged(std::move(txs), options, single, std::move(single_done), std::move(batch_done));
+  });
+}
+
+void Partition::Impl::SubmitCharged(std::vector<std::string> txs, const SubmitOptions& options,
+                                    bool single, SubmitDone single_done, BatchDone batch_done) {
   partitions::SubmitGate gate;
   if (stopping_.load(std::memory_order_relaxed)) {
     gate = absl::UnavailableError(absl::StrCat("partition ", name_, " is shutting down"));
@@ -446,7 +448,6 @@ void Partition::Impl::Submit(std::vector<std::string> txs, const SubmitOptions& 
   }
   admission_->Submit(std::move(txs), options, gate, single, std::move(single_done),
                      std::move(batch_done));
-  off_pool_cpu_nanos_.fetch_add(flowctl::ThreadCpuNanos() - cpu_start, std::memory_order_relaxed);
 }
 
 }  // namespace runtime

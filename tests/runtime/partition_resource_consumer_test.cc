@@ -182,8 +182,8 @@ TEST_F(PartitionResourceConsumerTest, CpuShareBecomesTheDispatcherGroupWeight) {
 }
 
 // Work done for the partition outside the worker pool (here: client calls refused on the caller's
-// thread, a paused partition's gate) is charged to it as well: the CPU the arbiter sees grows
-// while the pool's does not.
+// thread, a paused partition's gate) is charged to it as well (one call in 8 measured, counted 8
+// times): the CPU the arbiter sees grows while the pool's does not.
 TEST_F(PartitionResourceConsumerTest, OffPoolClientWorkIsCharged) {
   part_->TakeUsage();  // start a fresh window
   part_->Pause();
