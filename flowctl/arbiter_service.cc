@@ -10,13 +10,19 @@
 namespace flowctl {
 namespace {
 
+// The fraction of each capacity a consumer may have: its ceiling (0 = the whole), at least its
+// guarantee.
+double CeilingFraction(const node::config::ShareConfig& share) {
+  return std::max(share.guarantee_fraction(),
+                  share.ceiling_fraction() == 0 ? 1 : share.ceiling_fraction());
+}
+
 // One consumer of one resource from its ShareConfig, for a capacity in the resource's unit.
 ArbiterConsumer ConsumerOf(const node::config::ShareConfig& share, double capacity, double demand) {
-  const double ceiling = share.ceiling_fraction() == 0 ? 1 : share.ceiling_fraction();
   ArbiterConsumer c;
   c.weight = share.weight();
   c.guarantee = share.guarantee_fraction() * capacity;
-  c.ceiling = std::max(c.guarantee, ceiling * capacity);
+  c.ceiling = CeilingFraction(share) * capacity;
   c.demand = demand;
   return c;
 }
@@ -196,9 +202,11 @@ void ArbiterService::TickLocked() {
   double disk_floors = 0;
   for (const ConsumerUsage& u : usage) disk_floors += static_cast<double>(u.disk_floor);
   std::vector<double> egress_rate(n, 0);
+  std::vector<node::config::ShareConfig> shares(n);
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
-    const node::config::ShareConfig share = m.consumer->share_config();
+    shares[i] = m.consumer->share_config();
+    const node::config::ShareConfig& share = shares[i];
     cpu[i] = ConsumerOf(
         share, cpu_capacity,
         usage[i].cpu_backlogged
@@ -261,11 +269,8 @@ void ArbiterService::TickLocked() {
     // compare equal from tick to tick).
     double cpu_limit = 0;
     double egress_limit = 0;
-    const node::config::ShareConfig share = c->share_config();
-    if (share.hard_ceiling()) {
-      const double fraction = std::max(
-          share.guarantee_fraction(), share.ceiling_fraction() == 0 ? 1 : share.ceiling_fraction());
-      cpu_limit = fraction * static_cast<double>(workers);
+    if (shares[i].hard_ceiling()) {
+      cpu_limit = CeilingFraction(shares[i]) * static_cast<double>(workers);
       if (egress_capacity < kUnlimitedEgressCapacity) egress_limit = egress[i].ceiling;
     }
     if (options_.advisory) {

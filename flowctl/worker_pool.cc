@@ -23,6 +23,11 @@ bool ValidShare(double share) { return std::isfinite(share) && share > 0; }
 
 // The clock time at which a throttled group's budget (<= 0, refilled up to `budget_at`) is
 // positive again.
+// The most CPU budget a group limited to `cores` may hold.
+double LimitBurstNanos(double cores) {
+  return cores * static_cast<double>(absl::ToInt64Nanoseconds(WorkerPool::kLimitBurst));
+}
+
 // Saturates at an hour ahead (a limit of a few nanocores), where a worker just looks again.
 int64_t RefillTime(double budget_nanos, double limit_cores, int64_t budget_at) {
   constexpr double kMaxAhead = 3600.0 * 1e9;
@@ -148,7 +153,7 @@ absl::Status WorkerPool::SetGroupCpuLimit(Group* group, double cores) {
     if (group->throttled_) UnthrottleLocked(group, now);
     return absl::OkStatus();
   }
-  const double burst = cores * static_cast<double>(absl::ToInt64Nanoseconds(kLimitBurst));
+  const double burst = LimitBurstNanos(cores);
   if (group->limit_cores_ == 0) {
     group->budget_nanos_ = burst;
   } else {
@@ -338,8 +343,7 @@ void WorkerPool::FinishQuantumLocked(Task* task, int64_t used_nanos, bool more) 
 
 void WorkerPool::RefillLocked(Group* group, int64_t now) {
   if (group->limit_cores_ <= 0) return;
-  const double burst =
-      group->limit_cores_ * static_cast<double>(absl::ToInt64Nanoseconds(kLimitBurst));
+  const double burst = LimitBurstNanos(group->limit_cores_);
   const double earned =
       group->limit_cores_ * static_cast<double>(std::max<int64_t>(0, now - group->budget_at_));
   group->budget_nanos_ = std::min(burst, group->budget_nanos_ + earned);

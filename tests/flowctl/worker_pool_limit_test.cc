@@ -1,7 +1,5 @@
 // Hard CPU limits of the worker pool (WorkerPool::SetGroupCpuLimit): measured in CPU charged
 // against clock time, never read back.
-#include <time.h>
-
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "flowctl/clock.h"
 #include "flowctl/worker_pool.h"
 #include "gtest/gtest.h"
 #include "tests/mocks/fake_clock.h"
@@ -223,12 +222,6 @@ TEST(WorkerPoolLimitTest, BadLimitsRefused) {
   }
   EXPECT_EQ(pool.GroupStatsOf(g).cpu_limit_cores, 0);
   pool.RemoveGroup(g);
-}
-
-int64_t ThreadCpuNanos() {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * kSecond + ts.tv_nsec;
 }
 
 // Real workers, the thread CPU clock and real time: parked work is released by the workers' own
