@@ -135,7 +135,8 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
                           .tx = *std::move(decoded),
                           .admission = std::move(admission)});
   }
-  if (last_spill_seq > 0) {
+  // Under kNone durability nothing is synced: the append is the acknowledgement.
+  if (last_spill_seq > 0 && deps_.fifo->options().durability != flowctl::SpillDurability::kNone) {
     absl::Status durable = deps_.fifo->WaitDurable(last_spill_seq);
     if (!durable.ok()) {
       for (SubmitResult& r : job->results) {

@@ -298,6 +298,10 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Gauge("noded_spill_disk_budget_bytes",
            "Disk budget of the FIFO's segment files in force (0 = none).", l,
            static_cast<double>(spill.disk_budget_bytes()));
+  f->Gauge("noded_spill_memory_budget_bytes",
+           "Memory tier budget of the FIFO in force (lossless.memory_bytes, or less under the "
+           "partition's memory share).",
+           l, static_cast<double>(spill.memory_budget_bytes()));
   f->Counter("noded_spill_refused_total",
              "Spill appends the FIFO's disk budget refused (the rest of a refused batch is "
              "refused with it, uncounted).",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -51,6 +52,19 @@ partitions::TxTrackerPolicy TrackerPolicyFor(const partitions::TxPoolLimits& poo
 std::vector<int> LaneWeights(const node::config::LaneConfig& w) {
   return {LaneWeight(w.consensus()), LaneWeight(w.sync()), LaneWeight(w.tx_forward()),
           LaneWeight(w.bulk()), LaneWeight(w.client())};
+}
+
+uint64_t LaneBudgetFloor(const node::config::PartitionConfig& config) {
+  const std::vector<int> weights = LaneWeights(config.dispatcher().lane_weights());
+  uint64_t sum = 0;
+  uint64_t least = std::numeric_limits<uint64_t>::max();
+  for (int i = 0; i < kNumPartitionLanes; ++i) {
+    sum += static_cast<uint64_t>(weights[i]);
+    if (i != kBulkLane) least = std::min<uint64_t>(least, static_cast<uint64_t>(weights[i]));
+  }
+  const uint64_t largest = config.consensus().batch_max_bytes() + config.pool().max_tx_bytes();
+  const uint64_t floor = 2 * largest * sum / std::max<uint64_t>(least, 1);
+  return std::min<uint64_t>(floor, config.dispatcher().budget_bytes());
 }
 
 std::vector<flowctl::Dispatcher::DelayTarget> LaneDelayTargets(

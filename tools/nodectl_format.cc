@@ -117,9 +117,9 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
       << FormatNumber(hints.commit_blocks_per_second()) << " blocks/s, client lane "
       << FormatNumber(hints.client_lane_jobs_per_second()) << " jobs/s\n";
   out << "  spill  appended " << spill.appended() << "  drained " << spill.drained() << "  memory "
-      << FormatBytes(spill.memory_bytes()) << "  disk " << FormatBytes(spill.disk_bytes())
-      << "  segments " << spill.segments() << "  drain "
-      << FormatRate(spill.drain_bytes_per_second()) << " (measured "
+      << FormatBytes(spill.memory_bytes()) << "/" << FormatBytes(spill.memory_budget_bytes())
+      << "  disk " << FormatBytes(spill.disk_bytes()) << "  segments " << spill.segments()
+      << "  drain " << FormatRate(spill.drain_bytes_per_second()) << " (measured "
       << FormatRate(spill.drain_measured_bytes_per_second()) << ")  disk budget "
       << (spill.disk_budget_bytes() == 0 ? std::string("none")
                                          : FormatBytes(spill.disk_budget_bytes()))

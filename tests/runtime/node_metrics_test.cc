@@ -71,6 +71,7 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   p->mutable_pool()->set_txs(99);
   p->mutable_spill()->set_disk_bytes(1234);
   p->mutable_spill()->set_disk_budget_bytes(4096);
+  p->mutable_spill()->set_memory_budget_bytes(8192);
   p->mutable_spill()->set_refused_disk_budget(6);
   p->mutable_disk()->set_share(2048);
   p->mutable_cpu()->set_share(1.5);
@@ -133,6 +134,7 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_pool_txs{partition=\"hot\"} 99"));
   EXPECT_THAT(text, HasSubstr("noded_spill_disk_bytes{partition=\"hot\"} 1234"));
   EXPECT_THAT(text, HasSubstr("noded_spill_disk_budget_bytes{partition=\"hot\"} 4096"));
+  EXPECT_THAT(text, HasSubstr("noded_spill_memory_budget_bytes{partition=\"hot\"} 8192"));
   EXPECT_THAT(text, HasSubstr("noded_spill_refused_total{partition=\"hot\"} 6"));
   EXPECT_THAT(text, HasSubstr("noded_arbiter_share{partition=\"hot\",resource=\"disk\"} 2048"));
   EXPECT_THAT(text, HasSubstr("noded_arbiter_share{partition=\"hot\",resource=\"cpu\"} 1.5"));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "base/ed25519.h"
+#include "base/transaction.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/tick_scheduler.h"
 #include "glog/logging.h"
@@ -335,6 +336,123 @@ TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheStateCache) {
   EXPECT_LE(part_->FlowStats().state_cache().bytes(), 1u << 20);
   part_->ApplyShare(Resource::kMemory, limit);
   EXPECT_EQ(part_->FlowStats().state_cache().capacity_bytes(), configured);
+}
+
+// The lanes' byte budget follows the memory share: with the worker held elsewhere, the consensus
+// lane takes fewer 1 MiB peer messages before it drops one (counted as a byte-full drop) under
+// half the partition's memory than under all of it, and a share too small for anything leaves
+// the floor that still holds two of the largest messages in every lane.
+TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheLaneBudget) {
+  const double limit = static_cast<double>(part_->TakeUsage().memory_limit);
+  const uint64_t configured = config_.dispatcher().budget_bytes();
+  const uint64_t floor = LaneBudgetFloor(config_);
+  ASSERT_LT(floor, configured / 2);
+  auto lane = [&](const std::string& name) {
+    const node::admin::PartitionFlowStats stats = part_->FlowStats();
+    for (const node::admin::LaneStats& l : stats.lanes()) {
+      if (l.name() == name) return l;
+    }
+    ADD_FAILURE() << "no lane " << name;
+    return node::admin::LaneStats();
+  };
+  auto bytes_budget = [&] {
+    uint64_t sum = 0;
+    for (const char* name : {"consensus", "sync", "tx_forward", "bulk", "client"}) {
+      sum += lane(name).capacity_bytes();
+    }
+    return sum;
+  };
+  const p2p::NodeId self = p2p::NodeIdFromPublicKey(testing::TestKey('a').public_key().bytes());
+  const p2p::NodeId peer = members_[0].first == self ? members_[1].first : members_[0].first;
+  // Offers 1 MiB messages to the held consensus lane until one is dropped for bytes; returns how
+  // many it took. The lane is drained (the worker released) before the next round.
+  auto fill = [&] {
+    BlockedWorker blocked(pool_.get());
+    const uint64_t dropped = lane("consensus").dropped_bytes_full();
+    uint64_t accepted = 0;
+    for (int i = 0; i < 200 && lane("consensus").dropped_bytes_full() == dropped; ++i) {
+      part_->OnPeerMessage(peer, node::p2p::CONSENSUS, std::string(1 << 20, 'm'));
+      if (lane("consensus").dropped_bytes_full() == dropped) ++accepted;
+    }
+    EXPECT_GT(lane("consensus").dropped_bytes_full(), dropped) << "the lane never filled";
+    blocked.Release();
+    return accepted;
+  };
+
+  EXPECT_NEAR(static_cast<double>(bytes_budget()), static_cast<double>(configured), 8);
+  const uint64_t whole = fill();
+  part_->ApplyShare(Resource::kMemory, limit / 2);
+  EXPECT_NEAR(static_cast<double>(bytes_budget()), static_cast<double>(configured) / 2, 8);
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return lane("consensus").depth_messages() == 0; }, absl::Seconds(30)));
+  const uint64_t half = fill();
+  EXPECT_GE(whole, 2 * half - 1);
+  EXPECT_LE(whole, 2 * half + 1);
+  EXPECT_GE(half, 2u);
+
+  part_->ApplyShare(Resource::kMemory, 1);
+  EXPECT_NEAR(static_cast<double>(bytes_budget()), static_cast<double>(floor), 8);
+  part_->ApplyShare(Resource::kMemory, limit);
+  EXPECT_NEAR(static_cast<double>(bytes_budget()), static_cast<double>(configured), 8);
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return lane("consensus").depth_messages() == 0; }, absl::Seconds(30)));
+}
+
+// A lossless partition's spill memory tier follows the memory share: under all of its memory a
+// burst stays in the memory tier; under half of it the budget (shown in its stats) is half the
+// configured tier, and what arrives past that goes to the disk tier, acknowledged all the same.
+// (Never started: the drain does not run, so the FIFO keeps everything appended.)
+TEST_F(PartitionResourceConsumerTest, MemoryShareReachesTheSpillMemoryTier) {
+  node::config::PartitionConfig cfg = config_;
+  cfg.set_id(6);
+  cfg.set_name("l");
+  auto* l = cfg.mutable_lossless();
+  l->set_enabled(true);
+  l->set_memory_bytes(4 << 20);
+  l->set_durability(node::config::LosslessConfig::NONE);
+  l->set_drain_bytes_per_second(1);
+  std::unique_ptr<Partition> lossless = Open(cfg, dir_ + "/lossless");
+  ASSERT_NE(lossless, nullptr);
+  const double limit = static_cast<double>(lossless->TakeUsage().memory_limit);
+  // 60 KiB records, 40 of them: 2.4 MB, inside 4 MiB and past 2 MiB.
+  uint64_t nonce = 0;
+  auto append = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      node::chain::Transaction tx;
+      tx.set_partition(6);
+      tx.set_nonce(++nonce);
+      tx.mutable_put()->set_key(absl::StrCat("k", nonce));
+      tx.mutable_put()->set_value(std::string(60 << 10, 'v'));
+      absl::Notification done;
+      lossless->Submit(base::SignTx(std::move(tx), testing::TestKey('s')), {}, [&](SubmitResult r) {
+        EXPECT_TRUE(r.status.ok()) << r.status;
+        EXPECT_TRUE(r.spilled);
+        done.Notify();
+      });
+      ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    }
+  };
+  EXPECT_EQ(lossless->FlowStats().spill().memory_budget_bytes(), 4u << 20);
+  append(40);
+  node::admin::SpillStats spill = lossless->FlowStats().spill();
+  EXPECT_EQ(spill.appended(), 40u);
+  EXPECT_EQ(spill.disk_bytes(), 0u);
+  const uint64_t in_memory = spill.memory_bytes();
+  EXPECT_GT(in_memory, 2u << 20);
+
+  lossless->ApplyShare(Resource::kMemory, limit / 2);
+  EXPECT_NEAR(static_cast<double>(lossless->FlowStats().spill().memory_budget_bytes()),
+              static_cast<double>(2 << 20), 1);
+  append(5);
+  spill = lossless->FlowStats().spill();
+  EXPECT_EQ(spill.appended(), 45u);
+  EXPECT_EQ(spill.memory_bytes(), in_memory);  // over the new budget: nothing more in memory
+  EXPECT_GT(spill.disk_bytes(), 5u * (60 << 10));
+
+  // All of it again: the tier takes records again (until the configured 4 MiB).
+  lossless->ApplyShare(Resource::kMemory, limit);
+  EXPECT_EQ(lossless->FlowStats().spill().memory_budget_bytes(), 4u << 20);
+  lossless.reset();
 }
 
 TEST_F(PartitionResourceConsumerTest, EgressShareChangesNothingOnThePartition) {

@@ -100,6 +100,7 @@ node::admin::FlowStats SampleStats() {
         appended: 9
         drained: 8
         memory_bytes: 1024
+        memory_budget_bytes: 16777216
         disk_bytes: 1048576
         segments: 2
         drain_bytes_per_second: 5242880
@@ -232,7 +233,7 @@ TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
                            "added 500  rejected_full 4  expired 1\n"));
   EXPECT_THAT(o, HasSubstr("  retry  pool 330ms  client_lane 3ms  from commits 850 tx/s, 4 "
                            "blocks/s, client lane 120 jobs/s\n"));
-  EXPECT_THAT(o, HasSubstr("  spill  appended 9  drained 8  memory 1.0 KiB  disk 1.0 MiB  "
+  EXPECT_THAT(o, HasSubstr("  spill  appended 9  drained 8  memory 1.0 KiB/16.0 MiB  disk 1.0 MiB  "
                            "segments 2  drain 5.0 MiB/s (measured 0 B/s)  disk budget none  "
                            "refused 0\n"));
   EXPECT_THAT(o, ContainsRegex("  cpu +2 +1 +none +3 +2.5 +2 +0.5 held 12x 1.5s\n"));
