@@ -260,6 +260,15 @@ void ArbiterService::TickLocked() {
     }
   }
 
+  // The egress weights are relative to the least entitled partition (see kEgressWeightOfLeast).
+  double least_egress_entitled = 0;
+  for (const double e : *egress_entitled) {
+    if (e > 0 && (least_egress_entitled == 0 || e < least_egress_entitled)) {
+      least_egress_entitled = e;
+    }
+  }
+  if (least_egress_entitled == 0) least_egress_entitled = egress_capacity;
+
   // 4. Apply, 5. record.
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
@@ -316,8 +325,9 @@ void ArbiterService::TickLocked() {
       m.disk_last_share = (*disk_shares)[i];
     }
     if (egress_ != nullptr) {
-      const double weight = std::clamp((*egress_entitled)[i] / egress_capacity * kEgressWeightScale,
-                                       kMinEgressWeight, kMaxEgressWeight);
+      const double weight =
+          std::clamp(kEgressWeightOfLeast * (*egress_entitled)[i] / least_egress_entitled,
+                     kMinEgressWeight, kMaxEgressWeight);
       absl::Status s = egress_->SetPartitionWeight(c->id(), static_cast<uint32_t>(weight));
       if (!s.ok()) {
         LOG_EVERY_N(WARNING, 100) << "arbiter: egress weight: " << s;

@@ -122,9 +122,11 @@ class ArbiterService {
   static constexpr double kEgressDemandSlackBytesPerSecond = 64 * 1024;
   // The capacity divided when egress has no cap (AllocateFairShares needs a finite one): 1 TB/s.
   static constexpr double kUnlimitedEgressCapacity = 1e12;
-  // Egress-side weight = entitlement / capacity x kEgressWeightScale, clamped to
-  // [kMinEgressWeight, kMaxEgressWeight].
-  static constexpr double kEgressWeightScale = 1000;
+  // Egress-side weight = kEgressWeightOfLeast x entitlement / the least entitlement, clamped to
+  // [kMinEgressWeight, kMaxEgressWeight]. The scheduler's round robin grants a partition
+  // `weight` chunks (2 ms of the cap each) per visit, so the least entitled partition waits for
+  // at most the others' weights' worth of chunks (16 ms per 8) and ratios are kept within 1/16.
+  static constexpr double kEgressWeightOfLeast = 8;
   static constexpr double kMinEgressWeight = 1;
   static constexpr double kMaxEgressWeight = 1e6;
 

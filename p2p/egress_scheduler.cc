@@ -588,4 +588,12 @@ EgressStats EgressScheduler::Stats() const {
   return s;
 }
 
+flowctl::EgressUsage SchedulerEgressAccounting::Usage() const {
+  const EgressStats es = scheduler_->Stats();
+  flowctl::EgressUsage u;
+  u.cap_bytes_per_second = es.cap_bytes_per_second;
+  for (const auto& [key, st] : es.partitions) u.bytes_sent[key.first] += st.bytes_sent;
+  return u;
+}
+
 }  // namespace p2p

@@ -74,6 +74,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "flowctl/clock.h"
+#include "flowctl/egress_accounting.h"
 #include "flowctl/histogram.h"
 #include "flowctl/token_bucket.h"
 #include "p2p/channel.h"
@@ -319,6 +320,24 @@ class EgressScheduler {
   void Wake() ABSL_LOCKS_EXCLUDED(mu_, wakeup_mu_);
   absl::Mutex wakeup_mu_;
   std::function<void()> wakeup_ ABSL_GUARDED_BY(wakeup_mu_);
+};
+
+// The arbiter's view of a scheduler (flowctl/egress_accounting.h): the cap, the bytes sent per
+// partition over all peers and channels, and the partition weights and rate limits it applies.
+class SchedulerEgressAccounting final : public flowctl::EgressAccounting {
+ public:
+  explicit SchedulerEgressAccounting(EgressScheduler* scheduler) : scheduler_(scheduler) {}
+
+  flowctl::EgressUsage Usage() const override;
+  absl::Status SetPartitionWeight(uint32_t partition, uint32_t weight) override {
+    return scheduler_->SetPartitionWeight(partition, weight);
+  }
+  absl::Status SetPartitionRateLimit(uint32_t partition, double bytes_per_second) override {
+    return scheduler_->SetPartitionRateLimit(partition, bytes_per_second);
+  }
+
+ private:
+  EgressScheduler* const scheduler_;
 };
 
 }  // namespace p2p

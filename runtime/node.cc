@@ -52,29 +52,6 @@ absl::StatusOr<base::PrivateKey> LoadOrCreateKey(const std::string& path) {
   return key;
 }
 
-// The arbiter's view of the gRPC transport's egress scheduler.
-class SchedulerEgressAccounting final : public flowctl::EgressAccounting {
- public:
-  explicit SchedulerEgressAccounting(p2p::EgressScheduler* scheduler) : scheduler_(scheduler) {}
-
-  flowctl::EgressUsage Usage() const override {
-    p2p::EgressStats es = scheduler_->Stats();
-    flowctl::EgressUsage u;
-    u.cap_bytes_per_second = es.cap_bytes_per_second;
-    for (const auto& [key, st] : es.partitions) u.bytes_sent[key.first] += st.bytes_sent;
-    return u;
-  }
-  absl::Status SetPartitionWeight(uint32_t partition, uint32_t weight) override {
-    return scheduler_->SetPartitionWeight(partition, weight);
-  }
-  absl::Status SetPartitionRateLimit(uint32_t partition, double bytes_per_second) override {
-    return scheduler_->SetPartitionRateLimit(partition, bytes_per_second);
-  }
-
- private:
-  p2p::EgressScheduler* const scheduler_;
-};
-
 // Removes `id` from a list of ids of the live-partition record.
 void EraseId(google::protobuf::RepeatedField<uint32_t>* ids, uint32_t id) {
   ids->erase(std::remove(ids->begin(), ids->end(), id), ids->end());
@@ -683,7 +660,7 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
 }
 
 absl::Status Node::StartArbiter() {
-  egress_accounting_ = std::make_unique<SchedulerEgressAccounting>(&egress_->scheduler());
+  egress_accounting_ = std::make_unique<p2p::SchedulerEgressAccounting>(&egress_->scheduler());
   flowctl::WorkerPool* pool = pool_.get();
   flowctl::MemoryPressure* pressure = memory_pressure_.get();
   flowctl::ArbiterService::Options options{

@@ -33,7 +33,10 @@ body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMI
 (p1's tx/s from second 15, default 1000), ADMISSION_QUIET (each other partition's tx/s, default
 20), ADMISSION_REPS (off/on pairs, default 1); shares: SHARES_RATE (each flooded partition's
 tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
-(worker threads per node, default 1), SHARES_REPS (rounds, default 1).
+(worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
+cpu,ceiling,memory,egress), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
+SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (bytes/s per node in
+the egress part, default 1000000), SHARES_EGRESS_RATE (each partition's tx/s per node, default 60).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -1363,7 +1366,13 @@ def shares():
     allocation (weight / 7), governed and with resources.arbiter_advisory; (b) hard ceiling: p1
     flooded alone with ceiling_fraction SHARES_CEILING (default 0.1), hard vs soft: its worker CPU
     per node vs ceiling x cpu_workers. Nodes run SHARES_WORKERS (default 1) worker threads, so
-    the pool, which the arbiter divides, is where the partitions meet."""
+    the pool, which the arbiter divides, is where the partitions meet; (c) memory: hot flooded
+    with 16 KiB txs beside a light steady, nodes with SHARES_NODE_MIB (256) MiB of memory_bytes
+    and 512 MiB pools: hot's accounted memory against its memory share, and the nodes' RSS.
+    (d) egress: hot, steady with weights 1, 3 each flooded with 4 KiB txs under an egress cap of
+    SHARES_EGRESS_CAP (1 MB/s) per node, SHARES_EGRESS_RATE (60) tx/s per node each: each
+    partition's fraction of the bytes sent. SHARES_PARTS (default "cpu,ceiling,memory,egress")
+    picks the parts."""
     rate = int(os.environ.get("SHARES_RATE", "1500"))
     ceiling = float(os.environ.get("SHARES_CEILING", "0.1"))
     reps = int(os.environ.get("SHARES_REPS", "1"))
@@ -1375,7 +1384,8 @@ def shares():
     chain = hot_chain(None, 0, in_flight=8192, gates=False)
     names = ["p1", "p2", "p3"]
     weights = {"p1": 1, "p2": 2, "p3": 4}
-    for i in range(reps):
+    parts = os.environ.get("SHARES_PARTS", "cpu,ceiling,memory,egress").split(",")
+    for i in range(reps if "cpu" in parts else 0):
         part_extra = "[partition *]\npool { max_txs: 3000 }\n%s\n" % chain + "".join(
             "[partition %s]\nshare { weight: %d }\n" % (nm, w) for nm, w in weights.items())
         scen = ";".join("%s:rate=%d" % (nm, rate) for nm in names)
@@ -1406,6 +1416,7 @@ def shares():
                "p1..p3 weights 1, 2, 4, each offered %d tx/s, %d s, CPU over seconds 10-25, "
                "mean of 4 nodes" % (rate, seconds))
 
+    for i in range(reps if "ceiling" in parts else 0):
         rows = {}
         for hard in (True, False) if i % 2 == 0 else (False, True):
             extra = ("resources { cpu_workers: %d }\n[partition *]\npool { max_txs: 3000 }\n%s\n"
@@ -1424,6 +1435,169 @@ def shares():
                "hard: worker CPU <= ceiling x workers; soft: lends the idle rest",
                "hot offered %d tx/s for %d s, steady idle, CPU over seconds 10-25, mean of 4 nodes"
                % (rate, seconds))
+
+    if "memory" in parts:
+        shares_memory(reps)
+    if "egress" in parts:
+        shares_egress(reps)
+
+
+def shares_memory_run(name, advisory, node_bytes, pool_bytes, rate, seconds):
+    """`hot` flooded with 16 KiB txs beside a light `steady` on a 4-node localnet whose nodes have
+    resources.memory_bytes = node_bytes and a pool of pool_bytes per partition (memory pressure
+    off, so only the arbiter's shares act). Every second: each node's accounted memory of `hot`
+    (pool + lanes + state cache, the arbiter's usage figure) and its memory share, its pool, and
+    the node's RSS."""
+    extra = ("resources { memory_bytes: %d memory_pressure { disabled: true } "
+             "arbiter_advisory: %s }\n[partition *]\npool { max_txs: 1000000 max_bytes: %d }\n"
+             % (node_bytes, "true" if advisory else "false", pool_bytes))
+    samples = []
+    with Cluster(name, extra, partitions=2) as c:
+        stop = threading.Event()
+
+        def sampler():
+            t0 = time.monotonic()
+            while not stop.wait(1.0) and time.monotonic() - t0 < seconds + 5:
+                row = {"t": time.monotonic() - t0, "rss": c.rss_bytes(), "nodes": []}
+                for i in range(c.nodes):
+                    st = c.stats(i) or {}
+                    for ps in st.get("partitions", []):
+                        if ps.get("name") == "hot":
+                            m = ps.get("memory", {})
+                            row["nodes"].append({
+                                "usage": float(m.get("usage", 0)), "share": float(m.get("share", 0)),
+                                "pool": int(ps.get("pool", {}).get("bytes", 0)),
+                                "pool_max": int(ps.get("pool", {}).get("max_bytes", 0))})
+                samples.append(row)
+        t = threading.Thread(target=sampler, daemon=True)
+        t.start()
+        p, _ = c.loadgen(name, "hot:rate=%d,tx_bytes=16384;steady:rate=50" % rate, seconds,
+                         drain=5)
+        stop.set()
+        t.join()
+    nodes = [n for row in samples for n in row["nodes"]]
+    if not nodes:
+        raise RuntimeError("no stats sampled for hot")
+    worst = max(nodes, key=lambda n: n["usage"] / max(n["share"], 1))
+    fullest = max(nodes, key=lambda n: n["pool"])
+    return {"held": max(n["usage"] for n in nodes), "pool": fullest["pool"],
+            "pool_max": fullest["pool_max"],
+            "share": min(n["share"] for n in nodes if n["share"] > 0),
+            "over": worst["usage"] / max(worst["share"], 1),
+            "rss": max(max(row["rss"]) for row in samples),
+            "hot": p["hot"]["committed_rate"], "steady": p["steady"]["committed_rate"],
+            "steady_p99": p["steady"]["p99_ms"],
+            "vc": (p["hot"]["view_changes"] or 0) + (p["steady"]["view_changes"] or 0)}
+
+
+def shares_memory(reps):
+    """Memory share held under a flood, governed vs advisory (see shares_memory_run)."""
+    node_bytes = int(os.environ.get("SHARES_NODE_MIB", "256")) << 20
+    pool_bytes = 512 << 20
+    rate = int(os.environ.get("SHARES_MEMORY_RATE", "2000"))
+    seconds = 30
+    mib = 2.0 ** 20
+    for i in range(reps):
+        rows = {}
+        for advisory in (False, True) if i % 2 == 0 else (True, False):
+            rows[advisory] = shares_memory_run(
+                "shares_memory_%s_%d" % ("advisory" if advisory else "governed", i), advisory,
+                node_bytes, pool_bytes, rate, seconds)
+
+        def fmt(r):
+            return ("hot held at most %.0f MiB accounted (pool at most %.0f MiB, its cap then "
+                    "%.0f MiB), its "
+                    "share %.0f MiB, held / share at most %.2f; node RSS at most %.0f MiB; "
+                    "committed hot %.0f, steady %.0f tx/s (p99 %.0f ms), %d VC"
+                    % (r["held"] / mib, r["pool"] / mib, r["pool_max"] / mib, r["share"] / mib,
+                       r["over"], r["rss"] / mib, r["hot"], r["steady"], r["steady_p99"], r["vc"]))
+        g, a = rows[False], rows[True]
+        result("arbiter memory share, hot flooded with 16 KiB txs (round %d)" % (i + 1),
+               "governed: " + fmt(g), "advisory: " + fmt(a),
+               "held / share: governed %.2f, advisory %.2f; RSS advisory / governed %.2f"
+               % (g["over"], a["over"], a["rss"] / max(g["rss"], 1)),
+               "a partition's memory held within its share under a flood (issue 18, item 1)",
+               "memory_bytes %d MiB per node, pools of %d MiB, hot %d tx/s of 16 KiB for %d s, "
+               "steady 50 tx/s, memory pressure off, 1 s samples of 4 nodes"
+               % (node_bytes >> 20, pool_bytes >> 20, rate, seconds))
+
+
+def shares_egress_run(name, advisory, cap, rate, seconds, weights, window=(10, 25)):
+    """p1 and p2 (share weights `weights`), each flooded with 4 KiB txs (a per-node rate stage of
+    `rate` tx/s: forwarding alone is rate x 4 KiB x 3 peers per node), under one egress cap per
+    node. Per partition: the bytes each node sent for it over `window` (the arbiter's measured
+    egress rate, sampled every second), averaged over the nodes."""
+    extra = ("resources { egress_bytes_per_second: %d arbiter_advisory: %s }\n"
+             "[partition *]\n%s\npool { max_txs: 3000 }\n%s\n"
+             % (cap, "true" if advisory else "false", LANES, hot_chain(rate, 50)) +
+             "".join("[partition %s]\nshare { weight: %d }\n" % (nm, w)
+                     for nm, w in weights.items()))
+    names = list(weights)
+    samples = []
+    with Cluster(name, extra, partitions=len(names)) as c:
+        stop = threading.Event()
+
+        def sampler():
+            t0 = time.monotonic()
+            while not stop.wait(1.0) and time.monotonic() - t0 < window[1]:
+                if time.monotonic() - t0 < window[0]:
+                    continue
+                row = {}
+                for i in range(c.nodes):
+                    for ps in (c.stats(i) or {}).get("partitions", []):
+                        if ps.get("name") in weights:
+                            row.setdefault(ps["name"], []).append(
+                                float(ps.get("egress", {}).get("usage", 0)))
+                samples.append(row)
+        t = threading.Thread(target=sampler, daemon=True)
+        t.start()
+        # Twice what the 4 nodes' rate stages admit, so each stays at its rate.
+        p, _ = c.loadgen(name, ";".join("%s:rate=%d,tx_bytes=4096" % (nm, rate * 8)
+                                        for nm in names), seconds, drain=5, presign=4000)
+        stop.set()
+        t.join()
+    row = {}
+    for nm in names:
+        vals = [v for r in samples for v in r.get(nm, [])]
+        row[nm] = {"bytes": sum(vals) / max(len(vals), 1),
+                   "rate": p[nm]["committed_rate"] if nm in p else 0,
+                   "vc": (p[nm]["view_changes"] or 0) if nm in p else 0}
+    total = sum(r["bytes"] for r in row.values())
+    for r in row.values():
+        r["fraction"] = r["bytes"] / max(total, 1e-9)
+    return row
+
+
+def shares_egress(reps):
+    """Egress divided by share weight under a binding cap, governed vs advisory."""
+    cap = int(os.environ.get("SHARES_EGRESS_CAP", "1000000"))
+    rate = int(os.environ.get("SHARES_EGRESS_RATE", "60"))
+    weights = {"hot": 1, "steady": 3}  # a 2-partition localnet's names
+    seconds = 30
+    alloc = {nm: w / sum(weights.values()) for nm, w in weights.items()}
+    for i in range(reps):
+        rows = {}
+        for advisory in (False, True) if i % 2 == 0 else (True, False):
+            rows[advisory] = shares_egress_run(
+                "shares_egress_%s_%d" % ("advisory" if advisory else "governed", i), advisory,
+                cap, rate, seconds, weights)
+
+        def fmt(r):
+            return ", ".join("%s %.2f of egress (%.0f KB/s per node), %.0f tx/s, %d VC"
+                             % (nm, r[nm]["fraction"], r[nm]["bytes"] / 1e3, r[nm]["rate"],
+                                r[nm]["vc"]) for nm in weights)
+        g, a = rows[False], rows[True]
+
+        def worst(r):
+            return max(abs(r[nm]["fraction"] - alloc[nm]) / alloc[nm] for nm in weights)
+        result("arbiter egress shares, weights 1:3 (hot:steady), both flooded (round %d)" % (i + 1),
+               "governed: " + fmt(g), "advisory: " + fmt(a),
+               "worst |fraction - allocation| / allocation: governed %.2f, advisory %.2f "
+               "(allocation %s)" % (worst(g), worst(a),
+                                    ", ".join("%s %.2f" % (nm, alloc[nm]) for nm in weights)),
+               "per-partition egress by share under a binding cap (issue 18, item 1)",
+               "egress cap %d B/s per node, each partition %d tx/s of 4 KiB per node (rate "
+               "stage), %d s, egress sampled over seconds 10-25 on 4 nodes" % (cap, rate, seconds))
 
 
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,

@@ -351,8 +351,9 @@ TEST_F(ArbiterServiceTest, EgressWeightsFollowEntitlementsAndRatesAreMeasured) {
   egress_.AddBytesSent(1, 10'000);  // in the first tick (100 ms assumed): 100 KB/s
   auto arbiter = Make({&a_, &b_}, &egress_);
   arbiter->Tick();
-  EXPECT_THAT(egress_.weight(1), Optional(250u));
-  EXPECT_THAT(egress_.weight(2), Optional(750u));
+  // Relative to the least entitled, which gets kEgressWeightOfLeast (8).
+  EXPECT_THAT(egress_.weight(1), Optional(8u));
+  EXPECT_THAT(egress_.weight(2), Optional(24u));
   EXPECT_THAT(a_.applied(Resource::kEgress), Optional(DoubleNear(2.5e5, 1e-6)));
   EXPECT_THAT(b_.applied(Resource::kEgress), Optional(DoubleNear(7.5e5, 1e-6)));
   ConsumerShareStats a = StatsOf(*arbiter, 1);
@@ -374,19 +375,19 @@ TEST_F(ArbiterServiceTest, EgressWeightsFollowEntitlementsAndRatesAreMeasured) {
 TEST_F(ArbiterServiceTest, UnlimitedEgressDividesTheStandInCapacity) {
   auto arbiter = Make({&a_, &b_}, &egress_);  // the fake has no cap
   arbiter->Tick();
-  EXPECT_THAT(egress_.weight(1), Optional(500u));
-  EXPECT_THAT(egress_.weight(2), Optional(500u));
+  EXPECT_THAT(egress_.weight(1), Optional(8u));
+  EXPECT_THAT(egress_.weight(2), Optional(8u));
   EXPECT_NEAR(StatsOf(*arbiter, 1).egress.ceiling, ArbiterService::kUnlimitedEgressCapacity, 1);
 }
 
-TEST_F(ArbiterServiceTest, EgressWeightIsClampedToAtLeastOne) {
+TEST_F(ArbiterServiceTest, EgressWeightIsClampedToAtMostAMillion) {
   egress_.SetCap(1e6);
   a_.SetShare(1);
-  b_.SetShare(1e5);
+  b_.SetShare(1e6);
   auto arbiter = Make({&a_, &b_}, &egress_);
   arbiter->Tick();
-  EXPECT_THAT(egress_.weight(1), Optional(1u));
-  EXPECT_THAT(egress_.weight(2), Optional(999u));
+  EXPECT_THAT(egress_.weight(1), Optional(8u));
+  EXPECT_THAT(egress_.weight(2), Optional(1'000'000u));
 }
 
 TEST_F(ArbiterServiceTest, WithoutAnEgressSideEgressIsStillDivided) {
@@ -413,7 +414,7 @@ TEST_F(ArbiterServiceTest, UpdateSharesAppliesAtOnce) {
   ASSERT_TRUE(arbiter->UpdateShares({{1, heavy}}).ok());
   EXPECT_EQ(a_.share_config().weight(), 3);
   EXPECT_THAT(a_.applied(Resource::kCpu), Optional(DoubleNear(kCpuCapacity * 3 / 4, 1)));
-  EXPECT_THAT(egress_.weight(1), Optional(750u));
+  EXPECT_THAT(egress_.weight(1), Optional(24u));
   EXPECT_EQ(StatsOf(*arbiter, 1).cpu.weight, 3);
 }
 
