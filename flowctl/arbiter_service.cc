@@ -260,14 +260,19 @@ void ArbiterService::TickLocked() {
     }
   }
 
-  // The egress weights are relative to the least entitled partition (see kEgressWeightOfLeast).
+  // Egress weights per unit of entitlement (see kEgressWeightOfLeast).
   double least_egress_entitled = 0;
+  double sum_egress_entitled = 0;
   for (const double e : *egress_entitled) {
+    sum_egress_entitled += e;
     if (e > 0 && (least_egress_entitled == 0 || e < least_egress_entitled)) {
       least_egress_entitled = e;
     }
   }
-  if (least_egress_entitled == 0) least_egress_entitled = egress_capacity;
+  const double egress_weight_per_byte = least_egress_entitled > 0
+                                            ? std::min(kEgressWeightOfLeast / least_egress_entitled,
+                                                       kEgressRoundChunks / sum_egress_entitled)
+                                            : 0;
 
   // 4. Apply, 5. record.
   for (size_t i = 0; i < n; ++i) {
@@ -325,9 +330,8 @@ void ArbiterService::TickLocked() {
       m.disk_last_share = (*disk_shares)[i];
     }
     if (egress_ != nullptr) {
-      const double weight =
-          std::clamp(kEgressWeightOfLeast * (*egress_entitled)[i] / least_egress_entitled,
-                     kMinEgressWeight, kMaxEgressWeight);
+      const double weight = std::clamp((*egress_entitled)[i] * egress_weight_per_byte,
+                                       kMinEgressWeight, kMaxEgressWeight);
       absl::Status s = egress_->SetPartitionWeight(c->id(), static_cast<uint32_t>(weight));
       if (!s.ok()) {
         LOG_EVERY_N(WARNING, 100) << "arbiter: egress weight: " << s;

@@ -320,6 +320,7 @@ Dispatcher::Dispatcher(WorkerPool* pool, Options options)
     lanes_.back()->task = pool_->AddTask(group_, lanes_.back().get(), config.weight);
     weights_.push_back(config.weight);
     reserved_.push_back(config.reserved_messages);
+    exempt_.push_back(config.exempt_from_byte_cap);
     adaptive_.push_back(
         {.target = config.delay_target, .watch = config.watch_delay, .effective = config.weight});
   }
@@ -351,8 +352,11 @@ void Dispatcher::ApplyCapacitiesLocked() {
       lanes_[i]->SetCapacity(reserved_[i], std::numeric_limits<int64_t>::max() / 2);
       continue;
     }
-    lanes_[i]->SetCapacity(ShareOf(budget_.max_messages, weights_[i], weight_sum),
-                           ShareOf(budget_.max_bytes, weights_[i], weight_sum));
+    int64_t bytes = ShareOf(budget_.max_bytes, weights_[i], weight_sum);
+    if (byte_cap_ > 0 && !exempt_[i]) {
+      bytes = std::min(bytes, ShareOf(byte_cap_, weights_[i], weight_sum));
+    }
+    lanes_[i]->SetCapacity(ShareOf(budget_.max_messages, weights_[i], weight_sum), bytes);
   }
 }
 
@@ -450,6 +454,17 @@ absl::Status Dispatcher::SetBudget(Budget budget) {
   if (absl::Status s = ValidateBudget(budget); !s.ok()) return s;
   absl::MutexLock lock(&config_mu_);
   budget_ = budget;
+  ApplyCapacitiesLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::SetByteCap(int64_t max_bytes) {
+  if (max_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dispatcher ", name_, ": byte cap must be >= 0, got ", max_bytes));
+  }
+  absl::MutexLock lock(&config_mu_);
+  byte_cap_ = max_bytes;
   ApplyCapacitiesLocked();
   return absl::OkStatus();
 }

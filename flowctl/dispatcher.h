@@ -10,7 +10,8 @@
 // message and counts the reason. A message counts against its lane from Offer until its handler
 // returns, so queued plus in-progress messages never exceed the capacity. A message larger than
 // its lane's byte capacity is always dropped (kLaneBytesFull): size the budget for the largest
-// message of each kind.
+// message of each kind, and mark lanes whose largest messages must never be dropped
+// exempt_from_byte_cap (a byte cap, SetByteCap, lowers only the other lanes).
 //
 // Scheduling. The dispatcher is one WorkerPool group with share `cpu_share`; each lane is a task
 // with the lane's weight, so when partitions compete, CPU splits by cpu_share, and inside a
@@ -18,8 +19,9 @@
 // messages; it holds at most one worker at a time and yields after each quantum, so it never
 // delays the consensus lane by more than one quantum (or one message, if a message takes longer).
 //
-// Live changes (SetLaneWeight, SetCpuShare, SetBudget) never lose queued messages: lowering a
-// capacity below the current depth keeps what is queued and refuses new messages until it drains.
+// Live changes (SetLaneWeight, SetCpuShare, SetBudget, SetByteCap) never lose queued messages:
+// lowering a capacity below the current depth keeps what is queued and refuses new messages until
+// it drains.
 //
 // Adaptive weights. A lane may have a queueing-delay target (LaneConfig::delay_target). Each call
 // of AdaptWeights() (the owner calls it periodically; a partition does at every arbiter tick) is
@@ -102,6 +104,10 @@ class Dispatcher {
     // Measure the lane's step signal (LaneStats::window_delay_nanos) at every AdaptWeights even
     // without a target (e.g. for node-wide admission, which watches consensus lanes).
     bool watch_delay = false;
+    // The byte cap (SetByteCap) never shrinks this lane: it keeps its share of the budget. For
+    // lanes whose messages have no small bound and whose loss costs liveness (consensus view
+    // changes, sync manifests).
+    bool exempt_from_byte_cap = false;
   };
 
   // ---- Adaptive weight policy (see the file comment). ----
@@ -180,6 +186,11 @@ class Dispatcher {
   // (WorkerPool::SetGroupCpuLimit: the arbiter's hard ceiling); 0 removes the limit.
   absl::Status SetCpuLimit(double cores);
   absl::Status SetBudget(Budget budget);
+  // A cap on the budget's bytes below its configured value (e.g. a memory share); 0 removes it.
+  // Each lane not exempt_from_byte_cap gets min(its share of the budget, its share of the cap),
+  // by the same weights; exempt lanes keep their share of the budget. Kept across SetBudget.
+  // InvalidArgument for a negative cap.
+  absl::Status SetByteCap(int64_t max_bytes);
   // Sets lane `lane`'s delay target; its weight is clamped into the new bounds (back to the
   // configured weight when the target is 0).
   absl::Status SetDelayTarget(int lane, DelayTarget target);
@@ -240,11 +251,13 @@ class Dispatcher {
   const Clock* const clock_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::vector<int64_t> reserved_;  // per lane: LaneConfig::reserved_messages
+  std::vector<bool> exempt_;       // per lane: LaneConfig::exempt_from_byte_cap
 
   // Serializes configuration changes and Stop. Lock order: config_mu_, then a lane's mutex, then
   // the pool's.
   mutable absl::Mutex config_mu_;
   Budget budget_ ABSL_GUARDED_BY(config_mu_);
+  int64_t byte_cap_ ABSL_GUARDED_BY(config_mu_) = 0;  // SetByteCap; 0 = none
   double cpu_share_ ABSL_GUARDED_BY(config_mu_);
   std::vector<int> weights_ ABSL_GUARDED_BY(config_mu_);  // configured
   std::vector<Adaptive> adaptive_ ABSL_GUARDED_BY(config_mu_);

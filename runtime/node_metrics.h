@@ -21,7 +21,7 @@
 //               noded_commit_rate_measured_txs_per_second, noded_commit_rate_measured {partition},
 //               noded_retry_after_seconds {partition,refusal="pool"|"client_lane"}
 //   spill       noded_spill_{appended,drained,refused}_total, noded_spill_{memory_bytes,
-//               disk_bytes,disk_budget_bytes,segments,drain_bytes_per_second,
+//               disk_bytes,disk_budget_bytes,memory_budget_bytes,segments,drain_bytes_per_second,
 //               drain_measured_bytes_per_second} {partition}
 //   arbiter     noded_arbiter_{weight,guarantee,ceiling,demand,share,usage}
 //               {partition,resource="cpu"|"memory"|"egress"|"disk"}

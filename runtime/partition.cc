@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -52,19 +51,6 @@ partitions::TxTrackerPolicy TrackerPolicyFor(const partitions::TxPoolLimits& poo
 std::vector<int> LaneWeights(const node::config::LaneConfig& w) {
   return {LaneWeight(w.consensus()), LaneWeight(w.sync()), LaneWeight(w.tx_forward()),
           LaneWeight(w.bulk()), LaneWeight(w.client())};
-}
-
-uint64_t LaneBudgetFloor(const node::config::PartitionConfig& config) {
-  const std::vector<int> weights = LaneWeights(config.dispatcher().lane_weights());
-  uint64_t sum = 0;
-  uint64_t least = std::numeric_limits<uint64_t>::max();
-  for (int i = 0; i < kNumPartitionLanes; ++i) {
-    sum += static_cast<uint64_t>(weights[i]);
-    if (i != kBulkLane) least = std::min<uint64_t>(least, static_cast<uint64_t>(weights[i]));
-  }
-  const uint64_t largest = config.consensus().batch_max_bytes() + config.pool().max_tx_bytes();
-  const uint64_t floor = 2 * largest * sum / std::max<uint64_t>(least, 1);
-  return std::min<uint64_t>(floor, config.dispatcher().budget_bytes());
 }
 
 std::vector<flowctl::Dispatcher::DelayTarget> LaneDelayTargets(
@@ -217,12 +203,15 @@ absl::Status Partition::Impl::Open() {
     } else {
       handler = [this](flowctl::Message m) { HandlePeerMessage(std::move(m)); };
     }
-    // The consensus lane's delay is always measured (node-wide admission watches it).
+    // The consensus lane's delay is always measured (node-wide admission watches it). The memory
+    // share never shrinks the consensus and sync lanes: their messages (view changes, snapshot
+    // manifests and chunks) have no small bound, and dropping them costs liveness.
     d.lanes.push_back({.name = names[i],
                        .weight = weights[i],
                        .handler = std::move(handler),
                        .delay_target = targets[i],
-                       .watch_delay = i == kConsensusLane});
+                       .watch_delay = i == kConsensusLane,
+                       .exempt_from_byte_cap = i == kConsensusLane || i == kSyncLane});
   }
   // Ticks compete for CPU like consensus messages (they cut and sign proposals and fire
   // consensus timers); coalesced, so two slots are plenty.

@@ -105,13 +105,6 @@ struct PartitionEnv {
   uint64_t test_diverge_height = 0;
 };
 
-// The least lane byte budget a memory share may leave the partition: every lane that carries
-// messages (all but bulk) keeps room for two of the largest a peer or client sends it (a
-// proposal's batch plus one tx), so a small share slows the partition and never leaves a lane
-// unable to hold a message (a message larger than its lane is always dropped). Never above the
-// configured budget.
-uint64_t LaneBudgetFloor(const node::config::PartitionConfig& config);
-
 // What a write refused under node memory pressure names as the refusing stage, and its hint (the
 // pressure is sampled every arbiter tick; PSI's 10 s average falls slowly).
 inline constexpr char kMemoryPressureStage[] = "memory_pressure";
@@ -203,9 +196,10 @@ class Partition final : public flowctl::ResourceConsumer {
   // limit = their configured sum.
   flowctl::ConsumerUsage TakeUsage() override;
   // kCpu sets the dispatcher group's CPU share; kMemory caps, each by its configured part of the
-  // partition's memory, the pool's byte limit, the lanes' byte budget (not below
-  // LaneBudgetFloor), the spill memory tier and the state cache, never above their configured
-  // values; kEgress is ignored (the arbiter weights the egress scheduler itself).
+  // partition's memory, the pool's byte limit, the lanes' byte budget (Dispatcher::SetByteCap:
+  // the tx-forwarding, bulk and client lanes; consensus and sync keep theirs), the spill memory
+  // tier and the state cache, never above their configured values; kEgress is ignored (the
+  // arbiter weights the egress scheduler itself).
   void ApplyShare(flowctl::Resource resource, double amount) override;
   // Holds the dispatcher's worker-pool group to `cores` (0 = none; ShareConfig.hard_ceiling).
   void ApplyCpuLimit(double cores) override;

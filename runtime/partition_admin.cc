@@ -185,8 +185,6 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
       LOG(ERROR) << "partition " << name_ << ": lane delay target: " << s;
     }
   }
-  // The arbiter's memory share holds (ApplyShare re-derives it from the new config next tick).
-  if (lane_bytes_cap_ > 0) budget.max_bytes = std::min<int64_t>(budget.max_bytes, lane_bytes_cap_);
   if (absl::Status s = dispatcher_->SetBudget(budget); !s.ok()) {
     LOG(ERROR) << "partition " << name_ << ": budget: " << s;
   }
@@ -571,19 +569,16 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
       impl_->fifo_->SetMemoryBudget(spill_cap);
     }
   }
-  // The lanes' byte budget (split by lane weight), never below what keeps each lane able to hold
-  // its largest messages.
+  // The lanes' bytes (Dispatcher::SetByteCap, which keeps the consensus and sync lanes' room):
+  // no cap while the share covers the configured budget.
   const uint64_t lane_configured = impl_->config_.dispatcher().budget_bytes();
-  const uint64_t lane_cap =
-      std::max(part_of_share(lane_configured, 1), LaneBudgetFloor(impl_->config_));
+  const uint64_t lane_cap = part_of_share(lane_configured, 1);
   const uint64_t lane_old = impl_->lane_bytes_cap_ == 0 ? lane_configured : impl_->lane_bytes_cap_;
   if (changed(lane_cap, lane_old)) {
     impl_->lane_bytes_cap_ = lane_cap;
-    const flowctl::Dispatcher::Budget budget{
-        .max_messages = impl_->config_.dispatcher().budget_messages(),
-        .max_bytes = static_cast<int64_t>(lane_cap)};
-    if (absl::Status s = impl_->dispatcher_->SetBudget(budget); !s.ok()) {
-      LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": lane budget: " << s;
+    const int64_t cap = lane_cap >= lane_configured ? 0 : static_cast<int64_t>(lane_cap);
+    if (absl::Status s = impl_->dispatcher_->SetByteCap(cap); !s.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": lane byte cap: " << s;
     }
   }
   // A pooled tx is resident at about twice its wire size (the bytes plus the parsed message,

@@ -1482,7 +1482,7 @@ def shares_memory_run(name, advisory, node_bytes, pool_bytes, rate, seconds):
     fullest = max(nodes, key=lambda n: n["pool"])
     return {"held": max(n["usage"] for n in nodes), "pool": fullest["pool"],
             "pool_max": fullest["pool_max"],
-            "share": min(n["share"] for n in nodes if n["share"] > 0),
+            "share": min([n["share"] for n in nodes if n["share"] > 0] or [0]),
             "over": worst["usage"] / max(worst["share"], 1),
             "rss": max(max(row["rss"]) for row in samples),
             "hot": p["hot"]["committed_rate"], "steady": p["steady"]["committed_rate"],
@@ -1523,7 +1523,7 @@ def shares_memory(reps):
 
 
 def shares_egress_run(name, advisory, cap, rate, seconds, weights, window=(10, 25)):
-    """p1 and p2 (share weights `weights`), each flooded with 4 KiB txs (a per-node rate stage of
+    """The partitions of `weights` (share weights), each flooded with 4 KiB txs (a per-node rate stage of
     `rate` tx/s: forwarding alone is rate x 4 KiB x 3 peers per node), under one egress cap per
     node. Per partition: the bytes each node sent for it over `window` (the arbiter's measured
     egress rate, sampled every second), averaged over the nodes."""

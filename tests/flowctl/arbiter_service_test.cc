@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/mocks/fake_clock.h"
@@ -380,14 +381,27 @@ TEST_F(ArbiterServiceTest, UnlimitedEgressDividesTheStandInCapacity) {
   EXPECT_NEAR(StatsOf(*arbiter, 1).egress.ceiling, ArbiterService::kUnlimitedEgressCapacity, 1);
 }
 
-TEST_F(ArbiterServiceTest, EgressWeightIsClampedToAtMostAMillion) {
+// A round of the egress round robin stays within kEgressRoundChunks: a partition entitled to
+// almost nothing gets weight 1 (not 8, which would give the other 8 x 10^5 chunks per visit, many
+// seconds of the link), the other the rest of the round.
+TEST_F(ArbiterServiceTest, EgressRoundIsBoundedAndWeightsAtLeastOne) {
   egress_.SetCap(1e6);
   a_.SetShare(1);
-  b_.SetShare(1e6);
+  b_.SetShare(1e5);
   auto arbiter = Make({&a_, &b_}, &egress_);
   arbiter->Tick();
-  EXPECT_THAT(egress_.weight(1), Optional(8u));
-  EXPECT_THAT(egress_.weight(2), Optional(1'000'000u));
+  EXPECT_THAT(egress_.weight(1), Optional(1u));
+  EXPECT_THAT(egress_.weight(2), Optional(255u));
+  // Many equal partitions: 8 each until 32 of them fill a round.
+  std::vector<std::unique_ptr<FakeResourceConsumer>> many;
+  std::vector<FakeResourceConsumer*> members;
+  for (uint32_t id = 1; id <= 64; ++id) {
+    many.push_back(std::make_unique<FakeResourceConsumer>(id, absl::StrCat("m", id)));
+    members.push_back(many.back().get());
+  }
+  auto crowded = Make(members, &egress_);
+  crowded->Tick();
+  EXPECT_THAT(egress_.weight(64), Optional(4u));
 }
 
 TEST_F(ArbiterServiceTest, WithoutAnEgressSideEgressIsStillDivided) {

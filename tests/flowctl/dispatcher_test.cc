@@ -104,6 +104,32 @@ TEST(DispatcherTest, CapacityIsTheWeightShareOfTheBudget) {
   EXPECT_EQ(s[1].offered, 27);
 }
 
+// The byte cap shrinks the lanes that are not exempt, by the same weights, and leaves the exempt
+// one its share of the budget; it survives SetBudget; 0 removes it; a negative one is refused.
+TEST(DispatcherTest, ByteCapShrinksLanesThatAreNotExempt) {
+  WorkerPool pool({});  // never started: nothing is handled
+  std::unique_ptr<Dispatcher> d = MustCreate(
+      &pool,
+      Opts({{.name = "consensus", .weight = 1, .handler = Noop, .exempt_from_byte_cap = true},
+            {.name = "forward", .weight = 1, .handler = Noop}},
+           100, 1000));
+  ASSERT_TRUE(d->SetByteCap(400).ok());
+  // forward: 200 bytes, consensus still 500.
+  EXPECT_EQ(d->Offer(1, Msg(std::string(200, 'f'))), OfferResult::kAccepted);
+  EXPECT_EQ(d->Offer(1, Msg("f")), OfferResult::kLaneBytesFull);
+  EXPECT_EQ(d->Offer(0, Msg(std::string(500, 'c'))), OfferResult::kAccepted);
+  // A new budget keeps the cap (min of the two shares).
+  ASSERT_TRUE(d->SetBudget({100, 2000}).ok());
+  EXPECT_EQ(d->GetStats()[1].capacity_bytes, 200);
+  EXPECT_EQ(d->GetStats()[0].capacity_bytes, 1000);
+  // Removed: the budget's share again (queued messages kept).
+  ASSERT_TRUE(d->SetByteCap(0).ok());
+  EXPECT_EQ(d->Offer(1, Msg(std::string(800, 'f'))), OfferResult::kAccepted);
+  EXPECT_EQ(d->GetStats()[1].depth_bytes, 1000);
+  EXPECT_EQ(d->SetByteCap(-1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d->GetStats()[1].capacity_bytes, 1000);
+}
+
 TEST(DispatcherTest, OversizedMessageIsDroppedForBytes) {
   WorkerPool pool({});
   std::unique_ptr<Dispatcher> d = MustCreate(&pool, Opts({{"a", 1, Noop}}, 100, 10));

@@ -53,10 +53,16 @@ struct Spec {
   double frames_per_second = 0;
   double ceiling = 0;
   bool hard = false;
+  size_t frame_bytes = kFrame;
 };
 
-// Bytes/s each partition sent over seconds 1-6 (after a second for the first ticks).
-std::vector<double> RunEgress(const std::vector<Spec>& specs, bool advisory) {
+struct Outcome {
+  std::vector<double> bytes_per_second;  // per partition, over seconds 1-6
+  std::vector<int64_t> max_delay_nanos;  // per partition: enqueue -> last chunk out, worst
+};
+
+// Runs the partitions for 6 s; measured after the first second (the first ticks).
+Outcome RunEgress(const std::vector<Spec>& specs, bool advisory) {
   tests::FakeClock clock;
   EgressScheduler scheduler(EgressOptions{.cap_bytes_per_second = kCap}, &clock);
   SchedulerEgressAccounting accounting(&scheduler);
@@ -73,12 +79,16 @@ std::vector<double> RunEgress(const std::vector<Spec>& specs, bool advisory) {
                                                   .clock = &clock,
                                                   .advisory = advisory},
                                                  &accounting);
-  EXPECT_TRUE(arbiter.ok()) << arbiter.status();
+  if (!arbiter.ok()) {
+    ADD_FAILURE() << arbiter.status();
+    return {};
+  }
   for (auto& p : parts) EXPECT_TRUE((*arbiter)->AddConsumer(p.get()).ok());
 
   const std::vector<NodeId> peers = {NodeId(32, 'a'), NodeId(32, 'b'), NodeId(32, 'c')};
   std::vector<double> credit(specs.size(), 0);
   std::map<uint32_t, uint64_t> sent;
+  std::map<uint32_t, int64_t> max_delay;
   std::map<std::pair<uint32_t, NodeId>, int> outstanding;  // messages queued, per peer
   const int64_t start = clock.NowNanos() + kSec;
   const int64_t end = start + 5 * kSec;
@@ -97,9 +107,10 @@ std::vector<double> RunEgress(const std::vector<Spec>& specs, bool advisory) {
       if (specs[i].frames_per_second <= 0) {
         for (const NodeId& peer : peers) {
           for (int& queued = outstanding[{partition, peer}]; queued < kFloodQueued; ++queued) {
-            EXPECT_TRUE(
-                scheduler.Enqueue(peer, partition, node::p2p::TX_FORWARD, std::string(kFrame, 'x'))
-                    .ok());
+            EXPECT_TRUE(scheduler
+                            .Enqueue(peer, partition, node::p2p::TX_FORWARD,
+                                     std::string(specs[i].frame_bytes, 'x'))
+                            .ok());
           }
         }
         continue;
@@ -109,9 +120,10 @@ std::vector<double> RunEgress(const std::vector<Spec>& specs, bool advisory) {
       credit[i] -= frames;
       for (int f = 0; f < frames; ++f) {
         for (const NodeId& peer : peers) {
-          EXPECT_TRUE(
-              scheduler.Enqueue(peer, partition, node::p2p::TX_FORWARD, std::string(kFrame, 'x'))
-                  .ok());
+          EXPECT_TRUE(scheduler
+                          .Enqueue(peer, partition, node::p2p::TX_FORWARD,
+                                   std::string(specs[i].frame_bytes, 'x'))
+                          .ok());
           ++outstanding[{partition, peer}];
         }
       }
@@ -119,7 +131,13 @@ std::vector<double> RunEgress(const std::vector<Spec>& specs, bool advisory) {
     last = now;
     DequeueResult r = scheduler.Dequeue();
     if (r.frame) {
-      if (now >= start) sent[r.frame->partition] += r.frame->wire_bytes();
+      if (now >= start) {
+        sent[r.frame->partition] += r.frame->wire_bytes();
+        if (r.frame->last()) {
+          int64_t& worst = max_delay[r.frame->partition];
+          worst = std::max(worst, now - r.frame->enqueued_at);
+        }
+      }
       if (r.frame->last()) --outstanding[{r.frame->partition, r.frame->peer}];
       continue;
     }
@@ -127,34 +145,49 @@ std::vector<double> RunEgress(const std::vector<Spec>& specs, bool advisory) {
     clock.SetNanos(std::min({now + std::max<int64_t>(wait, 1), next_tick, end}));
   }
   (*arbiter)->Stop();
-  std::vector<double> out;
+  Outcome out;
   for (size_t i = 0; i < specs.size(); ++i) {
-    out.push_back(static_cast<double>(sent[static_cast<uint32_t>(i + 1)]) / 5);
+    out.bytes_per_second.push_back(static_cast<double>(sent[static_cast<uint32_t>(i + 1)]) / 5);
+    out.max_delay_nanos.push_back(max_delay[static_cast<uint32_t>(i + 1)]);
   }
   return out;
 }
 
 // Weights 1:3, both flooding: the cap splits 1:3 governed, evenly when nothing is applied.
 TEST(EgressGovernedTest, CapSplitsByShareWeight) {
-  const std::vector<double> governed = RunEgress({{.weight = 1}, {.weight = 3}}, false);
+  const std::vector<double> governed =
+      RunEgress({{.weight = 1}, {.weight = 3}}, false).bytes_per_second;
+  ASSERT_EQ(governed.size(), 2u);
   const double total = governed[0] + governed[1];
   EXPECT_GT(total, 0.95 * kCap);
   EXPECT_NEAR(governed[0] / total, 0.25, 0.02);
-  const std::vector<double> advisory = RunEgress({{.weight = 1}, {.weight = 3}}, true);
+  const std::vector<double> advisory =
+      RunEgress({{.weight = 1}, {.weight = 3}}, true).bytes_per_second;
+  ASSERT_EQ(advisory.size(), 2u);
   EXPECT_NEAR(advisory[0] / (advisory[0] + advisory[1]), 0.5, 0.02);
+}
+
+// A quiet partition's 1 KiB messages (one chunk each) beside an equal-weight flood wait for at
+// most the flood's visit of 8 chunks (16 ms at this cap) and their own, never a long run of the
+// flood's chunks (with weights scaled to the capacity, 500 chunks: a second).
+TEST(EgressGovernedTest, AQuietPartitionWaitsAtMostOneVisitOfTheFlood) {
+  const Outcome o = RunEgress({{}, {.frames_per_second = 20, .frame_bytes = 1024}}, false);
+  ASSERT_EQ(o.max_delay_nanos.size(), 2u);
+  EXPECT_GT(o.bytes_per_second[1], 0);
+  EXPECT_LE(o.max_delay_nanos[1], 30 * kMs);
 }
 
 // A hard ceiling holds a flooding partition to ceiling x cap while the link is otherwise idle.
 TEST(EgressGovernedTest, HardCeilingHoldsWhileTheLinkIsIdle) {
-  const std::vector<double> hard =
-      RunEgress({{.ceiling = 0.2, .hard = true}, {.frames_per_second = 0.001}}, false);
-  EXPECT_NEAR(hard[0], 0.2 * kCap, 0.02 * kCap);
-  const std::vector<double> soft =
-      RunEgress({{.ceiling = 0.2}, {.frames_per_second = 0.001}}, false);
-  EXPECT_GT(soft[0], 0.9 * kCap);
-  const std::vector<double> advisory =
-      RunEgress({{.ceiling = 0.2, .hard = true}, {.frames_per_second = 0.001}}, true);
-  EXPECT_GT(advisory[0], 0.9 * kCap);
+  auto first = [](const Outcome& o) {
+    return o.bytes_per_second.empty() ? -1 : o.bytes_per_second[0];
+  };
+  EXPECT_NEAR(
+      first(RunEgress({{.ceiling = 0.2, .hard = true}, {.frames_per_second = 0.001}}, false)),
+      0.2 * kCap, 0.02 * kCap);
+  EXPECT_GT(first(RunEgress({{.ceiling = 0.2}, {.frames_per_second = 0.001}}, false)), 0.9 * kCap);
+  EXPECT_GT(first(RunEgress({{.ceiling = 0.2, .hard = true}, {.frames_per_second = 0.001}}, true)),
+            0.9 * kCap);
 }
 
 }  // namespace
