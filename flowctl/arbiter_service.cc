@@ -260,20 +260,6 @@ void ArbiterService::TickLocked() {
     }
   }
 
-  // Egress weights per unit of entitlement (see kEgressWeightOfLeast).
-  double least_egress_entitled = 0;
-  double sum_egress_entitled = 0;
-  for (const double e : *egress_entitled) {
-    sum_egress_entitled += e;
-    if (e > 0 && (least_egress_entitled == 0 || e < least_egress_entitled)) {
-      least_egress_entitled = e;
-    }
-  }
-  const double egress_weight_per_byte = least_egress_entitled > 0
-                                            ? std::min(kEgressWeightOfLeast / least_egress_entitled,
-                                                       kEgressRoundChunks / sum_egress_entitled)
-                                            : 0;
-
   // 4. Apply, 5. record.
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
@@ -330,7 +316,7 @@ void ArbiterService::TickLocked() {
       m.disk_last_share = (*disk_shares)[i];
     }
     if (egress_ != nullptr) {
-      const double weight = std::clamp((*egress_entitled)[i] * egress_weight_per_byte,
+      const double weight = std::clamp((*egress_entitled)[i] / egress_capacity * kEgressWeightScale,
                                        kMinEgressWeight, kMaxEgressWeight);
       absl::Status s = egress_->SetPartitionWeight(c->id(), static_cast<uint32_t>(weight));
       if (!s.ok()) {

@@ -122,14 +122,9 @@ class ArbiterService {
   static constexpr double kEgressDemandSlackBytesPerSecond = 64 * 1024;
   // The capacity divided when egress has no cap (AllocateFairShares needs a finite one): 1 TB/s.
   static constexpr double kUnlimitedEgressCapacity = 1e12;
-  // Egress-side weight = entitlement x min(kEgressWeightOfLeast / the least entitlement,
-  // kEgressRoundChunks / the sum of entitlements), clamped to [kMinEgressWeight,
-  // kMaxEgressWeight]. The scheduler's round robin grants a partition `weight` chunks (2 ms of
-  // the cap each) per visit: the least entitled gets 8 (ratios kept within 1/16), unless a round
-  // of all partitions would then pass 256 chunks (~0.5 s of a saturated link), in which case the
-  // round is 256 chunks split by entitlement. A partition waits for at most one round.
-  static constexpr double kEgressWeightOfLeast = 8;
-  static constexpr double kEgressRoundChunks = 256;
+  // Egress-side weight = entitlement / capacity x kEgressWeightScale, clamped to
+  // [kMinEgressWeight, kMaxEgressWeight].
+  static constexpr double kEgressWeightScale = 1000;
   static constexpr double kMinEgressWeight = 1;
   static constexpr double kMaxEgressWeight = 1e6;
 
