@@ -21,14 +21,14 @@ thread_local const WorkerPool* current_pool = nullptr;
 
 bool ValidShare(double share) { return std::isfinite(share) && share > 0; }
 
-// The clock time at which a throttled group's budget (<= 0, refilled up to `budget_at`) is
-// positive again.
 // The most CPU budget a group limited to `cores` may hold.
 double LimitBurstNanos(double cores) {
   return cores * static_cast<double>(absl::ToInt64Nanoseconds(WorkerPool::kLimitBurst));
 }
 
-// Saturates at an hour ahead (a limit of a few nanocores), where a worker just looks again.
+// The clock time at which a throttled group's budget (<= 0, refilled up to `budget_at`) is
+// positive again. Saturates at an hour ahead (a limit of a few nanocores), where a worker just
+// looks again.
 int64_t RefillTime(double budget_nanos, double limit_cores, int64_t budget_at) {
   constexpr double kMaxAhead = 3600.0 * 1e9;
   return budget_at +

@@ -1,6 +1,7 @@
 // Partition: stats, live flow updates, and the public facade over Partition::Impl.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -206,6 +207,12 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
   ApplyDiskBudgetLocked();
   LOG(INFO) << "partition " << name_ << ": flow configuration updated";
   return next;
+}
+
+uint64_t Partition::Impl::ConfiguredMemoryLocked() const {
+  return config_.pool().max_bytes() + config_.dispatcher().budget_bytes() +
+         config_.state().cache_bytes() +
+         (fifo_ ? fifo_->options().memory_bytes : 0);  // the configured tier, or the default
 }
 
 void Partition::Impl::ApplyDiskBudgetLocked() {
@@ -457,13 +464,15 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
                                            std::memory_order_relaxed);
   partitions::TxPoolStats ps = impl_->pool_->stats();
   u.memory_bytes = ps.bytes + lane_bytes + impl_->chain_.executor->cache_stats().bytes;
-  PartitionConfig cfg = config();
-  u.memory_limit =
-      cfg.pool().max_bytes() + cfg.dispatcher().budget_bytes() + cfg.state().cache_bytes();
+  PartitionConfig cfg;
+  {
+    absl::MutexLock lock(&impl_->config_mu_);
+    cfg = impl_->config_;
+    u.memory_limit = impl_->ConfiguredMemoryLocked();
+  }
   if (impl_->fifo_) {
     const flowctl::SpillFifoStats fs = impl_->fifo_->stats();
     u.memory_bytes += fs.memory_bytes;
-    u.memory_limit += impl_->fifo_->options().memory_bytes;  // the configured, or the default
     u.disk_bytes = fs.disk_bytes;
     u.disk_limit = cfg.lossless().disk_budget_bytes();  // 0: none of its own
     u.disk_floor = LosslessMinDiskBudget(cfg);
@@ -527,71 +536,60 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
     }
     return;
   }
-  // kMemory.
+  // kMemory. The pool, the state cache, the lanes and (lossless) the spill memory tier each get
+  // their configured fraction of the partition's memory applied to the share, never below 1 MiB
+  // nor above their configured limits.
   const double memory_bytes = amount;
   absl::MutexLock lock(&impl_->config_mu_);
-  const uint64_t configured = impl_->config_.pool().max_bytes();
-  const uint64_t cache_configured = impl_->config_.state().cache_bytes();
-  // The pool and the state cache get their configured fractions of the partition's memory (pool
-  // + lane budget + spill memory tier + state cache) applied to the share, never below 1 MiB nor
-  // above their configured limits.
-  double limit = static_cast<double>(configured + impl_->config_.dispatcher().budget_bytes() +
-                                     cache_configured);
-  const uint64_t spill_configured = impl_->fifo_ ? impl_->fifo_->options().memory_bytes : 0;
-  limit += static_cast<double>(spill_configured);
-  auto part_of_share = [&](uint64_t part, double resident_factor) {
-    if (memory_bytes >= limit) return part;  // its whole configured memory: no cap
-    const uint64_t cap = static_cast<uint64_t>(std::max(
-        double{1 << 20}, memory_bytes * static_cast<double>(part) / limit / resident_factor));
-    return std::min(cap, part);
-  };
-  // Re-apply only on a change of more than 5%: limits are not worth churning every tick.
-  auto changed = [](uint64_t cap, uint64_t old) {
-    return cap != old && std::abs(static_cast<double>(cap) - static_cast<double>(old)) >=
-                             0.05 * static_cast<double>(old);
+  const double limit = static_cast<double>(impl_->ConfiguredMemoryLocked());
+  // The new cap of a part configured at `configured` and resident at `resident_factor` x what it
+  // counts, if it moved by more than 5% from `*cap` (0 = the configured value; limits are not
+  // worth churning every tick); then `*cap` holds it.
+  auto moved = [&](uint64_t configured, double resident_factor,
+                   uint64_t* cap) -> std::optional<uint64_t> {
+    uint64_t next = configured;  // its whole configured memory: no cap
+    if (memory_bytes < limit) {
+      next =
+          std::min(configured, static_cast<uint64_t>(std::max(
+                                   double{1 << 20}, memory_bytes * static_cast<double>(configured) /
+                                                        limit / resident_factor)));
+    }
+    const uint64_t old = *cap == 0 ? configured : *cap;
+    if (next == old || std::abs(static_cast<double>(next) - static_cast<double>(old)) <
+                           0.05 * static_cast<double>(old)) {
+      return std::nullopt;
+    }
+    *cap = next;
+    return next;
   };
   // The cache counts resident bytes (its entries' bookkeeping included).
-  const uint64_t cache_cap = part_of_share(cache_configured, 1);
-  const uint64_t cache_old =
-      impl_->cache_bytes_cap_ == 0 ? cache_configured : impl_->cache_bytes_cap_;
-  if (changed(cache_cap, cache_old)) {
-    impl_->cache_bytes_cap_ = cache_cap;
-    impl_->chain_.executor->SetCacheCapacity(cache_cap);
+  if (auto cap = moved(impl_->config_.state().cache_bytes(), 1, &impl_->cache_bytes_cap_)) {
+    impl_->chain_.executor->SetCacheCapacity(*cap);
   }
   // A lossless partition's spill memory tier: what does not fit goes to its disk tier (nothing
   // is refused or lost for it).
   if (impl_->fifo_) {
-    const uint64_t spill_cap = part_of_share(spill_configured, 1);
-    const uint64_t spill_old =
-        impl_->spill_memory_cap_ == 0 ? spill_configured : impl_->spill_memory_cap_;
-    if (changed(spill_cap, spill_old)) {
-      impl_->spill_memory_cap_ = spill_cap;
-      impl_->fifo_->SetMemoryBudget(spill_cap);
+    if (auto cap = moved(impl_->fifo_->options().memory_bytes, 1, &impl_->spill_memory_cap_)) {
+      impl_->fifo_->SetMemoryBudget(*cap);
     }
   }
   // The lanes' bytes (Dispatcher::SetByteCap, which keeps the consensus and sync lanes' room):
   // no cap while the share covers the configured budget.
   const uint64_t lane_configured = impl_->config_.dispatcher().budget_bytes();
-  const uint64_t lane_cap = part_of_share(lane_configured, 1);
-  const uint64_t lane_old = impl_->lane_bytes_cap_ == 0 ? lane_configured : impl_->lane_bytes_cap_;
-  if (changed(lane_cap, lane_old)) {
-    impl_->lane_bytes_cap_ = lane_cap;
-    const int64_t cap = lane_cap >= lane_configured ? 0 : static_cast<int64_t>(lane_cap);
-    if (absl::Status s = impl_->dispatcher_->SetByteCap(cap); !s.ok()) {
+  if (auto cap = moved(lane_configured, 1, &impl_->lane_bytes_cap_)) {
+    const int64_t byte_cap = *cap >= lane_configured ? 0 : static_cast<int64_t>(*cap);
+    if (absl::Status s = impl_->dispatcher_->SetByteCap(byte_cap); !s.ok()) {
       LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": lane byte cap: " << s;
     }
   }
   // A pooled tx is resident at about twice its wire size (the bytes plus the parsed message,
   // base/transaction.h) and the pool counts wire bytes: halve the share for it.
-  const uint64_t cap = part_of_share(configured, 2);
-  const uint64_t old = impl_->pool_bytes_cap_ == 0 ? configured : impl_->pool_bytes_cap_;
-  if (!changed(cap, old)) return;
-  impl_->pool_bytes_cap_ = cap;
-  partitions::TxPoolLimits limits = impl_->PoolLimitsFrom(impl_->config_.pool());
-  limits.max_bytes = cap;
-  absl::Status s = impl_->pool_->SetLimits(limits);
-  if (!s.ok()) {
-    LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": memory share: " << s;
+  if (auto cap = moved(impl_->config_.pool().max_bytes(), 2, &impl_->pool_bytes_cap_)) {
+    partitions::TxPoolLimits limits = impl_->PoolLimitsFrom(impl_->config_.pool());
+    limits.max_bytes = *cap;
+    if (absl::Status s = impl_->pool_->SetLimits(limits); !s.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": memory share: " << s;
+    }
   }
 }
 

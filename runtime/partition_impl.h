@@ -177,6 +177,9 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // is the smaller of it and lossless.disk_budget_bytes, never below LosslessMinDiskBudget.
   uint64_t disk_share_ ABSL_GUARDED_BY(config_mu_) = 0;
   void ApplyDiskBudgetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+  // The memory the partition's config gives it: pool + lane budget + state cache + (lossless)
+  // spill memory tier; what the arbiter's memory share is a part of.
+  uint64_t ConfiguredMemoryLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
   // Lossless: how long until a record of `record_bytes` fits the disk budget, from what must be
   // drained first and the measured drain rate (the configured one before any measurement).
   absl::Duration SpillRetryAfter(uint64_t record_bytes) const;
