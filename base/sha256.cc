@@ -3,14 +3,23 @@
 #include <openssl/evp.h>
 
 #include <cstdlib>
+#include <memory>
 
 namespace base {
 
 Digest Sha256(absl::string_view data) {
+  // The algorithm fetched once and a context per thread: EVP_Digest would allocate a context and
+  // look the implementation up in the provider on every call, which cost more than hashing a
+  // short input (a tx, a state entry's seed).
+  static EVP_MD* const kSha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  thread_local std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(),
+                                                                      EVP_MD_CTX_free);
   Digest d;
   unsigned int len = 0;
-  if (EVP_Digest(data.data(), data.size(), d.data(), &len, EVP_sha256(), nullptr) != 1 ||
-      len != d.size()) {
+  if (kSha256 == nullptr || ctx == nullptr ||
+      EVP_DigestInit_ex2(ctx.get(), kSha256, nullptr) != 1 ||
+      EVP_DigestUpdate(ctx.get(), data.data(), data.size()) != 1 ||
+      EVP_DigestFinal_ex(ctx.get(), d.data(), &len) != 1 || len != d.size()) {
     std::abort();  // only on allocation failure inside OpenSSL
   }
   return d;

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
@@ -108,6 +110,47 @@ void PutMark(absl::string_view key, uint64_t height, rocksdb::WriteBatch* batch)
   PutBe(height, 8, &v);
   batch->Put(rocksdb::Slice(key.data(), key.size()), v);
 }
+
+}  // namespace
+
+// The records of one commit, put into the WriteBatch in key order. RocksDB's memtable is a skip
+// list that starts each insert from where the previous one went in: a key next to the previous
+// one descends only from the level where the two part. In the order a block's records are
+// produced, each receipt sits between two tx index entries (random hashes), so every one of
+// those inserts descended from near the top. A `perf record` of bench_state at 1M keys: 34% of
+// the process in MemTable::Add before, 25% with the records in order. The record kinds have
+// distinct prefixes and each kind's keys are distinct, except that a caller could pass one
+// consensus meta key twice: the sort is stable, so the last write still wins.
+class SortedPuts {
+ public:
+  // `value` must stay valid until Flush.
+  void Put(std::string key, absl::string_view value) {
+    entries_.push_back({std::move(key), value});
+  }
+  // Keeps `value` until Flush.
+  void PutOwned(std::string key, std::string value) {
+    Put(std::move(key), owned_.emplace_back(std::move(value)));
+  }
+  void Flush(rocksdb::WriteBatch* batch) {
+    std::stable_sort(entries_.begin(), entries_.end(),
+                     [](const Entry& a, const Entry& b) { return a.key < b.key; });
+    for (const Entry& e : entries_) {
+      batch->Put(e.key, rocksdb::Slice(e.value.data(), e.value.size()));
+    }
+    entries_.clear();
+    owned_.clear();
+  }
+
+ private:
+  struct Entry {
+    std::string key;
+    absl::string_view value;
+  };
+  std::vector<Entry> entries_;
+  std::deque<std::string> owned_;  // a deque: growing it does not move the strings
+};
+
+namespace {
 
 // Drops, as RocksDB compacts, the records pruning made useless and left in place because their
 // keys are not ordered by height: undo records at or below the history mark (reads at a height h
@@ -274,19 +317,18 @@ absl::Status Ledger::CheckBlock(const node::chain::Block& block,
 }
 
 absl::Status Ledger::AddBlock(const node::chain::Block& block,
-                              absl::Span<const node::chain::Receipt> receipts,
-                              rocksdb::WriteBatch* batch) {
+                              absl::Span<const node::chain::Receipt> receipts, SortedPuts* puts) {
   const node::chain::BlockHeader& h = block.header();
-  batch->Put(BlockKey(h.height()), block.SerializeAsString());
+  puts->PutOwned(BlockKey(h.height()), block.SerializeAsString());
   absl::flat_hash_set<absl::string_view> indexed;
   for (size_t i = 0; i < receipts.size(); ++i) {
-    const std::string loc = Location(h.height(), static_cast<uint32_t>(i));
-    batch->Put(Prefixed(kReceiptPrefix, loc), receipts[i].SerializeAsString());
+    std::string loc = Location(h.height(), static_cast<uint32_t>(i));
+    puts->PutOwned(Prefixed(kReceiptPrefix, loc), receipts[i].SerializeAsString());
     const std::string& tx_hash = block.tx_hashes(static_cast<int>(i));
     if (!indexed.insert(tx_hash).second) continue;
-    const std::string index_key = Prefixed(kTxIndexPrefix, tx_hash);
+    std::string index_key = Prefixed(kTxIndexPrefix, tx_hash);
     ASSIGN_OR_RETURN(std::optional<std::string> existing, Read(index_key));
-    if (!existing.has_value()) batch->Put(index_key, loc);
+    if (!existing.has_value()) puts->PutOwned(std::move(index_key), std::move(loc));
   }
   return absl::OkStatus();
 }
@@ -323,17 +365,18 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
         " is not the hash of block ", tip_.height(), " (", base::BytesToHex(tip_hash_), ")"));
   }
 
-  rocksdb::WriteBatch batch;
-  RETURN_IF_ERROR(AddBlock(block, receipts, &batch));
-  for (const auto& [key, value] : delta.writes) batch.Put(StateKey(key), value);
-  std::string undo;
+  SortedPuts puts;
+  RETURN_IF_ERROR(AddBlock(block, receipts, &puts));
+  for (const auto& [key, value] : delta.writes) puts.Put(StateKey(key), value);
   for (const auto& [key, before] : delta.previous) {
-    undo.assign(1, before.has_value() ? kUndoPresent : kUndoAbsent);
+    std::string undo(1, before.has_value() ? kUndoPresent : kUndoAbsent);
     if (before.has_value()) undo.append(*before);
-    batch.Put(UndoKey(key, h.height()), undo);
+    puts.PutOwned(UndoKey(key, h.height()), std::move(undo));
   }
-  batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), delta.accumulator.Serialize());
-  for (const auto& [key, value] : meta) batch.Put(Prefixed(kMetaPrefix, key), value);
+  puts.PutOwned(std::string(kLanesKey), delta.accumulator.Serialize());
+  for (const auto& [key, value] : meta) puts.Put(Prefixed(kMetaPrefix, key), value);
+  rocksdb::WriteBatch batch;
+  puts.Flush(&batch);
   const uint64_t prune_below = AddPrune(h.height(), &batch);
 
   rocksdb::WriteOptions wo;
@@ -662,8 +705,10 @@ absl::Status Ledger::InstallStagedState(const node::chain::Block& base,
   }
   const char old_prefix = state_prefix_.load(std::memory_order_acquire);
   const char new_prefix = staging_prefix();
+  SortedPuts puts;
+  RETURN_IF_ERROR(AddBlock(base, receipts, &puts));
   rocksdb::WriteBatch batch;
-  RETURN_IF_ERROR(AddBlock(base, receipts, &batch));
+  puts.Flush(&batch);
   DeletePrefix(std::string(1, kUndoPrefix), &batch);
   batch.Put(rocksdb::Slice(kLanesKey.data(), kLanesKey.size()), lanes.Serialize());
   PutMark(kHistoryFromKey, h.height(), &batch);

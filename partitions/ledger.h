@@ -92,6 +92,8 @@ namespace partitions {
 
 // The heights below which the ledger's compaction filter drops records (ledger.cc).
 struct PruneMarks;
+// One commit's records, written in key order (ledger.cc).
+class SortedPuts;
 
 struct LedgerOptions {
   // fsync every commit. Only benchmarks of the non-durable path turn it off.
@@ -257,9 +259,9 @@ class Ledger : public StateStore {
   // view); false when the key has not changed since (its current value is it).
   absl::StatusOr<bool> UndoValueAt(rocksdb::Iterator* it, absl::string_view key, uint64_t height,
                                    std::optional<std::string>* value) const;
-  // Puts `block`, its receipts and its tx index entries into `batch`.
+  // Puts `block`, its receipts and its tx index entries into `puts`.
   absl::Status AddBlock(const node::chain::Block& block,
-                        absl::Span<const node::chain::Receipt> receipts, rocksdb::WriteBatch* batch)
+                        absl::Span<const node::chain::Receipt> receipts, SortedPuts* puts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckBlock(const node::chain::Block& block,
                           absl::Span<const node::chain::Receipt> receipts) const;

@@ -15,6 +15,24 @@ namespace {
 
 using Lanes = std::array<uint16_t, StateRoot::kLanes>;
 
+// A cipher context set up for `cipher` once; each use only re-keys it.
+class CipherContext {
+ public:
+  explicit CipherContext(const EVP_CIPHER* cipher)
+      : ctx_(EVP_CIPHER_CTX_new()),
+        ready_(ctx_ != nullptr && cipher != nullptr &&
+               EVP_EncryptInit_ex2(ctx_.get(), cipher, nullptr, nullptr, nullptr) == 1) {}
+  bool ready() const { return ready_; }
+  EVP_CIPHER_CTX* get() const { return ctx_.get(); }
+
+ private:
+  struct Free {
+    void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
+  };
+  const std::unique_ptr<EVP_CIPHER_CTX, Free> ctx_;
+  const bool ready_;
+};
+
 // The entry's lane vector: AES-256-CTR keystream (zero IV) under the key
 // SHA-256(len32le(key) || key || value). The length prefix keeps ("ab", "c") and ("a", "bc")
 // apart. A hash-seeded AES-CTR PRG stands in for the XOF (BLAKE2x) of the LtHash paper: with
@@ -31,16 +49,17 @@ void ExpandEntry(absl::string_view key, absl::string_view value, Lanes* out) {
 
   static const unsigned char kZeros[StateRoot::kLanes * 2] = {};
   static constexpr unsigned char kIv[16] = {};
-  // One context per thread, re-keyed per entry: saves an allocation per expansion.
-  thread_local std::unique_ptr<EVP_CIPHER_CTX, void (*)(EVP_CIPHER_CTX*)> ctx(EVP_CIPHER_CTX_new(),
-                                                                              EVP_CIPHER_CTX_free);
+  // One context per thread, set to the cipher once and only re-keyed per entry: naming the
+  // cipher on every call made OpenSSL look its implementation up and reset the context each
+  // time, which cost about as much as the expansion.
+  static EVP_CIPHER* const kAes256Ctr = EVP_CIPHER_fetch(nullptr, "AES-256-CTR", nullptr);
+  thread_local const CipherContext c(kAes256Ctr);
   unsigned char buf[StateRoot::kLanes * 2];
   int len = 0;
-  const bool ok =
-      ctx != nullptr &&
-      EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_ctr(), nullptr, seed.data(), kIv) == 1 &&
-      EVP_EncryptUpdate(ctx.get(), buf, &len, kZeros, sizeof(kZeros)) == 1 &&
-      len == static_cast<int>(sizeof(buf));
+  const bool ok = c.ready() &&
+                  EVP_EncryptInit_ex2(c.get(), nullptr, seed.data(), kIv, nullptr) == 1 &&
+                  EVP_EncryptUpdate(c.get(), buf, &len, kZeros, sizeof(kZeros)) == 1 &&
+                  len == static_cast<int>(sizeof(buf));
   if (!ok) std::abort();  // only on allocation failure inside OpenSSL
   if constexpr (std::endian::native == std::endian::little) {
     std::memcpy(out->data(), buf, sizeof(buf));

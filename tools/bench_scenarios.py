@@ -716,18 +716,20 @@ def state():
     (1,000,000) loaded keys, with the state on disk behind the bounded cache (ours) and wholly in
     memory beside the ledger (the executor before, the baseline); each case its own process,
     STATE_REPS rounds of all cases interleaved (one case's single run varies by a third between
-    runs on a shared machine), medians reported with the range."""
+    runs on a shared machine), medians reported with the range. The empty state's overwrites are
+    Puts of new keys at random positions (uniform:1); the sequential new keys that figures before
+    2026-12-03 used (uniform:2) run too and are reported beside them."""
     keys = int(os.environ.get("STATE_KEYS", "1000000"))
     reps = max(1, int(os.environ.get("STATE_REPS", "3")))
     runs = {}
+    cases = [(k, disk, uniform) for uniform in (0, 1) for disk in (1, 0) for k in (0, keys)]
+    cases += [(0, 1, 2), (0, 0, 2)]
     for rep in range(reps):
-        for uniform in (0, 1):
-            for disk in (1, 0):
-                for k in (0, keys):
-                    r = state_case(k, disk, uniform)
-                    runs.setdefault((k, disk, uniform), []).append(r)
-                    log("state round %d keys=%d disk=%d uniform=%d: %.0f tx/s, RSS %.0f MiB, "
-                        "load %.0f s" % ((rep + 1, k, disk, uniform) + r))
+        for k, disk, uniform in cases:
+            r = state_case(k, disk, uniform)
+            runs.setdefault((k, disk, uniform), []).append(r)
+            log("state round %d keys=%d disk=%d uniform=%d: %.0f tx/s, RSS %.0f MiB, load %.0f s"
+                % ((rep + 1, k, disk, uniform) + r))
 
     def med(case, i):
         values = sorted(r[i] for r in runs[case])
@@ -738,18 +740,28 @@ def state():
         return "%.0f-%.0f" % (min(values), max(values))
 
     for uniform, workload in ((0, "transfers among 500 active senders"),
-                              (1, "puts overwriting uniformly drawn loaded keys")):
+                              (1, "puts overwriting uniformly drawn loaded keys (empty: new keys "
+                                  "drawn uniformly)")):
         e, f = (0, 1, uniform), (keys, 1, uniform)
         me, mf = (0, 0, uniform), (keys, 0, uniform)
         ratios = sorted(a[0] / b[0] for a, b in zip(runs[f], runs[e]))
+        sequential = ""
+        if uniform == 1:
+            q, mq = (0, 1, 2), (0, 0, 2)
+            sequential = ("; against new keys in sequence (the baseline before 2026-12-03): "
+                          "empty %.0f tx/s (%s), %.2fx (per round %s); in memory %.0f tx/s, "
+                          "%.2fx" % (med(q, 0), spread(q), med(f, 0) / med(q, 0),
+                                     ", ".join("%.2f" % x for x in sorted(
+                                         a[0] / b[0] for a, b in zip(runs[f], runs[q]))),
+                                     med(mq, 0), med(mf, 0) / med(mq, 0)))
         result("state on disk, %s" % workload,
                "%d keys: %.0f tx/s (%s), RSS %.0f MiB; empty: %.0f tx/s (%s), RSS %.0f MiB"
                % (keys, med(f, 0), spread(f), med(f, 1), med(e, 0), spread(e), med(e, 1)),
                "state in memory: %d keys %.0f tx/s, RSS %.0f MiB; empty %.0f tx/s, RSS %.0f MiB"
                % (keys, med(mf, 0), med(mf, 1), med(me, 0), med(me, 1)),
                "throughput %.2fx of empty (median of medians; per round %s); RSS %.2fx of "
-               "in-memory" % (med(f, 0) / med(e, 0), ", ".join("%.2f" % x for x in ratios),
-                              med(f, 1) / med(mf, 1)),
+               "in-memory%s" % (med(f, 0) / med(e, 0), ", ".join("%.2f" % x for x in ratios),
+                                med(f, 1) / med(mf, 1), sequential),
                ">= 0.8x of empty; RSS not growing with state beyond the caches",
                "bench_state, 500-tx blocks, fsync per block, default caches (64 MiB state, "
                "32 MiB block cache), steady state after a 5 s warm-up, tcmalloc; %d rounds" % reps)

@@ -6,8 +6,15 @@
 // applied as a node does:
 //   uniform:0  transfers among 500 active senders (what loadgen offers): the working set is small,
 //              the loaded state is mostly cold;
-//   uniform:1  Puts overwriting keys drawn uniformly from the loaded ones (new keys when K = 0):
-//              the worst case, nearly every read misses the cache.
+//   uniform:1  Puts overwriting keys drawn uniformly from the loaded ones (when K = 0, new keys
+//              drawn uniformly from 9e9 others, as long as the loaded ones: inserts at random
+//              positions, as the overwrites are, with nothing to overwrite): the worst case,
+//              nearly every read misses the cache;
+//   uniform:2  (K = 0 only) Puts of new keys in sequence, the empty-state baseline of figures
+//              before 2026-12-03: it measures the skip list's in-order inserts as much as the
+//              state's size.
+// Cases: K = 0 and 1,000,000 for each workload, and K = 10,000 for uniform:1 (overwrites of a
+// state that fits the caches: the same work per tx as at 1,000,000, a small state).
 // disk:1 is the executor over the ledger with its bounded cache (the default 64 MiB); disk:0
 // holds the whole state in memory beside the ledger, as the executor did before the state moved
 // to disk. The figure is the steady state: the first 100 blocks after the load are timed once
@@ -104,26 +111,31 @@ class Loaded {
 
   void Commit(const std::vector<TxPtr>& txs) { CommitBenchBlock(chain_, txs); }
 
-  // A block of `n` Puts, overwriting keys drawn from the first `keys` (new ones when 0).
-  std::vector<TxPtr> UniformPuts(int n, uint64_t keys, std::mt19937_64& rng) {
+  // A block of `n` Puts, overwriting keys drawn from the first `keys`; when 0, new keys drawn
+  // uniformly from a large space or (`sequential`) in order.
+  std::vector<TxPtr> UniformPuts(int n, uint64_t keys, bool sequential, std::mt19937_64& rng) {
     std::vector<TxPtr> txs;
     for (int i = 0; i < n; ++i) {
-      const uint64_t k = keys > 0 ? rng() % keys : (1ull << 40) + serial_;
+      const uint64_t k = keys > 0     ? rng() % keys
+                         : sequential ? (1ull << 40) + serial_
+                                      : 1000000000 + rng() % 9000000000ull;
       txs.push_back(MakePut(Sender(i), ++nonces_[i], Key(k), std::string(32, 'w'), serial_++));
     }
     return txs;
   }
-  // A block of `n` transfers (of 0: balances do not matter here) between the first `n` senders.
-  std::vector<TxPtr> Block(bool uniform, uint64_t keys, std::mt19937_64& rng) {
-    return uniform ? UniformPuts(kBlockTxs, keys, rng) : ActiveTransfers(kBlockTxs, rng);
+  // A block of the workload (the `uniform` argument: 0 transfers, 1 uniform Puts, 2 Puts of new
+  // keys in sequence).
+  std::vector<TxPtr> Block(int workload, uint64_t keys, std::mt19937_64& rng) {
+    return workload > 0 ? UniformPuts(kBlockTxs, keys, workload == 2, rng)
+                        : ActiveTransfers(kBlockTxs, rng);
   }
 
   // The first blocks after the load, timed once: the caches are cold (the block cache, the
   // executor's cache, the memtable empty after the compaction). Returns txs per second.
-  double TimeColdBlocks(bool uniform, uint64_t keys, std::mt19937_64& rng) {
+  double TimeColdBlocks(int workload, uint64_t keys, std::mt19937_64& rng) {
     constexpr int kColdBlocks = 100;
     std::vector<std::vector<TxPtr>> blocks;
-    for (int i = 0; i < kColdBlocks; ++i) blocks.push_back(Block(uniform, keys, rng));
+    for (int i = 0; i < kColdBlocks; ++i) blocks.push_back(Block(workload, keys, rng));
     const absl::Time start = absl::Now();
     for (const auto& txs : blocks) Commit(txs);
     return kColdBlocks * kBlockTxs / absl::ToDoubleSeconds(absl::Now() - start);
@@ -131,6 +143,7 @@ class Loaded {
 
   static constexpr int kBlockTxs = 500;
 
+  // A block of `n` transfers (of 0: balances do not matter here) between the first `n` senders.
   std::vector<TxPtr> ActiveTransfers(int n, std::mt19937_64& rng) {
     std::vector<TxPtr> txs;
     for (int i = 0; i < n; ++i) {
@@ -167,21 +180,21 @@ std::mt19937_64 rng(7);
 void BM_ExecuteCommitOverState(benchmark::State& state) {
   const uint64_t keys = static_cast<uint64_t>(state.range(0));
   const bool disk = state.range(1) != 0;
-  const bool uniform = state.range(2) != 0;
+  const int workload = static_cast<int>(state.range(2));
   // Google Benchmark calls this once per warm-up and trial run; the state is loaded once per
   // process and case, and later calls go on from where the last one left it.
-  const int64_t this_case = (state.range(0) * 2 + state.range(1)) * 2 + state.range(2);
+  const int64_t this_case = (state.range(0) * 2 + state.range(1)) * 3 + state.range(2);
   if (loaded == nullptr || loaded_case != this_case) {
     loaded.reset();
     loaded = std::make_unique<Loaded>(keys, disk);
     loaded_case = this_case;
-    cold_tx_s = loaded->TimeColdBlocks(uniform, keys, rng);
+    cold_tx_s = loaded->TimeColdBlocks(workload, keys, rng);
   }
   state.counters["load_s"] = loaded->load_s();
   state.counters["cold_tx_s"] = cold_tx_s;
   for (auto _ : state) {
     state.PauseTiming();
-    std::vector<TxPtr> txs = loaded->Block(uniform, keys, rng);
+    std::vector<TxPtr> txs = loaded->Block(workload, keys, rng);
     state.ResumeTiming();
     loaded->Commit(txs);
   }
@@ -191,6 +204,9 @@ void BM_ExecuteCommitOverState(benchmark::State& state) {
 BENCHMARK(BM_ExecuteCommitOverState)
     ->ArgNames({"keys", "disk", "uniform"})
     ->ArgsProduct({{0, 1000000}, {1, 0}, {0, 1}})
+    ->Args({10000, 1, 1})
+    ->Args({0, 1, 2})
+    ->Args({0, 0, 2})
     ->Unit(benchmark::kMillisecond)
     ->MinWarmUpTime(5.0)
     ->MinTime(5.0)

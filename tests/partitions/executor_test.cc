@@ -4,10 +4,12 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/sha256.h"
 #include "gtest/gtest.h"
 #include "partitions/tx_pool.h"
 #include "tests/mocks/fake_clock.h"
@@ -316,6 +318,32 @@ TEST(StateRootTest, OrderIndependentAndRemovable) {
   w.Add("a", "bc");
   EXPECT_NE(z.Root(), w.Root()) << "key/value boundary is hashed";
   EXPECT_EQ(StateRoot().Root().size(), 32u);
+}
+
+// The root is part of what replicas agree on: any two builds (and any two ways of driving
+// OpenSSL) must compute the same one. The expected value comes from an independent
+// implementation of the construction in Python: each entry's lanes are the AES-256-CTR keystream
+// (the `cryptography` package, zero IV, 2 KiB) under the key SHA-256(len32le(key) || key ||
+// value) (hashlib), read as little-endian 16-bit lanes and summed mod 2^16; the root is the
+// SHA-256 of the lanes, little-endian.
+TEST(StateRootTest, KnownAnswer) {
+  StateRoot root;
+  root.Add("a", "1");
+  root.Add("key", "value");
+  root.Add("b", "2");
+  root.Remove("b", "2");
+  EXPECT_EQ(base::BytesToHex(root.Root()),
+            "38ed9374d3cc9c1a5df8dc282c4e522bca14f33fba9b3ab23d696f32e3fdf6cd");
+  // The per-thread contexts are reused: a second thread computes the same.
+  std::string other;
+  std::thread t([&] {
+    StateRoot r;
+    r.Add("key", "value");
+    r.Add("a", "1");
+    other = base::BytesToHex(r.Root());
+  });
+  t.join();
+  EXPECT_EQ(other, base::BytesToHex(root.Root()));
 }
 
 // The state in memory, with reads of one key failing on demand (a disk error).

@@ -245,6 +245,42 @@ TEST_F(LedgerTest, ConsensusMetaAloneAndWithABlock) {
   EXPECT_EQ(chain.ledger->last_height(), 1u);
 }
 
+// A commit puts its records in key order (SortedPuts), not in the order they are produced:
+// every record must still land, and a consensus meta key given twice keeps its last value.
+TEST_F(LedgerTest, RecordsWrittenInKeyOrderReadBack) {
+  std::vector<TxPtr> txs;
+  // Keys of different lengths, produced in descending order; one key written twice.
+  for (int i = 0; i < 12; ++i) {
+    txs.push_back(chaintest::Put(keys_[i % 4], static_cast<uint64_t>(i / 4 + 1),
+                                 std::string(static_cast<size_t>(12 - i), 'k'),
+                                 absl::StrCat("v", i), kPartition));
+  }
+  txs.push_back(chaintest::Put(keys_[0], 4, "kk", "last", kPartition));
+  {
+    Chain chain = Open();
+    ASSERT_TRUE(chaintest::CommitTxs(chain, txs, {{"view", "1"}, {"a", "x"}, {"view", "2"}}).ok());
+  }
+  Chain chain = Open();  // read from disk, not the executor's cache
+  for (int i = 0; i < 12; ++i) {
+    const std::string key(static_cast<size_t>(12 - i), 'k');
+    absl::StatusOr<std::optional<std::string>> now = chain.ledger->GetValue(key);
+    ASSERT_TRUE(now.ok() && now->has_value()) << key;
+    EXPECT_EQ(**now, key == "kk" ? "last" : absl::StrCat("v", i)) << key;
+    absl::StatusOr<std::optional<std::string>> before = chain.ledger->GetValueAt(key, 0);
+    ASSERT_TRUE(before.ok()) << before.status();
+    EXPECT_FALSE(before->has_value()) << key;
+  }
+  for (size_t i = 0; i < txs.size(); ++i) {
+    absl::StatusOr<node::chain::Receipt> r = chain.ledger->GetReceipt(txs[i]->hash);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->tx_index(), i);
+    EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
+  }
+  EXPECT_EQ(chain.ledger->GetBlockReceipts(1)->size(), txs.size());
+  EXPECT_EQ(chain.ledger->GetConsensusMeta("view").value_or(""), "2");
+  EXPECT_EQ(chain.ledger->GetConsensusMeta("a").value_or(""), "x");
+}
+
 TEST_F(LedgerTest, OpenErrorsCarryRocksDbMessage) {
   { Chain chain = Open(); }
   absl::StatusOr<std::unique_ptr<Ledger>> other = Ledger::Open(dir_ + "/ledger", kPartition + 1);
