@@ -320,13 +320,21 @@ absl::Status Ledger::AddBlock(const node::chain::Block& block,
                               absl::Span<const node::chain::Receipt> receipts, SortedPuts* puts) {
   const node::chain::BlockHeader& h = block.header();
   puts->PutOwned(BlockKey(h.height()), block.SerializeAsString());
+  // The tx index points at the inclusion that consumed the tx's nonce (SUCCESS or FAILED: there
+  // is at most one, and it overrides an earlier refusal), else at the first refusal. Only a
+  // refused tx needs a read to see whether the index has it already.
   absl::flat_hash_set<absl::string_view> indexed;
   for (size_t i = 0; i < receipts.size(); ++i) {
     std::string loc = Location(h.height(), static_cast<uint32_t>(i));
     puts->PutOwned(Prefixed(kReceiptPrefix, loc), receipts[i].SerializeAsString());
     const std::string& tx_hash = block.tx_hashes(static_cast<int>(i));
-    if (!indexed.insert(tx_hash).second) continue;
     std::string index_key = Prefixed(kTxIndexPrefix, tx_hash);
+    if (receipts[i].status() != node::chain::Receipt::REJECTED) {
+      indexed.insert(tx_hash);
+      puts->PutOwned(std::move(index_key), std::move(loc));  // after any refusal: it wins
+      continue;
+    }
+    if (!indexed.insert(tx_hash).second) continue;
     ASSIGN_OR_RETURN(std::optional<std::string> existing, Read(index_key));
     if (!existing.has_value()) puts->PutOwned(std::move(index_key), std::move(loc));
   }

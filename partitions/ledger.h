@@ -8,8 +8,9 @@
 // carry a one-byte prefix (heights big-endian, so keys sort by height):
 //   "b" height            -> Block (header, tx hashes, tx bodies)
 //   "r" height index(u32) -> Receipt
-//   "t" tx hash           -> height, index of the tx's first inclusion (a later replay of the
-//                            same tx, which can only be REJECTED, keeps its receipt by position)
+//   "t" tx hash           -> height, index of the tx's inclusion that consumed its nonce
+//                            (SUCCESS or FAILED), else of its first (REJECTED) inclusion; every
+//                            other inclusion keeps its receipt by position
 //   "s" state key         -> state value (executor.h layout): the current state
 //   "u" len32 key height  -> the key's value before block `height` (1 byte present/absent, then
 //                            the value), written for every key whose value the block changed:
@@ -150,8 +151,9 @@ class Ledger : public StateStore {
   // NOT_FOUND if no block has that height; OUT_OF_RANGE if it was pruned.
   absl::StatusOr<node::chain::Block> GetBlock(uint64_t height) const;
   // NOT_FOUND if the tx was never committed (or pruned and forgotten); OUT_OF_RANGE if its block
-  // was pruned. A tx included again later (a replay, REJECTED)
-  // keeps the receipt of its first inclusion here; GetBlockReceipts has every one by position.
+  // was pruned. A tx included more than once (a replay, or a refusal before its nonce came)
+  // answers with the inclusion that consumed its nonce, else its first refusal;
+  // GetBlockReceipts has every one by position.
   absl::StatusOr<node::chain::Receipt> GetReceipt(absl::string_view tx_hash) const;
   // The receipts of block `height`, one per tx in block order. NOT_FOUND if there is no block
   // there; DATA_LOSS if its receipts are not all stored.

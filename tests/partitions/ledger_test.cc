@@ -232,6 +232,32 @@ TEST_F(LedgerTest, ReplayedTxKeepsItsFirstReceipt) {
   EXPECT_EQ(chain.ledger->GetBlockReceipts(3).status().code(), absl::StatusCode::kNotFound);
 }
 
+// A tx refused once (a faulty proposer included it ahead of its nonce) and committed later: its
+// receipt is the inclusion that consumed its nonce, not the refusal.
+TEST_F(LedgerTest, TxIndexPointsAtTheInclusionThatConsumedTheNonce) {
+  Chain chain = Open();
+  TxPtr second = chaintest::Transfer(keys_[0], 2, Addr(1), 5, kPartition);
+  TxPtr first = chaintest::Transfer(keys_[0], 1, Addr(1), 5, kPartition);
+  ASSERT_TRUE(chaintest::CommitTxs(chain, {second}).ok());  // nonce gap: REJECTED
+  absl::StatusOr<node::chain::Receipt> r = chain.ledger->GetReceipt(second->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), node::chain::Receipt::REJECTED);
+  // Refused again in the same block before its nonce comes, then committed.
+  ASSERT_TRUE(chaintest::CommitTxs(chain, {second, first, second}).ok());
+  r = chain.ledger->GetReceipt(second->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ(r->block_height(), 2u);
+  EXPECT_EQ(r->tx_index(), 2u);
+  // A replay after that is refused and keeps the committed receipt.
+  ASSERT_TRUE(chaintest::CommitTxs(chain, {second}).ok());
+  r = chain.ledger->GetReceipt(second->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ(r->block_height(), 2u);
+  EXPECT_EQ(chain.executor->GetAccount(Addr(1))->balance(), 1010u);
+}
+
 TEST_F(LedgerTest, ConsensusMetaAloneAndWithABlock) {
   {
     Chain chain = Open();
