@@ -3,6 +3,8 @@
 #include <limits>
 #include <utility>
 
+#include "partitions/executor.h"
+
 namespace partitions {
 
 void CommitWaiters::Add(std::string hash, int64_t deadline_nanos, Done done) {
@@ -38,9 +40,14 @@ void CommitWaiters::OnCommit(const CommitEvent& event) {
   {
     absl::MutexLock lock(&mu_);
     if (count_ == 0) return;
-    for (size_t i = 0; i < event.txs.size(); ++i) {
-      std::vector<Waiter> list = TakeLocked(event.txs[i]->hash);
-      if (!list.empty()) answered.emplace_back(std::move(list), i);
+    // A tx can appear more than once in a block (a faulty primary's batch): the waiter gets the
+    // inclusion that consumed its nonce, as GetReceipt does (ledger.h), else its first refusal.
+    for (const bool consumed : {true, false}) {
+      for (size_t i = 0; i < event.txs.size(); ++i) {
+        if (consumed && !ConsumedNonce(event.receipts[i])) continue;
+        std::vector<Waiter> list = TakeLocked(event.txs[i]->hash);
+        if (!list.empty()) answered.emplace_back(std::move(list), i);
+      }
     }
   }
   for (auto& [list, i] : answered) {

@@ -107,6 +107,12 @@ std::string ValueKey(absl::string_view key);
 std::string EncodeAccount(uint64_t balance, uint64_t nonce);
 // Fills balance and nonce of `out`; false if `value` is not 16 bytes.
 bool DecodeAccount(absl::string_view value, node::chain::Account* out);
+// Whether the inclusion this receipt describes consumed the tx's nonce (SUCCESS or FAILED; a
+// REJECTED tx changed nothing). At most one inclusion of a tx does.
+inline bool ConsumedNonce(const node::chain::Receipt& receipt) {
+  return receipt.status() == node::chain::Receipt::SUCCESS ||
+         receipt.status() == node::chain::Receipt::FAILED;
+}
 
 // The state root accumulator of a whole state, O(state).
 StateRoot HashState(const StateMap& state);

@@ -119,8 +119,9 @@ void PutMark(absl::string_view key, uint64_t height, rocksdb::WriteBatch* batch)
 // produced, each receipt sits between two tx index entries (random hashes), so every one of
 // those inserts descended from near the top. A `perf record` of bench_state at 1M keys: 34% of
 // the process in MemTable::Add before, 25% with the records in order. The record kinds have
-// distinct prefixes and each kind's keys are distinct, except that a caller could pass one
-// consensus meta key twice: the sort is stable, so the last write still wins.
+// distinct prefixes and each kind's keys are distinct but for two: a tx index key is put twice
+// when a block refuses a tx and then commits it (AddBlock), and a caller could pass one
+// consensus meta key twice. The sort is stable, so the last put wins, as the tx index needs.
 class SortedPuts {
  public:
   // `value` must stay valid until Flush.
@@ -329,7 +330,7 @@ absl::Status Ledger::AddBlock(const node::chain::Block& block,
     puts->PutOwned(Prefixed(kReceiptPrefix, loc), receipts[i].SerializeAsString());
     const std::string& tx_hash = block.tx_hashes(static_cast<int>(i));
     std::string index_key = Prefixed(kTxIndexPrefix, tx_hash);
-    if (receipts[i].status() != node::chain::Receipt::REJECTED) {
+    if (ConsumedNonce(receipts[i])) {
       indexed.insert(tx_hash);
       puts->PutOwned(std::move(index_key), std::move(loc));  // after any refusal: it wins
       continue;

@@ -10,7 +10,10 @@
 //   "r" height index(u32) -> Receipt
 //   "t" tx hash           -> height, index of the tx's inclusion that consumed its nonce
 //                            (SUCCESS or FAILED), else of its first (REJECTED) inclusion; every
-//                            other inclusion keeps its receipt by position
+//                            other inclusion keeps its receipt by position. (Written from this
+//                            version on and only for blocks the ledger commits itself: an older
+//                            ledger, or one that skipped the consuming block through a snapshot,
+//                            may keep pointing at a refusal.)
 //   "s" state key         -> state value (executor.h layout): the current state
 //   "u" len32 key height  -> the key's value before block `height` (1 byte present/absent, then
 //                            the value), written for every key whose value the block changed:

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,36 @@ TEST(CommitWaitersTest, ABlockAnswersItsTxsWaitersWithTheirReceipts) {
   waiters.OnCommit(Event(10, {t2}));
   EXPECT_EQ(waiters.Expire(1000), std::numeric_limits<int64_t>::max());
   EXPECT_EQ(answers.size(), 3u);
+}
+
+// A faulty primary's block can carry a tx twice: refused ahead of its nonce, then committed. The
+// waiter gets the commit, as GetReceipt does; a tx only refused gets its first refusal.
+TEST(CommitWaitersTest, ATxInABlockTwiceAnswersWithTheInclusionThatConsumedItsNonce) {
+  std::vector<base::PrivateKey> keys = chaintest::Keys(1);
+  TxPtr t = chaintest::Put(keys[0], 2, "k", "v");
+  TxPtr other = chaintest::Put(keys[0], 1, "k", "w");
+  TxPtr refused = chaintest::Put(keys[0], 9, "k", "x");
+  CommitWaiters waiters;
+  std::map<std::string, std::string> answers;
+  auto record = [&](const std::string& name) {
+    return [&answers, name](absl::StatusOr<node::chain::Receipt> r) {
+      answers[name] = r.ok() ? r->error() : r.status().ToString();
+    };
+  };
+  waiters.Add(t->hash, 100, record("t"));
+  waiters.Add(refused->hash, 100, record("refused"));
+  CommitEvent e = Event(3, {refused, t, other, refused, t});
+  using node::chain::Receipt;
+  const Receipt::Status status[] = {Receipt::REJECTED, Receipt::REJECTED, Receipt::SUCCESS,
+                                    Receipt::REJECTED, Receipt::SUCCESS};
+  for (int i = 0; i < 5; ++i) {
+    e.receipts[i].set_status(status[i]);
+    e.receipts[i].set_error(absl::StrCat("position ", i));
+  }
+  waiters.OnCommit(e);
+  EXPECT_EQ(answers["t"], "position 4");
+  EXPECT_EQ(answers["refused"], "position 0");
+  EXPECT_EQ(waiters.size(), 0u);
 }
 
 TEST(CommitWaitersTest, ResolveAndCancelAllAnswerEachWaiterOnce) {

@@ -256,6 +256,23 @@ TEST_F(LedgerTest, TxIndexPointsAtTheInclusionThatConsumedTheNonce) {
   EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
   EXPECT_EQ(r->block_height(), 2u);
   EXPECT_EQ(chain.executor->GetAccount(Addr(1))->balance(), 1010u);
+  // In one block with nothing indexed before: refused, committed, refused. The index key is put
+  // twice in one batch and the commit's put must win.
+  TxPtr fourth = chaintest::Transfer(keys_[1], 2, Addr(2), 5, kPartition);
+  TxPtr third = chaintest::Transfer(keys_[1], 1, Addr(2), 5, kPartition);
+  ASSERT_TRUE(chaintest::CommitTxs(chain, {fourth, third, fourth, fourth}).ok());
+  r = chain.ledger->GetReceipt(fourth->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ(r->block_height(), 4u);
+  EXPECT_EQ(r->tx_index(), 2u);
+  // Committed first, then replayed in the same block: the commit stays.
+  TxPtr fifth = chaintest::Transfer(keys_[1], 3, Addr(2), 5, kPartition);
+  ASSERT_TRUE(chaintest::CommitTxs(chain, {fifth, fifth}).ok());
+  r = chain.ledger->GetReceipt(fifth->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ(r->tx_index(), 0u);
 }
 
 TEST_F(LedgerTest, ConsensusMetaAloneAndWithABlock) {
