@@ -171,6 +171,9 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
 
 void ClientAdmission::HandleJob(flowctl::Message message) {
   auto job = std::static_pointer_cast<Job>(message.context);
+  // A receipt in a block at or below this height answers the tx's inclusion before this
+  // submission (a refusal: the pool takes the tx again once its nonce is next).
+  const uint64_t height_before = deps_.ledger->last_height();
   bool added = false;
   for (auto& item : job->items) {
     SubmitResult& r = job->results[item.slot];
@@ -219,7 +222,8 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
           done(std::move(result));
         });
     job->finished = true;
-    if (auto receipt = deps_.ledger->GetReceipt(hash); receipt.ok()) {
+    if (auto receipt = deps_.ledger->GetReceipt(hash);
+        receipt.ok() && (ConsumedNonce(*receipt) || receipt->block_height() > height_before)) {
       deps_.waiters->Resolve(hash, *receipt);
     }
     return;

@@ -99,7 +99,9 @@ bool CommitPipeline::HasTx(absl::string_view tx_hash, uint64_t seq) const {
 }
 
 bool CommitPipeline::KnowsTx(absl::string_view tx_hash) const {
-  return deps_.pool->Get(tx_hash) != nullptr || deps_.chain->ledger->GetReceipt(tx_hash).ok();
+  if (deps_.pool->Get(tx_hash) != nullptr) return true;
+  absl::StatusOr<node::chain::Receipt> receipt = deps_.chain->ledger->GetReceipt(tx_hash);
+  return receipt.ok() && ConsumedNonce(*receipt);
 }
 
 std::optional<node::consensus::CommittedBatch> CommitPipeline::GetCommitted(uint64_t seq) const {

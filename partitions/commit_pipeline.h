@@ -69,7 +69,9 @@ class CommitPipeline final : public PbftTxSource, public PbftBlockSource {
   // a correct replica does not prepare a batch it could not execute (a faulty primary's replay
   // of an old tx costs it its view, not the partition its liveness).
   bool HasTx(absl::string_view tx_hash, uint64_t seq) const override;
-  // Pooled or committed (still indexed), whatever the batch.
+  // Pooled, or committed by an inclusion that consumed its nonce (still indexed), whatever the
+  // batch. A tx only refused so far (a nonce gap, which a view change can cause) is not known:
+  // it may come again once its nonce is next, and must then be pooled like any other.
   bool KnowsTx(absl::string_view tx_hash) const;
   std::optional<node::consensus::CommittedBatch> GetCommitted(uint64_t seq) const override;
 

@@ -41,7 +41,8 @@ void CommitWaiters::OnCommit(const CommitEvent& event) {
     absl::MutexLock lock(&mu_);
     if (count_ == 0) return;
     // A tx can appear more than once in a block (a faulty primary's batch): the waiter gets the
-    // inclusion that consumed its nonce, as GetReceipt does (ledger.h), else its first refusal.
+    // inclusion that consumed its nonce, as GetReceipt does (ledger.h), else its first refusal in
+    // the block (the one the ledger indexes).
     for (const bool consumed : {true, false}) {
       for (size_t i = 0; i < event.txs.size(); ++i) {
         if (consumed && !ConsumedNonce(event.receipts[i])) continue;

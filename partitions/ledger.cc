@@ -322,8 +322,9 @@ absl::Status Ledger::AddBlock(const node::chain::Block& block,
   const node::chain::BlockHeader& h = block.header();
   puts->PutOwned(BlockKey(h.height()), block.SerializeAsString());
   // The tx index points at the inclusion that consumed the tx's nonce (SUCCESS or FAILED: there
-  // is at most one, and it overrides an earlier refusal), else at the first refusal. Only a
-  // refused tx needs a read to see whether the index has it already.
+  // is at most one, and it overrides any refusal), else at the latest refusal (a tx refused for a
+  // nonce gap may be pooled and refused again; its latest answer is the one a client waits
+  // for). Only a refused tx needs reads: the index, and the receipt it points at.
   absl::flat_hash_set<absl::string_view> indexed;
   for (size_t i = 0; i < receipts.size(); ++i) {
     std::string loc = Location(h.height(), static_cast<uint32_t>(i));
@@ -336,10 +337,21 @@ absl::Status Ledger::AddBlock(const node::chain::Block& block,
       continue;
     }
     if (!indexed.insert(tx_hash).second) continue;
-    ASSIGN_OR_RETURN(std::optional<std::string> existing, Read(index_key));
-    if (!existing.has_value()) puts->PutOwned(std::move(index_key), std::move(loc));
+    ASSIGN_OR_RETURN(bool settled, IndexedAtConsumingInclusion(index_key));
+    if (!settled) puts->PutOwned(std::move(index_key), std::move(loc));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Ledger::IndexedAtConsumingInclusion(absl::string_view index_key) const {
+  ASSIGN_OR_RETURN(std::optional<std::string> loc, Read(index_key));
+  if (!loc.has_value()) return false;
+  ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(Prefixed(kReceiptPrefix, *loc)));
+  // A receipt gone (pruned) or unreadable: keep the entry as it is, as before refusals moved it.
+  if (!bytes.has_value()) return true;
+  node::chain::Receipt receipt;
+  if (!receipt.ParseFromString(*bytes)) return true;
+  return ConsumedNonce(receipt);
 }
 
 absl::StatusOr<uint64_t> Ledger::ReadHeightMark(absl::string_view key,

@@ -9,7 +9,7 @@
 //   "b" height            -> Block (header, tx hashes, tx bodies)
 //   "r" height index(u32) -> Receipt
 //   "t" tx hash           -> height, index of the tx's inclusion that consumed its nonce
-//                            (SUCCESS or FAILED), else of its first (REJECTED) inclusion; every
+//                            (SUCCESS or FAILED), else of its latest (REJECTED) inclusion; every
 //                            other inclusion keeps its receipt by position. (Written from this
 //                            version on and only for blocks the ledger commits itself: an older
 //                            ledger, or one that skipped the consuming block through a snapshot,
@@ -155,7 +155,7 @@ class Ledger : public StateStore {
   absl::StatusOr<node::chain::Block> GetBlock(uint64_t height) const;
   // NOT_FOUND if the tx was never committed (or pruned and forgotten); OUT_OF_RANGE if its block
   // was pruned. A tx included more than once (a replay, or a refusal before its nonce came)
-  // answers with the inclusion that consumed its nonce, else its first refusal;
+  // answers with the inclusion that consumed its nonce, else its latest refusal;
   // GetBlockReceipts has every one by position.
   absl::StatusOr<node::chain::Receipt> GetReceipt(absl::string_view tx_hash) const;
   // The receipts of block `height`, one per tx in block order. NOT_FOUND if there is no block
@@ -264,6 +264,9 @@ class Ledger : public StateStore {
   // view); false when the key has not changed since (its current value is it).
   absl::StatusOr<bool> UndoValueAt(rocksdb::Iterator* it, absl::string_view key, uint64_t height,
                                    std::optional<std::string>* value) const;
+  // Whether the tx index entry `index_key` exists and points at an inclusion that consumed the
+  // tx's nonce (then a refusal must not move it). True also when its receipt is gone.
+  absl::StatusOr<bool> IndexedAtConsumingInclusion(absl::string_view index_key) const;
   // Puts `block`, its receipts and its tx index entries into `puts`.
   absl::Status AddBlock(const node::chain::Block& block,
                         absl::Span<const node::chain::Receipt> receipts, SortedPuts* puts)

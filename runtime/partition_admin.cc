@@ -10,6 +10,7 @@
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
 #include "partitions/block.h"
+#include "partitions/executor.h"
 #include "runtime/config_validation.h"
 #include "runtime/partition_impl.h"
 
@@ -305,18 +306,21 @@ flowctl::Admission Partition::AdmitRead(uint64_t size_bytes, absl::string_view c
 absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& tx_hash) const {
   // A tx moves FIFO (lossless) -> pool -> ledger, each step entering the next place before it
   // leaves the last; looking in that order (after the quick ledger check) cannot miss one that
-  // moves while we look.
+  // moves while we look. A tx that was only refused so far (REJECTED: a nonce gap) may be
+  // pending again: its refusal answers only if it is in neither the FIFO nor the pool.
   for (const bool last_look : {false, true}) {
     node::client::GetTxResponse out;
     absl::StatusOr<node::chain::Receipt> receipt = impl_->chain_.ledger->GetReceipt(tx_hash);
-    if (receipt.ok()) {
+    if (receipt.ok() && (last_look || partitions::ConsumedNonce(*receipt))) {
       out.set_state(node::client::GetTxResponse::COMMITTED);
       *out.mutable_receipt() = *receipt;
       absl::StatusOr<std::string> bytes = impl_->chain_.ledger->GetTx(tx_hash);
       if (bytes.ok()) out.set_signed_tx(*bytes);
       return out;
     }
-    if (receipt.status().code() != absl::StatusCode::kNotFound) return receipt.status();
+    if (!receipt.ok() && receipt.status().code() != absl::StatusCode::kNotFound) {
+      return receipt.status();
+    }
     if (last_look) break;
     if (impl_->tracker_.Get(tx_hash).spill_seq > 0) {
       // Lossless: acknowledged and durable in the FIFO, not yet drained into the pool.

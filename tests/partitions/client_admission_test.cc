@@ -271,6 +271,39 @@ TEST_F(ClientAdmissionTest, WaitForCommitAnswersWithTheReceiptOfTheBlock) {
   EXPECT_EQ(got[0].receipt->status(), node::chain::Receipt::SUCCESS);
 }
 
+// A tx refused before (a nonce gap) and submitted again once its nonce is next waits for its new
+// inclusion: its old refusal in the ledger does not answer it.
+TEST_F(ClientAdmissionTest, WaitForCommitIsNotAnsweredByTheTxsEarlierRefusal) {
+  TxPtr second = chaintest::Put(keys_[0], 2, "k2", "v", kPartition);
+  TxPtr first = chaintest::Put(keys_[0], 1, "k1", "v", kPartition);
+  ASSERT_TRUE(chaintest::CommitTxs(chain_, {second}).ok());  // height 1: REJECTED, a gap
+  ASSERT_TRUE(chaintest::CommitTxs(chain_, {first}).ok());   // height 2
+  ASSERT_EQ(chain_.ledger->GetReceipt(second->hash)->status(), node::chain::Receipt::REJECTED);
+  std::vector<SubmitResult> got;
+  SubmitOptions options;
+  options.wait_for_commit = true;
+  admission_->Submit(
+      {second->signed_bytes}, options, absl::OkStatus(), true,
+      [&](SubmitResult r) { got.push_back(std::move(r)); }, nullptr);
+  workers_.RunQueuedForTest(100);
+  EXPECT_TRUE(got.empty()) << "answered by the refusal at height 1";
+  EXPECT_EQ(waiters_.size(), 1u);
+  ASSERT_NE(pool_->Get(second->hash), nullptr);
+  CommitEvent e;
+  e.height = 3;
+  e.txs = {second};
+  node::chain::Receipt receipt;
+  receipt.set_status(node::chain::Receipt::SUCCESS);
+  receipt.set_block_height(3);
+  e.receipts = {receipt};
+  waiters_.OnCommit(e);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got[0].status.ok()) << got[0].status;
+  ASSERT_TRUE(got[0].receipt.has_value());
+  EXPECT_EQ(got[0].receipt->status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ(got[0].receipt->block_height(), 3u);
+}
+
 // Lossless mode: a record whose sender's nonce cannot be read (a disk error behind the executor)
 // is kept for a retry, not dropped as if it were a duplicate; once the state reads again it pools.
 TEST_F(ClientAdmissionTest, ADrainedRecordIsKeptWhenTheStateCannotBeRead) {

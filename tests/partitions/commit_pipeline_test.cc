@@ -75,6 +75,33 @@ TEST_F(CommitPipelineTest, AReplayCountsOnlyWhileItsBlockOutlivesTheBatch) {
   EXPECT_FALSE(pipeline_->HasTx(std::string(32, 'z'), 1));
 }
 
+// A tx refused for a nonce gap (a view change can put it in a block before its predecessor) is not
+// settled: forwarded again once its nonce is next, it must be verified and pooled, or no replica
+// but the one its client reached would ever propose it. Once its nonce is consumed it is known.
+TEST_F(CommitPipelineTest, ATxOnlyRefusedSoFarIsNotKnownAndCanBePooledAgain) {
+  Open(/*retain_blocks=*/0);
+  TxPtr second = chaintest::Transfer(keys_[0], 2, keys_[1].public_key().bytes(), 1, kPartition);
+  TxPtr first = chaintest::Transfer(keys_[0], 1, keys_[1].public_key().bytes(), 1, kPartition);
+  ASSERT_TRUE(chaintest::CommitTxs(chain_, {second}).ok());
+  absl::StatusOr<node::chain::Receipt> r = chain_.ledger->GetReceipt(second->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->status(), node::chain::Receipt::REJECTED);
+  EXPECT_FALSE(pipeline_->KnowsTx(second->hash));
+  EXPECT_TRUE(pipeline_->HasTx(second->hash, 2)) << "its body is still in the ledger";
+
+  ASSERT_TRUE(chaintest::CommitTxs(chain_, {first}).ok());
+  EXPECT_TRUE(pipeline_->KnowsTx(first->hash));
+  ASSERT_TRUE(pool_->Add(second, TxOrigin::kForwarded).ok());
+  EXPECT_TRUE(pipeline_->KnowsTx(second->hash));
+  ASSERT_TRUE(chaintest::CommitTxs(chain_, {second}).ok());
+  pool_->RemoveCommitted({second});
+  r = chain_.ledger->GetReceipt(second->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
+  EXPECT_EQ(pool_->Get(second->hash), nullptr);
+  EXPECT_TRUE(pipeline_->KnowsTx(second->hash));
+}
+
 TEST_F(CommitPipelineTest, WithoutPruningAReplayIsAlwaysPresent) {
   Open(/*retain_blocks=*/0);
   const TxPtr old = CommitOne();

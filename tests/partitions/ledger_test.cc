@@ -275,6 +275,36 @@ TEST_F(LedgerTest, TxIndexPointsAtTheInclusionThatConsumedTheNonce) {
   EXPECT_EQ(r->tx_index(), 0u);
 }
 
+// A tx refused twice (a nonce gap each time) answers with its latest refusal: that is the one a
+// client that submitted it again waits for. An inclusion that consumed the nonce still wins.
+TEST_F(LedgerTest, TxIndexPointsAtTheLatestRefusalUntilTheNonceIsConsumed) {
+  TxPtr third = chaintest::Transfer(keys_[0], 3, Addr(1), 5, kPartition);
+  TxPtr first = chaintest::Transfer(keys_[0], 1, Addr(1), 5, kPartition);
+  TxPtr second = chaintest::Transfer(keys_[0], 2, Addr(1), 5, kPartition);
+  {
+    Chain chain = Open();
+    ASSERT_TRUE(chaintest::CommitTxs(chain, {third}).ok());         // 1: gap, REJECTED
+    ASSERT_TRUE(chaintest::CommitTxs(chain, {first, third}).ok());  // 2: still a gap
+    absl::StatusOr<node::chain::Receipt> r = chain.ledger->GetReceipt(third->hash);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status(), node::chain::Receipt::REJECTED);
+    EXPECT_EQ(r->block_height(), 2u);
+    EXPECT_EQ(r->tx_index(), 1u);
+    ASSERT_TRUE(chaintest::CommitTxs(chain, {second, third}).ok());  // 3: committed
+    ASSERT_TRUE(chaintest::CommitTxs(chain, {third}).ok());          // 4: a replay, REJECTED
+    r = chain.ledger->GetReceipt(third->hash);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
+    EXPECT_EQ(r->block_height(), 3u);
+    EXPECT_EQ(r->tx_index(), 1u);
+  }
+  // And after a reopen (the index is on disk, not in memory).
+  Chain chain = Open();
+  absl::StatusOr<node::chain::Receipt> r = chain.ledger->GetReceipt(third->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->block_height(), 3u);
+}
+
 TEST_F(LedgerTest, ConsensusMetaAloneAndWithABlock) {
   {
     Chain chain = Open();
