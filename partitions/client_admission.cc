@@ -23,6 +23,9 @@ struct ClientAdmission::Job {
   SubmitOptions options;
   int64_t arrival_nanos = 0;
   bool single = false;
+  // The ledger's height right after the pool took the (single) tx: a refusal at or below it
+  // answered an earlier inclusion, not this one.
+  uint64_t pooled_at_height = 0;
   SubmitDone single_done;
   BatchDone batch_done;
   bool finished = false;
@@ -171,9 +174,6 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
 
 void ClientAdmission::HandleJob(flowctl::Message message) {
   auto job = std::static_pointer_cast<Job>(message.context);
-  // A receipt in a block at or below this height answers the tx's inclusion before this
-  // submission (a refusal: the pool takes the tx again once its nonce is next).
-  const uint64_t height_before = deps_.ledger->last_height();
   bool added = false;
   for (auto& item : job->items) {
     SubmitResult& r = job->results[item.slot];
@@ -186,6 +186,7 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
       // Tracked before the pool sees it, so its commit always finds the admission time.
       deps_.tracker->NoteAdmitted(r.tx_hash, job->arrival_nanos);
       s = AdmitVerified(tx);
+      if (s.ok()) job->pooled_at_height = deps_.ledger->tip_height();
       if (!s.ok()) {
         if (item.admission.admitted()) {
           item.admission.Dropped(r.tx_hash, flowctl::DropReason::kRefused);
@@ -210,6 +211,8 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
     // The waiter answers from now on. The tx may already have committed (a one-replica
     // partition commits on its tick at once): look at the ledger after registering.
     const std::string hash = job->results[0].tx_hash;
+    // A tx refused before (a nonce gap) and pooled again waits for a new answer: the waiter
+    // takes no refusal at or below the height at which it was pooled (commit_waiters.h).
     deps_.waiters->Add(
         hash, deps_.clock->NowNanos() + absl::ToInt64Nanoseconds(job->options.wait_timeout),
         [result = job->results[0],
@@ -220,10 +223,10 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
             result.status = receipt.status();
           }
           done(std::move(result));
-        });
+        },
+        job->pooled_at_height);
     job->finished = true;
-    if (auto receipt = deps_.ledger->GetReceipt(hash);
-        receipt.ok() && (ConsumedNonce(*receipt) || receipt->block_height() > height_before)) {
+    if (auto receipt = deps_.ledger->GetReceipt(hash); receipt.ok()) {
       deps_.waiters->Resolve(hash, *receipt);
     }
     return;

@@ -7,21 +7,34 @@
 
 namespace partitions {
 
-void CommitWaiters::Add(std::string hash, int64_t deadline_nanos, Done done) {
+void CommitWaiters::Add(std::string hash, int64_t deadline_nanos, Done done,
+                        uint64_t refusals_above) {
   {
     absl::MutexLock lock(&mu_);
     deadlines_.emplace(deadline_nanos, hash);
-    by_hash_[std::move(hash)].push_back({deadline_nanos, std::move(done)});
+    by_hash_[std::move(hash)].push_back({deadline_nanos, std::move(done), refusals_above});
     ++count_;
   }
   if (wake_by_) wake_by_(deadline_nanos);
 }
 
-std::vector<CommitWaiters::Waiter> CommitWaiters::TakeLocked(absl::string_view hash) {
+std::vector<CommitWaiters::Waiter> CommitWaiters::TakeLocked(absl::string_view hash,
+                                                             const node::chain::Receipt& receipt) {
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return {};
-  std::vector<Waiter> out = std::move(it->second);
-  by_hash_.erase(it);
+  std::vector<Waiter> out;
+  std::vector<Waiter>& list = it->second;
+  const bool refusal = receipt.status() == node::chain::Receipt::REJECTED;
+  for (size_t i = 0; i < list.size();) {
+    if (!refusal || list[i].refusals_above == 0 ||
+        receipt.block_height() > list[i].refusals_above) {
+      out.push_back(std::move(list[i]));
+      list.erase(list.begin() + static_cast<ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  if (list.empty()) by_hash_.erase(it);
   count_ -= out.size();
   return out;
 }
@@ -30,7 +43,7 @@ void CommitWaiters::Resolve(absl::string_view hash, const node::chain::Receipt& 
   std::vector<Waiter> list;
   {
     absl::MutexLock lock(&mu_);
-    list = TakeLocked(hash);
+    list = TakeLocked(hash, receipt);
   }
   for (Waiter& w : list) w.done(receipt);
 }
@@ -46,7 +59,7 @@ void CommitWaiters::OnCommit(const CommitEvent& event) {
     for (const bool consumed : {true, false}) {
       for (size_t i = 0; i < event.txs.size(); ++i) {
         if (consumed && !ConsumedNonce(event.receipts[i])) continue;
-        std::vector<Waiter> list = TakeLocked(event.txs[i]->hash);
+        std::vector<Waiter> list = TakeLocked(event.txs[i]->hash, event.receipts[i]);
         if (!list.empty()) answered.emplace_back(std::move(list), i);
       }
     }

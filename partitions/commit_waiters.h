@@ -4,11 +4,16 @@
 //
 // A tx may commit between its admission and Add: the caller checks the ledger after Add and
 // calls Resolve with the stored receipt, so no commit is missed (each waiter is answered once).
+// A tx refused before (REJECTED for a nonce gap) and pooled again is not settled: its waiter
+// names the ledger height at which it was pooled, and a refusal at or below that height (the old
+// one, found in the ledger or published late by the feed) does not answer it.
 //
 // Thread-safety: every method is thread-safe. Callbacks run with no lock held, on the thread that
 // resolved, expired or cancelled them; they must not block.
 //
-//   waiters.Add(hash, now + timeout, [](absl::StatusOr<node::chain::Receipt> r) { ... });
+//   pool.Add(tx); const uint64_t pooled_at = ledger->tip_height();
+//   waiters.Add(hash, now + timeout, [](absl::StatusOr<node::chain::Receipt> r) { ... },
+//               pooled_at);
 //   if (auto receipt = ledger->GetReceipt(hash); receipt.ok()) waiters.Resolve(hash, *receipt);
 #ifndef PARTITIONS_COMMIT_WAITERS_H_
 #define PARTITIONS_COMMIT_WAITERS_H_
@@ -41,8 +46,10 @@ class CommitWaiters final : public CommitSubscriber {
   explicit CommitWaiters(std::function<void(int64_t deadline_nanos)> wake_by = nullptr)
       : wake_by_(std::move(wake_by)) {}
 
-  void Add(std::string hash, int64_t deadline_nanos, Done done);
-  // Answers every waiter of `hash` with `receipt`.
+  // `refusals_above`: a REJECTED receipt in a block at or below this height does not answer the
+  // waiter (0: any receipt does).
+  void Add(std::string hash, int64_t deadline_nanos, Done done, uint64_t refusals_above = 0);
+  // Answers every waiter of `hash` that `receipt` answers (see Add).
   void Resolve(absl::string_view hash, const node::chain::Receipt& receipt);
   void OnCommit(const CommitEvent& event) override;
   // Answers DEADLINE_EXCEEDED to every waiter whose deadline is <= now. Returns the earliest
@@ -56,8 +63,11 @@ class CommitWaiters final : public CommitSubscriber {
   struct Waiter {
     int64_t deadline_nanos = 0;
     Done done;
+    uint64_t refusals_above = 0;
   };
-  std::vector<Waiter> TakeLocked(absl::string_view hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the waiters of `hash` that `receipt` answers.
+  std::vector<Waiter> TakeLocked(absl::string_view hash, const node::chain::Receipt& receipt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::function<void(int64_t)> wake_by_;
   mutable absl::Mutex mu_;

@@ -127,8 +127,8 @@ size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
       ++refused;
       continue;
     }
-    // Already pooled or already committed (a late forward, or a fetch answered twice): skip the
-    // signature check, which is the expensive part.
+    // Already pooled or already settled (a late forward, or a fetch answered twice): skip the
+    // signature check, which is the expensive part. A tx only refused so far is checked again.
     if (deps_.pipeline->KnowsTx(tx->hash)) continue;
     if (!base::VerifySignature(*tx).ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);

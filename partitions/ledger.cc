@@ -276,6 +276,7 @@ absl::Status Ledger::LoadTip() {
   }
   empty_ = false;
   tip_ = block.header();
+  tip_height_.store(tip_.height(), std::memory_order_release);
   tip_hash_ = BlockHash(tip_);
   ASSIGN_OR_RETURN(history_from_, ReadHeightMark(kHistoryFromKey, "history mark"));
   ASSIGN_OR_RETURN(earliest_, ReadHeightMark(kEarliestKey, "earliest-block mark"));
@@ -346,8 +347,11 @@ absl::Status Ledger::AddBlock(const node::chain::Block& block,
 absl::StatusOr<bool> Ledger::IndexedAtConsumingInclusion(absl::string_view index_key) const {
   ASSIGN_OR_RETURN(std::optional<std::string> loc, Read(index_key));
   if (!loc.has_value()) return false;
+  // An entry for a pruned block is on its way out (the compaction filter drops it): a kept
+  // inclusion replaces it, whatever it was.
+  if (loc->size() >= 8 && GetBe(loc->substr(0, 8)) < pruned_below()) return false;
   ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(Prefixed(kReceiptPrefix, *loc)));
-  // A receipt gone (pruned) or unreadable: keep the entry as it is, as before refusals moved it.
+  // A receipt missing or unreadable below no pruning mark: keep the entry as it is.
   if (!bytes.has_value()) return true;
   node::chain::Receipt receipt;
   if (!receipt.ParseFromString(*bytes)) return true;
@@ -405,6 +409,7 @@ absl::Status Ledger::CommitBlock(const node::chain::Block& block,
   RETURN_IF_ERROR(FromRocks(db_->Write(wo, &batch), absl::StrCat("commit block ", h.height())));
   empty_ = false;
   tip_ = h;
+  tip_height_.store(h.height(), std::memory_order_release);
   tip_hash_ = BlockHash(h);
   if (prune_below > 0) {
     earliest_ = std::max(earliest_, prune_below);
@@ -745,6 +750,7 @@ absl::Status Ledger::InstallStagedState(const node::chain::Block& base,
   state_prefix_.store(new_prefix, std::memory_order_release);
   empty_ = false;
   tip_ = h;
+  tip_height_.store(h.height(), std::memory_order_release);
   tip_hash_ = BlockHash(h);
   history_from_ = h.height();
   earliest_ = h.height();

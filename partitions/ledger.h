@@ -147,6 +147,9 @@ class Ledger : public StateStore {
   bool empty() const ABSL_LOCKS_EXCLUDED(mu_);
   // Height of the last committed block. REQUIRES: !empty().
   uint64_t last_height() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same without the commit lock (which a commit holds across its synced write): 0 while
+  // empty. Set after the block is durable.
+  uint64_t tip_height() const { return tip_height_.load(std::memory_order_acquire); }
   // Header and hash of the last committed block. REQUIRES: !empty().
   node::chain::BlockHeader last_header() const ABSL_LOCKS_EXCLUDED(mu_);
   std::string last_block_hash() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -265,7 +268,8 @@ class Ledger : public StateStore {
   absl::StatusOr<bool> UndoValueAt(rocksdb::Iterator* it, absl::string_view key, uint64_t height,
                                    std::optional<std::string>* value) const;
   // Whether the tx index entry `index_key` exists and points at an inclusion that consumed the
-  // tx's nonce (then a refusal must not move it). True also when its receipt is gone.
+  // tx's nonce (then a refusal must not move it). False for an entry of a pruned block; true
+  // when the receipt of a kept one cannot be read.
   absl::StatusOr<bool> IndexedAtConsumingInclusion(absl::string_view index_key) const;
   // Puts `block`, its receipts and its tx index entries into `puts`.
   absl::Status AddBlock(const node::chain::Block& block,
@@ -288,6 +292,7 @@ class Ledger : public StateStore {
   mutable absl::Mutex mu_;  // serializes commits; guards the tip
   bool empty_ ABSL_GUARDED_BY(mu_) = true;
   node::chain::BlockHeader tip_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> tip_height_{0};  // tip_.height(), readable without mu_
   std::string tip_hash_ ABSL_GUARDED_BY(mu_);
   uint64_t history_from_ ABSL_GUARDED_BY(mu_) = 0;  // the lowest height GetStateAt reads
   uint64_t earliest_ ABSL_GUARDED_BY(mu_) = 0;      // "e"

@@ -318,10 +318,13 @@ absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& 
       if (bytes.ok()) out.set_signed_tx(*bytes);
       return out;
     }
-    if (!receipt.ok() && receipt.status().code() != absl::StatusCode::kNotFound) {
-      return receipt.status();
+    // An error (a pruned block: OUT_OF_RANGE) answers only if the tx is not pending again.
+    if (last_look) {
+      if (!receipt.ok() && receipt.status().code() != absl::StatusCode::kNotFound) {
+        return receipt.status();
+      }
+      break;
     }
-    if (last_look) break;
     if (impl_->tracker_.Get(tx_hash).spill_seq > 0) {
       // Lossless: acknowledged and durable in the FIFO, not yet drained into the pool.
       out.set_state(node::client::GetTxResponse::PENDING);

@@ -289,6 +289,15 @@ TEST_F(ClientAdmissionTest, WaitForCommitIsNotAnsweredByTheTxsEarlierRefusal) {
   EXPECT_TRUE(got.empty()) << "answered by the refusal at height 1";
   EXPECT_EQ(waiters_.size(), 1u);
   ASSERT_NE(pool_->Get(second->hash), nullptr);
+  // The feed may publish a block after the ledger has it: the old refusal, published now, does
+  // not answer either.
+  CommitEvent late;
+  late.height = 1;
+  late.txs = {second};
+  late.receipts = *chain_.ledger->GetBlockReceipts(1);
+  ASSERT_EQ(late.receipts.at(0).status(), node::chain::Receipt::REJECTED);
+  waiters_.OnCommit(late);
+  EXPECT_TRUE(got.empty()) << "answered by the refusal at height 1, published late";
   CommitEvent e;
   e.height = 3;
   e.txs = {second};

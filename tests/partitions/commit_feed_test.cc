@@ -113,6 +113,46 @@ TEST(CommitWaitersTest, ATxInABlockTwiceAnswersWithTheInclusionThatConsumedItsNo
   EXPECT_EQ(waiters.size(), 0u);
 }
 
+// A waiter for a tx pooled again at height 5 after a refusal: the old refusal (Resolve from the
+// ledger, or a block at or below 5 that the feed publishes late) does not answer it; a refusal
+// above 5 or an inclusion that consumed the nonce does. A waiter without a mark takes any.
+TEST(CommitWaitersTest, ARefusalAtOrBelowTheWaitersMarkDoesNotAnswerIt) {
+  std::vector<base::PrivateKey> keys = chaintest::Keys(1);
+  TxPtr t = chaintest::Put(keys[0], 2, "k", "v");
+  CommitWaiters waiters;
+  std::vector<std::string> answers;
+  auto record = [&](const std::string& name) {
+    return [&answers, name](absl::StatusOr<node::chain::Receipt> r) {
+      answers.push_back(absl::StrCat(name, ":", r.ok() ? r->error() : r.status().ToString()));
+    };
+  };
+  using node::chain::Receipt;
+  auto refusal_at = [&](uint64_t height) {
+    CommitEvent e = Event(height, {t});
+    e.receipts[0].set_status(Receipt::REJECTED);
+    e.receipts[0].set_block_height(height);
+    return e;
+  };
+  waiters.Add(t->hash, 100, record("marked"), /*refusals_above=*/5);
+  waiters.Resolve(t->hash, refusal_at(4).receipts[0]);
+  waiters.OnCommit(refusal_at(5));
+  EXPECT_TRUE(answers.empty());
+  EXPECT_EQ(waiters.size(), 1u);
+  waiters.Add(t->hash, 100, record("any"));
+  waiters.OnCommit(refusal_at(5));
+  EXPECT_EQ(answers, std::vector<std::string>{"any:h5"});
+  waiters.OnCommit(refusal_at(6));
+  EXPECT_EQ(answers, (std::vector<std::string>{"any:h5", "marked:h6"}));
+  // An inclusion that consumed the nonce answers whatever its height.
+  waiters.Add(t->hash, 100, record("settled"), /*refusals_above=*/9);
+  CommitEvent committed = Event(7, {t});
+  committed.receipts[0].set_status(Receipt::SUCCESS);
+  committed.receipts[0].set_block_height(7);
+  waiters.OnCommit(committed);
+  EXPECT_EQ(answers.back(), "settled:h7");
+  EXPECT_EQ(waiters.size(), 0u);
+}
+
 TEST(CommitWaitersTest, ResolveAndCancelAllAnswerEachWaiterOnce) {
   CommitWaiters waiters;
   int ok = 0, cancelled = 0;

@@ -281,9 +281,10 @@ TEST_F(LedgerTest, TxIndexPointsAtTheLatestRefusalUntilTheNonceIsConsumed) {
   TxPtr third = chaintest::Transfer(keys_[0], 3, Addr(1), 5, kPartition);
   TxPtr first = chaintest::Transfer(keys_[0], 1, Addr(1), 5, kPartition);
   TxPtr second = chaintest::Transfer(keys_[0], 2, Addr(1), 5, kPartition);
+  TxPtr far = chaintest::Transfer(keys_[1], 9, Addr(1), 5, kPartition);  // never next here
   {
     Chain chain = Open();
-    ASSERT_TRUE(chaintest::CommitTxs(chain, {third}).ok());         // 1: gap, REJECTED
+    ASSERT_TRUE(chaintest::CommitTxs(chain, {third, far}).ok());    // 1: gaps, REJECTED
     ASSERT_TRUE(chaintest::CommitTxs(chain, {first, third}).ok());  // 2: still a gap
     absl::StatusOr<node::chain::Receipt> r = chain.ledger->GetReceipt(third->hash);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -297,12 +298,39 @@ TEST_F(LedgerTest, TxIndexPointsAtTheLatestRefusalUntilTheNonceIsConsumed) {
     EXPECT_EQ(r->status(), node::chain::Receipt::SUCCESS);
     EXPECT_EQ(r->block_height(), 3u);
     EXPECT_EQ(r->tx_index(), 1u);
+    ASSERT_TRUE(chaintest::CommitTxs(chain, {far}).ok());  // 5: refused again
   }
   // And after a reopen (the index is on disk, not in memory).
   Chain chain = Open();
   absl::StatusOr<node::chain::Receipt> r = chain.ledger->GetReceipt(third->hash);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->block_height(), 3u);
+  r = chain.ledger->GetReceipt(far->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), node::chain::Receipt::REJECTED);
+  EXPECT_EQ(r->block_height(), 5u);
+}
+
+// A refusal indexed in a block that pruning dropped gives way to a refusal in a kept block: the
+// index does not stay pointed at a receipt that is gone.
+TEST_F(LedgerTest, ARefusalInAKeptBlockReplacesTheIndexEntryOfAPrunedOne) {
+  LedgerOptions options;
+  options.retain_blocks = 4;
+  options.prune_step = 1;
+  Chain chain = Open(options);
+  TxPtr far = chaintest::Transfer(keys_[1], 9, Addr(1), 5, kPartition);
+  ASSERT_TRUE(chaintest::CommitTxs(chain, {far}).ok());  // 1: REJECTED
+  for (int i = 0; i < 6; ++i) {
+    TxPtr put = chaintest::Put(keys_[0], *chain.executor->NextNonce(Addr(0)), "k", "v", kPartition);
+    ASSERT_TRUE(chaintest::CommitTxs(chain, {put}).ok());  // 2..7
+  }
+  ASSERT_GT(chain.ledger->pruned_below(), 1u);
+  EXPECT_FALSE(chain.ledger->GetReceipt(far->hash).ok());  // pruned (or already forgotten)
+  ASSERT_TRUE(chaintest::CommitTxs(chain, {far}).ok());    // 8: refused again
+  absl::StatusOr<node::chain::Receipt> r = chain.ledger->GetReceipt(far->hash);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), node::chain::Receipt::REJECTED);
+  EXPECT_EQ(r->block_height(), 8u);
 }
 
 TEST_F(LedgerTest, ConsensusMetaAloneAndWithABlock) {
