@@ -602,6 +602,18 @@ def rejection():
 
 
 # 7. Partition scale ------------------------------------------------------------------------
+def lane_mean_delay_ms(stats, partitions, lane):
+    """Mean queueing delay (ms) of `lane` over `partitions` in one node's stats, and its count."""
+    count, total_us = 0, 0.0
+    for nm in partitions:
+        for l in partition_items(stats, nm, "lanes"):
+            if l.get("name") == lane:
+                q = l.get("queueing_delay", {})
+                count += int(q.get("count", 0))
+                total_us += float(q.get("sum_us", 0))
+    return (total_us / 1e3 / count if count else 0.0), count
+
+
 def scale():
     """One total offered rate split evenly over N partitions (SCALE_COUNTS, default 1,4,16) on a
     fresh default-config 4-node localnet each, then SCALE_IDLE idle partitions (default 64)."""
@@ -618,18 +630,25 @@ def scale():
             p, s = c.loadgen("scale%d" % n, scen, duration, drain=10,
                              presign=int(each * (duration + 5)) + 10)
             cores = (c.cpu_seconds() - c0) / (time.monotonic() - t0)
+            # Where the latency goes: node 2's consensus and tx_forward lanes, mean queueing delay
+            # over the run (docs/BENCHMARKS.md, "Where a 16-partition node's latency goes").
+            st = c.stats(1) or {}
+            cons_ms, _ = lane_mean_delay_ms(st, names, "consensus")
+            fwd_ms, _ = lane_mean_delay_ms(st, names, "tx_forward")
             committed = sum(window_rate(p[nm], "committed", 5, duration) for nm in names)
             rows[n] = {"committed": committed,
                        "all": sum(p[nm]["committed"] for nm in names),
                        "offered": sum(p[nm]["offered"] for nm in names),
                        "p99": max(p[nm]["p99_ms"] for nm in names),
                        "vc": sum(p[nm]["view_changes"] or 0 for nm in names),
-                       "cores": cores, "lg": s["_loadgen_cores"]}
+                       "cores": cores, "lg": s["_loadgen_cores"], "cons_ms": cons_ms,
+                       "fwd_ms": fwd_ms}
             r = rows[n]
             log("scale %d partitions: committed %.0f tx/s (seconds 5-%d), all %d of %d offered, "
-                "worst p99 %.0f ms, %d view changes, nodes %.2f cores, loadgen %.2f cores"
+                "worst p99 %.0f ms, %d view changes, nodes %.2f cores, loadgen %.2f cores; node 2's "
+                "mean lane queueing delay: consensus %.1f ms, tx_forward %.1f ms"
                 % (n, r["committed"], duration, r["all"], r["offered"], r["p99"], r["vc"],
-                   r["cores"], r["lg"]))
+                   r["cores"], r["lg"], cons_ms, fwd_ms))
     idle_n = int(os.environ.get("SCALE_IDLE", "64"))
     idle = None
     if idle_n > 0:
@@ -653,8 +672,9 @@ def scale():
                    r["p99"] / max(base["p99"], 1e-9), r["cores"] / max(base["cores"], 1e-9)),
                "committed = offered, 0 VC, p99 <= 2x, CPU <= 1.25x",
                "%d tx/s total split evenly, %d s, default config, 4 nodes; CPU = the 4 noded "
-               "processes' utime+stime over the loadgen run; loadgen %.2f / %.2f cores"
-               % (rate, duration, r["lg"], base["lg"]))
+               "processes' utime+stime over the loadgen run; loadgen %.2f / %.2f cores; node 2's "
+               "consensus-lane mean queueing delay %.1f / %.1f ms"
+               % (rate, duration, r["lg"], base["lg"], r["cons_ms"], base["cons_ms"]))
     if idle is not None:
         result("idle partitions", "%d idle partitions: %.3f cores per node" % (idle_n, idle),
                "-", "-", "<= 0.05 core per node", "default config, 4 nodes, 15 s")
