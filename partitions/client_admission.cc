@@ -23,8 +23,9 @@ struct ClientAdmission::Job {
   SubmitOptions options;
   int64_t arrival_nanos = 0;
   bool single = false;
-  // The ledger's height right after the pool took the (single) tx: a refusal at or below it
-  // answered an earlier inclusion, not this one.
+  // The ledger's height when the pool took the (single) tx, read under the pool's lock: a refusal
+  // at or below it answered an earlier inclusion (whose copy had left the pool), not this one
+  // (which no batch could select yet).
   uint64_t pooled_at_height = 0;
   SubmitDone single_done;
   BatchDone batch_done;
@@ -185,8 +186,7 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
       if (item.admission.admitted()) item.admission.Pooled(r.tx_hash);
       // Tracked before the pool sees it, so its commit always finds the admission time.
       deps_.tracker->NoteAdmitted(r.tx_hash, job->arrival_nanos);
-      s = AdmitVerified(tx);
-      if (s.ok()) job->pooled_at_height = deps_.ledger->tip_height();
+      s = AdmitVerified(tx, &job->pooled_at_height);
       if (!s.ok()) {
         if (item.admission.admitted()) {
           item.admission.Dropped(r.tx_hash, flowctl::DropReason::kRefused);
@@ -234,9 +234,11 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
   job->Finish();
 }
 
-absl::Status ClientAdmission::AdmitVerified(TxPtr tx) {
+absl::Status ClientAdmission::AdmitVerified(TxPtr tx, uint64_t* pooled_at_height) {
   TxPtr keep = tx;
-  absl::Status s = deps_.pool->Add(std::move(tx), TxOrigin::kClient);
+  absl::Status s = deps_.pool->Add(std::move(tx), TxOrigin::kClient, [&] {
+    if (pooled_at_height != nullptr) *pooled_at_height = deps_.ledger->tip_height();
+  });
   if (s.ok()) deps_.forwarder->Queue(keep);
   return s;
 }

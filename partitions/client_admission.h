@@ -144,7 +144,9 @@ class ClientAdmission {
 
  private:
   struct Job;
-  absl::Status AdmitVerified(TxPtr tx);
+  // Pools a verified client tx and queues it for forwarding; `pooled_at_height`, if given, gets
+  // the ledger height at which the pool took it (TxPool::Add's on_added).
+  absl::Status AdmitVerified(TxPtr tx, uint64_t* pooled_at_height = nullptr);
 
   const Deps deps_;
   std::atomic<uint64_t> spill_dropped_invalid_{0};

@@ -11,7 +11,8 @@
 // Thread-safety: every method is thread-safe. Callbacks run with no lock held, on the thread that
 // resolved, expired or cancelled them; they must not block.
 //
-//   pool.Add(tx); const uint64_t pooled_at = ledger->tip_height();
+//   uint64_t pooled_at = 0;
+//   pool.Add(tx, origin, [&] { pooled_at = ledger->tip_height(); });  // under the pool's lock
 //   waiters.Add(hash, now + timeout, [](absl::StatusOr<node::chain::Receipt> r) { ... },
 //               pooled_at);
 //   if (auto receipt = ledger->GetReceipt(hash); receipt.ok()) waiters.Resolve(hash, *receipt);

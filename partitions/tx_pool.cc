@@ -66,6 +66,10 @@ void TxPool::EraseSenderIfEmpty(const std::string& sender) {
 }
 
 absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
+  return Add(std::move(tx), origin, [] {});
+}
+
+absl::Status TxPool::Add(TxPtr tx, TxOrigin origin, absl::FunctionRef<void()> on_added) {
   absl::MutexLock lock(&mu_);
   if (by_hash_.contains(tx->hash)) {
     ++counters_.rejected_duplicate;
@@ -127,6 +131,7 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin) {
   bytes_ += size;
   ++counters_.added;
   UpdateHighWater();
+  on_added();
   return absl::OkStatus();
 }
 

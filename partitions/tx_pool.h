@@ -50,6 +50,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -132,6 +133,11 @@ class TxPool {
   // Admits a verified transaction or says why not (see the table above).
   absl::Status Add(base::DecodedTx tx, TxOrigin origin) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Add(TxPtr tx, TxOrigin origin) ABSL_LOCKS_EXCLUDED(mu_);
+  // Add, calling `on_added` under the pool's lock once the tx is in: before any batch can select
+  // it, and after the removal of any earlier copy (e.g. to read the ledger height at which it was
+  // pooled). `on_added` must not call the pool.
+  absl::Status Add(TxPtr tx, TxOrigin origin, absl::FunctionRef<void()> on_added)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Up to `max_txs` ready, unproposed txs whose sizes sum to at most `max_bytes`, each sender's in
   // nonce order, senders served round-robin (one tx each per round, starting point rotating

@@ -72,6 +72,22 @@ TEST_F(TxPoolTest, CountLimit) {
   EXPECT_EQ(pool->stats().rejected_full, 2u);
 }
 
+// on_added runs once for a tx the pool took, never for one it refused.
+TEST_F(TxPoolTest, OnAddedRunsOnceForATxThePoolTookAndNeverForARefusal) {
+  auto pool = MakePool({.max_txs = 2, .forward_reserve = 0});
+  int calls = 0;
+  const auto count = [&calls] { ++calls; };
+  ASSERT_TRUE(pool->Add(Tx(1, 1), TxOrigin::kClient, count).ok());
+  EXPECT_EQ(calls, 1);
+  ExpectRefused(pool->Add(Tx(1, 1), TxOrigin::kClient, count), absl::StatusCode::kAlreadyExists,
+                "duplicate transaction");
+  ASSERT_TRUE(pool->Add(Tx(2, 1), TxOrigin::kClient, count).ok());
+  ExpectRefused(pool->Add(Tx(3, 1), TxOrigin::kClient, count), absl::StatusCode::kResourceExhausted,
+                "pool full");
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(pool->stats().txs, 2u);
+}
+
 TEST_F(TxPoolTest, BytesLimit) {
   const size_t size = Tx(1, 1)->size();
   auto pool = MakePool({.max_bytes = 3 * size + size / 2, .forward_reserve = 0});
