@@ -189,12 +189,17 @@ class Client:
             time.sleep(poll)
 
     def _known(self, partition, tx_hash):
-        """True when the node has tx_hash pending or committed."""
+        """True when the node has tx_hash pending, or committed by an inclusion that consumed its
+        nonce (SUCCESS or FAILED). A tx only refused (REJECTED: a nonce gap or a replayed nonce)
+        did not take its nonce."""
         try:
-            return self.get_tx(partition, tx_hash).state in (
-                self.client_pb2.GetTxResponse.PENDING, self.client_pb2.GetTxResponse.COMMITTED)
+            r = self.get_tx(partition, tx_hash)
         except NodedError:
             return False
+        if r.state == self.client_pb2.GetTxResponse.PENDING:
+            return True
+        return r.state == self.client_pb2.GetTxResponse.COMMITTED and r.receipt.status in (
+            self.chain_pb2.Receipt.SUCCESS, self.chain_pb2.Receipt.FAILED)
 
     def sender(self, partition, key):
         """A Sender for `key`'s account on `partition`."""
@@ -311,5 +316,11 @@ class Sender:
         except NonceConflict:
             self._next_nonce = None  # another tx holds this nonce: read the account again
             raise
+        if (result.receipt is not None
+                and result.receipt.status == self.client.chain_pb2.Receipt.REJECTED):
+            # Refused (a nonce gap or a replayed nonce): the nonce was not taken by this tx, so
+            # this sender's count was off; read the account again.
+            self._next_nonce = None
+            return result
         self._next_nonce = nonce + 1
         return result

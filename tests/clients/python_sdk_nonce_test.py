@@ -1,0 +1,79 @@
+#!/usr/bin/python3
+"""clients/python (noded_client) without a node: how a Sender counts nonces when a block refused
+its tx (REJECTED), and what Client._known takes as "this tx took its nonce". The client's calls
+are replaced by fakes, so nothing is dialled.
+
+Usage: python_sdk_nonce_test.py REPO
+Exit 0 pass, 1 fail, 77 skipped (python modules or protoc missing).
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import e2e  # noqa: E402  (tests/e2e.py)
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def run(repo, tmp):
+    os.environ["NODED_STUBS_DIR"] = os.path.join(tmp, "stubs")  # generated on first use
+    sys.path.insert(0, os.path.join(repo, "clients", "python"))
+    import noded_client as nc
+
+    client = nc.Client(["127.0.0.1:9"], retry=False)  # never dialled: the calls are fakes
+    chain, api = client.chain_pb2, client.client_pb2
+    account_nonce = [4]  # the chain's nonce of the sender's last executed tx
+    client.get_account = lambda partition, address: chain.Account(nonce=account_nonce[0])
+    sent, answer = [], [chain.Receipt.SUCCESS]
+
+    def submit(partition, data, tx_hash=None, wait=False, wait_timeout=10.0):
+        sent.append(tx_hash)
+        return nc.SubmitResult(tx_hash, receipt=chain.Receipt(status=answer[0], block_height=7))
+    client.submit = submit
+
+    sender = client.sender(1, nc.Key.from_seed("nonce-test"))
+    check(sender.next_nonce == 5, "first nonce %d, want 5" % sender.next_nonce)
+    sender.put("a", "1", wait=True)
+    check(sender.next_nonce == 6, "after a SUCCESS: %d, want 6" % sender.next_nonce)
+    # Refused: the chain took nonce 5 (the first put) but not 6.
+    account_nonce[0] = 5
+    answer[0] = chain.Receipt.REJECTED
+    r = sender.put("b", "2", wait=True)
+    check(r.receipt.status == chain.Receipt.REJECTED, "the refusal is returned as is")
+    check(sender.next_nonce == 6, "after a REJECTED the sender reads the account again: %d, "
+          "want 6 (nonce 6 is still free)" % sender.next_nonce)
+
+    # _known: pending, or committed with the nonce consumed; not a refusal.
+    answers = {}
+    client.get_tx = lambda partition, tx_hash: answers[tx_hash]
+    answers[b"p"] = api.GetTxResponse(state=api.GetTxResponse.PENDING)
+    answers[b"s"] = api.GetTxResponse(state=api.GetTxResponse.COMMITTED,
+                                      receipt=chain.Receipt(status=chain.Receipt.SUCCESS))
+    answers[b"f"] = api.GetTxResponse(state=api.GetTxResponse.COMMITTED,
+                                      receipt=chain.Receipt(status=chain.Receipt.FAILED))
+    answers[b"r"] = api.GetTxResponse(state=api.GetTxResponse.COMMITTED,
+                                      receipt=chain.Receipt(status=chain.Receipt.REJECTED))
+    got = {h: client._known(1, h) for h in answers}
+    check(got == {b"p": True, b"s": True, b"f": True, b"r": False}, "_known: %r" % got)
+    print("sender nonces after SUCCESS / REJECTED, _known: ok", flush=True)
+
+
+def main():
+    repo = sys.argv[1]
+    why = e2e.missing()
+    if why is None and (shutil.which("protoc") is None
+                        or not os.access("/usr/bin/grpc_python_plugin", os.X_OK)):
+        why = "protoc or grpc_python_plugin missing"
+    if why:
+        print("SKIP: %s" % why)
+        return e2e.SKIP
+    return e2e.run_in_tmp("python_sdk_nonce_test_", lambda tmp: run(repo, tmp))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
