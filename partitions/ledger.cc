@@ -338,24 +338,19 @@ absl::Status Ledger::AddBlock(const node::chain::Block& block,
       continue;
     }
     if (!indexed.insert(tx_hash).second) continue;
-    ASSIGN_OR_RETURN(bool settled, IndexedAtConsumingInclusion(index_key));
+    // What the index answers now: nothing (NOT_FOUND) or an entry of a pruned block, on its way
+    // out (OUT_OF_RANGE), gives way; so does a refusal. A receipt missing or corrupt below no
+    // pruning mark (DATA_LOSS) keeps the entry as it is.
+    absl::StatusOr<node::chain::Receipt> indexed = GetReceipt(tx_hash);
+    if (!indexed.ok() && !absl::IsNotFound(indexed.status()) &&
+        !absl::IsOutOfRange(indexed.status()) && !absl::IsDataLoss(indexed.status())) {
+      return indexed.status();
+    }
+    const bool settled =
+        indexed.ok() ? ConsumedNonce(*indexed) : absl::IsDataLoss(indexed.status());
     if (!settled) puts->PutOwned(std::move(index_key), std::move(loc));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<bool> Ledger::IndexedAtConsumingInclusion(absl::string_view index_key) const {
-  ASSIGN_OR_RETURN(std::optional<std::string> loc, Read(index_key));
-  if (!loc.has_value()) return false;
-  // An entry for a pruned block is on its way out (the compaction filter drops it): a kept
-  // inclusion replaces it, whatever it was.
-  if (loc->size() >= 8 && GetBe(loc->substr(0, 8)) < pruned_below()) return false;
-  ASSIGN_OR_RETURN(std::optional<std::string> bytes, Read(Prefixed(kReceiptPrefix, *loc)));
-  // A receipt missing or unreadable below no pruning mark: keep the entry as it is.
-  if (!bytes.has_value()) return true;
-  node::chain::Receipt receipt;
-  if (!receipt.ParseFromString(*bytes)) return true;
-  return ConsumedNonce(receipt);
 }
 
 absl::StatusOr<uint64_t> Ledger::ReadHeightMark(absl::string_view key,

@@ -267,10 +267,6 @@ class Ledger : public StateStore {
   // view); false when the key has not changed since (its current value is it).
   absl::StatusOr<bool> UndoValueAt(rocksdb::Iterator* it, absl::string_view key, uint64_t height,
                                    std::optional<std::string>* value) const;
-  // Whether the tx index entry `index_key` exists and points at an inclusion that consumed the
-  // tx's nonce (then a refusal must not move it). False for an entry of a pruned block; true
-  // when the receipt of a kept one cannot be read.
-  absl::StatusOr<bool> IndexedAtConsumingInclusion(absl::string_view index_key) const;
   // Puts `block`, its receipts and its tx index entries into `puts`.
   absl::Status AddBlock(const node::chain::Block& block,
                         absl::Span<const node::chain::Receipt> receipts, SortedPuts* puts)
