@@ -119,8 +119,11 @@ class ConsensusDriver {
   };
 
   struct Stats {
-    uint64_t dropped_bad_signature = 0;     // envelope not signed by the connection's replica
-    uint64_t dropped_bad_tx = 0;            // forwarded/fetched tx that does not decode or verify
+    uint64_t dropped_bad_signature = 0;  // envelope not signed by the connection's replica
+    uint64_t dropped_bad_tx = 0;         // forwarded/fetched tx that does not decode or verify
+    // Prepares and commits dropped unverified: their quorum was already complete here
+    // (PbftReplica::Redundant).
+    uint64_t redundant_votes = 0;
     SnapshotFetcher::Stats snapshot_fetch;  // the fetch in progress, or the last one
     uint64_t snapshots_installed = 0;
     SnapshotServer::Stats snapshot_serve;
@@ -134,7 +137,9 @@ class ConsensusDriver {
   void Start();
 
   // Peer messages, from replica `from` (already mapped from the authenticated connection).
-  // False when refused: not signed by `from`, or a bad signature (counted in stats()).
+  // False when refused: not signed by `from`, or a bad signature (counted in stats()). A prepare
+  // or commit whose quorum is already complete is dropped without a signature check (true;
+  // counted as redundant_votes).
   bool OnConsensusMessage(uint32_t from, const ConsensusMessage& msg);
   // Returns how many of the batch's txs were refused (do not decode or verify).
   size_t OnTxBatch(const node::partition::TxBatch& batch);
@@ -230,6 +235,7 @@ class ConsensusDriver {
   std::atomic<uint64_t> view_changes_{0};
   std::atomic<uint64_t> dropped_bad_signature_{0};
   std::atomic<uint64_t> dropped_bad_tx_{0};
+  std::atomic<uint64_t> redundant_votes_{0};
 };
 
 }  // namespace partitions

@@ -93,6 +93,21 @@ PreparedCertificate PbftLog::Certificate(const ConsensusMessage& pp,
   return cert;
 }
 
+bool PbftLog::Redundant(const ConsensusMessage& msg, uint64_t view) const {
+  if (msg.has_prepare()) {
+    const auto& p = msg.prepare();
+    const Slot* slot = p.view() == view ? Find(p.seq()) : nullptr;
+    return slot != nullptr && slot->prepared && slot->sent_commit && slot->cert_view == view &&
+           slot->digest == p.digest();
+  }
+  if (msg.has_commit()) {
+    const auto& c = msg.commit();
+    const Slot* slot = c.view() == view ? Find(c.seq()) : nullptr;
+    return slot != nullptr && slot->committed && slot->committed_digest == c.digest();
+  }
+  return false;
+}
+
 PbftLog::Slot* PbftLog::TryPrepare(uint64_t seq, uint64_t view) {
   Slot& slot = slots_[seq];
   if (!slot.pre_prepare || slot.waiting_txs) return nullptr;

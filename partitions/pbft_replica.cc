@@ -128,6 +128,11 @@ bool PbftReplica::CanPropose() const {
          next_seq_ <= last_executed_ + config_.max_inflight;
 }
 
+bool PbftReplica::Redundant(const ConsensusMessage& msg) const {
+  return out_.ok() && views_.installed() && msg.sender() < config_.n &&
+         msg.sender() != config_.self && log_.Redundant(msg, views_.view());
+}
+
 uint64_t PbftReplica::own_proposals_in_flight() const {
   if (!IsPrimary() || next_seq_ <= last_executed_ + 1) return 0;
   return next_seq_ - 1 - last_executed_;

@@ -103,6 +103,10 @@ class PbftReplica {
   // every later Step returns no actions.
   std::vector<PbftAction> Step(const PbftEvent& event);
 
+  // True if the peer message `msg` could change nothing in this replica's state (PbftLog::
+  // Redundant, in the installed view): its quorum is already complete. Stepping it would only
+  // count it as admitted; a caller may drop it before checking its signature.
+  bool Redundant(const ConsensusMessage& msg) const;
   // True when a PbftBatchReady now would be proposed (primary, view installed, within the
   // watermarks and the in-flight limit).
   bool CanPropose() const;

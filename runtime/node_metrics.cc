@@ -361,6 +361,12 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
                "Peer messages refused before the replica or the pool, by reason.", lr,
                static_cast<double>(n));
   }
+  f->Counter("noded_partition_consensus_verifications_total",
+             "Ed25519 verifications of consensus messages run (cached messages are not counted).",
+             l, static_cast<double>(p.consensus_verifications()));
+  f->Counter("noded_partition_consensus_redundant_votes_total",
+             "Prepares and commits dropped unverified: their quorum was already complete.", l,
+             static_cast<double>(p.consensus_redundant_votes()));
   f->Gauge("noded_partition_tracked_txs", "Txs tracked between admission and commit.", l,
            static_cast<double>(p.tracked_txs()));
   f->Counter("noded_partition_tracker_evicted_total",

@@ -124,6 +124,8 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   out.set_peer_refused_wrong_channel(dropped_wrong_channel_.load(std::memory_order_relaxed));
   out.set_peer_refused_bad_signature(driver.dropped_bad_signature);
   out.set_peer_refused_bad_tx(driver.dropped_bad_tx);
+  out.set_consensus_verifications(crypto_->verifications());
+  out.set_consensus_redundant_votes(driver.redundant_votes);
   const CommitStreamStats streams = commit_streams_->stats();
   out.set_commit_watchers(streams.watchers);
   out.set_commit_watchers_cut_slow(streams.cut_slow);

@@ -160,9 +160,9 @@ class Cluster:
             out.append(int(m.group(1)) * 1024 if m else 0)
         return out
 
-    def stats(self, i):
+    def stats(self, i, command="stats"):
         r = subprocess.run([NODECTL, "--admin", self.admin.split(",")[i], "--token-file",
-                            self.tokens.split(",")[i], "--json", "stats"],
+                            self.tokens.split(",")[i], "--json", command],
                            capture_output=True, text=True, timeout=20)
         return json.loads(r.stdout) if r.returncode == 0 else None
 
@@ -614,6 +614,25 @@ def lane_mean_delay_ms(stats, partitions, lane):
     return (total_us / 1e3 / count if count else 0.0), count
 
 
+def partition_sum(obj, partitions, field):
+    """The sum of numeric `field` over the objects named in `partitions`, found anywhere in a
+    `nodectl --json` object (uint64 fields come as strings)."""
+    total = 0
+
+    def walk(o):
+        nonlocal total
+        if isinstance(o, dict):
+            if o.get("name") in partitions and field in o:
+                total += int(o[field] or 0)
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+    walk(obj)
+    return total
+
+
 def scale():
     """One total offered rate split evenly over N partitions (SCALE_COUNTS, default 1,4,16) on a
     fresh default-config 4-node localnet each, then SCALE_IDLE idle partitions (default 64)."""
@@ -635,6 +654,10 @@ def scale():
             st = c.stats(1) or {}
             cons_ms, _ = lane_mean_delay_ms(st, names, "consensus")
             fwd_ms, _ = lane_mean_delay_ms(st, names, "tx_forward")
+            # Node 2's consensus-message signature checks per block it committed.
+            blocks = max(partition_sum(c.stats(1, "status") or {}, names, "height"), 1)
+            verifies = partition_sum(st, names, "consensus_verifications") / blocks
+            redundant = partition_sum(st, names, "consensus_redundant_votes") / blocks
             committed = sum(window_rate(p[nm], "committed", 5, duration) for nm in names)
             rows[n] = {"committed": committed,
                        "all": sum(p[nm]["committed"] for nm in names),
@@ -646,9 +669,10 @@ def scale():
             r = rows[n]
             log("scale %d partitions: committed %.0f tx/s (seconds 5-%d), all %d of %d offered, "
                 "worst p99 %.0f ms, %d view changes, nodes %.2f cores, loadgen %.2f cores; node 2's "
-                "mean lane queueing delay: consensus %.1f ms, tx_forward %.1f ms"
+                "mean lane queueing delay: consensus %.1f ms, tx_forward %.1f ms; node 2 per block: "
+                "%.2f consensus verifications, %.2f redundant votes dropped unverified (%d blocks)"
                 % (n, r["committed"], duration, r["all"], r["offered"], r["p99"], r["vc"],
-                   r["cores"], r["lg"], cons_ms, fwd_ms))
+                   r["cores"], r["lg"], cons_ms, fwd_ms, verifies, redundant, blocks))
     idle_n = int(os.environ.get("SCALE_IDLE", "64"))
     idle = None
     if idle_n > 0:

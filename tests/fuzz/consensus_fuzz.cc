@@ -76,6 +76,11 @@ class World {
   void Step(const partitions::PbftEvent& event) {
     std::vector<partitions::PbftExecuted> executed;
     for (partitions::PbftAction& a : replica_->Step(event)) {
+      // The node's driver drops a vote PbftReplica::Redundant calls redundant before checking
+      // its signature: stepped, such a vote must do nothing.
+      Require(!redundant_step_ || std::holds_alternative<partitions::PbftSetTimer>(a) ||
+                  std::holds_alternative<partitions::PbftCancelTimer>(a),
+              "a redundant vote acts only on timers");
       if (auto* c = std::get_if<partitions::PbftCommit>(&a)) {
         Require(c->seq == last_commit_ + 1, "commits in seq order, each once");
         Require(c->certificate.size() >= config_.quorum(), "commit certificate has a quorum");
@@ -116,6 +121,16 @@ class World {
 
   void Deliver(ConsensusMessage m) {
     Remember(m);
+    if (replica_->Redundant(m)) {
+      const partitions::ConsensusState state = replica_->state();
+      const uint64_t view = replica_->view();
+      redundant_step_ = true;
+      Step(partitions::PbftMessage{std::move(m)});
+      redundant_step_ = false;
+      Require(replica_->state() == state && replica_->view() == view,
+              "a redundant vote changes neither state nor view");
+      return;
+    }
     Step(partitions::PbftMessage{std::move(m)});
   }
 
@@ -300,6 +315,7 @@ class World {
   tests::FakeConsensusStore store_;
   partitions::testing::TestBlocks blocks_;
   std::unique_ptr<partitions::PbftReplica> replica_;
+  bool redundant_step_ = false;  // Deliver is stepping a vote PbftReplica::Redundant named
   std::vector<std::string> txs_;
   std::deque<ConsensusMessage> history_;
   std::vector<std::string> digests_;

@@ -317,6 +317,45 @@ TEST_F(ConsensusDriverTest, EnvelopesNotSignedByTheirConnectionsReplicaAreDroppe
   EXPECT_EQ(SentSince(mark).size(), 1u);  // the fetch: the genuine one was taken
 }
 
+TEST_F(ConsensusDriverTest, AVoteAfterItsQuorumIsDroppedWithoutASignatureCheck) {
+  Build(1);
+  std::vector<TxPtr> txs = {NewTx()};
+  driver_->OnTxBatch(Bodies(txs));
+  const ConsensusMessage pp = PrePrepareFromPrimary(1, txs);
+  const std::string digest = pp.pre_prepare().digest();
+  driver_->OnConsensusMessage(0, pp);
+  // A vote with a bad signature: only a check of it can tell.
+  auto bad_vote = [&](bool commit, uint32_t from, const std::string& d) {
+    ConsensusMessage m;
+    if (commit) {
+      m.mutable_commit()->set_seq(1);
+      m.mutable_commit()->set_digest(d);
+    } else {
+      m.mutable_prepare()->set_seq(1);
+      m.mutable_prepare()->set_digest(d);
+    }
+    m = tests::SignedAs(from, std::move(m));
+    m.set_signature("not a signature");
+    return m;
+  };
+  // Before the quorum, a vote is checked (and this one refused).
+  EXPECT_FALSE(driver_->OnConsensusMessage(2, bad_vote(false, 2, digest)));
+  EXPECT_EQ(driver_->stats().dropped_bad_signature, 1u);
+  Vote(1, digest, {2}, {0, 2});
+  ASSERT_EQ(recorder_.heights, std::vector<uint64_t>{1});
+  // After it, replica 3's prepare and commit could change nothing: dropped unchecked.
+  size_t mark = Mark();
+  EXPECT_TRUE(driver_->OnConsensusMessage(3, bad_vote(false, 3, digest)));
+  EXPECT_TRUE(driver_->OnConsensusMessage(3, bad_vote(true, 3, digest)));
+  EXPECT_EQ(driver_->stats().redundant_votes, 2u);
+  EXPECT_EQ(driver_->stats().dropped_bad_signature, 1u);
+  EXPECT_TRUE(SentSince(mark).empty());
+  // A vote for another digest is never redundant: checked, refused.
+  EXPECT_FALSE(driver_->OnConsensusMessage(3, bad_vote(true, 3, std::string(32, 'x'))));
+  EXPECT_EQ(driver_->stats().dropped_bad_signature, 2u);
+  EXPECT_EQ(driver_->stats().redundant_votes, 2u);
+}
+
 TEST_F(ConsensusDriverTest, ForwardedTxsThatDoNotDecodeOrVerifyAreCountedAndNotPooled) {
   Build(1);
   TxPtr good = NewTx();

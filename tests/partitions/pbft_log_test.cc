@@ -126,6 +126,42 @@ TEST_F(PbftLogTest, CommittedNeedsPreparedAndQuorumOfMatchingCommits) {
   EXPECT_TRUE(c->chain_digest.empty());
 }
 
+TEST_F(PbftLogTest, OnlyVotesWhoseQuorumIsCompleteAreRedundant) {
+  const std::string other = Tx(9);
+  // Nothing yet: no vote is redundant, a pre-prepare never is.
+  EXPECT_FALSE(log_.Redundant(MakePrepare(0, 1, kDigest, 2), 0));
+  EXPECT_FALSE(log_.Redundant(MakeCommit(0, 1, kDigest, 2), 0));
+  Prepare(1);
+  EXPECT_FALSE(log_.Redundant(MakePrePrepare(0, 1, kBatch, 0), 0));
+  ASSERT_NE(log_.TryPrepare(1, 0), nullptr);
+  // Prepared, but our commit not sent (observing a view): a prepare still counts.
+  EXPECT_FALSE(log_.Redundant(MakePrepare(0, 1, kDigest, 1), 0));
+  log_.At(1).sent_commit = true;
+  EXPECT_TRUE(log_.Redundant(MakePrepare(0, 1, kDigest, 1), 0));
+  EXPECT_FALSE(log_.Redundant(MakePrepare(0, 1, other, 1), 0));    // conflicting: must be seen
+  EXPECT_FALSE(log_.Redundant(MakePrepare(1, 1, kDigest, 1), 0));  // another view
+  EXPECT_FALSE(log_.Redundant(MakePrepare(0, 1, kDigest, 1), 1));
+  EXPECT_FALSE(log_.Redundant(MakePrepare(0, 2, kDigest, 1), 0));  // another slot
+  // Prepared, not committed: commits still count.
+  EXPECT_FALSE(log_.Redundant(MakeCommit(0, 1, kDigest, 2), 0));
+  for (uint32_t r : {0u, 2u, 3u}) {
+    ASSERT_EQ(log_.AddCommit(MakeCommit(0, 1, kDigest, r), 0), PbftAdmission::kAdded);
+  }
+  ASSERT_TRUE(log_.TryCommit(1, 0));
+  EXPECT_TRUE(log_.Redundant(MakeCommit(0, 1, kDigest, 1), 0));
+  EXPECT_FALSE(log_.Redundant(MakeCommit(0, 1, other, 1), 0));
+  EXPECT_FALSE(log_.Redundant(MakeCommit(1, 1, kDigest, 1), 0));
+  // A decision outlives the view; a prepared slot of the left view does not.
+  log_.ResetView();
+  EXPECT_TRUE(log_.Redundant(MakeCommit(1, 1, kDigest, 1), 1));
+  EXPECT_FALSE(log_.Redundant(MakePrepare(1, 1, kDigest, 1), 1));
+  // Checkpoints, view changes and the rest are never redundant here.
+  ConsensusMessage checkpoint;
+  checkpoint.set_sender(2);
+  checkpoint.mutable_checkpoint()->set_seq(1);
+  EXPECT_FALSE(log_.Redundant(checkpoint, 1));
+}
+
 TEST_F(PbftLogTest, CommitsOfAnotherDigestDoNotCount) {
   Prepare(1);
   ASSERT_NE(log_.TryPrepare(1, 0), nullptr);

@@ -199,6 +199,33 @@ TEST(PbftReplicaTest, PreparedSendsCommitAndQuorumCommits) {
   EXPECT_EQ(h.replica->last_executed(), 1u);
 }
 
+TEST(PbftReplicaTest, VotesAfterTheirQuorumAreRedundantAndChangeNothing) {
+  ReplicaHarness h(1);
+  h.pool.have = {Tx(1), Tx(2)};
+  const std::string d = BatchDigest(kBatch);
+  h.Deliver(MakePrePrepare(0, 1, kBatch, 0));
+  EXPECT_FALSE(h.replica->Redundant(MakePrepare(0, 1, d, 2)));
+  ASSERT_EQ(Sent(h.Deliver(MakePrepare(0, 1, d, 2)), kCom).size(), 1u);  // prepared
+  const ConsensusMessage late_prepare = MakePrepare(0, 1, d, 3);
+  EXPECT_TRUE(h.replica->Redundant(late_prepare));
+  EXPECT_FALSE(h.replica->Redundant(MakePrepare(0, 1, Tx(9), 3)));  // a conflict is not
+  EXPECT_FALSE(h.replica->Redundant(MakeCommit(0, 1, d, 0)));       // not committed yet
+  h.Deliver(MakeCommit(0, 1, d, 0));
+  ASSERT_EQ(ActionsOf<PbftCommit>(h.Deliver(MakeCommit(0, 1, d, 2))).size(), 1u);
+  const ConsensusMessage late_commit = MakeCommit(0, 1, d, 3);
+  EXPECT_TRUE(h.replica->Redundant(late_commit));
+  EXPECT_FALSE(h.replica->Redundant(MakeCommit(0, 1, d, 1)));  // our own, or no replica
+  EXPECT_FALSE(h.replica->Redundant(MakeCommit(0, 1, d, 7)));
+  // What the driver drops would have done nothing: stepped, they send and commit nothing.
+  for (const ConsensusMessage& late : {late_prepare, late_commit}) {
+    auto a = h.Deliver(late);
+    EXPECT_TRUE(ActionsOf<PbftSend>(a).empty());
+    EXPECT_TRUE(ActionsOf<PbftBroadcast>(a).empty());
+    EXPECT_TRUE(ActionsOf<PbftCommit>(a).empty());
+  }
+  EXPECT_EQ(h.replica->last_executed(), 1u);
+}
+
 TEST(PbftReplicaTest, ExecutesStrictlyInSeqOrder) {
   ReplicaHarness h(1);
   auto a2 = CommitAll(h, 0, 2, {Tx(5)});

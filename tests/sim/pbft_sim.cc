@@ -48,6 +48,7 @@ class Cluster {
     // Half of those: every ledger prunes all but its last min_gap + window batches (and the
     // state history below them), the least state.retain_blocks accepts.
     retain_ = o.seed % 4 == 0 ? config_.snapshot_min_gap + config_.window : 0;
+    drop_redundant_ = o.seed % 5 != 0;
     const FaultKind k = o.fault;
     loss_ = k == FaultKind::kLoss || k == FaultKind::kMixed;
     dup_ = k == FaultKind::kDuplicate || k == FaultKind::kMixed;
@@ -353,6 +354,11 @@ class Cluster {
         Node& node = *nodes_[to];
         if (!node.up) return;
         ++result_.messages_delivered;
+        if (drop_redundant_ && now_ >= node.paused_until && node.replica &&
+            node.replica->Redundant(*msg)) {
+          ++result_.redundant_dropped;
+          return;
+        }
         StepNode(node, partitions::PbftMessage{*msg});
       });
     }
@@ -659,6 +665,7 @@ class Cluster {
   uint64_t retain_ = 0;  // batches each ledger keeps (0: every one)
   std::mt19937_64 rng_;
   bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_;
+  bool drop_redundant_;  // as the node's driver: surplus votes never reach the replica
   const bool trace_ = std::getenv("SIM_TRACE") != nullptr;
   int last_event_ = -1;  // SIM_TRACE: variant index; 100 + timer; 200 + message body case
   std::vector<std::unique_ptr<Node>> nodes_;

@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
     const sim::SimResult r = sim::RunSimulation(o);
     std::printf(
         "seed %llu fault %s n %u: %s%s\n  max seq %llu, txs %llu/%llu, view changes %llu, "
-        "synced batches %llu, snapshots %llu, messages %llu, dropped by replicas %llu\n",
+        "synced batches %llu, snapshots %llu, messages %llu, dropped by replicas %llu, redundant "
+        "votes dropped %llu\n",
         static_cast<unsigned long long>(seed), sim::FaultKindName(o.fault), o.n,
         r.ok ? "PASS" : (r.safety_violation ? "SAFETY VIOLATION: " : "FAIL: "), r.failure.c_str(),
         static_cast<unsigned long long>(r.max_committed_seq),
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(r.synced_batches),
         static_cast<unsigned long long>(r.snapshots_installed),
         static_cast<unsigned long long>(r.messages_delivered),
-        static_cast<unsigned long long>(r.dropped_by_replicas));
+        static_cast<unsigned long long>(r.dropped_by_replicas),
+        static_cast<unsigned long long>(r.redundant_dropped));
     return r.ok ? 0 : (r.safety_violation ? 2 : 1);
   }
   if (runs == 0) return Usage();
