@@ -103,7 +103,10 @@ bool PbftLog::Redundant(const ConsensusMessage& msg, uint64_t view) const {
   if (msg.has_commit()) {
     const auto& c = msg.commit();
     const Slot* slot = c.view() == view ? Find(c.seq()) : nullptr;
-    return slot != nullptr && slot->committed && slot->committed_digest == c.digest();
+    // Only in the view it committed in: after a view change the slot's commits start empty, and
+    // CommitsAbove (evidence that others are ahead) counts the new view's.
+    return slot != nullptr && slot->committed && slot->committed_view == view &&
+           slot->committed_digest == c.digest();
   }
   return false;
 }

@@ -76,9 +76,9 @@ class PbftLog {
   PbftAdmission AddCommit(const ConsensusMessage& msg, uint64_t h);
   // True if `msg`, a prepare or commit of the installed current view `view`, could change
   // nothing here: a prepare for a slot already prepared in `view` with the message's digest and
-  // whose commit is sent, or a commit for a slot already committed with its digest. Adding it
-  // would only store it beside the certificate already built (a quorum needs no more), so the
-  // caller may drop it without checking its signature (ConsensusDriver does). False for every
+  // whose commit is sent, or a commit for a slot already committed in `view` with its digest.
+  // Adding it would only store it beside the certificate already built (a quorum needs no more), so
+  // the caller may drop it without checking its signature (ConsensusDriver does). False for every
   // other message, including a different digest (which AddPrepare / AddCommit must see).
   bool Redundant(const ConsensusMessage& msg, uint64_t view) const;
   // A pre-prepare re-issued by an installed NewView (already checked): kAdded, or kConflicting

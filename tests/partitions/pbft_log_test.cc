@@ -151,9 +151,9 @@ TEST_F(PbftLogTest, OnlyVotesWhoseQuorumIsCompleteAreRedundant) {
   EXPECT_TRUE(log_.Redundant(MakeCommit(0, 1, kDigest, 1), 0));
   EXPECT_FALSE(log_.Redundant(MakeCommit(0, 1, other, 1), 0));
   EXPECT_FALSE(log_.Redundant(MakeCommit(1, 1, kDigest, 1), 0));
-  // A decision outlives the view; a prepared slot of the left view does not.
+  // After a view change neither is redundant: the new view's votes count again.
   log_.ResetView();
-  EXPECT_TRUE(log_.Redundant(MakeCommit(1, 1, kDigest, 1), 1));
+  EXPECT_FALSE(log_.Redundant(MakeCommit(1, 1, kDigest, 1), 1));
   EXPECT_FALSE(log_.Redundant(MakePrepare(1, 1, kDigest, 1), 1));
   // Checkpoints, view changes and the rest are never redundant here.
   ConsensusMessage checkpoint;
