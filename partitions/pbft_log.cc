@@ -97,8 +97,8 @@ bool PbftLog::Redundant(const ConsensusMessage& msg, uint64_t view) const {
   if (msg.has_prepare()) {
     const auto& p = msg.prepare();
     const Slot* slot = p.view() == view ? Find(p.seq()) : nullptr;
-    return slot != nullptr && slot->prepared && slot->sent_commit && slot->cert_view == view &&
-           slot->digest == p.digest();
+    // `prepared` holds only for the current view (ResetView clears it).
+    return slot != nullptr && slot->prepared && slot->sent_commit && slot->digest == p.digest();
   }
   if (msg.has_commit()) {
     const auto& c = msg.commit();

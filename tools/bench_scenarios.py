@@ -266,22 +266,28 @@ def adaptive_gauges(stats, partition="hot"):
     return found[0] if found else None
 
 
-def partition_items(stats, partition, key):
-    """The dicts in list `key` (e.g. "stages", "lanes") of every object named `partition`, found
-    anywhere in a `nodectl --json` object."""
+def named_objects(obj, names):
+    """Every dict whose "name" is in `names`, found anywhere in a `nodectl --json` object."""
     found = []
 
     def walk(o):
         if isinstance(o, dict):
-            if o.get("name") == partition and isinstance(o.get(key), list):
-                found.extend(x for x in o[key] if isinstance(x, dict))
+            if o.get("name") in names:
+                found.append(o)
             for v in o.values():
                 walk(v)
         elif isinstance(o, list):
             for v in o:
                 walk(v)
-    walk(stats)
+    walk(obj)
     return found
+
+
+def partition_items(stats, partition, key):
+    """The dicts in list `key` (e.g. "stages", "lanes") of every object named `partition`, found
+    anywhere in a `nodectl --json` object."""
+    return [x for o in named_objects(stats, (partition,)) if isinstance(o.get(key), list)
+            for x in o[key] if isinstance(x, dict)]
 
 
 def goodput():
@@ -617,20 +623,7 @@ def lane_mean_delay_ms(stats, partitions, lane):
 def partition_sum(obj, partitions, field):
     """The sum of numeric `field` over the objects named in `partitions`, found anywhere in a
     `nodectl --json` object (uint64 fields come as strings)."""
-    total = 0
-
-    def walk(o):
-        nonlocal total
-        if isinstance(o, dict):
-            if o.get("name") in partitions and field in o:
-                total += int(o[field] or 0)
-            for v in o.values():
-                walk(v)
-        elif isinstance(o, list):
-            for v in o:
-                walk(v)
-    walk(obj)
-    return total
+    return sum(int(o[field] or 0) for o in named_objects(obj, partitions) if field in o)
 
 
 def scale():
