@@ -632,6 +632,9 @@ def scale():
     rate = int(os.environ.get("SCALE_RATE", "800"))
     counts = [int(x) for x in os.environ.get("SCALE_COUNTS", "1,4,16").split(",")]
     duration = int(os.environ.get("SCALE_SECONDS", "30"))
+    # How loadgen finds commits: "poll" (GetChainStatus on every node and GetBlock, per partition
+    # every 100 ms) or "watch" (WatchCommits streams).
+    commits = os.environ.get("SCALE_COMMITS", "poll")
     rows = {}
     for n in counts:
         with Cluster("scale%d" % n, "", partitions=n) as c:
@@ -640,7 +643,8 @@ def scale():
             scen = ";".join("%s:rate=%g" % (nm, each) for nm in names)
             t0, c0 = time.monotonic(), c.cpu_seconds()
             p, s = c.loadgen("scale%d" % n, scen, duration, drain=10,
-                             presign=int(each * (duration + 5)) + 10)
+                             presign=int(each * (duration + 5)) + 10,
+                             extra=("--commits", commits))
             cores = (c.cpu_seconds() - c0) / (time.monotonic() - t0)
             # Where the latency goes: node 2's consensus and tx_forward lanes, mean queueing delay
             # over the run (docs/BENCHMARKS.md, "Where a 16-partition node's latency goes").
