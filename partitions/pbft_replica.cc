@@ -107,9 +107,10 @@ std::vector<PbftAction> PbftReplica::Step(const PbftEvent& event) {
           [&](const PbftSnapshotAbandoned&) { OnSnapshotAbandoned(); },
       },
       event);
-  request_timer_.Update(
-      views_.installed() && (request_timer_.pending() > 0 || log_.HasWorkAbove(last_executed_)),
-      out_);
+  const bool work = request_timer_.pending() > 0 || log_.HasWorkAbove(last_executed_);
+  // An installed view with nothing to do has nothing to be late with: the next timeout is the base.
+  if (views_.installed() && !work) request_timer_.ResetBackoff();
+  request_timer_.Update(views_.installed() && work, out_);
   out_.ReportState(state());
   // A failed store write means what was signed may not be durable: send nothing, ever again.
   return out_.Take();
@@ -350,6 +351,7 @@ void PbftReplica::TryExecute() {
   }
   if (last_executed_ == before) return;
   if (views_.installed()) views_.ResetBackoff();
+  request_timer_.ResetBackoff();  // progress (a batch decided here or fetched by sync)
   request_timer_.Restart(out_);
   sync_.NoteExecuted(last_executed_);
   if (sync_.WantsRequest()) AskSync();

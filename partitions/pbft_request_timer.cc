@@ -5,7 +5,7 @@ namespace partitions {
 void RequestTimer::Update(bool want, PbftOutbox& out) {
   if (want && !armed_) {
     armed_ = true;
-    out.Add(PbftSetTimer{PbftTimer::kRequest, timeout_ms_});
+    out.Add(PbftSetTimer{PbftTimer::kRequest, timeout_ms()});
   } else if (!want && armed_) {
     Cancel(out);
   }
@@ -18,7 +18,7 @@ void RequestTimer::Cancel(PbftOutbox& out) {
 }
 
 void RequestTimer::Restart(PbftOutbox& out) {
-  if (armed_) out.Add(PbftSetTimer{PbftTimer::kRequest, timeout_ms_});
+  if (armed_) out.Add(PbftSetTimer{PbftTimer::kRequest, timeout_ms()});
 }
 
 }  // namespace partitions

@@ -134,6 +134,7 @@ void PbftReplica::OnSnapshotInstalled(uint64_t seq, const std::string& chain_dig
   fetcher_.DropThrough(seq);
   if (seq == low_watermark() && !MatchesStable(chain_digest_, "")) return;
   sync_.NoteExecuted(last_executed_);
+  request_timer_.ResetBackoff();
   request_timer_.Restart(out_);
   // A newer checkpoint became stable meanwhile, or a peer told us it executed beyond the
   // snapshot: the batches up to there.

@@ -17,10 +17,17 @@ void PbftReplica::MoveToView(uint64_t view, bool installed) {
 void PbftReplica::StartViewChange(uint64_t new_view) {
   // An observer's ViewChange for a higher view is already out; it stands for any view up to it.
   if (views_.own_view_change() && new_view <= views_.own_view_change_view()) {
-    if (views_.observing()) ResumeOwnViewChange();
+    if (views_.observing()) {
+      request_timer_.Backoff();  // the view it followed stalled
+      ResumeOwnViewChange();
+    }
     return;
   }
   if (new_view <= views_.view()) return;
+  // Leaving an installed view, on our request timer or pulled by f+1 others whose timers fired:
+  // it made no progress in time, so the next view gets twice as long (RequestTimer). Every
+  // replica of the quorum doubles together, so none leaves the next view early on its own.
+  if (views_.installed()) request_timer_.Backoff();
   MoveToView(new_view, /*installed=*/false);
   ++counters_.view_changes_started;
   request_timer_.Cancel(out_);  // the view-change timer watches the view change now

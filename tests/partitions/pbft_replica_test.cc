@@ -341,11 +341,44 @@ TEST(PbftViewChangeTest, RequestTimerRestartsWithTheNewView) {
     }
     if (auto* t = std::get_if<PbftSetTimer>(&a[i]); t && t->timer == PbftTimer::kRequest) {
       arm_at = i;
-      EXPECT_EQ(t->delay_ms, h.config.request_timeout_ms);
+      // Twice the base: it left view 0, which made no progress in time at f+1 others.
+      EXPECT_EQ(t->delay_ms, 2 * h.config.request_timeout_ms);
     }
   }
   EXPECT_GE(cancel_at, 0);
   EXPECT_GT(arm_at, cancel_at);
+}
+
+// Castro & Liskov's "wait 2T": a view that the request timer ended without a commit gives the next
+// view twice the request timeout, until a batch executes. Without it, replicas whose first commit
+// in a new view takes longer than the timeout change views for ever (the simulator's
+// slow_quorum fault).
+TEST(PbftViewChangeTest, AViewEndedByTheRequestTimerGivesTheNextTwiceTheTimeoutUntilACommit) {
+  auto request_timer = [](const std::vector<PbftAction>& actions) {
+    int64_t delay = 0;
+    for (const auto& t : ActionsOf<PbftSetTimer>(actions)) {
+      if (t.timer == PbftTimer::kRequest) delay = t.delay_ms;
+    }
+    return delay;
+  };
+  ReplicaHarness p(1);  // primary of view 1
+  const int64_t base = p.config.request_timeout_ms;
+  TimeOut(p);
+  p.Deliver(MakeViewChange(1, 2, {}));
+  auto a = p.Deliver(MakeViewChange(1, 3, {}));
+  auto nvs = Sent(a, kNV);
+  ASSERT_EQ(nvs.size(), 1u);
+  EXPECT_EQ(request_timer(a), 2 * base);
+
+  ReplicaHarness b(3);
+  TimeOut(b);
+  a = b.Deliver(nvs[0]);
+  ASSERT_EQ(b.replica->state(), ConsensusState::kNormal);
+  EXPECT_EQ(request_timer(a), 2 * base);
+  // A batch executes in view 1: progress, the timer starts over from the base timeout.
+  a = CommitAll(b, 1, 1);
+  ASSERT_EQ(b.replica->last_executed(), 1u);
+  EXPECT_EQ(request_timer(a), base);
 }
 
 TEST(PbftViewChangeTest, ViewChangeCarriesPreparedCertificate) {

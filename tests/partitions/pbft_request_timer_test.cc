@@ -1,5 +1,5 @@
-// Unit tests for RequestTimer (set and cancel only on change, restart on progress) and
-// TxFetcher (missing txs asked for once per seq per period).
+// Unit tests for RequestTimer (set and cancel only on change, restart on progress, doubling per
+// view left without progress) and TxFetcher (missing txs asked for once per seq per period).
 #include "partitions/pbft_request_timer.h"
 
 #include "gtest/gtest.h"
@@ -49,6 +49,22 @@ TEST_F(TimerAndFetcherTest, FiredTimerIsNotRunning) {
   EXPECT_FALSE(timer.armed());
   timer.Cancel(out_);
   EXPECT_EQ(ActionsOf<PbftCancelTimer>(out_.Take()).size(), 0u);
+}
+
+TEST_F(TimerAndFetcherTest, RequestTimerDoublesPerBackoffUpToTheCapAndResets) {
+  config_.max_backoff_shift = 3;
+  RequestTimer timer(config_);
+  timer.Backoff();
+  timer.Update(true, out_);
+  for (int i = 0; i < 5; ++i) timer.Backoff();
+  timer.Restart(out_);
+  timer.ResetBackoff();
+  timer.Restart(out_);
+  const std::vector<PbftSetTimer> sets = ActionsOf<PbftSetTimer>(out_.Take());
+  ASSERT_EQ(sets.size(), 3u);
+  EXPECT_EQ(sets[0].delay_ms, 140);
+  EXPECT_EQ(sets[1].delay_ms, 70 << 3);  // capped
+  EXPECT_EQ(sets[2].delay_ms, 70);
 }
 
 TEST_F(TimerAndFetcherTest, FetcherAsksOncePerSeqPerPeriod) {

@@ -55,6 +55,7 @@ class Cluster {
     // A diverging replica under delays too: its roots are reported late at times.
     delay_ = k == FaultKind::kDelay || k == FaultKind::kMixed || k == FaultKind::kDiverge;
     partition_ = k == FaultKind::kPartition || k == FaultKind::kMixed;
+    slow_ = k == FaultKind::kSlowQuorum;
     // With f = 2, a correct replica may also crash beside the diverging one.
     crash_ =
         k == FaultKind::kCrash || k == FaultKind::kMixed || (k == FaultKind::kDiverge && o.n >= 7);
@@ -83,6 +84,23 @@ class Cluster {
     if (crash_) At(Rand(300, 1500), [this] { CrashSomeone(); });
     if (isolate_) At(Rand(100, 1000), [this] { IsolateSomeone(); });
     if (pause_) At(Rand(100, 1000), [this] { PauseSomeone(); });
+    if (slow_) {
+      // Exactly a quorum up (the primary of view 0 among them) until the faults heal, and every
+      // proposal arrives 900-1000 ms after it is sent: later than the 800 ms request timeout.
+      At(1, [this] {
+        for (uint32_t i = 0; i < config_.f(); ++i) Crash(*nodes_[o_.n - 1 - i]);
+      });
+      // Once converged, they go on committing: something in the window's first 2.5 s, and more
+      // in its last 2.5 s.
+      const int64_t mid = o_.fault_end_ms / 2;
+      At(mid, [this, mid] {
+        const uint64_t at_mid = max_seq_;
+        if (at_mid == 0) SlowQuorumStalled(0, mid);
+        At(o_.fault_end_ms - 1, [this, at_mid, mid] {
+          if (max_seq_ <= at_mid) SlowQuorumStalled(mid, o_.fault_end_ms);
+        });
+      });
+    }
     if (o_.fault == FaultKind::kCrashPrimary) {
       for (int64_t t : {500, 5500, 10500}) At(t + Rand(0, 300), [this] { CrashPrimary(); });
     }
@@ -349,7 +367,13 @@ class Cluster {
     int copies = 1;
     if (Faulty() && dup_ && Chance(0.2)) copies = 1 + static_cast<int>(Rand(1, 2));
     for (int i = 0; i < copies; ++i) {
-      const int64_t delay = Faulty() && delay_ ? Rand(1, 400) : Rand(1, 12);
+      // Under slow_quorum a proposal takes longer than the request timeout to reach a replica
+      // (as a large batch whose bodies are verified on a starved CPU does); votes and view
+      // changes stay fast.
+      const int64_t delay = !Faulty()                         ? Rand(1, 12)
+                            : slow_ && msg->has_pre_prepare() ? Rand(900, 1000)
+                            : delay_                          ? Rand(1, 400)
+                                                              : Rand(1, 12);
       At(now_ + delay, [this, to, msg] {
         Node& node = *nodes_[to];
         if (!node.up) return;
@@ -465,6 +489,14 @@ class Cluster {
     Node& n = *nodes_[rng_() % o_.n];
     if (n.up && n.honest() && now_ >= n.paused_until) n.paused_until = now_ + Rand(1000, 3000);
     At(now_ + Rand(3500, 6000), [this] { PauseSomeone(); });
+  }
+
+  void SlowQuorumStalled(int64_t from_ms, int64_t to_ms) {
+    Fail(false, absl::StrCat("liveness: exactly a quorum, its proposals late, committed nothing "
+                             "from ",
+                             from_ms, " to ", to_ms, " ms (",
+                             nodes_[0]->replica->counters().view_changes_started,
+                             " view changes started by replica 0)"));
   }
 
   void Heal() {
@@ -664,7 +696,7 @@ class Cluster {
   uint64_t snapshots_installed_ = 0;
   uint64_t retain_ = 0;  // batches each ledger keeps (0: every one)
   std::mt19937_64 rng_;
-  bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_;
+  bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_, slow_;
   bool drop_redundant_;  // as the node's driver: surplus votes never reach the replica
   const bool trace_ = std::getenv("SIM_TRACE") != nullptr;
   int last_event_ = -1;  // SIM_TRACE: variant index; 100 + timer; 200 + message body case
@@ -685,10 +717,11 @@ class Cluster {
 
 const std::vector<FaultKind>& AllFaultKinds() {
   static const std::vector<FaultKind> kinds = {
-      FaultKind::kNone,      FaultKind::kDelay, FaultKind::kLoss,         FaultKind::kDuplicate,
-      FaultKind::kPartition, FaultKind::kCrash, FaultKind::kByzPrimary,   FaultKind::kByzReplica,
-      FaultKind::kIsolate,   FaultKind::kPause, FaultKind::kCrashPrimary, FaultKind::kDiverge,
-      FaultKind::kMixed};
+      FaultKind::kNone,       FaultKind::kDelay,        FaultKind::kLoss,
+      FaultKind::kDuplicate,  FaultKind::kPartition,    FaultKind::kCrash,
+      FaultKind::kByzPrimary, FaultKind::kByzReplica,   FaultKind::kIsolate,
+      FaultKind::kPause,      FaultKind::kCrashPrimary, FaultKind::kDiverge,
+      FaultKind::kMixed,      FaultKind::kSlowQuorum};
   return kinds;
 }
 
@@ -720,6 +753,8 @@ const char* FaultKindName(FaultKind kind) {
       return "diverge";
     case FaultKind::kMixed:
       return "mixed";
+    case FaultKind::kSlowQuorum:
+      return "slow_quorum";
   }
   return "unknown";
 }

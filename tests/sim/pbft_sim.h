@@ -46,6 +46,8 @@ enum class FaultKind {
   kDiverge,       // one replica's executor computes another state root from some seq on: it must
                   // end DIVERGED while the others go on (with delays; at n = 7 also crashes)
   kMixed,         // all of the above but kDiverge at once (Byzantine ones within f)
+  kSlowQuorum,    // f replicas down, and every pre-prepare arrives later than the request
+                  // timeout (votes stay fast): exactly a quorum must still commit in the window
 };
 const std::vector<FaultKind>& AllFaultKinds();
 const char* FaultKindName(FaultKind kind);

@@ -10,7 +10,7 @@
 namespace sim {
 namespace {
 
-constexpr uint64_t kSeedsPerKind = 25;  // 12 kinds x 25 = 300 simulations
+constexpr uint64_t kSeedsPerKind = 25;  // 14 kinds x 25 = 350 simulations
 
 class PbftSimTest : public ::testing::TestWithParam<FaultKind> {};
 
