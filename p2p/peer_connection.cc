@@ -1,5 +1,6 @@
 #include "p2p/peer_connection.h"
 
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -110,7 +111,9 @@ void PeerConnection::WriterLoop() {
     }
     node::p2p::FrameBatch* fb = msg.mutable_frames();
     fb->Clear();
+    size_t batch_bytes = 0;
     for (const EgressFrame& f : batch) {
+      batch_bytes += f.length;
       node::p2p::Frame* fr = fb->add_frames();
       node::p2p::FrameHeader* h = fr->mutable_header();
       h->set_partition(f.partition);
@@ -121,11 +124,22 @@ void PeerConnection::WriterLoop() {
       h->set_message_id(f.message_id);
       fr->set_payload(f.data->data() + f.offset, f.length);
     }
+    const auto write_start = std::chrono::steady_clock::now();
     if (!write_(msg)) {
       Close();
       return;
     }
     writes_->fetch_add(1, std::memory_order_relaxed);
+    // A write blocks while the peer's HTTP/2 window or the TCP send buffer is full: everything
+    // queued behind it, votes included, waits. Worth a line when it lasts (docs/RELIABILITY.md:
+    // a link left stuck for tens of seconds after heavy loss).
+    const int64_t took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - write_start)
+                                .count();
+    if (took_ms > 250) {
+      LOG_EVERY_T(WARNING, 1) << "p2p: a write of " << batch.size() << " frames (" << batch_bytes
+                              << " bytes) to peer " << peer_ << " took " << took_ms << " ms";
+    }
   }
 }
 

@@ -39,7 +39,16 @@ void Partition::Impl::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channe
   m.payload = std::move(payload);
   m.peer = it->second;
   m.tag = static_cast<uint32_t>(channel);
-  dispatcher_->Offer(lane, std::move(m));
+  const uint32_t replica = it->second;
+  const flowctl::Dispatcher::OfferResult offered = dispatcher_->Offer(lane, std::move(m));
+  if ((offered == flowctl::Dispatcher::OfferResult::kLaneFull ||
+       offered == flowctl::Dispatcher::OfferResult::kLaneBytesFull) &&
+      channel == node::p2p::CONSENSUS) {
+    // Rare and worth seeing: a quorum that needs every replica stalls while one of them drops
+    // votes. The lane's counters (stats) have the totals.
+    LOG_EVERY_T(WARNING, 1) << "partition " << name_ << ": consensus lane full, a message from "
+                            << "replica " << replica << " dropped";
+  }
 }
 
 void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
