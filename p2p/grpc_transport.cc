@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <random>
@@ -345,7 +346,16 @@ void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
       if (!m->has_value()) continue;
       counters_->messages_delivered.fetch_add(1, std::memory_order_relaxed);
       if (on_message_) {
+        // The reader is the peer's flow control: while a handler holds it, the peer's writes to
+        // us block once its HTTP/2 window is spent. Worth a line when a handler lasts.
+        const auto start = std::chrono::steady_clock::now();
         on_message_(conn->peer(), (*m)->partition, (*m)->channel, std::move((*m)->payload));
+        const auto took = std::chrono::steady_clock::now() - start;
+        if (took > std::chrono::milliseconds(250)) {
+          LOG_EVERY_T(WARNING, 1)
+              << "p2p " << self_ << ": handling a message from " << conn->peer() << " took "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+        }
       }
     }
   }
