@@ -1,6 +1,5 @@
 #include "p2p/peer_connection.h"
 
-#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -133,12 +132,11 @@ void PeerConnection::WriterLoop() {
     // A write blocks while the peer's HTTP/2 window or the TCP send buffer is full: everything
     // queued behind it, votes included, waits. Worth a line when it lasts (docs/RELIABILITY.md:
     // a link left stuck for tens of seconds after heavy loss).
-    const int64_t took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                std::chrono::steady_clock::now() - write_start)
-                                .count();
-    if (took_ms > 250) {
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - write_start);
+    if (took > kSlowPeerIo) {
       LOG_EVERY_T(WARNING, 1) << "p2p: a write of " << batch.size() << " frames (" << batch_bytes
-                              << " bytes) to peer " << peer_ << " took " << took_ms << " ms";
+                              << " bytes) to peer " << peer_ << " took " << took.count() << " ms";
     }
   }
 }

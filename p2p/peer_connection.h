@@ -22,6 +22,7 @@
 #define P2P_PEER_CONNECTION_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -37,6 +38,10 @@
 #include "proto/p2p.pb.h"
 
 namespace p2p {
+
+// A peer write or an inbound message's handler that takes longer than this is logged (at most
+// once a second): while either blocks, everything queued behind it on that link waits.
+inline constexpr std::chrono::milliseconds kSlowPeerIo{250};
 
 class PeerConnection {
  public:

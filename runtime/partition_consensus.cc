@@ -35,11 +35,11 @@ void Partition::Impl::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channe
     return;
   }
   // Full lanes drop and count (Dispatcher stats); PBFT retransmits what matters.
+  const uint32_t replica = it->second;
   flowctl::Message m;
   m.payload = std::move(payload);
-  m.peer = it->second;
+  m.peer = replica;
   m.tag = static_cast<uint32_t>(channel);
-  const uint32_t replica = it->second;
   const flowctl::Dispatcher::OfferResult offered = dispatcher_->Offer(lane, std::move(m));
   if ((offered == flowctl::Dispatcher::OfferResult::kLaneFull ||
        offered == flowctl::Dispatcher::OfferResult::kLaneBytesFull) &&
