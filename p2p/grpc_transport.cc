@@ -42,6 +42,18 @@ struct GrpcTransport::Counters {
   std::atomic<uint64_t> frames_dropped_no_peer{0};
   std::atomic<uint64_t> frames_dropped_peer_queue{0};
   std::atomic<uint64_t> streams_written{0};
+  std::atomic<uint64_t> links_stalled{0};
+  std::atomic<uint64_t> pongs_received{0};
+  std::atomic<uint64_t> channels_opened{0};
+};
+
+// A dialed stream and what it needs, owned together so a connection whose writer is still
+// blocked in a write can be left to finish after the dialer has moved on.
+struct GrpcTransport::DialCall {
+  std::shared_ptr<grpc::Channel> channel;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<StreamMessage, StreamMessage>>
+      stream;  // before ctx dies
 };
 
 // The accepting side: handshake, then the connection runs on the gRPC handler thread.
@@ -118,12 +130,12 @@ class GrpcTransport::Service final : public node::p2p::PeerService::Service {
     if (!stream->Write(reply)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
     t_->counters_->handshakes_accepted.fetch_add(1);
     t_->UnwatchHandshake(watch);
-    auto conn = std::make_shared<PeerConnection>(
+    // The stream lives until this handler returns, which RunConnection's full Detach ensures
+    // comes after the writer's last write.
+    auto conn = t_->NewConnection(
         claimed, [stream](const StreamMessage& m) { return stream->Write(m); },
         [stream](StreamMessage* m) { return stream->Read(m); }, [ctx] { ctx->TryCancel(); },
-        t_->options_.peer_queue_bytes, t_->options_.max_batch_bytes, t_->options_.max_frame_bytes,
-        &t_->counters_->streams_written);
-    t_->WatchPressure(*conn);
+        nullptr);
     t_->RunConnection(conn);
     return grpc::Status::OK;
   }
@@ -143,7 +155,7 @@ GrpcTransport::GrpcTransport(base::PrivateKey key, GrpcTransportOptions options,
       self_(NodeIdFromPublicKey(key_.public_key().bytes())),
       options_(std::move(options)),
       clock_(clock),
-      counters_(std::make_unique<Counters>()),
+      counters_(std::make_shared<Counters>()),
       service_(std::make_unique<Service>(this)) {
   absl::MutexLock l(&mu_);
   for (const PeerSpec& spec : options_.peers) {
@@ -228,6 +240,42 @@ void GrpcTransport::Stop() {
   for (std::thread& t : dialers_) t.join();
   dialers_.clear();
   if (watchdog_.joinable()) watchdog_.join();
+  ReapAbandoned(absl::Milliseconds(options_.shutdown_grace_ms));
+  absl::MutexLock l(&mu_);
+  if (!abandoned_.empty()) {
+    // Still blocked in a write the kernel has not taken: leave them (and their streams) to the
+    // process; they hold what they use, the counters included.
+    LOG(WARNING) << "p2p " << self_ << ": " << abandoned_.size()
+                 << " stalled connection(s) still blocked in a write at stop; left running";
+    for (Abandoned& a : abandoned_) new Abandoned(std::move(a));  // deliberately never freed
+    abandoned_.clear();
+  }
+}
+
+void GrpcTransport::ReapAbandoned(absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  for (;;) {
+    std::vector<Abandoned> done;
+    bool left = false;
+    {
+      absl::MutexLock l(&mu_);
+      for (auto it = abandoned_.begin(); it != abandoned_.end();) {
+        if (it->conn->WriterDone()) {
+          done.push_back(std::move(*it));
+          it = abandoned_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      left = !abandoned_.empty();
+    }
+    for (Abandoned& a : done) {
+      a.conn->JoinWriter();
+      a.call->stream->Finish();  // cancelled: returns at once
+    }
+    if (!left || absl::Now() >= deadline) return;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 uint64_t GrpcTransport::WatchHandshake(std::function<void()> cancel) {
@@ -244,26 +292,62 @@ void GrpcTransport::UnwatchHandshake(uint64_t id) {
 }
 
 void GrpcTransport::WatchdogLoop() {
-  absl::MutexLock l(&mu_);
-  while (!stopping_) {
-    const absl::Time now = absl::Now();
-    absl::Time next = now + absl::Seconds(1);
-    for (auto it = handshakes_.begin(); it != handshakes_.end();) {
-      if (it->second.deadline <= now) {
-        LOG(WARNING) << "p2p " << self_ << ": handshake timed out; stream cancelled";
-        it->second.cancel();  // TryCancel: does not block or call back into us
-        it = handshakes_.erase(it);
-      } else {
-        next = std::min(next, it->second.deadline);
-        ++it;
+  // Links are checked at a quarter of the smallest interval that matters, at most every second.
+  int64_t check_ms = 1000;
+  for (int64_t v : {options_.ping_interval_ms, options_.ping_timeout_ms, options_.write_stall_ms}) {
+    if (v > 0) check_ms = std::min(check_ms, std::max<int64_t>(v / 4, 5));
+  }
+  for (;;) {
+    std::vector<std::shared_ptr<PeerConnection>> conns;
+    absl::Time next;
+    uint64_t seen = 0;
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+      const absl::Time now = absl::Now();
+      next = now + absl::Milliseconds(check_ms);
+      for (auto it = handshakes_.begin(); it != handshakes_.end();) {
+        if (it->second.deadline <= now) {
+          LOG(WARNING) << "p2p " << self_ << ": handshake timed out; stream cancelled";
+          it->second.cancel();  // TryCancel: does not block or call back into us
+          it = handshakes_.erase(it);
+        } else {
+          next = std::min(next, it->second.deadline);
+          ++it;
+        }
       }
+      for (const auto& [id, peer] : peers_) {
+        if (peer.conn) conns.push_back(peer.conn);
+      }
+      seen = next_watch_id_;
     }
+    // Outside mu_: a connection's lock is taken before mu_ elsewhere (its pressure callback).
+    CheckLinks(conns);
+    conns.clear();
+    absl::MutexLock l(&mu_);
     // Wakes at the earliest deadline, on a new watch (ids grow), or on stop.
-    const uint64_t seen = next_watch_id_;
     auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return stopping_ || next_watch_id_ != seen;
     };
     mu_.AwaitWithDeadline(absl::Condition(&changed), next);
+  }
+}
+
+void GrpcTransport::CheckLinks(const std::vector<std::shared_ptr<PeerConnection>>& conns) {
+  constexpr int64_t kMs = 1'000'000;
+  LinkStallLimits limits;
+  limits.write_ns = options_.write_stall_ms * kMs;
+  limits.write_bytes_per_ns = static_cast<double>(options_.write_stall_bytes_per_s) / 1e9;
+  limits.ping_timeout_ns = options_.ping_timeout_ms * kMs;
+  const int64_t now = clock_->NowNanos();
+  for (const std::shared_ptr<PeerConnection>& conn : conns) {
+    if (options_.ping_interval_ms > 0) conn->MaybePing(now, options_.ping_interval_ms * kMs);
+    const std::string why = conn->StallReason(now, limits);
+    if (why.empty()) continue;
+    counters_->links_stalled.fetch_add(1, std::memory_order_relaxed);
+    LOG(WARNING) << "p2p " << self_ << ": link to peer " << conn->peer() << " stalled: " << why
+                 << "; closing it for a new connection";
+    conn->MarkStalled();
   }
 }
 
@@ -321,7 +405,25 @@ void GrpcTransport::SetRefusedFrameHandler(RefusedFrameHandler handler) {
   on_refused_frame_ = std::move(handler);
 }
 
-void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
+std::shared_ptr<PeerConnection> GrpcTransport::NewConnection(const NodeId& peer,
+                                                             PeerConnection::WriteFn write,
+                                                             PeerConnection::ReadFn read,
+                                                             std::function<void()> cancel,
+                                                             std::shared_ptr<void> keep_alive) {
+  // The write function holds `keep_alive` (a dialed stream) and the counters the connection
+  // counts into, so an abandoned connection never outlives either.
+  auto conn = std::make_shared<PeerConnection>(
+      peer,
+      [write = std::move(write), keep_alive = std::move(keep_alive),
+       counters = counters_](const StreamMessage& m) { return write(m); },
+      std::move(read), std::move(cancel), options_.peer_queue_bytes, options_.max_batch_bytes,
+      options_.max_frame_bytes, &counters_->streams_written, clock_);
+  WatchPressure(*conn);
+  return conn;
+}
+
+bool GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn,
+                                  absl::Duration writer_wait) {
   conn->StartWriter();
   Register(conn);
   StreamMessage msg;
@@ -330,6 +432,11 @@ void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
       LOG(WARNING) << "p2p " << self_ << ": peer " << conn->peer()
                    << " sent a handshake message on an open stream; closing it";
       break;
+    }
+    if (msg.frames().ping() != 0) conn->OnPing(msg.frames().ping());
+    if (msg.frames().pong() != 0) {
+      counters_->pongs_received.fetch_add(1, std::memory_order_relaxed);
+      conn->OnPong(msg.frames().pong(), clock_->NowNanos());
     }
     for (node::p2p::Frame& f : *msg.mutable_frames()->mutable_frames()) {
       counters_->frames_received.fetch_add(1, std::memory_order_relaxed);
@@ -359,8 +466,9 @@ void GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn) {
       }
     }
   }
-  conn->Detach();
+  const bool detached = conn->Detach(writer_wait);
   Unregister(conn);
+  return detached;
 }
 
 void GrpcTransport::WriteFrame(EgressFrame frame) {
@@ -428,20 +536,28 @@ void GrpcTransport::DialLoop(NodeId peer) {
                                               : grpc::InsecureChannelCredentials(),
                                           args);
       channel_address = address;
+      counters_->channels_opened.fetch_add(1, std::memory_order_relaxed);
     }
+    ReapAbandoned(absl::ZeroDuration());
     auto stub = node::p2p::PeerService::NewStub(channel);
     bool authenticated = false;
+    bool stalled = false;
     {
-      grpc::ClientContext ctx;
+      auto call = std::make_shared<DialCall>();
+      call->channel = channel;
       {
         absl::MutexLock l(&mu_);
         if (stopping_) return;
-        dialing_[peer] = &ctx;
+        dialing_[peer] = &call->ctx;
       }
-      authenticated = DialOnce(peer, key, &ctx, stub.get());
+      authenticated = DialOnce(peer, key, call, stub.get(), &stalled);
       absl::MutexLock l(&mu_);
       dialing_.erase(peer);
     }
+    // A stalled link's TCP connection may stay slow (a congestion controller that learned a
+    // policer's rate keeps it for tens of round trips) or hold megabytes the kernel has not
+    // sent: the next stream gets a new connection, not one on the same channel.
+    if (stalled) channel.reset();
     backoff = authenticated ? options_.initial_backoff_ms
                             : std::min(backoff * 2, options_.max_backoff_ms);
     if (!WaitBackoff(static_cast<int64_t>(static_cast<double>(backoff) * jitter(rng)))) return;
@@ -449,14 +565,17 @@ void GrpcTransport::DialLoop(NodeId peer) {
 }
 
 bool GrpcTransport::DialOnce(const NodeId& peer, const std::string& expected_key,
-                             grpc::ClientContext* ctx, node::p2p::PeerService::Stub* stub) {
+                             const std::shared_ptr<DialCall>& call,
+                             node::p2p::PeerService::Stub* stub, bool* stalled) {
+  grpc::ClientContext* const ctx = &call->ctx;
   const uint64_t watch = WatchHandshake([ctx] { ctx->TryCancel(); });
   struct Unwatch {
     GrpcTransport* t;
     uint64_t id;
     ~Unwatch() { t->UnwatchHandshake(id); }
   } unwatch{this, watch};
-  auto stream = stub->Connect(ctx);
+  call->stream = stub->Connect(ctx);
+  auto* const stream = call->stream.get();
   auto fail = [&](const std::string& why) {
     ctx->TryCancel();
     grpc::Status st = stream->Finish();
@@ -494,16 +613,22 @@ bool GrpcTransport::DialOnce(const NodeId& peer, const std::string& expected_key
   if (!msg.has_server_accept()) return fail("expected ServerAccept");
   counters_->handshakes_accepted.fetch_add(1);
   UnwatchHandshake(watch);
-  auto* s = stream.get();
-  auto conn = std::make_shared<PeerConnection>(
-      peer, [s](const StreamMessage& m) { return s->Write(m); },
-      [s](StreamMessage* m) { return s->Read(m); }, [ctx] { ctx->TryCancel(); },
-      options_.peer_queue_bytes, options_.max_batch_bytes, options_.max_frame_bytes,
-      &counters_->streams_written);
-  WatchPressure(*conn);
-  RunConnection(conn);
+  auto conn = NewConnection(
+      peer, [stream](const StreamMessage& m) { return stream->Write(m); },
+      [stream](StreamMessage* m) { return stream->Read(m); }, [ctx] { ctx->TryCancel(); }, call);
+  // A writer still blocked a second after the stream was cancelled is left to finish on its own
+  // (with the stream it uses), so the dialer can open a new connection now.
+  const bool detached = RunConnection(conn, absl::Seconds(1));
+  *stalled = conn->stalled();
   ctx->TryCancel();
-  stream->Finish();
+  if (detached) {
+    stream->Finish();
+  } else {
+    LOG(WARNING) << "p2p " << self_ << ": the writer to peer " << peer
+                 << " is still blocked in a write; redialing without it";
+    absl::MutexLock l(&mu_);
+    abandoned_.push_back(Abandoned{conn, call});
+  }
   return true;
 }
 
@@ -602,6 +727,9 @@ TransportStats GrpcTransport::Stats() const {
   s.frames_dropped_no_peer = counters_->frames_dropped_no_peer.load();
   s.frames_dropped_peer_queue = counters_->frames_dropped_peer_queue.load();
   s.streams_written = counters_->streams_written.load();
+  s.links_stalled = counters_->links_stalled.load();
+  s.pongs_received = counters_->pongs_received.load();
+  s.channels_opened = counters_->channels_opened.load();
   return s;
 }
 

@@ -39,6 +39,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,6 +55,7 @@
 #include "p2p/egress_frame.h"
 #include "p2p/frame_writer.h"
 #include "p2p/network.h"
+#include "p2p/peer_connection.h"
 #include "proto/p2p.grpc.pb.h"
 
 namespace grpc {
@@ -94,6 +96,16 @@ struct GrpcTransportOptions {
   int64_t handshake_timeout_ms = 5'000;
   // Deadline of Stop()'s server shutdown.
   int64_t shutdown_grace_ms = 500;
+  // Stalled links (docs/ARCHITECTURE.md): every ping_interval_ms each link carries a ping that
+  // the peer answers behind whatever the link already holds. A link is closed as stalled when a
+  // ping has gone unanswered ping_timeout_ms (only on links whose peer answered one: an older
+  // node never does), or a write has been blocked write_stall_ms plus its bytes at
+  // write_stall_bytes_per_s; the dialing side then opens a new TCP connection. 0 turns a check
+  // off (ping_interval_ms 0: no pings).
+  int64_t ping_interval_ms = 1'000;
+  int64_t ping_timeout_ms = 5'000;
+  int64_t write_stall_ms = 5'000;
+  size_t write_stall_bytes_per_s = 32 << 10;
   // TLS: credentials of the listening port and of the dialers; null = plaintext. For
   // mutual TLS the server credentials require a client certificate. The Ed25519 handshake runs
   // inside either way. `tls_peer_name`, when set, is the name checked in every peer's
@@ -114,6 +126,9 @@ struct TransportStats {
   uint64_t frames_dropped_no_peer = 0;  // written for a peer that was gone
   uint64_t frames_dropped_peer_queue = 0;
   uint64_t streams_written = 0;  // stream messages written (batches)
+  uint64_t links_stalled = 0;    // links closed as stalled (see GrpcTransportOptions)
+  uint64_t pongs_received = 0;   // answers to this node's link pings
+  uint64_t channels_opened = 0;  // gRPC channels the dialers made (a new one: a new TCP connection)
 };
 
 class GrpcTransport final : public Network, public FrameWriter {
@@ -164,8 +179,24 @@ class GrpcTransport final : public Network, public FrameWriter {
   };
   struct Counters;
 
-  // Runs an authenticated connection until it ends; called on the reader thread.
-  void RunConnection(const std::shared_ptr<PeerConnection>& conn);
+  // Runs an authenticated connection until it ends; called on the reader thread. Waits at most
+  // `writer_wait` for the writer at the end: false when it is still blocked in a write.
+  bool RunConnection(const std::shared_ptr<PeerConnection>& conn,
+                     absl::Duration writer_wait = absl::InfiniteDuration());
+  std::shared_ptr<PeerConnection> NewConnection(const NodeId& peer, PeerConnection::WriteFn write,
+                                                PeerConnection::ReadFn read,
+                                                std::function<void()> cancel,
+                                                std::shared_ptr<void> keep_alive);
+  // The watchdog's link checks: pings due, stalled links closed.
+  void CheckLinks(const std::vector<std::shared_ptr<PeerConnection>>& conns);
+  // Dialed connections whose writer was still blocked when they ended: joined (and their
+  // streams finished) once the writer returns; at Stop, waited for up to `wait`.
+  struct DialCall;
+  struct Abandoned {
+    std::shared_ptr<PeerConnection> conn;
+    std::shared_ptr<DialCall> call;
+  };
+  void ReapAbandoned(absl::Duration wait);
   // Send without scheduling: the message's chunks are queued on the connection at once.
   absl::Status SendShared(const NodeId& peer, PartitionId partition, Channel channel,
                           std::shared_ptr<const std::string> payload);
@@ -174,9 +205,11 @@ class GrpcTransport final : public Network, public FrameWriter {
   void Register(const std::shared_ptr<PeerConnection>& conn);
   void Unregister(const std::shared_ptr<PeerConnection>& conn);
   void DialLoop(NodeId peer);
-  // True when the stream got through the handshake (and has now ended).
-  bool DialOnce(const NodeId& peer, const std::string& expected_key, grpc::ClientContext* ctx,
-                node::p2p::PeerService::Stub* stub);
+  // True when the stream got through the handshake (and has now ended); `*stalled` when it was
+  // closed as stalled (the next dial then opens a new channel, so a new TCP connection).
+  bool DialOnce(const NodeId& peer, const std::string& expected_key,
+                const std::shared_ptr<DialCall>& call, node::p2p::PeerService::Stub* stub,
+                bool* stalled);
   bool WaitBackoff(int64_t ms);  // false when stopping
   // Handshake deadlines: `cancel` runs if the handshake is still going at the deadline.
   uint64_t WatchHandshake(std::function<void()> cancel);
@@ -188,7 +221,8 @@ class GrpcTransport final : public Network, public FrameWriter {
   const GrpcTransportOptions options_;
   const flowctl::Clock* const clock_;
 
-  std::unique_ptr<Counters> counters_;
+  // Shared with dialed connections, which may outlive the transport when abandoned at Stop.
+  std::shared_ptr<Counters> counters_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<std::thread> dialers_;
@@ -212,6 +246,7 @@ class GrpcTransport final : public Network, public FrameWriter {
   };
   std::map<uint64_t, HandshakeWatch> handshakes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::vector<Abandoned> abandoned_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };

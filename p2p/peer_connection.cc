@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "flowctl/thread_name.h"
 #include "glog/logging.h"
 
@@ -10,13 +11,15 @@ namespace p2p {
 
 PeerConnection::PeerConnection(NodeId peer, WriteFn write, ReadFn read,
                                std::function<void()> cancel, size_t queue_bytes, size_t batch_bytes,
-                               size_t max_frame_bytes, std::atomic<uint64_t>* writes)
+                               size_t max_frame_bytes, std::atomic<uint64_t>* writes,
+                               const flowctl::Clock* clock)
     : peer_(std::move(peer)),
       write_(std::move(write)),
       read_(std::move(read)),
       queue_bytes_(queue_bytes),
       batch_bytes_(batch_bytes),
       writes_(writes),
+      clock_(clock),
       reassembler_(max_frame_bytes),
       cancel_(std::move(cancel)) {}
 
@@ -65,6 +68,7 @@ void PeerConnection::StartWriter() {
   writer_ = std::make_unique<std::thread>([this] {
     flowctl::NameThisThread("peer-writer");
     WriterLoop();
+    writer_done_.Notify();
   });
 }
 
@@ -75,26 +79,105 @@ void PeerConnection::Close() {
   if (cancel_) cancel_();
 }
 
-void PeerConnection::Detach() {
+void PeerConnection::Detach() { Detach(absl::InfiniteDuration()); }
+
+bool PeerConnection::Detach(absl::Duration max_wait) {
   Close();
+  if (writer_) {
+    if (!writer_done_.WaitForNotificationWithTimeout(max_wait)) return false;
+    JoinWriter();
+  }
+  absl::MutexLock l(&mu_);
+  cancel_ = nullptr;
+  return true;
+}
+
+void PeerConnection::JoinWriter() {
   if (writer_) {
     writer_->join();
     writer_.reset();
   }
+}
+
+void PeerConnection::MaybePing(int64_t now_ns, int64_t interval_ns) {
   absl::MutexLock l(&mu_);
-  cancel_ = nullptr;
+  if (closed_ || ping_outstanding_ != 0) return;
+  if (pinged_ && now_ns - ping_requested_ns_ < interval_ns) return;
+  ping_outstanding_ = ping_to_send_ = next_ping_++;
+  ping_requested_ns_ = now_ns;
+  pinged_ = true;
+}
+
+void PeerConnection::OnPing(uint64_t id) {
+  absl::MutexLock l(&mu_);
+  pong_to_send_ = id;
+}
+
+void PeerConnection::OnPong(uint64_t id, int64_t now_ns) {
+  absl::MutexLock l(&mu_);
+  if (id == 0 || id != ping_outstanding_) return;
+  ping_outstanding_ = 0;
+  peer_answers_pings_ = true;
+  last_rtt_ns_ = now_ns - ping_requested_ns_;
+}
+
+std::string PeerConnection::StallReason(int64_t now_ns, const LinkStallLimits& limits) {
+  const int64_t started = write_started_ns_.load(std::memory_order_acquire);
+  const size_t bytes = write_bytes_.load(std::memory_order_relaxed);
+  absl::MutexLock l(&mu_);
+  if (closed_) return "";
+  if (limits.write_ns > 0 && started != 0) {
+    const double allowed =
+        static_cast<double>(limits.write_ns) +
+        (limits.write_bytes_per_ns > 0 ? static_cast<double>(bytes) / limits.write_bytes_per_ns
+                                       : 0.0);
+    if (static_cast<double>(now_ns - started) > allowed) {
+      return absl::StrCat("a write of ", bytes, " bytes blocked for ", (now_ns - started) / 1000000,
+                          " ms");
+    }
+  }
+  if (limits.ping_timeout_ns > 0 && peer_answers_pings_ && ping_outstanding_ != 0 &&
+      now_ns - ping_requested_ns_ > limits.ping_timeout_ns) {
+    return absl::StrCat("ping unanswered for ", (now_ns - ping_requested_ns_) / 1000000,
+                        " ms (last round trip ", last_rtt_ns_ / 1000000, " ms)");
+  }
+  return "";
+}
+
+void PeerConnection::MarkStalled() {
+  absl::MutexLock l(&mu_);
+  stalled_ = true;
+  closed_ = true;
+  if (cancel_) cancel_();
+}
+
+bool PeerConnection::stalled() const {
+  absl::MutexLock l(&mu_);
+  return stalled_;
+}
+
+int64_t PeerConnection::last_rtt_ns() const {
+  absl::MutexLock l(&mu_);
+  return last_rtt_ns_;
 }
 
 void PeerConnection::WriterLoop() {
-  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !out_.empty(); };
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || !out_.empty() || ping_to_send_ != 0 || pong_to_send_ != 0;
+  };
   std::vector<EgressFrame> batch;
   node::p2p::StreamMessage msg;
   for (;;) {
     batch.clear();
+    uint64_t ping = 0;
+    uint64_t pong = 0;
     {
       absl::MutexLock l(&mu_);
       mu_.Await(absl::Condition(&ready));
       if (closed_) return;
+      // A ping or pong rides on the next message, which may carry no frames.
+      std::swap(ping, ping_to_send_);
+      std::swap(pong, pong_to_send_);
       // Everything queued, up to batch_bytes_: one gRPC write for many small frames.
       size_t bytes = 0;
       while (!out_.empty() && (batch.empty() || bytes + out_.front().length <= batch_bytes_)) {
@@ -110,6 +193,8 @@ void PeerConnection::WriterLoop() {
     }
     node::p2p::FrameBatch* fb = msg.mutable_frames();
     fb->Clear();
+    fb->set_ping(ping);
+    fb->set_pong(pong);
     size_t batch_bytes = 0;
     for (const EgressFrame& f : batch) {
       batch_bytes += f.length;
@@ -124,7 +209,11 @@ void PeerConnection::WriterLoop() {
       fr->set_payload(f.data->data() + f.offset, f.length);
     }
     const auto write_start = std::chrono::steady_clock::now();
-    if (!write_(msg)) {
+    write_bytes_.store(batch_bytes, std::memory_order_relaxed);
+    write_started_ns_.store(clock_->NowNanos(), std::memory_order_release);
+    const bool written = write_(msg);
+    write_started_ns_.store(0, std::memory_order_release);
+    if (!written) {
       Close();
       return;
     }

@@ -55,6 +55,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -613,17 +614,43 @@ def preflight(a):
     return None
 
 
+class SocketLog(threading.Thread):
+    """--socket-log: every second, `ss -tnoi` of each node's p2p sockets into node<i>/ss.log, so a
+    link that stalls can be told apart afterwards: bytes unacknowledged in the sender's queue
+    (TCP: Send-Q, rto, backoff), bytes the receiver's process does not read (its Recv-Q), or
+    neither (HTTP/2 flow control)."""
+
+    def __init__(self, cluster, net):
+        super().__init__(daemon=True)
+        self.c, self.net, self.stop_ev = cluster, net, threading.Event()
+
+    def run(self):
+        while not self.stop_ev.wait(1.0):
+            stamp = time.strftime("%H:%M:%S", time.gmtime()) + ".%03d" % (time.time() % 1 * 1000)
+            for i in self.c.indices():
+                try:
+                    r = sh("ss", "-tnoi", "sport = :%d or dport = :%d" % (PORTS["p2p"], PORTS["p2p"]),
+                           ns=self.net.ns(i), check=False, timeout=5)
+                    with open(self.c.path(i, "ss.log"), "a") as f:
+                        f.write("=== %s\n%s" % (stamp, r.stdout))
+                except (OSError, subprocess.SubprocessError) as e:
+                    log("socket log of node %d: %r" % (i, e))
+
+
 def main_run(a, tmp):
     start = time.monotonic()
     chaos.HARD_DEADLINE[0] = start + a.budget_s + HARD_EXTRA_S
     chaos.generate_stubs(os.path.join(tmp, "gen"))
     net = Net(chaos.N_NODES)
-    cluster = load = subs = None
+    cluster = load = subs = socket_log = None
     try:
         net.setup()
         cluster = NetnsCluster(net, os.path.join(tmp, "cluster"), a.build, a.vct_ms, a.batch_ms)
         cluster.up()
         log("cluster up in %.1fs; node ids %s" % (time.monotonic() - start, cluster.ids))
+        if a.socket_log:
+            socket_log = SocketLog(cluster, net)
+            socket_log.start()
         load = Load(cluster, a.rate, a.budget_s + HARD_EXTRA_S, os.path.join(tmp, "loadgen.log"))
         load.ensure()
         subs = [chaos.Submitter(cluster, p, k + 1, a.submit_rate, a.seed)
@@ -669,6 +696,9 @@ def main_run(a, tmp):
         if subs:
             for s in subs:
                 s.stop_ev.set()
+        if socket_log:
+            socket_log.stop_ev.set()
+            socket_log.join()
         if load:
             load.stop()
         if cluster:
@@ -707,6 +737,9 @@ def main():
     ap.add_argument("--hook-jitter-ms", type=int, default=20)
     ap.add_argument("--hook-loss", type=float, default=0.02)
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
+    ap.add_argument("--socket-log", action="store_true",
+                    help="every second, each node's p2p sockets (ss -tnoi) into node<i>/ss.log "
+                    "(with --keep: for finding a stalled link)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
     if a.nodes < 4 or (a.nodes - 1) % 3:

@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -39,8 +40,10 @@ struct Received {
 
 class Node {
  public:
+  // `stall_checks`: links are closed as stalled (GrpcTransportOptions) after 400 ms; otherwise
+  // pings still flow but nothing is closed, so a test may hold a reader as long as it needs.
   Node(char seed, const std::vector<base::PrivateKey>& peer_keys,
-       std::string listen = "127.0.0.1:0")
+       std::string listen = "127.0.0.1:0", bool stall_checks = false)
       : key_(KeyFromByte(seed)) {
     GrpcTransportOptions opt;
     opt.listen_address = std::move(listen);
@@ -48,6 +51,14 @@ class Node {
     opt.max_backoff_ms = 200;
     opt.handshake_timeout_ms = 300;
     opt.max_frame_bytes = 8 << 20;
+    if (stall_checks) {
+      opt.ping_interval_ms = 50;
+      opt.ping_timeout_ms = 400;
+      opt.write_stall_ms = 400;
+    } else {
+      opt.ping_timeout_ms = 0;
+      opt.write_stall_ms = 0;
+    }
     for (const base::PrivateKey& k : peer_keys) opt.peers.push_back({k.public_key().bytes(), ""});
     t_ = std::make_unique<GrpcTransport>(key_, opt);
     EgressValveOptions vo;
@@ -434,6 +445,56 @@ TEST_F(GrpcTransportTest, ReconnectsAfterAPeerRestarts) {
   const std::vector<std::string> ev = n('a').events();
   EXPECT_THAT(ev, ::testing::Contains(b + " down"));
   EXPECT_EQ(std::count(ev.begin(), ev.end(), b + " up"), 2);
+}
+
+// A peer whose reader stops (its handler holds it, as a wedged node or a link that delivers
+// nothing would) stops answering pings: the dialing side closes the link as stalled and dials
+// again on a new channel (a new TCP connection), which carries messages once the peer reads
+// again. Without the check the link stays up and silent.
+TEST(GrpcTransportStallTest, ALinkWhosePeerStopsAnsweringIsClosedAndReplaced) {
+  const base::PrivateKey ka = KeyFromByte('a'), kb = KeyFromByte('b');
+  // The lower node id dials: give it the check and hold the other's reader.
+  const bool a_dials =
+      NodeIdFromPublicKey(ka.public_key().bytes()) < NodeIdFromPublicKey(kb.public_key().bytes());
+  Node a('a', {kb}, "127.0.0.1:0", /*stall_checks=*/a_dials);
+  Node b('b', {ka}, "127.0.0.1:0", /*stall_checks=*/!a_dials);
+  Node& dialer = a_dials ? a : b;
+  Node& held = a_dials ? b : a;
+  struct Unhold {
+    Node& n;
+    ~Unhold() { n.Hold(false); }  // else its stop would wait for its held reader
+  } unhold{held};
+  ASSERT_TRUE(a.Start().ok());
+  ASSERT_TRUE(b.Start().ok());
+  a.t().SetPeerAddress(b.id(), b.address());
+  b.t().SetPeerAddress(a.id(), a.address());
+  ASSERT_TRUE(Eventually([&] { return a.Connected(b.id()) && b.Connected(a.id()); }));
+  // Pings answered: both ends know their peer answers.
+  ASSERT_TRUE(Eventually(
+      [&] { return a.t().Stats().pongs_received >= 2 && b.t().Stats().pongs_received >= 2; }));
+  EXPECT_EQ(dialer.t().Stats().links_stalled, 0u);
+  EXPECT_EQ(dialer.t().Stats().channels_opened, 1u);
+
+  held.Hold(true);
+  ASSERT_TRUE(dialer.v().Send(held.id(), 1, node::p2p::CONSENSUS, "held").ok());
+  ASSERT_TRUE(Eventually([&] { return dialer.t().Stats().links_stalled >= 1; }));
+  ASSERT_TRUE(Eventually([&] {
+    const std::vector<std::string> ev = dialer.events();
+    return std::count(ev.begin(), ev.end(), held.id() + " down") >= 1;
+  }));
+
+  held.Hold(false);
+  ASSERT_TRUE(Eventually([&] { return a.Connected(b.id()) && b.Connected(a.id()); }));
+  ASSERT_TRUE(Eventually([&] {
+    (void)dialer.v().Send(held.id(), 1, node::p2p::CONSENSUS, "after");
+    for (const Received& r : held.got()) {
+      if (r.payload == "after") return true;
+    }
+    return false;
+  }));
+  EXPECT_EQ(dialer.t().Stats().channels_opened, 2u);  // the redial did not reuse the channel
+  a.Stop();
+  b.Stop();
 }
 
 }  // namespace
