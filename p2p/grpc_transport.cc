@@ -160,7 +160,7 @@ GrpcTransport::GrpcTransport(base::PrivateKey key, GrpcTransportOptions options,
   absl::MutexLock l(&mu_);
   for (const PeerSpec& spec : options_.peers) {
     const NodeId id = NodeIdFromPublicKey(spec.public_key);
-    if (id != self_) peers_[id] = Peer{spec.public_key, spec.address, nullptr};
+    if (id != self_) peers_[id] = Peer{spec.public_key, spec.address, nullptr, {}};
   }
 }
 
@@ -345,6 +345,11 @@ void GrpcTransport::CheckLinks(const std::vector<std::shared_ptr<PeerConnection>
     const std::string why = conn->StallReason(now, limits);
     if (why.empty()) continue;
     counters_->links_stalled.fetch_add(1, std::memory_order_relaxed);
+    {
+      absl::MutexLock l(&mu_);
+      auto it = peers_.find(conn->peer());
+      if (it != peers_.end()) ++it->second.ended.stalls;
+    }
     LOG(WARNING) << "p2p " << self_ << ": link to peer " << conn->peer() << " stalled: " << why
                  << "; closing it for a new connection";
     conn->MarkStalled();
@@ -368,7 +373,9 @@ void GrpcTransport::Register(const std::shared_ptr<PeerConnection>& conn) {
     }
     Peer& p = peers_[conn->peer()];
     old = std::move(p.conn);
+    if (old) FoldEnded(p, *old);
     p.conn = conn;
+    ++p.ended.connections;
   }
   if (old) {
     old->Close();
@@ -384,10 +391,38 @@ void GrpcTransport::Unregister(const std::shared_ptr<PeerConnection>& conn) {
     absl::MutexLock l(&mu_);
     auto it = peers_.find(conn->peer());
     if (it == peers_.end() || it->second.conn != conn) return;  // replaced: no event
+    FoldEnded(it->second, *conn);
     it->second.conn.reset();
   }
   LOG(INFO) << "p2p " << self_ << ": peer " << conn->peer() << " down";
   if (on_peer_event_) on_peer_event_(conn->peer(), PeerEvent::kDown);
+}
+
+void GrpcTransport::FoldEnded(Peer& p, const PeerConnection& conn) {
+  p.ended.bytes_sent += conn.bytes_written();
+  p.ended.bytes_received += conn.bytes_read();
+  if (const int64_t rtt = conn.last_rtt_ns(); rtt >= 0) p.ended.rtt_ns = rtt;
+}
+
+std::map<NodeId, PeerLinkStats> GrpcTransport::PeerLinks() const {
+  std::map<NodeId, PeerLinkStats> out;
+  std::vector<std::shared_ptr<PeerConnection>> live;
+  {
+    absl::ReaderMutexLock l(&mu_);
+    for (const auto& [id, peer] : peers_) {
+      out[id] = peer.ended;
+      if (peer.conn) live.push_back(peer.conn);
+    }
+  }
+  // Outside mu_, as in the watchdog: a connection's lock is never taken under mu_ here.
+  for (const std::shared_ptr<PeerConnection>& c : live) {
+    PeerLinkStats& s = out[c->peer()];
+    s.connected = true;
+    s.bytes_sent += c->bytes_written();
+    s.bytes_received += c->bytes_read();
+    if (const int64_t rtt = c->last_rtt_ns(); rtt >= 0) s.rtt_ns = rtt;
+  }
+  return out;
 }
 
 void GrpcTransport::WatchPressure(PeerConnection& conn) {
@@ -441,6 +476,7 @@ bool GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn,
     for (node::p2p::Frame& f : *msg.mutable_frames()->mutable_frames()) {
       counters_->frames_received.fetch_add(1, std::memory_order_relaxed);
       counters_->bytes_received.fetch_add(f.payload().size(), std::memory_order_relaxed);
+      conn->CountRead(f.payload().size());
       absl::StatusOr<std::optional<Reassembler::Message>> m =
           conn->reassembler().Add(f.header(), std::move(*f.mutable_payload()));
       if (!m.ok()) {

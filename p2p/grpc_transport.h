@@ -131,6 +131,16 @@ struct TransportStats {
   uint64_t channels_opened = 0;  // gRPC channels the dialers made (a new one: a new TCP connection)
 };
 
+// One peer's link over the transport's life (every connection to it), for ListPeers.
+struct PeerLinkStats {
+  bool connected = false;
+  uint64_t bytes_sent = 0;      // frame payload bytes written to it
+  uint64_t bytes_received = 0;  // frame payload bytes read from it
+  uint64_t connections = 0;     // authenticated streams (the first one included)
+  uint64_t stalls = 0;          // links to it closed as stalled
+  int64_t rtt_ns = -1;          // the last link ping's round trip (-1: none answered yet)
+};
+
 class GrpcTransport final : public Network, public FrameWriter {
  public:
   GrpcTransport(base::PrivateKey key, GrpcTransportOptions options,
@@ -151,6 +161,7 @@ class GrpcTransport final : public Network, public FrameWriter {
   void SetPeerAddress(const NodeId& peer, const std::string& address);
 
   TransportStats Stats() const;
+  std::map<NodeId, PeerLinkStats> PeerLinks() const;
 
   // Network.
   const NodeId& self() const override { return self_; }
@@ -176,7 +187,10 @@ class GrpcTransport final : public Network, public FrameWriter {
     std::string public_key;
     std::string address;
     std::shared_ptr<PeerConnection> conn;  // the authenticated connection, if any
+    PeerLinkStats ended;  // the connections that ended: bytes, connections, stalls, last rtt
   };
+  // Adds a connection that ended (or was replaced) to its peer's totals. REQUIRES: mu_.
+  void FoldEnded(Peer& p, const PeerConnection& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct Counters;
 
   // Runs an authenticated connection until it ends; called on the reader thread. Waits at most

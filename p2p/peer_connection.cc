@@ -218,6 +218,7 @@ void PeerConnection::WriterLoop() {
       return;
     }
     writes_->fetch_add(1, std::memory_order_relaxed);
+    bytes_written_.fetch_add(batch_bytes, std::memory_order_relaxed);
     // A write blocks while the peer's HTTP/2 window or the TCP send buffer is full: everything
     // queued behind it, votes included, waits. Worth a line when it lasts (docs/RELIABILITY.md:
     // a link left stuck for tens of seconds after heavy loss).

@@ -114,6 +114,10 @@ class PeerConnection {
   bool stalled() const;
   // The last ping's round trip, or -1 before any was answered.
   int64_t last_rtt_ns() const;
+  // Payload bytes of frames written to the stream / counted by the reader with CountRead.
+  uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
+  uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
+  void CountRead(size_t bytes) { bytes_read_.fetch_add(bytes, std::memory_order_relaxed); }
 
  private:
   void WriterLoop();
@@ -131,6 +135,8 @@ class PeerConnection {
   // The write in progress: its start on clock_ (0: none) and bytes. Written by the writer only.
   std::atomic<int64_t> write_started_ns_{0};
   std::atomic<size_t> write_bytes_{0};
+  std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> bytes_read_{0};
 
   mutable absl::Mutex mu_;
   std::deque<EgressFrame> out_ ABSL_GUARDED_BY(mu_);

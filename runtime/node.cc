@@ -498,11 +498,21 @@ node::admin::ListPeersResponse Node::Peers() const {
         peer.address();
   }
   std::vector<p2p::NodeId> connected = network_->connected_peers();
+  std::map<p2p::NodeId, p2p::PeerLinkStats> links;
+  if (transport_ != nullptr) links = transport_->PeerLinks();
   for (const p2p::NodeId& id : network_->peers()) {
     auto* info = out.add_peers();
     info->set_node_id(id);
     info->set_address(address[id]);
     info->set_connected(std::find(connected.begin(), connected.end(), id) != connected.end());
+    if (auto it = links.find(id); it != links.end()) {
+      const p2p::PeerLinkStats& l = it->second;
+      info->set_bytes_sent(l.bytes_sent);
+      info->set_bytes_received(l.bytes_received);
+      info->set_reconnects(l.connections > 0 ? l.connections - 1 : 0);
+      info->set_link_stalls(l.stalls);
+      if (l.rtt_ns >= 0) info->set_rtt_ms(static_cast<double>(l.rtt_ns) / 1e6);
+    }
     if (refusals_ != nullptr) {
       node::admin::PeerRefusals* r = info->mutable_refused();
       r->set_unknown_partition(refusals_->count(id, PeerRefusals::kUnknownPartition));

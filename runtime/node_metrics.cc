@@ -406,6 +406,13 @@ void AddEgress(const node::admin::EgressStats& e, Families* f) {
 
 void AddPeers(const node::admin::ListPeersResponse& peers, Families* f) {
   for (const node::admin::PeerInfo& p : peers.peers()) {
+    f->Counter("noded_peer_link_stalls_total",
+               "Links to the peer closed as stalled (an unanswered ping or a blocked write).",
+               {{"peer", p.node_id()}}, static_cast<double>(p.link_stalls()));
+    f->Gauge("noded_peer_rtt_seconds",
+             "The last link ping's round trip to the peer, behind what the link held (0: none "
+             "answered yet).",
+             {{"peer", p.node_id()}}, p.rtt_ms() / 1e3);
     const node::admin::PeerRefusals& r = p.refused();
     for (const auto& [reason, n] :
          {std::pair{"unknown_partition", r.unknown_partition()},

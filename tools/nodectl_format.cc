@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -217,7 +218,8 @@ void PrintPartitions(const node::admin::ListPartitionsResponse& resp, std::ostre
 }
 
 void PrintPeers(const node::admin::ListPeersResponse& resp, std::ostream& out) {
-  Table t({"ADDRESS", "CONNECTED", "SENT>", "RECEIVED>", "RECONNECTS>", "REFUSED>", "NODE_ID"});
+  Table t({"ADDRESS", "CONNECTED", "SENT>", "RECEIVED>", "RECONNECTS>", "STALLS>", "RTT>",
+           "REFUSED>", "NODE_ID"});
   // What a misbehaving peer sent, by reason (the metric noded_peer_messages_refused_total),
   // printed under the table.
   std::string offenders;
@@ -237,8 +239,10 @@ void PrintPeers(const node::admin::ListPeersResponse& resp, std::ostream& out) {
     if (!reasons.empty())
       absl::StrAppend(&offenders, "\nrefused from ", p.node_id(), ": ", reasons, "\n");
     t.AddRow({p.address(), YesNo(p.connected()), FormatBytes(p.bytes_sent()),
-              FormatBytes(p.bytes_received()), absl::StrCat(p.reconnects()), absl::StrCat(refused),
-              p.node_id()});
+              FormatBytes(p.bytes_received()), absl::StrCat(p.reconnects()),
+              absl::StrCat(p.link_stalls()),
+              p.rtt_ms() > 0 ? absl::StrFormat("%.1f ms", p.rtt_ms()) : std::string("-"),
+              absl::StrCat(refused), p.node_id()});
   }
   t.Print(out);
   out << offenders;

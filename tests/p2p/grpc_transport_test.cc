@@ -493,6 +493,14 @@ TEST(GrpcTransportStallTest, ALinkWhosePeerStopsAnsweringIsClosedAndReplaced) {
     return false;
   }));
   EXPECT_EQ(dialer.t().Stats().channels_opened, 2u);  // the redial did not reuse the channel
+  // What ListPeers shows for the link: two connections, one stall, a round trip, the bytes.
+  const PeerLinkStats link = dialer.t().PeerLinks().at(held.id());
+  EXPECT_TRUE(link.connected);
+  EXPECT_EQ(link.connections, 2u);
+  EXPECT_EQ(link.stalls, 1u);
+  EXPECT_GE(link.rtt_ns, 0);
+  EXPECT_GE(link.bytes_sent, std::string("held").size() + std::string("after").size());
+  EXPECT_GE(held.t().PeerLinks().at(dialer.id()).bytes_received, link.bytes_sent - 0);
   a.Stop();
   b.Stop();
 }

@@ -201,10 +201,15 @@ TEST(NodeMetricsTest, RefusalsPerPeerAndReason) {
   a->mutable_refused()->set_bad_signature(7);
   a->mutable_refused()->set_unknown_partition(2);
   a->mutable_refused()->set_bad_frame(3);
+  a->set_link_stalls(4);
+  a->set_rtt_ms(2.5);
   peers.add_peers()->set_node_id("bb");
   const std::string text = prometheus::TextSerializer().Serialize(
       NodeMetricFamilies(node::admin::NodeStatus(), node::admin::FlowStats(), peers));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_peer_messages_refused_total counter"));
+  EXPECT_THAT(text, HasSubstr("noded_peer_link_stalls_total{peer=\"aa\"} 4"));
+  EXPECT_THAT(text, HasSubstr("noded_peer_rtt_seconds{peer=\"aa\"} 0.0025"));
+  EXPECT_THAT(text, HasSubstr("noded_peer_link_stalls_total{peer=\"bb\"} 0"));
   EXPECT_THAT(text,
               HasSubstr("noded_peer_messages_refused_total{peer=\"aa\",reason=\"bad_frame\"} 3"));
   EXPECT_THAT(

@@ -285,6 +285,8 @@ TEST_F(NodectlTest, PartitionsAndPeersTables) {
       bytes_sent: 2048
       bytes_received: 100
       reconnects: 1
+      link_stalls: 2
+      rtt_ms: 0.25
     }
     peers {
       node_id: "ee11"
@@ -293,9 +295,12 @@ TEST_F(NodectlTest, PartitionsAndPeersTables) {
     })pb"));
   ASSERT_EQ(Run({"peers"}), kExitOk) << err();
   EXPECT_EQ(out(),
-            "ADDRESS          CONNECTED     SENT  RECEIVED  RECONNECTS  REFUSED  NODE_ID\n"
-            "127.0.0.1:26657  yes        2.0 KiB     100 B           1        0  ff00\n"
-            "127.0.0.1:26667  no             0 B       0 B           0       43  ee11\n"
+            "ADDRESS          CONNECTED     SENT  RECEIVED  RECONNECTS  STALLS     RTT  REFUSED  "
+            "NODE_ID\n"
+            "127.0.0.1:26657  yes        2.0 KiB     100 B           1       2  0.2 ms        0  "
+            "ff00\n"
+            "127.0.0.1:26667  no             0 B       0 B           0       0       -       43  "
+            "ee11\n"
             "\nrefused from ee11: unknown_partition=2, bad_signature=40, bad_frame=1\n");
 }
 
