@@ -1,5 +1,7 @@
 #include "partitions/batch_policy.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace partitions {
@@ -18,7 +20,8 @@ absl::Status BatchPolicy::Validate(const Options& options) {
 
 BatchPolicy::Decision BatchPolicy::Decide(int64_t now_nanos, uint64_t ready_txs,
                                           uint64_t ready_bytes, int64_t oldest_ready_nanos,
-                                          bool can_propose, uint64_t in_flight) const {
+                                          bool can_propose, uint64_t in_flight,
+                                          int64_t partial_not_before_nanos) const {
   Decision d;
   // Nothing to cut, or the replica would not take it: the replica's next event (an executed
   // batch, a new view) or the pool's next arrival asks again.
@@ -30,7 +33,8 @@ BatchPolicy::Decision BatchPolicy::Decide(int64_t now_nanos, uint64_t ready_txs,
   // Partial: it waits for company, and for the proposals in flight to execute (the commit asks
   // again).
   if (options_.max_partial_in_flight > 0 && in_flight >= options_.max_partial_in_flight) return d;
-  const int64_t deadline = oldest_ready_nanos + options_.max_delay_nanos;
+  const int64_t deadline =
+      std::max(oldest_ready_nanos + options_.max_delay_nanos, partial_not_before_nanos);
   if (now_nanos >= deadline) {
     d.cut = true;
   } else {

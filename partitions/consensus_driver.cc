@@ -595,10 +595,18 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     *wake = std::min(*wake, empty_cut_until_);
     return;
   }
+  // Every replica asks (a backup's pool holds the forwarded txs too), so each node counts the
+  // partitions with work alike; only a primary's answer is used. At most a quarter of the request
+  // timeout: backups re-forward after half of it and change view after all of it.
+  const int64_t interval =
+      deps_.partial_batch_interval
+          ? deps_.partial_batch_interval(now, replica_->config().request_timeout_ms * 250'000)
+          : 0;
   for (int round = 0; round < kMaxCutsPerTick && !halted_; ++round) {
-    BatchPolicy::Decision d =
-        deps_.batch_policy->Decide(now, ready.txs, ready.bytes, ready_since_,
-                                   replica_->CanPropose(), replica_->own_proposals_in_flight());
+    const int64_t not_before = last_cut_nanos_ > 0 ? last_cut_nanos_ + interval : 0;
+    BatchPolicy::Decision d = deps_.batch_policy->Decide(
+        now, ready.txs, ready.bytes, ready_since_, replica_->CanPropose(),
+        replica_->own_proposals_in_flight(), not_before);
     if (!d.cut) {
       if (d.wake_at_nanos) *wake = std::min(*wake, *d.wake_at_nanos);
       return;
@@ -616,6 +624,7 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     for (const auto& tx : batch) hashes.push_back(tx->hash);
     proposal_bodies_ = deps_.forwarder->TakeBodies(batch);
     StepLocked(PbftBatchReady{std::move(hashes)});
+    last_cut_nanos_ = now;
     if (proposal_bodies_) {  // no pre-prepare came of it: forward them instead
       deps_.forwarder->ReturnBodies(*std::move(proposal_bodies_));
       proposal_bodies_.reset();

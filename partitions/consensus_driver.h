@@ -89,6 +89,11 @@ class ConsensusDriver {
     // Reading state for peers' snapshot requests (SnapshotServer::Options).
     double snapshot_serve_bytes_per_second = 64 << 20;
     BatchPolicy* batch_policy = nullptr;
+    // The node's block budget (flowctl/block_budget.h): called with the time whenever the pool
+    // holds ready txs (which marks the partition active) and the most it may answer (a quarter
+    // of the request timeout), returns the least time between two of this primary's partial
+    // batches (BatchPolicy's partial_not_before). May be empty: none.
+    std::function<int64_t(int64_t now, int64_t max_nanos)> partial_batch_interval;
     base::TxLimits tx_limits;
     // Called under the driver's lock right after a block committed (before its event is
     // published), and on ticks at least 100 ms apart: for bookkeeping that must see commits and
@@ -214,6 +219,7 @@ class ConsensusDriver {
   std::vector<absl::AnyInvocable<void()>> deferred_ ABSL_GUARDED_BY(mu_);
   std::vector<CommitEvent> committed_ ABSL_GUARDED_BY(mu_);  // published once mu_ is released
   int64_t ready_since_ ABSL_GUARDED_BY(mu_) = 0;             // 0 = nothing ready
+  int64_t last_cut_nanos_ ABSL_GUARDED_BY(mu_) = 0;          // this primary's last batch cut
   int64_t empty_cut_until_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t reported_pending_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_expire_ ABSL_GUARDED_BY(mu_) = 0;

@@ -17,6 +17,7 @@
 #include "google/protobuf/stubs/common.h"  // IsStructurallyValidUTF8
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "runtime/config_validation.h"
 #include "runtime/tls.h"
 
 namespace runtime {
@@ -243,6 +244,9 @@ void ApplyDefaults(NodeConfig* config) {
     r.set_tx_forward_floor_bytes_per_second(64 * kKiB);
   }
   if (r.arbiter_tick_ms() == 0) r.set_arbiter_tick_ms(100);
+  if (!r.has_consensus_blocks_per_second()) {
+    r.set_consensus_blocks_per_second(kDefaultConsensusBlocksPerSecond);
+  }
   flowctl::ApplyMemoryPressureDefaults(r.mutable_memory_pressure());
   auto& na = *r.mutable_node_admission();
   if (!na.has_enabled()) na.set_enabled(false);

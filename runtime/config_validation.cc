@@ -338,6 +338,8 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
     check.Fail("arbiter_tick_ms",
                absl::StrCat("must be in [10, 10000], got ", r.arbiter_tick_ms()));
   }
+  check.AtMost<uint32_t>("consensus_blocks_per_second", r.consensus_blocks_per_second(),
+                         kMaxConsensusBlocksPerSecond);
   const node::config::MemoryPressureConfig& m = r.memory_pressure();
   auto in = [&](const char* field, double v, double lo, bool lo_open, double hi, bool hi_open) {
     if (!std::isfinite(v) || (lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {

@@ -39,6 +39,11 @@ namespace runtime {
 
 // resources.cpu_workers (and UpdateArbiter's cpu_workers) is in [1, kMaxCpuWorkers].
 inline constexpr uint32_t kMaxCpuWorkers = 1024;
+// resources.consensus_blocks_per_second: the default (ApplyDefaults) and the most accepted
+// (config and UpdateArbiter). 64 a second is about 7% of a core per node in per-block work on the
+// benchmark machine (docs/BENCHMARKS.md, "Partition scale").
+inline constexpr uint32_t kDefaultConsensusBlocksPerSecond = 64;
+inline constexpr uint32_t kMaxConsensusBlocksPerSecond = 100'000;
 
 // One problem found in a config: the field's path and what is wrong with it.
 struct ConfigProblem {

@@ -98,7 +98,8 @@ Node::Node(NodeConfig config, NodeOptions options, base::PrivateKey key)
     : config_(std::move(config)),
       options_(options),
       key_(std::move(key)),
-      id_(p2p::NodeIdFromPublicKey(key_.public_key().bytes())) {}
+      id_(p2p::NodeIdFromPublicKey(key_.public_key().bytes())),
+      block_budget_(config_.resources().consensus_blocks_per_second()) {}
 
 Node::~Node() { Stop(absl::ZeroDuration()); }
 
@@ -409,6 +410,8 @@ node::admin::NodeStatus Node::Status() const {
     for (const PartitionEntry& e : entries_) *s.add_partitions() = StatusOfLocked(e);
   }
   s.set_cpu_workers(static_cast<uint32_t>(cpu_workers()));
+  s.set_consensus_blocks_per_second(block_budget_.blocks_per_second());
+  s.set_partitions_with_work(block_budget_.ActivePartitions(options_.clock->NowNanos()));
   *s.mutable_memory() = MemoryPressureStatus();
   *s.mutable_admission() = NodeAdmissionStatus();
   return s;
@@ -605,9 +608,11 @@ absl::StatusOr<node::admin::EgressStats> Node::UpdateEgress(
 
 absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     const node::admin::UpdateArbiterRequest& request) {
-  if (request.entries().empty() && request.cpu_workers() == 0) {
+  if (request.entries().empty() && request.cpu_workers() == 0 &&
+      !request.has_consensus_blocks_per_second()) {
     return absl::InvalidArgumentError(
-        "entries: give at least one partition (or cpu_workers to change only the worker count)");
+        "entries: give at least one partition (or cpu_workers or consensus_blocks_per_second to "
+        "change only those)");
   }
   // The guarantee sum is checked against the partitions as they are: no create or start may
   // change them meanwhile. One in progress may take seconds (a drain): refuse rather than wait.
@@ -652,8 +657,18 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     problems.push_back({"cpu_workers", absl::StrCat("must be in [1, ", kMaxCpuWorkers, "], got ",
                                                     request.cpu_workers())});
   }
+  if (request.consensus_blocks_per_second() > kMaxConsensusBlocksPerSecond) {
+    problems.push_back({"consensus_blocks_per_second",
+                        absl::StrCat("must be in [0, ", kMaxConsensusBlocksPerSecond, "], got ",
+                                     request.consensus_blocks_per_second())});
+  }
   RETURN_IF_ERROR(ProblemsToStatus(problems));
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
+  if (request.has_consensus_blocks_per_second()) {
+    LOG(INFO) << "block budget: " << block_budget_.blocks_per_second() << " -> "
+              << request.consensus_blocks_per_second() << " blocks/s";
+    block_budget_.SetBlocksPerSecond(request.consensus_blocks_per_second());
+  }
   if (request.cpu_workers() > 0) {
     // The arbiter reads the pool's size at every tick: the tick UpdateShares runs below divides
     // the new capacity.
@@ -765,6 +780,7 @@ absl::StatusOr<std::shared_ptr<Partition>> Node::OpenPartition(
   env.refusals = refusals_.get();
   env.fixed_retry_after = config_.resources().fixed_retry_after();
   env.memory_pressure = memory_pressure_.get();
+  env.block_budget = &block_budget_;
   env.test_equivocate = pc.name() == options_.test_equivocate_partition;
   if (env.test_equivocate) {
     LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()

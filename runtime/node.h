@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "base/ed25519.h"
 #include "flowctl/arbiter_service.h"
+#include "flowctl/block_budget.h"
 #include "flowctl/clock.h"
 #include "flowctl/egress_accounting.h"
 #include "flowctl/memory_pressure.h"
@@ -135,6 +136,8 @@ class Node {
   // `partition` empty = all.
   // The worker pool's threads now (after Start; before it, the configured count).
   int cpu_workers() const;
+  // The block budget now (resources.consensus_blocks_per_second or UpdateArbiter's; 0 = none).
+  uint32_t consensus_blocks_per_second() const { return block_budget_.blocks_per_second(); }
   absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
   // resources.memory_pressure at work (also in Status()).
   node::admin::MemoryPressureStatus MemoryPressureStatus() const;
@@ -225,6 +228,8 @@ class Node {
   std::string admin_token_;
 
   std::unique_ptr<flowctl::WorkerPool> pool_;
+  // resources.consensus_blocks_per_second, divided among the partitions with work (live).
+  flowctl::BlockBudget block_budget_;
   // resources.memory_pressure; sampled at every arbiter tick (null when disabled).
   std::unique_ptr<flowctl::MemoryPressure> memory_pressure_;
   // resources.node_admission (null when off): updated after every arbiter tick (AdmissionTick),

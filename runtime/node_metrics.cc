@@ -367,6 +367,10 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Counter("noded_partition_consensus_redundant_votes_total",
              "Prepares and commits dropped unverified: their quorum was already complete.", l,
              static_cast<double>(p.consensus_redundant_votes()));
+  f->Gauge("noded_partition_block_interval_seconds",
+           "Least time between two of this node's partial batches, from the node's block budget "
+           "(0 = none).",
+           l, p.block_interval_ms() / 1e3);
   f->Gauge("noded_partition_tracked_txs", "Txs tracked between admission and commit.", l,
            static_cast<double>(p.tracked_txs()));
   f->Counter("noded_partition_tracker_evicted_total",
@@ -460,6 +464,12 @@ std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& stat
           static_cast<double>(status.peers_connected()));
   f.Gauge("noded_peers_configured", "Peers in the config.", {},
           static_cast<double>(status.peers_configured()));
+  f.Gauge("noded_block_budget_blocks_per_second",
+          "The node's budget of consensus instances per second, all partitions (0 = none).", {},
+          static_cast<double>(status.consensus_blocks_per_second()));
+  f.Gauge("noded_block_budget_partitions_with_work",
+          "Partitions the block budget is divided among now (transactions waiting within 1 s).", {},
+          static_cast<double>(status.partitions_with_work()));
   for (const node::admin::PartitionStatus& p : status.partitions()) AddPartitionStatus(p, &f);
   if (status.memory().enabled()) AddMemoryPressure(status.memory(), &f);
   if (status.admission().enabled()) AddNodeAdmission(status.admission(), &f);

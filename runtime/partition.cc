@@ -285,6 +285,12 @@ absl::Status Partition::Impl::Open() {
   dd.executor = chain_.executor.get();
   dd.snapshot_serve_bytes_per_second = static_cast<double>(cc.snapshot_serve_bytes_per_second());
   dd.batch_policy = batch_policy_.get();
+  if (env_.block_budget != nullptr) {
+    dd.partial_batch_interval = [budget = env_.block_budget, id = id_](int64_t now,
+                                                                       int64_t max_nanos) {
+      return budget->PartialBatchIntervalNanos(id, now, max_nanos);
+    };
+  }
   dd.tx_limits = tx_limits_;
   // Stages that follow requests (adaptive admission) hear of commits in the critical section
   // that removed the txs from the pool, and tick under the same lock, so a sweep never takes a
@@ -372,6 +378,10 @@ absl::Status Partition::Impl::Open() {
 
 absl::Status Partition::Impl::Start() {
   if (started_.exchange(true)) return absl::FailedPreconditionError("partition already started");
+  if (env_.block_budget != nullptr) {
+    absl::MutexLock lock(&config_mu_);
+    env_.block_budget->SetWeight(id_, config_.share().weight());
+  }
   driver_->Start();
   ticking_.store(true);
   RequestTick();
@@ -396,6 +406,7 @@ void Partition::Impl::Stop(absl::Duration drain) {
     if (!s.ok()) LOG(WARNING) << "partition " << name_ << ": drain: " << s;
   }
   env_.scheduler->Unregister(tick_id_);  // no more ticks offered
+  if (env_.block_budget != nullptr) env_.block_budget->Remove(id_);
   if (dispatcher_) dispatcher_->Stop();  // discards the rest; ClientJob answers UNAVAILABLE
   forwarder_->Flush(/*release_all=*/true);
   waiters_.CancelAll(absl::UnavailableError(

@@ -48,6 +48,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/ed25519.h"
+#include "flowctl/block_budget.h"
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
@@ -93,6 +94,10 @@ struct PartitionEnv {
   // The node's memory pressure (flowctl/memory_pressure.h); null: none. Under it, client writes
   // are refused (rejected_by kMemoryPressureStage) and forwarded txs dropped on arrival.
   flowctl::MemoryPressure* memory_pressure = nullptr;
+  // The node's block budget (flowctl/block_budget.h): spaces this partition's partial batches
+  // while other partitions have work too. Registered at Start with the share weight, removed
+  // at Stop. Null: no spacing.
+  flowctl::BlockBudget* block_budget = nullptr;
   // ResourceConfig.fixed_retry_after: refusals carry the fixed retry-after hints (100 ms pool,
   // 50 ms lane), not the ones computed from the measured commit and service rates.
   bool fixed_retry_after = false;

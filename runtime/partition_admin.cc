@@ -126,6 +126,9 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   out.set_peer_refused_bad_tx(driver.dropped_bad_tx);
   out.set_consensus_verifications(crypto_->verifications());
   out.set_consensus_redundant_votes(driver.redundant_votes);
+  if (env_.block_budget != nullptr) {
+    out.set_block_interval_ms(static_cast<double>(env_.block_budget->LastIntervalNanos(id_)) / 1e6);
+  }
   const CommitStreamStats streams = commit_streams_->stats();
   out.set_commit_watchers(streams.watchers);
   out.set_commit_watchers_cut_slow(streams.cut_slow);
@@ -439,6 +442,9 @@ void Partition::SetShareConfig(const node::config::ShareConfig& share) {
   absl::MutexLock update(&impl_->update_mu_);  // not overwritten by an UpdateFlow in progress
   absl::MutexLock lock(&impl_->config_mu_);
   *impl_->config_.mutable_share() = share;
+  if (impl_->env_.block_budget != nullptr && impl_->started_.load() && !impl_->stopping_.load()) {
+    impl_->env_.block_budget->SetWeight(id_, share.weight());
+  }
 }
 
 void Partition::Pause() {

@@ -18,7 +18,8 @@ rate stage at C/4 per node), GOODPUT_RATE (per-node rate), GOODPUT_ADAPTIVE (the
 config body), GOODPUT_ROUNDS (held-saturation / 10x pairs, default 2), GOODPUT_SKIP_OFF=1 (skip
 the limits-off run); rejection: REJECTION_RATE (offered tx/s, all refused; default 3000); scale: SCALE_RATE (total offered tx/s,
 default 800), SCALE_COUNTS (partition counts, default 1,4,16), SCALE_SECONDS (default 30),
-SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it); cpu: CPU_RATE
+SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it), SCALE_COMMITS (poll or
+watch), SCALE_EXTRA (a config fragment for every node); cpu: CPU_EXTRA (likewise), CPU_RATE
 (default 800), CPU_SAT_RATE (default 2500); state: STATE_KEYS (keys loaded, default 1000000),
 STATE_REPS (rounds of all eight cases, interleaved; medians reported; default 3: about 15 minutes,
 no cluster); retry: RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS (default 30),
@@ -635,9 +636,12 @@ def scale():
     # How loadgen finds commits: "poll" (GetChainStatus on every node and GetBlock, per partition
     # every 100 ms) or "watch" (WatchCommits streams).
     commits = os.environ.get("SCALE_COMMITS", "poll")
+    # A --config-extra fragment for every node, e.g. "resources { consensus_blocks_per_second: 0 }"
+    # (no block budget) for a before/after in one sitting.
+    extra = os.environ.get("SCALE_EXTRA", "")
     rows = {}
     for n in counts:
-        with Cluster("scale%d" % n, "", partitions=n) as c:
+        with Cluster("scale%d" % n, extra, partitions=n) as c:
             names = ["hot", "steady"] if n == 2 else ["p%d" % i for i in range(1, n + 1)]
             each = rate / n
             scen = ";".join("%s:rate=%g" % (nm, each) for nm in names)
@@ -720,7 +724,7 @@ def cpu():
     sat = int(os.environ.get("CPU_SAT_RATE", "2500"))
     for label, offer in (("at %d tx/s" % rate, rate), ("saturated (%d tx/s offered)" % sat, sat)):
         floor = openssl_verify_us()
-        with Cluster("cpu", "", partitions=1) as c:
+        with Cluster("cpu", os.environ.get("CPU_EXTRA", ""), partitions=1) as c:
             t0, c0 = time.monotonic(), c.cpu_seconds()
             p, s = c.loadgen("cpu_%d" % offer, "p1:rate=%d" % offer, 25, drain=10,
                              presign=offer * 26)

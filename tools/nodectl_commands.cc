@@ -107,6 +107,9 @@ int RunUpdateArbiter(Context& ctx, const ParsedFlags& f) {
       &AdminService::Stub::UpdateArbiter, *req, [&](const node::admin::UpdateArbiterResponse& r) {
         ctx.out() << "updated";
         if (req->cpu_workers() > 0) ctx.out() << "; worker threads: " << r.cpu_workers();
+        if (req->has_consensus_blocks_per_second()) {
+          ctx.out() << "; block budget: " << r.consensus_blocks_per_second() << " blocks/s";
+        }
         ctx.out() << "\n";
         PrintShares(r.effective(), ctx.out());
       });
@@ -280,9 +283,9 @@ const std::vector<Command>& Commands() {
        .run = RunUpdateEgress},
       {.name = "update-arbiter",
        .synopsis = "[--partition P --weight W [--guarantee F] [--ceiling F [--hard]] ...] "
-                   "[--cpu-workers N]",
-       .summary = "Change partitions' arbiter weights, guarantees and ceilings, and the worker "
-                  "count, live.",
+                   "[--cpu-workers N] [--blocks-per-second N]",
+       .summary = "Change partitions' arbiter weights, guarantees and ceilings, the worker "
+                  "count and the block budget, live.",
        .details =
            "Each --partition starts an entry; the --weight/--guarantee/--ceiling after it apply\n"
            "to it. A left-out --guarantee is sent as 0 (none), --ceiling as 0 (whole capacity).\n"
@@ -290,13 +293,16 @@ const std::vector<Command>& Commands() {
            "while the rest of the node is idle; needs --ceiling below 1); a left-out --hard is\n"
            "sent as false (the whole share is replaced).\n"
            "--cpu-workers resizes the worker pool (the CPU the arbiter divides), with or without\n"
-           "entries.\n",
+           "entries.\n"
+           "--blocks-per-second sets the node's block budget (consensus instances per second,\n"
+           "divided among the partitions with work; 0 = none), with or without entries.\n",
        .flags = {{"partition", "P", "partition (by name); starts an entry", true},
                  {"weight", "W", "relative weight, > 0; required per entry", true},
                  {"guarantee", "F", "guaranteed fraction of each resource, 0..1", true},
                  {"ceiling", "F", "fraction never exceeded, (0, 1]", true},
                  {"hard", "", "the ceiling is a hard CPU and egress limit", true},
-                 {"cpu-workers", "N", "worker-pool threads, 1..1024"}},
+                 {"cpu-workers", "N", "worker-pool threads, 1..1024"},
+                 {"blocks-per-second", "N", "the node's block budget, 0..100000 (0 = none)"}},
        .run = RunUpdateArbiter},
       {.name = "pause",
        .synopsis = "PARTITION",

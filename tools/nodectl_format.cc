@@ -154,6 +154,11 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
       << "version  " << s.version() << "\n"
       << "uptime   " << FormatDuration(s.uptime_seconds()) << "\n"
       << "peers    " << s.peers_connected() << "/" << s.peers_configured() << " connected\n";
+  out << "blocks   "
+      << (s.consensus_blocks_per_second() == 0
+              ? std::string("no budget")
+              : absl::StrCat("budget ", s.consensus_blocks_per_second(), "/s"))
+      << ", " << s.partitions_with_work() << " partitions with work\n";
   if (s.memory().enabled()) {
     const node::admin::MemoryPressureStatus& m = s.memory();
     out << "memory   pressure " << FormatNumber(m.pressure())

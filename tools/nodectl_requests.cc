@@ -372,6 +372,11 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       req.set_cpu_workers(static_cast<uint32_t>(n));
       continue;
     }
+    if (name == "blocks-per-second") {
+      ASSIGN_OR_RETURN(uint64_t n, ParseUint("--blocks-per-second", value, 0, 100000));
+      req.set_consensus_blocks_per_second(static_cast<uint32_t>(n));
+      continue;
+    }
     if (name != "weight" && name != "guarantee" && name != "ceiling" && name != "hard") continue;
     if (entry == nullptr) {
       return Invalid(absl::StrCat("--", name, ": must follow the --partition it applies to"));
@@ -394,8 +399,8 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       share->set_ceiling_fraction(c);
     }
   }
-  if (req.entries_size() == 0 && req.cpu_workers() == 0) {
-    return Invalid("--partition: required (or --cpu-workers alone)");
+  if (req.entries_size() == 0 && req.cpu_workers() == 0 && !req.has_consensus_blocks_per_second()) {
+    return Invalid("--partition: required (or --cpu-workers or --blocks-per-second alone)");
   }
   for (const auto& e : req.entries()) {
     if (e.share().weight() == 0) {

@@ -56,6 +56,24 @@ TEST(BatchPolicyTest, APartialBatchWaitsForTheProposalInFlightAFullOneDoesNot) {
   EXPECT_TRUE(off.Decide(500 * kMs, 3, 300, 90 * kMs, true, 100).cut);
 }
 
+// The node's block budget spaces partial batches: one is not cut before partial_not_before
+// (and asks again then), whichever of that and the oldest tx's delay is later; a full batch is
+// never held.
+TEST(BatchPolicyTest, APartialBatchWaitsForItsNotBeforeAFullOneDoesNot) {
+  const BatchPolicy p = Policy();
+  BatchPolicy::Decision d = p.Decide(200 * kMs, 3, 300, 90 * kMs, true, 0, 250 * kMs);
+  EXPECT_FALSE(d.cut) << "past its delay (140 ms), but the budget says not before 250 ms";
+  ASSERT_TRUE(d.wake_at_nanos.has_value());
+  EXPECT_EQ(*d.wake_at_nanos, 250 * kMs);
+  EXPECT_TRUE(p.Decide(250 * kMs, 3, 300, 90 * kMs, true, 0, 250 * kMs).cut);
+  // The oldest tx's delay is the later of the two: it decides.
+  BatchPolicy::Decision later = p.Decide(100 * kMs, 3, 300, 90 * kMs, true, 0, 120 * kMs);
+  ASSERT_TRUE(later.wake_at_nanos.has_value());
+  EXPECT_EQ(*later.wake_at_nanos, 140 * kMs);
+  EXPECT_TRUE(p.Decide(200 * kMs, 10, 100, 199 * kMs, true, 0, 900 * kMs).cut);
+  EXPECT_TRUE(p.Decide(200 * kMs, 2, 1000, 199 * kMs, true, 0, 900 * kMs).cut);
+}
+
 TEST(BatchPolicyTest, ZeroDelayCutsEveryReadyTx) {
   const BatchPolicy p({.max_txs = 10, .max_bytes = 1000, .max_delay_nanos = 0});
   EXPECT_TRUE(p.Decide(5, 1, 10, 5, true, 0).cut);

@@ -639,6 +639,17 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
       {"arbiter, too many workers", "admin UpdateArbiter, cpu_workers 2000",
        [&] { return Arbiter({}, 2000); }, StatusCode::INVALID_ARGUMENT,
        "cpu_workers: must be in [1, 1024], got 2000"},
+      {"arbiter, block budget too large", "admin UpdateArbiter, consensus_blocks_per_second 200000",
+       [&] {
+         node::admin::UpdateArbiterRequest request;
+         request.set_consensus_blocks_per_second(200000);
+         grpc::ClientContext ctx;
+         WithToken(&ctx);
+         node::admin::UpdateArbiterResponse response;
+         return Admin()->UpdateArbiter(&ctx, request, &response);
+       },
+       StatusCode::INVALID_ARGUMENT,
+       "consensus_blocks_per_second: must be in [0, 100000], got 200000"},
       {"watch interval too small", "admin WatchFlowStats, interval_ms 50",
        [&] {
          grpc::ClientContext ctx;

@@ -8,11 +8,13 @@
 // sleep orders events.
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -30,6 +32,7 @@
 #include "proto/admin.grpc.pb.h"
 #include "proto/client.grpc.pb.h"
 #include "runtime/config.h"
+#include "runtime/config_validation.h"
 #include "runtime/node.h"
 #include "tests/runtime/runtime_test_util.h"
 
@@ -300,6 +303,71 @@ TEST_F(ClusterTest, LiveRateLimitAppliesAtOnceAndSharesWithinOneTick) {
     EXPECT_NEAR(stats->partitions(0).cpu().guarantee(), 0.25 * workers, 1e-6);
     EXPECT_NEAR(stats->partitions(0).cpu().ceiling(), 1.0 * workers, 1e-6);
   }
+}
+
+// The block budget, live on every node: at 2 blocks a second, with alpha and beta both busy,
+// each leaves the other 500 ms between two of its partial batches, so three beta txs sent one
+// after another's commit (each needs its own block) take at least a second from the first
+// submit; at the default 64 the same takes a few batch timeouts. Then back to the default.
+TEST_F(ClusterTest, ALiveBlockBudgetSpacesBusyPartitionsBlocks) {
+  auto set_budget = [](uint32_t blocks_per_second) {
+    for (int i = 0; i < kNodes; ++i) {
+      node::admin::UpdateArbiterRequest req;
+      req.set_consensus_blocks_per_second(blocks_per_second);
+      grpc::ClientContext ctx;
+      Authorize(ctx);
+      node::admin::UpdateArbiterResponse out;
+      grpc::Status s = Admin(i)->UpdateArbiter(&ctx, req, &out);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      EXPECT_EQ(out.consensus_blocks_per_second(), blocks_per_second);
+    }
+  };
+  struct Restore {
+    std::function<void()> fn;
+    ~Restore() { fn(); }
+  } restore{[&] { set_budget(kDefaultConsensusBlocksPerSecond); }};
+  set_budget(2);
+  EXPECT_EQ((*nodes_)[2]->Status().consensus_blocks_per_second(), 2u);
+  // Alpha stays busy on every node meanwhile: one sender per node, a tx every 20 ms without
+  // waiting for its commit, so the txs that reach a node other than alpha's primary are forwarded
+  // and ready in every pool (a primary holds its own clients' txs for its proposal).
+  std::atomic<bool> beta_done{false};
+  std::vector<std::thread> alpha;
+  for (int node = 0; node < kNodes; ++node) {
+    alpha.emplace_back([node, &beta_done] {
+      for (uint64_t nonce = 1; nonce <= 200 && !beta_done.load(); ++nonce) {
+        node::client::SubmitTxRequest req;
+        req.mutable_partition()->set_name("alpha");
+        req.set_signed_tx(SignedPut(1, static_cast<char>('f' + node), nonce));
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        node::client::SubmitTxResponse resp;
+        grpc::Status s = Client(node)->SubmitTx(&ctx, req, &resp);
+        EXPECT_TRUE(s.ok()) << s.error_message();
+        absl::SleepFor(absl::Milliseconds(20));  // pacing a load, not ordering events
+      }
+    });
+  }
+  // Not through node 1: LiveRateLimitAppliesAtOnceAndSharesWithinOneTick leaves beta limited
+  // there.
+  const uint64_t before = Part(0, "beta")->height();
+  const int via[] = {0, 2, 3};
+  const absl::Time start = absl::Now();
+  for (uint64_t nonce = 1; nonce <= 3; ++nonce) {
+    node::client::SubmitTxResponse resp;
+    grpc::Status s = Submit(via[nonce - 1], "beta", SignedPut(2, 'e', nonce), &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  const absl::Duration took = absl::Now() - start;
+  absl::StatusOr<node::admin::FlowStats> stats = (*nodes_)[0]->FlowStats("beta");
+  const node::admin::NodeStatus status = (*nodes_)[0]->Status();
+  beta_done.store(true);
+  for (std::thread& t : alpha) t.join();
+  EXPECT_GE(took, absl::Seconds(1)) << "three blocks at most 500 ms apart: the budget not applied";
+  EXPECT_GE(Part(0, "beta")->height(), before + 3);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_DOUBLE_EQ(stats->partitions(0).block_interval_ms(), 500);
+  EXPECT_EQ(status.partitions_with_work(), 2u);
 }
 
 TEST_F(ClusterTest, PausedPartitionRejectsClearly) {

@@ -1,4 +1,5 @@
 #include "runtime/config.h"
+#include "runtime/config_validation.h"
 
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
@@ -19,6 +20,18 @@ TEST(ConfigTest, DefaultIsValidWithTwoPartitionsOnLoopback) {
   EXPECT_TRUE(absl::StartsWith(config.admin_listen(), "127.0.0.1:"));
   EXPECT_EQ(config.data_dir(), "./data");
   EXPECT_EQ(config.partitions(0).interceptor().stages_size(), 4);
+  EXPECT_EQ(config.resources().consensus_blocks_per_second(), kDefaultConsensusBlocksPerSecond);
+}
+
+// Unset is the default budget; an explicit 0 turns it off and stays 0.
+TEST(ConfigTest, AnExplicitZeroBlockBudgetIsKeptAsNoBudget) {
+  absl::StatusOr<node::config::NodeConfig> off =
+      ParseConfig("resources { consensus_blocks_per_second: 0 }", "off.conf", false);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->resources().consensus_blocks_per_second(), 0u);
+  absl::StatusOr<node::config::NodeConfig> unset = ParseConfig("", "unset.conf", false);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->resources().consensus_blocks_per_second(), 64u);
 }
 
 TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
@@ -103,6 +116,8 @@ TEST(ConfigTest, EachRuleRefuses) {
       {"client_listen: \"127.0.0.1:7\" admin_listen: \"127.0.0.1:7\"", "admin_listen: must differ"},
       {"peers { address: \"127.0.0.1:1\" public_key_hex: \"zz\" }", "peers[0].public_key_hex"},
       {"resources { cpu_workers: 5000 }", "resources.cpu_workers: must be <= 1024"},
+      {"resources { consensus_blocks_per_second: 200000 }",
+       "resources.consensus_blocks_per_second: must be <= 100000"},
       {"resources { node_admission { cpu_busy_fraction: 1.5 } }",
        "resources.node_admission.cpu_busy_fraction: must be in (0, 1], got 1.5"},
       {"resources { node_admission { consensus_delay_target_ms: -2 } }",

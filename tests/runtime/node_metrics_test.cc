@@ -29,6 +29,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   status.set_node_id("ab");
   status.set_version("1.2.3");
   status.set_peers_connected(2);
+  status.set_consensus_blocks_per_second(64);
+  status.set_partitions_with_work(3);
   auto* ps = status.add_partitions();
   ps->set_name("hot");
   ps->set_height(42);
@@ -48,6 +50,7 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   node::admin::FlowStats stats;
   auto* p = stats.add_partitions();
   p->set_name("hot");
+  p->set_block_interval_ms(31.25);
   auto* stage = p->add_stages();
   stage->set_name("rate");
   stage->set_kind("rate");
@@ -125,6 +128,9 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text,
               HasSubstr("noded_lane_weight_changes_total{partition=\"hot\",lane=\"consensus\","
                         "direction=\"down\"} 1"));
+  EXPECT_THAT(text, HasSubstr("noded_block_budget_blocks_per_second 64"));
+  EXPECT_THAT(text, HasSubstr("noded_block_budget_partitions_with_work 3"));
+  EXPECT_THAT(text, HasSubstr("noded_partition_block_interval_seconds{partition=\"hot\"} 0.03125"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_congested 1"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_episodes_total 2"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_fraction{partition=\"hot\"} 0.25"));

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "base/ed25519.h"
+#include "flowctl/block_budget.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
 #include "gtest/gtest.h"
@@ -70,6 +71,8 @@ struct ClusterOptions {
   uint64_t checkpoint_interval = 0;  // 0: the config default
   uint64_t snapshot_min_blocks = 0;  // 0: the config default
   uint64_t retain_blocks = 0;        // state.retain_blocks (0: keep every block)
+  uint32_t block_budget = 0;         // > 0: each replica's node has a BlockBudget of this rate
+  uint32_t batch_max_txs = 8;
 };
 
 class Cluster {
@@ -116,7 +119,7 @@ class Cluster {
     auto* pc = nc.add_partitions();
     pc->set_id(kPartition);
     pc->set_name("det");
-    pc->mutable_consensus()->set_batch_max_txs(8);
+    pc->mutable_consensus()->set_batch_max_txs(options.batch_max_txs);
     pc->mutable_consensus()->set_batch_timeout_ms(20);
     pc->mutable_consensus()->set_view_change_timeout_ms(400);
     if (options.checkpoint_interval > 0) {
@@ -147,6 +150,10 @@ class Cluster {
       env.clock = &clock_;
       env.scheduler = r.scheduler.get();
       if (i == options.diverge_replica) env.test_diverge_height = options.diverge_height;
+      if (options.block_budget > 0) {
+        budgets_.push_back(std::make_unique<flowctl::BlockBudget>(options.block_budget));
+        env.block_budget = budgets_.back().get();
+      }
       r.env = env;
       Open(r);
     }
@@ -227,6 +234,16 @@ class Cluster {
       answers_.emplace_back("no answer");
       Send(answers_.size() - 1, testing::SignedPut(kPartition, 'a', ++nonce_));
       RunFor(absl::Milliseconds(std::uniform_int_distribution<int>(1, 5)(rng_)));
+    }
+  }
+
+  // On every replica's node, `count` other partitions (ids 1000...) have transactions waiting
+  // now, as far as the node's block budget can tell.
+  void OtherPartitionsHaveWork(int count) {
+    for (auto& budget : budgets_) {
+      for (int k = 0; k < count; ++k) {
+        budget->PartialBatchIntervalNanos(1000 + static_cast<uint32_t>(k), clock_.NowNanos());
+      }
     }
   }
 
@@ -316,6 +333,7 @@ class Cluster {
   std::mt19937 rng_;
   const std::string dir_;
   tests::FakeClock clock_;
+  std::vector<std::unique_ptr<flowctl::BlockBudget>> budgets_;  // outlive the partitions
   p2p::InMemoryHub hub_;
   std::vector<Replica> replicas_;
   struct LostForwards {
@@ -410,6 +428,46 @@ TEST(PartitionClusterTest, AnIdlePartitionTicksOnlyForItsTimersAndStillCommitsAt
   for (int i = 0; i < kReplicas; ++i) {
     EXPECT_EQ(cluster.partition(i).height(), height + 1) << "replica " << i;
   }
+}
+
+// The node's block budget (flowctl/block_budget.h) on every replica: with 15 other partitions
+// busy on the node, this one leaves them 15 of the budget's 1/64 s between two of its partial
+// batches, 234 ms, bounded by a quarter of the request timeout (400 ms here): its primary cuts
+// a partial batch at most every 100 ms, and the same 240 txs go into fewer, fuller blocks than with
+// no budget, all committed, one chain, no view change. The same seed with no budget is the
+// baseline. Batches of up to 500 txs, so that no batch is full (a full one is never held).
+TEST(PartitionClusterTest, TheNodesBlockBudgetSpacesPartialBatchesWhenOtherPartitionsHaveWork) {
+  struct Run {
+    uint64_t height = 0;
+    double interval_ms = 0;
+  };
+  auto run = [](uint32_t budget, const std::string& name) {
+    Cluster cluster(/*seed=*/17, TestDir(name), {.block_budget = budget, .batch_max_txs = 500});
+    cluster.RunFor(absl::Milliseconds(50));
+    for (int chunk = 0; chunk < 12; ++chunk) {
+      cluster.OtherPartitionsHaveWork(15);
+      cluster.SubmitTxs(20);  // 20-100 ms
+    }
+    cluster.OtherPartitionsHaveWork(15);
+    cluster.RunFor(absl::Seconds(2));
+    EXPECT_TRUE(cluster.AllAnswered());
+    const Outcome out = cluster.Snapshot();
+    for (int i = 0; i < kReplicas; ++i) {
+      EXPECT_EQ(out.nonces[i], 240u) << name << ": every tx committed on replica " << i;
+      EXPECT_EQ(out.chains[i], out.chains[0]) << name << ": replica " << i;
+      EXPECT_EQ(out.views[i], 0u) << name << ": no view change";
+    }
+    node::admin::PartitionFlowStats stats = cluster.partition(0).FlowStats();
+    return Run{cluster.partition(0).height(), stats.block_interval_ms()};
+  };
+  const Run none = run(0, "budget_none");
+  const Run budget = run(64, "budget_64");
+  EXPECT_EQ(none.interval_ms, 0);
+  EXPECT_DOUBLE_EQ(budget.interval_ms, 100) << "234 ms by the budget, bounded";
+  EXPECT_GT(none.height, 2 * budget.height)
+      << "no budget: " << none.height << " blocks; budget: " << budget.height;
+  // One batch per 100 ms of the 0.3-1.2 s the txs take to send, and the last.
+  EXPECT_LE(budget.height, 13u);
 }
 
 // Forwarding is lossy: here the one forward of a client tx from backup 2 to the primary is lost

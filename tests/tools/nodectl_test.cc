@@ -160,6 +160,8 @@ TEST_F(NodectlTest, StatusPrintsNodeAndPartitionTable) {
     uptime_seconds: 3723
     peers_connected: 2
     peers_configured: 3
+    consensus_blocks_per_second: 64
+    partitions_with_work: 2
     partitions { id: 1 name: "hot" height: 120 view: 2 consensus_state: "NORMAL" view_changes: 2 }
     partitions {
       id: 2
@@ -175,7 +177,8 @@ TEST_F(NodectlTest, StatusPrintsNodeAndPartitionTable) {
             "node     ab12\n"
             "version  0.1.0\n"
             "uptime   1h02m03s\n"
-            "peers    2/3 connected\n\n"
+            "peers    2/3 connected\n"
+            "blocks   budget 64/s, 2 partitions with work\n\n"
             "PARTITION  ID  HEIGHT  VIEW  STATE        PAUSED  LOSSLESS  VIEW_CHANGES\n"
             "hot         1     120     2  NORMAL       no      no                   2\n"
             "steady      2       7     0  VIEW_CHANGE  yes     yes                  0\n");
@@ -508,6 +511,17 @@ TEST_F(NodectlTest, UpdateArbiterSendsTheWorkerCountAlone) {
   ASSERT_EQ(Run({"update-arbiter", "--cpu-workers", "3"}), kExitOk) << err();
   EXPECT_EQ(fake_.last_request("UpdateArbiter"), "cpu_workers: 3");
   EXPECT_THAT(out(), HasSubstr("updated; worker threads: 3\n"));
+}
+
+TEST_F(NodectlTest, UpdateArbiterSendsTheBlockBudgetAloneAndZeroToTurnItOff) {
+  fake_.SetArbiterResponse(
+      FromText<node::admin::UpdateArbiterResponse>("consensus_blocks_per_second: 32"));
+  ASSERT_EQ(Run({"update-arbiter", "--blocks-per-second", "32"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("UpdateArbiter"), "consensus_blocks_per_second: 32");
+  EXPECT_THAT(out(), HasSubstr("updated; block budget: 32 blocks/s\n"));
+  ASSERT_EQ(Run({"update-arbiter", "--blocks-per-second", "0"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("UpdateArbiter"), "consensus_blocks_per_second: 0")
+      << "0 is sent (turns the budget off), not left out";
 }
 
 TEST_F(NodectlTest, PauseAndResumeSendThePartition) {

@@ -117,7 +117,10 @@ TEST_F(NodectlUsageTest, UsageErrorsExitTwoWithoutRpc) {
       {{"update-arbiter", "--partition", "hot"},
        "nodectl update-arbiter: --weight: required for partition 'hot'"},
       {{"update-arbiter"},
-       "nodectl update-arbiter: --partition: required (or --cpu-workers alone)"},
+       "nodectl update-arbiter: --partition: required (or --cpu-workers or --blocks-per-second "
+       "alone)"},
+      {{"update-arbiter", "--blocks-per-second", "200000"},
+       "nodectl update-arbiter: --blocks-per-second: must be <= 100000, got 200000"},
       {{"update-arbiter", "--cpu-workers", "2000"},
        "nodectl update-arbiter: --cpu-workers: must be <= 1024, got 2000"},
       {{"update-arbiter", "--weight", "1", "--partition", "hot"},
