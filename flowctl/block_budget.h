@@ -19,8 +19,10 @@
 // tending to the budget. Full batches are never held (BatchPolicy). An idle partition's share
 // goes to the active ones; a partition that becomes active counts at once (its first call).
 //
-// Every replica of a partition sees the same ready transactions (forwarding), so the nodes of a
-// cluster count about the same active set. Times are the caller's (an injected clock's) nanos.
+// Each node counts the partitions active in its own pools: txs sent to a replica other than the
+// partition's primary are forwarded to every replica, but a primary holds its own clients' txs
+// for its proposal, so the nodes of a cluster count about, not exactly, the same active set.
+// Times are the caller's (an injected clock's) nanos.
 //
 // Thread-safe.
 //

@@ -599,7 +599,7 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
   // partitions with work alike; only a primary's answer is used. At most a quarter of the request
   // timeout: backups re-forward after half of it and change view after all of it.
   const int64_t interval =
-      deps_.partial_batch_interval
+      deps_.partial_batch_interval && !halted_
           ? deps_.partial_batch_interval(now, replica_->config().request_timeout_ms * 250'000)
           : 0;
   for (int round = 0; round < kMaxCutsPerTick && !halted_; ++round) {
@@ -623,8 +623,11 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     hashes.reserve(batch.size());
     for (const auto& tx : batch) hashes.push_back(tx->hash);
     proposal_bodies_ = deps_.forwarder->TakeBodies(batch);
+    const uint64_t in_flight = replica_->own_proposals_in_flight();
     StepLocked(PbftBatchReady{std::move(hashes)});
-    last_cut_nanos_ = now;
+    // Spaced from the last batch that became a proposal (none came of this one: look again as
+    // if it had not been cut).
+    if (replica_->own_proposals_in_flight() > in_flight) last_cut_nanos_ = now;
     if (proposal_bodies_) {  // no pre-prepare came of it: forward them instead
       deps_.forwarder->ReturnBodies(*std::move(proposal_bodies_));
       proposal_bodies_.reset();

@@ -664,11 +664,6 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
   }
   RETURN_IF_ERROR(ProblemsToStatus(problems));
   if (arbiter_ == nullptr) return absl::FailedPreconditionError("node not started");
-  if (request.has_consensus_blocks_per_second()) {
-    LOG(INFO) << "block budget: " << block_budget_.blocks_per_second() << " -> "
-              << request.consensus_blocks_per_second() << " blocks/s";
-    block_budget_.SetBlocksPerSecond(request.consensus_blocks_per_second());
-  }
   if (request.cpu_workers() > 0) {
     // The arbiter reads the pool's size at every tick: the tick UpdateShares runs below divides
     // the new capacity.
@@ -679,6 +674,12 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
   std::vector<std::pair<uint32_t, node::config::ShareConfig>> updates;
   for (const auto& [p, share] : changes) updates.push_back({p->id(), share});
   RETURN_IF_ERROR(arbiter_->UpdateShares(updates));
+  // Last, once nothing else can fail: a refused request changes no budget.
+  if (request.has_consensus_blocks_per_second()) {
+    LOG(INFO) << "block budget: " << block_budget_.blocks_per_second() << " -> "
+              << request.consensus_blocks_per_second() << " blocks/s";
+    block_budget_.SetBlocksPerSecond(request.consensus_blocks_per_second());
+  }
   std::vector<node::config::PartitionConfig> out;
   for (const std::shared_ptr<Partition>& p : partitions()) out.push_back(p->config());
   return out;

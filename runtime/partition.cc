@@ -406,8 +406,9 @@ void Partition::Impl::Stop(absl::Duration drain) {
     if (!s.ok()) LOG(WARNING) << "partition " << name_ << ": drain: " << s;
   }
   env_.scheduler->Unregister(tick_id_);  // no more ticks offered
-  if (env_.block_budget != nullptr) env_.block_budget->Remove(id_);
   if (dispatcher_) dispatcher_->Stop();  // discards the rest; ClientJob answers UNAVAILABLE
+  // After the last tick ran: a tick's batch cut would register the partition again.
+  if (env_.block_budget != nullptr) env_.block_budget->Remove(id_);
   forwarder_->Flush(/*release_all=*/true);
   waiters_.CancelAll(absl::UnavailableError(
       "partition is shutting down; the tx was admitted but its commit was not awaited"));
