@@ -29,6 +29,14 @@ constexpr size_t kDirectChunkBytes = 64 * 1024;
 // Direct sends number their messages from here, apart from the valve's scheduler's ids.
 constexpr uint64_t kDirectIdBase = uint64_t{1} << 63;
 
+// Adds one connection's bytes (and its last round trip, once measured) to `s`: the live
+// connection in PeerLinks, an ended or replaced one to its peer's totals.
+void AddConnectionFigures(const PeerConnection& conn, PeerLinkStats* s) {
+  s->bytes_sent += conn.bytes_written();
+  s->bytes_received += conn.bytes_read();
+  if (const int64_t rtt = conn.last_rtt_ns(); rtt >= 0) s->rtt_ns = rtt;
+}
+
 }  // namespace
 
 struct GrpcTransport::Counters {
@@ -373,7 +381,7 @@ void GrpcTransport::Register(const std::shared_ptr<PeerConnection>& conn) {
     }
     Peer& p = peers_[conn->peer()];
     old = std::move(p.conn);
-    if (old) FoldEnded(p, *old);
+    if (old) AddConnectionFigures(*old, &p.ended);
     p.conn = conn;
     ++p.ended.connections;
   }
@@ -391,17 +399,11 @@ void GrpcTransport::Unregister(const std::shared_ptr<PeerConnection>& conn) {
     absl::MutexLock l(&mu_);
     auto it = peers_.find(conn->peer());
     if (it == peers_.end() || it->second.conn != conn) return;  // replaced: no event
-    FoldEnded(it->second, *conn);
+    AddConnectionFigures(*conn, &it->second.ended);
     it->second.conn.reset();
   }
   LOG(INFO) << "p2p " << self_ << ": peer " << conn->peer() << " down";
   if (on_peer_event_) on_peer_event_(conn->peer(), PeerEvent::kDown);
-}
-
-void GrpcTransport::FoldEnded(Peer& p, const PeerConnection& conn) {
-  p.ended.bytes_sent += conn.bytes_written();
-  p.ended.bytes_received += conn.bytes_read();
-  if (const int64_t rtt = conn.last_rtt_ns(); rtt >= 0) p.ended.rtt_ns = rtt;
 }
 
 std::map<NodeId, PeerLinkStats> GrpcTransport::PeerLinks() const {
@@ -418,9 +420,7 @@ std::map<NodeId, PeerLinkStats> GrpcTransport::PeerLinks() const {
   for (const std::shared_ptr<PeerConnection>& c : live) {
     PeerLinkStats& s = out[c->peer()];
     s.connected = true;
-    s.bytes_sent += c->bytes_written();
-    s.bytes_received += c->bytes_read();
-    if (const int64_t rtt = c->last_rtt_ns(); rtt >= 0) s.rtt_ns = rtt;
+    AddConnectionFigures(*c, &s);
   }
   return out;
 }

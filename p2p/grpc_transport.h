@@ -189,8 +189,6 @@ class GrpcTransport final : public Network, public FrameWriter {
     std::shared_ptr<PeerConnection> conn;  // the authenticated connection, if any
     PeerLinkStats ended;  // the connections that ended: bytes, connections, stalls, last rtt
   };
-  // Adds a connection that ended (or was replaced) to its peer's totals. REQUIRES: mu_.
-  void FoldEnded(Peer& p, const PeerConnection& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct Counters;
 
   // Runs an authenticated connection until it ends; called on the reader thread. Waits at most

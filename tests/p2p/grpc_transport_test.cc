@@ -493,17 +493,22 @@ TEST(GrpcTransportStallTest, ALinkWhosePeerStopsAnsweringIsClosedAndReplaced) {
     return false;
   }));
   EXPECT_EQ(dialer.t().Stats().channels_opened, 2u);  // the redial did not reuse the channel
-  // What ListPeers shows for the link: two connections, one stall, a round trip, the bytes.
+  // What ListPeers shows for the link: two connections, one stall, a round trip, the bytes:
+  // "held" and at least one "after" each way (the loop above may send "after" more than once,
+  // and a copy written just before a close may never arrive). The writer counts a batch once
+  // its write returned, which can be after the peer already delivered it: waited for.
+  const uint64_t both = std::string("held").size() + std::string("after").size();
+  EXPECT_TRUE(Eventually([&] {
+    return dialer.t().PeerLinks().at(held.id()).bytes_sent >= both &&
+           held.t().PeerLinks().at(dialer.id()).bytes_received >= both;
+  })) << "sent "
+      << dialer.t().PeerLinks().at(held.id()).bytes_sent << ", received "
+      << held.t().PeerLinks().at(dialer.id()).bytes_received << ", want " << both << " each";
   const PeerLinkStats link = dialer.t().PeerLinks().at(held.id());
   EXPECT_TRUE(link.connected);
   EXPECT_EQ(link.connections, 2u);
   EXPECT_EQ(link.stalls, 1u);
   EXPECT_GE(link.rtt_ns, 0);
-  // "held" and at least one "after" each way (the loop above may send "after" more than once,
-  // and a copy written just before a close may never arrive).
-  const uint64_t both = std::string("held").size() + std::string("after").size();
-  EXPECT_GE(link.bytes_sent, both);
-  EXPECT_GE(held.t().PeerLinks().at(dialer.id()).bytes_received, both);
   a.Stop();
   b.Stop();
 }
