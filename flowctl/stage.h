@@ -44,11 +44,22 @@
 namespace flowctl {
 
 // What a stage may look at: known before the request is parsed or its signature checked.
+// A request's retry ticket (flowctl/retry_reservations.h): the one it carries, and what the
+// stages did with tickets. Owned by the caller; stages write it during Check only.
+struct RetryTicket {
+  uint64_t presented = 0;  // the ticket an earlier refusal gave this request; 0 = none
+  bool redeemed = false;   // a stage admitted the request on its ticket (room held for it)
+  uint64_t issued = 0;     // a refusing stage reserved room for the retry under this ticket
+};
+
 struct RequestMeta {
   uint32_t partition = 0;
   uint64_t size_bytes = 0;      // raw request size
   absl::string_view peer = {};  // client or peer id; not owned, valid during Check only
   int64_t arrival_nanos = 0;    // Clock time the request arrived; 0 if unknown
+  // The request's retry ticket, in and out (retry_reservations.h); null: the caller neither
+  // carries tickets nor passes them on.
+  RetryTicket* retry = nullptr;
 };
 
 // What a rejection means to the client; the status code follows from it (RejectStatusCode).

@@ -17,6 +17,7 @@ struct ClientAdmission::Job {
     int slot = 0;  // index in results
     base::DecodedTx tx;
     flowctl::Admission admission;  // holds (in-flight permits) until the item is finished
+    bool reserved = false;         // admitted on a retry ticket (TxOrigin::kClientReserved)
   };
   std::vector<Item> items;
   std::vector<SubmitResult> results;
@@ -83,14 +84,20 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
       continue;
     }
     flowctl::Admission admission;
+    bool reserved = false;  // admitted on a retry ticket: its room was held
     if (!lossless) {
       // Flow control on the raw request: nothing parsed, nothing verified yet.
       // The first decision starts at the arrival reading: one clock read fewer per SubmitTx.
       const int64_t decide_start = i == 0 ? job->arrival_nanos : deps_.clock->NowNanos();
+      flowctl::RetryTicket ticket{
+          .presented = i < options.retry_tickets.size() ? options.retry_tickets[i] : 0};
       admission = deps_.interceptor->Admit({.partition = deps_.partition,
                                             .size_bytes = txs[i].size(),
                                             .peer = options.client,
-                                            .arrival_nanos = job->arrival_nanos});
+                                            .arrival_nanos = job->arrival_nanos,
+                                            .retry = &ticket});
+      r.retry_ticket = ticket.issued;
+      reserved = ticket.redeemed;
       decision_nanos_.Record(deps_.clock->NowNanos() - decide_start);
       if (!admission.admitted()) {
         const flowctl::Decision& d = admission.decision();
@@ -137,7 +144,8 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
     }
     job->items.push_back({.slot = static_cast<int>(i),
                           .tx = *std::move(decoded),
-                          .admission = std::move(admission)});
+                          .admission = std::move(admission),
+                          .reserved = reserved});
   }
   // Under kNone durability nothing is synced: the append is the acknowledgement.
   if (last_spill_seq > 0 && deps_.fifo->options().durability != flowctl::SpillDurability::kNone) {
@@ -186,7 +194,7 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
       if (item.admission.admitted()) item.admission.Pooled(r.tx_hash);
       // Tracked before the pool sees it, so its commit always finds the admission time.
       deps_.tracker->NoteAdmitted(r.tx_hash, job->arrival_nanos);
-      s = AdmitVerified(tx, &job->pooled_at_height);
+      s = AdmitVerified(tx, &job->pooled_at_height, item.reserved);
       if (!s.ok()) {
         if (item.admission.admitted()) {
           item.admission.Dropped(r.tx_hash, flowctl::DropReason::kRefused);
@@ -200,7 +208,8 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
       } else if (s.code() == absl::StatusCode::kResourceExhausted) {
         r.rejected_by = "pool";
         // One per refused tx: measured hints queue each refusal behind the others.
-        r.retry_after = deps_.pool_retry_after ? deps_.pool_retry_after() : kFixedPoolRetryAfter;
+        r.retry_after =
+            deps_.pool_retry_after ? deps_.pool_retry_after(&r.retry_ticket) : kFixedPoolRetryAfter;
       }
     }
     r.status = s;
@@ -234,9 +243,10 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
   job->Finish();
 }
 
-absl::Status ClientAdmission::AdmitVerified(TxPtr tx, uint64_t* pooled_at_height) {
+absl::Status ClientAdmission::AdmitVerified(TxPtr tx, uint64_t* pooled_at_height, bool reserved) {
   TxPtr keep = tx;
-  absl::Status s = deps_.pool->Add(std::move(tx), TxOrigin::kClient, [&] {
+  const TxOrigin origin = reserved ? TxOrigin::kClientReserved : TxOrigin::kClient;
+  absl::Status s = deps_.pool->Add(std::move(tx), origin, [&] {
     if (pooled_at_height != nullptr) *pooled_at_height = deps_.ledger->tip_height();
   });
   if (s.ok()) deps_.forwarder->Queue(keep);

@@ -65,6 +65,9 @@ struct SubmitResult {
   // Set when the status is a flow-control rejection (the stage that said no).
   std::string rejected_by;
   absl::Duration retry_after = absl::ZeroDuration();
+  // With a pool refusal: the ticket that holds room for the retry at retry_after (0 = none;
+  // flowctl/retry_reservations.h). The client sends it back with the same tx.
+  uint64_t retry_ticket = 0;
   bool spilled = false;                         // lossless mode: in the FIFO, not yet in the pool
   std::optional<node::chain::Receipt> receipt;  // wait_for_commit: the committed receipt
 };
@@ -85,6 +88,8 @@ struct SubmitOptions {
   bool wait_for_commit = false;
   absl::Duration wait_timeout = absl::Seconds(10);  // DEADLINE_EXCEEDED after it
   std::string client;                               // peer address, for stages that look at it
+  // The retry ticket each tx carries, by index (0 or missing: none).
+  std::vector<uint64_t> retry_tickets;
 };
 
 class ClientAdmission {
@@ -114,9 +119,9 @@ class ClientAdmission {
     // Lossless: when a record of this many bytes may fit the FIFO's disk budget again (the
     // retry-after of a refusal). Null: no hint.
     std::function<absl::Duration(uint64_t)> spill_retry_after = {};
-    // The retry-after of a pool refusal (full, sender quota) and of a full client lane. Null:
-    // the fixed 100 ms and 50 ms.
-    std::function<absl::Duration()> pool_retry_after = {};
+    // The retry-after of a pool refusal (full, sender quota), writing the refusal's retry ticket
+    // (0: none) to its argument, and of a full client lane. Null: the fixed 100 ms and 50 ms.
+    std::function<absl::Duration(uint64_t* ticket)> pool_retry_after = {};
     std::function<absl::Duration()> client_lane_retry_after = {};
   };
 
@@ -145,8 +150,9 @@ class ClientAdmission {
  private:
   struct Job;
   // Pools a verified client tx and queues it for forwarding; `pooled_at_height`, if given, gets
-  // the ledger height at which the pool took it (TxPool::Add's on_added).
-  absl::Status AdmitVerified(TxPtr tx, uint64_t* pooled_at_height = nullptr);
+  // the ledger height at which the pool took it (TxPool::Add's on_added). `reserved`: admitted on
+  // a retry ticket (TxOrigin::kClientReserved).
+  absl::Status AdmitVerified(TxPtr tx, uint64_t* pooled_at_height = nullptr, bool reserved = false);
 
   const Deps deps_;
   std::atomic<uint64_t> spill_dropped_invalid_{0};

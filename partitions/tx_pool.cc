@@ -27,7 +27,10 @@ absl::Status ValidateTxPoolLimits(const TxPoolLimits& l) {
 }
 
 TxPool::TxPool(const TxPoolLimits& limits, const flowctl::Clock* clock, NextNonceFn next_nonce)
-    : clock_(clock), next_nonce_(std::move(next_nonce)), limits_(limits) {}
+    : clock_(clock), next_nonce_(std::move(next_nonce)), limits_(limits) {
+  absl::MutexLock lock(&mu_);
+  UpdateHighWater();
+}
 
 absl::Status TxPool::SetLimits(const TxPoolLimits& limits) {
   if (absl::Status s = ValidateTxPoolLimits(limits); !s.ok()) return s;
@@ -81,6 +84,7 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin, absl::FunctionRef<void()> on
   if (!found.ok()) return found.status();
   Sender& s = **found;
   const uint64_t nonce = tx->nonce();
+  const bool client = origin == TxOrigin::kClient || origin == TxOrigin::kClientReserved;
   absl::Status refusal;
   if (nonce < s.next_nonce) {
     ++counters_.rejected_replayed;
@@ -96,24 +100,33 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin, absl::FunctionRef<void()> on
     refusal = absl::FailedPreconditionError(
         absl::StrCat("nonce gap: nonce ", nonce, " is more than ", limits_.max_nonce_gap,
                      " ahead of the next expected ", s.next_nonce));
-  } else if (origin == TxOrigin::kClient && s.client_txs >= limits_.max_per_sender) {
+  } else if (client && s.client_txs >= limits_.max_per_sender) {
     ++counters_.rejected_quota;
     refusal = absl::ResourceExhaustedError(
         absl::StrCat("sender quota: sender already has ", s.client_txs,
                      " pooled transactions (limit ", limits_.max_per_sender, ")"));
   } else if (origin != TxOrigin::kFetched) {
-    // Client txs must leave the reserve free; forwarded ones may fill the pool.
-    const double keep = origin == TxOrigin::kClient ? limits_.forward_reserve : 0.0;
-    const size_t cap_txs =
+    // Client txs must leave the reserve free (half of it, one whose room a retry ticket held);
+    // forwarded ones may fill the pool.
+    const double keep = origin == TxOrigin::kClient           ? limits_.forward_reserve
+                        : origin == TxOrigin::kClientReserved ? limits_.forward_reserve / 2
+                                                              : 0.0;
+    size_t cap_txs =
         limits_.max_txs - static_cast<size_t>(static_cast<double>(limits_.max_txs) * keep);
+    if (origin == TxOrigin::kForwarded) {
+      const size_t client_cap =
+          limits_.max_txs -
+          static_cast<size_t>(static_cast<double>(limits_.max_txs) * limits_.forward_reserve);
+      const size_t held = held_for_retries_.load(std::memory_order_relaxed);
+      cap_txs = std::max(client_cap, cap_txs - std::min(held, cap_txs));
+    }
     const size_t cap_bytes =
         limits_.max_bytes - static_cast<size_t>(static_cast<double>(limits_.max_bytes) * keep);
     if (by_hash_.size() >= cap_txs || bytes_ + tx->size() > cap_bytes) {
       ++counters_.rejected_full;
-      refusal = absl::ResourceExhaustedError(
-          absl::StrCat("pool full: ", by_hash_.size(), " txs / ", bytes_, " bytes pooled, ",
-                       origin == TxOrigin::kClient ? "client" : "forwarded", " limit is ", cap_txs,
-                       " txs / ", cap_bytes, " bytes"));
+      refusal = absl::ResourceExhaustedError(absl::StrCat(
+          "pool full: ", by_hash_.size(), " txs / ", bytes_, " bytes pooled, ",
+          client ? "client" : "forwarded", " limit is ", cap_txs, " txs / ", cap_bytes, " bytes"));
     }
   }
   if (!refusal.ok()) {
@@ -122,11 +135,16 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin, absl::FunctionRef<void()> on
   }
 
   const size_t size = tx->size();
-  fifo_.push_back(Entry{tx, clock_->NowNanos(), origin});
+  fifo_.push_back(Entry{tx, clock_->NowNanos(), client ? TxOrigin::kClient : origin});
   auto it = std::prev(fifo_.end());
   by_hash_.emplace(tx->hash, it);
   s.by_nonce.emplace(nonce, it);
-  if (origin == TxOrigin::kClient) ++s.client_txs;
+  if (client) ++s.client_txs;
+  if (client) {
+    added_client_.fetch_add(1, std::memory_order_relaxed);
+  } else if (origin == TxOrigin::kForwarded) {
+    added_forwarded_.fetch_add(1, std::memory_order_relaxed);
+  }
   if (nonce == s.select_from + s.run) ExtendRun(s);
   bytes_ += size;
   ++counters_.added;
@@ -422,6 +440,10 @@ void TxPool::UpdateHighWater() {
   excess_bytes_.store(
       std::max(above_bytes,
                excess(bytes, std::min(mark_bytes, keep * static_cast<double>(limits_.max_bytes)))),
+      std::memory_order_relaxed);
+  const double client_mark = std::min(mark_txs, keep * static_cast<double>(limits_.max_txs));
+  client_room_txs_.store(
+      txs < client_mark ? static_cast<uint64_t>(std::ceil(client_mark - txs)) : 0,
       std::memory_order_relaxed);
   txs_now_.store(by_hash_.size(), std::memory_order_relaxed);
   bytes_now_.store(bytes_, std::memory_order_relaxed);

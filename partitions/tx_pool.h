@@ -68,7 +68,9 @@ using TxPtr = std::shared_ptr<const base::DecodedTx>;
 // kFetched: a tx this replica asked its peers for because a proposal or a synced batch names it.
 // Consensus cannot progress without it, so it is admitted past the capacity limits (the
 // replica's watermark window bounds how many there can be).
-enum class TxOrigin { kClient, kForwarded, kFetched };
+// kClientReserved: a client tx admitted on a retry ticket (flowctl/retry_reservations.h), whose
+// room was held for it: a client tx that may also use half the forwarding reserve.
+enum class TxOrigin { kClient, kForwarded, kFetched, kClientReserved };
 
 struct TxPoolLimits {
   // Maximum transactions held. >= 1.
@@ -206,6 +208,18 @@ class TxPool {
     return {excess_txs_.load(std::memory_order_relaxed),
             excess_bytes_.load(std::memory_order_relaxed)};
   }
+  // Lock-free: how many more client txs fit below both the high-water mark and the client's cap
+  // (in txs; the byte mark is AboveHighWater's), 0 at or above either.
+  uint64_t ClientRoomTxs() const { return client_room_txs_.load(std::memory_order_relaxed); }
+  // Room (txs) held for this node's due retry tickets (flowctl/retry_reservations.h): forwarded
+  // txs are refused into it (they may fill the pool only up to max_txs - held, never below the
+  // client cap), kClientReserved ones take it. Set on the arbiter's tick.
+  void SetHeldForRetries(size_t txs) { held_for_retries_.store(txs, std::memory_order_relaxed); }
+  // Lock-free: txs added since start that this node's clients submitted, and that peers
+  // forwarded (fetched ones not counted): how the pool's room is shared among the nodes that
+  // admit clients (the spacing of pool retry-after slots).
+  uint64_t added_client() const { return added_client_.load(std::memory_order_relaxed); }
+  uint64_t added_forwarded() const { return added_forwarded_.load(std::memory_order_relaxed); }
   // Lock-free: pooled txs and bytes as of the last change.
   uint64_t size_now() const { return txs_now_.load(std::memory_order_relaxed); }
   uint64_t bytes_now() const { return bytes_now_.load(std::memory_order_relaxed); }
@@ -267,6 +281,10 @@ class TxPool {
   std::atomic<uint64_t> excess_txs_{0};
   std::atomic<uint64_t> excess_bytes_{0};
   std::atomic<uint64_t> txs_now_{0};
+  std::atomic<uint64_t> client_room_txs_{0};
+  std::atomic<uint64_t> added_client_{0};
+  std::atomic<uint64_t> added_forwarded_{0};
+  std::atomic<size_t> held_for_retries_{0};
   std::atomic<uint64_t> bytes_now_{0};
 };
 

@@ -186,6 +186,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
   options.wait_timeout =
       WaitTimeout(request->wait_timeout_ms(), absl::Now(), absl::FromChrono(context->deadline()));
   options.client = context->peer();
+  if (request->retry_ticket() != 0) options.retry_tickets.push_back(request->retry_ticket());
 
   const uint64_t id = pending_->Add(call);
   if (id == 0) return call;  // shutting down: already answered
@@ -201,6 +202,10 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTx(grpc::CallbackServerContex
                      if (result.receipt.has_value()) *response->mutable_receipt() = *result.receipt;
                    } else {
                      AddRejectionMetadata(context, result.retry_after, result.rejected_by);
+                     if (result.retry_ticket != 0) {
+                       context->AddTrailingMetadata("retry-ticket",
+                                                    absl::StrCat(result.retry_ticket));
+                     }
                    }
                  });
                });
@@ -222,9 +227,16 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(grpc::CallbackServerC
                                         absl::StrCat("signed_txs: must hold 1 to ", kMaxBatchTxs,
                                                      " transactions, got ", n)));
   }
+  if (request->retry_tickets_size() > n) {
+    return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        absl::StrCat("retry_tickets: at most one per signed_txs "
+                                                     "entry (",
+                                                     n, "), got ", request->retry_tickets_size())));
+  }
   std::vector<std::string> txs(request->signed_txs().begin(), request->signed_txs().end());
   SubmitOptions options;
   options.client = context->peer();
+  options.retry_tickets.assign(request->retry_tickets().begin(), request->retry_tickets().end());
 
   const uint64_t id = pending_->Add(call);
   if (id == 0) return call;  // shutting down: already answered
@@ -243,6 +255,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::SubmitTxBatch(grpc::CallbackServerC
                             out->set_retry_after_ms(static_cast<uint32_t>(
                                 std::min<int64_t>(CeilMillis(result.retry_after), UINT32_MAX)));
                           }
+                          if (!status.ok()) out->set_retry_ticket(result.retry_ticket);
                         }
                       });
                     });

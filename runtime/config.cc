@@ -135,6 +135,9 @@ void DefaultPartition(PartitionConfig* p) {
   if (pool.high_water_fraction() == 0) pool.set_high_water_fraction(0.9);
   if (pool.ttl_seconds() == 0) pool.set_ttl_seconds(600);
   if (pool.max_tx_bytes() == 0) pool.set_max_tx_bytes(64 * kKiB);
+  if (!pool.has_retry_reserve_fraction()) {
+    pool.set_retry_reserve_fraction(kDefaultRetryReserveFraction);
+  }
 
   auto& st = *p->mutable_state();
   if (st.cache_bytes() == 0) st.set_cache_bytes(64 * kMiB);

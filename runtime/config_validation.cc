@@ -179,6 +179,7 @@ std::vector<ConfigProblem> ValidatePoolConfig(const PoolConfig& pool, const std:
   check.AtLeast<uint32_t>("max_txs", pool.max_txs(), 1);
   check.InRange("forward_reserve_fraction", pool.forward_reserve_fraction(), 0, 0.5);
   check.InRange("high_water_fraction", pool.high_water_fraction(), 0.01, 1);
+  check.InRange("retry_reserve_fraction", pool.retry_reserve_fraction(), 0, 0.5);
   check.AtLeast<uint32_t>("max_tx_bytes", pool.max_tx_bytes(), 128);
   check.AtLeast<uint64_t>("max_bytes", pool.max_bytes(), pool.max_tx_bytes());
   if (pool.max_per_sender() < 1) {
@@ -453,6 +454,7 @@ absl::StatusOr<PartitionConfig> ApplyFlowUpdate(
     }
     if (p.high_water_fraction() != 0) np.set_high_water_fraction(p.high_water_fraction());
     if (p.ttl_seconds() > 0) np.set_ttl_seconds(p.ttl_seconds());
+    if (p.has_retry_reserve_fraction()) np.set_retry_reserve_fraction(p.retry_reserve_fraction());
     if (p.max_tx_bytes() > 0 && p.max_tx_bytes() != current.pool().max_tx_bytes()) {
       problems.push_back({at + ".pool.max_tx_bytes",
                           absl::StrCat("cannot be changed live (restart with it in the config), "

@@ -43,6 +43,9 @@ inline constexpr uint32_t kMaxCpuWorkers = 1024;
 // (config and UpdateArbiter). 64 a second is about 7% of a core per node in per-block work on the
 // benchmark machine (docs/BENCHMARKS.md, "Partition scale").
 inline constexpr uint32_t kDefaultConsensusBlocksPerSecond = 64;
+// pool.retry_reserve_fraction's default (ApplyDefaults): off, see docs/BENCHMARKS.md "Retry
+// reservations" (acceptance up, goodput down in 3 runs of 5).
+inline constexpr double kDefaultRetryReserveFraction = 0;
 inline constexpr uint32_t kMaxConsensusBlocksPerSecond = 100'000;
 
 // One problem found in a config: the field's path and what is wrong with it.

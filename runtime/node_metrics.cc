@@ -272,6 +272,20 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Gauge("noded_retry_after_seconds", "The retry-after a refusal would carry now.",
            {{"partition", p.name()}, {"refusal", "client_lane"}},
            hints.client_lane_retry_after_ms() / 1e3);
+  for (const auto& [outcome, n] :
+       {std::pair<const char*, uint64_t>{"issued", hints.tickets_issued()},
+        {"redeemed", hints.tickets_redeemed()},
+        {"expired", hints.tickets_expired()},
+        {"unknown", hints.tickets_unknown()}}) {
+    f->Counter("noded_retry_tickets_total",
+               "Retry tickets given with pool refusals, and how they ended (redeemed: sent back "
+               "in their window; expired: never; unknown: sent back but not outstanding).",
+               {{"partition", p.name()}, {"outcome", outcome}}, static_cast<double>(n));
+  }
+  f->Gauge("noded_retry_reserved_txs",
+           "Pool room (txs) held now for due retry tickets (at most pool.retry_reserve_fraction "
+           "of the high-water mark).",
+           l, static_cast<double>(hints.reserved_txs()));
   f->Counter("noded_pool_added_total", "Transactions added to the pool.", l,
              static_cast<double>(pool.added()));
   f->Counter("noded_pool_rejected_full_total", "Transactions refused because the pool was full.", l,

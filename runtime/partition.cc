@@ -143,6 +143,7 @@ absl::Status Partition::Impl::Open() {
   pool_ = std::make_unique<partitions::TxPool>(
       limits, clock_, [executor](absl::string_view s) { return executor->NextNonce(s); });
   tracker_.SetPolicy(TrackerPolicyFor(limits));
+  SetRetryReserve(cfg.pool());
   sender_ =
       std::make_unique<partitions::PeerSender>(env_.network, id_, env_.replica_ids, self_index_);
   pipeline_ = std::make_unique<partitions::CommitPipeline>(
@@ -174,8 +175,11 @@ absl::Status Partition::Impl::Open() {
       }));
   RETURN_IF_ERROR(registry_.RegisterPredicate(
       kPoolBelowHighWaterPredicate, flowctl::RejectKind::kOverloaded,
-      [this](const flowctl::RequestMeta&) { return !pool_->AboveHighWater(); },
-      [this](const flowctl::RequestMeta&) { return PoolRetryAfter(); }));
+      [this](const flowctl::RequestMeta& request) { return PoolGateAdmits(request); },
+      [this](const flowctl::RequestMeta& request) {
+        return PoolRetryAfter(/*take_slot=*/true,
+                              request.retry != nullptr ? &request.retry->issued : nullptr);
+      }));
   ASSIGN_OR_RETURN(auto factory, registry_.Build(cfg.interceptor()));
   interceptor_ = std::make_unique<flowctl::StageChainHolder>(
       factory->Create(flowctl::StageContext{.partition = id_, .clock = clock_}));
@@ -368,7 +372,7 @@ absl::Status Partition::Impl::Open() {
       .consensus_state = [this] { return StateName(); },
       .request_tick = [this] { RequestTick(); },
       .spill_retry_after = [this](uint64_t bytes) { return SpillRetryAfter(bytes); },
-      .pool_retry_after = [this] { return PoolRetryAfter(); },
+      .pool_retry_after = [this](uint64_t* ticket) { return PoolRetryAfter(true, ticket); },
       .client_lane_retry_after = [this] { return ClientLaneRetryAfter(); }});
   LOG(INFO) << "partition " << name_ << " (" << id_ << ") open: height " << height_.load()
             << ", replica " << self_index_ << " of " << env_.replica_ids.size()

@@ -109,6 +109,14 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   hints->set_client_lane_retry_after_ms(ms(ClientLaneRetryAfter(/*take_slot=*/false)));
   hints->set_commit_rate_measured(commit_meter_.measured());
   hints->set_fixed(fixed_retry_after_);
+  const flowctl::RetryReservations::Stats tickets = retry_reservations_.stats(clock_->NowNanos());
+  hints->set_tickets_issued(tickets.issued);
+  hints->set_tickets_redeemed(tickets.redeemed);
+  hints->set_tickets_expired(tickets.expired);
+  hints->set_tickets_unknown(tickets.unknown);
+  hints->set_tickets_outstanding(static_cast<uint64_t>(tickets.outstanding));
+  hints->set_reserved_txs(static_cast<uint64_t>(tickets.reserved));
+  hints->set_max_reserved_txs(static_cast<uint64_t>(retry_reservations_.max_reserved()));
   *out.mutable_commit_latency() = LatencySummaryOf(commit_latency_.Snapshot());
   *out.mutable_stage_decision() =
       LatencySummaryOf(admission_->decision_time(), kFastBucketBoundsUs);
@@ -200,6 +208,7 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
     LOG(ERROR) << "partition " << name_ << ": pool limits: " << s;
   }
   tracker_.SetPolicy(TrackerPolicyFor(limits));  // the tracker's bound follows the pool's
+  SetRetryReserve(next.pool());
   if (drain_ && request.has_lossless()) {
     const double rate = static_cast<double>(next.lossless().drain_bytes_per_second());
     if (absl::Status s = drain_->SetRate(rate); !s.ok()) {
@@ -240,7 +249,8 @@ absl::Duration Partition::Impl::SpillRetryAfter(uint64_t record_bytes) const {
                                 {.min = kMinSpillRetry, .max = kMaxSpillRetry});
 }
 
-absl::Duration Partition::Impl::PoolRetryAfter(bool take_slot) const {
+absl::Duration Partition::Impl::PoolRetryAfter(bool take_slot, uint64_t* ticket) const {
+  if (ticket != nullptr) *ticket = 0;
   if (fixed_retry_after_) return kFixedPoolRetryAfter;
   const partitions::TxPool::Excess excess = pool_->HighWaterExcess();
   const double rate = commit_meter_.estimate();
@@ -249,9 +259,17 @@ absl::Duration Partition::Impl::PoolRetryAfter(bool take_slot) const {
                                  rate, block_meter_.estimate(), kPoolRetryBounds);
   // Refusals queue behind the ones already told when to come back, one tx each at the commit
   // rate, so a burst of them does not all return into the same block's room.
+  // Room opens at the commit rate for all the nodes that admit clients; this node's clients get
+  // the share of it they were measured to get (the others' come in forwarded), so its refusals
+  // queue at that share of the rate. Otherwise every node would promise its clients all of it.
+  const double slot_rate =
+      rate > 0 ? rate * client_room_share_.load(std::memory_order_relaxed) : rate;
   const int64_t now = clock_->NowNanos();
-  if (!take_slot) return pool_retry_slots_.Peek(now, room, rate, kPoolRetryBounds);
-  return pool_retry_slots_.Take(now, room, rate, kPoolRetryBounds);
+  if (!take_slot) return pool_retry_slots_.Peek(now, room, slot_rate, kPoolRetryBounds);
+  const absl::Duration hint = pool_retry_slots_.Take(now, room, slot_rate, kPoolRetryBounds);
+  if (ticket != nullptr)
+    *ticket = retry_reservations_.Issue(now, now + absl::ToInt64Nanoseconds(hint));
+  return hint;
 }
 
 absl::Duration Partition::Impl::ClientLaneRetryAfter(bool take_slot) const {
@@ -262,6 +280,25 @@ absl::Duration Partition::Impl::ClientLaneRetryAfter(bool take_slot) const {
   const int64_t now = clock_->NowNanos();
   if (!take_slot) return client_lane_slots_.Peek(now, room, rate, kClientLaneRetryBounds);
   return client_lane_slots_.Take(now, room, rate, kClientLaneRetryBounds);
+}
+
+bool Partition::Impl::PoolGateAdmits(const flowctl::RequestMeta& request) const {
+  const bool above = pool_->AboveHighWater();
+  const uint64_t ticket = request.retry != nullptr ? request.retry->presented : 0;
+  if (ticket == 0 && !retry_reservations_.enabled()) return !above;
+  const int64_t free_txs = above ? 0 : static_cast<int64_t>(pool_->ClientRoomTxs());
+  const flowctl::RetryReservations::Verdict v =
+      retry_reservations_.Admit(ticket, clock_->NowNanos(), free_txs);
+  if (v.redeemed && request.retry != nullptr) request.retry->redeemed = true;
+  return v.admitted;
+}
+
+void Partition::Impl::SetRetryReserve(const node::config::PoolConfig& pool) {
+  const double client_mark =
+      std::min(pool.high_water_fraction(), 1 - pool.forward_reserve_fraction()) *
+      static_cast<double>(pool.max_txs());
+  retry_reservations_.set_max_reserved(
+      static_cast<int64_t>(pool.retry_reserve_fraction() * client_mark));
 }
 
 // ---- Partition (facade) ----
@@ -506,6 +543,21 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   const bool saturated = excess.txs > 0 || excess.bytes > 0;  // above the mark or the client cap
   impl_->commit_meter_.Observe(now, impl_->pipeline_->committed_txs(), saturated);
   impl_->block_meter_.Observe(now, impl_->height_.load(std::memory_order_relaxed), saturated);
+  impl_->client_added_meter_.Observe(now, impl_->pool_->added_client(), saturated);
+  impl_->forwarded_added_meter_.Observe(now, impl_->pool_->added_forwarded(), saturated);
+  {
+    const double own = impl_->client_added_meter_.rate();
+    const double others = impl_->forwarded_added_meter_.rate();
+    const bool measured =
+        impl_->client_added_meter_.measured() && impl_->forwarded_added_meter_.measured();
+    impl_->client_room_share_.store(measured && own + others > 0
+                                        ? std::max(own / (own + others), Impl::kMinClientRoomShare)
+                                        : 1.0,
+                                    std::memory_order_relaxed);
+  }
+  // Forwarded txs leave the room due retry tickets hold (the pool fills from every node's
+  // clients; without this the other nodes' would take it).
+  impl_->pool_->SetHeldForRetries(static_cast<size_t>(impl_->retry_reservations_.Reserved(now)));
   if (lanes.size() > kClientLane) {
     const flowctl::Dispatcher::LaneStats& client = lanes[kClientLane];
     impl_->client_lane_meter_.Observe(now, static_cast<uint64_t>(client.processed),

@@ -32,6 +32,7 @@
 #include "flowctl/quota_drain.h"
 #include "flowctl/rate_meter.h"
 #include "flowctl/request_lifecycle.h"
+#include "flowctl/retry_reservations.h"
 #include "flowctl/spill_fifo.h"
 #include "flowctl/stage_chain.h"
 #include "flowctl/stage_registry.h"
@@ -192,8 +193,18 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // over its high-water mark at the measured commit rate, and at least half the measured block
   // interval (room opens only when a block commits); with `take_slot`, behind the refusals
   // already told when to return (pool_retry_slots_), else what the next refusal would get.
-  absl::Duration PoolRetryAfter(bool take_slot = true) const;
+  // With `ticket` (a refusal's hint being taken), a reservation for that slot is written there
+  // (0 when reservations are off, the hints fixed, or the book full).
+  absl::Duration PoolRetryAfter(bool take_slot = true, uint64_t* ticket = nullptr) const;
   mutable flowctl::RetrySlots pool_retry_slots_;
+  // The pool gate: below the high-water mark, and into room no due retry ticket holds unless the
+  // request carries that ticket (retry_reservations.h). Reads atomics only while no ticket is
+  // outstanding.
+  bool PoolGateAdmits(const flowctl::RequestMeta& request) const;
+  // Room held for clients that come back at their pool retry-after: up to
+  // pool.retry_reserve_fraction of the high-water mark (SetRetryReserve; live).
+  mutable flowctl::RetryReservations retry_reservations_;
+  void SetRetryReserve(const node::config::PoolConfig& pool);
   // How long until a full client lane (signature checks) has room: one job at its measured
   // service rate, behind the refusals already told (client_lane_slots_; with `take_slot`).
   absl::Duration ClientLaneRetryAfter(bool take_slot = true) const;
@@ -202,6 +213,14 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // caller). Unmeasured (no arbiter, or never backlogged): the fixed hints below.
   flowctl::BacklogRateMeter commit_meter_{{.min_window = absl::Milliseconds(500)}};  // txs/s
   flowctl::BacklogRateMeter block_meter_{{.min_window = absl::Milliseconds(500)}};   // blocks/s
+  // The pool's adds by this node's clients and by peers' forwarding, while it refuses (txs/s):
+  // this node's share of the room that opens (PoolRetryAfter's slot spacing).
+  flowctl::BacklogRateMeter client_added_meter_{{.min_window = absl::Milliseconds(500)}};
+  flowctl::BacklogRateMeter forwarded_added_meter_{{.min_window = absl::Milliseconds(500)}};
+  // own / (own + forwarded) adds while the pool refuses, at least kMinClientRoomShare; 1 until
+  // measured. The pool's refusals queue at this share of the commit rate.
+  std::atomic<double> client_room_share_{1.0};
+  static constexpr double kMinClientRoomShare = 0.05;
   flowctl::BacklogRateMeter client_lane_meter_{{.min_window = absl::Milliseconds(500)}};  // jobs/s
   flowctl::BacklogRateMeter drain_meter_{{.min_window = absl::Seconds(1)}};               // bytes/s
   // ResourceConfig.fixed_retry_after: the fixed hints, whatever was measured.

@@ -813,51 +813,78 @@ def state():
 
 
 # 10. Retry-after hints: measured vs fixed ----------------------------------------------------
-def retry_run(name, fixed, honour, rate, seconds):
-    node = "resources { fixed_retry_after: true }" if fixed else ""
+RETRY_MODES = {  # node config, hot's pool config
+    # Measured hints whose refusals carry retry tickets (pool.retry_reserve_fraction 0.1).
+    "reserved": ("", " retry_reserve_fraction: 0.1"),
+    # The default: measured hints, no reservations.
+    "measured": ("", ""),
+    "fixed": ("resources { fixed_retry_after: true }", ""),
+}
+
+
+def retry_run(name, mode, honour, rate, seconds):
     # in_flight high enough that the pool gate, whose hint is measured, is what refuses.
-    extra_cfg = "%s\n[partition *]\n%s\n[partition hot]\npool { max_txs: 3000 }\n%s" % (
-        node, LANES, hot_chain(None, 0, in_flight=8192))
+    node_cfg, pool_cfg = RETRY_MODES[mode]
+    extra_cfg = "%s\n[partition *]\n%s\n[partition hot]\npool { max_txs: 3000%s }\n%s" % (
+        node_cfg, LANES, pool_cfg, hot_chain(None, 0, in_flight=8192))
     with Cluster(name, extra_cfg) as c:
         extra = ["--honour-retry-after"] if honour else []
         p, _ = c.loadgen(name, "hot:rate=%d" % rate, seconds, drain=15, presign=rate * 4,
                          extra=extra)
+        tickets = {}
+        for i in range(4):  # the nodes' retry reservations (RetryHintStats), summed
+            for o in named_objects(c.stats(i) or {}, ("hot",)):
+                h = o.get("retry_hints") or o.get("retryHints") or {}
+                for k in ("issued", "redeemed", "refused", "expired", "unknown"):
+                    v = h.get("tickets_" + k, h.get("tickets" + k.capitalize(), 0))
+                    tickets[k] = tickets.get(k, 0) + int(v)
+        p["hot"]["tickets"] = tickets
         return p["hot"]
 
 
 def retry_summary(h, seconds):
     after = h.get("reoffers_after_hint", 0)
     acc = h.get("accepted_after_hint", 0) / max(after, 1)
+    t = h.get("tickets") or {}
+    tickets = ("; tickets issued %d, redeemed %d, refused %d, expired %d, unknown %d"
+               % tuple(t.get(k, 0) for k in ("issued", "redeemed", "refused", "expired",
+                                              "unknown")) if t else "")
     return acc, ("accepted on re-offer after the hint %.1f%% (%d of %d), mean hint %.0f ms; "
-                 "%d rejected for %d committed (%.2f per commit), %.0f tx/s, p99 %.0f ms, %d VC"
+                 "%d rejected for %d committed (%.2f per commit), %.0f tx/s, p99 %.0f ms, %d VC%s"
                  % (100 * acc, h.get("accepted_after_hint", 0), after, h.get("mean_hint_ms", 0),
                     h["rejected"], h["committed"], h["rejected"] / max(h["committed"], 1),
-                    h["committed"] / seconds, h["p99_ms"], h["view_changes"] or 0))
+                    h["committed"] / seconds, h["p99_ms"], h["view_changes"] or 0, tickets))
 
 
 def retry():
     """A pool-bound flood (hot, pool 3000, gates on, in_flight 8192, no rate limit) offered
-    RETRY_RATE (6000) tx/s for RETRY_SECONDS (30), loadgen honouring retry-after: hints from the
-    measured commit rate vs the fixed ones (resources.fixed_retry_after), RETRY_REPS (1)
-    interleaved pairs."""
+    RETRY_RATE (6000) tx/s for RETRY_SECONDS (30), loadgen honouring retry-after (and sending
+    retry tickets back): hints from the measured commit rate with retry reservations
+    (pool.retry_reserve_fraction 0.1), the same hints without (the default), and the fixed ones
+    (resources.fixed_retry_after); RETRY_MODES (all three) interleaved, RETRY_REPS (1) rounds."""
     rate = int(os.environ.get("RETRY_RATE", "6000"))
     seconds = int(os.environ.get("RETRY_SECONDS", "30"))
     reps = int(os.environ.get("RETRY_REPS", "1"))
+    modes = os.environ.get("RETRY_MODES", "reserved,measured,fixed").split(",")
     for i in range(reps):
-        measured = retry_run("retry_measured_%d" % i, False, True, rate, seconds)
-        fixed = retry_run("retry_fixed_%d" % i, True, True, rate, seconds)
-        acc_m, text_m = retry_summary(measured, seconds)
-        acc_f, text_f = retry_summary(fixed, seconds)
-        waste_m = measured["rejected"] / max(measured["committed"], 1)
-        waste_f = fixed["rejected"] / max(fixed["committed"], 1)
-        result("retry-after accuracy (round %d)" % (i + 1), "measured hints: " + text_m,
-               "fixed 100 ms / 50 ms hints: " + text_f,
-               "acceptance %.2fx; rejections per commit %.2fx; goodput %.2fx"
-               % (acc_m / max(acc_f, 1e-9), waste_m / max(waste_f, 1e-9),
-                  measured["committed"] / max(fixed["committed"], 1)),
-               "hint predicts acceptance; fewer wasted offers at equal goodput",
-               "hot pool 3000 (high water 0.9), in_flight 8192, health+pool gates, no rate limit; "
-               "%d tx/s offered for %d s, loadgen --honour-retry-after" % (rate, seconds))
+        runs = {m: retry_run("retry_%s_%d" % (m, i), m, True, rate, seconds) for m in modes}
+        texts = {m: retry_summary(h, seconds) for m, h in runs.items()}
+        base = "fixed" if "fixed" in runs else modes[-1]
+        for m in modes:
+            if m == base:
+                continue
+            acc, text = texts[m]
+            acc_b, text_b = texts[base]
+            waste = runs[m]["rejected"] / max(runs[m]["committed"], 1)
+            waste_b = runs[base]["rejected"] / max(runs[base]["committed"], 1)
+            result("retry-after accuracy (round %d): %s vs %s" % (i + 1, m, base),
+                   "%s hints: %s" % (m, text), "%s hints: %s" % (base, text_b),
+                   "acceptance %.2fx; rejections per commit %.2fx; goodput %.2fx"
+                   % (acc / max(acc_b, 1e-9), waste / max(waste_b, 1e-9),
+                      runs[m]["committed"] / max(runs[base]["committed"], 1)),
+                   "hint predicts acceptance; fewer wasted offers at equal goodput",
+                   "hot pool 3000 (high water 0.9), in_flight 8192, health+pool gates, no rate "
+                   "limit; %d tx/s offered for %d s, loadgen --honour-retry-after" % (rate, seconds))
 
 
 # 11. Read flood: the read chain vs no read limit -------------------------------------------

@@ -290,6 +290,14 @@ void Runner::SendBatch(PartitionRun& p, size_t target, uint64_t chunk, size_t gr
       break;
     }
     tracker_.Sent(tx->hash, now);
+    if (tx->retry_ticket != 0) {
+      // Tickets go by index: zeros for the txs before this one that had none.
+      while (call->req.retry_tickets_size() < call->req.signed_txs_size()) {
+        call->req.add_retry_tickets(0);
+      }
+      call->req.add_retry_tickets(tx->retry_ticket);
+      tx->retry_ticket = 0;  // one use
+    }
     call->req.add_signed_txs(tx->bytes);
     call->txs.push_back(*std::move(tx));
   }
@@ -327,7 +335,7 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
     }
   };
   auto reject = [&](OfferTx& tx, int code, absl::string_view message, absl::string_view by,
-                    uint32_t hint_ms) {
+                    uint32_t hint_ms, uint64_t ticket) {
     const Reason reason = ClassifyRejection(code, message, by);
     if (rejected[reason]++ == 0) {
       examples[reason] = by.empty() ? absl::StrCat(message, " (code ", code, ")")
@@ -337,6 +345,7 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
     score_reoffer(tx, /*ok=*/false);
     tx.hint_nanos = static_cast<int64_t>(hint_ms) * 1'000'000;
     tx.rejected_at_nanos = answered;
+    tx.retry_ticket = ticket;
     if (hint_ms > 0) {
       ++hints.hinted_rejections;
       hints.hint_ms_sum += hint_ms;
@@ -357,13 +366,13 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
       hint_ms = 0;  // not a decimal number of milliseconds: no hint
     }
     for (OfferTx& tx : call->txs) {
-      reject(tx, static_cast<int>(status.error_code()), status.error_message(), by, hint_ms);
+      reject(tx, static_cast<int>(status.error_code()), status.error_message(), by, hint_ms, 0);
     }
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) unavailable = true;
   } else {
     for (size_t i = 0; i < call->txs.size(); ++i) {
       if (static_cast<int>(i) >= call->resp.results_size()) {
-        reject(call->txs[i], 2, "missing result", "", 0);
+        reject(call->txs[i], 2, "missing result", "", 0, 0);
         continue;
       }
       const node::client::TxResult& r = call->resp.results(static_cast<int>(i));
@@ -373,7 +382,7 @@ void Runner::OnBatchDone(Call* call, const grpc::Status& status) {
         score_reoffer(call->txs[i], /*ok=*/true);
       } else {
         if (r.code() == kGrpcUnavailable) unavailable = true;
-        reject(call->txs[i], r.code(), r.message(), "", r.retry_after_ms());
+        reject(call->txs[i], r.code(), r.message(), "", r.retry_after_ms(), r.retry_ticket());
       }
     }
   }

@@ -83,11 +83,11 @@ std::optional<OfferTx> SenderBook::Take(size_t group, size_t groups, int64_t now
   for (size_t tried = 0; tried < members; ++tried) {
     Sender& s = senders_[group + (cursor % members) * groups];
     cursor = (cursor + 1) % members;
-    if (s.hold_until_nanos > now_nanos) {
-      skipped_held = true;
-      continue;
-    }
     if (!s.rejected.empty()) {
+      if (s.rejected.begin()->second.not_before_nanos > now_nanos) {
+        skipped_held = true;  // its lowest rejected nonce waits for its hint
+        continue;
+      }
       OfferTx tx = std::move(s.rejected.begin()->second);
       s.rejected.erase(s.rejected.begin());
       --pending_;
@@ -109,7 +109,7 @@ void SenderBook::ReturnRejected(OfferTx tx, bool reoffer, int64_t not_before_nan
   absl::MutexLock l(&mu_);
   if (tx.sender >= senders_.size()) return;
   Sender& s = senders_[tx.sender];
-  s.hold_until_nanos = std::max(s.hold_until_nanos, not_before_nanos);
+  tx.not_before_nanos = not_before_nanos;
   if (s.rejected.emplace(tx.nonce, std::move(tx)).second) ++pending_;
 }
 

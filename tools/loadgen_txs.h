@@ -20,10 +20,12 @@
 // --seed.
 //
 // Retry-after holds (--honour-retry-after). A flow-control rejection may carry a hint: retry
-// after h ms. ReturnRejected(tx, reoffer, not_before) then holds the whole sender until
-// not_before (the latest of its holds): Take skips it, so neither the rejected tx nor a fresh
-// one (whose nonce would arrive ahead of it) is offered before then; afterwards its lowest
-// rejected nonce goes first, as always. Take reports when it came back empty because of holds,
+// after h ms. ReturnRejected(tx, reoffer, not_before) then holds that tx until not_before. A
+// sender offers its rejected txs lowest nonce first, each no sooner than its own not_before (a
+// later nonce waits for the earlier ones whatever its own hint), and its fresh ones only once
+// none is left: so no nonce arrives ahead of a held one, and each re-offer goes at its own hint
+// (a retry ticket holds room from then, not from the latest hint of the sender's batch).
+// Take reports when it came back empty because of holds,
 // so that the runner counts those offers as held rather than dropped. Without a not_before no
 // sender is ever held. Each OfferTx remembers the hint it was last rejected with and when, so
 // the runner can tell whether a re-offer waited for the hint (loadgen_stats.h, HintCounts).
@@ -69,6 +71,10 @@ struct OfferTx {
   // t - rejected_at_nanos >= hint_nanos.
   int64_t hint_nanos = 0;
   int64_t rejected_at_nanos = 0;
+  // The retry ticket of its latest rejection (0 = none), sent back with the re-offer.
+  uint64_t retry_ticket = 0;
+  // While rejected (SenderBook): not offered again before this clock time (0 = at once).
+  int64_t not_before_nanos = 0;
 };
 
 absl::StatusOr<std::vector<base::PrivateKey>> MakeSenderKeys(uint64_t seed, int count);
@@ -98,17 +104,17 @@ class SenderBook {
   explicit SenderBook(std::vector<uint64_t> next_nonces);
 
   // The next transaction to offer, round-robin over senders: a sender's lowest rejected one
-  // first, else its oldest pre-signed one. Senders held past `now_nanos` (see ReturnRejected)
-  // are skipped. Nullopt when no sender has anything to offer now; then `*held` (if given) is
-  // true when some sender of the group was skipped for a hold (the offer waits for a hint),
-  // false when every buffer is simply empty (the signer is behind).
-  // With `groups` > 1, only senders i with i % groups == group (one target's senders).
+  // first, else its oldest pre-signed one. A sender whose lowest rejected tx is held past
+  // `now_nanos` (see ReturnRejected) is skipped. Nullopt when no sender has anything to offer now;
+  // then `*held` (if given) is true when some sender of the group was skipped for a hold (the offer
+  // waits for a hint), false when every buffer is simply empty (the signer is behind). With
+  // `groups` > 1, only senders i with i % groups == group (one target's senders).
   std::optional<OfferTx> Take(size_t group = 0, size_t groups = 1, int64_t now_nanos = 0,
                               bool* held = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // A sent transaction came back rejected. With `reoffer` it is offered again before the
   // sender's fresh ones; without, it is forgotten (its nonce stays a hole; see file comment).
-  // With `reoffer` and `not_before_nanos` > 0 the sender is held: Take offers none of its txs
-  // while now_nanos < not_before_nanos (the latest of its holds counts).
+  // With `reoffer` and `not_before_nanos` > 0 the tx is held: Take offers neither it, nor
+  // the sender's later nonces, nor its fresh txs while now_nanos < not_before_nanos.
   void ReturnRejected(OfferTx tx, bool reoffer, int64_t not_before_nanos = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Reserves the next `count` nonces of `sender` for signing; returns the first one.
@@ -129,8 +135,7 @@ class SenderBook {
   struct Sender {
     uint64_t next_nonce_to_sign = 1;
     std::deque<OfferTx> fresh;
-    std::map<uint64_t, OfferTx> rejected;  // by nonce
-    int64_t hold_until_nanos = 0;          // offers nothing before (0 = never held)
+    std::map<uint64_t, OfferTx> rejected;  // by nonce; each held until its not_before_nanos
   };
   size_t num_senders_;
   mutable absl::Mutex mu_;

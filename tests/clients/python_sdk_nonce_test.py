@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """clients/python (noded_client) without a node: how a Sender counts nonces when a block refused
-its tx (REJECTED), and what Client._known takes as "this tx took its nonce". The client's calls
-are replaced by fakes, so nothing is dialled.
+its tx (REJECTED), what Client._known takes as "this tx took its nonce", and how a shed submit's
+retry ticket goes back with the retry at the retry-after. The client's calls (or its stubs) are
+replaced by fakes, so nothing is dialled.
 
 Usage: python_sdk_nonce_test.py REPO
 Exit 0 pass, 1 fail, 77 skipped (python modules or protoc missing).
@@ -61,6 +62,72 @@ def run(repo, tmp):
     got = {h: client._known(1, h) for h in answers}
     check(got == {b"p": True, b"s": True, b"f": True, b"r": False}, "_known: %r" % got)
     print("sender nonces after SUCCESS / REJECTED, _known: ok", flush=True)
+    retry_tickets(nc)
+
+
+class _Shed(Exception):
+    """What a grpc stub raises for a refused call (grpc.RpcError's interface)."""
+
+    def __init__(self, grpc_mod, trailers):
+        super().__init__("shed")
+        self._code, self._trailers = grpc_mod.StatusCode.RESOURCE_EXHAUSTED, trailers
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return "rejected by stage 'pool'"
+
+    def trailing_metadata(self):
+        return self._trailers
+
+
+def retry_tickets(nc):
+    import grpc
+    import noded_client.client as client_module
+    shed = type("Shed", (_Shed, grpc.RpcError), {})
+    client = nc.Client(["127.0.0.1:9"], retry=True, seed=1, backoff_base=1.0)
+    api = client.client_pb2
+    pauses = []
+    real_sleep = client_module.time.sleep
+    client_module.time.sleep = pauses.append
+    try:
+        # SubmitTx: refused with a ticket, then with none, then admitted.
+        seen = []
+
+        class Stub:
+            def SubmitTx(self, req, timeout=None):
+                seen.append(req.retry_ticket)
+                if len(seen) == 1:
+                    raise shed(grpc, (("retry-after-ms", "250"), ("retry-ticket", "1234")))
+                if len(seen) == 2:
+                    raise shed(grpc, (("retry-after-ms", "100"),))
+                return api.SubmitTxResponse(tx_hash=b"h" * 32)
+
+            def SubmitTxBatch(self, req, timeout=None):
+                seen.append(list(req.retry_tickets))
+                if len(seen) == 1:
+                    return api.SubmitTxBatchResponse(results=[
+                        api.TxResult(code=0, tx_hash=b"a"),
+                        api.TxResult(code=8, message="pool", retry_after_ms=300, retry_ticket=77),
+                        api.TxResult(code=8, message="pool", retry_after_ms=200)])
+                return api.SubmitTxBatchResponse(results=[api.TxResult(code=0)
+                                                          for _ in req.signed_txs])
+        client._stubs = [Stub()]
+        client.submit(1, b"tx", tx_hash=b"h" * 32)
+        check(seen == [0, 1234, 0], "tickets sent with SubmitTx: %r, want [0, 1234, 0]" % seen)
+        check(pauses[0] == 0.25, "with a ticket the retry waits exactly the retry-after: %r"
+              % pauses)
+        check(pauses[1] > 0.1, "without one it adds jitter: %r" % pauses)
+        seen.clear()
+        pauses.clear()
+        out = client.submit_batch(1, [b"a", b"b", b"c"])
+        check(seen == [[], [77, 0]], "tickets sent with SubmitTxBatch: %r" % seen)
+        check(pauses == [0.3], "the batch retry waits the longest retry-after: %r" % pauses)
+        check([o[0] for o in out] == ["OK"] * 3, "batch results: %r" % out)
+    finally:
+        client_module.time.sleep = real_sleep
+    print("retry tickets go back with the retry, at the retry-after: ok", flush=True)
 
 
 def main():

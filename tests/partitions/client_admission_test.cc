@@ -118,7 +118,7 @@ class ClientAdmissionTest : public ::testing::Test {
   std::unique_ptr<ClientAdmission> admission_;
   int ticks_ = 0;
   // The partition's measured hints (Deps); null: the fixed ones. Set before Build.
-  std::function<absl::Duration()> pool_hint_;
+  std::function<absl::Duration(uint64_t*)> pool_hint_;
   std::function<absl::Duration()> lane_hint_;
   TxPoolLimits pool_limits_;  // set before Build
 };
@@ -221,7 +221,10 @@ TEST_F(ClientAdmissionTest, RefusalsCarryThePartitionsMeasuredHints) {
     ++lane_asked;
     return absl::Milliseconds(7);
   };
-  pool_hint_ = [] { return absl::Milliseconds(420); };
+  pool_hint_ = [](uint64_t* ticket) {
+    *ticket = 77;
+    return absl::Milliseconds(420);
+  };
   Build("stages { name: 'in_flight' concurrency { max_in_flight: 8 } }", /*lane_messages=*/1);
   std::vector<SubmitResult> got;
   Submit(SignedPut(1), &got);
@@ -246,6 +249,8 @@ TEST_F(ClientAdmissionTest, RefusalsCarryThePartitionsMeasuredHints) {
   EXPECT_EQ(got[1].status.code(), absl::StatusCode::kResourceExhausted) << got[1].status;
   EXPECT_EQ(got[1].rejected_by, "pool");
   EXPECT_EQ(got[1].retry_after, absl::Milliseconds(420));
+  EXPECT_EQ(got[1].retry_ticket, 77u) << "the pool refusal's ticket is not passed on";
+  EXPECT_EQ(got[0].retry_ticket, 0u);
 }
 
 TEST_F(ClientAdmissionTest, WaitForCommitAnswersWithTheReceiptOfTheBlock) {

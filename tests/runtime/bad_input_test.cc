@@ -390,6 +390,19 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
          return Client()->SubmitTxBatch(&ctx, r, &response);
        },
        StatusCode::INVALID_ARGUMENT, "signed_txs: must hold 1 to 1000 transactions, got 1001"},
+      {"more retry tickets than txs", "client SubmitTxBatch, 1 tx with 2 retry tickets",
+       [&] {
+         grpc::ClientContext ctx;
+         WithDeadline(&ctx);
+         node::client::SubmitTxBatchRequest r;
+         *r.mutable_partition() = Ref("hot");
+         r.add_signed_txs("x");
+         r.add_retry_tickets(1);
+         r.add_retry_tickets(2);
+         node::client::SubmitTxBatchResponse response;
+         return Client()->SubmitTxBatch(&ctx, r, &response);
+       },
+       StatusCode::INVALID_ARGUMENT, "retry_tickets: at most one per signed_txs entry (1), got 2"},
       {"empty batch", "client SubmitTxBatch, 0 entries",
        [&] {
          grpc::ClientContext ctx;

@@ -120,6 +120,13 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
          return Flow(r);
        },
        "partitions[hot].pool.high_water_fraction: must be in [0.01, 1], got 2"},
+      {"retry reservations above half the mark", ConfigText("pool { retry_reserve_fraction: 0.7 }"),
+       [&] {
+         auto r = HotFlow();
+         r.mutable_pool()->set_retry_reserve_fraction(0.7);
+         return Flow(r);
+       },
+       "partitions[hot].pool.retry_reserve_fraction: must be in [0, 0.5], got 0.7"},
       {"pool bytes below one max-size tx", ConfigText("pool { max_bytes: 100 }"),
        [&] {
          auto r = HotFlow();

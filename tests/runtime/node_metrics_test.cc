@@ -86,6 +86,9 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   p->mutable_retry_hints()->set_commit_txs_per_second(812.5);
   p->mutable_retry_hints()->set_pool_retry_after_ms(350);
   p->mutable_retry_hints()->set_client_lane_retry_after_ms(4);
+  p->mutable_retry_hints()->set_tickets_issued(40);
+  p->mutable_retry_hints()->set_tickets_redeemed(31);
+  p->mutable_retry_hints()->set_reserved_txs(6);
   auto* channel = stats.mutable_egress()->add_channels();
   channel->set_channel("CONSENSUS");
   channel->set_bytes_sent(555);
@@ -160,6 +163,11 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(
       text,
       HasSubstr("noded_retry_after_seconds{partition=\"hot\",refusal=\"client_lane\"} 0.004"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_retry_tickets_total{partition=\"hot\",outcome=\"issued\"} 40"));
+  EXPECT_THAT(text,
+              HasSubstr("noded_retry_tickets_total{partition=\"hot\",outcome=\"redeemed\"} 31"));
+  EXPECT_THAT(text, HasSubstr("noded_retry_reserved_txs{partition=\"hot\"} 6"));
 }
 
 // Latencies go out as Prometheus histograms built from the node's own histograms: fixed buckets

@@ -124,10 +124,12 @@ class PartitionResourceConsumerTest : public ::testing::Test {
   // Submits a signed Put and waits for the answer: the fixture's worker thread verifies it; a
   // gate refusal answers at once.
   static SubmitResult SubmitAndWait(Partition& part, uint32_t partition, char account,
-                                    uint64_t nonce) {
+                                    uint64_t nonce, uint64_t retry_ticket = 0) {
     absl::Notification done;
     SubmitResult out;
-    part.Submit(testing::SignedPut(partition, account, nonce), {}, [&](SubmitResult r) {
+    SubmitOptions options;
+    if (retry_ticket != 0) options.retry_tickets.push_back(retry_ticket);
+    part.Submit(testing::SignedPut(partition, account, nonce), options, [&](SubmitResult r) {
       out = std::move(r);
       done.Notify();
     });
@@ -493,6 +495,89 @@ TEST_F(PartitionResourceConsumerTest, PoolRetryAfterComesFromTheMeasuredCommitRa
     const absl::Duration want = fixed ? absl::Milliseconds(100) : absl::Seconds(10);
     EXPECT_EQ(refused.retry_after, want);
     EXPECT_EQ(hints.pool_retry_after_ms(), absl::ToInt64Milliseconds(want));
+    part.reset();
+  }
+}
+
+// Retry reservations: the pool gate's refusal carries a ticket; once room opens, the room the
+// due ticket holds goes to its holder, not to the fresh requests that arrive first, and a ticket
+// is good for one tx. With reservations off, the same fresh requests take all of the room.
+TEST_F(PartitionResourceConsumerTest, ARetryTicketKeepsRoomForTheClientThatWaited) {
+  for (bool reserve : {true, false}) {
+    SCOPED_TRACE(reserve ? "reservations on" : "reservations off");
+    node::config::PartitionConfig config = config_;
+    config.set_id(8);
+    config.set_name(reserve ? "reserved" : "unreserved");
+    config.mutable_pool()->set_max_txs(10);
+    config.mutable_pool()->set_max_per_sender(10);
+    config.mutable_pool()->set_high_water_fraction(0.5);  // 5 txs
+    config.mutable_pool()->set_retry_reserve_fraction(reserve ? 0.4 : 0);
+    config.clear_interceptor();
+    auto* gate = config.mutable_interceptor()->add_stages();
+    gate->set_name("pool");
+    gate->mutable_gate()->set_predicate("pool_below_high_water");
+    std::unique_ptr<Partition> part = Open(config, absl::StrCat(dir_, "/reserve", reserve ? 1 : 0));
+    ASSERT_NE(part, nullptr);
+    for (uint64_t nonce = 1; nonce <= 5; ++nonce) {
+      ASSERT_TRUE(SubmitAndWait(*part, 8, 'w', nonce).status.ok());
+    }
+    // At the mark: refused, told to come back in 100 ms (nothing measured), with a ticket.
+    const SubmitResult refused = SubmitAndWait(*part, 8, 'w', 6);
+    ASSERT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
+    EXPECT_EQ(refused.rejected_by, "pool");
+    EXPECT_EQ(refused.retry_after, absl::Milliseconds(100));
+    if (!reserve) {
+      EXPECT_EQ(refused.retry_ticket, 0u);
+    } else {
+      ASSERT_NE(refused.retry_ticket, 0u);
+    }
+    // Two txs of room open (the mark raised live to 7), and the client comes back as told.
+    node::admin::UpdatePartitionFlowRequest grow;
+    grow.set_partition(config.name());
+    grow.mutable_pool()->set_max_txs(14);
+    const absl::StatusOr<node::config::PartitionConfig> grown = part->UpdateFlow(grow);
+    ASSERT_TRUE(grown.ok()) << grown.status();
+    clock_.Advance(absl::Milliseconds(100));
+    // Fresh requests from other senders arrive first: with reservations one of them takes the
+    // free unit, the next is refused; without, both take the room.
+    EXPECT_TRUE(SubmitAndWait(*part, 8, 'x', 1).status.ok());
+    const SubmitResult second = SubmitAndWait(*part, 8, 'y', 1);
+    const SubmitResult waited = SubmitAndWait(*part, 8, 'w', 6, refused.retry_ticket);
+    const node::admin::RetryHintStats hints = part->FlowStats().retry_hints();
+    if (reserve) {
+      EXPECT_EQ(second.status.code(), absl::StatusCode::kResourceExhausted) << second.status;
+      EXPECT_TRUE(waited.status.ok()) << "the waiting client lost its room: " << waited.status;
+      EXPECT_EQ(hints.tickets_redeemed(), 1u);
+      EXPECT_EQ(hints.max_reserved_txs(), 2u);  // 0.4 of the 7-tx mark
+      // Used once: the same ticket again is a fresh request, refused at the mark.
+      const SubmitResult again = SubmitAndWait(*part, 8, 'w', 7, refused.retry_ticket);
+      EXPECT_EQ(again.status.code(), absl::StatusCode::kResourceExhausted) << again.status;
+      EXPECT_EQ(part->FlowStats().retry_hints().tickets_unknown(), 1u);
+      // That refusal's own ticket, back at its hint with the pool still at its mark (7 txs): the
+      // holder is let past the mark, into its room.
+      ASSERT_NE(again.retry_ticket, 0u);
+      clock_.Advance(again.retry_after);
+      EXPECT_EQ(part->FlowStats().pool().txs(), 7u);
+      const SubmitResult past = SubmitAndWait(*part, 8, 'w', 7, again.retry_ticket);
+      EXPECT_TRUE(past.status.ok()) << past.status;
+      EXPECT_EQ(part->FlowStats().pool().txs(), 8u);
+      EXPECT_EQ(part->FlowStats().retry_hints().tickets_redeemed(), 2u);
+    } else {
+      EXPECT_TRUE(second.status.ok()) << second.status;
+      EXPECT_EQ(waited.status.code(), absl::StatusCode::kResourceExhausted) << waited.status;
+      EXPECT_EQ(waited.retry_ticket, 0u);
+      EXPECT_EQ(hints.tickets_issued(), 0u);
+      // Turned on live (UpdatePartitionFlow): the next refusal carries a ticket.
+      node::admin::UpdatePartitionFlowRequest on;
+      on.set_partition(config.name());
+      on.mutable_pool()->set_retry_reserve_fraction(0.4);
+      const absl::StatusOr<node::config::PartitionConfig> updated = part->UpdateFlow(on);
+      ASSERT_TRUE(updated.ok()) << updated.status();
+      const SubmitResult later = SubmitAndWait(*part, 8, 'w', 6);
+      EXPECT_EQ(later.status.code(), absl::StatusCode::kResourceExhausted) << later.status;
+      EXPECT_NE(later.retry_ticket, 0u);
+      EXPECT_EQ(part->FlowStats().retry_hints().max_reserved_txs(), 2u);
+    }
     part.reset();
   }
 }

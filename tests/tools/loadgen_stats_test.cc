@@ -258,27 +258,30 @@ TEST(LoadgenSenderBookTest, AHeldSenderIsSkippedUntilItsNotBefore) {
   EXPECT_FALSE(held);  // now the buffers are simply empty
 }
 
-TEST(LoadgenSenderBookTest, TheLatestOfTwoHoldsWins) {
+TEST(LoadgenSenderBookTest, EachRejectedTxGoesAtItsOwnHintInNonceOrder) {
   SenderBook book({1});
   book.AddSigned(0, {Tx(0, 1), Tx(0, 2), Tx(0, 3)});
   OfferTx n1 = *book.Take(0, 1, 0), n2 = *book.Take(0, 1, 0);
   book.ReturnRejected(n2, true, /*not_before_nanos=*/300);
-  book.ReturnRejected(n1, true, /*not_before_nanos=*/200);  // shorter: does not shorten the hold
+  book.ReturnRejected(n1, true, /*not_before_nanos=*/200);
   bool held = false;
-  EXPECT_FALSE(book.Take(0, 1, 250, &held).has_value());
+  EXPECT_FALSE(book.Take(0, 1, 199, &held).has_value());
   EXPECT_TRUE(held);
+  // Nonce 1 at its own hint, not at the sender's latest.
+  EXPECT_EQ(book.Take(0, 1, 200)->nonce, 1u);
   EXPECT_FALSE(book.Take(0, 1, 299, &held).has_value());
-  EXPECT_EQ(book.Take(0, 1, 300)->nonce, 1u);
-  // A later, longer hold extends it; one without not_before leaves it.
-  OfferTx again = *book.Take(0, 1, 300), n3 = *book.Take(0, 1, 300);
-  EXPECT_EQ(again.nonce, 2u);
-  EXPECT_EQ(n3.nonce, 3u);
-  book.ReturnRejected(again, true, /*not_before_nanos=*/900);
-  book.ReturnRejected(n3, true);
+  EXPECT_TRUE(held) << "the fresh nonce 3 went ahead of the held nonce 2";
+  EXPECT_EQ(book.Take(0, 1, 300)->nonce, 2u);
+  EXPECT_EQ(book.Take(0, 1, 300)->nonce, 3u);
+  // A later nonce with a shorter hint still waits for the earlier one.
+  book.AddSigned(0, {Tx(0, 4), Tx(0, 5)});
+  OfferTx n4 = *book.Take(0, 1, 300), n5 = *book.Take(0, 1, 300);
+  book.ReturnRejected(n4, true, /*not_before_nanos=*/900);
+  book.ReturnRejected(n5, true, /*not_before_nanos=*/400);
   EXPECT_FALSE(book.Take(0, 1, 899, &held).has_value());
   EXPECT_TRUE(held);
-  EXPECT_EQ(book.Take(0, 1, 900)->nonce, 2u);
-  EXPECT_EQ(book.Take(0, 1, 900)->nonce, 3u);
+  EXPECT_EQ(book.Take(0, 1, 900)->nonce, 4u);
+  EXPECT_EQ(book.Take(0, 1, 900)->nonce, 5u);
 }
 
 TEST(LoadgenSenderBookTest, NoHoldWithoutNotBeforeOrReoffer) {

@@ -95,6 +95,12 @@ node::admin::FlowStats SampleStats() {
         client_lane_jobs_per_second: 120
         pool_retry_after_ms: 330
         client_lane_retry_after_ms: 3
+        tickets_issued: 12
+        tickets_redeemed: 9
+        tickets_expired: 2
+        tickets_outstanding: 1
+        reserved_txs: 1
+        max_reserved_txs: 9000
       }
       spill {
         appended: 9
@@ -236,6 +242,8 @@ TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
                            "added 500  rejected_full 4  expired 1\n"));
   EXPECT_THAT(o, HasSubstr("  retry  pool 330ms  client_lane 3ms  from commits 850 tx/s, 4 "
                            "blocks/s, client lane 120 jobs/s\n"));
+  EXPECT_THAT(o, HasSubstr("  tickets  issued 12  redeemed 9  expired 2  unknown 0  outstanding 1  "
+                           "reserved 1/9000 txs\n"));
   EXPECT_THAT(o, HasSubstr("  spill  appended 9  drained 8  memory 1.0 KiB/16.0 MiB  disk 1.0 MiB  "
                            "segments 2  drain 5.0 MiB/s (measured 0 B/s)  disk budget none  "
                            "refused 0\n"));

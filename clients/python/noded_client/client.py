@@ -4,7 +4,11 @@ Retries (each call at most `max_attempts` times, within `deadline` seconds):
   RESOURCE_EXHAUSTED  an interceptor stage shed the request: wait what the node's
                       `retry-after-ms` trailer says plus a jittered share of an exponential
                       backoff, then send the same bytes again (a SubmitTxBatch retries only its
-                      shed txs, with their own retry_after_ms);
+                      shed txs, with their own retry_after_ms). A pool refusal may carry a
+                      retry ticket (`retry-ticket` trailer, TxResult.retry_ticket): the node
+                      holds room for it from shortly before the retry-after until a while
+                      after, so the retry goes back with the ticket at the retry-after, with
+                      no jitter (the node already spread its refusals' slots);
   UNAVAILABLE         the node is down, paused, halted or changing view: fail over to the next
                       node of `targets` (round robin), with jittered exponential backoff once
                       every node has been tried;
@@ -147,12 +151,14 @@ class Client:
         (a duplicate of an earlier attempt included)."""
         pending = list(range(len(signed_txs)))
         out = [None] * len(signed_txs)
+        tickets = {}  # index -> the retry ticket of its last refusal
         start = time.monotonic()
         for attempt in range(self.max_attempts):
             req = self.client_pb2.SubmitTxBatchRequest(
-                partition=self._ref(partition), signed_txs=[signed_txs[i] for i in pending])
+                partition=self._ref(partition), signed_txs=[signed_txs[i] for i in pending],
+                retry_tickets=[tickets.get(i, 0) for i in pending] if tickets else [])
             resp = self._call("SubmitTxBatch", req)[0]
-            shed, wait_ms = [], 0
+            shed, wait_ms, tickets = [], 0, {}
             for i, r in zip(pending, resp.results):
                 code = _CODE_NAMES.get(r.code, "UNKNOWN")
                 if code == "ALREADY_EXISTS" and _is_duplicate_message(r.message):
@@ -161,9 +167,12 @@ class Client:
                 if code == "RESOURCE_EXHAUSTED":
                     shed.append(i)
                     wait_ms = max(wait_ms, r.retry_after_ms)
+                    if r.retry_ticket:
+                        tickets[i] = r.retry_ticket
             if not shed or attempt + 1 == self.max_attempts:
                 break
-            pause = wait_ms / 1000.0 + self._jitter(attempt)
+            # Tickets hold room at their retry-after: go back then, not later.
+            pause = wait_ms / 1000.0 + (0 if tickets else self._jitter(attempt))
             if time.monotonic() + pause - start > self.deadline:
                 break
             with self._lock:
@@ -244,7 +253,11 @@ class Client:
                 if code == "RESOURCE_EXHAUSTED" and submit:
                     with self._lock:
                         self.stats["shed"] += 1
-                    pause = retry_after + self._jitter(attempt)
+                    ticket = int(trailers.get("retry-ticket", "0") or 0)
+                    if method == "SubmitTx":
+                        req.retry_ticket = ticket  # 0 clears an earlier one
+                    # A ticket holds room at the retry-after: go back then, not later.
+                    pause = retry_after + (0 if ticket else self._jitter(attempt))
                 elif code == "UNAVAILABLE" or (code == "DEADLINE_EXCEEDED" and
                                                submit != "wait"):
                     # Down, paused, not NORMAL, or not answering (e.g. a stopped process).
