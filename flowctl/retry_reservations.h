@@ -5,9 +5,9 @@
 // clients that are not waiting take the room first, and the client that waited is refused again
 // (issue 18, item 6: about a third of honoured hints were kept). A reservation keeps it: the
 // refusal carries a ticket for its slot, and from `lead` before the slot until its grace after it
-// (half the wait, 0.5-5 s) one unit of room is held for the ticket. Fresh requests are admitted only into room that no
-// due ticket holds; the ticket's holder is admitted whatever the room (the caller bounds how far
-// past its limit such requests may go). A ticket is used once, is valid only
+// (half the wait, 0.5-5 s) one unit of room is held for the ticket. Fresh requests are admitted
+// only into room that no due ticket holds; the ticket's holder is admitted whatever the room (the
+// caller bounds how far past its limit such requests may go). A ticket is used once, is valid only
 // in its window (earlier it counts as no ticket and is kept; later it has expired), and the room
 // held at once is capped (`max_reserved`), so clients that never come back cost at most that much
 // room for at most lead + grace each.
@@ -57,11 +57,11 @@ class RetryReservations {
 
   struct Stats {
     uint64_t issued = 0;
-    uint64_t redeemed = 0;   // used in their window (and so admitted)
-    uint64_t expired = 0;    // never used in their window
-    uint64_t unknown = 0;    // presented but not outstanding (used, expired, or never issued)
+    uint64_t redeemed = 0;  // used in their window (and so admitted)
+    uint64_t expired = 0;   // never used in their window
+    uint64_t unknown = 0;   // presented but not outstanding (used, expired, or never issued)
     int64_t outstanding = 0;
-    int64_t reserved = 0;    // room held now for due tickets
+    int64_t reserved = 0;  // room held now for due tickets
   };
 
   RetryReservations() : RetryReservations(Options{}) {}
