@@ -111,15 +111,8 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin, absl::FunctionRef<void()> on
     const double keep = origin == TxOrigin::kClient           ? limits_.forward_reserve
                         : origin == TxOrigin::kClientReserved ? limits_.forward_reserve / 2
                                                               : 0.0;
-    size_t cap_txs =
+    const size_t cap_txs =
         limits_.max_txs - static_cast<size_t>(static_cast<double>(limits_.max_txs) * keep);
-    if (origin == TxOrigin::kForwarded) {
-      const size_t client_cap =
-          limits_.max_txs -
-          static_cast<size_t>(static_cast<double>(limits_.max_txs) * limits_.forward_reserve);
-      const size_t held = held_for_retries_.load(std::memory_order_relaxed);
-      cap_txs = std::max(client_cap, cap_txs - std::min(held, cap_txs));
-    }
     const size_t cap_bytes =
         limits_.max_bytes - static_cast<size_t>(static_cast<double>(limits_.max_bytes) * keep);
     if (by_hash_.size() >= cap_txs || bytes_ + tx->size() > cap_bytes) {

@@ -211,10 +211,6 @@ class TxPool {
   // Lock-free: how many more client txs fit below both the high-water mark and the client's cap
   // (in txs; the byte mark is AboveHighWater's), 0 at or above either.
   uint64_t ClientRoomTxs() const { return client_room_txs_.load(std::memory_order_relaxed); }
-  // Room (txs) held for this node's due retry tickets (flowctl/retry_reservations.h): forwarded
-  // txs are refused into it (they may fill the pool only up to max_txs - held, never below the
-  // client cap), kClientReserved ones take it. Set on the arbiter's tick.
-  void SetHeldForRetries(size_t txs) { held_for_retries_.store(txs, std::memory_order_relaxed); }
   // Lock-free: txs added since start that this node's clients submitted, and that peers
   // forwarded (fetched ones not counted): how the pool's room is shared among the nodes that
   // admit clients (the spacing of pool retry-after slots).
@@ -284,7 +280,6 @@ class TxPool {
   std::atomic<uint64_t> client_room_txs_{0};
   std::atomic<uint64_t> added_client_{0};
   std::atomic<uint64_t> added_forwarded_{0};
-  std::atomic<size_t> held_for_retries_{0};
   std::atomic<uint64_t> bytes_now_{0};
 };
 

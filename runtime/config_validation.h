@@ -44,7 +44,7 @@ inline constexpr uint32_t kMaxCpuWorkers = 1024;
 // benchmark machine (docs/BENCHMARKS.md, "Partition scale").
 inline constexpr uint32_t kDefaultConsensusBlocksPerSecond = 64;
 // pool.retry_reserve_fraction's default (ApplyDefaults): off, see docs/BENCHMARKS.md "Retry
-// reservations" (acceptance up, goodput down in 3 runs of 5).
+// reservations" (little gain over the measured hints).
 inline constexpr double kDefaultRetryReserveFraction = 0;
 inline constexpr uint32_t kMaxConsensusBlocksPerSecond = 100'000;
 

@@ -555,9 +555,6 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
                                         : 1.0,
                                     std::memory_order_relaxed);
   }
-  // Forwarded txs leave the room due retry tickets hold (the pool fills from every node's
-  // clients; without this the other nodes' would take it).
-  impl_->pool_->SetHeldForRetries(static_cast<size_t>(impl_->retry_reservations_.Reserved(now)));
   if (lanes.size() > kClientLane) {
     const flowctl::Dispatcher::LaneStats& client = lanes[kClientLane];
     impl_->client_lane_meter_.Observe(now, static_cast<uint64_t>(client.processed),

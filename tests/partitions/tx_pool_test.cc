@@ -138,26 +138,6 @@ TEST_F(TxPoolTest, AReservedClientTxMayUseHalfTheForwardingReserve) {
   EXPECT_EQ(pool->added_forwarded(), 2u);
 }
 
-// Room held for due retry tickets is closed to forwarded txs (down to the client cap at most).
-TEST_F(TxPoolTest, ForwardedTxsLeaveTheRoomHeldForRetries) {
-  auto pool = MakePool({.max_txs = 10, .forward_reserve = 0.4});
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(pool->Add(Tx(i + 1, 1), TxOrigin::kClient).ok());
-  pool->SetHeldForRetries(3);
-  EXPECT_TRUE(pool->Add(Tx(7, 1), TxOrigin::kForwarded).ok());  // cap 10 - 3 = 7
-  const absl::Status held = pool->Add(Tx(8, 1), TxOrigin::kForwarded);
-  ExpectRefused(held, absl::StatusCode::kResourceExhausted, "pool full");
-  EXPECT_TRUE(pool->Add(Tx(8, 1), TxOrigin::kClientReserved).ok());
-  // Held room never closes the pool to forwarded txs below the client cap.
-  auto small = MakePool({.max_txs = 10, .forward_reserve = 0.4});
-  small->SetHeldForRetries(100);
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_TRUE(small->Add(Tx(i + 1, 1), TxOrigin::kForwarded).ok()) << i;
-  }
-  EXPECT_FALSE(small->Add(Tx(7, 1), TxOrigin::kForwarded).ok());
-  pool->SetHeldForRetries(0);
-  EXPECT_TRUE(pool->Add(Tx(9, 1), TxOrigin::kForwarded).ok());
-}
-
 TEST_F(TxPoolTest, ReserveAppliesToBytesToo) {
   const size_t size = Tx(1, 1)->size();
   auto pool = MakePool({.max_bytes = 10 * size, .forward_reserve = 0.5});
