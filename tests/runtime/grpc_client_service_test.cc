@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -472,6 +473,97 @@ TEST_F(GrpcServicesTest, ShutdownCancelsCommitWaitsAfterTheDrain) {
   ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("shutting down"));
+}
+
+// Retry reservations over gRPC: a pool refusal carries its ticket (SubmitTx's "retry-ticket"
+// trailer, TxResult.retry_ticket in a batch); the same tx sent back with the first ticket is
+// refused like a fresh one while early (the ticket kept), then admitted past the high-water mark
+// once in its window. The pool fills with txs behind a nonce gap, which never commit.
+TEST_F(GrpcServicesTest, APoolRefusalsRetryTicketAdmitsTheTxWhenSentBackInItsWindow) {
+  auto update = [&](bool on) {
+    node::admin::UpdatePartitionFlowRequest req;
+    req.set_partition("cold");
+    auto* pool = req.mutable_pool();
+    pool->set_max_txs(on ? 10 : 100000);
+    pool->set_max_per_sender(on ? 10 : 1000);
+    pool->set_high_water_fraction(on ? 0.5 : 0.9);  // on: 5 txs
+    pool->set_retry_reserve_fraction(on ? 0.4 : 0);
+    auto* gate = req.mutable_interceptor()->add_stages();
+    gate->set_name("pool");
+    gate->mutable_gate()->set_predicate("pool_below_high_water");
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::UpdatePartitionFlowResponse resp;
+    grpc::Status st = Admin()->UpdatePartitionFlow(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  };
+  update(true);
+  // Nonces 2..6 of sender 't' (1 never sent): five txs that stay in the pool, at its mark.
+  for (uint64_t nonce = 2; nonce <= 6; ++nonce) {
+    grpc::ClientContext ctx;
+    node::client::SubmitTxResponse resp;
+    grpc::Status st = Submit("cold", SignedPut(3, 't', nonce, "k"), false, &resp, &ctx);
+    ASSERT_TRUE(st.ok()) << nonce << ": " << st.error_message();
+  }
+  const std::string tx = SignedPut(3, 't', 7, "k");
+  uint64_t ticket = 0;
+  {
+    grpc::ClientContext ctx;
+    node::client::SubmitTxResponse resp;
+    grpc::Status st = Submit("cold", tx, false, &resp, &ctx);
+    ASSERT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_EQ(Trailer(ctx, "rejected-by"), "pool");
+    ASSERT_TRUE(absl::SimpleAtoi(Trailer(ctx, "retry-ticket"), &ticket))
+        << "no retry-ticket trailer: '" << Trailer(ctx, "retry-ticket") << "'";
+    EXPECT_NE(ticket, 0u);
+  }
+  {  // A batch's refusal carries its ticket in the result.
+    node::client::SubmitTxBatchRequest req;
+    *req.mutable_partition() = Ref("cold");
+    req.add_signed_txs(SignedPut(3, 'u', 2, "k"));
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::SubmitTxBatchResponse resp;
+    ASSERT_TRUE(Client()->SubmitTxBatch(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.results_size(), 1);
+    EXPECT_EQ(resp.results(0).code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(resp.results(0).retry_ticket(), 0u);
+    EXPECT_GT(resp.results(0).retry_after_ms(), 0u);
+  }
+  // Sent back with the first ticket until admitted (early sends are refused and keep it).
+  bool admitted = false;
+  int early_refusals = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (!admitted && absl::Now() < give_up) {
+    node::client::SubmitTxRequest req;
+    *req.mutable_partition() = Ref("cold");
+    req.set_signed_tx(tx);
+    req.set_retry_ticket(ticket);
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx);
+    node::client::SubmitTxResponse resp;
+    grpc::Status st = Client()->SubmitTx(&ctx, req, &resp);
+    if (st.ok()) {
+      admitted = true;
+    } else {
+      ASSERT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+      ++early_refusals;
+      absl::SleepFor(absl::Milliseconds(10));  // polling for the window, not ordering events
+    }
+  }
+  EXPECT_TRUE(admitted) << "the ticket never admitted the tx";
+  {
+    node::admin::GetFlowStatsRequest req;
+    req.set_partition("cold");
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::FlowStats resp;
+    ASSERT_TRUE(Admin()->GetFlowStats(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.partitions_size(), 1);
+    EXPECT_EQ(resp.partitions(0).retry_hints().tickets_redeemed(), 1u) << early_refusals;
+    EXPECT_EQ(resp.partitions(0).pool().txs(), 6u);  // past its 5-tx mark
+  }
+  update(false);
 }
 
 }  // namespace
