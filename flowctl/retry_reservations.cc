@@ -50,15 +50,20 @@ RetryReservations::Verdict RetryReservations::Admit(uint64_t ticket, int64_t now
     auto it = tickets_.find(ticket);
     if (it == tickets_.end()) {
       ++stats_.unknown;
-    } else if (now_nanos >= it->second.slot_nanos - lead_nanos_) {
-      // In its window (expired ones are gone): used up, and admitted.
+    } else {
+      const bool in_window = now_nanos >= it->second.slot_nanos - lead_nanos_;
+      // Spent either way (expired ones are gone): in its window it admits; early, the request
+      // is no better than a fresh one, and its refusal gives a new ticket (a kept one would hold
+      // room for a client that was served, or that holds the new ticket instead).
       ForgetLocked(it->second.slot_nanos);
       tickets_.erase(it);
       outstanding_.store(static_cast<int64_t>(tickets_.size()), std::memory_order_relaxed);
-      ++stats_.redeemed;
-      return {.admitted = true, .redeemed = true};
+      if (in_window) {
+        ++stats_.redeemed;
+        return {.admitted = true, .redeemed = true};
+      }
+      ++stats_.early;
     }
-    // Early: no better than a fresh request, and the ticket is kept for its window.
   }
   return {.admitted = free_units > ReservedLocked(now_nanos)};
 }

@@ -7,8 +7,8 @@
 // refusal carries a ticket for its slot, and from `lead` before the slot until its grace after it
 // (half the wait, 0.5-5 s) one unit of room is held for the ticket. Fresh requests are admitted
 // only into room that no due ticket holds; the ticket's holder is admitted whatever the room (the
-// caller bounds how far past its limit such requests may go). A ticket is used once, is valid only
-// in its window (earlier it counts as no ticket and is kept; later it has expired), and the room
+// caller bounds how far past its limit such requests may go). A ticket is used once, admits only
+// in its window (earlier it is spent as a fresh request; later it has expired), and the room
 // held at once is capped (`max_reserved`), so clients that never come back cost at most that much
 // room for at most lead + grace each.
 //
@@ -58,7 +58,8 @@ class RetryReservations {
   struct Stats {
     uint64_t issued = 0;
     uint64_t redeemed = 0;  // used in their window (and so admitted)
-    uint64_t expired = 0;   // never used in their window
+    uint64_t early = 0;     // sent back before their window (spent as a fresh request)
+    uint64_t expired = 0;   // never sent back
     uint64_t unknown = 0;   // presented but not outstanding (used, expired, or never issued)
     int64_t outstanding = 0;
     int64_t reserved = 0;  // room held now for due tickets
@@ -79,8 +80,9 @@ class RetryReservations {
   uint64_t Issue(int64_t now_nanos, int64_t slot_nanos) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether one request may take one unit of room now. `ticket` is what the request carried (0:
-  // none); `free_units` the room left under the caller's limit for fresh requests. A ticket
-  // inside its window is used up and admitted whatever the room (`redeemed`): its room was held
+  // none); `free_units` the room left under the caller's limit for fresh requests. A known
+  // ticket is spent: before its window the request is judged as a fresh one; inside it, it is
+  // admitted whatever the room (`redeemed`): its room was held
   // below the limit, and the caller lets it past the limit by at most what it holds (the pool:
   // into half its forwarding reserve). Any other request is admitted when the free room exceeds
   // what due tickets hold.

@@ -275,11 +275,13 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   for (const auto& [outcome, n] :
        {std::pair<const char*, uint64_t>{"issued", hints.tickets_issued()},
         {"redeemed", hints.tickets_redeemed()},
+        {"early", hints.tickets_early()},
         {"expired", hints.tickets_expired()},
         {"unknown", hints.tickets_unknown()}}) {
     f->Counter("noded_retry_tickets_total",
                "Retry tickets given with pool refusals, and how they ended (redeemed: sent back "
-               "in their window; expired: never; unknown: sent back but not outstanding).",
+               "in their window; early: before it; expired: never; unknown: sent back but not "
+               "outstanding).",
                {{"partition", p.name()}, {"outcome", outcome}}, static_cast<double>(n));
   }
   f->Gauge("noded_retry_reserved_txs",

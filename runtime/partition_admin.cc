@@ -112,6 +112,7 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   const flowctl::RetryReservations::Stats tickets = retry_reservations_.stats(clock_->NowNanos());
   hints->set_tickets_issued(tickets.issued);
   hints->set_tickets_redeemed(tickets.redeemed);
+  hints->set_tickets_early(tickets.early);
   hints->set_tickets_expired(tickets.expired);
   hints->set_tickets_unknown(tickets.unknown);
   hints->set_tickets_outstanding(static_cast<uint64_t>(tickets.outstanding));

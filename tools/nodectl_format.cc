@@ -119,9 +119,10 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
       << FormatNumber(hints.client_lane_jobs_per_second()) << " jobs/s\n";
   if (hints.max_reserved_txs() > 0 || hints.tickets_issued() > 0) {
     out << "  tickets  issued " << hints.tickets_issued() << "  redeemed "
-        << hints.tickets_redeemed() << "  expired " << hints.tickets_expired() << "  unknown "
-        << hints.tickets_unknown() << "  outstanding " << hints.tickets_outstanding()
-        << "  reserved " << hints.reserved_txs() << "/" << hints.max_reserved_txs() << " txs\n";
+        << hints.tickets_redeemed() << "  early " << hints.tickets_early() << "  expired "
+        << hints.tickets_expired() << "  unknown " << hints.tickets_unknown() << "  outstanding "
+        << hints.tickets_outstanding() << "  reserved " << hints.reserved_txs() << "/"
+        << hints.max_reserved_txs() << " txs\n";
   }
   out << "  spill  appended " << spill.appended() << "  drained " << spill.drained() << "  memory "
       << FormatBytes(spill.memory_bytes()) << "/" << FormatBytes(spill.memory_budget_bytes())

@@ -88,9 +88,13 @@ def retry_tickets(nc):
     shed = type("Shed", (_Shed, grpc.RpcError), {})
     client = nc.Client(["127.0.0.1:9"], retry=True, seed=1, backoff_base=1.0)
     api = client.client_pb2
-    pauses = []
-    real_sleep = client_module.time.sleep
-    client_module.time.sleep = pauses.append
+    pauses, clock = [], [1000.0]
+
+    def fake_sleep(d):
+        pauses.append(d)
+        clock[0] += d
+    real_sleep, real_monotonic = client_module.time.sleep, client_module.time.monotonic
+    client_module.time.sleep, client_module.time.monotonic = fake_sleep, lambda: clock[0]
     try:
         # SubmitTx: refused with a ticket, then with none, then admitted.
         seen = []
@@ -105,12 +109,13 @@ def retry_tickets(nc):
                 return api.SubmitTxResponse(tx_hash=b"h" * 32)
 
             def SubmitTxBatch(self, req, timeout=None):
-                seen.append(list(req.retry_tickets))
+                seen.append((round(clock[0] - 1000.0, 3), list(req.signed_txs),
+                             list(req.retry_tickets)))
                 if len(seen) == 1:
                     return api.SubmitTxBatchResponse(results=[
                         api.TxResult(code=0, tx_hash=b"a"),
                         api.TxResult(code=8, message="pool", retry_after_ms=300, retry_ticket=77),
-                        api.TxResult(code=8, message="pool", retry_after_ms=200)])
+                        api.TxResult(code=8, message="pool", retry_after_ms=2000)])
                 return api.SubmitTxBatchResponse(results=[api.TxResult(code=0)
                                                           for _ in req.signed_txs])
         client._stubs = [Stub()]
@@ -121,12 +126,23 @@ def retry_tickets(nc):
         check(pauses[1] > 0.1, "without one it adds jitter: %r" % pauses)
         seen.clear()
         pauses.clear()
+        clock[0] = 1000.0
         out = client.submit_batch(1, [b"a", b"b", b"c"])
-        check(seen == [[], [77, 0]], "tickets sent with SubmitTxBatch: %r" % seen)
-        check(pauses == [0.3], "the batch retry waits the longest retry-after: %r" % pauses)
+        check(seen[0] == (0.0, [b"a", b"b", b"c"], []), "first batch: %r" % (seen[0],))
+        # b goes back alone at its own 300 ms with its ticket (not at c's 2 s, when the ticket
+        # would have expired); c, with no ticket, after 2 s plus jitter.
+        back = {tuple(txs): (t, tk) for t, txs, tk in seen[1:]}
+        b_wave = [v for k, v in back.items() if b"b" in k]
+        c_wave = [v for k, v in back.items() if b"c" in k]
+        check(len(seen) in (2, 3) and b_wave and c_wave, "waves: %r" % seen)
+        check(b_wave[0][0] == 0.3, "b went back at %r, want 0.3 s" % (b_wave[0][0],))
+        by_tx = {tx: tk for t, txs, tks in seen[1:] for tx, tk in zip(txs, tks or [0] * len(txs))}
+        check(by_tx == {b"b": 77, b"c": 0}, "tickets sent back: %r" % by_tx)
+        check(c_wave[0][0] >= 2.0, "c went back before its retry-after: %r" % seen)
         check([o[0] for o in out] == ["OK"] * 3, "batch results: %r" % out)
     finally:
         client_module.time.sleep = real_sleep
+        client_module.time.monotonic = real_monotonic
     print("retry tickets go back with the retry, at the retry-after: ok", flush=True)
 
 

@@ -57,14 +57,22 @@ TEST(RetryReservationsTest, ATicketIsUsedOnce) {
   EXPECT_EQ(book.stats(110 * kMs).unknown, 1u);
 }
 
-TEST(RetryReservationsTest, AnEarlyTicketIsKeptForItsWindow) {
+TEST(RetryReservationsTest, AnEarlyTicketIsSpentAsAFreshRequest) {
   RetryReservations book(On(8));
-  const uint64_t ticket = book.Issue(0, 1000 * kMs);
-  // 200 ms early: treated as fresh (admitted into free room), the ticket not spent.
-  EXPECT_TRUE(book.Admit(ticket, 800 * kMs, 5).admitted);
-  EXPECT_EQ(book.stats(800 * kMs).outstanding, 1);
-  EXPECT_EQ(book.Reserved(1000 * kMs), 1);
-  EXPECT_TRUE(book.Admit(ticket, 1000 * kMs, 1).admitted);
+  const uint64_t served = book.Issue(0, 1000 * kMs);
+  const uint64_t refused = book.Issue(0, 1000 * kMs);
+  EXPECT_EQ(book.Reserved(1000 * kMs), 2);
+  // 200 ms early: judged as fresh (admitted into free room, or not), and spent either way, so it
+  // holds no room later for a client that was served, or that holds a newer ticket.
+  const RetryReservations::Verdict v = book.Admit(served, 800 * kMs, 5);
+  EXPECT_TRUE(v.admitted);
+  EXPECT_FALSE(v.redeemed);
+  EXPECT_FALSE(book.Admit(refused, 800 * kMs, 0).admitted);
+  const RetryReservations::Stats s = book.stats(800 * kMs);
+  EXPECT_EQ(s.early, 2u);
+  EXPECT_EQ(s.outstanding, 0);
+  EXPECT_EQ(book.Reserved(1000 * kMs), 0);
+  EXPECT_FALSE(book.Admit(served, 1000 * kMs, 0).admitted);  // spent: no longer known
 }
 
 TEST(RetryReservationsTest, ATicketNeverUsedStopsHoldingRoomAfterItsGrace) {

@@ -242,8 +242,8 @@ TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
                            "added 500  rejected_full 4  expired 1\n"));
   EXPECT_THAT(o, HasSubstr("  retry  pool 330ms  client_lane 3ms  from commits 850 tx/s, 4 "
                            "blocks/s, client lane 120 jobs/s\n"));
-  EXPECT_THAT(o, HasSubstr("  tickets  issued 12  redeemed 9  expired 2  unknown 0  outstanding 1  "
-                           "reserved 1/9000 txs\n"));
+  EXPECT_THAT(o, HasSubstr("  tickets  issued 12  redeemed 9  early 0  expired 2  unknown 0  "
+                           "outstanding 1  reserved 1/9000 txs\n"));
   EXPECT_THAT(o, HasSubstr("  spill  appended 9  drained 8  memory 1.0 KiB/16.0 MiB  disk 1.0 MiB  "
                            "segments 2  drain 5.0 MiB/s (measured 0 B/s)  disk budget none  "
                            "refused 0\n"));

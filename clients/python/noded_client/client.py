@@ -145,40 +145,50 @@ class Client:
         return SubmitResult(resp.tx_hash, receipt, resp.spilled, node, attempts)
 
     def submit_batch(self, partition, signed_txs):
-        """Submits up to 1000 signed txs in one call; retries the shed ones (RESOURCE_EXHAUSTED,
-        after the largest retry_after_ms they carry) and the whole batch on UNAVAILABLE.
+        """Submits up to 1000 signed txs in one call; retries the shed ones (RESOURCE_EXHAUSTED),
+        each after its own retry_after_ms (waves of the due ones), and the whole batch on
+        UNAVAILABLE.
         Returns one (code name, message, tx_hash) per tx, in order; "OK" for the admitted ones
         (a duplicate of an earlier attempt included)."""
         pending = list(range(len(signed_txs)))
         out = [None] * len(signed_txs)
         tickets = {}  # index -> the retry ticket of its last refusal
+        due = {}      # index -> monotonic time it may go back (its retry-after)
         start = time.monotonic()
         for attempt in range(self.max_attempts):
+            # Each shed tx goes back at its own retry-after (a ticket holds room from then, and
+            # only for a while), in waves of those that are due, in index order.
+            now = time.monotonic()
+            send = [i for i in pending if due.get(i, 0) <= now]
             req = self.client_pb2.SubmitTxBatchRequest(
-                partition=self._ref(partition), signed_txs=[signed_txs[i] for i in pending],
-                retry_tickets=[tickets.get(i, 0) for i in pending] if tickets else [])
+                partition=self._ref(partition), signed_txs=[signed_txs[i] for i in send],
+                retry_tickets=([tickets.get(i, 0) for i in send]
+                               if any(i in tickets for i in send) else []))
             resp = self._call("SubmitTxBatch", req)[0]
-            shed, wait_ms, tickets = [], 0, {}
-            for i, r in zip(pending, resp.results):
+            answered = time.monotonic()
+            jitter = self._jitter(attempt)
+            sent, shed = set(send), []
+            for i, r in zip(send, resp.results):
                 code = _CODE_NAMES.get(r.code, "UNKNOWN")
                 if code == "ALREADY_EXISTS" and _is_duplicate_message(r.message):
                     code = "OK"
                 out[i] = (code, r.message, r.tx_hash)
+                tickets.pop(i, None)
                 if code == "RESOURCE_EXHAUSTED":
                     shed.append(i)
-                    wait_ms = max(wait_ms, r.retry_after_ms)
                     if r.retry_ticket:
-                        tickets[i] = r.retry_ticket
-            if not shed or attempt + 1 == self.max_attempts:
+                        tickets[i] = r.retry_ticket  # back at the retry-after, no jitter
+                    due[i] = answered + r.retry_after_ms / 1000.0 + (0 if r.retry_ticket
+                                                                      else jitter)
+            pending = sorted([i for i in pending if i not in sent] + shed)
+            if not pending or attempt + 1 == self.max_attempts:
                 break
-            # Tickets hold room at their retry-after: go back then, not later.
-            pause = wait_ms / 1000.0 + (0 if tickets else self._jitter(attempt))
+            pause = max(0.0, min(due[i] for i in pending) - time.monotonic())
             if time.monotonic() + pause - start > self.deadline:
                 break
             with self._lock:
                 self.stats["shed"] += len(shed)
             time.sleep(pause)
-            pending = shed
         return out
 
     def wait_for_commit(self, partition, tx_hash, timeout=30.0, poll=0.1):
