@@ -31,8 +31,9 @@ uint64_t RetryReservations::Issue(int64_t now_nanos, int64_t slot_nanos) {
       static_cast<int64_t>(grace_fraction_ * static_cast<double>(slot_nanos - now_nanos)),
       grace_nanos_, max_grace_nanos_);
   by_expiry_.emplace(slot_nanos + grace, ticket);
-  Bucket& b = buckets_[static_cast<size_t>(slot_nanos / kBucketNanos) % kBuckets];
-  if (b.index != slot_nanos / kBucketNanos) b = {.index = slot_nanos / kBucketNanos, .count = 0};
+  const int64_t index = slot_nanos / kBucketNanos;
+  Bucket& b = buckets_[static_cast<size_t>(index) % kBuckets];
+  if (b.index != index) b = {.index = index, .count = 0};
   ++b.count;
   ++stats_.issued;
   outstanding_.store(static_cast<int64_t>(tickets_.size()), std::memory_order_relaxed);
@@ -55,9 +56,7 @@ RetryReservations::Verdict RetryReservations::Admit(uint64_t ticket, int64_t now
       // Spent either way (expired ones are gone): in its window it admits; early, the request
       // is no better than a fresh one, and its refusal gives a new ticket (a kept one would hold
       // room for a client that was served, or that holds the new ticket instead).
-      ForgetLocked(it->second.slot_nanos);
-      tickets_.erase(it);
-      outstanding_.store(static_cast<int64_t>(tickets_.size()), std::memory_order_relaxed);
+      EraseLocked(it);
       if (in_window) {
         ++stats_.redeemed;
         return {.admitted = true, .redeemed = true};
@@ -85,23 +84,22 @@ RetryReservations::Stats RetryReservations::stats(int64_t now_nanos) {
 }
 
 void RetryReservations::ExpireLocked(int64_t now_nanos) {
-  bool changed = false;
   while (!by_expiry_.empty() && by_expiry_.top().first < now_nanos) {
     const uint64_t ticket = by_expiry_.top().second;
     by_expiry_.pop();
     auto it = tickets_.find(ticket);
     if (it == tickets_.end()) continue;  // used
-    ForgetLocked(it->second.slot_nanos);
-    tickets_.erase(it);
+    EraseLocked(it);
     ++stats_.expired;
-    changed = true;
   }
-  if (changed) outstanding_.store(static_cast<int64_t>(tickets_.size()), std::memory_order_relaxed);
 }
 
-void RetryReservations::ForgetLocked(int64_t slot_nanos) {
-  Bucket& b = buckets_[static_cast<size_t>(slot_nanos / kBucketNanos) % kBuckets];
-  if (b.index == slot_nanos / kBucketNanos && b.count > 0) --b.count;
+void RetryReservations::EraseLocked(absl::flat_hash_map<uint64_t, Ticket>::iterator it) {
+  const int64_t index = it->second.slot_nanos / kBucketNanos;
+  Bucket& b = buckets_[static_cast<size_t>(index) % kBuckets];
+  if (b.index == index && b.count > 0) --b.count;
+  tickets_.erase(it);
+  outstanding_.store(static_cast<int64_t>(tickets_.size()), std::memory_order_relaxed);
 }
 
 int64_t RetryReservations::ReservedLocked(int64_t now_nanos) const {

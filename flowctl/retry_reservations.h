@@ -111,7 +111,9 @@ class RetryReservations {
   };
 
   void ExpireLocked(int64_t now_nanos) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ForgetLocked(int64_t slot_nanos) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes an outstanding ticket: from the table, its slot's bucket and the outstanding count.
+  void EraseLocked(absl::flat_hash_map<uint64_t, Ticket>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t ReservedLocked(int64_t now_nanos) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t lead_nanos_;
