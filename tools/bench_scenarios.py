@@ -3,8 +3,9 @@
 
   tools/bench_scenarios.py                     every scenario (~12-15 min on 2 cores)
   tools/bench_scenarios.py goodput isolation   only these (goodput egress isolation lossless
-                                               throughput rejection scale cpu state retry
-                                               reads live memory lanes admission shares)
+                                               throughput rejection scale cpu state rejoin
+                                               fanout retry reads live memory lanes admission
+                                               shares)
 
 Each scenario starts its own 4-node localnet(s) in a temp dir (random ports), drives it with
 loadgen, stops it on every exit path, prints one `RESULT` line with its ratio and appends a
@@ -22,7 +23,10 @@ SCALE_IDLE (idle partitions for the idle-cost figure, default 64; 0 skips it), S
 watch), SCALE_EXTRA (a config fragment for every node); cpu: CPU_EXTRA (likewise), CPU_RATE
 (default 800), CPU_SAT_RATE (default 2500); state: STATE_KEYS (keys loaded, default 1000000),
 STATE_REPS (rounds of all eight cases, interleaved; medians reported; default 3: about 15 minutes,
-no cluster); retry: RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS (default 30),
+no cluster); rejoin: REJOIN_BLOCKS (history lengths, default 1000,4000), REJOIN_RATE (tx/s, default
+800), REJOIN_BATCH (batch_max_txs, default 10); fanout: FANOUT_STREAMS (stream counts, default
+0,100,1000), FANOUT_RATE (tx/s, default 800), FANOUT_SECONDS (default 25); retry: RETRY_RATE
+(offered tx/s, default 6000), RETRY_SECONDS (default 30),
 RETRY_REPS (measured/fixed pairs, default 1); reads: READS_FLOOD (reads/s, default 8000),
 READS_SECONDS (default 40), READS_REPS (limited/unlimited pairs, default 1), READS_RPC (account,
 the default, or block: GetBlock of the latest block with its tx bodies); live: LIVE_REPS
@@ -168,12 +172,23 @@ class Cluster:
         return json.loads(r.stdout) if r.returncode == 0 else None
 
     def loadgen(self, name, scenario, duration, drain=10, presign=None, expect=(), extra=(),
-                targets=None):
+                targets=None, nodes=None):
+        return self.loadgen_finish(self.loadgen_start(name, scenario, duration, drain, presign,
+                                                      expect, extra, targets, nodes))
+
+    def loadgen_start(self, name, scenario, duration, drain=10, presign=None, expect=(),
+                      extra=(), targets=None, nodes=None):
+        """Starts loadgen; loadgen_finish waits for it. `nodes` (0-based indices) limits its
+        client targets and admin addresses to those nodes (e.g. while another one is down)."""
         out = os.path.join(OUT, "scenarios", name)
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [LOADGEN, "--targets", targets or self.client, "--admin", self.admin, "--admin-token-file",
-               self.tokens, "--duration", "%ds" % duration, "--drain", "%ds" % drain,
-               "--scenario", scenario, "--out", out, "--quiet"]
+        admin, tokens = self.admin, self.tokens
+        if nodes is not None:
+            pick = lambda csv: ",".join(csv.split(",")[i] for i in nodes)
+            targets, admin, tokens = targets or pick(self.client), pick(admin), pick(tokens)
+        cmd = [LOADGEN, "--targets", targets or self.client, "--admin", admin,
+               "--admin-token-file", tokens, "--duration", "%ds" % duration, "--drain",
+               "%ds" % drain, "--scenario", scenario, "--out", out, "--quiet"]
         if presign is not None:
             cmd += ["--presign", str(presign)]
         for e in expect:
@@ -182,7 +197,14 @@ class Cluster:
         log("$ " + " ".join(cmd[:1] + ["..."] + cmd[7:]))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return {"proc": proc, "out": out, "before": before, "t0": t0}
+
+    def loadgen_finish(self, run):
+        """Waits for a loadgen_start run; ({partition name: summary}, whole summary)."""
+        stdout, stderr = run["proc"].communicate()
+        r = subprocess.CompletedProcess(run["proc"].args, run["proc"].returncode, stdout, stderr)
+        out, before, t0 = run["out"], run["before"], run["t0"]
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         wall = time.monotonic() - t0
         with open(os.path.join(out, "loadgen.txt"), "w") as f:
@@ -810,6 +832,228 @@ def state():
                ">= 0.8x of empty; RSS not growing with state beyond the caches",
                "bench_state, 500-tx blocks, fsync per block, default caches (64 MiB state, "
                "32 MiB block cache), steady state after a 5 s warm-up, tcmalloc; %d rounds" % reps)
+
+
+# 9b. A wiped node rejoins under load: snapshot vs replay, against history length -------------
+def partition_status(c, i, partition="p1"):
+    """(height, earliest_height) of `partition` on node i (0-based) from `nodectl --json
+    status`, or None while the node does not answer."""
+    try:
+        st = c.stats(i, "status")
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+    for p in (st or {}).get("partitions", []):
+        if p.get("name") == partition:
+            return int(p.get("height", 0)), int(p.get("earliest_height", 0))
+    return None
+
+
+def rejoin_run(mode, blocks, rate, batch, limit_s):
+    """One fresh 4-node localnet, one partition: node 4 is stopped and its data directory
+    deleted (a new node with the old key), loadgen offers `rate` tx/s to nodes 1-3 until the
+    chain holds `blocks` blocks, node 4 starts again while the load goes on. Returns the times
+    to reach the height the others had at its start (caught up) and to follow their tip within
+    2 blocks, how it joined, and the others' commits just before and during the join."""
+    min_blocks = 200 if mode == "snapshot" else 2 ** 64 - 1
+    extra = ("[partition *]\nconsensus { batch_max_txs: %d snapshot_sync_min_blocks: %d }"
+             % (batch, min_blocks))
+    with Cluster("rejoin_%s_%d" % (mode, blocks), extra, partitions=1) as c:
+        c.ln("stop", "4")
+        shutil.rmtree(os.path.join(c.net, "node4", "data"))
+        # Sender keys per sender: the state stays the same size (256 keys) while history grows.
+        name = "rejoin_%s_%d" % (mode, blocks)
+        run = c.loadgen_start(name, "p1:rate=%d,keys=per_sender" % rate, limit_s, drain=5,
+                              nodes=[0, 1, 2])
+        t_load = time.monotonic()
+        tip0 = 0
+        while time.monotonic() - t_load < limit_s - 30:
+            st = partition_status(c, 0)
+            tip0 = st[0] if st else tip0
+            if tip0 >= blocks:
+                break
+            time.sleep(0.5)
+        history_s = time.monotonic() - t_load
+        others0 = sum(proc_cpu_seconds(pid) for pid in c.pids[:3])
+        t_start = time.monotonic()
+        starter = threading.Thread(target=lambda: c.ln("restart", "4", "--timeout", "120",
+                                                         check=False), daemon=True)
+        starter.start()
+        caught = follow = None
+        earliest = 0
+        while time.monotonic() - t_start < 150 and run["proc"].poll() is None:
+            st, top = partition_status(c, 3), partition_status(c, 0)
+            now = time.monotonic() - t_start
+            if st:
+                earliest = max(earliest, st[1])
+                if caught is None and st[0] >= tip0:
+                    caught = now
+                if caught is not None and top and st[0] + 2 >= top[0]:
+                    follow = now
+                    break
+            time.sleep(0.2)
+        t_end = time.monotonic()
+        # The joining node's CPU (its process started with the join) and the others' during it.
+        try:
+            with open(os.path.join(c.net, "node4", "noded.pid")) as f:
+                joiner = proc_cpu_seconds(int(f.read().split()[0])) / (t_end - t_start)
+        except (OSError, ValueError):
+            joiner = None
+        others = sum(proc_cpu_seconds(pid) for pid in c.pids[:3]) - others0
+        others /= 3 * (t_end - t_start)
+        # 10 s more of load, so that loadgen's seconds cover the join and its commits.
+        while time.monotonic() < t_end + 10 and run["proc"].poll() is None:
+            time.sleep(0.2)
+        run["proc"].send_signal(signal.SIGINT)
+        p, _ = c.loadgen_finish(run)
+        starter.join(timeout=30)
+        h = p["p1"]
+        # loadgen's second 0 is about when it was started (it signs as it goes: no presign).
+        rel = lambda t: t - run["t0"]
+        before = (max(0, rel(t_start) - 15), rel(t_start))
+        during = (rel(t_start), rel(t_end) + 1)
+        return {"mode": mode, "blocks": tip0, "history_s": history_s, "caught_s": caught,
+                "follow_s": follow, "snapshot_at": earliest,
+                "rate_before": window_rate(h, "committed", *before),
+                "rate_during": window_rate(h, "committed", *during),
+                "p99_before": window_p99(h, *before)[0], "p99_during": window_p99(h, *during)[0],
+                "vc": h["view_changes"] or 0, "joiner_cores": joiner, "others_cores": others}
+
+
+def rejoin():
+    """A wiped node joining a 4-node cluster under load, by a snapshot (the default path for a
+    node far behind) and by replaying every block (snapshot_sync_min_blocks above the chain's
+    length), after REJOIN_BLOCKS blocks of history (default 1000,4000) at a fixed state: the
+    snapshot's time should not grow with history, the replay's should (issue 19, item 3)."""
+    rate = int(os.environ.get("REJOIN_RATE", "800"))
+    batch = int(os.environ.get("REJOIN_BATCH", "10"))
+    lengths = [int(x) for x in os.environ.get("REJOIN_BLOCKS", "1000,4000").split(",")]
+    runs = []
+    for blocks in lengths:
+        # A bound on each run: the history at no less than a fifth of rate / batch blocks/s,
+        # plus the join.
+        limit = int(blocks / max(1.0, rate / batch / 5)) + 200
+        for mode in ("snapshot", "replay"):
+            r = rejoin_run(mode, blocks, rate, batch, limit)
+            log("rejoin %s after %d blocks (%.0f s of load): caught up %s s, following %s s, "
+                "earliest height %d; the others %.0f -> %.0f tx/s, p99 (per-second, weighted) "
+                "%.0f -> %.0f ms, %d VC; during the join node 4 used %s cores, the others %.2f "
+                "each" % (mode, r["blocks"], r["history_s"], r["caught_s"], r["follow_s"],
+                          r["snapshot_at"], r["rate_before"], r["rate_during"], r["p99_before"],
+                          r["p99_during"], r["vc"], "%.2f" % r["joiner_cores"]
+                          if r["joiner_cores"] is not None else "?", r["others_cores"]))
+            runs.append(r)
+    fmt = lambda r: ("%s after %d blocks: caught up in %s, following the tip in %s (%s); the "
+                     "others %.0f -> %.0f tx/s, p99 %.0f -> %.0f ms, %d VC; node 4 %s cores"
+                     % (r["mode"], r["blocks"],
+                        "%.2f s" % r["caught_s"] if r["caught_s"] is not None else "NOT",
+                        "%.2f s" % r["follow_s"] if r["follow_s"] is not None else "NOT",
+                        "snapshot at %d" % r["snapshot_at"] if r["snapshot_at"] else
+                        "replayed from genesis", r["rate_before"], r["rate_during"],
+                        r["p99_before"], r["p99_during"], r["vc"],
+                        "%.2f" % r["joiner_cores"] if r["joiner_cores"] is not None else "?"))
+    snap = [r for r in runs if r["mode"] == "snapshot"]
+    rep = [r for r in runs if r["mode"] == "replay"]
+    ratio = lambda rs: ("%.2fx" % (rs[-1]["caught_s"] / rs[0]["caught_s"])
+                        if len(rs) > 1 and rs[0]["caught_s"] and rs[-1]["caught_s"] else "-")
+    result("wiped node rejoins under load (snapshot)", "; ".join(fmt(r) for r in snap),
+           "; ".join(fmt(r) for r in rep),
+           "catch-up time at the longest / shortest history: snapshot %s, replay %s"
+           % (ratio(snap), ratio(rep)),
+           "snapshot time flat in history; the others keep committing",
+           "4 nodes, 1 partition, %d tx/s to nodes 1-3 (keys per sender: a 256-key state), "
+           "batch_max_txs %d; node 4's data directory deleted, started at the given height"
+           % (rate, batch))
+
+
+# 9c. Commit subscription fan-out: what WatchCommits streams cost the node they watch ----------
+WATCH_FANOUT = os.path.join(BUILD, "tools", "watch_fanout")
+
+
+def proc_cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def fanout_run(streams, txs, rate, seconds):
+    """One fresh 4-node localnet, one partition at `rate` tx/s for `seconds`, with `streams`
+    WatchCommits streams (with tx bodies and receipts if `txs`) open on node 1 throughout."""
+    extra = "[partition *]\nwatch { max_watchers: %d }" % max(64, streams + 16)
+    with Cluster("fanout_%d" % streams, extra, partitions=1) as c:
+        watcher = None
+        if streams:
+            cmd = [WATCH_FANOUT, "--target", c.client.split(",")[0], "--partition", "p1",
+                   "--streams", str(streams), "--duration-s", str(seconds + 20), "--json"]
+            if txs:
+                cmd += ["--include-txs", "--include-receipts"]
+            watcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True)
+            time.sleep(2)  # every stream open before the load starts
+        t0, n1, all0 = time.monotonic(), proc_cpu_seconds(c.pids[0]), c.cpu_seconds()
+        w0 = proc_cpu_seconds(watcher.pid) if watcher else 0
+        p, s = c.loadgen("fanout_%d" % streams, "p1:rate=%d" % rate, seconds, drain=5,
+                         presign=rate * (seconds + 1))
+        wall = time.monotonic() - t0
+        node1 = (proc_cpu_seconds(c.pids[0]) - n1) / wall
+        others = (c.cpu_seconds() - all0) / wall - node1
+        # The subscribers' own CPU over the same window (they share the machine's 2 cores).
+        client = (proc_cpu_seconds(watcher.pid) - w0) / wall if watcher else 0
+        w = {}
+        if watcher is not None:
+            out, err = watcher.communicate(timeout=seconds + 60)
+            if watcher.returncode != 0:
+                raise RuntimeError("watch_fanout exited %d: %s" % (watcher.returncode, err))
+            w = json.loads(out)
+        h = p["p1"]
+        return {"streams": streams, "txs": txs, "node1": node1, "others": others / 3,
+                "committed": h["committed"] / seconds, "p99": h["p99_ms"],
+                "vc": h["view_changes"] or 0, "responses": w.get("responses_total", 0),
+                "bytes": w.get("bytes_total", 0), "alive": w.get("alive_at_end", 0),
+                "cut": w.get("ended_early", {}), "spread_p99": w.get("spread_ms_p99"),
+                "wall": wall, "lg": s["_loadgen_cores"], "client": client}
+
+
+def fanout():
+    """Commit subscribers on one node: FANOUT_STREAMS (default 0,100,1000) WatchCommits streams
+    on node 1 of a 4-node localnet at FANOUT_RATE (800) tx/s, block hashes only, then the
+    largest count again with tx bodies and receipts, and no streams again; node 1's CPU beside
+    the other nodes' mean, what it delivered, and the commit p99 (issue 19, item 4)."""
+    rate = int(os.environ.get("FANOUT_RATE", "800"))
+    seconds = int(os.environ.get("FANOUT_SECONDS", "25"))
+    counts = [int(x) for x in os.environ.get("FANOUT_STREAMS", "0,100,1000").split(",")]
+    plan = [(n, False) for n in counts] + [(max(counts), True), (0, False)]
+    runs = []
+    for n, txs in plan:
+        r = fanout_run(n, txs, rate, seconds)
+        log("fanout %d streams%s: node 1 %.3f cores (others %.3f each; subscribers %.3f), %d "
+            "responses (%.1f MB), %d open at the end, cut %s, spread p99 %s ms; committed %.0f "
+            "tx/s, p99 %.0f ms, %d VC"
+            % (n, " with txs" if txs else "", r["node1"], r["others"], r["client"],
+               r["responses"], r["bytes"] / 1e6, r["alive"], r["cut"] or "none",
+               r["spread_p99"], r["committed"], r["p99"], r["vc"]))
+        runs.append(r)
+    base = [r for r in runs if r["streams"] == 0]
+    b_node1 = sum(r["node1"] for r in base) / len(base)
+    b_p99 = sum(r["p99"] for r in base) / len(base)
+    rows = []
+    for r in runs:
+        if r["streams"] == 0:
+            continue
+        extra_cores = r["node1"] - b_node1
+        rows.append("%d streams%s: node 1 +%.3f cores (%.0f us per delivered block), %.1f MB/s "
+                    "out, %d of %d open at the end, subscribers' process %.2f cores, commit p99 "
+                    "%.0f ms (%.2fx)"
+                    % (r["streams"], " with txs and receipts" if r["txs"] else "", extra_cores,
+                       extra_cores * r["wall"] / max(1, r["responses"]) * 1e6,
+                       r["bytes"] / r["wall"] / 1e6, r["alive"], r["streams"], r["client"],
+                       r["p99"], r["p99"] / max(b_p99, 1e-9)))
+    result("commit subscription fan-out", "; ".join(rows),
+           "no streams: node 1 %s cores, commit p99 %s ms" % (
+               ", ".join("%.3f" % r["node1"] for r in base),
+               ", ".join("%.0f" % r["p99"] for r in base)),
+           "node 1's extra CPU per delivered block (above)", "no effect on consensus",
+           "4 nodes, 1 partition, %d tx/s, %d s; streams from tools/watch_fanout on node 1 "
+           "(callback reactors, 100 per connection)" % (rate, seconds))
 
 
 # 10. Retry-after hints: measured vs fixed ----------------------------------------------------
@@ -1686,7 +1930,8 @@ def shares_egress(reps):
 
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
-             "scale": scale, "cpu": cpu, "state": state, "retry": retry, "reads": reads,
+             "scale": scale, "cpu": cpu, "state": state, "rejoin": rejoin, "fanout": fanout,
+             "retry": retry, "reads": reads,
              "live": live, "memory": memory, "lanes": lanes, "admission": admission,
              "shares": shares}
 
