@@ -24,10 +24,10 @@ watch), SCALE_EXTRA (a config fragment for every node); cpu: CPU_EXTRA (likewise
 (default 800), CPU_SAT_RATE (default 2500); state: STATE_KEYS (keys loaded, default 1000000),
 STATE_REPS (rounds of all eight cases, interleaved; medians reported; default 3: about 15 minutes,
 no cluster); rejoin: REJOIN_BLOCKS (history lengths, default 1000,4000), REJOIN_RATE (tx/s, default
-800), REJOIN_BATCH (batch_max_txs, default 10); fanout: FANOUT_STREAMS (stream counts, default
-0,100,1000), FANOUT_RATE (tx/s, default 800), FANOUT_SECONDS (default 25); retry: RETRY_RATE
-(offered tx/s, default 6000), RETRY_SECONDS (default 30),
-RETRY_REPS (measured/fixed pairs, default 1); reads: READS_FLOOD (reads/s, default 8000),
+800), REJOIN_BATCH (batch_max_txs, default 10), REJOIN_MODES (default snapshot,replay); fanout:
+FANOUT_STREAMS (stream counts, default 0,100,1000), FANOUT_RATE (tx/s, default 800),
+FANOUT_SECONDS (default 25); retry: RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS
+(default 30), RETRY_REPS (measured/fixed pairs, default 1); reads: READS_FLOOD (reads/s, default 8000),
 READS_SECONDS (default 40), READS_REPS (limited/unlimited pairs, default 1), READS_RPC (account,
 the default, or block: GetBlock of the latest block with its tx bodies); live: LIVE_REPS
 (with/without pairs, default 1); memory: MEMORY_RATE (16 KiB tx/s, default 2000), MEMORY_SECONDS
@@ -927,12 +927,15 @@ def rejoin():
     rate = int(os.environ.get("REJOIN_RATE", "800"))
     batch = int(os.environ.get("REJOIN_BATCH", "10"))
     lengths = [int(x) for x in os.environ.get("REJOIN_BLOCKS", "1000,4000").split(",")]
+    modes = os.environ.get("REJOIN_MODES", "snapshot,replay").split(",")
+    if not modes or any(m not in ("snapshot", "replay") for m in modes):
+        raise RuntimeError("REJOIN_MODES: snapshot and/or replay, got %r" % modes)
     runs = []
     for blocks in lengths:
         # A bound on each run: the history at no less than a fifth of rate / batch blocks/s,
         # plus the join.
         limit = int(blocks / max(1.0, rate / batch / 5)) + 200
-        for mode in ("snapshot", "replay"):
+        for mode in modes:
             r = rejoin_run(mode, blocks, rate, batch, limit)
             log("rejoin %s after %d blocks (%.0f s of load): caught up %s s, following %s s, "
                 "earliest height %d; the others %.0f -> %.0f tx/s, p99 (per-second, weighted) "
