@@ -26,10 +26,11 @@ STATE_REPS (rounds of all eight cases, interleaved; medians reported; default 3:
 no cluster); rejoin: REJOIN_BLOCKS (history lengths, default 1000,4000), REJOIN_RATE (tx/s, default
 800), REJOIN_BATCH (batch_max_txs, default 10), REJOIN_MODES (default snapshot,replay); fanout:
 FANOUT_STREAMS (stream counts, default 0,100,1000), FANOUT_RATE (tx/s, default 800),
-FANOUT_SECONDS (default 25); retry: RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS
-(default 30), RETRY_REPS (measured/fixed pairs, default 1); reads: READS_FLOOD (reads/s, default 8000),
-READS_SECONDS (default 40), READS_REPS (limited/unlimited pairs, default 1), READS_RPC (account,
-the default, or block: GetBlock of the latest block with its tx bodies); live: LIVE_REPS
+FANOUT_SECONDS (default 25), FANOUT_NICE (the subscribers' niceness, default 0); retry:
+RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS (default 30), RETRY_REPS (measured/fixed
+pairs, default 1); reads: READS_FLOOD (reads/s, default 8000), READS_SECONDS (default 40),
+READS_REPS (limited/unlimited pairs, default 1), READS_RPC (account, the default, or block:
+GetBlock of the latest block with its tx bodies); live: LIVE_REPS
 (with/without pairs, default 1); memory: MEMORY_RATE (16 KiB tx/s, default 2000), MEMORY_SECONDS
 (default 40), MEMORY_LIMIT_MIB (node 1's cgroup limit, default 400; needs a memory cgroup this
 user may create, as root on most machines); lanes: LANES_RATE (hot's offered tx/s, default 3000),
@@ -985,7 +986,11 @@ def fanout_run(streams, txs, rate, seconds):
     with Cluster("fanout_%d" % streams, extra, partitions=1) as c:
         watcher = None
         if streams:
-            cmd = [WATCH_FANOUT, "--target", c.client.split(",")[0], "--partition", "p1",
+            # FANOUT_NICE: the subscribers' niceness, so that on a shared machine they can be
+            # kept from competing with the nodes for the cores.
+            nice = int(os.environ.get("FANOUT_NICE", "0"))
+            cmd = (["nice", "-n", str(nice)] if nice else []) + [
+                   WATCH_FANOUT, "--target", c.client.split(",")[0], "--partition", "p1",
                    "--streams", str(streams), "--duration-s", str(seconds + 20), "--json"]
             if txs:
                 cmd += ["--include-txs", "--include-receipts"]
