@@ -203,7 +203,12 @@ class Cluster:
 
     def loadgen_finish(self, run):
         """Waits for a loadgen_start run; ({partition name: summary}, whole summary)."""
-        stdout, stderr = run["proc"].communicate()
+        try:
+            stdout, stderr = run["proc"].communicate()
+        except BaseException:  # e.g. stop_all's SystemExit: never leave loadgen running
+            run["proc"].kill()
+            run["proc"].wait()
+            raise
         r = subprocess.CompletedProcess(run["proc"].args, run["proc"].returncode, stdout, stderr)
         out, before, t0 = run["out"], run["before"], run["t0"]
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -865,47 +870,56 @@ def rejoin_run(mode, blocks, rate, batch, limit_s):
         name = "rejoin_%s_%d" % (mode, blocks)
         run = c.loadgen_start(name, "p1:rate=%d,keys=per_sender" % rate, limit_s, drain=5,
                               nodes=[0, 1, 2])
-        t_load = time.monotonic()
-        tip0 = 0
-        while time.monotonic() - t_load < limit_s - 30:
-            st = partition_status(c, 0)
-            tip0 = st[0] if st else tip0
-            if tip0 >= blocks:
-                break
-            time.sleep(0.5)
-        history_s = time.monotonic() - t_load
-        others0 = sum(proc_cpu_seconds(pid) for pid in c.pids[:3])
-        t_start = time.monotonic()
-        starter = threading.Thread(target=lambda: c.ln("restart", "4", "--timeout", "120",
-                                                         check=False), daemon=True)
-        starter.start()
-        caught = follow = None
-        earliest = 0
-        while time.monotonic() - t_start < 150 and run["proc"].poll() is None:
-            st, top = partition_status(c, 3), partition_status(c, 0)
-            now = time.monotonic() - t_start
-            if st:
-                earliest = max(earliest, st[1])
-                if caught is None and st[0] >= tip0:
-                    caught = now
-                if caught is not None and top and st[0] + 2 >= top[0]:
-                    follow = now
-                    break
-            time.sleep(0.2)
-        t_end = time.monotonic()
-        # The joining node's CPU (its process started with the join) and the others' during it.
         try:
-            with open(os.path.join(c.net, "node4", "noded.pid")) as f:
-                joiner = proc_cpu_seconds(int(f.read().split()[0])) / (t_end - t_start)
-        except (OSError, ValueError):
-            joiner = None
-        others = sum(proc_cpu_seconds(pid) for pid in c.pids[:3]) - others0
-        others /= 3 * (t_end - t_start)
-        # 10 s more of load, so that loadgen's seconds cover the join and its commits.
-        while time.monotonic() < t_end + 10 and run["proc"].poll() is None:
-            time.sleep(0.2)
-        run["proc"].send_signal(signal.SIGINT)
-        p, _ = c.loadgen_finish(run)
+            t_load = time.monotonic()
+            tip0 = 0
+            while time.monotonic() - t_load < limit_s - 30:
+                st = partition_status(c, 0)
+                tip0 = st[0] if st else tip0
+                if tip0 >= blocks:
+                    break
+                time.sleep(0.5)
+            history_s = time.monotonic() - t_load
+            if tip0 < blocks:
+                log("rejoin %s: the chain reached only %d of %d blocks in %.0f s; joining anyway"
+                    % (mode, tip0, blocks, history_s))
+            others0 = sum(proc_cpu_seconds(pid) for pid in c.pids[:3])
+            t_start = time.monotonic()
+            starter = threading.Thread(target=lambda: c.ln("restart", "4", "--timeout", "120",
+                                                             check=False), daemon=True)
+            starter.start()
+            caught = follow = None
+            earliest = 0
+            while time.monotonic() - t_start < 150 and run["proc"].poll() is None:
+                st, top = partition_status(c, 3), partition_status(c, 0)
+                now = time.monotonic() - t_start
+                if st:
+                    earliest = max(earliest, st[1])
+                    if caught is None and st[0] >= tip0:
+                        caught = now
+                    if caught is not None and top and st[0] + 2 >= top[0]:
+                        follow = now
+                        break
+                time.sleep(0.2)
+            t_end = time.monotonic()
+            # The joining node's CPU (its process started with the join) and the others' during it.
+            try:
+                with open(os.path.join(c.net, "node4", "noded.pid")) as f:
+                    joiner = proc_cpu_seconds(int(f.read().split()[0])) / (t_end - t_start)
+            except (OSError, ValueError):
+                joiner = None
+            others = sum(proc_cpu_seconds(pid) for pid in c.pids[:3]) - others0
+            others /= 3 * (t_end - t_start)
+            # 10 s more of load, so that loadgen's seconds cover the join and its commits.
+            while time.monotonic() < t_end + 10 and run["proc"].poll() is None:
+                time.sleep(0.2)
+            run["proc"].send_signal(signal.SIGINT)
+            p, _ = c.loadgen_finish(run)
+        except BaseException:  # never leave loadgen running on the shared cores
+            if run["proc"].poll() is None:
+                run["proc"].kill()
+                run["proc"].wait()
+            raise
         starter.join(timeout=30)
         h = p["p1"]
         # loadgen's second 0 is about when it was started (it signs as it goes: no presign).
@@ -981,44 +995,62 @@ def proc_cpu_seconds(pid):
 
 def fanout_run(streams, txs, rate, seconds):
     """One fresh 4-node localnet, one partition at `rate` tx/s for `seconds`, with `streams`
-    WatchCommits streams (with tx bodies and receipts if `txs`) open on node 1 throughout."""
-    extra = "[partition *]\nwatch { max_watchers: %d }" % max(64, streams + 16)
+    WatchCommits streams (with tx bodies and receipts if `txs`) open on node 1 from 2 s before
+    the load until 20 s after its offers end (a late subscriber catches up then). Node 1's CPU
+    is taken over that whole span, the same length with no streams."""
+    extra = "[partition *]\nwatch { max_watchers: %d }" % min(100000, max(64, streams + 16))
+    span = seconds + 20
     with Cluster("fanout_%d" % streams, extra, partitions=1) as c:
         watcher = None
-        if streams:
-            # FANOUT_NICE: the subscribers' niceness, so that on a shared machine they can be
-            # kept from competing with the nodes for the cores.
-            nice = int(os.environ.get("FANOUT_NICE", "0"))
-            cmd = (["nice", "-n", str(nice)] if nice else []) + [
-                   WATCH_FANOUT, "--target", c.client.split(",")[0], "--partition", "p1",
-                   "--streams", str(streams), "--duration-s", str(seconds + 20), "--json"]
-            if txs:
-                cmd += ["--include-txs", "--include-receipts"]
-            watcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True)
-            time.sleep(2)  # every stream open before the load starts
-        t0, n1, all0 = time.monotonic(), proc_cpu_seconds(c.pids[0]), c.cpu_seconds()
-        w0 = proc_cpu_seconds(watcher.pid) if watcher else 0
-        p, s = c.loadgen("fanout_%d" % streams, "p1:rate=%d" % rate, seconds, drain=5,
-                         presign=rate * (seconds + 1))
-        wall = time.monotonic() - t0
-        node1 = (proc_cpu_seconds(c.pids[0]) - n1) / wall
-        others = (c.cpu_seconds() - all0) / wall - node1
-        # The subscribers' own CPU over the same window (they share the machine's 2 cores).
-        client = (proc_cpu_seconds(watcher.pid) - w0) / wall if watcher else 0
-        w = {}
-        if watcher is not None:
-            out, err = watcher.communicate(timeout=seconds + 60)
-            if watcher.returncode != 0:
-                raise RuntimeError("watch_fanout exited %d: %s" % (watcher.returncode, err))
-            w = json.loads(out)
+        try:
+            t_w0, n1, all0 = time.monotonic(), proc_cpu_seconds(c.pids[0]), c.cpu_seconds()
+            if streams:
+                # FANOUT_NICE: the subscribers' niceness, so that on a shared machine they can be
+                # kept from competing with the nodes for the cores.
+                nice = int(os.environ.get("FANOUT_NICE", "0"))
+                cmd = (["nice", "-n", str(nice)] if nice else []) + [
+                       WATCH_FANOUT, "--target", c.client.split(",")[0], "--partition", "p1",
+                       "--streams", str(streams), "--duration-s", str(span), "--json"]
+                if txs:
+                    cmd += ["--include-txs", "--include-receipts"]
+                watcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           text=True)
+            time.sleep(2)  # the streams open before the load starts
+            p, s = c.loadgen("fanout_%d" % streams, "p1:rate=%d" % rate, seconds, drain=5,
+                             presign=rate * (seconds + 1))
+            w, client = {}, 0.0
+            if watcher is not None:
+                # The subscribers' own CPU (they share the machine's 2 cores), read before the
+                # process exits, then their report.
+                while watcher.poll() is None and time.monotonic() < t_w0 + span - 1:
+                    time.sleep(0.2)
+                try:
+                    client = proc_cpu_seconds(watcher.pid)
+                except OSError:
+                    client = 0.0
+                out, err = watcher.communicate(timeout=60)
+                if watcher.returncode != 0:
+                    raise RuntimeError("watch_fanout exited %d: %s" % (watcher.returncode, err))
+                w = json.loads(out)
+            else:
+                while time.monotonic() < t_w0 + span:
+                    time.sleep(0.2)
+            wall = time.monotonic() - t_w0
+            node1 = (proc_cpu_seconds(c.pids[0]) - n1) / wall
+            others = (c.cpu_seconds() - all0) / wall - node1
+        finally:
+            if watcher is not None and watcher.poll() is None:
+                watcher.kill()
+                watcher.wait()
         h = p["p1"]
         return {"streams": streams, "txs": txs, "node1": node1, "others": others / 3,
                 "committed": h["committed"] / seconds, "p99": h["p99_ms"],
                 "vc": h["view_changes"] or 0, "responses": w.get("responses_total", 0),
                 "bytes": w.get("bytes_total", 0), "alive": w.get("alive_at_end", 0),
                 "cut": w.get("ended_early", {}), "spread_p99": w.get("spread_ms_p99"),
-                "wall": wall, "lg": s["_loadgen_cores"], "client": client}
+                "per_stream": (w.get("responses_per_stream_min", 0),
+                               w.get("responses_per_stream_max", 0), w.get("blocks_seen", 0)),
+                "wall": wall, "lg": s["_loadgen_cores"], "client": client / wall}
 
 
 def fanout():
@@ -1033,12 +1065,13 @@ def fanout():
     runs = []
     for n, txs in plan:
         r = fanout_run(n, txs, rate, seconds)
-        log("fanout %d streams%s: node 1 %.3f cores (others %.3f each; subscribers %.3f), %d "
-            "responses (%.1f MB), %d open at the end, cut %s, spread p99 %s ms; committed %.0f "
-            "tx/s, p99 %.0f ms, %d VC"
-            % (n, " with txs" if txs else "", r["node1"], r["others"], r["client"],
-               r["responses"], r["bytes"] / 1e6, r["alive"], r["cut"] or "none",
-               r["spread_p99"], r["committed"], r["p99"], r["vc"]))
+        log("fanout %d streams%s: node 1 %.3f cores over %.0f s (others %.3f each; subscribers "
+            "%.3f), %d responses (%.1f MB; per stream %d-%d of %d blocks seen), %d open at the "
+            "end, cut %s, spread p99 %s ms; committed %.0f tx/s, p99 %.0f ms, %d VC"
+            % ((n, " with txs" if txs else "", r["node1"], r["wall"], r["others"], r["client"],
+                r["responses"], r["bytes"] / 1e6) + r["per_stream"] +
+               (r["alive"], r["cut"] or "none", r["spread_p99"], r["committed"], r["p99"],
+                r["vc"])))
         runs.append(r)
     base = [r for r in runs if r["streams"] == 0]
     b_node1 = sum(r["node1"] for r in base) / len(base)
@@ -1049,19 +1082,21 @@ def fanout():
             continue
         extra_cores = r["node1"] - b_node1
         rows.append("%d streams%s: node 1 +%.3f cores (%.0f us per delivered block), %.1f MB/s "
-                    "out, %d of %d open at the end, subscribers' process %.2f cores, commit p99 "
-                    "%.0f ms (%.2fx)"
-                    % (r["streams"], " with txs and receipts" if r["txs"] else "", extra_cores,
-                       extra_cores * r["wall"] / max(1, r["responses"]) * 1e6,
-                       r["bytes"] / r["wall"] / 1e6, r["alive"], r["streams"], r["client"],
-                       r["p99"], r["p99"] / max(b_p99, 1e-9)))
+                    "out, %d-%d of %d blocks per stream, %d of %d open at the end, subscribers' "
+                    "process %.2f cores, commit p99 %.0f ms (%.2fx)"
+                    % ((r["streams"], " with txs and receipts" if r["txs"] else "", extra_cores,
+                        extra_cores * r["wall"] / max(1, r["responses"]) * 1e6,
+                        r["bytes"] / r["wall"] / 1e6) + r["per_stream"] +
+                       (r["alive"], r["streams"], r["client"], r["p99"],
+                        r["p99"] / max(b_p99, 1e-9))))
     result("commit subscription fan-out", "; ".join(rows),
            "no streams: node 1 %s cores, commit p99 %s ms" % (
                ", ".join("%.3f" % r["node1"] for r in base),
                ", ".join("%.0f" % r["p99"] for r in base)),
            "node 1's extra CPU per delivered block (above)", "no effect on consensus",
            "4 nodes, 1 partition, %d tx/s, %d s; streams from tools/watch_fanout on node 1 "
-           "(callback reactors, 100 per connection)" % (rate, seconds))
+           "(callback reactors, 100 per connection) from 2 s before the load to 20 s after it; "
+           "CPU over that span" % (rate, seconds))
 
 
 # 10. Retry-after hints: measured vs fixed ----------------------------------------------------

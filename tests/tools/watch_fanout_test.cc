@@ -130,6 +130,22 @@ TEST(WatchFanoutRunTest, CountsBlocksPerStreamAndTheCutsWithTheirResumeHeight) {
   EXPECT_THAT(FormatText(*report), HasSubstr("RESOURCE_EXHAUSTED 3 (3 after blocks"));
 }
 
+// Streams still open when the run's time is up are cancelled by the run itself: they count as
+// open at the end, not as early ends.
+TEST(WatchFanoutRunTest, StreamsOpenAtTheEndAreNotEarlyEnds) {
+  FakeClientService fake({{"p1", 1}});
+  ASSERT_TRUE(fake.Start());
+  fake.SetWatchLive(true);
+  Options o = FakeRun(fake, 3);
+  o.duration_s = 0.3;
+  absl::StatusOr<Report> report = watch_fanout::Run(o);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->alive_at_end, 3);
+  EXPECT_TRUE(report->ended_early.empty());
+  EXPECT_EQ(report->responses_total, 0u);
+  EXPECT_THAT(FormatText(*report), HasSubstr("ended early          none"));
+}
+
 // Streams the node ends at once, before any block (here: an unknown partition), are early ends
 // with no response, and the report says no stream got a block.
 TEST(WatchFanoutRunTest, StreamsRefusedAtTheStartAreCountedAsEarlyEndsWithNoBlock) {
