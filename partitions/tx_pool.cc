@@ -132,8 +132,8 @@ absl::Status TxPool::Add(TxPtr tx, TxOrigin origin, absl::FunctionRef<void()> on
   auto it = std::prev(fifo_.end());
   by_hash_.emplace(tx->hash, it);
   s.by_nonce.emplace(nonce, it);
-  if (client) ++s.client_txs;
   if (client) {
+    ++s.client_txs;
     added_client_.fetch_add(1, std::memory_order_relaxed);
   } else if (origin == TxOrigin::kForwarded) {
     added_forwarded_.fetch_add(1, std::memory_order_relaxed);
@@ -426,15 +426,13 @@ void TxPool::UpdateHighWater() {
   // What a refused client tx waits for: below the mark, and below the client's cap (the pool less
   // its forwarding reserve), which may be the lower of the two.
   const double keep = 1 - limits_.forward_reserve;
-  excess_txs_.store(
-      std::max(above_txs,
-               excess(txs, std::min(mark_txs, keep * static_cast<double>(limits_.max_txs)))),
-      std::memory_order_relaxed);
+  const double client_mark = std::min(mark_txs, keep * static_cast<double>(limits_.max_txs));
+  excess_txs_.store(std::max(above_txs, excess(txs, client_mark)), std::memory_order_relaxed);
   excess_bytes_.store(
       std::max(above_bytes,
                excess(bytes, std::min(mark_bytes, keep * static_cast<double>(limits_.max_bytes)))),
       std::memory_order_relaxed);
-  const double client_mark = std::min(mark_txs, keep * static_cast<double>(limits_.max_txs));
+  client_mark_txs_.store(client_mark, std::memory_order_relaxed);
   client_room_txs_.store(
       txs < client_mark ? static_cast<uint64_t>(std::ceil(client_mark - txs)) : 0,
       std::memory_order_relaxed);

@@ -211,6 +211,9 @@ class TxPool {
   // Lock-free: how many more client txs fit below both the high-water mark and the client's cap
   // (in txs; the byte mark is AboveHighWater's), 0 at or above either.
   uint64_t ClientRoomTxs() const { return client_room_txs_.load(std::memory_order_relaxed); }
+  // Lock-free: the client txs' mark (txs): the lower of the high-water mark and the pool less its
+  // forwarding reserve.
+  double ClientMarkTxs() const { return client_mark_txs_.load(std::memory_order_relaxed); }
   // Lock-free: txs added since start that this node's clients submitted, and that peers
   // forwarded (fetched ones not counted): how the pool's room is shared among the nodes that
   // admit clients (the spacing of pool retry-after slots).
@@ -278,6 +281,7 @@ class TxPool {
   std::atomic<uint64_t> excess_bytes_{0};
   std::atomic<uint64_t> txs_now_{0};
   std::atomic<uint64_t> client_room_txs_{0};
+  std::atomic<double> client_mark_txs_{0};
   std::atomic<uint64_t> added_client_{0};
   std::atomic<uint64_t> added_forwarded_{0};
   std::atomic<uint64_t> bytes_now_{0};

@@ -143,7 +143,7 @@ absl::Status Partition::Impl::Open() {
   pool_ = std::make_unique<partitions::TxPool>(
       limits, clock_, [executor](absl::string_view s) { return executor->NextNonce(s); });
   tracker_.SetPolicy(TrackerPolicyFor(limits));
-  SetRetryReserve(cfg.pool());
+  SetRetryReserve(cfg.pool().retry_reserve_fraction());
   sender_ =
       std::make_unique<partitions::PeerSender>(env_.network, id_, env_.replica_ids, self_index_);
   pipeline_ = std::make_unique<partitions::CommitPipeline>(

@@ -209,7 +209,7 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
     LOG(ERROR) << "partition " << name_ << ": pool limits: " << s;
   }
   tracker_.SetPolicy(TrackerPolicyFor(limits));  // the tracker's bound follows the pool's
-  SetRetryReserve(next.pool());
+  SetRetryReserve(next.pool().retry_reserve_fraction());
   if (drain_ && request.has_lossless()) {
     const double rate = static_cast<double>(next.lossless().drain_bytes_per_second());
     if (absl::Status s = drain_->SetRate(rate); !s.ok()) {
@@ -294,12 +294,8 @@ bool Partition::Impl::PoolGateAdmits(const flowctl::RequestMeta& request) const 
   return v.admitted;
 }
 
-void Partition::Impl::SetRetryReserve(const node::config::PoolConfig& pool) {
-  const double client_mark =
-      std::min(pool.high_water_fraction(), 1 - pool.forward_reserve_fraction()) *
-      static_cast<double>(pool.max_txs());
-  retry_reservations_.set_max_reserved(
-      static_cast<int64_t>(pool.retry_reserve_fraction() * client_mark));
+void Partition::Impl::SetRetryReserve(double fraction) {
+  retry_reservations_.set_max_reserved(static_cast<int64_t>(fraction * pool_->ClientMarkTxs()));
 }
 
 // ---- Partition (facade) ----

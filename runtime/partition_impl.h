@@ -202,9 +202,10 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // outstanding.
   bool PoolGateAdmits(const flowctl::RequestMeta& request) const;
   // Room held for clients that come back at their pool retry-after: up to
-  // pool.retry_reserve_fraction of the high-water mark (SetRetryReserve; live).
+  // pool.retry_reserve_fraction of the pool's client mark (SetRetryReserve, after the pool's
+  // limits are set; live).
   mutable flowctl::RetryReservations retry_reservations_;
-  void SetRetryReserve(const node::config::PoolConfig& pool);
+  void SetRetryReserve(double fraction);
   // How long until a full client lane (signature checks) has room: one job at its measured
   // service rate, behind the refusals already told (client_lane_slots_; with `take_slot`).
   absl::Duration ClientLaneRetryAfter(bool take_slot = true) const;
