@@ -91,11 +91,13 @@ absl::StatusOr<std::string> CommitPipeline::StateRootAt(uint64_t seq) const {
 
 bool CommitPipeline::HasTx(absl::string_view tx_hash, uint64_t seq) const {
   if (deps_.pool->Get(tx_hash) != nullptr) return true;
-  absl::StatusOr<node::chain::Receipt> receipt = deps_.chain->ledger->GetReceipt(tx_hash);
-  if (!receipt.ok()) return false;
+  // The tx index alone (no receipt read and parse): a replica waiting for a proposal's bodies
+  // asks this for every tx of every waiting proposal each time a batch of txs arrives.
+  absl::StatusOr<std::optional<uint64_t>> height = deps_.chain->ledger->GetTxHeight(tx_hash);
+  if (!height.ok() || !height->has_value()) return false;
   // Committing seq - 1 prunes the blocks below seq - retain: the body must be at or above that.
   const uint64_t retain = deps_.chain->ledger->retain_blocks();
-  return retain == 0 || receipt->block_height() + retain >= seq;
+  return retain == 0 || **height + retain >= seq;
 }
 
 bool CommitPipeline::KnowsTx(absl::string_view tx_hash) const {

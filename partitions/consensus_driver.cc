@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -163,16 +166,36 @@ size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
 
 void ConsensusDriver::OnFetch(uint32_t from, const node::partition::TxFetch& fetch) {
   if (deps_.withhold) return;  // test failpoint: a faulty replica keeps its txs to itself
+  const size_t n = std::min<size_t>(static_cast<size_t>(fetch.tx_hashes_size()), kMaxFetch);
+  // Pooled txs first; the rest from the ledger in one call, which reads each block once (a
+  // replica that fell behind asks for many txs of the same few committed blocks).
+  std::vector<TxPtr> pooled(n);
+  std::vector<std::string> stored_hashes;
+  for (size_t i = 0; i < n; ++i) {
+    pooled[i] = deps_.pool->Get(fetch.tx_hashes(static_cast<int>(i)));
+    if (pooled[i] == nullptr) stored_hashes.push_back(fetch.tx_hashes(static_cast<int>(i)));
+  }
+  std::vector<std::optional<std::string>> stored;
+  if (!stored_hashes.empty()) {
+    absl::StatusOr<std::vector<std::optional<std::string>>> got =
+        deps_.ledger->GetTxs(stored_hashes);
+    if (got.ok()) {
+      stored = *std::move(got);
+    } else {
+      LOG_EVERY_N(WARNING, 100) << "partition " << deps_.name
+                                << ": a peer's tx fetch: " << got.status();
+      stored.resize(stored_hashes.size());
+    }
+  }
   node::partition::PartitionMessage reply;
   size_t bytes = 0;
-  size_t n = 0;
-  for (const std::string& hash : fetch.tx_hashes()) {
-    if (++n > kMaxFetch) break;
+  size_t next_stored = 0;
+  for (size_t i = 0; i < n; ++i) {
     std::string body;
-    if (TxPtr tx = deps_.pool->Get(hash)) {
-      body = tx->signed_bytes;
-    } else if (absl::StatusOr<std::string> stored = deps_.ledger->GetTx(hash); stored.ok()) {
-      body = *std::move(stored);
+    if (pooled[i] != nullptr) {
+      body = pooled[i]->signed_bytes;
+    } else if (std::optional<std::string>& s = stored[next_stored++]; s.has_value()) {
+      body = *std::move(s);
     } else {
       continue;
     }

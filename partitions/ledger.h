@@ -164,8 +164,19 @@ class Ledger : public StateStore {
   // The receipts of block `height`, one per tx in block order. NOT_FOUND if there is no block
   // there; DATA_LOSS if its receipts are not all stored.
   absl::StatusOr<std::vector<node::chain::Receipt>> GetBlockReceipts(uint64_t height) const;
-  // The SignedTransaction bytes. NOT_FOUND if the tx was never committed.
+  // The SignedTransaction bytes. NOT_FOUND if the tx was never committed; OUT_OF_RANGE if its
+  // block was pruned.
   absl::StatusOr<std::string> GetTx(absl::string_view tx_hash) const;
+  // GetTx for many: one entry per hash, nullopt where GetTx answers NOT_FOUND or OUT_OF_RANGE
+  // (not committed, pruned, or no block where the index points).
+  // Each block is read once however many of its txs are asked for, and its txs are found by
+  // scanning its encoding, not parsing it (a peer's fetch names up to hundreds of txs, most of
+  // them in the same few blocks). DATA_LOSS if a block does not hold a tx its index names.
+  absl::StatusOr<std::vector<std::optional<std::string>>> GetTxs(
+      absl::Span<const std::string> tx_hashes) const;
+  // The height of the block that holds the tx (where GetReceipt and GetTx find it) from the tx
+  // index alone: nullopt if the tx was never committed; OUT_OF_RANGE if that block was pruned.
+  absl::StatusOr<std::optional<uint64_t>> GetTxHeight(absl::string_view tx_hash) const;
   // The committed account (zeros if never touched).
   absl::StatusOr<node::chain::Account> GetAccount(absl::string_view address) const;
   // The committed value of a Put key, nullopt if never written.

@@ -387,15 +387,17 @@ TEST_F(ConsensusDriverTest, AFetchIsAnsweredFromThePoolAndTheLedgerOnSync) {
   fetch.add_tx_hashes(txs[0]->hash);          // committed: from the ledger
   fetch.add_tx_hashes(pooled->hash);          // pooled
   fetch.add_tx_hashes(std::string(32, 'x'));  // unknown: skipped
+  fetch.add_tx_hashes(txs[2]->hash);          // committed, the same block: read once
   const size_t mark = Mark();
   driver_->OnFetch(2, fetch);
   std::vector<Out> out = SentSince(mark);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].to, "n2");
   EXPECT_EQ(out[0].channel, p2p::Channel::SYNC);
-  ASSERT_EQ(out[0].msg.txs().signed_txs_size(), 2);
+  ASSERT_EQ(out[0].msg.txs().signed_txs_size(), 3);
   EXPECT_EQ(out[0].msg.txs().signed_txs(0), txs[0]->signed_bytes);
   EXPECT_EQ(out[0].msg.txs().signed_txs(1), pooled->signed_bytes);
+  EXPECT_EQ(out[0].msg.txs().signed_txs(2), txs[2]->signed_bytes);
 }
 
 TEST_F(ConsensusDriverTest, ABackupWithPendingTxsAndNoProgressStartsAViewChangeOnItsTimer) {

@@ -132,6 +132,64 @@ TEST_F(LedgerTest, CommitQueryAndReopen) {
   EXPECT_EQ(v->value_or(""), "world");
 }
 
+// GetTxs answers what GetTx answers, for many txs of many blocks in one call (each block read
+// once, its txs found in its encoding), and GetTxHeight what GetReceipt's block_height says.
+TEST_F(LedgerTest, GetTxsAndGetTxHeightAgreeWithGetTxAndTheReceipts) {
+  std::vector<TxPtr> all;
+  Chain chain = Open();
+  for (uint64_t h = 1; h <= 6; ++h) {
+    std::vector<TxPtr> txs = chaintest::SeededBlockTxs(7, h, *chain.executor, keys_);
+    ASSERT_TRUE(chaintest::CommitTxs(chain, txs).ok());
+    all.insert(all.end(), txs.begin(), txs.end());
+  }
+  ASSERT_GT(all.size(), 6u) << "blocks of several txs each";
+  // Every other tx, backwards (blocks out of order), with unknown hashes in between.
+  std::vector<std::string> asked;
+  std::vector<std::optional<std::string>> expected;
+  for (size_t i = all.size(); i-- > 0;) {
+    if (i % 2 == 1) continue;
+    asked.push_back(all[i]->hash);
+    expected.push_back(all[i]->signed_bytes);
+    asked.push_back(std::string(32, static_cast<char>('a' + i % 26)));
+    expected.push_back(std::nullopt);
+  }
+  absl::StatusOr<std::vector<std::optional<std::string>>> got = chain.ledger->GetTxs(asked);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, expected);
+  EXPECT_TRUE(chain.ledger->GetTxs({}).value().empty());
+  for (const TxPtr& tx : all) {
+    absl::StatusOr<std::optional<uint64_t>> height = chain.ledger->GetTxHeight(tx->hash);
+    ASSERT_TRUE(height.ok()) << height.status();
+    ASSERT_TRUE(height->has_value());
+    EXPECT_EQ(**height, chain.ledger->GetReceipt(tx->hash)->block_height());
+  }
+  absl::StatusOr<std::optional<uint64_t>> none = chain.ledger->GetTxHeight(std::string(32, 'n'));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+}
+
+// A block whose encoding is cut short is DATA_LOSS for GetTx and GetTxs, never a wrong tx.
+TEST_F(LedgerTest, GetTxOfAMalformedBlockIsDataLoss) {
+  TxPtr tx;
+  std::string block_bytes;
+  {
+    Chain chain = Open();
+    std::vector<TxPtr> txs = chaintest::SeededBlockTxs(9, 1, *chain.executor, keys_);
+    ASSERT_TRUE(chaintest::CommitTxs(chain, txs).ok());
+    tx = txs.back();
+    block_bytes = chain.ledger->GetBlock(1)->SerializeAsString();
+    // Block 1 is not the last (the last one is checked when the ledger opens).
+    ASSERT_TRUE(
+        chaintest::CommitTxs(chain, chaintest::SeededBlockTxs(9, 2, *chain.executor, keys_)).ok());
+  }
+  std::string key(1, 'b');
+  for (int i = 7; i >= 0; --i) key.push_back(static_cast<char>((1ull >> (8 * i)) & 0xff));
+  TamperWithLedger(dir_ + "/ledger", key, block_bytes.substr(0, block_bytes.size() - 3));
+  Chain chain = Open();
+  EXPECT_EQ(chain.ledger->GetTx(tx->hash).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(chain.ledger->GetTxs({tx->hash}).status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST_F(LedgerTest, AFullDiskFailsTheCommitAndAReopenWithSpaceResumesAtTheSameHeight) {
   auto fs = std::make_shared<tests::FaultyFileSystem>();
   std::unique_ptr<rocksdb::Env> env = tests::FaultyFileSystem::NewEnv(fs);
@@ -507,6 +565,13 @@ TEST_F(LedgerTest, PruningKeepsTheLastBlocksAndDropsWhatOnlyTheOlderOnesNeeded) 
     EXPECT_EQ(chain.ledger->GetTx(tx_at[5]).status().code(), absl::StatusCode::kOutOfRange);
     EXPECT_EQ(chain.ledger->GetReceipt(tx_at[30])->block_height(), 30u);
     EXPECT_TRUE(chain.ledger->GetTx(tx_at[30]).ok());
+    EXPECT_EQ(chain.ledger->GetTxHeight(tx_at[5]).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(chain.ledger->GetTxHeight(tx_at[30]).value(), std::optional<uint64_t>(30));
+    absl::StatusOr<std::vector<std::optional<std::string>>> some =
+        chain.ledger->GetTxs({tx_at[5], tx_at[30]});
+    ASSERT_TRUE(some.ok()) << some.status();
+    EXPECT_FALSE((*some)[0].has_value()) << "pruned";
+    EXPECT_EQ((*some)[1], chain.ledger->GetTx(tx_at[30]).value());
     EXPECT_EQ(chain.ledger->GetConsensusMeta(CertKey(27)).status().code(),
               absl::StatusCode::kNotFound);
     EXPECT_EQ(chain.ledger->GetConsensusMeta(CertKey(28)).value_or(""), "cert28");
