@@ -3,13 +3,36 @@
 #ifndef TESTS_FUZZ_CHAIN_FIXTURE_H_
 #define TESTS_FUZZ_CHAIN_FIXTURE_H_
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "partitions/block.h"
 #include "partitions/ledger.h"
 
 namespace tests {
+
+// A fresh directory for this process's fixture, `<tmp>/<name>_<pid>`, removed when the process
+// exits (the fixture itself is never destroyed: a fuzz target keeps it for every input). Without
+// the removal each run of the suite left its ledgers behind (about 150 MiB for snapshot_fuzz).
+inline std::string FixtureDir(const char* name) {
+  static std::string* dir = nullptr;  // one fixture directory per target process
+  if (dir == nullptr) {
+    dir = new std::string(
+        absl::StrCat(std::filesystem::temp_directory_path().string(), "/", name, "_", getpid()));
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(*dir, ignored);
+    });
+  }
+  std::filesystem::remove_all(*dir);
+  return *dir;
+}
 
 // Executes `txs` at the chain's next height, commits the block and applies it. False on any
 // error (a fixture that cannot be built is a broken target).

@@ -13,12 +13,10 @@
 //    receipts (one per tx) only if include_receipts, then waits; it never ends by itself.
 //  - GetValue: heights beyond the tip are OUT_OF_RANGE; otherwise the value is the one the
 //    fixture wrote at or below that height (or absent), whatever the key's bytes.
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,9 +55,7 @@ struct Fixture {
 // Commits kBlocks blocks of puts by one sender: block h writes "k<i>" = "v<h>" for i < h.
 Fixture* MakeFixture() {
   auto* f = new Fixture();
-  const std::string dir =
-      absl::StrCat(std::filesystem::temp_directory_path().string(), "/client_read_fuzz_", getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = tests::FixtureDir("client_read_fuzz");
   node::chain::GenesisConfig genesis;
   absl::StatusOr<partitions::Chain> chain = partitions::OpenChain(dir, kPartition, genesis);
   Require(chain.ok(), "the fixture's ledger opens");

@@ -14,13 +14,11 @@
 //    SnapshotChunk (seq and index set to the request's). Invariants: a manifest is adopted only
 //    if it is the honest one (f+1 = 2 identical needed, one of them honest); a chunk is staged
 //    only if it is exactly the honest chunk.
-#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,9 +61,7 @@ struct Fixture {
 
 Fixture* MakeFixture() {
   auto* f = new Fixture();
-  const std::string dir =
-      absl::StrCat(std::filesystem::temp_directory_path().string(), "/snapshot_fuzz_", getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = tests::FixtureDir("snapshot_fuzz");
   partitions::LedgerOptions options;
   options.sync = false;
   absl::StatusOr<partitions::Chain> source =

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -120,10 +122,22 @@ inline absl::Status CommitTxs(partitions::Chain& chain, const std::vector<partit
   return s;
 }
 
-// An empty directory for test `name` of this process, under the test's temp dir.
+// An empty directory for test `name` of this process, under the test's temp dir; removed when
+// the process exits (each run of the suite used to leave its ledgers behind).
 inline std::string FreshDir(const std::string& name) {
+  static std::vector<std::string>* made = nullptr;
+  if (made == nullptr) {
+    made = new std::vector<std::string>();
+    std::atexit([] {
+      for (const std::string& d : *made) {
+        std::error_code ignored;
+        std::filesystem::remove_all(d, ignored);
+      }
+    });
+  }
   std::string dir = absl::StrCat(::testing::TempDir(), "/", name, "_", getpid());
   std::filesystem::remove_all(dir);
+  made->push_back(dir);
   return dir;
 }
 
