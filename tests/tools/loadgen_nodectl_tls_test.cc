@@ -2,8 +2,10 @@
 // with certificates this test makes (openssl CLI), and the credential helper's errors.
 #include <unistd.h>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <grpcpp/security/server_credentials.h>
@@ -23,10 +25,16 @@ using ::testing::HasSubstr;
 class ToolsTlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    certs_ = new runtime::testing::TestCerts(runtime::testing::MakeTestCerts(
-        ::testing::TempDir() + "/tools_tls_" + std::to_string(::getpid())));
+    certs_ = new runtime::testing::TestCerts(runtime::testing::MakeTestCerts(CertsDir()));
   }
-  static void TearDownTestSuite() { delete certs_; }
+  static void TearDownTestSuite() {
+    delete certs_;
+    std::error_code ignored;
+    std::filesystem::remove_all(CertsDir(), ignored);
+  }
+  static std::string CertsDir() {
+    return ::testing::TempDir() + "/tools_tls_" + std::to_string(::getpid());
+  }
 
   void SetUp() override {
     grpc::SslServerCredentialsOptions options;

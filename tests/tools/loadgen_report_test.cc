@@ -5,11 +5,14 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
@@ -329,6 +332,10 @@ TEST(LoadgenReportTest, MeasureUsesWindowsAndActiveRates) {
 
 TEST(LoadgenReportTest, WritesTheOutDirectory) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/loadgen_report_", getpid());
+  absl::Cleanup remove_dir = [&dir] {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  };
   ASSERT_TRUE(WriteReportFiles(dir, {Sample("hot", 100)}, RunInfo{}, {}).ok());
   for (const char* f : {"series.csv", "summary.json", "report.svg"}) {
     std::ifstream in(absl::StrCat(dir, "/", f));
