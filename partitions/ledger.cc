@@ -614,7 +614,7 @@ absl::StatusOr<std::vector<std::optional<std::string>>> Ledger::GetTxs(
   std::sort(wanted.begin(), wanted.end());
   std::optional<std::string> bytes;
   std::vector<absl::string_view> txs;
-  uint64_t loaded = 0;  // the height `txs` views (heights start at 1)
+  uint64_t loaded = 0;  // the height `txs` views (0: none; genesis holds no tx)
   for (const auto& [height, index, pos] : wanted) {
     if (height != loaded) {
       ASSIGN_OR_RETURN(bytes, Read(BlockKey(height)));

@@ -107,6 +107,13 @@ def load():
         return " ".join(f.read().split()[:3])
 
 
+def proc_cpu_seconds(pid):
+    """CPU seconds (utime + stime, fields 14 and 15 of /proc/PID/stat) a process has used."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
 class Cluster:
     """A localnet in a temp dir; always stopped by __exit__ (and by the SIGTERM/SIGINT handler)."""
     live = []
@@ -151,12 +158,7 @@ class Cluster:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def cpu_seconds(self):
-        total = 0
-        for pid in self.pids:
-            with open("/proc/%d/stat" % pid) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-        return total / CLK
+        return sum(proc_cpu_seconds(pid) for pid in self.pids)
 
     def rss_bytes(self):
         out = []
@@ -1016,12 +1018,6 @@ def rejoin():
 
 # 9c. Commit subscription fan-out: what WatchCommits streams cost the node they watch ----------
 WATCH_FANOUT = os.path.join(BUILD, "tools", "watch_fanout")
-
-
-def proc_cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
 
 
 def fanout_run(streams, txs, rate, seconds):

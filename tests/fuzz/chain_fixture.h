@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,24 +13,18 @@
 #include "absl/strings/str_cat.h"
 #include "partitions/block.h"
 #include "partitions/ledger.h"
+#include "tests/temp_dirs.h"
 
 namespace tests {
 
 // A fresh directory for this process's fixture, `<tmp>/<name>_<pid>`, removed when the process
-// exits (the fixture itself is never destroyed: a fuzz target keeps it for every input). Without
-// the removal each run of the suite left its ledgers behind (about 150 MiB for snapshot_fuzz).
+// exits (the fixture itself is never destroyed: a fuzz target keeps it for every input).
 inline std::string FixtureDir(const char* name) {
-  static std::string* dir = nullptr;  // one fixture directory per target process
-  if (dir == nullptr) {
-    dir = new std::string(
-        absl::StrCat(std::filesystem::temp_directory_path().string(), "/", name, "_", getpid()));
-    std::atexit([] {
-      std::error_code ignored;
-      std::filesystem::remove_all(*dir, ignored);
-    });
-  }
-  std::filesystem::remove_all(*dir);
-  return *dir;
+  const std::string dir =
+      absl::StrCat(std::filesystem::temp_directory_path().string(), "/", name, "_", getpid());
+  std::filesystem::remove_all(dir);
+  RemoveAtExit(dir);
+  return dir;
 }
 
 // Executes `txs` at the chain's next height, commits the block and applies it. False on any

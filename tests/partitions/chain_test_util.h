@@ -5,13 +5,11 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -26,6 +24,7 @@
 #include "partitions/ledger.h"
 #include "partitions/tx_pool.h"
 #include "proto/chain.pb.h"
+#include "tests/temp_dirs.h"
 
 namespace chaintest {
 
@@ -123,21 +122,11 @@ inline absl::Status CommitTxs(partitions::Chain& chain, const std::vector<partit
 }
 
 // An empty directory for test `name` of this process, under the test's temp dir; removed when
-// the process exits (each run of the suite used to leave its ledgers behind).
+// the process exits.
 inline std::string FreshDir(const std::string& name) {
-  static std::vector<std::string>* made = nullptr;
-  if (made == nullptr) {
-    made = new std::vector<std::string>();
-    std::atexit([] {
-      for (const std::string& d : *made) {
-        std::error_code ignored;
-        std::filesystem::remove_all(d, ignored);
-      }
-    });
-  }
   std::string dir = absl::StrCat(::testing::TempDir(), "/", name, "_", getpid());
   std::filesystem::remove_all(dir);
-  made->push_back(dir);
+  tests::RemoveAtExit(dir);
   return dir;
 }
 

@@ -7,20 +7,18 @@
 // codes for usage errors and unreachable targets.
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dirs.h"
 #include "tests/tools/fake_admin_service.h"
 #include "tests/tools/fake_client_service.h"
 #include "tools/loadgen_runner.h"
@@ -79,10 +77,7 @@ TEST(LoadgenE2eTest, CountsAddUpAndRejectedTxsAreReoffered) {
   }());
   ASSERT_TRUE(admin.Start());
   const std::string dir = absl::StrCat(::testing::TempDir(), "/loadgen_e2e_", getpid());
-  absl::Cleanup remove_dir = [&dir] {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  };
+  tests::RemoveAtExit(dir);
 
   Result r = RunTool({"--targets",  absl::StrCat(fake.address(), ",", fake.address()),
                       "--admin",    admin.address(),
@@ -181,10 +176,7 @@ TEST(LoadgenE2eTest, HonourRetryAfterReoffersOnlyAfterTheHint) {
   fake.SetAdmitResends(true);
   ASSERT_TRUE(fake.Start());
   const std::string dir = absl::StrCat(::testing::TempDir(), "/loadgen_e2e_honour_", getpid());
-  absl::Cleanup remove_dir = [&dir] {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  };
+  tests::RemoveAtExit(dir);
   Result r = RunTool({"--targets",
                       fake.address(),
                       "--duration",
@@ -254,10 +246,7 @@ TEST(LoadgenE2eTest, HonourRetryAfterWaitsForTheTrailerHintOfAFailedRpc) {
   fake.SetRetryAfterMs(/*item_ms=*/0, /*rpc_ms=*/120);
   ASSERT_TRUE(fake.Start());
   const std::string dir = absl::StrCat(::testing::TempDir(), "/loadgen_e2e_trailer_", getpid());
-  absl::Cleanup remove_dir = [&dir] {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  };
+  tests::RemoveAtExit(dir);
   Result r = RunTool({"--targets", fake.address(), "--duration", "1s", "--drain", "5s", "--senders",
                       "2", "--scenario", "hot:rate=300", "--poll-ms", "50", "--honour-retry-after",
                       "--quiet", "--out", dir});

@@ -2,10 +2,8 @@
 // with certificates this test makes (openssl CLI), and the credential helper's errors.
 #include <unistd.h>
 
-#include <filesystem>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include <grpcpp/security/server_credentials.h>
@@ -13,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/tls_test_certs.h"
+#include "tests/temp_dirs.h"
 #include "tests/tools/fake_admin_service.h"
 #include "tools/channel_credentials.h"
 #include "tools/loadgen_flags.h"
@@ -25,16 +24,11 @@ using ::testing::HasSubstr;
 class ToolsTlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    certs_ = new runtime::testing::TestCerts(runtime::testing::MakeTestCerts(CertsDir()));
+    const std::string dir = ::testing::TempDir() + "/tools_tls_" + std::to_string(::getpid());
+    tests::RemoveAtExit(dir);
+    certs_ = new runtime::testing::TestCerts(runtime::testing::MakeTestCerts(dir));
   }
-  static void TearDownTestSuite() {
-    delete certs_;
-    std::error_code ignored;
-    std::filesystem::remove_all(CertsDir(), ignored);
-  }
-  static std::string CertsDir() {
-    return ::testing::TempDir() + "/tools_tls_" + std::to_string(::getpid());
-  }
+  static void TearDownTestSuite() { delete certs_; }
 
   void SetUp() override {
     grpc::SslServerCredentialsOptions options;

@@ -5,19 +5,17 @@
 
 #include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dirs.h"
 
 namespace loadgen {
 namespace {
@@ -332,10 +330,7 @@ TEST(LoadgenReportTest, MeasureUsesWindowsAndActiveRates) {
 
 TEST(LoadgenReportTest, WritesTheOutDirectory) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/loadgen_report_", getpid());
-  absl::Cleanup remove_dir = [&dir] {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  };
+  tests::RemoveAtExit(dir);
   ASSERT_TRUE(WriteReportFiles(dir, {Sample("hot", 100)}, RunInfo{}, {}).ok());
   for (const char* f : {"series.csv", "summary.json", "report.svg"}) {
     std::ifstream in(absl::StrCat(dir, "/", f));
