@@ -79,7 +79,7 @@ void EgressScheduler::Wake() {
 }
 
 absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
-                                      std::shared_ptr<const std::string> payload) {
+                                      std::shared_ptr<const std::string> payload, bool wake) {
   const int idx = options_.channels.PriorityIndex(channel);
   if (idx < 0) {
     return absl::InvalidArgumentError(absl::StrCat("invalid channel ", static_cast<int>(channel)));
@@ -146,7 +146,7 @@ absl::Status EgressScheduler::Enqueue(const NodeId& peer, PartitionId partition,
     ++cs.stats.messages_enqueued;
     peer_bytes_[peer] += size;
   }
-  Wake();
+  if (wake) Wake();
   return absl::OkStatus();
 }
 

@@ -171,12 +171,14 @@ class EgressScheduler {
 
   // Queues a message. Errors: InvalidArgument (bad channel; payload over max_frame_bytes, counted),
   // ResourceExhausted (a kRefuseNew channel's queue is full; counted and logged).
+  // With `wake` false the wakeup (see SetWakeup) is not called: the caller releases the message
+  // itself (EgressSender::Release).
   absl::Status Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
-                       std::shared_ptr<const std::string> payload);
+                       std::shared_ptr<const std::string> payload, bool wake = true);
   absl::Status Enqueue(const NodeId& peer, PartitionId partition, Channel channel,
-                       std::string payload) {
+                       std::string payload, bool wake = true) {
     return Enqueue(peer, partition, channel,
-                   std::make_shared<const std::string>(std::move(payload)));
+                   std::make_shared<const std::string>(std::move(payload)), wake);
   }
 
   // The next frame to write now (its bytes are charged to the buckets), or how long to wait.
@@ -204,9 +206,9 @@ class EgressScheduler {
   // burst. Removing it (0, or +inf) frees the partition's frames at once. Wakes the sender.
   absl::Status SetPartitionRateLimit(PartitionId partition, double bytes_per_second);
 
-  // Called (with no scheduler lock held) after each successful Enqueue, each cap change and each
-  // partition limit change, so a sender waiting on a previous wait_nanos can look again. nullptr
-  // removes it.
+  // Called (with no scheduler lock held) after each successful waking Enqueue, each cap change and
+  // each partition limit change, so a sender waiting on a previous wait_nanos can look again.
+  // nullptr removes it.
   void SetWakeup(std::function<void()> wakeup);
 
   EgressStats Stats() const;

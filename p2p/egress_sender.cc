@@ -20,6 +20,7 @@ EgressSender::~EgressSender() {
 
 void EgressSender::Start() {
   CHECK(thread_ == nullptr) << "EgressSender started twice";
+  running_.store(true);
   thread_ = std::make_unique<std::thread>([this] {
     flowctl::NameThisThread("egress");
     Loop();
@@ -27,6 +28,7 @@ void EgressSender::Start() {
 }
 
 void EgressSender::Stop() {
+  running_.store(false);
   {
     absl::MutexLock l(&mu_);
     stop_ = true;
@@ -42,26 +44,65 @@ void EgressSender::Kick() {
   kicked_ = true;
 }
 
+void EgressSender::AwaitIdleForTesting() { absl::MutexLock l(&mu_, absl::Condition(&idle_)); }
+
+void EgressSender::Release() {
+  if (!running_.load()) return;  // before Start the thread takes them; after Stop they stay
+  const int64_t wait = Drain(kReleaseBurst, /*inline_release=*/true);
+  // Held frames (cap, blocked peer: a timed wait) or a burst cut short: the thread goes on.
+  if (wait != kBusy && wait != EgressScheduler::kNever) Kick();
+}
+
+int64_t EgressSender::Drain(int limit, bool inline_release) {
+  // The flags are sequentially consistent: a thread that fails to take the turn has set
+  // `pending_` before, and the holder reads `pending_` after giving the turn back, so one of them
+  // delivers what was queued.
+  pending_.store(true);
+  int64_t wait = EgressScheduler::kNever;
+  // A releasing thread takes a few turns at most (a flood from other threads must not keep it);
+  // the sender's thread takes them until nothing is pending.
+  for (int turns = 0; pending_.load(); ++turns) {
+    if (inline_release && turns == 4) return 0;  // the caller kicks the thread
+    bool expected = false;
+    if (!draining_.compare_exchange_strong(expected, true)) return kBusy;
+    pending_.store(false);
+    int delivered = 0;
+    for (;;) {
+      DequeueResult r = scheduler_->Dequeue();
+      if (!r.frame) {
+        wait = r.wait_nanos;
+        break;
+      }
+      sink_(std::move(*r.frame));
+      if (++delivered == limit) {
+        wait = 0;
+        break;
+      }
+    }
+    if (inline_release) released_inline_.fetch_add(delivered, std::memory_order_relaxed);
+    draining_.store(false);
+    if (wait == 0) return 0;
+  }
+  return wait;
+}
+
 void EgressSender::Loop() {
   for (;;) {
-    DequeueResult r;
-    // Bounded burst, so a stop request is seen even under a flood at unlimited cap.
-    for (int i = 0; i < 4096; ++i) {
-      r = scheduler_->Dequeue();
-      if (!r.frame) break;
-      sink_(std::move(*r.frame));
-      r.frame.reset();
-      r.wait_nanos = 0;
-    }
+    // Bounded turn, so a stop request is seen even under a flood at unlimited cap.
+    int64_t wait = Drain(4096, /*inline_release=*/false);
+    // Another thread is delivering: it hands over (Kick) whatever it leaves waiting.
+    if (wait == kBusy) wait = EgressScheduler::kNever;
     absl::MutexLock l(&mu_);
     if (stop_) return;
-    if (r.wait_nanos == 0) continue;  // the burst ended with frames still ready
+    if (wait == 0) continue;  // the turn ended with frames still ready
     auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return kicked_ || stop_; };
-    if (r.wait_nanos == EgressScheduler::kNever) {
+    idle_ = true;
+    if (wait == EgressScheduler::kNever) {
       mu_.Await(absl::Condition(&woken));
     } else {
-      mu_.AwaitWithTimeout(absl::Condition(&woken), absl::Nanoseconds(r.wait_nanos));
+      mu_.AwaitWithTimeout(absl::Condition(&woken), absl::Nanoseconds(wait));
     }
+    idle_ = false;
     kicked_ = false;
     if (stop_) return;
   }

@@ -25,7 +25,9 @@ EgressValve::EgressValve(Network* inner, FrameWriter* frames, EgressValveOptions
       frames_(frames),
       options_(std::move(options)),
       clock_(clock),
-      scheduler_(std::make_shared<EgressScheduler>(options_.egress, clock)) {
+      scheduler_(std::make_shared<EgressScheduler>(options_.egress, clock)),
+      sender_(std::make_unique<EgressSender>(scheduler_.get(),
+                                             [this](EgressFrame f) { Deliver(std::move(f)); })) {
   if (options_.fault.enabled()) {  // tests only; built before anything can Send
     fault_ = std::make_unique<FaultInjector>(
         options_.fault,
@@ -51,8 +53,6 @@ absl::Status EgressValve::Start() {
   if (started_) return absl::FailedPreconditionError("egress valve already started");
   started_ = true;
   if (fault_ != nullptr) fault_->Start();
-  sender_ = std::make_unique<EgressSender>(scheduler_.get(),
-                                           [this](EgressFrame f) { Deliver(std::move(f)); });
   sender_->Start();
   return absl::OkStatus();
 }
@@ -60,12 +60,8 @@ absl::Status EgressValve::Start() {
 void EgressValve::Stop() {
   // The injector first: it feeds the scheduler, which the sender drains.
   if (fault_ != nullptr) fault_->Stop();
-  std::unique_ptr<EgressSender> sender;
-  {
-    absl::MutexLock l(&mu_);
-    sender = std::move(sender_);
-  }
-  sender.reset();  // stops and joins the thread, then clears the scheduler's wakeup
+  absl::MutexLock l(&mu_);
+  sender_->Stop();  // joins the thread; a Release still running on another thread may finish
 }
 
 int64_t EgressValve::ReleaseDue() {
@@ -114,13 +110,16 @@ absl::Status EgressValve::CheckPeer(const NodeId& peer) const {
 absl::Status EgressValve::Submit(const NodeId& peer, PartitionId partition, Channel channel,
                                  std::shared_ptr<const std::string> payload) {
   if (fault_ != nullptr) return fault_->Submit(peer, partition, channel, std::move(payload));
-  return scheduler_->Enqueue(peer, partition, channel, std::move(payload));
+  return scheduler_->Enqueue(peer, partition, channel, std::move(payload), /*wake=*/false);
 }
 
 absl::Status EgressValve::Send(const NodeId& peer, PartitionId partition, Channel channel,
                                std::string payload) {
   if (absl::Status s = CheckPeer(peer); !s.ok()) return s;
-  return Submit(peer, partition, channel, std::make_shared<const std::string>(std::move(payload)));
+  absl::Status s =
+      Submit(peer, partition, channel, std::make_shared<const std::string>(std::move(payload)));
+  if (s.ok()) sender_->Release();
+  return s;
 }
 
 absl::Status EgressValve::Broadcast(PartitionId partition, Channel channel, std::string payload) {
@@ -134,6 +133,7 @@ absl::Status EgressValve::Broadcast(PartitionId partition, Channel channel, std:
     absl::Status s = Submit(peer, partition, channel, shared);
     if (!s.ok() && first_error.ok()) first_error = s;
   }
+  sender_->Release();  // once, for every peer's copy
   return first_error;
 }
 

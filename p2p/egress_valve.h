@@ -5,7 +5,12 @@
 // chunking, bounded queues.
 //
 //   module -> valve.Send/Broadcast -> [fault injector, tests only] -> EgressScheduler
-//          -> sender thread (or ReleaseDue by hand) -> inner network
+//          -> the sending thread itself, or the sender thread (or ReleaseDue by hand)
+//          -> inner network
+//
+// A frame the scheduler lets out at once (the cap not binding, its peer not blocked, nothing of
+// higher priority waiting) is handed on by the thread that called Send/Broadcast before it
+// returns; the sender thread takes what has to wait (p2p/egress_sender.h).
 //
 // How released frames reach the inner network depends on what it offers:
 // - a FrameWriter (p2p/frame_writer.h; GrpcTransport): each chunk is handed on as it is released,
@@ -22,7 +27,8 @@
 // ResourceExhausted (a kRefuseNew channel's queue is full).
 //
 // Threads: Start() runs one sender thread (and the fault injector's release thread when faults
-// are on); without Start() nothing is released until someone calls ReleaseDue(), which lets a test
+// are on), and from then on Send/Broadcast may hand frames on themselves; without Start()
+// nothing is released until someone calls ReleaseDue(), which lets a test
 // on a FakeClock drive egress deterministically. Network methods, ReleaseDue, scheduler() and
 // Stats are thread-safe; Start/Stop from the owner. The inner network (and the FrameWriter) must
 // outlive the valve; the handlers the valve installs on it stay safe to call after the valve is
@@ -131,8 +137,10 @@ class EgressValve final : public Network {
   std::atomic<uint64_t> inner_send_failures_{0};
   absl::Mutex release_mu_;  // one ReleaseDue at a time, so one peer's messages keep their order
   absl::Mutex mu_;          // Start/Stop against each other
-  std::unique_ptr<EgressSender> sender_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // Releases the scheduler's frames: on the thread that sent them when they may go at once, on
+  // its own thread otherwise (p2p/egress_sender.h). Last: its sink uses the members above.
+  const std::unique_ptr<EgressSender> sender_;
 };
 
 }  // namespace p2p
