@@ -79,6 +79,10 @@ int64_t EgressValve::ReleaseDue() {
   }
 }
 
+void EgressValve::Release() {
+  if (!DeferredSends::Defer(this, [this] { sender_->Release(); })) sender_->Release();
+}
+
 void EgressValve::Deliver(EgressFrame frame) {
   if (frames_ != nullptr) {
     frames_->WriteFrame(std::move(frame));
@@ -118,7 +122,7 @@ absl::Status EgressValve::Send(const NodeId& peer, PartitionId partition, Channe
   if (absl::Status s = CheckPeer(peer); !s.ok()) return s;
   absl::Status s =
       Submit(peer, partition, channel, std::make_shared<const std::string>(std::move(payload)));
-  if (s.ok()) sender_->Release();
+  if (s.ok()) Release();
   return s;
 }
 
@@ -133,7 +137,7 @@ absl::Status EgressValve::Broadcast(PartitionId partition, Channel channel, std:
     absl::Status s = Submit(peer, partition, channel, shared);
     if (!s.ok() && first_error.ok()) first_error = s;
   }
-  sender_->Release();  // once, for every peer's copy
+  Release();  // once, for every peer's copy
   return first_error;
 }
 

@@ -122,6 +122,9 @@ class EgressValve final : public Network {
   // One message to one peer: through the fault injector when it exists, else to the scheduler.
   absl::Status Submit(const NodeId& peer, PartitionId partition, Channel channel,
                       std::shared_ptr<const std::string> payload);
+  // Releases what the sender may hand on now, on this thread, or at the end of this thread's
+  // DeferredSends scope (p2p/network.h).
+  void Release();
   // Hands a released frame to the inner network.
   void Deliver(EgressFrame frame);
 

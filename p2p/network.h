@@ -31,6 +31,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -85,6 +86,32 @@ class Network {
 
   // See the thread-safety note above.
   virtual void SetHandlers(MessageHandler on_message, PeerEventHandler on_peer_event) = 0;
+};
+
+// While a DeferredSends lives on a thread, a network may put off handing that thread's accepted
+// messages on until the scope ends (the egress valve releases them then): for a caller that
+// sends while holding a lock other threads wait on. Nested scopes: the outermost one runs what
+// was put off. Sends are still accepted (or refused) when called; only their release waits.
+//
+//   {
+//     p2p::DeferredSends hold;
+//     absl::MutexLock lock(&mu_);
+//     net->Broadcast(...);  // queued now, handed on when `hold` ends
+//   }
+class DeferredSends {
+ public:
+  DeferredSends();
+  ~DeferredSends();  // runs what was put off, in order
+  DeferredSends(const DeferredSends&) = delete;
+  DeferredSends& operator=(const DeferredSends&) = delete;
+
+  // For networks: when a scope is active on this thread, records `release` under `key` (once per
+  // key and scope) and returns true; otherwise returns false and the caller releases now.
+  static bool Defer(const void* key, std::function<void()> release);
+
+ private:
+  const bool outermost_;
+  std::vector<std::pair<const void*, std::function<void()>>> releases_;
 };
 
 }  // namespace p2p

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "p2p/network.h"
 #include "partitions/pbft_certs.h"
 
 namespace partitions {
@@ -321,6 +322,9 @@ void ConsensusDriver::WithLock(absl::FunctionRef<void()> fn) {
   std::vector<absl::AnyInvocable<void()>> deferred;
   std::vector<CommitEvent> committed;
   {
+    // The step's messages are queued under the lock and handed to the transport once it is free,
+    // so a replica's other lanes do not wait on that.
+    p2p::DeferredSends hold_sends;
     absl::MutexLock lock(&mu_);
     fn();
     deferred.swap(deferred_);
