@@ -55,7 +55,7 @@ class EgressSender {
   // frames); whatever must wait is left to the sender's thread. Call after a quiet Enqueue.
   void Release();
 
-  // Frames delivered by Release (not by the sender's thread), for tests and stats.
+  // Frames delivered by Release (not by the sender's thread); for tests.
   uint64_t released_inline() const { return released_inline_.load(std::memory_order_relaxed); }
   // Tests: returns once the sender's thread waits for a wake-up (or a timed wait), having
   // nothing it could deliver.
