@@ -125,6 +125,86 @@ absl::Status CheckBytes(const std::string& field, const std::string& value, size
       absl::StrCat(field, ": must be ", size, " bytes, got ", value.size()));
 }
 
+// Whether a read refused with `d` may wait for the chain: a refusal for now (RESOURCE_EXHAUSTED)
+// whose hint falls within the wait.
+bool Holdable(const flowctl::Decision& d, int64_t max_wait_ns) {
+  return d.reject_kind() == flowctl::RejectKind::kOverloaded &&
+         absl::ToInt64Nanoseconds(d.retry_after()) <= max_wait_ns;
+}
+
+// One unary read waiting in the node's ReadHold. Owns nothing of the call but the right to
+// answer it: gRPC keeps the call (and `context`) until it is answered.
+class HeldClientRead final : public HeldRead {
+ public:
+  HeldClientRead(grpc::CallbackServerContext* context, std::shared_ptr<Partition> partition,
+                 size_t request_bytes, UnaryCall* call, absl::AnyInvocable<grpc::Status()> answer,
+                 const flowctl::Decision* refusal, int64_t max_wait_ns)
+      : context_(context),
+        partition_(std::move(partition)),
+        request_bytes_(request_bytes),
+        call_(call),
+        answer_(std::move(answer)),
+        max_wait_ns_(max_wait_ns) {
+    if (refusal != nullptr) Remember(*refusal);
+  }
+
+  bool TryAnswer(int64_t /*now_ns*/, int64_t* retry_after_ns) override {
+    if (context_->IsCancelled()) {
+      call_->Reply(grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled while it waited"));
+      return true;
+    }
+    flowctl::Admission admission = partition_->AdmitRead(request_bytes_, context_->peer());
+    if (admission.admitted()) {
+      call_->Reply(answer_());
+      return true;
+    }
+    const flowctl::Decision& d = admission.decision();
+    Remember(d);
+    if (!Holdable(d, max_wait_ns_)) {  // e.g. the chain was changed live to refuse for good
+      GiveUp(GiveUpReason::kWaitOver);
+      return true;
+    }
+    *retry_after_ns = absl::ToInt64Nanoseconds(d.retry_after());
+    return false;
+  }
+
+  void GiveUp(GiveUpReason reason) override {
+    if (reason == GiveUpReason::kShutdown) {
+      call_->Reply(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+      return;
+    }
+    const std::string waited = absl::StrCat(" (the read waited up to ", max_wait_ns_ / 1'000'000,
+                                            " ms: read_hold.max_wait_ms)");
+    if (!refused_.ok()) {
+      AddRejectionMetadata(context_, retry_after_, stage_);
+      call_->Reply(grpc::Status(refused_.error_code(), refused_.error_message() + waited));
+      return;
+    }
+    // It waited behind other reads and never reached the chain.
+    AddRejectionMetadata(context_, absl::ZeroDuration(), kReadHoldStage);
+    call_->Reply(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("partition ", partition_->name(), ": reads wait for the read chain", waited)));
+  }
+
+ private:
+  void Remember(const flowctl::Decision& d) {
+    refused_ = ToGrpcStatus(d.ToStatus());
+    retry_after_ = d.retry_after();
+    stage_ = std::string(d.stage());
+  }
+
+  grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<Partition> partition_;
+  const size_t request_bytes_;
+  UnaryCall* const call_;
+  absl::AnyInvocable<grpc::Status()> answer_;
+  const int64_t max_wait_ns_;
+  grpc::Status refused_;  // the chain's last refusal (OK: none yet)
+  absl::Duration retry_after_;
+  std::string stage_;
+};
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -155,6 +235,45 @@ ClientServiceImpl::~ClientServiceImpl() {
 bool ClientServiceImpl::WaitIdle(absl::Time deadline) { return pending_->WaitIdle(deadline); }
 
 void ClientServiceImpl::CancelPending() { pending_->CancelAll(); }
+
+void ClientServiceImpl::EndHeldReads() { node_->read_hold().Stop(); }
+
+grpc::ServerUnaryReactor* ClientServiceImpl::AnswerRead(grpc::CallbackServerContext* context,
+                                                        std::shared_ptr<Partition> partition,
+                                                        size_t request_bytes, UnaryCall* call,
+                                                        absl::AnyInvocable<grpc::Status()> answer) {
+  const Partition::ReadHoldLimits limits = partition->read_hold();
+  ReadHold& hold = node_->read_hold();
+  const uint64_t queue = partition->id();
+  flowctl::Admission admission;
+  // While reads of the partition wait, a new one queues behind them without trying the chain.
+  const bool behind_others = limits.max_wait_ns > 0 && hold.Waiting(queue);
+  if (!behind_others) {
+    admission = partition->AdmitRead(request_bytes, context->peer());
+    if (admission.admitted()) return FinishNow(call, answer());
+  }
+  const flowctl::Decision* refusal = behind_others ? nullptr : &admission.decision();
+  if (refusal == nullptr || (limits.max_wait_ns > 0 && Holdable(*refusal, limits.max_wait_ns))) {
+    const int64_t retry_after_ns =
+        refusal != nullptr ? absl::ToInt64Nanoseconds(refusal->retry_after()) : 0;
+    std::unique_ptr<HeldRead> read = std::make_unique<HeldClientRead>(
+        context, partition, request_bytes, call, std::move(answer), refusal, limits.max_wait_ns);
+    if (hold.Hold(queue, read, retry_after_ns, limits.max_wait_ns, limits.max_waiting)) {
+      return call;
+    }
+    if (refusal == nullptr) {  // full (or stopped) and never tried
+      AddRejectionMetadata(context, absl::Milliseconds(limits.max_wait_ns / 1'000'000),
+                           kReadHoldStage);
+      return FinishNow(
+          call, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                             absl::StrCat("partition ", partition->name(), ": ", limits.max_waiting,
+                                          " reads wait already (read_hold."
+                                          "max_waiting)")));
+    }
+  }
+  AddRejectionMetadata(context, refusal->retry_after(), refusal->stage());
+  return FinishNow(call, ToGrpcStatus(refusal->ToStatus()));
+}
 
 void ClientServiceImpl::EndWatches() {
   streams_->EndAll(absl::UnavailableError("server shutting down"));
@@ -267,21 +386,19 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetTx(grpc::CallbackServerContext* 
                                                    grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetTxRequest, pb::GetTxResponse>(raw_response);
   if (!call->Parse(raw_request)) return call;
-  const pb::GetTxRequest* request = &call->request;
-  pb::GetTxResponse* response = &call->response;
-  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition =
+      node_->FindPartition(call->request.partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
-  flowctl::Admission admission;
-  grpc::Status refused;
-  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
-    return FinishNow(call, refused);
-  }
-  if (absl::Status s = CheckBytes("tx_hash", request->tx_hash(), 32); !s.ok()) {
-    return FinishNow(call, ToGrpcStatus(s));
-  }
-  absl::StatusOr<node::client::GetTxResponse> tx = (*partition)->GetTx(request->tx_hash());
-  if (tx.ok()) *response = *std::move(tx);
-  return FinishNow(call, ToGrpcStatus(tx.status()));
+  return AnswerRead(context, *partition, raw_request->Length(), call,
+                    [call, p = *partition]() -> grpc::Status {
+                      const std::string& hash = call->request.tx_hash();
+                      if (absl::Status s = CheckBytes("tx_hash", hash, 32); !s.ok()) {
+                        return ToGrpcStatus(s);
+                      }
+                      absl::StatusOr<pb::GetTxResponse> tx = p->GetTx(hash);
+                      if (tx.ok()) call->response = *std::move(tx);
+                      return ToGrpcStatus(tx.status());
+                    });
 }
 
 grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(grpc::CallbackServerContext* context,
@@ -289,22 +406,19 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetAccount(grpc::CallbackServerCont
                                                         grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetAccountRequest, pb::GetAccountResponse>(raw_response);
   if (!call->Parse(raw_request)) return call;
-  const pb::GetAccountRequest* request = &call->request;
-  pb::GetAccountResponse* response = &call->response;
-  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition =
+      node_->FindPartition(call->request.partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
-  flowctl::Admission admission;
-  grpc::Status refused;
-  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
-    return FinishNow(call, refused);
-  }
-  if (absl::Status s = CheckBytes("address", request->address(), 32); !s.ok()) {
-    return FinishNow(call, ToGrpcStatus(s));
-  }
-  absl::StatusOr<node::client::GetAccountResponse> account =
-      (*partition)->GetAccount(request->address());
-  if (account.ok()) *response = *std::move(account);
-  return FinishNow(call, ToGrpcStatus(account.status()));
+  return AnswerRead(context, *partition, raw_request->Length(), call,
+                    [call, p = *partition]() -> grpc::Status {
+                      const std::string& address = call->request.address();
+                      if (absl::Status s = CheckBytes("address", address, 32); !s.ok()) {
+                        return ToGrpcStatus(s);
+                      }
+                      absl::StatusOr<pb::GetAccountResponse> account = p->GetAccount(address);
+                      if (account.ok()) call->response = *std::move(account);
+                      return ToGrpcStatus(account.status());
+                    });
 }
 
 grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContext* context,
@@ -312,19 +426,16 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetBlock(grpc::CallbackServerContex
                                                       grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetBlockRequest, pb::GetBlockResponse>(raw_response);
   if (!call->Parse(raw_request)) return call;
-  const pb::GetBlockRequest* request = &call->request;
-  pb::GetBlockResponse* response = &call->response;
-  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition =
+      node_->FindPartition(call->request.partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
-  flowctl::Admission admission;
-  grpc::Status refused;
-  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
-    return FinishNow(call, refused);
-  }
-  absl::StatusOr<node::client::GetBlockResponse> block =
-      (*partition)->GetBlock(request->height(), request->include_txs());
-  if (block.ok()) *response = *std::move(block);
-  return FinishNow(call, ToGrpcStatus(block.status()));
+  return AnswerRead(context, *partition, raw_request->Length(), call,
+                    [call, p = *partition]() -> grpc::Status {
+                      absl::StatusOr<pb::GetBlockResponse> block =
+                          p->GetBlock(call->request.height(), call->request.include_txs());
+                      if (block.ok()) call->response = *std::move(block);
+                      return ToGrpcStatus(block.status());
+                    });
 }
 
 grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(grpc::CallbackServerContext* context,
@@ -332,17 +443,14 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetChainStatus(grpc::CallbackServer
                                                             grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetChainStatusRequest, pb::GetChainStatusResponse>(raw_response);
   if (!call->Parse(raw_request)) return call;
-  const pb::GetChainStatusRequest* request = &call->request;
-  pb::GetChainStatusResponse* response = &call->response;
-  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition =
+      node_->FindPartition(call->request.partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
-  flowctl::Admission admission;
-  grpc::Status refused;
-  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
-    return FinishNow(call, refused);
-  }
-  *response = (*partition)->ChainStatus();
-  return FinishNow(call, grpc::Status::OK);
+  return AnswerRead(context, *partition, raw_request->Length(), call,
+                    [call, p = *partition]() -> grpc::Status {
+                      call->response = p->ChainStatus();
+                      return grpc::Status::OK;
+                    });
 }
 
 grpc::ServerUnaryReactor* ClientServiceImpl::GetValue(grpc::CallbackServerContext* context,
@@ -350,27 +458,25 @@ grpc::ServerUnaryReactor* ClientServiceImpl::GetValue(grpc::CallbackServerContex
                                                       grpc::ByteBuffer* raw_response) {
   auto* call = new RawCall<pb::GetValueRequest, pb::GetValueResponse>(raw_response);
   if (!call->Parse(raw_request)) return call;
-  const pb::GetValueRequest* request = &call->request;
-  absl::StatusOr<std::shared_ptr<Partition>> partition = node_->FindPartition(request->partition());
+  absl::StatusOr<std::shared_ptr<Partition>> partition =
+      node_->FindPartition(call->request.partition());
   if (!partition.ok()) return FinishNow(call, ToGrpcStatus(partition.status()));
-  flowctl::Admission admission;
-  grpc::Status refused;
-  if (!AdmitClientRead(context, **partition, raw_request->Length(), &admission, &refused)) {
-    return FinishNow(call, refused);
-  }
-  const size_t max_key = base::TxLimits().max_key_bytes;
-  if (request->key().empty()) {
-    return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key: required"));
-  }
-  if (request->key().size() > max_key) {
-    return FinishNow(call, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                        absl::StrCat("key: must be at most ", max_key,
-                                                     " bytes, got ", request->key().size())));
-  }
-  absl::StatusOr<pb::GetValueResponse> value =
-      (*partition)->GetValue(request->key(), request->height());
-  if (value.ok()) call->response = *std::move(value);
-  return FinishNow(call, ToGrpcStatus(value.status()));
+  return AnswerRead(
+      context, *partition, raw_request->Length(), call, [call, p = *partition]() -> grpc::Status {
+        const pb::GetValueRequest& request = call->request;
+        const size_t max_key = base::TxLimits().max_key_bytes;
+        if (request.key().empty()) {
+          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "key: required");
+        }
+        if (request.key().size() > max_key) {
+          return grpc::Status(
+              grpc::StatusCode::INVALID_ARGUMENT,
+              absl::StrCat("key: must be at most ", max_key, " bytes, got ", request.key().size()));
+        }
+        absl::StatusOr<pb::GetValueResponse> value = p->GetValue(request.key(), request.height());
+        if (value.ok()) call->response = *std::move(value);
+        return ToGrpcStatus(value.status());
+      });
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* ClientServiceImpl::WatchCommits(

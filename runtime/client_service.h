@@ -42,11 +42,13 @@
 #include <cstdint>
 #include <memory>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "flowctl/stage_chain.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/client.grpc.pb.h"
+#include "runtime/raw_call.h"
 #include "runtime/watch_commits_call.h"
 
 namespace runtime {
@@ -95,6 +97,9 @@ class ClientServiceImpl final : public RawClientServiceBase {
   // Ends every open WatchCommits stream with UNAVAILABLE "server shutting down" (and its
   // resume height) and refuses new ones the same way. Idempotent.
   void EndWatches();
+  // Answers every read waiting for its read chain (PartitionConfig.read_hold) with UNAVAILABLE
+  // "server shutting down"; later refused reads are refused at once. Idempotent.
+  void EndHeldReads();
 
   // The methods, on raw bytes (request: the encoded request message; response: filled with the
   // encoded response message).
@@ -130,6 +135,14 @@ class ClientServiceImpl final : public RawClientServiceBase {
 
  private:
   class PendingCalls;
+
+  // Admits one unary read of `partition` and answers `call` with `answer` (which fills the
+  // call's response and returns the status; it runs while the read's admission is held). A read
+  // the chain refuses for now waits in the node's read hold when the partition's read_hold
+  // allows (runtime/read_hold.h); any other gets the chain's refusal at once.
+  grpc::ServerUnaryReactor* AnswerRead(grpc::CallbackServerContext* context,
+                                       std::shared_ptr<Partition> partition, size_t request_bytes,
+                                       UnaryCall* call, absl::AnyInvocable<grpc::Status()> answer);
 
   Node* const node_;
   const std::shared_ptr<PendingCalls> pending_;

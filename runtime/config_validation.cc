@@ -274,6 +274,8 @@ std::vector<ConfigProblem> ValidatePartitionConfig(const PartitionConfig& p,
                  "that a read does not depend on (use concurrency or rate)");
     }
   }
+  check.AtMost<uint32_t>("read_hold.max_wait_ms", p.read_hold().max_wait_ms(), 60000);
+  check.AtMost<uint32_t>("read_hold.max_waiting", p.read_hold().max_waiting(), 1000000);
   check.Append(ValidateDispatcherConfig(p.dispatcher(), at + ".dispatcher"));
   check.Append(ValidatePoolConfig(p.pool(), at + ".pool"));
   check.Append(ValidateConsensusConfig(p.consensus(), at + ".consensus"));
@@ -425,6 +427,7 @@ absl::StatusOr<PartitionConfig> ApplyFlowUpdate(
   if (request.has_read_interceptor()) {
     *next.mutable_read_interceptor() = request.read_interceptor();
   }
+  if (request.has_read_hold()) *next.mutable_read_hold() = request.read_hold();
   if (request.has_dispatcher()) {
     const DispatcherConfig& d = request.dispatcher();
     DispatcherConfig& nd = *next.mutable_dispatcher();

@@ -126,8 +126,9 @@ void GrpcServers::Shutdown(absl::Duration drain) {
   const absl::Time deadline = absl::Now() + drain;
   const auto chrono_deadline = absl::ToChronoTime(deadline);
 
-  admin_service_->Shutdown();     // open watches end now instead of at their next interval
-  client_service_->EndWatches();  // commit streams end now, with the height to resume from
+  admin_service_->Shutdown();       // open watches end now instead of at their next interval
+  client_service_->EndWatches();    // commit streams end now, with the height to resume from
+  client_service_->EndHeldReads();  // reads waiting for their read chain are answered now
   // grpc::Server::Shutdown blocks until every callback call has finished, and a client call
   // waiting for a partition finishes only when we cancel it; so shut the client server down on
   // a helper thread and cancel the waits here once the drain time is up.

@@ -99,6 +99,7 @@ Node::Node(NodeConfig config, NodeOptions options, base::PrivateKey key)
       options_(options),
       key_(std::move(key)),
       id_(p2p::NodeIdFromPublicKey(key_.public_key().bytes())),
+      read_hold_(std::make_unique<ReadHold>(options_.clock)),
       block_budget_(config_.resources().consensus_blocks_per_second()) {}
 
 Node::~Node() { Stop(absl::ZeroDuration()); }
@@ -237,6 +238,7 @@ absl::Status Node::Start() {
 
   // 6. Servers.
   if (options_.serve_grpc) {
+    if (options_.clock == flowctl::Clock::Real()) read_hold_->Start();
     ASSIGN_OR_RETURN(servers_, GrpcServers::Start(this, config_, admin_token_));
     client_port_ = servers_->client_port();
     admin_port_ = servers_->admin_port();
@@ -267,6 +269,7 @@ void Node::Stop(absl::Duration drain) {
   }
   LOG(INFO) << "node stopping";
   if (servers_) servers_->Shutdown(drain);
+  read_hold_->Stop();
   metrics_.reset();
   // Live partition calls check stopped_ under live_mu_: none starts or stops a partition from
   // here on, and one in progress finishes first.
@@ -542,6 +545,13 @@ absl::StatusOr<node::admin::FlowStats> Node::FlowStats(const std::string& partit
   std::optional<p2p::EgressStats> egress_stats;
   if (egress_) egress_stats = egress_->scheduler().Stats();
   for (auto& p : *out.mutable_partitions()) {
+    const ReadHoldCounters held = read_hold_->Counters(p.id());
+    node::admin::ReadHoldStats* rh = p.mutable_read_hold();
+    rh->set_held(held.held);
+    rh->set_answered(held.answered);
+    rh->set_expired(held.expired);
+    rh->set_full(held.full);
+    rh->set_waiting(held.waiting);
     std::optional<flowctl::ConsumerShareStats> shares;
     if (arbiter_) shares = arbiter_->StatsOf(p.id());
     if (!shares) continue;

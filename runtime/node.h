@@ -57,6 +57,7 @@
 #include "proto/client.pb.h"
 #include "proto/config.pb.h"
 #include "runtime/partition.h"
+#include "runtime/read_hold.h"
 
 namespace runtime {
 
@@ -139,6 +140,9 @@ class Node {
   // The block budget now (resources.consensus_blocks_per_second or UpdateArbiter's; 0 = none).
   uint32_t consensus_blocks_per_second() const { return block_budget_.blocks_per_second(); }
   absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
+  // Client reads waiting for their partition's read chain (PartitionConfig.read_hold). Its thread
+  // runs from Start on a real clock; on an injected clock a test calls RunDue itself.
+  ReadHold& read_hold() const { return *read_hold_; }
   // resources.memory_pressure at work (also in Status()).
   node::admin::MemoryPressureStatus MemoryPressureStatus() const;
   // resources.node_admission as of the last arbiter tick (enabled false when off).
@@ -228,6 +232,7 @@ class Node {
   std::string admin_token_;
 
   std::unique_ptr<flowctl::WorkerPool> pool_;
+  const std::unique_ptr<ReadHold> read_hold_;
   // resources.consensus_blocks_per_second, divided among the partitions with work (live).
   flowctl::BlockBudget block_budget_;
   // resources.memory_pressure; sampled at every arbiter tick (null when disabled).

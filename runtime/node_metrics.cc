@@ -198,6 +198,24 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
              s.current());
     f->Gauge("noded_read_stage_limit", "Read stage limit (max in-flight, rate).", sl, s.limit());
   }
+  {
+    const node::admin::ReadHoldStats& h = p.read_hold();
+    const Labels pl = {{"partition", name}};
+    for (const auto& [outcome, value] :
+         {std::pair<const char*, uint64_t>{"answered", h.answered()}, {"expired", h.expired()}}) {
+      Labels ol = pl;
+      ol.emplace_back("outcome", outcome);
+      f->Counter("noded_read_hold_total",
+                 "Reads that waited for the read chain (read_hold), by outcome: answered once "
+                 "admitted, or refused when their wait ran out.",
+                 ol, static_cast<double>(value));
+    }
+    f->Counter("noded_read_hold_full_total",
+               "Reads refused at once because read_hold.max_waiting reads were waiting.", pl,
+               static_cast<double>(h.full()));
+    f->Gauge("noded_read_hold_waiting", "Reads waiting for the read chain now.", pl,
+             static_cast<double>(h.waiting()));
+  }
   for (const node::admin::LaneStats& s : p.lanes()) {
     const Labels ll = {{"partition", name}, {"lane", s.name()}};
     Labels full = ll;

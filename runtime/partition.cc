@@ -186,6 +186,7 @@ absl::Status Partition::Impl::Open() {
   ASSIGN_OR_RETURN(auto read_factory, registry_.Build(cfg.read_interceptor()));
   read_chain_ = std::make_unique<flowctl::StageChainHolder>(
       read_factory->Create(flowctl::StageContext{.partition = id_, .clock = clock_}));
+  SetReadHold(cfg.read_hold());
 
   flowctl::Dispatcher::Options d;
   d.name = name_;

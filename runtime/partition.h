@@ -118,6 +118,8 @@ inline constexpr absl::Duration kMemoryPressureRetryAfter = absl::Seconds(1);
 // RESOURCE_EXHAUSTED, rejected by this name, with this hint (a few arbiter ticks: the fraction
 // moves once per tick).
 inline constexpr char kNodeAdmissionStage[] = "node_admission";
+// The rejected-by of a read refused by the read hold itself (runtime/read_hold.h).
+inline constexpr char kReadHoldStage[] = "read_hold";
 inline constexpr absl::Duration kNodeAdmissionRetryAfter = absl::Milliseconds(500);
 
 // The outcome of one submitted tx and the submit options (partitions/client_admission.h).
@@ -159,6 +161,13 @@ class Partition final : public flowctl::ResourceConsumer {
   // from `client`: checked before the read does any work; the caller keeps the Admission until
   // the read is answered (a concurrency stage's permit). Never blocks; thread-safe.
   flowctl::Admission AdmitRead(uint64_t size_bytes, absl::string_view client) const;
+  // PartitionConfig.read_hold as of now: the longest a read the chain refuses waits for it (0:
+  // refused at once) and how many may wait (runtime/read_hold.h). Thread-safe.
+  struct ReadHoldLimits {
+    int64_t max_wait_ns = 0;
+    size_t max_waiting = 1024;
+  };
+  ReadHoldLimits read_hold() const;
 
   // ---- Queries. NOT_FOUND for unknown hashes/heights. ----
   absl::StatusOr<node::client::GetTxResponse> GetTx(const std::string& tx_hash) const;

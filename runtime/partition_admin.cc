@@ -186,6 +186,7 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
   absl::MutexLock lock(&config_mu_);
   if (factory) factory->ApplyTo(*interceptor_);
   if (read_factory) read_factory->ApplyTo(*read_chain_);
+  SetReadHold(next.read_hold());
   std::vector<int> weights = LaneWeights(next.dispatcher().lane_weights());
   for (int i = 0; i < kNumPartitionLanes; ++i) {
     absl::Status s = dispatcher_->SetLaneWeight(i, weights[i]);
@@ -333,6 +334,11 @@ void Partition::SubmitBatch(std::vector<std::string> signed_txs, const SubmitOpt
 
 void Partition::OnPeerMessage(const p2p::NodeId& from, p2p::Channel channel, std::string payload) {
   impl_->OnPeerMessage(from, channel, std::move(payload));
+}
+
+Partition::ReadHoldLimits Partition::read_hold() const {
+  return {.max_wait_ns = impl_->read_hold_wait_ns_.load(std::memory_order_relaxed),
+          .max_waiting = impl_->read_hold_max_waiting_.load(std::memory_order_relaxed)};
 }
 
 flowctl::Admission Partition::AdmitRead(uint64_t size_bytes, absl::string_view client) const {

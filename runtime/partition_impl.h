@@ -155,6 +155,13 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::unique_ptr<flowctl::StageChainHolder> interceptor_;
   // Reads' own stages (PartitionConfig.read_interceptor), from the same registry.
   std::unique_ptr<flowctl::StageChainHolder> read_chain_;
+  // PartitionConfig.read_hold, read on every refused read (runtime/read_hold.h).
+  std::atomic<int64_t> read_hold_wait_ns_{0};
+  std::atomic<uint32_t> read_hold_max_waiting_{0};
+  void SetReadHold(const node::config::ReadHoldConfig& c) {
+    read_hold_wait_ns_.store(static_cast<int64_t>(c.max_wait_ms()) * 1'000'000);
+    read_hold_max_waiting_.store(c.max_waiting() > 0 ? c.max_waiting() : 1024);
+  }
   std::unique_ptr<flowctl::Dispatcher> dispatcher_;
   std::unique_ptr<partitions::BatchPolicy> batch_policy_;
   std::unique_ptr<flowctl::SpillFifo> fifo_;    // lossless only

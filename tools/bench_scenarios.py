@@ -29,7 +29,8 @@ FANOUT_STREAMS (stream counts, default 0,100,1000), FANOUT_RATE (tx/s, default 8
 FANOUT_SECONDS (default 25), FANOUT_NICE (the subscribers' niceness, default 0); retry:
 RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS (default 30), RETRY_REPS (measured/fixed
 pairs, default 1); reads: READS_FLOOD (reads/s, default 8000), READS_SECONDS (default 40),
-READS_REPS (limited/unlimited pairs, default 1), READS_RPC (account, the default, or block:
+READS_REPS (rounds, default 1), READS_MODES (held,refused,none: the modes of a round, the first
+is ours), READS_RPC (account, the default, or block:
 GetBlock of the latest block with its tx bodies); live: LIVE_REPS
 (with/without pairs, default 1); memory: MEMORY_RATE (16 KiB tx/s, default 2000), MEMORY_SECONDS
 (default 40), MEMORY_LIMIT_MIB (node 1's cgroup limit, default 400; needs a memory cgroup this
@@ -1205,19 +1206,46 @@ def retry():
 READ_LIMIT = 200  # reads/s per node that the steady partition's read chain admits
 
 
-def reads_run(name, limited, flood, seconds, rpc="account"):
+READ_HOLD_MS = 3000  # the held mode's read_hold.max_wait_ms (below loadgen's 5 s call deadline)
+
+
+def reads_run(name, mode, flood, seconds, rpc="account"):
+    """mode: "held" (the read chain, reads refused for now wait: read_hold), "refused" (the read
+    chain, refusals at once) or "none" (no read limit)."""
     chain = ('read_interceptor { stages { name: "read_rate" rate { rate_per_second: %d '
-             'burst: 50 } } }' % READ_LIMIT if limited else
+             'burst: 50 } } }' % READ_LIMIT if mode != "none" else
              'read_interceptor { stages { name: "read_rate" rate { unlimited: true } } }')
+    if mode == "held":
+        chain += " read_hold { max_wait_ms: %d }" % READ_HOLD_MS
     extra = "[partition *]\n%s\n[partition steady]\n%s" % (LANES, chain)
     idle, busy = "steady.p99@4s-14s", "steady.p99@18s-%ds" % seconds
     with Cluster(name, extra) as c:
         # Commits from WatchCommits streams (opened once), not polled reads the flood would crowd.
-        p, s = c.loadgen(name, "steady:rate=200,reads=%d,reads_start=15s,read_rpc=%s"
-                         % (flood, rpc), seconds,
-                         presign=200 * (seconds + 2), expect=["%s<=1.2*%s" % (busy, idle)],
-                         extra=["--commits", "watch"])
+        run = c.loadgen_start(name, "steady:rate=200,reads=%d,reads_start=15s,read_rpc=%s"
+                              % (flood, rpc), seconds,
+                              presign=200 * (seconds + 2), expect=["%s<=1.2*%s" % (busy, idle)],
+                              extra=["--commits", "watch"])
+        # CPU in the flood, seconds 20 to seconds-2 after loadgen started (its pre-signing first).
+        cpu = {}
+        try:
+            time.sleep(max(0, run["t0"] + 20 - time.monotonic()))
+            n0, l0, w0 = c.cpu_seconds(), proc_cpu_seconds(run["proc"].pid), time.monotonic()
+            time.sleep(max(0, run["t0"] + seconds - 2 - time.monotonic()))
+            n1, l1, w1 = c.cpu_seconds(), proc_cpu_seconds(run["proc"].pid), time.monotonic()
+            cpu = {"nodes": (n1 - n0) / (w1 - w0), "loadgen": (l1 - l0) / (w1 - w0)}
+        except (OSError, ValueError):
+            pass
+        p, s = c.loadgen_finish(run)
+        held = {}
+        try:
+            for n in c.stats(1, "stats").get("partitions", []):
+                if n.get("name") == "steady":
+                    held = n.get("readHold", {}) or n.get("read_hold", {})
+        except Exception:  # pylint: disable=broad-except
+            pass
     st = p["steady"]
+    st["held"] = held
+    st["cpu"] = cpu
     m = expect_value(s["_stdout"], busy)
     pf, pi = (m[0], m[1] / 1.2) if m else (window_p99(st, 18, seconds)[0],
                                            window_p99(st, 4, 14)[0])
@@ -1227,26 +1255,36 @@ def reads_run(name, limited, flood, seconds, rpc="account"):
 def reads():
     """Writes to steady (200 tx/s) while a read flood (GetAccount) hits the same partition from
     15 s at READS_FLOOD (10x the read chain's cluster-wide limit, 4 x READ_LIMIT): write commit p99
-    in the flood vs before it, with the read chain limiting reads vs no read limit;
-    READS_REPS (1) interleaved pairs."""
+    in the flood vs before it, with the read chain holding the reads it refuses for now
+    (read_hold), refusing them at once, and with no read limit (READS_MODES, default all three,
+    in that order); READS_REPS (1) interleaved rounds."""
     flood = int(os.environ.get("READS_FLOOD", str(10 * 4 * READ_LIMIT)))
     seconds = int(os.environ.get("READS_SECONDS", "40"))
     rpc = os.environ.get("READS_RPC", "account")
-    for i in range(int(os.environ.get("READS_REPS", "1"))):
-        on, on_idle, on_busy = reads_run("reads_limited_%d" % i, True, flood, seconds, rpc)
-        off, off_idle, off_busy = reads_run("reads_unlimited_%d" % i, False, flood, seconds, rpc)
+    modes = os.environ.get("READS_MODES", "held,refused,none").split(",")
+    labels = {"held": "read chain %d reads/s per node, refused reads held up to %d ms"
+                      % (READ_LIMIT, READ_HOLD_MS),
+              "refused": "read chain %d reads/s per node, refused at once" % READ_LIMIT,
+              "none": "no read limit"}
 
-        def text(st, pi, pf):
-            return ("write p99 %.0f ms in the flood vs %.0f ms before (%.2fx); reads ok %d, "
-                    "refused %d, not sent %d, read p99 %.0f ms; %d VC"
-                    % (pf, pi, pf / max(pi, 1e-9), st.get("reads_ok", 0),
-                       st.get("reads_rejected", 0), st.get("reads_client_dropped", 0),
-                       st.get("read_p99_ms", 0), st["view_changes"] or 0))
+    def text(st, pi, pf):
+        held = st.get("held", {})
+        return ("write p99 %.0f ms in the flood vs %.0f ms before (%.2fx); reads ok %d, "
+                "refused %d, not sent %d, read p99 %.0f ms; node 2 held %s (answered %s, ran out "
+                "%s, full %s); in the flood nodes %.2f cores, loadgen %.2f; %d VC"
+                % (pf, pi, pf / max(pi, 1e-9), st.get("reads_ok", 0),
+                   st.get("reads_rejected", 0), st.get("reads_client_dropped", 0),
+                   st.get("read_p99_ms", 0), held.get("held", 0), held.get("answered", 0),
+                   held.get("expired", 0), held.get("full", 0), st["cpu"].get("nodes", 0),
+                   st["cpu"].get("loadgen", 0), st["view_changes"] or 0))
+    for i in range(int(os.environ.get("READS_REPS", "1"))):
+        runs = [(m, reads_run("reads_%s_%d" % (m, i), m, flood, seconds, rpc)) for m in modes]
+        ours = runs[0]
         result("read flood isolation (round %d)" % (i + 1),
-               "read chain %d reads/s per node: " % READ_LIMIT + text(on, on_idle, on_busy),
-               "no read limit: " + text(off, off_idle, off_busy),
-               "flood/idle write p99 %.2f vs %.2f" % (on_busy / max(on_idle, 1e-9),
-                                                      off_busy / max(off_idle, 1e-9)),
+               labels[ours[0]] + ": " + text(*ours[1]),
+               "; ".join(labels[m] + ": " + text(*r) for m, r in runs[1:]),
+               "flood/idle write p99 " + " vs ".join(
+                   "%.2f (%s)" % (r[2] / max(r[1], 1e-9), m) for m, r in runs),
                "<= 1.2 with the read chain",
                "steady 200 tx/s writes, %d %s reads/s on steady from 15 s (10x the read "
                "chain's 4 x %d), %d s" % (flood, "GetBlock (latest, with bodies)"

@@ -241,7 +241,8 @@ const std::vector<Command>& Commands() {
        .run = RunGetValue},
       {.name = "update-flow",
        .synopsis = "--partition P [--interceptor FILE|TEXT] [--read-interceptor FILE|TEXT] "
-                   "[--lane-weights K=V,...] [--budget K=V,...] [--adaptive-lanes SPEC] "
+                   "[--read-hold off|max_wait_ms=N[,max_waiting=N]] [--lane-weights K=V,...] "
+                   "[--budget K=V,...] [--adaptive-lanes SPEC] "
                    "[--pool K=V,...] [--drain-rate BYTES_PER_S] [--disk-budget SIZE|none]",
        .summary = "Replace a partition's interceptor or read chain, lane weights, budget, pool "
                   "limits or (lossless) drain rate and disk budget.",
@@ -252,6 +253,9 @@ const std::vector<Command>& Commands() {
            "                 stages { rate { rate_per_second: 1000 burst: 100 } }'\n"
            "It replaces the whole chain; --read-interceptor does the same for the chain reads\n"
            "pass (GetTx, GetAccount, GetBlock, GetChainStatus, GetValue, WatchCommits).\n"
+           "--read-hold makes unary reads the read chain refuses for now wait for it (up to\n"
+           "max_wait_ms, at most max_waiting per partition) instead of refusing them at once;\n"
+           "off refuses at once again.\n"
            "Lane, budget and pool keys left out are sent as 0, which\n"
            "the node reads as \"keep the current value\". Byte values take B, KiB, MiB, GiB, KB,\n"
            "MB, GB. The node validates the whole update and applies all of it or nothing.\n"
@@ -264,6 +268,8 @@ const std::vector<Command>& Commands() {
        .flags = {{"partition", "P", "the partition (by name); required"},
                  {"interceptor", "FILE|TEXT", "new interceptor chain (StageChainConfig text)"},
                  {"read-interceptor", "FILE|TEXT", "new read chain (StageChainConfig text)"},
+                 {"read-hold", "off|max_wait_ms=N[,max_waiting=N]",
+                  "reads refused for now wait for the read chain (ReadHoldConfig)"},
                  {"lane-weights", "K=V,...",
                   "consensus=, sync=, tx_forward=, bulk=, client= (each > 0)"},
                  {"budget", "K=V,...", "dispatcher budget: messages=N, bytes=SIZE"},

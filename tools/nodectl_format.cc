@@ -80,6 +80,12 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
     }
     reads.Print(out, 2);
   }
+  if (p.read_hold().held() + p.read_hold().full() > 0) {
+    const auto& h = p.read_hold();
+    out << "  reads held: " << h.held() << " (answered " << h.answered() << ", refused when their "
+        << "wait ran out " << h.expired() << ", waiting " << h.waiting() << "); refused with "
+        << "the queue full " << h.full() << "\n";
+  }
 
   Table lanes({"LANE", "WEIGHT>", "SCHED>", "DEPTH>", "DEPTH_BYTES>", "CAPACITY>",
                "CAPACITY_BYTES>", "OFFERED>", "PROCESSED>", "DROPPED>", "DROPPED_BYTES>",
@@ -296,7 +302,13 @@ void PrintPartitionFlowConfig(const node::config::PartitionConfig& c, std::ostre
   const auto& pool = c.pool();
   out << "partition " << c.name() << " (id " << c.id() << ")\n"
       << "  interceptor  " << (stages.empty() ? "(none)" : absl::StrJoin(stages, " -> ")) << "\n"
-      << "  reads        " << (reads.empty() ? "(none)" : absl::StrJoin(reads, " -> ")) << "\n"
+      << "  reads        " << (reads.empty() ? "(none)" : absl::StrJoin(reads, " -> "))
+      << (c.read_hold().max_wait_ms() > 0
+              ? absl::StrCat("  (held up to ", c.read_hold().max_wait_ms(), " ms, ",
+                             c.read_hold().max_waiting() > 0 ? c.read_hold().max_waiting() : 1024,
+                             " waiting)")
+              : "")
+      << "\n"
       << "  lanes        " << Lanes(d.lane_weights()) << "  budget " << d.budget_messages()
       << " msgs, " << FormatBytes(d.budget_bytes()) << "\n"
       << "  adaptive     " << AdaptiveLanes(d.adaptive_weights()) << "\n"

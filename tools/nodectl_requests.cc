@@ -107,6 +107,24 @@ absl::Status ParseBudget(const std::string& text, node::config::DispatcherConfig
   return absl::OkStatus();
 }
 
+// --read-hold off | max_wait_ms=N[,max_waiting=N]: the whole ReadHoldConfig (keys left out: 0,
+// the node's default).
+absl::Status ParseReadHold(const std::string& text, node::config::ReadHoldConfig* hold) {
+  hold->Clear();
+  if (text == "off") return absl::OkStatus();
+  static constexpr absl::string_view kKeys[] = {"max_wait_ms", "max_waiting"};
+  ASSIGN_OR_RETURN(auto kv, ParseKeyValues("--read-hold", text, kKeys));
+  if (auto it = kv.find("max_wait_ms"); it != kv.end()) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseUint("--read-hold max_wait_ms", it->second, 0, 60000));
+    hold->set_max_wait_ms(static_cast<uint32_t>(v));
+  }
+  if (auto it = kv.find("max_waiting"); it != kv.end()) {
+    ASSIGN_OR_RETURN(uint64_t v, ParseUint("--read-hold max_waiting", it->second, 0, 1000000));
+    hold->set_max_waiting(static_cast<uint32_t>(v));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParsePool(const std::string& text, node::config::PoolConfig* pool) {
   static constexpr absl::string_view kKeys[] = {"max_txs",
                                                 "max_bytes",
@@ -296,6 +314,9 @@ absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(
   if (const std::string* s = f.Last("read-interceptor")) {
     ASSIGN_OR_RETURN(*req.mutable_read_interceptor(), ParseStageChain("--read-interceptor", *s));
   }
+  if (const std::string* s = f.Last("read-hold")) {
+    RETURN_IF_ERROR(ParseReadHold(*s, req.mutable_read_hold()));
+  }
   if (const std::string* s = f.Last("lane-weights")) {
     RETURN_IF_ERROR(ParseLaneWeights(*s, req.mutable_dispatcher()->mutable_lane_weights()));
   }
@@ -319,11 +340,11 @@ absl::StatusOr<node::admin::UpdatePartitionFlowRequest> BuildUpdateFlowRequest(
       req.mutable_lossless()->set_disk_budget_bytes(v);
     }
   }
-  if (!req.has_interceptor() && !req.has_read_interceptor() && !req.has_dispatcher() &&
-      !req.has_pool() && !req.has_lossless()) {
+  if (!req.has_interceptor() && !req.has_read_interceptor() && !req.has_read_hold() &&
+      !req.has_dispatcher() && !req.has_pool() && !req.has_lossless()) {
     return Invalid(
-        "nothing to update: give --interceptor, --read-interceptor, --lane-weights, --budget, "
-        "--adaptive-lanes, --pool, --drain-rate or --disk-budget");
+        "nothing to update: give --interceptor, --read-interceptor, --read-hold, --lane-weights, "
+        "--budget, --adaptive-lanes, --pool, --drain-rate or --disk-budget");
   }
   return req;
 }

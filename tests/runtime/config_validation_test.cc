@@ -260,6 +260,13 @@ TEST_F(ConfigValidationTest, FileAndLiveUpdateGiveTheSameMessage) {
        },
        "partitions[hot].read_interceptor.stages[0].rate.rate_per_second: must be finite and >= 0 "
        "requests/s (0 closes the stage; set `unlimited` for no limit), got -1"},
+      {"read hold too long", ConfigText("read_hold { max_wait_ms: 70000 }"),
+       [&] {
+         auto r = HotFlow();
+         r.mutable_read_hold()->set_max_wait_ms(70000);
+         return Flow(r);
+       },
+       "partitions[hot].read_hold.max_wait_ms: must be <= 60000, got 70000"},
       {"negative share weight", ConfigText("share { weight: -2 }"),
        [&] {
          node::admin::UpdateArbiterRequest r;

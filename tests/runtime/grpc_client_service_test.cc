@@ -3,6 +3,7 @@
 // cancellation of commit waits at server shutdown.
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -394,6 +395,115 @@ TEST_F(GrpcServicesTest, ReadsPassTheirOwnChainWhichChangesLive) {
   update_reads("cold", 0);  // unlimited again
   grpc::ClientContext ctx;
   EXPECT_TRUE(status("cold", &ctx).ok());
+}
+
+// With read_hold on, reads the read chain refuses for now wait for it: a burst beyond the rate
+// is answered in full, none refused. Beyond max_waiting, reads are refused at once by
+// "read_hold"; a read whose wait runs out gets the chain's refusal. Off again, the same burst is
+// refused by the chain. All live.
+TEST_F(GrpcServicesTest, ReadsRefusedForNowWaitForTheChainWithReadHold) {
+  auto update = [&](const std::string& stage_name, double rate, uint32_t max_wait_ms,
+                    uint32_t max_waiting) {
+    node::admin::UpdatePartitionFlowRequest update;
+    update.set_partition("cold");
+    auto* stage = update.mutable_read_interceptor()->add_stages();
+    stage->set_name(stage_name);
+    if (rate > 0) {
+      stage->mutable_rate()->set_rate_per_second(rate);
+      stage->mutable_rate()->set_burst(1);
+    } else {
+      stage->mutable_rate()->set_unlimited(true);
+    }
+    update.mutable_read_hold()->set_max_wait_ms(max_wait_ms);
+    update.mutable_read_hold()->set_max_waiting(max_waiting);
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::UpdatePartitionFlowResponse resp;
+    grpc::Status st = Admin()->UpdatePartitionFlow(&ctx, update, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.effective().read_hold().max_wait_ms(), max_wait_ms);
+  };
+  struct Outcome {
+    grpc::StatusCode code;
+    std::string rejected_by;
+    std::string message;
+  };
+  // `n` GetChainStatus calls of "cold" at once, each on its own thread.
+  auto reads = [&](int n) {
+    std::vector<Outcome> out(n);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        grpc::ClientContext ctx;
+        WithDeadline(&ctx, absl::Seconds(60));
+        node::client::GetChainStatusRequest req;
+        *req.mutable_partition() = Ref("cold");
+        node::client::GetChainStatusResponse resp;
+        grpc::Status st = Client()->GetChainStatus(&ctx, req, &resp);
+        out[i] = {st.error_code(), Trailer(ctx, "rejected-by"), st.error_message()};
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  };
+  auto held = [&] {
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::GetFlowStatsRequest req;
+    req.set_partition("cold");
+    node::admin::FlowStats stats;
+    EXPECT_TRUE(Admin()->GetFlowStats(&ctx, req, &stats).ok());
+    return stats.partitions_size() == 1 ? stats.partitions(0).read_hold()
+                                        : node::admin::ReadHoldStats();
+  };
+  auto count = [](const std::vector<Outcome>& v, grpc::StatusCode code, const std::string& by) {
+    int n = 0;
+    for (const Outcome& o : v) n += o.code == code && (by.empty() || o.rejected_by == by);
+    return n;
+  };
+
+  // 10 reads at once against one token and 10 a second: every one answered, having waited.
+  update("held_reads", 10, 30'000, 100);
+  const node::admin::ReadHoldStats before = held();
+  std::vector<Outcome> got = reads(10);
+  EXPECT_EQ(count(got, grpc::StatusCode::OK, ""), 10);
+  node::admin::ReadHoldStats after = held();
+  EXPECT_GE(after.held() - before.held(), 1u);
+  EXPECT_EQ(after.answered() - before.answered(), after.held() - before.held());
+  EXPECT_EQ(after.expired(), before.expired());
+  EXPECT_EQ(after.waiting(), 0u);
+
+  // Off: 10 reads at once against one token and 1 a second are refused by the chain at once.
+  update("refused_reads", 1, 0, 0);
+  got = reads(10);
+  EXPECT_GE(count(got, grpc::StatusCode::RESOURCE_EXHAUSTED, "refused_reads"), 8);
+  EXPECT_EQ(held().held(), after.held());
+
+  // One token every 2 s, waits of up to 3 s, 2 waiting at most. After the burst token: of 5
+  // reads at once, 2 wait and 3 are refused at once; the first to wait is answered at its token
+  // (~2 s), the second is answered too only if it came a second later (its wait runs out before
+  // the next token otherwise).
+  update("slow_reads", 0.5, 3'000, 2);
+  ASSERT_EQ(count(reads(1), grpc::StatusCode::OK, ""), 1);
+  const node::admin::ReadHoldStats before_full = held();
+  got = reads(5);
+  EXPECT_EQ(count(got, grpc::StatusCode::RESOURCE_EXHAUSTED, "read_hold"), 3);
+  const int ok = count(got, grpc::StatusCode::OK, "");
+  const int ran_out = count(got, grpc::StatusCode::RESOURCE_EXHAUSTED, "slow_reads");
+  EXPECT_GE(ok, 1);
+  EXPECT_EQ(ok + ran_out, 2);
+  for (const Outcome& o : got) {
+    if (o.rejected_by == "slow_reads") {
+      EXPECT_THAT(o.message, testing::HasSubstr("max_wait_ms"));
+    }
+  }
+  const node::admin::ReadHoldStats after_full = held();
+  EXPECT_EQ(after_full.full() - before_full.full(), 3u);
+  EXPECT_EQ(after_full.held() - before_full.held(), 2u);
+  EXPECT_EQ(after_full.answered() - before_full.answered(), static_cast<uint64_t>(ok));
+  EXPECT_EQ(after_full.expired() - before_full.expired(), static_cast<uint64_t>(ran_out));
+
+  update("read_rate", 0, 0, 0);  // as the suite found it
 }
 
 // A second pair of servers over the suite's node, on ports of their own.

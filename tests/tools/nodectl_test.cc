@@ -402,6 +402,38 @@ TEST_F(NodectlTest, UpdateFlowReadsInterceptorFileAndKeepsUnsetSectionsUnset) {
   EXPECT_FALSE(sent.has_pool());
 }
 
+// --read-hold sends the whole ReadHoldConfig ("off": an empty one, which turns holding off);
+// bad values name the flag and the key.
+TEST_F(NodectlTest, UpdateFlowSendsReadHold) {
+  fake_.SetFlowResponse(FromText<node::admin::UpdatePartitionFlowResponse>(R"pb(
+    effective {
+      id: 1
+      name: "hot"
+      read_interceptor { stages { rate { rate_per_second: 300 burst: 30 } } }
+      read_hold { max_wait_ms: 2000 max_waiting: 64 }
+    })pb"));
+  ASSERT_EQ(
+      Run({"update-flow", "--partition", "hot", "--read-hold", "max_wait_ms=2000,max_waiting=64"}),
+      kExitOk)
+      << err();
+  auto sent =
+      FromText<node::admin::UpdatePartitionFlowRequest>(fake_.last_request("UpdatePartitionFlow"));
+  auto want = FromText<node::admin::UpdatePartitionFlowRequest>(R"pb(
+    partition: "hot"
+    read_hold { max_wait_ms: 2000 max_waiting: 64 })pb");
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(sent, want)) << sent.DebugString();
+  EXPECT_THAT(out(), HasSubstr("reads        rate(300/s burst=30)  (held up to 2000 ms, 64 "
+                               "waiting)\n"));
+  ASSERT_EQ(Run({"update-flow", "--partition", "hot", "--read-hold", "off"}), kExitOk) << err();
+  sent =
+      FromText<node::admin::UpdatePartitionFlowRequest>(fake_.last_request("UpdatePartitionFlow"));
+  EXPECT_TRUE(sent.has_read_hold());
+  EXPECT_EQ(sent.read_hold().max_wait_ms(), 0u);
+  EXPECT_NE(Run({"update-flow", "--partition", "hot", "--read-hold", "max_wait_ms=70000"}),
+            kExitOk);
+  EXPECT_THAT(err(), HasSubstr("--read-hold max_wait_ms"));
+}
+
 TEST_F(NodectlTest, UpdateFlowSendsAdaptiveLaneTargets) {
   ASSERT_EQ(
       Run({"update-flow", "--partition", "hot", "--adaptive-lanes", "consensus=3/64,client=50"}),

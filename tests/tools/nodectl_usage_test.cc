@@ -83,7 +83,11 @@ TEST_F(NodectlUsageTest, UsageErrorsExitTwoWithoutRpc) {
       {{"update-flow", "--pool", "max_txs=1"}, "nodectl update-flow: --partition: required"},
       {{"update-flow", "--partition", "hot"},
        "nodectl update-flow: nothing to update: give --interceptor, --read-interceptor, "
-       "--lane-weights, --budget, --adaptive-lanes, --pool, --drain-rate or --disk-budget"},
+       "--read-hold, --lane-weights, --budget, --adaptive-lanes, --pool, --drain-rate or "
+       "--disk-budget"},
+      {{"update-flow", "--partition", "hot", "--read-hold", "max_wait=5"},
+       "nodectl update-flow: --read-hold: unknown key 'max_wait' (known: max_wait_ms, "
+       "max_waiting)"},
       {{"update-flow", "--partition", "ledger", "--disk-budget", "0"},
        "nodectl update-flow: --disk-budget: must be >= 1 bytes, got 0"},
       {{"update-flow", "--partition", "hot", "--lane-weights", "consensus=0"},

@@ -1,0 +1,167 @@
+#include "runtime/read_hold.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "flowctl/thread_name.h"
+
+namespace runtime {
+
+ReadHold::ReadHold(const flowctl::Clock* clock) : clock_(clock) {}
+
+ReadHold::~ReadHold() { Stop(); }
+
+void ReadHold::Start() {
+  absl::MutexLock lock(&mu_);
+  if (started_ || stopped_) return;
+  started_ = true;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ReadHold::Stop() {
+  std::vector<std::unique_ptr<HeldRead>> given_up;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    // A queue whose head is being tried keeps it: RunQueue gives it up when the try returns.
+    for (auto& [key, q] : queues_) {
+      for (Entry& e : q.entries) given_up.push_back(std::move(e.read));
+      q.counters.expired += q.entries.size();
+      q.counters.waiting -= q.entries.size();
+      q.entries.clear();
+    }
+  }
+  for (auto& read : given_up) read->GiveUp(HeldRead::GiveUpReason::kShutdown);
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ReadHold::Waiting(uint64_t queue) const {
+  absl::MutexLock lock(&mu_);
+  auto it = queues_.find(queue);
+  return it != queues_.end() && (it->second.busy || !it->second.entries.empty());
+}
+
+bool ReadHold::Hold(uint64_t queue, std::unique_ptr<HeldRead>& read, int64_t retry_after_ns,
+                    int64_t max_wait_ns, size_t max_waiting) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return false;
+  Queue& q = queues_[queue];
+  if (q.entries.size() >= max_waiting) {
+    ++q.counters.full;
+    return false;
+  }
+  const int64_t now = clock_->NowNanos();
+  const int64_t deadline_ns = now + max_wait_ns;
+  if (q.entries.empty() && !q.busy) {
+    q.next_try_ns = now + std::clamp(retry_after_ns, kMinRetryNanos, kMaxRetryNanos);
+  }
+  q.entries.push_back({std::move(read), deadline_ns});
+  ++q.counters.held;
+  ++q.counters.waiting;
+  // Wake the thread when this read is due before it means to run.
+  if (std::min(q.next_try_ns, deadline_ns) < wake_ns_) kick_ = true;
+  return true;
+}
+
+void ReadHold::RunQueue(uint64_t key, int64_t now_ns) {
+  Queue& q = queues_[key];
+  if (q.busy) return;
+  q.busy = true;
+  while (!q.entries.empty()) {
+    Entry head = std::move(q.entries.front());
+    q.entries.pop_front();
+    --q.counters.waiting;
+    int64_t retry_after = 0;
+    bool done;
+    mu_.Unlock();
+    if (head.deadline_ns <= now_ns) {
+      head.read->GiveUp(HeldRead::GiveUpReason::kWaitOver);
+      done = true;
+    } else {
+      done = head.read->TryAnswer(now_ns, &retry_after);
+    }
+    mu_.Lock();
+    const bool expired = head.deadline_ns <= now_ns;
+    if (done) {
+      ++(expired ? q.counters.expired : q.counters.answered);
+      continue;
+    }
+    if (stopped_) {
+      mu_.Unlock();
+      head.read->GiveUp(HeldRead::GiveUpReason::kShutdown);
+      mu_.Lock();
+      ++q.counters.expired;
+      continue;
+    }
+    // Still refused: it stays the head. Reads behind it whose wait ran out are given up in turn
+    // when they reach the head (arrival order is deadline order while max_wait stays the same).
+    q.entries.push_front(std::move(head));
+    ++q.counters.waiting;
+    q.next_try_ns = std::min(now_ns + std::clamp(retry_after, kMinRetryNanos, kMaxRetryNanos),
+                             q.entries.front().deadline_ns);
+    break;
+  }
+  q.busy = false;
+}
+
+int64_t ReadHold::RunDue() {
+  const int64_t now = clock_->NowNanos();
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> due;
+  for (const auto& [key, q] : queues_) {
+    if (!q.entries.empty() && !q.busy &&
+        std::min(q.next_try_ns, q.entries.front().deadline_ns) <= now) {
+      due.push_back(key);
+    }
+  }
+  for (uint64_t key : due) RunQueue(key, now);
+  int64_t next = INT64_MAX;
+  for (const auto& [key, q] : queues_) {
+    if (!q.entries.empty()) next = std::min({next, q.next_try_ns, q.entries.front().deadline_ns});
+  }
+  wake_ns_ = next;
+  return next;
+}
+
+ReadHoldCounters ReadHold::Counters(uint64_t queue) const {
+  absl::MutexLock lock(&mu_);
+  auto it = queues_.find(queue);
+  return it == queues_.end() ? ReadHoldCounters{} : it->second.counters;
+}
+
+ReadHoldCounters ReadHold::Totals() const {
+  absl::MutexLock lock(&mu_);
+  ReadHoldCounters sum;
+  for (const auto& [key, q] : queues_) {
+    sum.held += q.counters.held;
+    sum.answered += q.counters.answered;
+    sum.expired += q.counters.expired;
+    sum.full += q.counters.full;
+    sum.waiting += q.counters.waiting;
+  }
+  return sum;
+}
+
+void ReadHold::Loop() {
+  flowctl::NameThisThread("read-hold");
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto woken = [this] { return stopped_ || kick_; };
+      if (wake_ns_ == INT64_MAX) {
+        mu_.Await(absl::Condition(&woken));
+      } else {
+        const int64_t wait = wake_ns_ - clock_->NowNanos();
+        if (wait > 0) mu_.AwaitWithTimeout(absl::Condition(&woken), absl::Nanoseconds(wait));
+      }
+      if (stopped_) return;
+      kick_ = false;
+    }
+    RunDue();
+  }
+}
+
+}  // namespace runtime

@@ -1,0 +1,124 @@
+// ReadHold: client reads that a partition's read chain refused for now, kept in arrival order
+// until the chain admits them, instead of refused at once (PartitionConfig.read_hold).
+//
+// Why: a read refused at once costs the node its whole gRPC call (HTTP/2 framing, the callback,
+// the parse) and lets the client send the next one at once, so refusing a flood saves only the
+// lookup behind it. A read that waits instead keeps one of its client's calls in flight: a client
+// that bounds its calls in flight (every SDK and loadgen does; HTTP/2's max_concurrent_streams
+// makes the others) sends no more than the chain admits plus what waits. Beyond `max_waiting` per
+// partition, or past its `max_wait`, a read is refused as before.
+//
+// Order: one queue per partition (keyed by its id), first in first out. Only the head is tried
+// again, when the refusing stage's retry-after has passed (a rate stage: when its next token is
+// due), so a queue costs one wake-up per admitted read, not one per waiting read. While a queue
+// holds reads (or its head is being tried), a new read of that partition joins the tail without
+// trying the chain itself, so it cannot overtake them.
+//
+// Thread-safety: every method is thread-safe. HeldRead calls run on the hold's thread (or the
+// caller of RunDue) without the hold's lock, one at a time per queue.
+//
+//   runtime::ReadHold hold(flowctl::Clock::Real());
+//   hold.Start();
+//   if (!hold.Hold(partition_id, read, retry_after_ns, max_wait_ns, 1024))
+//     ...  // refuse now
+//   hold.Stop();  // every waiting read gets GiveUp(kShutdown)
+#ifndef RUNTIME_READ_HOLD_H_
+#define RUNTIME_READ_HOLD_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "flowctl/clock.h"
+
+namespace runtime {
+
+// One waiting read, as the hold sees it.
+class HeldRead {
+ public:
+  enum class GiveUpReason { kWaitOver, kShutdown };
+  virtual ~HeldRead() = default;
+  // Tries the read chain again at `now_ns`. Admitted (or the call is gone): the read is answered
+  // and true returned. Still refused: false, and `*retry_after_ns` is the refusing stage's hint.
+  virtual bool TryAnswer(int64_t now_ns, int64_t* retry_after_ns) = 0;
+  // The read will not be tried again: answers it with its last refusal (kWaitOver) or as the
+  // server stopping (kShutdown).
+  virtual void GiveUp(GiveUpReason reason) = 0;
+};
+
+struct ReadHoldCounters {
+  uint64_t held = 0;      // reads that waited
+  uint64_t answered = 0;  // of those, admitted and answered
+  uint64_t expired = 0;   // of those, refused when their wait ran out (or at shutdown)
+  uint64_t full = 0;      // reads refused at once because their queue was full
+  uint64_t waiting = 0;   // now
+};
+
+class ReadHold {
+ public:
+  // The least and the most time between two tries of a queue's head (a stage hinting 0 or a
+  // huge retry-after is tried again after these).
+  static constexpr int64_t kMinRetryNanos = 1'000'000;
+  static constexpr int64_t kMaxRetryNanos = 100'000'000;
+
+  explicit ReadHold(const flowctl::Clock* clock);
+  ~ReadHold();  // Stop()
+  ReadHold(const ReadHold&) = delete;
+  ReadHold& operator=(const ReadHold&) = delete;
+
+  // Runs RunDue on a thread of its own, on the real time of the clock given. Optional: a test
+  // with a fake clock calls RunDue itself.
+  void Start();
+  // Gives up every waiting read (kShutdown) and refuses later Holds. Idempotent.
+  void Stop();
+
+  // Whether reads of `queue` wait (or its head is being tried): a new read of it should Hold
+  // without trying the chain.
+  bool Waiting(uint64_t queue) const;
+  // Appends `read` to `queue`. When it becomes the head, it is tried `retry_after_ns` after now at
+  // the earliest; it is given up (kWaitOver) `max_wait_ns` after now. False, and `read` untouched
+  // (the caller answers it), when the queue holds `max_waiting` reads or the hold is stopped.
+  bool Hold(uint64_t queue, std::unique_ptr<HeldRead>& read, int64_t retry_after_ns,
+            int64_t max_wait_ns, size_t max_waiting);
+
+  // Tries the heads that are due, gives up the reads whose wait ran out, and returns when the
+  // next head is due (INT64_MAX: none waits).
+  int64_t RunDue();
+
+  // Counters of `queue` (waiting: now), and of all queues together.
+  ReadHoldCounters Counters(uint64_t queue) const;
+  ReadHoldCounters Totals() const;
+
+ private:
+  struct Entry {
+    std::unique_ptr<HeldRead> read;
+    int64_t deadline_ns = 0;
+  };
+  struct Queue {
+    std::deque<Entry> entries;
+    int64_t next_try_ns = 0;  // when the head is tried next
+    bool busy = false;        // RunDue is trying its head
+    ReadHoldCounters counters;
+  };
+  // Runs one queue's due work; called with mu_ held, releases it around HeldRead calls.
+  void RunQueue(uint64_t key, int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Loop();
+
+  const flowctl::Clock* const clock_;
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, Queue> queues_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  // When RunDue next has work (as it last computed), and whether a Hold since wants it sooner.
+  int64_t wake_ns_ ABSL_GUARDED_BY(mu_) = INT64_MAX;
+  bool kick_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace runtime
+
+#endif  // RUNTIME_READ_HOLD_H_

@@ -1,0 +1,200 @@
+#include "runtime/read_hold.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "tests/mocks/fake_clock.h"
+
+namespace runtime {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+
+// A "chain" of one token bucket on the fake clock: one token every `interval`, none banked.
+struct FakeChain {
+  const tests::FakeClock* clock;
+  int64_t interval;
+  int64_t next_token;
+  int tries = 0;
+  // Admits when a token is due; otherwise the time until it is.
+  bool TryAdmit(int64_t* retry_after) {
+    ++tries;
+    const int64_t now = clock->NowNanos();
+    if (now >= next_token) {
+      next_token = now + interval;
+      return true;
+    }
+    *retry_after = next_token - now;
+    return false;
+  }
+};
+
+// Records what happened to each read, by name.
+struct Log {
+  std::vector<std::string> answered;
+  std::vector<std::string> expired;
+  std::vector<std::string> shut_down;
+};
+
+class TestRead final : public HeldRead {
+ public:
+  TestRead(std::string name, FakeChain* chain, Log* log)
+      : name_(std::move(name)), chain_(chain), log_(log) {}
+  bool TryAnswer(int64_t /*now_ns*/, int64_t* retry_after_ns) override {
+    if (!chain_->TryAdmit(retry_after_ns)) return false;
+    log_->answered.push_back(name_);
+    return true;
+  }
+  void GiveUp(GiveUpReason reason) override {
+    (reason == GiveUpReason::kWaitOver ? log_->expired : log_->shut_down).push_back(name_);
+  }
+
+ private:
+  const std::string name_;
+  FakeChain* const chain_;
+  Log* const log_;
+};
+
+class ReadHoldTest : public ::testing::Test {
+ protected:
+  bool Hold(const std::string& name, uint64_t queue, int64_t retry_after, int64_t max_wait,
+            size_t max_waiting, FakeChain* chain) {
+    std::unique_ptr<HeldRead> read = std::make_unique<TestRead>(name, chain, &log_);
+    const bool held = hold_.Hold(queue, read, retry_after, max_wait, max_waiting);
+    EXPECT_EQ(read == nullptr, held) << "a refused read stays with the caller";
+    return held;
+  }
+
+  tests::FakeClock clock_;
+  ReadHold hold_{&clock_};
+  Log log_;
+};
+
+// Reads wait in arrival order and are answered one per token, each when its token is due; only
+// the head is tried, so a queue of many costs one try per token, not one per waiting read.
+TEST_F(ReadHoldTest, AnswersInArrivalOrderOnePerTokenTryingOnlyTheHead) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(Hold("r" + std::to_string(i), 1, 10 * kMs, 1000 * kMs, 100, &chain));
+  }
+  EXPECT_TRUE(hold_.Waiting(1));
+  EXPECT_FALSE(hold_.Waiting(2));
+  EXPECT_EQ(hold_.RunDue(), clock_.NowNanos() + 10 * kMs);  // nothing due yet
+  EXPECT_EQ(chain.tries, 0);
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Milliseconds(10));
+    hold_.RunDue();
+    ASSERT_EQ(log_.answered.size(), static_cast<size_t>(i + 1));
+  }
+  EXPECT_EQ(log_.answered, (std::vector<std::string>{"r0", "r1", "r2", "r3", "r4"}));
+  // Five tokens, five answers, and one refused try after each but the last.
+  EXPECT_EQ(chain.tries, 9);
+  EXPECT_FALSE(hold_.Waiting(1));
+  EXPECT_EQ(hold_.RunDue(), INT64_MAX);
+  const ReadHoldCounters c = hold_.Counters(1);
+  EXPECT_EQ(c.held, 5u);
+  EXPECT_EQ(c.answered, 5u);
+  EXPECT_EQ(c.expired, 0u);
+  EXPECT_EQ(c.waiting, 0u);
+}
+
+// A head is tried no sooner than its hint, and the hint of a later refusal moves the next try.
+TEST_F(ReadHoldTest, TriesTheHeadWhenItsHintIsDue) {
+  FakeChain chain{&clock_, 50 * kMs, clock_.NowNanos() + 30 * kMs};
+  ASSERT_TRUE(Hold("a", 1, 20 * kMs, 1000 * kMs, 100, &chain));  // a stale hint: 20 ms
+  clock_.Advance(absl::Milliseconds(19));
+  hold_.RunDue();
+  EXPECT_EQ(chain.tries, 0);
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(hold_.RunDue(), clock_.NowNanos() + 10 * kMs);  // refused: the token is 10 ms away
+  EXPECT_EQ(chain.tries, 1);
+  clock_.Advance(absl::Milliseconds(10));
+  hold_.RunDue();
+  EXPECT_EQ(log_.answered, std::vector<std::string>{"a"});
+}
+
+// Beyond max_waiting a read is not taken; queues of different partitions are apart.
+TEST_F(ReadHoldTest, RefusesBeyondMaxWaitingPerQueue) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  FakeChain other{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  EXPECT_TRUE(Hold("a", 1, 10 * kMs, 1000 * kMs, 2, &chain));
+  EXPECT_TRUE(Hold("b", 1, 0, 1000 * kMs, 2, &chain));
+  EXPECT_FALSE(Hold("c", 1, 0, 1000 * kMs, 2, &chain));
+  EXPECT_TRUE(Hold("x", 2, 10 * kMs, 1000 * kMs, 2, &other));
+  EXPECT_EQ(hold_.Counters(1).full, 1u);
+  EXPECT_EQ(hold_.Counters(1).waiting, 2u);
+  EXPECT_EQ(hold_.Totals().waiting, 3u);
+  clock_.Advance(absl::Milliseconds(20));
+  hold_.RunDue();
+  EXPECT_EQ(log_.answered, (std::vector<std::string>{"a", "x"}));  // one token each
+}
+
+// A read whose wait runs out is given up (its caller answers it with the refusal), the next one
+// becomes the head; a read given up is never tried again.
+TEST_F(ReadHoldTest, GivesUpReadsWhoseWaitRanOut) {
+  FakeChain chain{&clock_, 100 * kMs, clock_.NowNanos() + 100 * kMs};
+  ASSERT_TRUE(Hold("early", 1, 100 * kMs, 150 * kMs, 100, &chain));
+  clock_.Advance(absl::Milliseconds(50));
+  ASSERT_TRUE(Hold("late", 1, 0, 150 * kMs, 100, &chain));  // deadline at 200 ms
+  clock_.Advance(absl::Milliseconds(50));                   // 100 ms: the token
+  EXPECT_EQ(hold_.RunDue(), clock_.NowNanos() + 100 * kMs);
+  EXPECT_EQ(log_.answered, std::vector<std::string>{"early"});
+  clock_.Advance(absl::Milliseconds(100));  // 200 ms: late's deadline, and the next token
+  hold_.RunDue();
+  EXPECT_EQ(log_.expired, std::vector<std::string>{"late"});
+  EXPECT_EQ(log_.answered.size(), 1u);
+  const ReadHoldCounters c = hold_.Counters(1);
+  EXPECT_EQ(c.answered, 1u);
+  EXPECT_EQ(c.expired, 1u);
+  EXPECT_EQ(c.waiting, 0u);
+}
+
+// The deadline wakes a queue whose head is not due before it: RunDue reports it.
+TEST_F(ReadHoldTest, NextDueIsTheEarlierOfHintAndDeadline) {
+  FakeChain chain{&clock_, 1000 * kMs, clock_.NowNanos() + 80 * kMs};
+  ASSERT_TRUE(Hold("a", 1, 80 * kMs, 30 * kMs, 100, &chain));
+  EXPECT_EQ(hold_.RunDue(), clock_.NowNanos() + 30 * kMs);
+  clock_.Advance(absl::Milliseconds(30));
+  hold_.RunDue();
+  EXPECT_EQ(log_.expired, std::vector<std::string>{"a"});
+  EXPECT_EQ(chain.tries, 0);
+}
+
+// Stop gives up every waiting read as a shutdown and takes no more.
+TEST_F(ReadHoldTest, StopGivesUpEveryWaitingRead) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  ASSERT_TRUE(Hold("a", 1, 10 * kMs, 1000 * kMs, 100, &chain));
+  ASSERT_TRUE(Hold("b", 7, 10 * kMs, 1000 * kMs, 100, &chain));
+  hold_.Stop();
+  EXPECT_EQ(log_.shut_down, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(Hold("c", 1, 10 * kMs, 1000 * kMs, 100, &chain));
+  EXPECT_EQ(hold_.Totals().waiting, 0u);
+  EXPECT_EQ(hold_.Totals().expired, 2u);
+}
+
+// On its own thread (real time): a held read is answered without anyone calling RunDue.
+TEST(ReadHoldThreadTest, TheThreadAnswersHeldReads) {
+  ReadHold hold(flowctl::Clock::Real());
+  hold.Start();
+  struct Once final : HeldRead {
+    explicit Once(absl::Notification* done) : done(done) {}
+    bool TryAnswer(int64_t, int64_t*) override {
+      done->Notify();
+      return true;
+    }
+    void GiveUp(GiveUpReason) override {}
+    absl::Notification* done;
+  };
+  absl::Notification done;
+  std::unique_ptr<HeldRead> read = std::make_unique<Once>(&done);
+  ASSERT_TRUE(hold.Hold(1, read, 2 * kMs, 60'000 * kMs, 10));
+  done.WaitForNotification();
+  hold.Stop();
+  EXPECT_EQ(hold.Counters(1).answered, 1u);
+}
+
+}  // namespace
+}  // namespace runtime
