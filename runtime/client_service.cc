@@ -148,29 +148,41 @@ class HeldClientRead final : public HeldRead {
     if (refusal != nullptr) Remember(*refusal);
   }
 
-  bool TryAnswer(int64_t /*now_ns*/, int64_t* retry_after_ns) override {
+  TryResult TryAdmit(int64_t /*now_ns*/, int64_t* retry_after_ns) override {
     if (context_->IsCancelled()) {
       call_->Reply(grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled while it waited"));
-      return true;
+      return TryResult::kDone;
     }
-    flowctl::Admission admission = partition_->AdmitRead(request_bytes_, context_->peer());
-    if (admission.admitted()) {
-      call_->Reply(answer_());
-      return true;
+    if (partition_->stopping()) {
+      GiveUp(GiveUpReason::kPartitionStopped);
+      return TryResult::kDone;
     }
-    const flowctl::Decision& d = admission.decision();
+    admission_ = partition_->AdmitRead(request_bytes_, context_->peer());
+    if (admission_.admitted()) return TryResult::kAdmitted;
+    const flowctl::Decision& d = admission_.decision();
     Remember(d);
     if (!Holdable(d, max_wait_ns_)) {  // e.g. the chain was changed live to refuse for good
       GiveUp(GiveUpReason::kWaitOver);
-      return true;
+      return TryResult::kDone;
     }
     *retry_after_ns = absl::ToInt64Nanoseconds(d.retry_after());
-    return false;
+    return TryResult::kWait;
+  }
+
+  void Answer() override {
+    call_->Reply(answer_());
+    admission_.Finish();
   }
 
   void GiveUp(GiveUpReason reason) override {
     if (reason == GiveUpReason::kShutdown) {
       call_->Reply(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+      return;
+    }
+    if (reason == GiveUpReason::kPartitionStopped) {
+      call_->Reply(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat("partition ", partition_->name(), " stopped while the read waited")));
       return;
     }
     const std::string waited = absl::StrCat(" (the read waited up to ", max_wait_ns_ / 1'000'000,
@@ -200,7 +212,8 @@ class HeldClientRead final : public HeldRead {
   UnaryCall* const call_;
   absl::AnyInvocable<grpc::Status()> answer_;
   const int64_t max_wait_ns_;
-  grpc::Status refused_;  // the chain's last refusal (OK: none yet)
+  flowctl::Admission admission_;  // held from TryAdmit's admission until the read is answered
+  grpc::Status refused_;          // the chain's last refusal (OK: none yet)
   absl::Duration retry_after_;
   std::string stage_;
 };
@@ -230,13 +243,14 @@ ClientServiceImpl::ClientServiceImpl(Node* node)
 ClientServiceImpl::~ClientServiceImpl() {
   pending_->CancelAll();
   EndWatches();
+  EndHeldReads();
 }
 
 bool ClientServiceImpl::WaitIdle(absl::Time deadline) { return pending_->WaitIdle(deadline); }
 
 void ClientServiceImpl::CancelPending() { pending_->CancelAll(); }
 
-void ClientServiceImpl::EndHeldReads() { node_->read_hold().Stop(); }
+void ClientServiceImpl::EndHeldReads() { node_->read_hold().EndOwner(this); }
 
 grpc::ServerUnaryReactor* ClientServiceImpl::AnswerRead(grpc::CallbackServerContext* context,
                                                         std::shared_ptr<Partition> partition,
@@ -258,17 +272,22 @@ grpc::ServerUnaryReactor* ClientServiceImpl::AnswerRead(grpc::CallbackServerCont
         refusal != nullptr ? absl::ToInt64Nanoseconds(refusal->retry_after()) : 0;
     std::unique_ptr<HeldRead> read = std::make_unique<HeldClientRead>(
         context, partition, request_bytes, call, std::move(answer), refusal, limits.max_wait_ns);
-    if (hold.Hold(queue, read, retry_after_ns, limits.max_wait_ns, limits.max_waiting)) {
-      return call;
-    }
-    if (refusal == nullptr) {  // full (or stopped) and never tried
-      AddRejectionMetadata(context, absl::Milliseconds(limits.max_wait_ns / 1'000'000),
-                           kReadHoldStage);
-      return FinishNow(
-          call, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                             absl::StrCat("partition ", partition->name(), ": ", limits.max_waiting,
-                                          " reads wait already (read_hold."
-                                          "max_waiting)")));
+    switch (hold.Hold(this, queue, read, retry_after_ns, limits.max_wait_ns, limits.max_waiting)) {
+      case ReadHold::HoldResult::kHeld:
+        return call;
+      case ReadHold::HoldResult::kFull:
+        AddRejectionMetadata(context, absl::Nanoseconds(limits.max_wait_ns), kReadHoldStage);
+        return FinishNow(call, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                            absl::StrCat("partition ", partition->name(), ": ",
+                                                         limits.max_waiting,
+                                                         " reads wait already (read_hold."
+                                                         "max_waiting)")));
+      case ReadHold::HoldResult::kStopped:
+        if (refusal == nullptr) {
+          return FinishNow(call,
+                           grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
+        }
+        break;
     }
   }
   AddRejectionMetadata(context, refusal->retry_after(), refusal->stage());

@@ -97,8 +97,9 @@ class ClientServiceImpl final : public RawClientServiceBase {
   // Ends every open WatchCommits stream with UNAVAILABLE "server shutting down" (and its
   // resume height) and refuses new ones the same way. Idempotent.
   void EndWatches();
-  // Answers every read waiting for its read chain (PartitionConfig.read_hold) with UNAVAILABLE
-  // "server shutting down"; later refused reads are refused at once. Idempotent.
+  // Answers every read of this service waiting for its read chain (PartitionConfig.read_hold)
+  // with UNAVAILABLE "server shutting down"; later refused reads are refused at once. Other
+  // services of the node keep theirs. Idempotent.
   void EndHeldReads();
 
   // The methods, on raw bytes (request: the encoded request message; response: filled with the

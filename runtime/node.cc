@@ -872,6 +872,7 @@ void Node::ClosePartition(size_t index, absl::Duration drain) {
   absl::Status s = arbiter_->RemoveConsumer(partition->id());
   if (!s.ok()) LOG(WARNING) << "partition " << partition->name() << ": arbiter: " << s;
   partition->Stop(drain);
+  read_hold_->EndQueue(partition->id());  // reads waiting for it hold a reference
   {
     // Live updates made while it ran (the last of them included) are kept for the next start.
     absl::MutexLock lock(&partitions_mu_);

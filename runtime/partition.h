@@ -168,6 +168,8 @@ class Partition final : public flowctl::ResourceConsumer {
     size_t max_waiting = 1024;
   };
   ReadHoldLimits read_hold() const;
+  // Stop has begun (or ended). Thread-safe.
+  bool stopping() const;
 
   // ---- Queries. NOT_FOUND for unknown hashes/heights. ----
   absl::StatusOr<node::client::GetTxResponse> GetTx(const std::string& tx_hash) const;

@@ -341,6 +341,8 @@ Partition::ReadHoldLimits Partition::read_hold() const {
           .max_waiting = impl_->read_hold_max_waiting_.load(std::memory_order_relaxed)};
 }
 
+bool Partition::stopping() const { return impl_->stopping_.load(std::memory_order_acquire); }
+
 flowctl::Admission Partition::AdmitRead(uint64_t size_bytes, absl::string_view client) const {
   return impl_->read_chain_->Admit({.partition = id_,
                                     .size_bytes = size_bytes,

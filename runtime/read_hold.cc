@@ -20,6 +20,21 @@ void ReadHold::Start() {
   thread_ = std::thread([this] { Loop(); });
 }
 
+template <typename Pred>
+void ReadHold::TakeIf(Queue& q, Pred pred, std::vector<std::unique_ptr<HeldRead>>* out) {
+  std::deque<Entry> kept;
+  for (Entry& e : q.entries) {
+    if (pred(e)) {
+      out->push_back(std::move(e.read));
+      ++q.counters.expired;
+      --q.counters.waiting;
+    } else {
+      kept.push_back(std::move(e));
+    }
+  }
+  q.entries = std::move(kept);
+}
+
 void ReadHold::Stop() {
   std::vector<std::unique_ptr<HeldRead>> given_up;
   {
@@ -27,15 +42,39 @@ void ReadHold::Stop() {
     if (stopped_) return;
     stopped_ = true;
     // A queue whose head is being tried keeps it: RunQueue gives it up when the try returns.
+    for (auto& [key, q] : queues_)
+      TakeIf(
+          q, [](const Entry&) { return true; }, &given_up);
+  }
+  for (auto& read : given_up) read->GiveUp(HeldRead::GiveUpReason::kShutdown);
+  given_up.clear();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ReadHold::EndOwner(const void* owner) {
+  std::vector<std::unique_ptr<HeldRead>> given_up;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ended_owners_.insert(owner).second) return;
     for (auto& [key, q] : queues_) {
-      for (Entry& e : q.entries) given_up.push_back(std::move(e.read));
-      q.counters.expired += q.entries.size();
-      q.counters.waiting -= q.entries.size();
-      q.entries.clear();
+      TakeIf(
+          q, [owner](const Entry& e) { return e.owner == owner; }, &given_up);
     }
   }
   for (auto& read : given_up) read->GiveUp(HeldRead::GiveUpReason::kShutdown);
-  if (thread_.joinable()) thread_.join();
+}
+
+void ReadHold::EndQueue(uint64_t queue) {
+  std::vector<std::unique_ptr<HeldRead>> given_up;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = queues_.find(queue);
+    if (it == queues_.end()) return;
+    // A head being tried finds its partition stopping (HeldRead::TryAdmit answers it).
+    TakeIf(
+        it->second, [](const Entry&) { return true; }, &given_up);
+  }
+  for (auto& read : given_up) read->GiveUp(HeldRead::GiveUpReason::kPartitionStopped);
 }
 
 bool ReadHold::Waiting(uint64_t queue) const {
@@ -44,26 +83,27 @@ bool ReadHold::Waiting(uint64_t queue) const {
   return it != queues_.end() && (it->second.busy || !it->second.entries.empty());
 }
 
-bool ReadHold::Hold(uint64_t queue, std::unique_ptr<HeldRead>& read, int64_t retry_after_ns,
-                    int64_t max_wait_ns, size_t max_waiting) {
+ReadHold::HoldResult ReadHold::Hold(const void* owner, uint64_t queue,
+                                    std::unique_ptr<HeldRead>& read, int64_t retry_after_ns,
+                                    int64_t max_wait_ns, size_t max_waiting) {
   absl::MutexLock lock(&mu_);
-  if (stopped_) return false;
+  if (stopped_ || ended_owners_.contains(owner)) return HoldResult::kStopped;
   Queue& q = queues_[queue];
   if (q.entries.size() >= max_waiting) {
     ++q.counters.full;
-    return false;
+    return HoldResult::kFull;
   }
   const int64_t now = clock_->NowNanos();
   const int64_t deadline_ns = now + max_wait_ns;
   if (q.entries.empty() && !q.busy) {
     q.next_try_ns = now + std::clamp(retry_after_ns, kMinRetryNanos, kMaxRetryNanos);
   }
-  q.entries.push_back({std::move(read), deadline_ns});
+  q.entries.push_back({std::move(read), deadline_ns, owner});
   ++q.counters.held;
   ++q.counters.waiting;
   // Wake the thread when this read is due before it means to run.
   if (std::min(q.next_try_ns, deadline_ns) < wake_ns_) kick_ = true;
-  return true;
+  return HoldResult::kHeld;
 }
 
 void ReadHold::RunQueue(uint64_t key, int64_t now_ns) {
@@ -74,35 +114,37 @@ void ReadHold::RunQueue(uint64_t key, int64_t now_ns) {
     Entry head = std::move(q.entries.front());
     q.entries.pop_front();
     --q.counters.waiting;
+    // Every call on the read, and its destruction, without the lock.
     int64_t retry_after = 0;
-    bool done;
-    mu_.Unlock();
-    if (head.deadline_ns <= now_ns) {
-      head.read->GiveUp(HeldRead::GiveUpReason::kWaitOver);
-      done = true;
-    } else {
-      done = head.read->TryAnswer(now_ns, &retry_after);
-    }
-    mu_.Lock();
+    HeldRead::TryResult result = HeldRead::TryResult::kDone;
     const bool expired = head.deadline_ns <= now_ns;
-    if (done) {
-      ++(expired ? q.counters.expired : q.counters.answered);
-      continue;
-    }
-    if (stopped_) {
-      mu_.Unlock();
-      head.read->GiveUp(HeldRead::GiveUpReason::kShutdown);
-      mu_.Lock();
+    mu_.Unlock();
+    if (!expired) result = head.read->TryAdmit(now_ns, &retry_after);
+    mu_.Lock();
+    const bool ended = stopped_ || ended_owners_.contains(head.owner);
+    if (result == HeldRead::TryResult::kAdmitted) {
+      ++q.counters.answered;  // counted before the answer, which a client may read at once
+    } else if (expired || result == HeldRead::TryResult::kDone || ended) {
       ++q.counters.expired;
-      continue;
+    } else {
+      // Still refused: it stays the head. Reads behind it whose wait ran out are given up in
+      // turn when they reach the head (arrival order is deadline order while max_wait stays).
+      q.entries.push_front(std::move(head));
+      ++q.counters.waiting;
+      q.next_try_ns = std::min(now_ns + std::clamp(retry_after, kMinRetryNanos, kMaxRetryNanos),
+                               q.entries.front().deadline_ns);
+      break;
     }
-    // Still refused: it stays the head. Reads behind it whose wait ran out are given up in turn
-    // when they reach the head (arrival order is deadline order while max_wait stays the same).
-    q.entries.push_front(std::move(head));
-    ++q.counters.waiting;
-    q.next_try_ns = std::min(now_ns + std::clamp(retry_after, kMinRetryNanos, kMaxRetryNanos),
-                             q.entries.front().deadline_ns);
-    break;
+    mu_.Unlock();
+    if (result == HeldRead::TryResult::kAdmitted) {
+      head.read->Answer();
+    } else if (expired) {
+      head.read->GiveUp(HeldRead::GiveUpReason::kWaitOver);
+    } else if (result == HeldRead::TryResult::kWait) {  // refused, and its server is stopping
+      head.read->GiveUp(HeldRead::GiveUpReason::kShutdown);
+    }
+    head.read.reset();
+    mu_.Lock();
   }
   q.busy = false;
 }

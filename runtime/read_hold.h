@@ -15,11 +15,14 @@
 // trying the chain itself, so it cannot overtake them.
 //
 // Thread-safety: every method is thread-safe. HeldRead calls run on the hold's thread (or the
-// caller of RunDue) without the hold's lock, one at a time per queue.
+// caller of RunDue, Stop, EndOwner, EndQueue) without the hold's lock, one at a time per queue;
+// a HeldRead is destroyed without the lock too (it may hold the last reference to a partition).
+// One thread answers every partition's held reads, one at a time.
 //
 //   runtime::ReadHold hold(flowctl::Clock::Real());
 //   hold.Start();
-//   if (!hold.Hold(partition_id, read, retry_after_ns, max_wait_ns, 1024))
+//   if (hold.Hold(this, partition_id, read, retry_after_ns, max_wait_ns, 1024) !=
+//       runtime::ReadHold::HoldResult::kHeld)
 //     ...  // refuse now
 //   hold.Stop();  // every waiting read gets GiveUp(kShutdown)
 #ifndef RUNTIME_READ_HOLD_H_
@@ -29,7 +32,9 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -40,20 +45,27 @@ namespace runtime {
 // One waiting read, as the hold sees it.
 class HeldRead {
  public:
-  enum class GiveUpReason { kWaitOver, kShutdown };
+  enum class GiveUpReason { kWaitOver, kShutdown, kPartitionStopped };
+  enum class TryResult {
+    kAdmitted,  // admitted; Answer() is called next (the admission is kept until then)
+    kWait,      // still refused for now; `*retry_after_ns` is the refusing stage's hint
+    kDone,      // answered already (the call is gone, the partition stopped, or the chain
+                // now refuses it for good)
+  };
   virtual ~HeldRead() = default;
-  // Tries the read chain again at `now_ns`. Admitted (or the call is gone): the read is answered
-  // and true returned. Still refused: false, and `*retry_after_ns` is the refusing stage's hint.
-  virtual bool TryAnswer(int64_t now_ns, int64_t* retry_after_ns) = 0;
-  // The read will not be tried again: answers it with its last refusal (kWaitOver) or as the
-  // server stopping (kShutdown).
+  // Runs the read chain again at `now_ns`.
+  virtual TryResult TryAdmit(int64_t now_ns, int64_t* retry_after_ns) = 0;
+  // Answers the read admitted by TryAdmit.
+  virtual void Answer() = 0;
+  // The read will not be tried again: answers it with its last refusal (kWaitOver), as the server
+  // stopping (kShutdown) or as its partition stopping (kPartitionStopped).
   virtual void GiveUp(GiveUpReason reason) = 0;
 };
 
 struct ReadHoldCounters {
   uint64_t held = 0;      // reads that waited
   uint64_t answered = 0;  // of those, admitted and answered
-  uint64_t expired = 0;   // of those, refused when their wait ran out (or at shutdown)
+  uint64_t expired = 0;   // of those, answered otherwise: the wait ran out, shutdown, cancelled
   uint64_t full = 0;      // reads refused at once because their queue was full
   uint64_t waiting = 0;   // now
 };
@@ -65,6 +77,8 @@ class ReadHold {
   static constexpr int64_t kMinRetryNanos = 1'000'000;
   static constexpr int64_t kMaxRetryNanos = 100'000'000;
 
+  enum class HoldResult { kHeld, kFull, kStopped };
+
   explicit ReadHold(const flowctl::Clock* clock);
   ~ReadHold();  // Stop()
   ReadHold(const ReadHold&) = delete;
@@ -75,15 +89,22 @@ class ReadHold {
   void Start();
   // Gives up every waiting read (kShutdown) and refuses later Holds. Idempotent.
   void Stop();
+  // Gives up the waiting reads `owner` held (kShutdown) and refuses its later Holds: one server
+  // of several on the node stopping. Idempotent.
+  void EndOwner(const void* owner);
+  // Gives up the reads waiting in `queue` (kPartitionStopped): its partition stopped. Later Holds
+  // of the queue are taken (a partition started again under the same id).
+  void EndQueue(uint64_t queue);
 
   // Whether reads of `queue` wait (or its head is being tried): a new read of it should Hold
   // without trying the chain.
   bool Waiting(uint64_t queue) const;
-  // Appends `read` to `queue`. When it becomes the head, it is tried `retry_after_ns` after now at
-  // the earliest; it is given up (kWaitOver) `max_wait_ns` after now. False, and `read` untouched
-  // (the caller answers it), when the queue holds `max_waiting` reads or the hold is stopped.
-  bool Hold(uint64_t queue, std::unique_ptr<HeldRead>& read, int64_t retry_after_ns,
-            int64_t max_wait_ns, size_t max_waiting);
+  // Appends `read` (from `owner`) to `queue`. When it becomes the head, it is tried
+  // `retry_after_ns` after now at the earliest; it is given up (kWaitOver) `max_wait_ns` after
+  // now. kFull (the queue holds `max_waiting` reads) or kStopped (the hold or the owner is
+  // stopped): `read` is untouched and the caller answers it.
+  HoldResult Hold(const void* owner, uint64_t queue, std::unique_ptr<HeldRead>& read,
+                  int64_t retry_after_ns, int64_t max_wait_ns, size_t max_waiting);
 
   // Tries the heads that are due, gives up the reads whose wait ran out, and returns when the
   // next head is due (INT64_MAX: none waits).
@@ -97,6 +118,7 @@ class ReadHold {
   struct Entry {
     std::unique_ptr<HeldRead> read;
     int64_t deadline_ns = 0;
+    const void* owner = nullptr;
   };
   struct Queue {
     std::deque<Entry> entries;
@@ -104,6 +126,9 @@ class ReadHold {
     bool busy = false;        // RunDue is trying its head
     ReadHoldCounters counters;
   };
+  // Takes `q`'s entries that `pred` selects out of it (the order of the rest kept).
+  template <typename Pred>
+  static void TakeIf(Queue& q, Pred pred, std::vector<std::unique_ptr<HeldRead>>* out);
   // Runs one queue's due work; called with mu_ held, releases it around HeldRead calls.
   void RunQueue(uint64_t key, int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
@@ -111,6 +136,7 @@ class ReadHold {
   const flowctl::Clock* const clock_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, Queue> queues_ ABSL_GUARDED_BY(mu_);
+  std::set<const void*> ended_owners_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   // When RunDue next has work (as it last computed), and whether a Hold since wants it sooner.

@@ -115,12 +115,15 @@ absl::Status ParseReadHold(const std::string& text, node::config::ReadHoldConfig
   static constexpr absl::string_view kKeys[] = {"max_wait_ms", "max_waiting"};
   ASSIGN_OR_RETURN(auto kv, ParseKeyValues("--read-hold", text, kKeys));
   if (auto it = kv.find("max_wait_ms"); it != kv.end()) {
-    ASSIGN_OR_RETURN(uint64_t v, ParseUint("--read-hold max_wait_ms", it->second, 0, 60000));
+    ASSIGN_OR_RETURN(uint64_t v, ParseUint("--read-hold max_wait_ms", it->second, 1, 60000));
     hold->set_max_wait_ms(static_cast<uint32_t>(v));
   }
   if (auto it = kv.find("max_waiting"); it != kv.end()) {
     ASSIGN_OR_RETURN(uint64_t v, ParseUint("--read-hold max_waiting", it->second, 0, 1000000));
     hold->set_max_waiting(static_cast<uint32_t>(v));
+  }
+  if (hold->max_wait_ms() == 0) {
+    return Invalid("--read-hold: give max_wait_ms=N (1..60000), or 'off' to refuse at once");
   }
   return absl::OkStatus();
 }

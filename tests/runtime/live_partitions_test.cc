@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -345,6 +346,48 @@ TEST_F(LivePartitionsTest, ConfigFilePartitionRemovedLiveStaysRemovedAfterRestar
   EXPECT_THAT(live->removed(), ::testing::ElementsAre(1u));
   // The other three go on with it.
   ASSERT_TRUE(Submit(0, "alpha", SignedPut(1, 'a', 1)).ok());
+}
+
+// Reads waiting for a partition's read chain (read_hold) are answered UNAVAILABLE when the
+// partition stops, and do not keep it from stopping.
+TEST_F(LivePartitionsTest, StoppingAPartitionAnswersItsHeldReads) {
+  absl::StatusOr<std::shared_ptr<Partition>> alpha = nodes_[0]->FindPartition("alpha");
+  ASSERT_TRUE(alpha.ok()) << alpha.status();
+  node::admin::UpdatePartitionFlowRequest update;
+  update.set_partition("alpha");
+  auto* rate = update.mutable_read_interceptor()->add_stages()->mutable_rate();
+  rate->set_rate_per_second(0.05);  // after the burst, one read every 20 s
+  rate->set_burst(1);
+  update.mutable_read_hold()->set_max_wait_ms(60'000);
+  ASSERT_TRUE((*alpha)->UpdateFlow(update).ok());
+  alpha->reset();
+
+  auto client = node::client::ClientService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", nodes_[0]->client_port()), grpc::InsecureChannelCredentials()));
+  auto read = [&] {
+    node::client::GetChainStatusRequest req;
+    req.mutable_partition()->set_name("alpha");
+    node::client::GetChainStatusResponse resp;
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    return client->GetChainStatus(&ctx, req, &resp);
+  };
+  ASSERT_TRUE(read().ok());  // the burst
+  std::vector<grpc::Status> held(2);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < held.size(); ++i) threads.emplace_back([&, i] { held[i] = read(); });
+  ASSERT_TRUE(WaitFor([&] {
+    absl::StatusOr<node::admin::FlowStats> stats = nodes_[0]->FlowStats("alpha");
+    return stats.ok() && stats->partitions_size() == 1 &&
+           stats->partitions(0).read_hold().waiting() == 2;
+  }));
+  ASSERT_TRUE(Stop(0, "alpha").ok());
+  for (std::thread& t : threads) t.join();
+  for (const grpc::Status& s : held) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("stopped while the read waited"));
+  }
+  EXPECT_EQ(Listed(0, "alpha").consensus_state(), "STOPPED");
 }
 
 }  // namespace

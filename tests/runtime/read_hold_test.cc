@@ -1,5 +1,6 @@
 #include "runtime/read_hold.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,37 +38,57 @@ struct Log {
   std::vector<std::string> answered;
   std::vector<std::string> expired;
   std::vector<std::string> shut_down;
+  std::vector<std::string> partition_stopped;
+  std::function<void()> on_answer;  // runs as a read is answered
 };
 
 class TestRead final : public HeldRead {
  public:
-  TestRead(std::string name, FakeChain* chain, Log* log)
-      : name_(std::move(name)), chain_(chain), log_(log) {}
-  bool TryAnswer(int64_t /*now_ns*/, int64_t* retry_after_ns) override {
-    if (!chain_->TryAdmit(retry_after_ns)) return false;
+  TestRead(std::string name, FakeChain* chain, Log* log, std::function<void()> during_try = nullptr)
+      : name_(std::move(name)), chain_(chain), log_(log), during_try_(std::move(during_try)) {}
+  TryResult TryAdmit(int64_t /*now_ns*/, int64_t* retry_after_ns) override {
+    if (during_try_) during_try_();
+    return chain_->TryAdmit(retry_after_ns) ? TryResult::kAdmitted : TryResult::kWait;
+  }
+  void Answer() override {
     log_->answered.push_back(name_);
-    return true;
+    if (log_->on_answer) log_->on_answer();
   }
   void GiveUp(GiveUpReason reason) override {
-    (reason == GiveUpReason::kWaitOver ? log_->expired : log_->shut_down).push_back(name_);
+    switch (reason) {
+      case GiveUpReason::kWaitOver:
+        log_->expired.push_back(name_);
+        break;
+      case GiveUpReason::kShutdown:
+        log_->shut_down.push_back(name_);
+        break;
+      case GiveUpReason::kPartitionStopped:
+        log_->partition_stopped.push_back(name_);
+        break;
+    }
   }
 
  private:
   const std::string name_;
   FakeChain* const chain_;
   Log* const log_;
+  std::function<void()> during_try_;
 };
 
 class ReadHoldTest : public ::testing::Test {
  protected:
   bool Hold(const std::string& name, uint64_t queue, int64_t retry_after, int64_t max_wait,
-            size_t max_waiting, FakeChain* chain) {
-    std::unique_ptr<HeldRead> read = std::make_unique<TestRead>(name, chain, &log_);
-    const bool held = hold_.Hold(queue, read, retry_after, max_wait, max_waiting);
+            size_t max_waiting, FakeChain* chain, const void* owner = kOwner,
+            std::function<void()> during_try = nullptr) {
+    std::unique_ptr<HeldRead> read =
+        std::make_unique<TestRead>(name, chain, &log_, std::move(during_try));
+    const bool held = hold_.Hold(owner, queue, read, retry_after, max_wait, max_waiting) ==
+                      ReadHold::HoldResult::kHeld;
     EXPECT_EQ(read == nullptr, held) << "a refused read stays with the caller";
     return held;
   }
 
+  static constexpr const void* kOwner = nullptr;
   tests::FakeClock clock_;
   ReadHold hold_{&clock_};
   Log log_;
@@ -175,22 +196,102 @@ TEST_F(ReadHoldTest, StopGivesUpEveryWaitingRead) {
   EXPECT_EQ(hold_.Totals().expired, 2u);
 }
 
+// A read is counted as answered before it is answered: a client that reads the stats as soon as
+// its answer arrives sees it.
+TEST_F(ReadHoldTest, CountsAReadBeforeAnsweringIt) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  std::vector<uint64_t> seen;
+  log_.on_answer = [&] { seen.push_back(hold_.Counters(1).answered); };
+  ASSERT_TRUE(Hold("a", 1, 10 * kMs, 1000 * kMs, 100, &chain));
+  ASSERT_TRUE(Hold("b", 1, 0, 1000 * kMs, 100, &chain));
+  clock_.Advance(absl::Milliseconds(20));
+  hold_.RunDue();
+  clock_.Advance(absl::Milliseconds(10));
+  hold_.RunDue();
+  EXPECT_EQ(seen, (std::vector<uint64_t>{1, 2}));
+}
+
+// One server of several stopping gives up its own reads only, and takes no more from it.
+TEST_F(ReadHoldTest, EndOwnerGivesUpThatOwnersReadsOnly) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  int a = 0, b = 0;
+  ASSERT_TRUE(Hold("a1", 1, 10 * kMs, 1000 * kMs, 100, &chain, &a));
+  ASSERT_TRUE(Hold("b1", 1, 0, 1000 * kMs, 100, &chain, &b));
+  ASSERT_TRUE(Hold("a2", 1, 0, 1000 * kMs, 100, &chain, &a));
+  hold_.EndOwner(&a);
+  EXPECT_EQ(log_.shut_down, (std::vector<std::string>{"a1", "a2"}));
+  EXPECT_FALSE(Hold("a3", 1, 0, 1000 * kMs, 100, &chain, &a));
+  EXPECT_TRUE(Hold("b2", 1, 0, 1000 * kMs, 100, &chain, &b));
+  clock_.Advance(absl::Milliseconds(10));
+  hold_.RunDue();
+  clock_.Advance(absl::Milliseconds(10));
+  hold_.RunDue();
+  EXPECT_EQ(log_.answered, (std::vector<std::string>{"b1", "b2"}));
+}
+
+// A stopped partition's waiting reads are given up as such; its queue takes reads again after
+// (the partition started again under its id), and other queues are untouched.
+TEST_F(ReadHoldTest, EndQueueGivesUpThatPartitionsReads) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  FakeChain other{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  ASSERT_TRUE(Hold("p1", 1, 10 * kMs, 1000 * kMs, 100, &chain));
+  ASSERT_TRUE(Hold("p2", 1, 0, 1000 * kMs, 100, &chain));
+  ASSERT_TRUE(Hold("q1", 2, 10 * kMs, 1000 * kMs, 100, &other));
+  hold_.EndQueue(1);
+  EXPECT_EQ(log_.partition_stopped, (std::vector<std::string>{"p1", "p2"}));
+  EXPECT_FALSE(hold_.Waiting(1));
+  EXPECT_TRUE(Hold("p3", 1, 10 * kMs, 1000 * kMs, 100, &chain));
+  clock_.Advance(absl::Milliseconds(10));
+  hold_.RunDue();
+  EXPECT_EQ(log_.answered, (std::vector<std::string>{"p3", "q1"}));
+  EXPECT_EQ(hold_.Counters(1).expired, 2u);
+}
+
+// While a head is being tried the lock is free: a read held meanwhile queues behind it. A Stop
+// meanwhile gives the head up (as a shutdown) once its try comes back refused (next test).
+TEST_F(ReadHoldTest, HoldDuringATryQueuesBehindTheHead) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  bool once = false;
+  ASSERT_TRUE(Hold("a", 1, 10 * kMs, 1000 * kMs, 100, &chain, kOwner, [&] {
+    if (once) return;
+    once = true;
+    EXPECT_TRUE(hold_.Waiting(1));  // busy
+    EXPECT_TRUE(Hold("b", 1, 0, 1000 * kMs, 100, &chain));
+  }));
+  clock_.Advance(absl::Milliseconds(10));
+  hold_.RunDue();  // a admitted (b held during its try), b refused: the token is spent
+  EXPECT_EQ(log_.answered, std::vector<std::string>{"a"});
+  EXPECT_TRUE(hold_.Waiting(1));  // b, refused
+  clock_.Advance(absl::Milliseconds(10));
+  hold_.RunDue();
+  EXPECT_EQ(log_.answered, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST_F(ReadHoldTest, StopDuringATryGivesTheHeadUp) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  ASSERT_TRUE(Hold("a", 1, 5 * kMs, 1000 * kMs, 100, &chain, kOwner, [&] { hold_.Stop(); }));
+  clock_.Advance(absl::Milliseconds(5));  // tried before its token: refused
+  EXPECT_EQ(hold_.RunDue(), INT64_MAX);
+  EXPECT_EQ(log_.shut_down, std::vector<std::string>{"a"});
+  EXPECT_TRUE(log_.answered.empty());
+  EXPECT_EQ(hold_.Counters(1).expired, 1u);
+  EXPECT_EQ(hold_.Counters(1).waiting, 0u);
+}
+
 // On its own thread (real time): a held read is answered without anyone calling RunDue.
 TEST(ReadHoldThreadTest, TheThreadAnswersHeldReads) {
   ReadHold hold(flowctl::Clock::Real());
   hold.Start();
   struct Once final : HeldRead {
     explicit Once(absl::Notification* done) : done(done) {}
-    bool TryAnswer(int64_t, int64_t*) override {
-      done->Notify();
-      return true;
-    }
+    TryResult TryAdmit(int64_t, int64_t*) override { return TryResult::kAdmitted; }
+    void Answer() override { done->Notify(); }
     void GiveUp(GiveUpReason) override {}
     absl::Notification* done;
   };
   absl::Notification done;
   std::unique_ptr<HeldRead> read = std::make_unique<Once>(&done);
-  ASSERT_TRUE(hold.Hold(1, read, 2 * kMs, 60'000 * kMs, 10));
+  ASSERT_EQ(hold.Hold(nullptr, 1, read, 2 * kMs, 60'000 * kMs, 10), ReadHold::HoldResult::kHeld);
   done.WaitForNotification();
   hold.Stop();
   EXPECT_EQ(hold.Counters(1).answered, 1u);
