@@ -315,6 +315,10 @@ std::vector<ConfigProblem> ValidateNodeConfig(const NodeConfig& config) {
   CheckAddress(check, "client_listen", config.client_listen(), false);
   CheckAddress(check, "admin_listen", config.admin_listen(), false);
   CheckAddress(check, "metrics_listen", config.metrics_listen(), true);
+  if (config.client_max_streams() > 1'000'000) {
+    check.Fail("client_max_streams",
+               absl::StrCat("must be <= 1000000, got ", config.client_max_streams()));
+  }
   if (config.admin_listen() == config.client_listen() &&
       !absl::EndsWith(config.admin_listen(), ":0")) {
     check.Fail("admin_listen",

@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& api, const std::string& address,
     std::shared_ptr<grpc::ServerCredentials> credentials, grpc::Service* service,
     grpc::CallbackGenericService* unknown, int max_receive_bytes, RpcMetrics* rpc_metrics,
-    std::string_view service_name, int* port) {
+    std::string_view service_name, uint32_t max_streams, int* port) {
   if (address.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(api, " API: listen address is empty"));
   }
@@ -60,6 +60,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   // gRPC sets SO_REUSEPORT by default, so a second node on the same port would bind "fine" and
   // silently share the traffic; refuse instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  if (max_streams > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(max_streams));
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {
     if (server != nullptr) server->Shutdown();
@@ -101,14 +104,15 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> GrpcServers::Start(
       StartServer("client", config.client_listen(), std::move(client_credentials),
                   servers->client_service_.get(), servers->client_unknown_methods_.get(),
                   kClientMaxReceiveBytes, servers->rpc_metrics_.get(),
-                  node::client::ClientService::service_full_name(), &servers->client_port_);
+                  node::client::ClientService::service_full_name(), config.client_max_streams(),
+                  &servers->client_port_);
   if (!client.ok()) return client.status();
   servers->client_server_ = *std::move(client);
 
   absl::StatusOr<std::unique_ptr<grpc::Server>> admin = StartServer(
       "admin", config.admin_listen(), std::move(admin_credentials), servers->admin_service_.get(),
       servers->admin_unknown_methods_.get(), kAdminMaxReceiveBytes, servers->rpc_metrics_.get(),
-      node::admin::AdminService::service_full_name(), &servers->admin_port_);
+      node::admin::AdminService::service_full_name(), /*max_streams=*/0, &servers->admin_port_);
   if (!admin.ok()) {
     servers->Shutdown(absl::ZeroDuration());
     return admin.status();

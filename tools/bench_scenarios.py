@@ -30,7 +30,8 @@ FANOUT_SECONDS (default 25), FANOUT_NICE (the subscribers' niceness, default 0);
 RETRY_RATE (offered tx/s, default 6000), RETRY_SECONDS (default 30), RETRY_REPS (measured/fixed
 pairs, default 1); reads: READS_FLOOD (reads/s, default 8000), READS_SECONDS (default 40),
 READS_REPS (rounds, default 1), READS_MODES (held,refused,none: the modes of a round, the first
-is ours), READS_RPC (account, the default, or block:
+is ours), READS_IN_FLIGHT (loadgen's reads in flight per node, default 512), READS_MAX_STREAMS
+(the nodes' client_max_streams, default 0 = none), READS_RPC (account, the default, or block:
 GetBlock of the latest block with its tx bodies); live: LIVE_REPS
 (with/without pairs, default 1); memory: MEMORY_RATE (16 KiB tx/s, default 2000), MEMORY_SECONDS
 (default 40), MEMORY_LIMIT_MIB (node 1's cgroup limit, default 400; needs a memory cgroup this
@@ -1217,14 +1218,17 @@ def reads_run(name, mode, flood, seconds, rpc="account"):
              'read_interceptor { stages { name: "read_rate" rate { unlimited: true } } }')
     if mode == "held":
         chain += " read_hold { max_wait_ms: %d }" % READ_HOLD_MS
-    extra = "[partition *]\n%s\n[partition steady]\n%s" % (LANES, chain)
+    streams = int(os.environ.get("READS_MAX_STREAMS", "0"))
+    extra = "%s[partition *]\n%s\n[partition steady]\n%s" % (
+        "client_max_streams: %d\n" % streams if streams else "", LANES, chain)
     idle, busy = "steady.p99@4s-14s", "steady.p99@18s-%ds" % seconds
     with Cluster(name, extra) as c:
         # Commits from WatchCommits streams (opened once), not polled reads the flood would crowd.
         run = c.loadgen_start(name, "steady:rate=200,reads=%d,reads_start=15s,read_rpc=%s"
                               % (flood, rpc), seconds,
                               presign=200 * (seconds + 2), expect=["%s<=1.2*%s" % (busy, idle)],
-                              extra=["--commits", "watch"])
+                              extra=["--commits", "watch", "--reads-in-flight",
+                                     os.environ.get("READS_IN_FLIGHT", "512")])
         # CPU in the flood, seconds 20 to seconds-2 after loadgen started (its pre-signing first).
         cpu = {}
         try:

@@ -50,13 +50,13 @@ const std::set<std::string>& BoolFlags() {
   return k;
 }
 const std::set<std::string>& ValueFlags() {
-  static const std::set<std::string> k = {"targets",        "admin",   "admin-token-file",
-                                          "duration",       "drain",   "scenario",
-                                          "tx-bytes",       "senders", "batch-ms",
-                                          "seed",           "presign", "max-in-flight",
-                                          "rpc-timeout-ms", "poll-ms", "out",
-                                          "expect",         "tls-ca",  "route",
-                                          "commits"};
+  static const std::set<std::string> k = {"targets",        "admin",          "admin-token-file",
+                                          "duration",       "drain",          "scenario",
+                                          "tx-bytes",       "senders",        "batch-ms",
+                                          "seed",           "presign",        "max-in-flight",
+                                          "rpc-timeout-ms", "poll-ms",        "out",
+                                          "expect",         "tls-ca",         "route",
+                                          "commits",        "reads-in-flight"};
   return k;
 }
 
@@ -161,6 +161,10 @@ absl::StatusOr<Options> ParseLoadgenFlags(const std::vector<std::string>& args, 
   if (const std::string* v = get("presign")) {
     ASSIGN_OR_RETURN(o.presign, ParseInt("presign", *v, 0, 100000000));
   }
+  if (const std::string* v = get("reads-in-flight")) {
+    ASSIGN_OR_RETURN(int64_t n, ParseInt("reads-in-flight", *v, 1, 10000000));
+    o.reads_in_flight = static_cast<int>(n);
+  }
   if (const std::string* v = get("max-in-flight")) {
     ASSIGN_OR_RETURN(int64_t n, ParseInt("max-in-flight", *v, 1, 100000));
     o.max_in_flight = static_cast<int>(n);
@@ -255,6 +259,8 @@ the next target (--route spread). Commits are found by polling GetChainStatus/Ge
                            consecutive nonces reach different nodes and arrive out of order
   --max-in-flight N        SubmitTxBatch RPCs per target; over it offers count as dropped
                            (default 64)
+  --reads-in-flight N      reads (scenario key reads) in flight per target; over it a due read
+                           is not sent (default 512). Reads go over connections of their own.
   --honour-retry-after     a tx rejected with a retry-after hint (TxResult.retry_after_ms, or
                            the retry-after-ms trailer of a failed RPC) holds its sender until
                            the answer time + the hint: nothing of it (neither that tx nor fresh

@@ -40,8 +40,9 @@ struct Options {
   // false: every batch goes to the next target whatever its senders (--route spread).
   bool route_by_sender = true;
   uint64_t seed = 1;
-  int64_t presign = -1;    // per partition; -1 = min(total offers, 100000)
-  int max_in_flight = 64;  // SubmitTxBatch RPCs per target
+  int64_t presign = -1;       // per partition; -1 = min(total offers, 100000)
+  int max_in_flight = 64;     // SubmitTxBatch RPCs per target
+  int reads_in_flight = 512;  // reads per target (scenario key `reads`)
   int rpc_timeout_ms = 5000;
   int poll_ms = 100;
   // How commits are found: false = poll GetChainStatus/GetBlock every poll_ms on the target that

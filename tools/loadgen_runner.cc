@@ -39,8 +39,6 @@ namespace loadgen {
 namespace {
 
 constexpr int kMaxBatch = 1000;
-// Reads outstanding per target (scenario key `reads`); beyond, a due read is client_dropped.
-constexpr int kMaxReadsInFlight = 512;
 constexpr int kGrpcAlreadyExists = 6;
 constexpr int kGrpcUnavailable = 14;
 // A target that answered UNAVAILABLE (its consensus is not NORMAL, or it is unreachable) gets no
@@ -125,7 +123,11 @@ class Runner {
   std::vector<std::map<std::string, uint64_t>> view_changes_start_;
   CommitTracker tracker_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;
-  std::unique_ptr<std::atomic<int>[]> reads_in_flight_;  // per target, bounded by kMaxReadsInFlight
+  // Reads (scenario key `reads`) go over connections of their own, as another client's would:
+  // a node's per-connection stream limit then bounds them, not the writes.
+  std::vector<std::unique_ptr<ClientService::Stub>> read_stubs_;
+  // Per target, bounded by --reads-in-flight; beyond, a due read is client_dropped.
+  std::unique_ptr<std::atomic<int>[]> reads_in_flight_;
   std::unique_ptr<std::atomic<int64_t>[]> avoid_until_;  // per target, clock_ nanos
   int64_t t0_ = 0;
   int printed_ = 0;  // seconds already printed
@@ -143,6 +145,10 @@ absl::Status Runner::Setup() {
                    tools::ClientCredentials("--tls-ca", o_.tls_ca_file));
   for (const std::string& t : o_.targets) {
     stubs_.push_back(ClientService::NewStub(grpc::CreateChannel(t, creds)));
+    grpc::ChannelArguments own_connection;
+    own_connection.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    read_stubs_.push_back(
+        ClientService::NewStub(grpc::CreateCustomChannel(t, creds, own_connection)));
   }
   in_flight_ = std::make_unique<std::atomic<int>[]>(stubs_.size());
   for (size_t i = 0; i < stubs_.size(); ++i) in_flight_[i] = 0;
@@ -413,7 +419,7 @@ void Runner::SendReads(PartitionRun& p, uint64_t n, int second, int64_t now) {
   for (uint64_t i = 0; i < n; ++i) {
     const size_t k = p.next_read++;
     const size_t target = k % stubs_.size();
-    if (reads_in_flight_[target].load() >= kMaxReadsInFlight) {
+    if (reads_in_flight_[target].load() >= o_.reads_in_flight) {
       p.stats.AddReadsDropped(second, 1);
       continue;
     }
@@ -441,12 +447,13 @@ void Runner::SendReads(PartitionRun& p, uint64_t n, int second, int64_t now) {
       // The latest block with its transactions' bodies: a read that costs the node some work.
       raw->block.mutable_partition()->set_id(p.id);
       raw->block.set_include_txs(true);
-      stubs_[target]->async()->GetBlock(&raw->ctx, &raw->block, &raw->block_resp, std::move(done));
+      read_stubs_[target]->async()->GetBlock(&raw->ctx, &raw->block, &raw->block_resp,
+                                             std::move(done));
     } else {
       raw->account.mutable_partition()->set_id(p.id);
       raw->account.set_address(keys_[(k / stubs_.size()) % keys_.size()].public_key().bytes());
-      stubs_[target]->async()->GetAccount(&raw->ctx, &raw->account, &raw->account_resp,
-                                          std::move(done));
+      read_stubs_[target]->async()->GetAccount(&raw->ctx, &raw->account, &raw->account_resp,
+                                               std::move(done));
     }
   }
 }

@@ -113,6 +113,7 @@ TEST(ConfigTest, EachRuleRefuses) {
   };
   const Case cases[] = {
       {"client_listen: \"nohost\"", "client_listen: must be host:port"},
+      {"client_max_streams: 2000000", "client_max_streams: must be <= 1000000, got 2000000"},
       {"client_listen: \"127.0.0.1:7\" admin_listen: \"127.0.0.1:7\"", "admin_listen: must differ"},
       {"peers { address: \"127.0.0.1:1\" public_key_hex: \"zz\" }", "peers[0].public_key_hex"},
       {"resources { cpu_workers: 5000 }", "resources.cpu_workers: must be <= 1024"},

@@ -514,6 +514,77 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> OwnServers(Node* node) {
   return GrpcServers::Start(node, config, kToken);
 }
 
+// client_max_streams bounds the calls one connection has open at once: with two held reads
+// open, further reads on that connection wait in the client's own transport and never reach the
+// node. Shutting those servers down answers their held reads and only theirs.
+TEST_F(GrpcServicesTest, StreamLimitKeepsAClientsExtraCallsInItsTransport) {
+  node::config::NodeConfig config = node_->config();
+  config.set_client_listen("127.0.0.1:0");
+  config.set_admin_listen("127.0.0.1:0");
+  config.set_client_max_streams(2);
+  absl::StatusOr<std::unique_ptr<GrpcServers>> servers = GrpcServers::Start(node_, config, kToken);
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  auto update = [&](double rate, uint32_t max_wait_ms) {
+    node::admin::UpdatePartitionFlowRequest update;
+    update.set_partition("cold");
+    auto* stage = update.mutable_read_interceptor()->add_stages();
+    stage->set_name("limited_reads");
+    if (rate > 0) {
+      stage->mutable_rate()->set_rate_per_second(rate);
+      stage->mutable_rate()->set_burst(1);
+    } else {
+      stage->mutable_rate()->set_unlimited(true);
+    }
+    update.mutable_read_hold()->set_max_wait_ms(max_wait_ms);
+    grpc::ClientContext ctx;
+    WithToken(&ctx);
+    node::admin::UpdatePartitionFlowResponse resp;
+    ASSERT_TRUE(Admin()->UpdatePartitionFlow(&ctx, update, &resp).ok());
+  };
+  auto held = [&] {
+    absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("cold");
+    return stats.ok() && stats->partitions_size() == 1 ? stats->partitions(0).read_hold()
+                                                       : node::admin::ReadHoldStats();
+  };
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*servers)->client_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto client = node::client::ClientService::NewStub(channel);
+  auto read = [&](absl::Duration deadline) {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx, deadline);
+    node::client::GetChainStatusRequest req;
+    *req.mutable_partition() = Ref("cold");
+    node::client::GetChainStatusResponse resp;
+    return client->GetChainStatus(&ctx, req, &resp);
+  };
+  update(0.05, 60'000);  // after the burst, one read every 20 s; reads wait up to 60 s
+  ASSERT_TRUE(read(absl::Seconds(20)).ok());  // the burst
+  const node::admin::ReadHoldStats before = held();
+  std::vector<grpc::Status> open(2);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < open.size(); ++i) {
+    threads.emplace_back([&, i] { open[i] = read(absl::Seconds(60)); });
+  }
+  // Polled until both reached the node (bounded: a failing test gives up after 30 s).
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       held().waiting() < before.waiting() + 2 && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(held().waiting(), before.waiting() + 2);
+  // Both streams of the connection are taken: these two never leave the client.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(read(absl::Seconds(1)).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  EXPECT_EQ(held().held() - before.held(), 2u);
+  (*servers)->Shutdown(absl::ZeroDuration());
+  for (std::thread& t : threads) t.join();
+  for (const grpc::Status& s : open) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+    EXPECT_EQ(s.error_message(), "server shutting down");
+  }
+  update(0, 0);
+}
+
 // Every call on the servers is timed and counted by method and status code (the server
 // interceptor of runtime/rpc_metrics.h); a call to a method the port does not serve counts as
 // "other".
