@@ -397,6 +397,30 @@ TEST_F(GrpcServicesTest, ReadsPassTheirOwnChainWhichChangesLive) {
   EXPECT_TRUE(status("cold", &ctx).ok());
 }
 
+// Replaces cold's read chain by one rate stage `name` (burst 1; rate 0: unlimited) and its read
+// hold by `max_wait_ms` / `max_waiting`.
+void SetColdReads(node::admin::AdminService::Stub* admin, const std::string& name, double rate,
+                  uint32_t max_wait_ms, uint32_t max_waiting) {
+  node::admin::UpdatePartitionFlowRequest update;
+  update.set_partition("cold");
+  auto* stage = update.mutable_read_interceptor()->add_stages();
+  stage->set_name(name);
+  if (rate > 0) {
+    stage->mutable_rate()->set_rate_per_second(rate);
+    stage->mutable_rate()->set_burst(1);
+  } else {
+    stage->mutable_rate()->set_unlimited(true);
+  }
+  update.mutable_read_hold()->set_max_wait_ms(max_wait_ms);
+  update.mutable_read_hold()->set_max_waiting(max_waiting);
+  grpc::ClientContext ctx;
+  WithToken(&ctx);
+  node::admin::UpdatePartitionFlowResponse resp;
+  grpc::Status st = admin->UpdatePartitionFlow(&ctx, update, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.effective().read_hold().max_wait_ms(), max_wait_ms);
+}
+
 // With read_hold on, reads the read chain refuses for now wait for it: a burst beyond the rate
 // is answered in full, none refused. Beyond max_waiting, reads are refused at once by
 // "read_hold"; a read whose wait runs out gets the chain's refusal. Off again, the same burst is
@@ -404,24 +428,7 @@ TEST_F(GrpcServicesTest, ReadsPassTheirOwnChainWhichChangesLive) {
 TEST_F(GrpcServicesTest, ReadsRefusedForNowWaitForTheChainWithReadHold) {
   auto update = [&](const std::string& stage_name, double rate, uint32_t max_wait_ms,
                     uint32_t max_waiting) {
-    node::admin::UpdatePartitionFlowRequest update;
-    update.set_partition("cold");
-    auto* stage = update.mutable_read_interceptor()->add_stages();
-    stage->set_name(stage_name);
-    if (rate > 0) {
-      stage->mutable_rate()->set_rate_per_second(rate);
-      stage->mutable_rate()->set_burst(1);
-    } else {
-      stage->mutable_rate()->set_unlimited(true);
-    }
-    update.mutable_read_hold()->set_max_wait_ms(max_wait_ms);
-    update.mutable_read_hold()->set_max_waiting(max_waiting);
-    grpc::ClientContext ctx;
-    WithToken(&ctx);
-    node::admin::UpdatePartitionFlowResponse resp;
-    grpc::Status st = Admin()->UpdatePartitionFlow(&ctx, update, &resp);
-    ASSERT_TRUE(st.ok()) << st.error_message();
-    EXPECT_EQ(resp.effective().read_hold().max_wait_ms(), max_wait_ms);
+    SetColdReads(Admin().get(), stage_name, rate, max_wait_ms, max_waiting);
   };
   struct Outcome {
     grpc::StatusCode code;
@@ -525,21 +532,7 @@ TEST_F(GrpcServicesTest, StreamLimitKeepsAClientsExtraCallsInItsTransport) {
   absl::StatusOr<std::unique_ptr<GrpcServers>> servers = GrpcServers::Start(node_, config, kToken);
   ASSERT_TRUE(servers.ok()) << servers.status();
   auto update = [&](double rate, uint32_t max_wait_ms) {
-    node::admin::UpdatePartitionFlowRequest update;
-    update.set_partition("cold");
-    auto* stage = update.mutable_read_interceptor()->add_stages();
-    stage->set_name("limited_reads");
-    if (rate > 0) {
-      stage->mutable_rate()->set_rate_per_second(rate);
-      stage->mutable_rate()->set_burst(1);
-    } else {
-      stage->mutable_rate()->set_unlimited(true);
-    }
-    update.mutable_read_hold()->set_max_wait_ms(max_wait_ms);
-    grpc::ClientContext ctx;
-    WithToken(&ctx);
-    node::admin::UpdatePartitionFlowResponse resp;
-    ASSERT_TRUE(Admin()->UpdatePartitionFlow(&ctx, update, &resp).ok());
+    SetColdReads(Admin().get(), "limited_reads", rate, max_wait_ms, 0);
   };
   auto held = [&] {
     absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("cold");
