@@ -272,7 +272,8 @@ grpc::ServerUnaryReactor* ClientServiceImpl::AnswerRead(grpc::CallbackServerCont
         refusal != nullptr ? absl::ToInt64Nanoseconds(refusal->retry_after()) : 0;
     std::unique_ptr<HeldRead> read = std::make_unique<HeldClientRead>(
         context, partition, request_bytes, call, std::move(answer), refusal, limits.max_wait_ns);
-    switch (hold.Hold(this, queue, read, retry_after_ns, limits.max_wait_ns, limits.max_waiting)) {
+    switch (hold.Hold(this, queue, context->peer(), read, retry_after_ns, limits.max_wait_ns,
+                      limits.max_waiting)) {
       case ReadHold::HoldResult::kHeld:
         return call;
       case ReadHold::HoldResult::kFull:

@@ -1,6 +1,7 @@
 #include "runtime/read_hold.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,17 +23,44 @@ void ReadHold::Start() {
 
 template <typename Pred>
 void ReadHold::TakeIf(Queue& q, Pred pred, std::vector<std::unique_ptr<HeldRead>>* out) {
-  std::deque<Entry> kept;
-  for (Entry& e : q.entries) {
-    if (pred(e)) {
-      out->push_back(std::move(e.read));
-      ++q.counters.expired;
-      --q.counters.waiting;
+  for (auto& [name, client] : q.clients) {
+    std::deque<Entry> kept;
+    for (Entry& e : client.entries) {
+      if (pred(e)) {
+        out->push_back(std::move(e.read));
+        ++q.counters.expired;
+        --q.counters.waiting;
+        --q.size;
+      } else {
+        kept.push_back(std::move(e));
+      }
+    }
+    client.entries = std::move(kept);
+  }
+  Tidy(q);
+}
+
+void ReadHold::Tidy(Queue& q) {
+  std::deque<std::string> turns;
+  for (std::string& name : q.turns) {
+    ClientReads& c = q.clients[name];
+    if (c.entries.empty()) {
+      c.in_turns = false;
     } else {
-      kept.push_back(std::move(e));
+      turns.push_back(std::move(name));
     }
   }
-  q.entries = std::move(kept);
+  q.turns = std::move(turns);
+  std::erase_if(q.clients,
+                [](const auto& kv) { return kv.second.entries.empty() && !kv.second.in_turns; });
+}
+
+int64_t ReadHold::EarliestDeadline(const Queue& q) {
+  int64_t earliest = INT64_MAX;
+  for (const auto& [name, client] : q.clients) {
+    if (!client.entries.empty()) earliest = std::min(earliest, client.entries.front().deadline_ns);
+  }
+  return earliest;
 }
 
 void ReadHold::Stop() {
@@ -80,25 +108,31 @@ void ReadHold::EndQueue(uint64_t queue) {
 bool ReadHold::Waiting(uint64_t queue) const {
   absl::MutexLock lock(&mu_);
   auto it = queues_.find(queue);
-  return it != queues_.end() && (it->second.busy || !it->second.entries.empty());
+  return it != queues_.end() && (it->second.busy || it->second.size > 0);
 }
 
-ReadHold::HoldResult ReadHold::Hold(const void* owner, uint64_t queue,
+ReadHold::HoldResult ReadHold::Hold(const void* owner, uint64_t queue, const std::string& client,
                                     std::unique_ptr<HeldRead>& read, int64_t retry_after_ns,
                                     int64_t max_wait_ns, size_t max_waiting) {
   absl::MutexLock lock(&mu_);
   if (stopped_ || ended_owners_.contains(owner)) return HoldResult::kStopped;
   Queue& q = queues_[queue];
-  if (q.entries.size() >= max_waiting) {
+  if (q.size >= max_waiting) {
     ++q.counters.full;
     return HoldResult::kFull;
   }
   const int64_t now = clock_->NowNanos();
   const int64_t deadline_ns = now + max_wait_ns;
-  if (q.entries.empty() && !q.busy) {
+  if (q.size == 0 && !q.busy) {
     q.next_try_ns = now + std::clamp(retry_after_ns, kMinRetryNanos, kMaxRetryNanos);
   }
-  q.entries.push_back({std::move(read), deadline_ns, owner});
+  ClientReads& reads = q.clients[client];
+  reads.entries.push_back({std::move(read), deadline_ns, owner});
+  if (!reads.in_turns) {
+    q.turns.push_back(client);
+    reads.in_turns = true;
+  }
+  ++q.size;
   ++q.counters.held;
   ++q.counters.waiting;
   // Wake the thread when this read is due before it means to run.
@@ -110,36 +144,77 @@ void ReadHold::RunQueue(uint64_t key, int64_t now_ns) {
   Queue& q = queues_[key];
   if (q.busy) return;
   q.busy = true;
-  while (!q.entries.empty()) {
-    Entry head = std::move(q.entries.front());
-    q.entries.pop_front();
-    --q.counters.waiting;
-    // Every call on the read, and its destruction, without the lock.
-    int64_t retry_after = 0;
-    HeldRead::TryResult result = HeldRead::TryResult::kDone;
-    const bool expired = head.deadline_ns <= now_ns;
+  // Reads whose wait ran out, at the front of any client's reads, are given up first.
+  std::vector<std::unique_ptr<HeldRead>> expired;
+  for (auto& [name, client] : q.clients) {
+    while (!client.entries.empty() && client.entries.front().deadline_ns <= now_ns) {
+      expired.push_back(std::move(client.entries.front().read));
+      client.entries.pop_front();
+      --q.size;
+      --q.counters.waiting;
+      ++q.counters.expired;
+    }
+  }
+  if (!expired.empty()) {
+    Tidy(q);
     mu_.Unlock();
-    if (!expired) result = head.read->TryAdmit(now_ns, &retry_after);
+    for (auto& read : expired) {
+      read->GiveUp(HeldRead::GiveUpReason::kWaitOver);
+      read.reset();
+    }
+    mu_.Lock();
+  }
+  while (q.size > 0 && !q.turns.empty()) {
+    // The head of the client whose turn it is (every client in `turns` has a read waiting, and
+    // while busy only this loop takes heads).
+    const std::string name = q.turns.front();
+    Entry head = std::move(q.clients[name].entries.front());
+    q.clients[name].entries.pop_front();
+    --q.size;
+    --q.counters.waiting;
+    // Every call on the read, and its destruction, without the lock. Meanwhile a Stop, EndOwner
+    // or EndQueue may take reads (and turns), and Hold add some.
+    int64_t retry_after = 0;
+    mu_.Unlock();
+    const HeldRead::TryResult result = head.read->TryAdmit(now_ns, &retry_after);
     mu_.Lock();
     const bool ended = stopped_ || ended_owners_.contains(head.owner);
+    ClientReads& client = q.clients[name];
+    if (result == HeldRead::TryResult::kWait && !ended) {
+      // Still refused: it stays its client's head, and that client keeps the turn.
+      client.entries.push_front(std::move(head));
+      ++q.size;
+      ++q.counters.waiting;
+      if (!client.in_turns) {
+        q.turns.push_front(name);
+        client.in_turns = true;
+      } else if (q.turns.front() != name) {
+        q.turns.erase(std::find(q.turns.begin(), q.turns.end(), name));
+        q.turns.push_front(name);
+      }
+      q.next_try_ns = std::min(now_ns + std::clamp(retry_after, kMinRetryNanos, kMaxRetryNanos),
+                               EarliestDeadline(q));
+      break;
+    }
     if (result == HeldRead::TryResult::kAdmitted) {
       ++q.counters.answered;  // counted before the answer, which a client may read at once
-    } else if (expired || result == HeldRead::TryResult::kDone || ended) {
-      ++q.counters.expired;
     } else {
-      // Still refused: it stays the head. Reads behind it whose wait ran out are given up in
-      // turn when they reach the head (arrival order is deadline order while max_wait stays).
-      q.entries.push_front(std::move(head));
-      ++q.counters.waiting;
-      q.next_try_ns = std::min(now_ns + std::clamp(retry_after, kMinRetryNanos, kMaxRetryNanos),
-                               q.entries.front().deadline_ns);
-      break;
+      ++q.counters.expired;
+    }
+    // The client's turn is over: to the back of the line while it has reads waiting.
+    if (client.in_turns) {
+      q.turns.erase(std::find(q.turns.begin(), q.turns.end(), name));
+      client.in_turns = false;
+    }
+    if (!client.entries.empty()) {
+      q.turns.push_back(name);
+      client.in_turns = true;
+    } else {
+      q.clients.erase(name);
     }
     mu_.Unlock();
     if (result == HeldRead::TryResult::kAdmitted) {
       head.read->Answer();
-    } else if (expired) {
-      head.read->GiveUp(HeldRead::GiveUpReason::kWaitOver);
     } else if (result == HeldRead::TryResult::kWait) {  // refused, and its server is stopping
       head.read->GiveUp(HeldRead::GiveUpReason::kShutdown);
     }
@@ -154,15 +229,14 @@ int64_t ReadHold::RunDue() {
   absl::MutexLock lock(&mu_);
   std::vector<uint64_t> due;
   for (const auto& [key, q] : queues_) {
-    if (!q.entries.empty() && !q.busy &&
-        std::min(q.next_try_ns, q.entries.front().deadline_ns) <= now) {
+    if (q.size > 0 && !q.busy && std::min(q.next_try_ns, EarliestDeadline(q)) <= now) {
       due.push_back(key);
     }
   }
   for (uint64_t key : due) RunQueue(key, now);
   int64_t next = INT64_MAX;
   for (const auto& [key, q] : queues_) {
-    if (!q.entries.empty()) next = std::min({next, q.next_try_ns, q.entries.front().deadline_ns});
+    if (q.size > 0) next = std::min({next, q.next_try_ns, EarliestDeadline(q)});
   }
   wake_ns_ = next;
   return next;

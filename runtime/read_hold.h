@@ -8,11 +8,14 @@
 // makes the others) sends no more than the chain admits plus what waits. Beyond `max_waiting` per
 // partition, or past its `max_wait`, a read is refused as before.
 //
-// Order: one queue per partition (keyed by its id), first in first out. Only the head is tried
-// again, when the refusing stage's retry-after has passed (a rate stage: when its next token is
-// due), so a queue costs one wake-up per admitted read, not one per waiting read. While a queue
-// holds reads (or its head is being tried), a new read of that partition joins the tail without
-// trying the chain itself, so it cannot overtake them.
+// Order: one queue per partition (keyed by its id); within it, each client's reads (the caller's
+// client key: the connection's peer address) first in first out, and the clients in turn: the
+// next admission goes to the next client with a read waiting, so a reader with one call in
+// flight waits about one admission per waiting client, not behind a flood's whole queue. Only
+// one head is tried again, when the refusing stage's retry-after has passed (a rate stage: when
+// its next token is due), so a queue costs one wake-up per admitted read, not one per waiting
+// read. While a queue holds reads (or a head is being tried), a new read of that partition joins
+// its client's tail without trying the chain itself, so it cannot overtake them.
 //
 // Thread-safety: every method is thread-safe. HeldRead calls run on the hold's thread (or the
 // caller of RunDue, Stop, EndOwner, EndQueue) without the hold's lock, one at a time per queue;
@@ -21,7 +24,7 @@
 //
 //   runtime::ReadHold hold(flowctl::Clock::Real());
 //   hold.Start();
-//   if (hold.Hold(this, partition_id, read, retry_after_ns, max_wait_ns, 1024) !=
+//   if (hold.Hold(this, partition_id, peer, read, retry_after_ns, max_wait_ns, 1024) !=
 //       runtime::ReadHold::HoldResult::kHeld)
 //     ...  // refuse now
 //   hold.Stop();  // every waiting read gets GiveUp(kShutdown)
@@ -33,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,12 +103,14 @@ class ReadHold {
   // Whether reads of `queue` wait (or its head is being tried): a new read of it should Hold
   // without trying the chain.
   bool Waiting(uint64_t queue) const;
-  // Appends `read` (from `owner`) to `queue`. When it becomes the head, it is tried
+  // Appends `read` (from `owner`, sent by `client`) to `queue`. When it becomes the head, it is
+  // tried
   // `retry_after_ns` after now at the earliest; it is given up (kWaitOver) `max_wait_ns` after
   // now. kFull (the queue holds `max_waiting` reads) or kStopped (the hold or the owner is
   // stopped): `read` is untouched and the caller answers it.
-  HoldResult Hold(const void* owner, uint64_t queue, std::unique_ptr<HeldRead>& read,
-                  int64_t retry_after_ns, int64_t max_wait_ns, size_t max_waiting);
+  HoldResult Hold(const void* owner, uint64_t queue, const std::string& client,
+                  std::unique_ptr<HeldRead>& read, int64_t retry_after_ns, int64_t max_wait_ns,
+                  size_t max_waiting);
 
   // Tries the heads that are due, gives up the reads whose wait ran out, and returns when the
   // next head is due (INT64_MAX: none waits).
@@ -120,12 +126,25 @@ class ReadHold {
     int64_t deadline_ns = 0;
     const void* owner = nullptr;
   };
+  struct ClientReads {
+    std::deque<Entry> entries;  // arrival order
+    bool in_turns = false;
+  };
   struct Queue {
-    std::deque<Entry> entries;
+    // Each client's reads, and the clients with reads waiting in turn order (front: the one
+    // whose head is tried next; a client is in `turns` at most once).
+    std::map<std::string, ClientReads> clients;
+    std::deque<std::string> turns;
+    size_t size = 0;
     int64_t next_try_ns = 0;  // when the head is tried next
-    bool busy = false;        // RunDue is trying its head
+    bool busy = false;        // RunDue is trying a head
     ReadHoldCounters counters;
   };
+  // The earliest deadline of `q`'s reads (INT64_MAX: none waits).
+  static int64_t EarliestDeadline(const Queue& q);
+  // Drops from `q.turns` the clients with no read waiting, and forgets the clients that have
+  // neither reads nor a turn.
+  static void Tidy(Queue& q);
   // Takes `q`'s entries that `pred` selects out of it (the order of the rest kept).
   template <typename Pred>
   static void TakeIf(Queue& q, Pred pred, std::vector<std::unique_ptr<HeldRead>>* out);

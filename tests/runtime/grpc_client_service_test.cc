@@ -521,6 +521,52 @@ absl::StatusOr<std::unique_ptr<GrpcServers>> OwnServers(Node* node) {
   return GrpcServers::Start(node, config, kToken);
 }
 
+// Held reads take turns by connection: a reader on its own connection is answered at one of
+// the next admissions, not behind the seven reads another connection has waiting.
+TEST_F(GrpcServicesTest, HeldReadsTakeTurnsByConnection) {
+  SetColdReads(Admin().get(), "turn_reads", 5, 30'000, 100);  // a read every 200 ms
+  auto stub = [&](bool own_connection) {
+    grpc::ChannelArguments args;
+    if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return node::client::ClientService::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", node_->client_port()),
+                                  grpc::InsecureChannelCredentials(), args));
+  };
+  auto flood = stub(false);
+  auto quiet = stub(true);
+  absl::Mutex mu;
+  std::vector<std::string> done;  // in the order the reads were answered
+  auto read = [&](node::client::ClientService::Stub* client, const std::string& tag) {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx, absl::Seconds(60));
+    node::client::GetChainStatusRequest req;
+    *req.mutable_partition() = Ref("cold");
+    node::client::GetChainStatusResponse resp;
+    EXPECT_TRUE(client->GetChainStatus(&ctx, req, &resp).ok()) << tag;
+    absl::MutexLock lock(&mu);
+    done.push_back(tag);
+  };
+  auto waiting = [&] {
+    absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("cold");
+    return stats.ok() && stats->partitions_size() == 1 ? stats->partitions(0).read_hold().waiting()
+                                                       : 0;
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) threads.emplace_back(read, flood.get(), "flood");
+  // Polled until the flood's reads wait (bounded: a failing test gives up after 30 s).
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       waiting() < 6 && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_GE(waiting(), 6u);
+  threads.emplace_back(read, quiet.get(), "quiet");
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(done.size(), 9u);
+  const size_t quiet_at = std::find(done.begin(), done.end(), "quiet") - done.begin();
+  EXPECT_LE(quiet_at, 4u) << "answered after " << quiet_at << " of the flood's reads";
+  SetColdReads(Admin().get(), "read_rate", 0, 0, 0);
+}
+
 // client_max_streams bounds the calls one connection has open at once: with two held reads
 // open, further reads on that connection wait in the client's own transport and never reach the
 // node. Shutting those servers down answers their held reads and only theirs.

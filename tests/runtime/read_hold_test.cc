@@ -79,10 +79,10 @@ class ReadHoldTest : public ::testing::Test {
  protected:
   bool Hold(const std::string& name, uint64_t queue, int64_t retry_after, int64_t max_wait,
             size_t max_waiting, FakeChain* chain, const void* owner = kOwner,
-            std::function<void()> during_try = nullptr) {
+            std::function<void()> during_try = nullptr, const std::string& client = "c") {
     std::unique_ptr<HeldRead> read =
         std::make_unique<TestRead>(name, chain, &log_, std::move(during_try));
-    const bool held = hold_.Hold(owner, queue, read, retry_after, max_wait, max_waiting) ==
+    const bool held = hold_.Hold(owner, queue, client, read, retry_after, max_wait, max_waiting) ==
                       ReadHold::HoldResult::kHeld;
     EXPECT_EQ(read == nullptr, held) << "a refused read stays with the caller";
     return held;
@@ -120,6 +120,41 @@ TEST_F(ReadHoldTest, AnswersInArrivalOrderOnePerTokenTryingOnlyTheHead) {
   EXPECT_EQ(c.answered, 5u);
   EXPECT_EQ(c.expired, 0u);
   EXPECT_EQ(c.waiting, 0u);
+}
+
+// Clients take turns: a reader with one read waiting is answered at the next admission, not
+// behind another client's queue; each client's own reads stay in arrival order.
+TEST_F(ReadHoldTest, ClientsTakeTurns) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(Hold("f" + std::to_string(i), 1, 10 * kMs, 1000 * kMs, 100, &chain, kOwner, nullptr,
+                     "flood"));
+  }
+  ASSERT_TRUE(Hold("q0", 1, 0, 1000 * kMs, 100, &chain, kOwner, nullptr, "quiet"));
+  ASSERT_TRUE(Hold("o0", 1, 0, 1000 * kMs, 100, &chain, kOwner, nullptr, "other"));
+  ASSERT_TRUE(Hold("q1", 1, 0, 1000 * kMs, 100, &chain, kOwner, nullptr, "quiet"));
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(absl::Milliseconds(10));
+    hold_.RunDue();
+  }
+  EXPECT_EQ(log_.answered, (std::vector<std::string>{"f0", "q0", "o0", "f1", "q1", "f2", "f3"}));
+  EXPECT_EQ(hold_.Counters(1).waiting, 0u);
+  EXPECT_FALSE(hold_.Waiting(1));
+}
+
+// A client whose head is refused keeps its turn: the next token is its.
+TEST_F(ReadHoldTest, ARefusedHeadKeepsItsClientsTurn) {
+  FakeChain chain{&clock_, 10 * kMs, clock_.NowNanos() + 10 * kMs};
+  ASSERT_TRUE(Hold("a0", 1, 5 * kMs, 1000 * kMs, 100, &chain, kOwner, nullptr, "a"));
+  ASSERT_TRUE(Hold("b0", 1, 0, 1000 * kMs, 100, &chain, kOwner, nullptr, "b"));
+  clock_.Advance(absl::Milliseconds(5));
+  hold_.RunDue();  // a0 refused: its token is 5 ms away
+  ASSERT_TRUE(log_.answered.empty());
+  clock_.Advance(absl::Milliseconds(5));
+  hold_.RunDue();
+  clock_.Advance(absl::Milliseconds(10));
+  hold_.RunDue();
+  EXPECT_EQ(log_.answered, (std::vector<std::string>{"a0", "b0"}));
 }
 
 // A head is tried no sooner than its hint, and the hint of a later refusal moves the next try.
@@ -291,7 +326,8 @@ TEST(ReadHoldThreadTest, TheThreadAnswersHeldReads) {
   };
   absl::Notification done;
   std::unique_ptr<HeldRead> read = std::make_unique<Once>(&done);
-  ASSERT_EQ(hold.Hold(nullptr, 1, read, 2 * kMs, 60'000 * kMs, 10), ReadHold::HoldResult::kHeld);
+  ASSERT_EQ(hold.Hold(nullptr, 1, "c", read, 2 * kMs, 60'000 * kMs, 10),
+            ReadHold::HoldResult::kHeld);
   done.WaitForNotification();
   hold.Stop();
   EXPECT_EQ(hold.Counters(1).answered, 1u);
