@@ -113,6 +113,12 @@ void AddRejectionMetadata(grpc::CallbackServerContext* context, absl::Duration r
   if (!rejected_by.empty()) context->AddTrailingMetadata("rejected-by", std::string(rejected_by));
 }
 
+// A read refused by its chain's decision `d`: the trailers on `context`, and the status.
+grpc::Status RefuseRead(grpc::CallbackServerContext* context, const flowctl::Decision& d) {
+  AddRejectionMetadata(context, d.retry_after(), d.stage());
+  return ToGrpcStatus(d.ToStatus());
+}
+
 grpc::ServerUnaryReactor* FinishNow(UnaryCall* call, const grpc::Status& status) {
   call->Reply(status);
   return call;
@@ -229,9 +235,7 @@ bool AdmitClientRead(grpc::CallbackServerContext* context, const Partition& part
                      size_t request_bytes, flowctl::Admission* admission, grpc::Status* refused) {
   *admission = partition.AdmitRead(request_bytes, context->peer());
   if (admission->admitted()) return true;
-  const flowctl::Decision& d = admission->decision();
-  *refused = ToGrpcStatus(d.ToStatus());
-  AddRejectionMetadata(context, d.retry_after(), d.stage());
+  *refused = RefuseRead(context, admission->decision());
   return false;
 }
 
@@ -291,8 +295,7 @@ grpc::ServerUnaryReactor* ClientServiceImpl::AnswerRead(grpc::CallbackServerCont
         break;
     }
   }
-  AddRejectionMetadata(context, refusal->retry_after(), refusal->stage());
-  return FinishNow(call, ToGrpcStatus(refusal->ToStatus()));
+  return FinishNow(call, RefuseRead(context, *refusal));
 }
 
 void ClientServiceImpl::EndWatches() {

@@ -30,7 +30,6 @@ void ReadHold::TakeIf(Queue& q, Pred pred, std::vector<std::unique_ptr<HeldRead>
         out->push_back(std::move(e.read));
         ++q.counters.expired;
         --q.counters.waiting;
-        --q.size;
       } else {
         kept.push_back(std::move(e));
       }
@@ -108,7 +107,7 @@ void ReadHold::EndQueue(uint64_t queue) {
 bool ReadHold::Waiting(uint64_t queue) const {
   absl::MutexLock lock(&mu_);
   auto it = queues_.find(queue);
-  return it != queues_.end() && (it->second.busy || it->second.size > 0);
+  return it != queues_.end() && (it->second.busy || it->second.counters.waiting > 0);
 }
 
 ReadHold::HoldResult ReadHold::Hold(const void* owner, uint64_t queue, const std::string& client,
@@ -117,13 +116,13 @@ ReadHold::HoldResult ReadHold::Hold(const void* owner, uint64_t queue, const std
   absl::MutexLock lock(&mu_);
   if (stopped_ || ended_owners_.contains(owner)) return HoldResult::kStopped;
   Queue& q = queues_[queue];
-  if (q.size >= max_waiting) {
+  if (q.counters.waiting >= max_waiting) {
     ++q.counters.full;
     return HoldResult::kFull;
   }
   const int64_t now = clock_->NowNanos();
   const int64_t deadline_ns = now + max_wait_ns;
-  if (q.size == 0 && !q.busy) {
+  if (q.counters.waiting == 0 && !q.busy) {
     q.next_try_ns = now + std::clamp(retry_after_ns, kMinRetryNanos, kMaxRetryNanos);
   }
   ClientReads& reads = q.clients[client];
@@ -132,7 +131,6 @@ ReadHold::HoldResult ReadHold::Hold(const void* owner, uint64_t queue, const std
     q.turns.push_back(client);
     reads.in_turns = true;
   }
-  ++q.size;
   ++q.counters.held;
   ++q.counters.waiting;
   // Wake the thread when this read is due before it means to run.
@@ -150,7 +148,6 @@ void ReadHold::RunQueue(uint64_t key, int64_t now_ns) {
     while (!client.entries.empty() && client.entries.front().deadline_ns <= now_ns) {
       expired.push_back(std::move(client.entries.front().read));
       client.entries.pop_front();
-      --q.size;
       --q.counters.waiting;
       ++q.counters.expired;
     }
@@ -164,13 +161,12 @@ void ReadHold::RunQueue(uint64_t key, int64_t now_ns) {
     }
     mu_.Lock();
   }
-  while (q.size > 0 && !q.turns.empty()) {
+  while (q.counters.waiting > 0 && !q.turns.empty()) {
     // The head of the client whose turn it is (every client in `turns` has a read waiting, and
     // while busy only this loop takes heads).
     const std::string name = q.turns.front();
     Entry head = std::move(q.clients[name].entries.front());
     q.clients[name].entries.pop_front();
-    --q.size;
     --q.counters.waiting;
     // Every call on the read, and its destruction, without the lock. Meanwhile a Stop, EndOwner
     // or EndQueue may take reads (and turns), and Hold add some.
@@ -183,7 +179,6 @@ void ReadHold::RunQueue(uint64_t key, int64_t now_ns) {
     if (result == HeldRead::TryResult::kWait && !ended) {
       // Still refused: it stays its client's head, and that client keeps the turn.
       client.entries.push_front(std::move(head));
-      ++q.size;
       ++q.counters.waiting;
       if (!client.in_turns) {
         q.turns.push_front(name);
@@ -229,14 +224,14 @@ int64_t ReadHold::RunDue() {
   absl::MutexLock lock(&mu_);
   std::vector<uint64_t> due;
   for (const auto& [key, q] : queues_) {
-    if (q.size > 0 && !q.busy && std::min(q.next_try_ns, EarliestDeadline(q)) <= now) {
+    if (q.counters.waiting > 0 && !q.busy && std::min(q.next_try_ns, EarliestDeadline(q)) <= now) {
       due.push_back(key);
     }
   }
   for (uint64_t key : due) RunQueue(key, now);
   int64_t next = INT64_MAX;
   for (const auto& [key, q] : queues_) {
-    if (q.size > 0) next = std::min({next, q.next_try_ns, EarliestDeadline(q)});
+    if (q.counters.waiting > 0) next = std::min({next, q.next_try_ns, EarliestDeadline(q)});
   }
   wake_ns_ = next;
   return next;

@@ -135,10 +135,9 @@ class ReadHold {
     // whose head is tried next; a client is in `turns` at most once).
     std::map<std::string, ClientReads> clients;
     std::deque<std::string> turns;
-    size_t size = 0;
-    int64_t next_try_ns = 0;  // when the head is tried next
-    bool busy = false;        // RunDue is trying a head
-    ReadHoldCounters counters;
+    int64_t next_try_ns = 0;    // when the head is tried next
+    bool busy = false;          // RunDue is trying a head
+    ReadHoldCounters counters;  // counters.waiting: the reads in `clients`
   };
   // The earliest deadline of `q`'s reads (INT64_MAX: none waits).
   static int64_t EarliestDeadline(const Queue& q);
