@@ -328,7 +328,7 @@ void ArbiterService::TickLocked() {
     std::vector<ResourceConsumer*> consumers;
     consumers.reserve(n);
     for (const Member& m : members_) consumers.push_back(m.consumer);
-    options_.after_tick(cpu_capacity, consumers);
+    options_.after_tick(elapsed, cpu_capacity, consumers);
   }
 }
 

@@ -141,11 +141,12 @@ class ArbiterService {
     std::function<double()> memory_scale = nullptr;
     // Spill disk for all consumers that spill, in bytes; 0 = not divided.
     uint64_t disk_bytes = 0;
-    // Called at the end of every applied tick with the tick's CPU capacity (worker threads x
-    // elapsed ns) and the consumers it ticked, under the arbiter's mutex: it must not call the
-    // arbiter. For node-level policies that follow the shares (flowctl/node_admission.h). May be
-    // null.
-    std::function<void(double cpu_capacity_nanos, absl::Span<ResourceConsumer* const> consumers)>
+    // Called at the end of every applied tick with the tick's elapsed time, its CPU capacity
+    // (worker threads x elapsed ns) and the consumers it ticked, under the arbiter's mutex: it must
+    // not call the arbiter. For node-level policies that follow the shares
+    // (flowctl/node_admission.h). May be null.
+    std::function<void(double elapsed_nanos, double cpu_capacity_nanos,
+                       absl::Span<ResourceConsumer* const> consumers)>
         after_tick = nullptr;
     const Clock* clock = Clock::Real();  // not null; outlives the arbiter
     // Measure, allocate and report, but apply nothing (no ApplyShare, ApplyCpuLimit, egress

@@ -40,6 +40,9 @@ absl::Status NodeAdmission::ValidateConfig(const Config& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("min_admit_fraction must be in (0, 1], got ", config.min_admit_fraction));
   }
+  if (config.exit_calm < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("exit_calm must be >= 0");
+  }
   if (config.exit_ticks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("exit_ticks must be >= 1, got ", config.exit_ticks));
@@ -51,9 +54,10 @@ NodeAdmission::NodeAdmission(Config config) : config_(config) {
   CHECK(ValidateConfig(config_).ok()) << ValidateConfig(config_);
 }
 
-std::vector<double> NodeAdmission::Update(int64_t cpu_capacity_nanos,
+std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_capacity_nanos,
                                           absl::Span<const PartitionLoad> loads) {
   const int64_t target = absl::ToInt64Nanoseconds(config_.consensus_delay_target);
+  const double elapsed = static_cast<double>(std::max<int64_t>(elapsed_nanos, 1));
   int64_t used = 0;
   bool backlogged = false;
   const PartitionLoad* latest = nullptr;  // the latest consensus lane
@@ -69,18 +73,36 @@ std::vector<double> NodeAdmission::Update(int64_t cpu_capacity_nanos,
   const bool calm =
       !late && !saturated && (latest == nullptr || 2 * latest->consensus_delay_nanos <= target);
 
-  // Forget partitions that are gone; new ones start fully admitted.
-  absl::flat_hash_map<uint32_t, double> next;
+  // Forget partitions that are gone; new ones start fully admitted, at this tick's CPU. The rest
+  // move their smoothed CPU toward this tick's.
+  const double alpha = -std::expm1(-elapsed / absl::ToDoubleNanoseconds(kUsageWindow));
+  absl::flat_hash_map<uint32_t, Track> next;
+  double total_rate = 0;
   for (const PartitionLoad& l : loads) {
-    auto it = fraction_.find(l.id);
-    next[l.id] = it != fraction_.end() ? it->second : 1.0;
+    const double rate = static_cast<double>(l.cpu_nanos) / elapsed;
+    auto it = tracks_.find(l.id);
+    Track t = it != tracks_.end() ? it->second : Track{.fraction = 1, .cpu_rate = rate};
+    t.cpu_rate += alpha * (rate - t.cpu_rate);
+    total_rate += t.cpu_rate;
+    next[l.id] = t;
   }
-  fraction_ = std::move(next);
+  tracks_ = std::move(next);
+
+  // The measured allocation: the partitions' smoothed CPU, divided by entitlement (weight,
+  // guarantee and ceiling) among the active ones.
+  const double active_floor =
+      loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
+  double active_weight = 0;
+  for (const PartitionLoad& l : loads) {
+    if (l.backlogged || tracks_[l.id].cpu_rate >= active_floor)
+      active_weight += l.entitlement_nanos;
+  }
 
   if (!stats_.congested && (late || saturated)) {
     stats_.congested = true;
     ++stats_.episodes;
     calm_ticks_ = 0;
+    calm_nanos_ = 0;
     stats_.trigger =
         late ? absl::StrCat("consensus lane of partition ", latest->id, " late: ",
                             absl::FormatDuration(absl::Nanoseconds(latest->consensus_delay_nanos)),
@@ -90,34 +112,45 @@ std::vector<double> NodeAdmission::Update(int64_t cpu_capacity_nanos,
                                          static_cast<double>(cpu_capacity_nanos)),
                             "% used with work queued");
     LOG(WARNING) << "node admission: congestion episode " << stats_.episodes << " ("
-                 << stats_.trigger << "): shedding client admission by CPU entitlement";
+                 << stats_.trigger << "): shedding client admission by CPU share";
   }
 
-  // Calm for exit_ticks in a row: stop cutting and refill; the episode ends once every fraction
-  // is back to kExitAdmitFraction. A signal on the way back resumes the cuts.
+  // Calm for exit_ticks in a row and exit_calm: stop cutting and refill; the episode ends once
+  // every fraction is back to kExitAdmitFraction. A signal on the way back resumes the cuts.
   bool refilling = false;
   if (stats_.congested) {
     ++stats_.congested_ticks;
     calm_ticks_ = calm ? calm_ticks_ + 1 : 0;
-    refilling = calm_ticks_ >= config_.exit_ticks;
+    calm_nanos_ = calm ? calm_nanos_ + std::max<int64_t>(elapsed_nanos, 0) : 0;
+    refilling = calm_ticks_ >= config_.exit_ticks &&
+                calm_nanos_ >= absl::ToInt64Nanoseconds(config_.exit_calm);
   }
 
+  // Steps per kStepPeriod of elapsed time.
+  const double steps = elapsed / absl::ToDoubleNanoseconds(kStepPeriod);
   std::vector<double> out;
   out.reserve(loads.size());
   stats_.partitions.clear();
   bool all_refilled = true;
   for (const PartitionLoad& l : loads) {
-    double& f = fraction_[l.id];
-    const double over =
-        l.entitlement_nanos > 0 ? static_cast<double>(l.cpu_nanos) / l.entitlement_nanos : 0;
+    Track& t = tracks_[l.id];
+    const double entitled_rate = l.entitlement_nanos / elapsed;
+    double allocation = entitled_rate;
+    const bool active = l.backlogged || t.cpu_rate >= active_floor;
+    if (config_.measured_shares && active && active_weight > 0) {
+      allocation = std::min(allocation,
+                            kMeasuredShareSlack * total_rate * l.entitlement_nanos / active_weight);
+    }
+    const double over = allocation > 0 ? t.cpu_rate / allocation : 0;
+    double& f = t.fraction;
     if (stats_.congested && !refilling) {
-      if (over > 1 && !calm) {  // cut only while a signal is present
-        f *= std::max(kMaxCut, 1 / over);
+      if (over > 1) {
+        f *= std::pow(std::max(kMaxCut, 1 / over), steps);
       } else {
-        f += kGrowStep;
+        f += kGrowStep * steps;
       }
     } else {
-      f += kRefillStep;
+      f += kRefillStep * steps;
     }
     f = std::clamp(f, config_.min_admit_fraction, 1.0);
     all_refilled &= f >= kExitAdmitFraction;
@@ -125,12 +158,15 @@ std::vector<double> NodeAdmission::Update(int64_t cpu_capacity_nanos,
     stats_.partitions.push_back({.id = l.id,
                                  .admit_fraction = f,
                                  .cpu_over_entitlement = over,
-                                 .consensus_delay_nanos = l.consensus_delay_nanos});
+                                 .consensus_delay_nanos = l.consensus_delay_nanos,
+                                 .cpu_cores = t.cpu_rate,
+                                 .allocation_cores = allocation});
   }
   if (refilling && all_refilled) {
     stats_.congested = false;
     LOG(INFO) << "node admission: congestion episode " << stats_.episodes << " over after "
-              << calm_ticks_ << " calm ticks";
+              << calm_ticks_ << " calm ticks ("
+              << absl::FormatDuration(absl::Nanoseconds(calm_nanos_)) << ")";
   }
   return out;
 }

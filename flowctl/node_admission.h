@@ -1,33 +1,51 @@
 // NodeAdmission: node-wide client admission. When the node saturates, client transactions are
-// shed across partitions by their CPU entitlements, so that no partition's consensus waits behind
+// shed across partitions by their CPU shares, so that no partition's consensus waits behind
 // another partition's (or its own) client load. Outside a congestion episode it does nothing.
 //
 // One Update() per arbiter tick, with each partition's load over that tick:
-//   cpu_nanos          worker CPU it used;
+//   cpu_nanos          CPU charged to it: the worker pool's and its client calls' and drain's;
 //   entitlement_nanos  the CPU it is entitled to with every partition backlogged (the arbiter's
-//                      CPU entitlement: weight, guarantee and ceiling);
+//                      CPU entitlement of the worker pool: weight, guarantee and ceiling);
 //   consensus_delay    its consensus lane's queueing delay over the tick (p99, or the age of the
 //                      oldest queued message if larger; Dispatcher::AdaptWeights);
 //   backlogged         work was queued at the tick.
+// Each partition's CPU is smoothed over kUsageWindow (an exponential average of its rate): a
+// tick of the arbiter (5 ms by default) holds a job or none, so a single tick says little.
 //
 // Episode. It starts when any partition's consensus delay is above `consensus_delay_target`
-// ("late"), or when the partitions together used at least `cpu_busy_fraction` of the CPU with
-// work still queued ("saturated"). It ends after `exit_ticks` ticks in a row with neither signal,
-// no consensus delay above half the target, and every partition's admit fraction back to at least
-// kExitAdmitFraction (the refill-to-90% exit of stake-weighted QoS schemes): the hysteresis keeps
-// it from flapping at the edge.
+// ("late"), or when the partitions together used at least `cpu_busy_fraction` of the worker CPU
+// in the tick with work still queued ("saturated"). It ends after `exit_ticks` ticks in a row, and
+// `exit_calm` of time, with neither signal and no consensus delay above half the target ("calm"),
+// and every partition's admit fraction back to at least kExitAdmitFraction (the refill-to-90%
+// exit of stake-weighted QoS schemes): the hysteresis keeps it from flapping at the edge. The
+// calm must outlast the time a cut takes to show: a flooded partition let back in after 25 ms of
+// calm brings its congestion back before the episode has held it long enough to matter
+// (docs/BENCHMARKS.md, "Node-wide admission").
+//
+// Allocation. What a partition is held to during an episode is its entitlement: its share with
+// every partition busy, so nobody borrows idle share. The entitlement divides the worker pool
+// (threads x time), which is what the node has only when it has its cores to itself. A node that
+// shares its machine (other nodes, a CPU quota) gets less, and against the pool's capacity no
+// partition ever looks over its share. So with `measured_shares` (the default) the allocation is
+// the smaller of the entitlement and kMeasuredShareSlack x the partition's weighted share of the
+// CPU its partitions used (smoothed), divided among the partitions that use at least
+// kActiveShare of an equal share (or have work queued): idle partitions reserve nothing of what
+// the node measurably gets. The slack leaves room for the differences between partitions that
+// are not load (a partition's primary on this node costs it more than a backup).
 //
 // Shedding. Each partition has an admit fraction in [min_admit_fraction, 1]: the share of its
-// client write calls let through (AdmissionShedder; a batch is one call). During an episode, on
-// every tick with a signal (late or saturated):
-//   - a partition that used more than its entitlement (over = cpu / entitlement > 1) is cut to
-//     fraction x max(kMaxCut, 1 / over): in proportion to its excess. The entitlement is its
-//     share with every partition busy, so during an episode nobody borrows idle share;
-//   - any other partition grows by kGrowStep, up to 1. A partition within its entitlement is
-//     never cut, even when its own consensus lane is late: on a machine short of cores every
-//     lane is late, and cutting the quiet partitions only lost their writes (docs/BENCHMARKS.md,
-//     "Node-wide admission").
-// Outside an episode every fraction grows by kRefillStep per tick, up to 1.
+// client write calls let through (AdmissionShedder; a batch is one call). During an episode, until
+// its refill:
+//   - a partition using more than its allocation (over = smoothed cpu / allocation > 1) is cut,
+//     at a rate of max(kMaxCut, 1 / over) per kStepPeriod: in proportion to its excess. On every
+//     tick of the episode, not only those with a signal: signals come and go within an episode,
+//     and cut only on those a flooded partition stayed at about 3x its allocation;
+//   - any other partition grows by kGrowStep per kStepPeriod, up to 1. A partition within its
+//     allocation is never cut, even when its own consensus lane is late: on a machine short of
+//     cores every lane is late, and cutting the quiet partitions only lost their writes
+//     (docs/BENCHMARKS.md, "Node-wide admission").
+// Outside an episode every fraction grows by kRefillStep per kStepPeriod, up to 1. Steps are per
+// time, not per tick, so the tick's length does not set how fast a fraction moves.
 //
 // Thread-compatibility: not thread-safe (one caller: the arbiter's tick). AdmissionShedder is
 // thread-safe.
@@ -74,16 +92,22 @@ class AdmissionShedder {
 class NodeAdmission {
  public:
   // ---- Policy (see the file comment). ----
-  static constexpr double kMaxCut = 0.5;             // at most halved per tick for excess
-  static constexpr double kGrowStep = 0.05;          // during an episode
-  static constexpr double kRefillStep = 0.25;        // outside an episode
+  static constexpr double kMaxCut = 0.5;       // at most halved per kStepPeriod for excess
+  static constexpr double kGrowStep = 0.05;    // per kStepPeriod, during an episode
+  static constexpr double kRefillStep = 0.25;  // per kStepPeriod, outside an episode
+  static constexpr absl::Duration kStepPeriod = absl::Milliseconds(100);
   static constexpr double kExitAdmitFraction = 0.9;  // every partition at least this to exit
+  static constexpr absl::Duration kUsageWindow = absl::Seconds(1);  // CPU smoothing
+  static constexpr double kMeasuredShareSlack = 2;
+  static constexpr double kActiveShare = 0.1;  // of an equal share of the measured CPU
 
   struct Config {
     absl::Duration consensus_delay_target = absl::Milliseconds(50);  // > 0
     double cpu_busy_fraction = 0.9;                                  // (0, 1]
     double min_admit_fraction = 0.05;                                // (0, 1]
     int exit_ticks = 5;                                              // >= 1
+    absl::Duration exit_calm = absl::Seconds(1);                     // >= 0
+    bool measured_shares = true;
   };
 
   struct PartitionLoad {
@@ -97,8 +121,10 @@ class NodeAdmission {
   struct PartitionState {
     uint32_t id = 0;
     double admit_fraction = 1;
-    double cpu_over_entitlement = 0;  // the last tick's cpu / entitlement (0: no entitlement)
+    double cpu_over_entitlement = 0;  // smoothed cpu / allocation (0: no allocation)
     int64_t consensus_delay_nanos = 0;
+    double cpu_cores = 0;         // smoothed CPU, in cores
+    double allocation_cores = 0;  // what it is held to during an episode, in cores
   };
 
   struct Stats {
@@ -113,18 +139,24 @@ class NodeAdmission {
   // REQUIRES: ValidateConfig(config).ok().
   explicit NodeAdmission(Config config);
 
-  // One tick. `cpu_capacity_nanos` = worker threads x the tick's elapsed time. Partitions not in
-  // `loads` are forgotten (removed); new ones start at fraction 1. Returns each partition's admit
-  // fraction, in `loads` order.
-  std::vector<double> Update(int64_t cpu_capacity_nanos, absl::Span<const PartitionLoad> loads);
+  // One tick of `elapsed_nanos` (> 0). `cpu_capacity_nanos` = worker threads x elapsed.
+  // Partitions not in `loads` are forgotten (removed); new ones start at fraction 1. Returns each
+  // partition's admit fraction, in `loads` order.
+  std::vector<double> Update(int64_t elapsed_nanos, int64_t cpu_capacity_nanos,
+                             absl::Span<const PartitionLoad> loads);
 
   const Stats& stats() const { return stats_; }
   const Config& config() const { return config_; }
 
  private:
   const Config config_;
+  struct Track {
+    double fraction = 1;
+    double cpu_rate = 0;  // smoothed CPU nanoseconds per nanosecond
+  };
   int calm_ticks_ = 0;
-  absl::flat_hash_map<uint32_t, double> fraction_;
+  int64_t calm_nanos_ = 0;  // of calm ticks in a row
+  absl::flat_hash_map<uint32_t, Track> tracks_;
   Stats stats_;
 };
 

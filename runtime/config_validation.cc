@@ -380,6 +380,10 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
     check.Fail("node_admission.exit_ticks",
                absl::StrCat("must be in [1, 1000], got ", na.exit_ticks()));
   }
+  if (na.exit_calm_ms() > 60000) {
+    check.Fail("node_admission.exit_calm_ms",
+               absl::StrCat("must be in [0, 60000], got ", na.exit_calm_ms()));
+  }
   if (r.arbiter_advisory() && na.enabled()) {
     check.Fail("arbiter_advisory",
                "cannot be used with node_admission.enabled (admission weighs each partition's "

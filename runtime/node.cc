@@ -134,7 +134,9 @@ absl::Status Node::Start() {
         .consensus_delay_target = absl::Milliseconds(na.consensus_delay_target_ms()),
         .cpu_busy_fraction = na.cpu_busy_fraction(),
         .min_admit_fraction = na.min_admit_fraction(),
-        .exit_ticks = static_cast<int>(na.exit_ticks())};
+        .exit_ticks = static_cast<int>(na.exit_ticks()),
+        .exit_calm = absl::Milliseconds(na.exit_calm_ms()),
+        .measured_shares = na.measured_shares()};
     RETURN_IF_ERROR(flowctl::NodeAdmission::ValidateConfig(ac));
     absl::MutexLock lock(&admission_mu_);
     admission_ = std::make_unique<flowctl::NodeAdmission>(ac);
@@ -420,7 +422,7 @@ node::admin::NodeStatus Node::Status() const {
   return s;
 }
 
-void Node::AdmissionTick(double cpu_capacity_nanos,
+void Node::AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
                          absl::Span<flowctl::ResourceConsumer* const> consumers) {
   absl::MutexLock lock(&admission_mu_);
   if (admission_ == nullptr) return;
@@ -430,8 +432,8 @@ void Node::AdmissionTick(double cpu_capacity_nanos,
   for (flowctl::ResourceConsumer* c : consumers) {
     loads.push_back(static_cast<Partition*>(c)->AdmissionLoad());
   }
-  const std::vector<double> fractions =
-      admission_->Update(static_cast<int64_t>(cpu_capacity_nanos), loads);
+  const std::vector<double> fractions = admission_->Update(
+      static_cast<int64_t>(elapsed_nanos), static_cast<int64_t>(cpu_capacity_nanos), loads);
   for (size_t i = 0; i < consumers.size(); ++i) {
     static_cast<Partition*>(consumers[i])->SetAdmitFraction(fractions[i]);
   }
@@ -459,6 +461,8 @@ node::admin::NodeAdmissionStatus Node::NodeAdmissionStatus() const {
       if (ps.id != p->id()) continue;
       a->set_cpu_over_entitlement(ps.cpu_over_entitlement);
       a->set_consensus_delay_ms(static_cast<double>(ps.consensus_delay_nanos) / 1e6);
+      a->set_cpu_cores(ps.cpu_cores);
+      a->set_allocation_cores(ps.allocation_cores);
     }
   }
   return out;
@@ -711,8 +715,9 @@ absl::Status Node::StartArbiter() {
       },
       .disk_bytes = config_.resources().spill_disk_bytes(),
       .after_tick =
-          [this](double capacity, absl::Span<flowctl::ResourceConsumer* const> consumers) {
-            AdmissionTick(capacity, consumers);
+          [this](double elapsed, double capacity,
+                 absl::Span<flowctl::ResourceConsumer* const> consumers) {
+            AdmissionTick(elapsed, capacity, consumers);
           },
       .clock = options_.clock,
       .advisory = config_.resources().arbiter_advisory()};

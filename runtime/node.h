@@ -242,7 +242,7 @@ class Node {
   mutable absl::Mutex admission_mu_;
   std::unique_ptr<flowctl::NodeAdmission> admission_ ABSL_GUARDED_BY(admission_mu_);
   // The arbiter's after_tick: feeds the partitions' loads to admission_ and sets their fractions.
-  void AdmissionTick(double cpu_capacity_nanos,
+  void AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
                      absl::Span<flowctl::ResourceConsumer* const> consumers);
   std::unique_ptr<flowctl::TickScheduler> scheduler_;
   std::unique_ptr<p2p::GrpcTransport> transport_;  // null with options_.network

@@ -140,6 +140,12 @@ void AddNodeAdmission(const node::admin::NodeAdmissionStatus& a, Families* f) {
     f->Gauge("noded_node_admission_consensus_delay_seconds",
              "The partition's consensus-lane queueing delay over the last arbiter tick.", l,
              p.consensus_delay_ms() * 1e-3);
+    f->Gauge("noded_node_admission_cpu_cores",
+             "The partition's CPU (worker pool, client calls, drain), smoothed over 1 s.", l,
+             p.cpu_cores());
+    f->Gauge("noded_node_admission_allocation_cores",
+             "The CPU the node-wide admission holds the partition to during an episode.", l,
+             p.allocation_cores());
   }
 }
 

@@ -39,7 +39,8 @@ user may create, as root on most machines); lanes: LANES_RATE (hot's offered tx/
 LANES_SECONDS (default 25), LANES_REPS (off/on pairs, default 2), LANES_WEIGHTS (lane_weights
 body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMISSION_FLOOD
 (p1's tx/s from second 15, default 1000), ADMISSION_QUIET (each other partition's tx/s, default
-20), ADMISSION_REPS (off/on pairs, default 1); shares: SHARES_RATE (each flooded partition's
+20), ADMISSION_REPS (rounds of every mode, default 1), ADMISSION_MODES (default off,on; also
+static: measured_shares false), ADMISSION_CONFIG (more node_admission fields); shares: SHARES_RATE (each flooded partition's
 tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
 cpu,ceiling,memory,egress), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
@@ -1658,8 +1659,11 @@ def lanes():
 
 
 # 15. Node-wide admission: one of N partitions flooded ----------------------------------------
-def admission_run(name, enabled, n, quiet_rate, flood_rate, seconds, flood_at):
-    extra = "resources { node_admission { enabled: %s } }" % ("true" if enabled else "false")
+def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
+    extra = "resources { node_admission { enabled: %s%s %s } }" % (
+        "false" if mode == "off" else "true",
+        " measured_shares: false" if mode == "static" else "",
+        os.environ.get("ADMISSION_CONFIG", "") if mode != "off" else "")
     with Cluster(name, extra, partitions=n) as c:
         names = ["hot", "steady"] if n == 2 else ["p%d" % i for i in range(1, n + 1)]
         flooded, quiet = names[0], names[1:]
@@ -1692,8 +1696,8 @@ def admission_run(name, enabled, n, quiet_rate, flood_rate, seconds, flood_at):
                 ratios.append(m[0] / max(m[1] / 1.2, 1e-9))
         ratios.sort()
         # The flooded partition's admission on node 1, sampled every 3 s: its fraction and its
-        # worker CPU over its entitlement (the allocation the admission holds it to) while cut.
-        fractions, refused, over = [], 0, []
+        # CPU over its allocation (what the admission holds it to) while cut, and both in cores.
+        fractions, refused, over, cores = [], 0, [], []
         for _, status in samples:  # min and max over the run: the flood is where they move
             for a in status.get("admission", {}).get("partitions", []):
                 if a.get("name") == flooded:
@@ -1701,6 +1705,8 @@ def admission_run(name, enabled, n, quiet_rate, flood_rate, seconds, flood_at):
                     refused = max(refused, int(a.get("refused", 0)))
                     if a.get("admit_fraction", 1) < 1:
                         over.append(float(a.get("cpu_over_entitlement", 0)))
+                        cores.append((float(a.get("cpu_cores", 0)),
+                                      float(a.get("allocation_cores", 0))))
         return {"ratios": ratios,
                 "vc": sum(p[nm]["view_changes"] or 0 for nm in names),
                 "flood_rate": window_rate(p[flooded], "committed", flood_at + 3, seconds),
@@ -1708,43 +1714,61 @@ def admission_run(name, enabled, n, quiet_rate, flood_rate, seconds, flood_at):
                 "quiet_rate": sum(window_rate(p[nm], "committed", flood_at + 3, seconds)
                                   for nm in quiet),
                 "fractions": fractions, "refused": refused, "over": sorted(over),
+                "cores": cores,
                 "episodes": max([int(st2.get("admission", {}).get("episodes", 0))
                                  for _, st2 in samples] or [0])}
 
 
 def admission():
-    """Node-wide admission on vs off (ADMISSION_REPS interleaved pairs, default 1): ADMISSION_N
-    (default 16) partitions on a 4-node localnet, p1 flooded at ADMISSION_FLOOD (default 1000)
-    tx/s from second 15, the others at ADMISSION_QUIET (default 20) tx/s each, 40 s."""
+    """Node-wide admission on vs off (ADMISSION_REPS rounds, default 1, each mode once per round,
+    the order reversed every other round): ADMISSION_N (default 16) partitions on a 4-node
+    localnet, p1 flooded at ADMISSION_FLOOD (default 1000) tx/s from second 15, the others at
+    ADMISSION_QUIET (default 20) tx/s each, 40 s. ADMISSION_MODES (default "off,on"): off, on
+    (the default node_admission) and static (on with measured_shares false: allocations from
+    the worker pool's capacity alone). ADMISSION_CONFIG: more node_admission fields for on and
+    static (e.g. "exit_ticks: 200")."""
     n = int(os.environ.get("ADMISSION_N", "16"))
     flood = int(os.environ.get("ADMISSION_FLOOD", "1000"))
     quiet = float(os.environ.get("ADMISSION_QUIET", "20"))
     reps = int(os.environ.get("ADMISSION_REPS", "1"))
+    modes = [m for m in os.environ.get("ADMISSION_MODES", "off,on").split(",") if m]
+    for m in modes:
+        if m not in ("off", "on", "static"):
+            sys.exit("ADMISSION_MODES: unknown mode %r (off, on, static)" % m)
     seconds, flood_at = 40, 15
     for i in range(reps):
         rows = {}
-        for mode in ("off", "on") if i % 2 == 0 else ("on", "off"):
-            rows[mode] = admission_run("admission_%s_%d" % (mode, i), mode == "on", n, quiet,
+        for mode in modes if i % 2 == 0 else modes[::-1]:
+            rows[mode] = admission_run("admission_%s_%d" % (mode, i), mode, n, quiet,
                                        flood, seconds, flood_at)
 
         def fmt(r):
             q = r["ratios"]
+            cores = r["cores"]
+            mid = sorted(cores)[len(cores) // 2] if cores else None
             return ("quiet partitions' p99 flood/idle: median %.2f, worst %.2f (%d of %d <= 1.2); "
                     "%d VC; flooded p1 %.0f tx/s (p99 %.0f ms), quiet total %.0f tx/s; p1 admit "
-                    "fraction on node 1 min %.2f, %d refused, %d episodes; p1 CPU / entitlement "
-                    "while cut, median %s (%d samples)"
+                    "fraction on node 1 min %.2f, %d refused, %d episodes; p1 CPU / allocation "
+                    "while cut, median %s (%d samples; CPU %s of %s cores)"
                     % (q[len(q) // 2] if q else 0, q[-1] if q else 0,
                        sum(1 for x in q if x <= 1.2), len(q), r["vc"], r["flood_rate"],
                        r["flood_p99"], r["quiet_rate"],
                        min(r["fractions"] or [1]), r["refused"], r["episodes"],
                        "%.2f" % r["over"][len(r["over"]) // 2] if r["over"] else "-",
-                       len(r["over"])))
-        on, off = rows["on"], rows["off"]
+                       len(r["over"]), "%.3f" % mid[0] if mid else "-",
+                       "%.3f" % mid[1] if mid else "-"))
+        ours = [m for m in modes if m != "off"]
+
+        def worst(r):
+            return "%.2f" % r["ratios"][-1] if r["ratios"] else "-"
+        ratio = "-"
+        if ours and "off" in rows:
+            ratio = "worst quiet p99 ratio %s %s vs off %s; VC %d vs %d" % (
+                ours[0], worst(rows[ours[0]]), worst(rows["off"]), rows[ours[0]]["vc"],
+                rows["off"]["vc"])
         result("node-wide admission, %d partitions, one flooded (round %d)" % (n, i + 1),
-               "on: " + fmt(on), "off: " + fmt(off),
-               "worst quiet p99 ratio on %.2f vs off %.2f; VC on %d vs off %d"
-               % (on["ratios"][-1] if on["ratios"] else 0,
-                  off["ratios"][-1] if off["ratios"] else 0, on["vc"], off["vc"]),
+               "; ".join("%s: %s" % (m, fmt(rows[m])) for m in ours) or "-",
+               "off: " + fmt(rows["off"]) if "off" in rows else "-", ratio,
                "0 VC; other partitions' p99 <= 1.2x; CPU within 10% of allocation (issue 18)",
                "p1 %d tx/s from %d s, %d others at %g tx/s, %d s, default config otherwise"
                % (flood, flood_at, n - 1, quiet, seconds))

@@ -193,7 +193,9 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
     std::vector<std::string> cut;
     for (const auto& p : a.partitions()) {
       if (p.admit_fraction() < 1) {
-        cut.push_back(absl::StrCat(p.name(), " ", static_cast<int>(100 * p.admit_fraction()), "%"));
+        cut.push_back(absl::StrCat(p.name(), " ", static_cast<int>(100 * p.admit_fraction()), "% (",
+                                   FormatNumber(p.cpu_cores()), " of ",
+                                   FormatNumber(p.allocation_cores()), " cores)"));
       }
     }
     if (!cut.empty()) out << "; admitting " << absl::StrJoin(cut, ", ");

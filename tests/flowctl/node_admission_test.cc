@@ -1,6 +1,7 @@
 // NodeAdmission: congestion episodes (entered on a late consensus lane or saturated CPU, left
-// after calm ticks and a refill), cuts in proportion to CPU over entitlement, and the shedder that
-// lets through exactly its fraction.
+// after calm ticks and a refill), cuts in proportion to smoothed CPU over the allocation (the
+// entitlement, or the weighted share of the CPU measured), and the shedder that lets through
+// exactly its fraction.
 #include "flowctl/node_admission.h"
 
 #include <cmath>
@@ -50,7 +51,7 @@ TEST(AdmissionShedderTest, LetsThroughItsFractionEvenly) {
 TEST(NodeAdmissionTest, ACalmNodeAdmitsEverything) {
   NodeAdmission a({});
   for (int tick = 0; tick < 10; ++tick) {
-    EXPECT_EQ(a.Update(kCapacity, {L(1, 0.8), L(2, 0.5, 20)}), (std::vector<double>{1, 1}));
+    EXPECT_EQ(a.Update(kTick, kCapacity, {L(1, 0.8), L(2, 0.5, 20)}), (std::vector<double>{1, 1}));
   }
   EXPECT_FALSE(a.stats().congested);
   EXPECT_EQ(a.stats().episodes, 0u);
@@ -61,18 +62,23 @@ TEST(NodeAdmissionTest, ACalmNodeAdmitsEverything) {
 // within its entitlement is not cut (nor is a third).
 TEST(NodeAdmissionTest, ALateConsensusLaneCutsByExcess) {
   NodeAdmission a({.consensus_delay_target = absl::Milliseconds(50)});
-  std::vector<double> f = a.Update(kCapacity, {L(1, 1.25), L(2, 0.5, 80), L(3, 0.1)});
+  std::vector<double> f = a.Update(kTick, kCapacity, {L(1, 1.25), L(2, 0.5, 80), L(3, 0.1)});
   EXPECT_TRUE(a.stats().congested);
   EXPECT_EQ(a.stats().episodes, 1u);
   EXPECT_EQ(a.stats().trigger, "consensus lane of partition 2 late: 80ms > 50ms");
   EXPECT_DOUBLE_EQ(f[0], 0.8);  // 1 / 1.25
   EXPECT_DOUBLE_EQ(f[1], 1);
   EXPECT_DOUBLE_EQ(f[2], 1);
-  f = a.Update(kCapacity, {L(1, 4), L(2, 0.5, 80), L(3, 0.1)});
-  EXPECT_DOUBLE_EQ(f[0], 0.4);  // halved at most
+  // The CPU is smoothed over kUsageWindow: one tick at 4x moves it a tenth of the way.
+  f = a.Update(kTick, kCapacity, {L(1, 4), L(2, 0.5, 80), L(3, 0.1)});
+  const double smoothed = 1.25 + (4 - 1.25) * -std::expm1(-0.1);
+  EXPECT_NEAR(a.stats().partitions[0].cpu_over_entitlement, smoothed, 1e-9);
+  EXPECT_NEAR(f[0], 0.8 / smoothed, 1e-9);
   EXPECT_DOUBLE_EQ(f[1], 1);
-  EXPECT_NEAR(a.stats().partitions[0].cpu_over_entitlement, 4, 1e-9);
-  for (int tick = 0; tick < 20; ++tick) f = a.Update(kCapacity, {L(1, 4), L(2, 0.5, 80), L(3, 0)});
+  for (int tick = 0; tick < 30; ++tick) {
+    f = a.Update(kTick, kCapacity, {L(1, 4), L(2, 0.5, 80), L(3, 0.1)});
+  }
+  EXPECT_GT(a.stats().partitions[0].cpu_over_entitlement, 3.5);
   EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);  // the floor
   EXPECT_DOUBLE_EQ(f[2], 1);
 }
@@ -80,49 +86,183 @@ TEST(NodeAdmissionTest, ALateConsensusLaneCutsByExcess) {
 TEST(NodeAdmissionTest, SaturatedCpuWithWorkQueuedStartsAnEpisode) {
   NodeAdmission a({});
   // 95% of the CPU but nothing queued: not saturated.
-  a.Update(kCapacity, {L(1, 1.5), L(2, 0.4)});
+  a.Update(kTick, kCapacity, {L(1, 1.5), L(2, 0.4)});
   EXPECT_FALSE(a.stats().congested);
-  const std::vector<double> f = a.Update(kCapacity, {L(1, 1.5, 1, true), L(2, 0.4)});
+  const std::vector<double> f = a.Update(kTick, kCapacity, {L(1, 1.5, 1, true), L(2, 0.4)});
   EXPECT_TRUE(a.stats().congested);
   EXPECT_EQ(a.stats().trigger, "worker CPU 95% used with work queued");
   EXPECT_NEAR(f[0], 1 / 1.5, 1e-9);
   EXPECT_DOUBLE_EQ(f[1], 1);
 }
 
-// The way out: exit_ticks calm ticks in a row (a late tick restarts the count), then a refill of
-// kRefillStep per tick; the episode ends once every partition admits kExitAdmitFraction again.
+// The way out: exit_ticks calm ticks in a row (a tick that is not calm restarts the count), then
+// a refill of kRefillStep per tick, whatever the partitions use; the episode ends once every
+// partition admits kExitAdmitFraction again. Until the refill, a partition over its allocation is
+// cut on every tick of the episode, calm or not.
 TEST(NodeAdmissionTest, EndsAfterCalmTicksAndARefill) {
-  NodeAdmission a({.exit_ticks = 3});
-  for (int tick = 0; tick < 4; ++tick) a.Update(kCapacity, {L(1, 2, 80)});
+  NodeAdmission a({.exit_ticks = 3, .exit_calm = absl::ZeroDuration()});
+  for (int tick = 0; tick < 4; ++tick) a.Update(kTick, kCapacity, {L(1, 2, 80)});
   EXPECT_DOUBLE_EQ(a.stats().partitions[0].admit_fraction, 0.0625);  // 0.5^4
 
-  // Calm (on time, CPU not saturated), but not yet for 3 ticks: grows by kGrowStep, even though
-  // it is still over its entitlement (cuts happen only on ticks with a signal).
-  std::vector<double> f = a.Update(kCapacity, {L(1, 2)});
-  EXPECT_DOUBLE_EQ(f[0], 0.1125);
-  f = a.Update(kCapacity, {L(1, 0.5, 30)});  // over half the target: not calm, count restarts
-  f = a.Update(kCapacity, {L(1, 0.5)});
-  f = a.Update(kCapacity, {L(1, 0.5)});
+  // Calm (on time, CPU not saturated), but not yet for 3 ticks: still over its entitlement, it
+  // is cut to the floor.
+  std::vector<double> f = a.Update(kTick, kCapacity, {L(1, 2)});
+  EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);
+  // Over half the target: not calm, and the count restarts.
+  f = a.Update(kTick, kCapacity, {L(1, 2, 30)});
+  f = a.Update(kTick, kCapacity, {L(1, 2)});
+  f = a.Update(kTick, kCapacity, {L(1, 2)});
   EXPECT_TRUE(a.stats().congested);
-  EXPECT_NEAR(f[0], 0.2625, 1e-9);
-  // Third calm tick in a row: refilled by kRefillStep per tick (0.5125, 0.7625, 1), over at the
+  EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);
+  // Third calm tick in a row: refilled by kRefillStep per tick (0.30, 0.55, 0.80, 1), over at the
   // tick that reaches kExitAdmitFraction.
   std::vector<double> seen;
-  for (int tick = 0; tick < 3; ++tick) seen.push_back(a.Update(kCapacity, {L(1, 0.5)})[0]);
-  EXPECT_NEAR(seen[0], 0.5125, 1e-9);
-  EXPECT_NEAR(seen[1], 0.7625, 1e-9);
-  EXPECT_DOUBLE_EQ(seen[2], 1);
+  for (int tick = 0; tick < 4; ++tick) seen.push_back(a.Update(kTick, kCapacity, {L(1, 2)})[0]);
+  EXPECT_NEAR(seen[0], 0.30, 1e-9);
+  EXPECT_NEAR(seen[1], 0.55, 1e-9);
+  EXPECT_NEAR(seen[2], 0.80, 1e-9);
+  EXPECT_DOUBLE_EQ(seen[3], 1);
   EXPECT_FALSE(a.stats().congested);
   EXPECT_EQ(a.stats().episodes, 1u);
-  EXPECT_EQ(a.stats().congested_ticks, 11u);
+  EXPECT_EQ(a.stats().congested_ticks, 12u);
+  // Outside the episode it stays at 1.
+  EXPECT_DOUBLE_EQ(a.Update(kTick, kCapacity, {L(1, 2)})[0], 1);
+}
+
+// Besides exit_ticks, the calm must last exit_calm (1 s by default): with 5 ms ticks, five calm
+// ticks (25 ms, all it took before exit_calm) do not refill; the fractions are cut while the
+// partition's smoothed CPU is over its entitlement and grow at kGrowStep once it is within, until
+// a second of calm has passed, and only then refill at kRefillStep.
+TEST(NodeAdmissionTest, TheCalmMustLastExitCalm) {
+  constexpr int64_t kShort = 5 * kMs;
+  NodeAdmission a({});
+  const auto load = [&](double over, int64_t delay_ms) {
+    return Load{.id = 1,
+                .cpu_nanos = static_cast<int64_t>(over * kShort),
+                .entitlement_nanos = kShort,
+                .consensus_delay_nanos = delay_ms * kMs};
+  };
+  std::vector<double> f;
+  for (int tick = 0; tick < 100; ++tick) f = a.Update(kShort, 2 * kShort, {load(1.2, 80)});
+  const double cut = f[0];
+  EXPECT_NEAR(cut, std::pow(1 / 1.2, 5), 1e-9);  // 1 / over per 100 ms, for 0.5 s
+  // Calm, using nothing from here on. After five ticks: not refilled, still cut (the smoothed CPU
+  // is still over the entitlement).
+  for (int tick = 0; tick < 5; ++tick) f = a.Update(kShort, 2 * kShort, {load(0, 1)});
+  EXPECT_TRUE(a.stats().congested);
+  EXPECT_LT(f[0], cut);
+  // Up to the 199th calm tick: grown back at kGrowStep once within (after ~0.18 s), no refill.
+  double last = f[0];
+  for (int tick = 5; tick < 199; ++tick) {
+    f = a.Update(kShort, 2 * kShort, {load(0, 1)});
+    EXPECT_LE(f[0], last + NodeAdmission::kGrowStep * 0.05 + 1e-12) << "calm tick " << tick;
+    last = f[0];
+  }
+  EXPECT_TRUE(a.stats().congested);
+  EXPECT_GT(f[0], cut);
+  EXPECT_LT(f[0], NodeAdmission::kExitAdmitFraction);
+  // The 200th (1 s of calm) refills by kRefillStep x 0.05; then it ends within 0.3 s.
+  f = a.Update(kShort, 2 * kShort, {load(0, 1)});
+  EXPECT_NEAR(f[0], last + NodeAdmission::kRefillStep * 0.05, 1e-9);
+  for (int tick = 0; tick < 60; ++tick) f = a.Update(kShort, 2 * kShort, {load(0, 1)});
+  EXPECT_FALSE(a.stats().congested);
+  EXPECT_DOUBLE_EQ(f[0], 1);
+  EXPECT_EQ(a.stats().episodes, 1u);
+}
+
+// Steps are per kStepPeriod (100 ms) of time, not per tick: twenty 5 ms ticks cut as much as one
+// 100 ms tick, and grow as much.
+TEST(NodeAdmissionTest, StepsArePerTimeNotPerTick) {
+  constexpr int64_t kShort = 5 * kMs;
+  NodeAdmission a({});
+  const double entitlement = kShort;  // each tick's entitlement: half of 2 workers x 5 ms
+  const auto load = [&](double over, int64_t delay_ms) {
+    return Load{.id = 1,
+                .cpu_nanos = static_cast<int64_t>(over * entitlement),
+                .entitlement_nanos = entitlement,
+                .consensus_delay_nanos = delay_ms * kMs};
+  };
+  std::vector<double> f;
+  for (int tick = 0; tick < 20; ++tick) f = a.Update(kShort, 2 * kShort, {load(4, 80)});
+  EXPECT_NEAR(f[0], 0.5, 1e-9);  // halved at most per 100 ms
+  for (int tick = 0; tick < 20; ++tick) f = a.Update(kShort, 2 * kShort, {load(0.5, 80)});
+  // Smoothed over kUsageWindow, the CPU stays above the entitlement for about 2 s after it fell
+  // to half of it: the cut goes on meanwhile.
+  EXPECT_LT(f[0], 0.5);
+  for (int tick = 0; tick < 20 * 60; ++tick) f = a.Update(kShort, 2 * kShort, {load(0.5, 80)});
+  EXPECT_DOUBLE_EQ(f[0], 1);  // within its entitlement: grows kGrowStep per 100 ms, up to 1
+}
+
+// A node short of the CPU its worker pool promises: 16 partitions, each entitled to 1/16 of 2
+// workers (0.125 cores), but the node gets much less. Partition 1 uses 0.1 cores (within its
+// entitlement, never cut by it), the others 0.01 each (0.02 for one, say its primary is here):
+// 0.26 in all. Against the measured CPU, partition 1's allocation is 2 x 0.26 / 16 = 0.0325
+// cores: it is cut;
+// the others are not, the 0.02 one included (the slack). With measured_shares off, nobody is.
+TEST(NodeAdmissionTest, MeasuredSharesHoldAPartitionToItsShareOfWhatTheNodeGets) {
+  const auto loads = [](int64_t delay_ms) {
+    std::vector<Load> out;
+    for (uint32_t id = 1; id <= 16; ++id) {
+      const double cores = id == 1 ? 0.1 : id == 2 ? 0.02 : 0.01;
+      out.push_back({.id = id,
+                     .cpu_nanos = static_cast<int64_t>(cores * kTick),
+                     .entitlement_nanos = kCapacity / 16.0,
+                     .consensus_delay_nanos = delay_ms * kMs});
+    }
+    return out;
+  };
+  for (const bool measured : {true, false}) {
+    SCOPED_TRACE(measured ? "measured shares" : "entitlements only");
+    NodeAdmission a({.measured_shares = measured});
+    std::vector<double> f;
+    for (int tick = 0; tick < 10; ++tick) f = a.Update(kTick, kCapacity, loads(80));
+    const NodeAdmission::PartitionState& p1 = a.stats().partitions[0];
+    EXPECT_NEAR(p1.cpu_cores, 0.1, 1e-9);
+    if (measured) {
+      EXPECT_NEAR(p1.allocation_cores, 2 * 0.26 / 16, 1e-9);
+      EXPECT_NEAR(p1.cpu_over_entitlement, 0.1 / (2 * 0.26 / 16), 1e-9);
+      EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);  // 0.5 per tick
+    } else {
+      EXPECT_NEAR(p1.allocation_cores, 0.125, 1e-9);
+      EXPECT_DOUBLE_EQ(f[0], 1);
+    }
+    for (size_t i = 1; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], 1) << "partition " << i + 1;
+  }
+}
+
+// The measured allocation is divided among the partitions that use the CPU: one flooded
+// partition beside idle ones (their timers only) is held to its entitlement, as without
+// measured shares, not to a sixteenth of what it uses itself. Weights still divide it: two busy
+// partitions entitled 1:3 are allocated 2 x 1/4 and 2 x 3/4 of what both use.
+TEST(NodeAdmissionTest, IdlePartitionsReserveNothingOfTheMeasuredCpu) {
+  NodeAdmission a({});
+  std::vector<Load> loads;
+  for (uint32_t id = 1; id <= 16; ++id) {
+    loads.push_back({.id = id,
+                     .cpu_nanos = id == 1 ? kTick / 10 : kTick / 100'000,
+                     .entitlement_nanos = kCapacity / 16.0,
+                     .consensus_delay_nanos = 80 * kMs});
+  }
+  std::vector<double> f;
+  for (int tick = 0; tick < 3; ++tick) f = a.Update(kTick, kCapacity, loads);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 0.125, 1e-9);
+  EXPECT_DOUBLE_EQ(f[0], 1);  // 0.1 cores: within the entitlement
+
+  NodeAdmission b({});
+  const std::vector<Load> weighted = {
+      {.id = 1, .cpu_nanos = kTick / 10, .entitlement_nanos = kCapacity / 4.0},
+      {.id = 2, .cpu_nanos = kTick / 10, .entitlement_nanos = 3 * kCapacity / 4.0}};
+  b.Update(kTick, kCapacity, weighted);
+  EXPECT_NEAR(b.stats().partitions[0].allocation_cores, 2 * 0.2 / 4, 1e-9);
+  EXPECT_NEAR(b.stats().partitions[1].allocation_cores, 2 * 0.2 * 3 / 4, 1e-9);
 }
 
 TEST(NodeAdmissionTest, PartitionsComeAndGo) {
   NodeAdmission a({});
-  a.Update(kCapacity, {L(1, 3, 80), L(2, 0.1)});
-  std::vector<double> f = a.Update(kCapacity, {L(2, 0.1), L(9, 0.1)});
+  a.Update(kTick, kCapacity, {L(1, 3, 80), L(2, 0.1)});
+  std::vector<double> f = a.Update(kTick, kCapacity, {L(2, 0.1), L(9, 0.1)});
   EXPECT_EQ(f, (std::vector<double>{1, 1}));  // 9 is new; 1 is forgotten
-  f = a.Update(kCapacity, {L(1, 0.1)});
+  f = a.Update(kTick, kCapacity, {L(1, 0.1)});
   EXPECT_DOUBLE_EQ(f[0], 1);  // back as new
 }
 

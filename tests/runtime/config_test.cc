@@ -34,6 +34,20 @@ TEST(ConfigTest, AnExplicitZeroBlockBudgetIsKeptAsNoBudget) {
   EXPECT_EQ(unset->resources().consensus_blocks_per_second(), 64u);
 }
 
+// Node-wide admission's measured shares and calm default on; explicit values are kept (0 ms of
+// calm: exit_ticks alone).
+TEST(ConfigTest, NodeAdmissionDefaultsAndExplicitValues) {
+  absl::StatusOr<node::config::NodeConfig> unset = ParseConfig("", "unset.conf", false);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_TRUE(unset->resources().node_admission().measured_shares());
+  EXPECT_EQ(unset->resources().node_admission().exit_calm_ms(), 1000u);
+  absl::StatusOr<node::config::NodeConfig> set = ParseConfig(
+      "resources { node_admission { measured_shares: false exit_calm_ms: 0 } }", "set.conf", false);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_FALSE(set->resources().node_admission().measured_shares());
+  EXPECT_EQ(set->resources().node_admission().exit_calm_ms(), 0u);
+}
+
 TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
   absl::StatusOr<node::config::NodeConfig> config = ParseConfig(R"pb(
                                                                   data_dir: "/tmp/n1"
@@ -125,6 +139,8 @@ TEST(ConfigTest, EachRuleRefuses) {
        "resources.node_admission.consensus_delay_target_ms: must be in (0, 60000], got -2"},
       {"resources { node_admission { exit_ticks: 5000 } }",
        "resources.node_admission.exit_ticks: must be in [1, 1000], got 5000"},
+      {"resources { node_admission { exit_calm_ms: 70000 } }",
+       "resources.node_admission.exit_calm_ms: must be in [0, 60000], got 70000"},
       {"resources { arbiter_advisory: true node_admission { enabled: true } }",
        "resources.arbiter_advisory: cannot be used with node_admission.enabled"},
       {"partitions { id: 1 name: \"a\" share { hard_ceiling: true } }",

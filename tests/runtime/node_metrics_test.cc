@@ -46,6 +46,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   ap->set_admit_fraction(0.25);
   ap->set_refused(31);
   ap->set_consensus_delay_ms(80);
+  ap->set_cpu_cores(0.125);
+  ap->set_allocation_cores(0.0625);
 
   node::admin::FlowStats stats;
   auto* p = stats.add_partitions();
@@ -138,6 +140,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_node_admission_episodes_total 2"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_fraction{partition=\"hot\"} 0.25"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_refused_total{partition=\"hot\"} 31"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_cpu_cores{partition=\"hot\"} 0.125"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_allocation_cores{partition=\"hot\"} 0.0625"));
   EXPECT_THAT(text,
               HasSubstr("noded_node_admission_consensus_delay_seconds{partition=\"hot\"} 0.08"));
   EXPECT_THAT(text, HasSubstr("noded_pool_txs{partition=\"hot\"} 99"));

@@ -208,6 +208,24 @@ TEST_F(NodectlTest, StatusNamesWhyAPartitionHalted) {
                                "on device\n"));
   EXPECT_THAT(out(), Not(HasSubstr("hot halted")));
 }
+
+TEST_F(NodectlTest, StatusShowsTheAdmissionCutsWithCpuAndAllocation) {
+  fake_.SetStatus(FromText<node::admin::NodeStatus>(R"pb(
+    node_id: "ab12"
+    partitions { id: 1 name: "hot" consensus_state: "NORMAL" }
+    partitions { id: 2 name: "steady" consensus_state: "NORMAL" }
+    admission {
+      enabled: true
+      congested: true
+      episodes: 3
+      trigger: "consensus lane of partition 2 late: 80ms > 50ms"
+      partitions { name: "hot" admit_fraction: 0.25 cpu_cores: 0.1 allocation_cores: 0.03 }
+      partitions { name: "steady" admit_fraction: 1 cpu_cores: 0.01 allocation_cores: 0.03 }
+    })pb"));
+  ASSERT_EQ(Run({"status"}), kExitOk) << err();
+  EXPECT_THAT(out(), HasSubstr("admission CONGESTED (consensus lane of partition 2 late: 80ms > "
+                               "50ms), 3 episodes; admitting hot 25% (0.1 of 0.03 cores)\n"));
+}
 TEST_F(NodectlTest, JsonOutputRoundTripsTheResponse) {
   fake_.SetStats(SampleStats());
   ASSERT_EQ(Run({"--json", "stats"}), kExitOk) << err();
