@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -17,19 +15,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "flowctl/proc_files.h"
 #include "glog/logging.h"
 
 namespace flowctl {
 namespace {
-
-// The whole of a small file, or nullopt when it cannot be read.
-std::optional<std::string> ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::optional<uint64_t> ReadUint(const std::string& path) {
   std::optional<std::string> text = ReadSmallFile(path);
@@ -37,20 +27,6 @@ std::optional<uint64_t> ReadUint(const std::string& path) {
   uint64_t v = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &v)) return std::nullopt;
   return v;
-}
-
-// "some avg10=1.23 avg60=... total=..." (first line of a PSI file) -> 1.23.
-std::optional<double> ParsePsiSomeAvg10(const std::string& text) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::ConsumePrefix(&line, "some ")) continue;
-    for (absl::string_view field : absl::StrSplit(line, ' ')) {
-      if (absl::ConsumePrefix(&field, "avg10=")) {
-        double v = 0;
-        if (absl::SimpleAtod(field, &v)) return v;
-      }
-    }
-  }
-  return std::nullopt;
 }
 
 // The value of `key` in a memory.stat file ("key value" lines), or 0.

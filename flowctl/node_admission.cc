@@ -40,8 +40,13 @@ absl::Status NodeAdmission::ValidateConfig(const Config& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("min_admit_fraction must be in (0, 1], got ", config.min_admit_fraction));
   }
-  if (config.exit_calm < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("exit_calm must be >= 0");
+  if (config.exit_calm < absl::ZeroDuration() || config.exit_calm == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("exit_calm must be >= 0 and finite, got ",
+                                                   absl::FormatDuration(config.exit_calm)));
+  }
+  if (!(config.cpu_pressure_percent >= 0 && config.cpu_pressure_percent <= 100)) {
+    return absl::InvalidArgumentError(absl::StrCat("cpu_pressure_percent must be in [0, 100], got ",
+                                                   config.cpu_pressure_percent));
   }
   if (config.exit_ticks < 1) {
     return absl::InvalidArgumentError(
@@ -55,7 +60,8 @@ NodeAdmission::NodeAdmission(Config config) : config_(config) {
 }
 
 std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_capacity_nanos,
-                                          absl::Span<const PartitionLoad> loads) {
+                                          absl::Span<const PartitionLoad> loads,
+                                          std::optional<double> cpu_pressure) {
   const int64_t target = absl::ToInt64Nanoseconds(config_.consensus_delay_target);
   const double elapsed = static_cast<double>(std::max<int64_t>(elapsed_nanos, 1));
   int64_t used = 0;
@@ -73,23 +79,32 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const bool calm =
       !late && !saturated && (latest == nullptr || 2 * latest->consensus_delay_nanos <= target);
 
-  // Forget partitions that are gone; new ones start fully admitted, at this tick's CPU. The rest
-  // move their smoothed CPU toward this tick's.
+  // Forget partitions that are gone; new ones start fully admitted, their first tick a baseline
+  // (CPU 0), their average starting at the second. The rest move their average toward this
+  // tick's CPU.
   const double alpha = -std::expm1(-elapsed / absl::ToDoubleNanoseconds(kUsageWindow));
   absl::flat_hash_map<uint32_t, Track> next;
   double total_rate = 0;
   for (const PartitionLoad& l : loads) {
     const double rate = static_cast<double>(l.cpu_nanos) / elapsed;
     auto it = tracks_.find(l.id);
-    Track t = it != tracks_.end() ? it->second : Track{.fraction = 1, .cpu_rate = rate};
-    t.cpu_rate += alpha * (rate - t.cpu_rate);
+    Track t;
+    if (it != tracks_.end()) {
+      t = it->second;
+      t.cpu_rate = t.sampled ? t.cpu_rate + alpha * (rate - t.cpu_rate) : rate;
+      t.sampled = true;
+    }
     total_rate += t.cpu_rate;
     next[l.id] = t;
   }
   tracks_ = std::move(next);
 
-  // The measured allocation: the partitions' smoothed CPU, divided by entitlement (weight,
-  // guarantee and ceiling) among the active ones.
+  // The measured allocation, while the CPU is contended: the partitions' smoothed CPU, divided by
+  // entitlement (weight, guarantee and ceiling) among the active ones.
+  const bool measured =
+      config_.measured_shares && (!cpu_pressure || *cpu_pressure >= config_.cpu_pressure_percent);
+  stats_.cpu_pressure = cpu_pressure;
+  stats_.measured_allocation = measured;
   const double active_floor =
       loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
   double active_weight = 0;
@@ -137,7 +152,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     const double entitled_rate = l.entitlement_nanos / elapsed;
     double allocation = entitled_rate;
     const bool active = l.backlogged || t.cpu_rate >= active_floor;
-    if (config_.measured_shares && active && active_weight > 0) {
+    if (measured && active && active_weight > 0) {
       allocation = std::min(allocation,
                             kMeasuredShareSlack * total_rate * l.entitlement_nanos / active_weight);
     }

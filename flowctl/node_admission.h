@@ -9,37 +9,41 @@
 //   consensus_delay    its consensus lane's queueing delay over the tick (p99, or the age of the
 //                      oldest queued message if larger; Dispatcher::AdaptWeights);
 //   backlogged         work was queued at the tick.
-// Each partition's CPU is smoothed over kUsageWindow (an exponential average of its rate): a
-// tick of the arbiter (5 ms by default) holds a job or none, so a single tick says little.
+// Each partition's CPU is smoothed over kUsageWindow (an exponential average of its rate). A
+// partition's first tick is only a baseline (its CPU since it started, which may include its
+// start), so its average starts at its second.
 //
 // Episode. It starts when any partition's consensus delay is above `consensus_delay_target`
 // ("late"), or when the partitions together used at least `cpu_busy_fraction` of the worker CPU
 // in the tick with work still queued ("saturated"). It ends after `exit_ticks` ticks in a row, and
 // `exit_calm` of time, with neither signal and no consensus delay above half the target ("calm"),
 // and every partition's admit fraction back to at least kExitAdmitFraction (the refill-to-90%
-// exit of stake-weighted QoS schemes): the hysteresis keeps it from flapping at the edge. The
-// calm must outlast the time a cut takes to show: a flooded partition let back in after 25 ms of
-// calm brings its congestion back before the episode has held it long enough to matter
-// (docs/BENCHMARKS.md, "Node-wide admission").
+// exit of stake-weighted QoS schemes): the hysteresis keeps it from flapping at the edge.
 //
 // Allocation. What a partition is held to during an episode is its entitlement: its share with
 // every partition busy, so nobody borrows idle share. The entitlement divides the worker pool
 // (threads x time), which is what the node has only when it has its cores to itself. A node that
 // shares its machine (other nodes, a CPU quota) gets less, and against the pool's capacity no
-// partition ever looks over its share. So with `measured_shares` (the default) the allocation is
-// the smaller of the entitlement and kMeasuredShareSlack x the partition's weighted share of the
-// CPU its partitions used (smoothed), divided among the partitions that use at least
-// kActiveShare of an equal share (or have work queued): idle partitions reserve nothing of what
-// the node measurably gets. The slack leaves room for the differences between partitions that
-// are not load (a partition's primary on this node costs it more than a backup).
+// partition ever looks over its share. So with `measured_shares` (the default), while the CPU is
+// contended (PSI "some avg10" of the node's cgroup or machine at least `cpu_pressure_percent`,
+// or unknown: flowctl/cpu_pressure.h), the allocation is the smaller of the entitlement and
+// kMeasuredShareSlack x the partition's weighted share of the CPU the partitions used (smoothed),
+// divided among the *active* partitions (those that use at least kActiveShare of an equal share,
+// or have work queued): idle partitions reserve nothing of what the node measurably gets. The
+// slack leaves room for the differences between partitions that are not load (a partition's
+// primary on this node costs it more than a backup); it also means that a partition holding half
+// the active weight or more is never held below what it uses (with two equal partitions the
+// measured allocation is their total). With the CPU uncontended, the worker pool is the capacity
+// and the entitlement the allocation.
 //
 // Shedding. Each partition has an admit fraction in [min_admit_fraction, 1]: the share of its
 // client write calls let through (AdmissionShedder; a batch is one call). During an episode, until
 // its refill:
 //   - a partition using more than its allocation (over = smoothed cpu / allocation > 1) is cut,
 //     at a rate of max(kMaxCut, 1 / over) per kStepPeriod: in proportion to its excess. On every
-//     tick of the episode, not only those with a signal: signals come and go within an episode,
-//     and cut only on those a flooded partition stayed at about 3x its allocation;
+//     tick of the episode, not only those with a signal, which come and go within an episode.
+//     The smoothed CPU lags a cut by about kUsageWindow, so the cut overshoots: a flooded
+//     partition goes well below its allocation before the average shows it there;
 //   - any other partition grows by kGrowStep per kStepPeriod, up to 1. A partition within its
 //     allocation is never cut, even when its own consensus lane is late: on a machine short of
 //     cores every lane is late, and cutting the quiet partitions only lost their writes
@@ -54,6 +58,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,8 +111,9 @@ class NodeAdmission {
     double cpu_busy_fraction = 0.9;                                  // (0, 1]
     double min_admit_fraction = 0.05;                                // (0, 1]
     int exit_ticks = 5;                                              // >= 1
-    absl::Duration exit_calm = absl::Seconds(1);                     // >= 0
+    absl::Duration exit_calm = absl::Seconds(1);                     // >= 0, finite
     bool measured_shares = true;
+    double cpu_pressure_percent = 10;  // [0, 100]; 0: measured shares whatever the pressure
   };
 
   struct PartitionLoad {
@@ -129,7 +135,9 @@ class NodeAdmission {
 
   struct Stats {
     bool congested = false;
-    uint64_t episodes = 0;  // started since creation
+    std::optional<double> cpu_pressure;  // PSI some avg10 (percent) at the last Update
+    bool measured_allocation = false;    // the last Update's allocations were measured shares
+    uint64_t episodes = 0;               // started since creation
     uint64_t congested_ticks = 0;
     std::string trigger;                     // what started the current or last episode
     std::vector<PartitionState> partitions;  // as of the last Update, in its order
@@ -139,11 +147,13 @@ class NodeAdmission {
   // REQUIRES: ValidateConfig(config).ok().
   explicit NodeAdmission(Config config);
 
-  // One tick of `elapsed_nanos` (> 0). `cpu_capacity_nanos` = worker threads x elapsed.
-  // Partitions not in `loads` are forgotten (removed); new ones start at fraction 1. Returns each
-  // partition's admit fraction, in `loads` order.
+  // One tick of `elapsed_nanos` (> 0). `cpu_capacity_nanos` = worker threads x elapsed;
+  // `cpu_pressure`, PSI some avg10 in percent (nullopt: unknown). Partitions not in `loads` are
+  // forgotten (removed); new ones start at fraction 1. Returns each partition's admit fraction,
+  // in `loads` order.
   std::vector<double> Update(int64_t elapsed_nanos, int64_t cpu_capacity_nanos,
-                             absl::Span<const PartitionLoad> loads);
+                             absl::Span<const PartitionLoad> loads,
+                             std::optional<double> cpu_pressure = std::nullopt);
 
   const Stats& stats() const { return stats_; }
   const Config& config() const { return config_; }
@@ -152,7 +162,8 @@ class NodeAdmission {
   const Config config_;
   struct Track {
     double fraction = 1;
-    double cpu_rate = 0;  // smoothed CPU nanoseconds per nanosecond
+    double cpu_rate = 0;   // smoothed CPU nanoseconds per nanosecond
+    bool sampled = false;  // false until its first tick after the baseline
   };
   int calm_ticks_ = 0;
   int64_t calm_nanos_ = 0;  // of calm ticks in a row

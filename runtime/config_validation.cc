@@ -380,6 +380,10 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
     check.Fail("node_admission.exit_ticks",
                absl::StrCat("must be in [1, 1000], got ", na.exit_ticks()));
   }
+  if (!(na.cpu_pressure_percent() >= 0 && na.cpu_pressure_percent() <= 100)) {
+    check.Fail("node_admission.cpu_pressure_percent",
+               absl::StrCat("must be in [0, 100], got ", na.cpu_pressure_percent()));
+  }
   if (na.exit_calm_ms() > 60000) {
     check.Fail("node_admission.exit_calm_ms",
                absl::StrCat("must be in [0, 60000], got ", na.exit_calm_ms()));

@@ -136,10 +136,16 @@ absl::Status Node::Start() {
         .min_admit_fraction = na.min_admit_fraction(),
         .exit_ticks = static_cast<int>(na.exit_ticks()),
         .exit_calm = absl::Milliseconds(na.exit_calm_ms()),
-        .measured_shares = na.measured_shares()};
+        .measured_shares = na.measured_shares(),
+        .cpu_pressure_percent = na.cpu_pressure_percent()};
     RETURN_IF_ERROR(flowctl::NodeAdmission::ValidateConfig(ac));
     absl::MutexLock lock(&admission_mu_);
     admission_ = std::make_unique<flowctl::NodeAdmission>(ac);
+    cpu_pressure_ = options_.cpu_pressure_source ? options_.cpu_pressure_source()
+                                                 : std::make_unique<flowctl::ProcCpuPressure>();
+    const std::optional<double> psi = cpu_pressure_->SomeAvg10();
+    LOG(INFO) << "node admission: CPU pressure from " << cpu_pressure_->Describe()
+              << (psi ? absl::StrCat(" (some avg10 ", *psi, "%)") : " (not readable: unknown)");
   }
   // One timer for every partition's ticks (partitions own no threads).
   scheduler_ = std::make_unique<flowctl::TickScheduler>(options_.clock);
@@ -432,8 +438,9 @@ void Node::AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
   for (flowctl::ResourceConsumer* c : consumers) {
     loads.push_back(static_cast<Partition*>(c)->AdmissionLoad());
   }
-  const std::vector<double> fractions = admission_->Update(
-      static_cast<int64_t>(elapsed_nanos), static_cast<int64_t>(cpu_capacity_nanos), loads);
+  const std::vector<double> fractions = admission_->Update(static_cast<int64_t>(elapsed_nanos),
+                                                           static_cast<int64_t>(cpu_capacity_nanos),
+                                                           loads, cpu_pressure_->SomeAvg10());
   for (size_t i = 0; i < consumers.size(); ++i) {
     static_cast<Partition*>(consumers[i])->SetAdmitFraction(fractions[i]);
   }
@@ -452,6 +459,8 @@ node::admin::NodeAdmissionStatus Node::NodeAdmissionStatus() const {
   out.set_episodes(st.episodes);
   out.set_congested_ticks(st.congested_ticks);
   out.set_trigger(st.trigger);
+  if (st.cpu_pressure) out.set_cpu_pressure_percent(*st.cpu_pressure);
+  out.set_measured_allocation(st.measured_allocation);
   for (const std::shared_ptr<Partition>& p : partitions()) {
     auto* a = out.add_partitions();
     a->set_name(p->name());

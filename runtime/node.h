@@ -45,6 +45,7 @@
 #include "flowctl/arbiter_service.h"
 #include "flowctl/block_budget.h"
 #include "flowctl/clock.h"
+#include "flowctl/cpu_pressure.h"
 #include "flowctl/egress_accounting.h"
 #include "flowctl/memory_pressure.h"
 #include "flowctl/node_admission.h"
@@ -96,6 +97,9 @@ struct NodeOptions {
   // Tests: where memory pressure reads from (flowctl/memory_pressure.h). Empty: the process and
   // its cgroup (ProcMemorySource).
   std::function<std::unique_ptr<flowctl::MemorySource>()> memory_source = {};
+  // Tests: where node-wide admission reads the CPU pressure (flowctl/cpu_pressure.h). Empty: the
+  // node's cgroup or the machine (ProcCpuPressure).
+  std::function<std::unique_ptr<flowctl::CpuPressureSource>()> cpu_pressure_source = {};
 };
 
 class Node {
@@ -241,6 +245,7 @@ class Node {
   // read by NodeAdmissionStatus.
   mutable absl::Mutex admission_mu_;
   std::unique_ptr<flowctl::NodeAdmission> admission_ ABSL_GUARDED_BY(admission_mu_);
+  std::unique_ptr<flowctl::CpuPressureSource> cpu_pressure_ ABSL_GUARDED_BY(admission_mu_);
   // The arbiter's after_tick: feeds the partitions' loads to admission_ and sets their fractions.
   void AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
                      absl::Span<flowctl::ResourceConsumer* const> consumers);

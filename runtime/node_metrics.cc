@@ -129,6 +129,14 @@ void AddNodeAdmission(const node::admin::NodeAdmissionStatus& a, Families* f) {
            "1 during a congestion episode of the node-wide admission.", {}, a.congested() ? 1 : 0);
   f->Counter("noded_node_admission_episodes_total", "Congestion episodes started.", {},
              static_cast<double>(a.episodes()));
+  if (a.has_cpu_pressure_percent()) {
+    f->Gauge("noded_node_admission_cpu_pressure_percent",
+             "PSI some avg10 of the CPU (the node's cgroup or the machine), as admission read it.",
+             {}, a.cpu_pressure_percent());
+  }
+  f->Gauge("noded_node_admission_measured_allocation",
+           "1 when the allocations are measured shares (the CPU contended), 0 when entitlements.",
+           {}, a.measured_allocation() ? 1 : 0);
   for (const auto& p : a.partitions()) {
     const Labels l = {{"partition", p.name()}};
     f->Gauge("noded_node_admission_fraction",

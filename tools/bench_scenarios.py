@@ -40,8 +40,8 @@ LANES_SECONDS (default 25), LANES_REPS (off/on pairs, default 2), LANES_WEIGHTS 
 body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMISSION_FLOOD
 (p1's tx/s from second 15, default 1000), ADMISSION_QUIET (each other partition's tx/s, default
 20), ADMISSION_REPS (rounds of every mode, default 1), ADMISSION_MODES (default off,on; also
-static: measured_shares false), ADMISSION_CONFIG (more node_admission fields); shares: SHARES_RATE (each flooded partition's
-tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
+static: measured_shares false), ADMISSION_CONFIG (more node_admission fields); shares:
+SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
 cpu,ceiling,memory,egress), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
 SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (bytes/s per node in
@@ -1698,6 +1698,9 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
         # The flooded partition's admission on node 1, sampled every 3 s: its fraction and its
         # CPU over its allocation (what the admission holds it to) while cut, and both in cores.
         fractions, refused, over, cores = [], 0, [], []
+        pressure = [float(st.get("admission", {})["cpu_pressure_percent"]) for _, st in samples
+                    if "cpu_pressure_percent" in st.get("admission", {})]
+        measured = sum(1 for _, st in samples if st.get("admission", {}).get("measured_allocation"))
         for _, status in samples:  # min and max over the run: the flood is where they move
             for a in status.get("admission", {}).get("partitions", []):
                 if a.get("name") == flooded:
@@ -1714,7 +1717,8 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
                 "quiet_rate": sum(window_rate(p[nm], "committed", flood_at + 3, seconds)
                                   for nm in quiet),
                 "fractions": fractions, "refused": refused, "over": sorted(over),
-                "cores": cores,
+                "cores": cores, "pressure": sorted(pressure), "measured": measured,
+                "samples": len(samples),
                 "episodes": max([int(st2.get("admission", {}).get("episodes", 0))
                                  for _, st2 in samples] or [0])}
 
@@ -1735,6 +1739,8 @@ def admission():
     for m in modes:
         if m not in ("off", "on", "static"):
             sys.exit("ADMISSION_MODES: unknown mode %r (off, on, static)" % m)
+    if len(set(modes)) != len(modes):
+        sys.exit("ADMISSION_MODES: a mode given twice: %s" % ",".join(modes))
     seconds, flood_at = 40, 15
     for i in range(reps):
         rows = {}
@@ -1749,14 +1755,17 @@ def admission():
             return ("quiet partitions' p99 flood/idle: median %.2f, worst %.2f (%d of %d <= 1.2); "
                     "%d VC; flooded p1 %.0f tx/s (p99 %.0f ms), quiet total %.0f tx/s; p1 admit "
                     "fraction on node 1 min %.2f, %d refused, %d episodes; p1 CPU / allocation "
-                    "while cut, median %s (%d samples; CPU %s of %s cores)"
+                    "while cut, median %s (%d samples; CPU %s of %s cores); node 1's CPU pressure "
+                    "median %s%%, measured shares in %d of %d samples"
                     % (q[len(q) // 2] if q else 0, q[-1] if q else 0,
                        sum(1 for x in q if x <= 1.2), len(q), r["vc"], r["flood_rate"],
                        r["flood_p99"], r["quiet_rate"],
                        min(r["fractions"] or [1]), r["refused"], r["episodes"],
                        "%.2f" % r["over"][len(r["over"]) // 2] if r["over"] else "-",
                        len(r["over"]), "%.3f" % mid[0] if mid else "-",
-                       "%.3f" % mid[1] if mid else "-"))
+                       "%.3f" % mid[1] if mid else "-",
+                       "%.0f" % r["pressure"][len(r["pressure"]) // 2] if r["pressure"] else "-",
+                       r["measured"], r["samples"]))
         ours = [m for m in modes if m != "off"]
 
         def worst(r):

@@ -189,13 +189,16 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
   if (s.admission().enabled()) {
     const node::admin::NodeAdmissionStatus& a = s.admission();
     out << "admission " << (a.congested() ? "CONGESTED (" + a.trigger() + ")" : "calm") << ", "
-        << a.episodes() << " episodes";
+        << a.episodes() << " episodes, CPU pressure "
+        << (a.has_cpu_pressure_percent() ? absl::StrCat(FormatNumber(a.cpu_pressure_percent()), "%")
+                                         : "unknown")
+        << (a.measured_allocation() ? " (measured shares)" : " (entitlements)");
     std::vector<std::string> cut;
     for (const auto& p : a.partitions()) {
       if (p.admit_fraction() < 1) {
-        cut.push_back(absl::StrCat(p.name(), " ", static_cast<int>(100 * p.admit_fraction()), "% (",
-                                   FormatNumber(p.cpu_cores()), " of ",
-                                   FormatNumber(p.allocation_cores()), " cores)"));
+        cut.push_back(absl::StrFormat("%s %d%% (%.3g of %.3g cores)", p.name(),
+                                      static_cast<int>(100 * p.admit_fraction()), p.cpu_cores(),
+                                      p.allocation_cores()));
       }
     }
     if (!cut.empty()) out << "; admitting " << absl::StrJoin(cut, ", ");

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,14 @@ Load L(uint32_t id, double over, int64_t delay_ms = 1, bool backlogged = false) 
           .entitlement_nanos = entitlement,
           .consensus_delay_nanos = delay_ms * kMs,
           .backlogged = backlogged};
+}
+
+// A partition's first tick is a baseline, not a sample: a calm tick with the same CPU, so that the
+// next Update sees it.
+void Prime(NodeAdmission& a, int64_t tick, std::vector<Load> loads) {
+  for (Load& l : loads) l.consensus_delay_nanos = kMs;
+  a.Update(tick, 2 * tick, loads);
+  ASSERT_FALSE(a.stats().congested);
 }
 
 TEST(AdmissionShedderTest, LetsThroughItsFractionEvenly) {
@@ -62,6 +71,7 @@ TEST(NodeAdmissionTest, ACalmNodeAdmitsEverything) {
 // within its entitlement is not cut (nor is a third).
 TEST(NodeAdmissionTest, ALateConsensusLaneCutsByExcess) {
   NodeAdmission a({.consensus_delay_target = absl::Milliseconds(50)});
+  Prime(a, kTick, {L(1, 1.25), L(2, 0.5), L(3, 0.1)});
   std::vector<double> f = a.Update(kTick, kCapacity, {L(1, 1.25), L(2, 0.5, 80), L(3, 0.1)});
   EXPECT_TRUE(a.stats().congested);
   EXPECT_EQ(a.stats().episodes, 1u);
@@ -101,6 +111,7 @@ TEST(NodeAdmissionTest, SaturatedCpuWithWorkQueuedStartsAnEpisode) {
 // cut on every tick of the episode, calm or not.
 TEST(NodeAdmissionTest, EndsAfterCalmTicksAndARefill) {
   NodeAdmission a({.exit_ticks = 3, .exit_calm = absl::ZeroDuration()});
+  Prime(a, kTick, {L(1, 2)});
   for (int tick = 0; tick < 4; ++tick) a.Update(kTick, kCapacity, {L(1, 2, 80)});
   EXPECT_DOUBLE_EQ(a.stats().partitions[0].admit_fraction, 0.0625);  // 0.5^4
 
@@ -142,6 +153,7 @@ TEST(NodeAdmissionTest, TheCalmMustLastExitCalm) {
                 .entitlement_nanos = kShort,
                 .consensus_delay_nanos = delay_ms * kMs};
   };
+  Prime(a, kShort, {load(1.2, 1)});
   std::vector<double> f;
   for (int tick = 0; tick < 100; ++tick) f = a.Update(kShort, 2 * kShort, {load(1.2, 80)});
   const double cut = f[0];
@@ -182,6 +194,7 @@ TEST(NodeAdmissionTest, StepsArePerTimeNotPerTick) {
                 .entitlement_nanos = entitlement,
                 .consensus_delay_nanos = delay_ms * kMs};
   };
+  Prime(a, kShort, {load(4, 1)});
   std::vector<double> f;
   for (int tick = 0; tick < 20; ++tick) f = a.Update(kShort, 2 * kShort, {load(4, 80)});
   EXPECT_NEAR(f[0], 0.5, 1e-9);  // halved at most per 100 ms
@@ -196,10 +209,11 @@ TEST(NodeAdmissionTest, StepsArePerTimeNotPerTick) {
 // A node short of the CPU its worker pool promises: 16 partitions, each entitled to 1/16 of 2
 // workers (0.125 cores), but the node gets much less. Partition 1 uses 0.1 cores (within its
 // entitlement, never cut by it), the others 0.01 each (0.02 for one, say its primary is here):
-// 0.26 in all. Against the measured CPU, partition 1's allocation is 2 x 0.26 / 16 = 0.0325
-// cores: it is cut;
-// the others are not, the 0.02 one included (the slack). With measured_shares off, nobody is.
-TEST(NodeAdmissionTest, MeasuredSharesHoldAPartitionToItsShareOfWhatTheNodeGets) {
+// 0.26 in all. With the CPU contended (PSI at or above cpu_pressure_percent, or unknown),
+// partition 1's allocation is 2 x 0.26 / 16 = 0.0325 cores: it is cut; the others are not, the
+// 0.02 one included (the slack). With the CPU uncontended, or measured_shares off, the
+// allocation is the entitlement and nobody is cut.
+TEST(NodeAdmissionTest, MeasuredSharesHoldAPartitionToItsShareOfWhatTheNodeGetsWhileContended) {
   const auto loads = [](int64_t delay_ms) {
     std::vector<Load> out;
     for (uint32_t id = 1; id <= 16; ++id) {
@@ -211,14 +225,26 @@ TEST(NodeAdmissionTest, MeasuredSharesHoldAPartitionToItsShareOfWhatTheNodeGets)
     }
     return out;
   };
-  for (const bool measured : {true, false}) {
-    SCOPED_TRACE(measured ? "measured shares" : "entitlements only");
-    NodeAdmission a({.measured_shares = measured});
+  struct Case {
+    const char* name;
+    bool measured_shares;
+    std::optional<double> pressure;
+    bool measured;  // expected
+  };
+  for (const Case& c :
+       {Case{"contended", true, 40.0, true}, Case{"at the threshold", true, 10.0, true},
+        Case{"pressure unknown", true, std::nullopt, true}, Case{"uncontended", true, 9.5, false},
+        Case{"measured shares off", false, 40.0, false}}) {
+    SCOPED_TRACE(c.name);
+    NodeAdmission a({.measured_shares = c.measured_shares});
+    Prime(a, kTick, loads(1));
     std::vector<double> f;
-    for (int tick = 0; tick < 10; ++tick) f = a.Update(kTick, kCapacity, loads(80));
+    for (int tick = 0; tick < 10; ++tick) f = a.Update(kTick, kCapacity, loads(80), c.pressure);
+    EXPECT_EQ(a.stats().measured_allocation, c.measured);
+    EXPECT_EQ(a.stats().cpu_pressure, c.pressure);
     const NodeAdmission::PartitionState& p1 = a.stats().partitions[0];
     EXPECT_NEAR(p1.cpu_cores, 0.1, 1e-9);
-    if (measured) {
+    if (c.measured) {
       EXPECT_NEAR(p1.allocation_cores, 2 * 0.26 / 16, 1e-9);
       EXPECT_NEAR(p1.cpu_over_entitlement, 0.1 / (2 * 0.26 / 16), 1e-9);
       EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);  // 0.5 per tick
@@ -228,6 +254,20 @@ TEST(NodeAdmissionTest, MeasuredSharesHoldAPartitionToItsShareOfWhatTheNodeGets)
     }
     for (size_t i = 1; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], 1) << "partition " << i + 1;
   }
+}
+
+// A partition's first tick is a baseline: its CPU since it started (its start included) is not
+// a sample. A new partition reporting 10 cores in its first tick is not cut during an episode,
+// and its average starts at its second tick's CPU.
+TEST(NodeAdmissionTest, ANewPartitionsFirstTickIsABaseline) {
+  NodeAdmission a({});
+  std::vector<double> f = a.Update(kTick, kCapacity, {L(1, 20, 80)});
+  EXPECT_TRUE(a.stats().congested);
+  EXPECT_DOUBLE_EQ(f[0], 1);
+  EXPECT_EQ(a.stats().partitions[0].cpu_cores, 0);
+  f = a.Update(kTick, kCapacity, {L(1, 0.5, 80)});
+  EXPECT_NEAR(a.stats().partitions[0].cpu_cores, 0.5, 1e-9);  // 0.5 x its 1-core entitlement
+  EXPECT_DOUBLE_EQ(f[0], 1);
 }
 
 // The measured allocation is divided among the partitions that use the CPU: one flooded
@@ -252,6 +292,7 @@ TEST(NodeAdmissionTest, IdlePartitionsReserveNothingOfTheMeasuredCpu) {
   const std::vector<Load> weighted = {
       {.id = 1, .cpu_nanos = kTick / 10, .entitlement_nanos = kCapacity / 4.0},
       {.id = 2, .cpu_nanos = kTick / 10, .entitlement_nanos = 3 * kCapacity / 4.0}};
+  b.Update(kTick, kCapacity, weighted);  // the baseline
   b.Update(kTick, kCapacity, weighted);
   EXPECT_NEAR(b.stats().partitions[0].allocation_cores, 2 * 0.2 / 4, 1e-9);
   EXPECT_NEAR(b.stats().partitions[1].allocation_cores, 2 * 0.2 * 3 / 4, 1e-9);
@@ -272,6 +313,10 @@ TEST(NodeAdmissionTest, ConfigIsValidated) {
   EXPECT_FALSE(NodeAdmission::ValidateConfig({.cpu_busy_fraction = 0}).ok());
   EXPECT_FALSE(NodeAdmission::ValidateConfig({.min_admit_fraction = 1.5}).ok());
   EXPECT_FALSE(NodeAdmission::ValidateConfig({.exit_ticks = 0}).ok());
+  EXPECT_FALSE(NodeAdmission::ValidateConfig({.exit_calm = absl::Milliseconds(-1)}).ok());
+  EXPECT_FALSE(NodeAdmission::ValidateConfig({.exit_calm = absl::InfiniteDuration()}).ok());
+  EXPECT_FALSE(NodeAdmission::ValidateConfig({.cpu_pressure_percent = 101}).ok());
+  EXPECT_FALSE(NodeAdmission::ValidateConfig({.cpu_pressure_percent = -1}).ok());
   EXPECT_TRUE(NodeAdmission::ValidateConfig({}).ok());
 }
 

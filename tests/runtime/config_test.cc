@@ -41,6 +41,7 @@ TEST(ConfigTest, NodeAdmissionDefaultsAndExplicitValues) {
   ASSERT_TRUE(unset.ok()) << unset.status();
   EXPECT_TRUE(unset->resources().node_admission().measured_shares());
   EXPECT_EQ(unset->resources().node_admission().exit_calm_ms(), 1000u);
+  EXPECT_EQ(unset->resources().node_admission().cpu_pressure_percent(), 10);
   absl::StatusOr<node::config::NodeConfig> set = ParseConfig(
       "resources { node_admission { measured_shares: false exit_calm_ms: 0 } }", "set.conf", false);
   ASSERT_TRUE(set.ok()) << set.status();
@@ -141,6 +142,8 @@ TEST(ConfigTest, EachRuleRefuses) {
        "resources.node_admission.exit_ticks: must be in [1, 1000], got 5000"},
       {"resources { node_admission { exit_calm_ms: 70000 } }",
        "resources.node_admission.exit_calm_ms: must be in [0, 60000], got 70000"},
+      {"resources { node_admission { cpu_pressure_percent: 150 } }",
+       "resources.node_admission.cpu_pressure_percent: must be in [0, 100], got 150"},
       {"resources { arbiter_advisory: true node_admission { enabled: true } }",
        "resources.arbiter_advisory: cannot be used with node_admission.enabled"},
       {"partitions { id: 1 name: \"a\" share { hard_ceiling: true } }",

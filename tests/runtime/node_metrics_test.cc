@@ -46,6 +46,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   ap->set_admit_fraction(0.25);
   ap->set_refused(31);
   ap->set_consensus_delay_ms(80);
+  admission->set_cpu_pressure_percent(41.5);
+  admission->set_measured_allocation(true);
   ap->set_cpu_cores(0.125);
   ap->set_allocation_cores(0.0625);
 
@@ -141,6 +143,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_node_admission_fraction{partition=\"hot\"} 0.25"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_refused_total{partition=\"hot\"} 31"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_cpu_cores{partition=\"hot\"} 0.125"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_cpu_pressure_percent 41.5"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_measured_allocation 1"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_allocation_cores{partition=\"hot\"} 0.0625"));
   EXPECT_THAT(text,
               HasSubstr("noded_node_admission_consensus_delay_seconds{partition=\"hot\"} 0.08"));
