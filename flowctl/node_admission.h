@@ -111,7 +111,7 @@ class NodeAdmission {
     double cpu_busy_fraction = 0.9;                                  // (0, 1]
     double min_admit_fraction = 0.05;                                // (0, 1]
     int exit_ticks = 5;                                              // >= 1
-    absl::Duration exit_calm = absl::Seconds(1);                     // >= 0, finite
+    absl::Duration exit_calm = absl::Seconds(3);                     // >= 0, finite
     bool measured_shares = true;
     double cpu_pressure_percent = 10;  // [0, 100]; 0: measured shares whatever the pressure
   };

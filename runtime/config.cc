@@ -258,7 +258,7 @@ void ApplyDefaults(NodeConfig* config) {
   if (na.min_admit_fraction() == 0) na.set_min_admit_fraction(0.05);
   if (na.exit_ticks() == 0) na.set_exit_ticks(5);
   if (!na.has_measured_shares()) na.set_measured_shares(true);
-  if (!na.has_exit_calm_ms()) na.set_exit_calm_ms(1000);
+  if (!na.has_exit_calm_ms()) na.set_exit_calm_ms(3000);
   if (!na.has_cpu_pressure_percent()) na.set_cpu_pressure_percent(10);
   if (config->partitions().empty()) {
     auto* hot = config->add_partitions();

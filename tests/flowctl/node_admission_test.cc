@@ -140,13 +140,13 @@ TEST(NodeAdmissionTest, EndsAfterCalmTicksAndARefill) {
   EXPECT_DOUBLE_EQ(a.Update(kTick, kCapacity, {L(1, 2)})[0], 1);
 }
 
-// Besides exit_ticks, the calm must last exit_calm (1 s by default): with 5 ms ticks, five calm
-// ticks (25 ms, all it took before exit_calm) do not refill; the fractions are cut while the
-// partition's smoothed CPU is over its entitlement and grow at kGrowStep once it is within, until
-// a second of calm has passed, and only then refill at kRefillStep.
+// Besides exit_ticks, the calm must last exit_calm (1 s here; 3 s by default): with 5 ms ticks,
+// five calm ticks (25 ms, all it took before exit_calm) do not refill; the fractions are cut while
+// the partition's smoothed CPU is over its entitlement and grow at kGrowStep once it is within,
+// until a second of calm has passed, and only then refill at kRefillStep.
 TEST(NodeAdmissionTest, TheCalmMustLastExitCalm) {
   constexpr int64_t kShort = 5 * kMs;
-  NodeAdmission a({});
+  NodeAdmission a({.exit_calm = absl::Seconds(1)});
   const auto load = [&](double over, int64_t delay_ms) {
     return Load{.id = 1,
                 .cpu_nanos = static_cast<int64_t>(over * kShort),

@@ -40,7 +40,7 @@ TEST(ConfigTest, NodeAdmissionDefaultsAndExplicitValues) {
   absl::StatusOr<node::config::NodeConfig> unset = ParseConfig("", "unset.conf", false);
   ASSERT_TRUE(unset.ok()) << unset.status();
   EXPECT_TRUE(unset->resources().node_admission().measured_shares());
-  EXPECT_EQ(unset->resources().node_admission().exit_calm_ms(), 1000u);
+  EXPECT_EQ(unset->resources().node_admission().exit_calm_ms(), 3000u);
   EXPECT_EQ(unset->resources().node_admission().cpu_pressure_percent(), 10);
   absl::StatusOr<node::config::NodeConfig> set = ParseConfig(
       "resources { node_admission { measured_shares: false exit_calm_ms: 0 } }", "set.conf", false);
