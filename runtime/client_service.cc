@@ -180,7 +180,13 @@ class HeldClientRead final : public HeldRead {
     admission_.Finish();
   }
 
+  bool Cancelled() const override { return context_->IsCancelled(); }
+
   void GiveUp(GiveUpReason reason) override {
+    if (reason == GiveUpReason::kCancelled) {
+      call_->Reply(grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled while it waited"));
+      return;
+    }
     if (reason == GiveUpReason::kShutdown) {
       call_->Reply(grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down"));
       return;

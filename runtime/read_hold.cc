@@ -110,17 +110,34 @@ bool ReadHold::Waiting(uint64_t queue) const {
   return it != queues_.end() && (it->second.busy || it->second.counters.waiting > 0);
 }
 
+void ReadHold::SweepCancelled(Queue& q, int64_t now_ns,
+                              std::vector<std::unique_ptr<HeldRead>>* out) {
+  if (now_ns - q.last_sweep_ns < kCancelSweepNanos) return;
+  q.last_sweep_ns = now_ns;
+  TakeIf(
+      q, [](const Entry& e) { return e.read->Cancelled(); }, out);
+}
+
 ReadHold::HoldResult ReadHold::Hold(const void* owner, uint64_t queue, const std::string& client,
                                     std::unique_ptr<HeldRead>& read, int64_t retry_after_ns,
                                     int64_t max_wait_ns, size_t max_waiting) {
+  std::vector<std::unique_ptr<HeldRead>> cancelled;
+  // Answered after the lock is released, on return.
+  struct GiveUpCancelled {
+    std::vector<std::unique_ptr<HeldRead>>* reads;
+    ~GiveUpCancelled() {
+      for (auto& r : *reads) r->GiveUp(HeldRead::GiveUpReason::kCancelled);
+    }
+  } give_up{&cancelled};
   absl::MutexLock lock(&mu_);
   if (stopped_ || ended_owners_.contains(owner)) return HoldResult::kStopped;
   Queue& q = queues_[queue];
+  const int64_t now = clock_->NowNanos();
+  if (q.counters.waiting >= max_waiting) SweepCancelled(q, now, &cancelled);
   if (q.counters.waiting >= max_waiting) {
     ++q.counters.full;
     return HoldResult::kFull;
   }
-  const int64_t now = clock_->NowNanos();
   const int64_t deadline_ns = now + max_wait_ns;
   if (q.counters.waiting == 0 && !q.busy) {
     q.next_try_ns = now + std::clamp(retry_after_ns, kMinRetryNanos, kMaxRetryNanos);
@@ -152,11 +169,18 @@ void ReadHold::RunQueue(uint64_t key, int64_t now_ns) {
       ++q.counters.expired;
     }
   }
-  if (!expired.empty()) {
+  // And reads whose calls were cancelled, wherever they wait.
+  std::vector<std::unique_ptr<HeldRead>> cancelled;
+  SweepCancelled(q, now_ns, &cancelled);
+  if (!expired.empty() || !cancelled.empty()) {
     Tidy(q);
     mu_.Unlock();
     for (auto& read : expired) {
       read->GiveUp(HeldRead::GiveUpReason::kWaitOver);
+      read.reset();
+    }
+    for (auto& read : cancelled) {
+      read->GiveUp(HeldRead::GiveUpReason::kCancelled);
       read.reset();
     }
     mu_.Lock();

@@ -17,10 +17,14 @@
 // read. While a queue holds reads (or a head is being tried), a new read of that partition joins
 // its client's tail without trying the chain itself, so it cannot overtake them.
 //
+// Cancelled calls: a read whose client cancelled it leaves its queue at the next sweep of that
+// queue (at most every kCancelSweepNanos: when the queue runs, or when a Hold finds it full), not
+// only when it reaches its client's head, so cancelled calls do not hold places of max_waiting.
+//
 // Thread-safety: every method is thread-safe. HeldRead calls run on the hold's thread (or the
-// caller of RunDue, Stop, EndOwner, EndQueue) without the hold's lock, one at a time per queue;
-// a HeldRead is destroyed without the lock too (it may hold the last reference to a partition).
-// One thread answers every partition's held reads, one at a time.
+// caller of RunDue, Stop, EndOwner, EndQueue, or of a Hold that swept cancelled reads) without
+// the hold's lock, one at a time per read (HeldRead::Cancelled excepted: under the lock); a
+// HeldRead is destroyed without the lock too (it may hold the last reference to a partition).
 //
 //   runtime::ReadHold hold(flowctl::Clock::Real());
 //   hold.Start();
@@ -49,7 +53,7 @@ namespace runtime {
 // One waiting read, as the hold sees it.
 class HeldRead {
  public:
-  enum class GiveUpReason { kWaitOver, kShutdown, kPartitionStopped };
+  enum class GiveUpReason { kWaitOver, kShutdown, kPartitionStopped, kCancelled };
   enum class TryResult {
     kAdmitted,  // admitted; Answer() is called next (the admission is kept until then)
     kWait,      // still refused for now; `*retry_after_ns` is the refusing stage's hint
@@ -62,8 +66,12 @@ class HeldRead {
   // Answers the read admitted by TryAdmit.
   virtual void Answer() = 0;
   // The read will not be tried again: answers it with its last refusal (kWaitOver), as the server
-  // stopping (kShutdown) or as its partition stopping (kPartitionStopped).
+  // stopping (kShutdown), as its partition stopping (kPartitionStopped) or as cancelled by its
+  // client (kCancelled).
   virtual void GiveUp(GiveUpReason reason) = 0;
+  // Whether its client has cancelled the call. Called with the hold's lock held, from any thread:
+  // must be cheap and must not call the hold.
+  virtual bool Cancelled() const { return false; }
 };
 
 struct ReadHoldCounters {
@@ -80,6 +88,8 @@ class ReadHold {
   // huge retry-after is tried again after these).
   static constexpr int64_t kMinRetryNanos = 1'000'000;
   static constexpr int64_t kMaxRetryNanos = 100'000'000;
+  // How often a queue's waiting reads are checked for cancelled calls, at most.
+  static constexpr int64_t kCancelSweepNanos = 100'000'000;
 
   enum class HoldResult { kHeld, kFull, kStopped };
 
@@ -137,6 +147,7 @@ class ReadHold {
     std::deque<std::string> turns;
     int64_t next_try_ns = 0;    // when the head is tried next
     bool busy = false;          // RunDue is trying a head
+    int64_t last_sweep_ns = 0;  // the last check for cancelled reads
     ReadHoldCounters counters;  // counters.waiting: the reads in `clients`
   };
   // The earliest deadline of `q`'s reads (INT64_MAX: none waits).
@@ -147,6 +158,9 @@ class ReadHold {
   // Takes `q`'s entries that `pred` selects out of it (the order of the rest kept).
   template <typename Pred>
   static void TakeIf(Queue& q, Pred pred, std::vector<std::unique_ptr<HeldRead>>* out);
+  // Takes `q`'s reads whose calls were cancelled out of it, when kCancelSweepNanos have passed
+  // since its last sweep at `now_ns` (counted as expired).
+  static void SweepCancelled(Queue& q, int64_t now_ns, std::vector<std::unique_ptr<HeldRead>>* out);
   // Runs one queue's due work; called with mu_ held, releases it around HeldRead calls.
   void RunQueue(uint64_t key, int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();

@@ -1,6 +1,7 @@
 // The client API end to end against a real one-node runtime::Node (tests/runtime/grpc_test_node.h):
 // submit + wait for commit, queries, batches, error codes, pause, rate-limit trailers, and the
 // cancellation of commit waits at server shutdown.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -622,6 +623,67 @@ TEST_F(GrpcServicesTest, StreamLimitKeepsAClientsExtraCallsInItsTransport) {
     EXPECT_EQ(s.error_message(), "server shutting down");
   }
   update(0, 0);
+}
+
+// Held reads whose calls were cancelled (here: their deadlines passed) leave the queue at its
+// next sweep, though they wait behind a head that is not cancelled: the waiting count drops to
+// that head alone while it still waits.
+TEST_F(GrpcServicesTest, CancelledHeldReadsLeaveTheQueueBeforeTheirTurn) {
+  absl::StatusOr<std::unique_ptr<GrpcServers>> servers = OwnServers(node_);
+  ASSERT_TRUE(servers.ok()) << servers.status();
+  auto held = [&] {
+    absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("cold");
+    return stats.ok() && stats->partitions_size() == 1 ? stats->partitions(0).read_hold()
+                                                       : node::admin::ReadHoldStats();
+  };
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*servers)->client_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto client = node::client::ClientService::NewStub(channel);
+  auto read = [&](absl::Duration deadline) {
+    grpc::ClientContext ctx;
+    WithDeadline(&ctx, deadline);
+    node::client::GetChainStatusRequest req;
+    *req.mutable_partition() = Ref("cold");
+    node::client::GetChainStatusResponse resp;
+    return client->GetChainStatus(&ctx, req, &resp);
+  };
+  auto wait_for = [&](auto done) {  // polled, bounded: a failing test gives up after 30 s
+    for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+         !done() && absl::Now() < give_up;) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return done();
+  };
+  SetColdReads(Admin().get(), "cancel_reads", 0.05, 60'000,
+               0);                            // one read every 20 s after the burst
+  ASSERT_TRUE(read(absl::Seconds(20)).ok());  // the burst
+  const node::admin::ReadHoldStats before = held();
+  // The head: waits for the next token, 20 s away.
+  std::atomic<bool> head_done{false};
+  grpc::Status head_status;
+  std::thread head([&] {
+    head_status = read(absl::Seconds(60));
+    head_done = true;
+  });
+  ASSERT_TRUE(wait_for([&] { return held().waiting() == before.waiting() + 1; }));
+  // Two more behind it on the same connection, given up by their client after 1 s.
+  std::vector<std::thread> behind;
+  std::vector<grpc::Status> behind_status(2);
+  for (size_t i = 0; i < behind_status.size(); ++i) {
+    behind.emplace_back([&, i] { behind_status[i] = read(absl::Seconds(1)); });
+  }
+  for (std::thread& t : behind) t.join();
+  for (const grpc::Status& s : behind_status) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  }
+  EXPECT_EQ(held().held() - before.held(), 3u);
+  // Swept: only the head waits, and it still does.
+  EXPECT_TRUE(wait_for([&] { return held().waiting() == before.waiting() + 1; }));
+  EXPECT_FALSE(head_done.load()) << "the head was answered before the cancelled reads left";
+  EXPECT_EQ(held().expired() - before.expired(), 2u);
+  SetColdReads(Admin().get(), "cancel_reads", 0, 0, 0);  // the head is admitted
+  head.join();
+  EXPECT_TRUE(head_status.ok()) << head_status.error_message();
 }
 
 // Every call on the servers is timed and counted by method and status code (the server

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct Log {
   std::vector<std::string> expired;
   std::vector<std::string> shut_down;
   std::vector<std::string> partition_stopped;
+  std::vector<std::string> cancelled;
+  std::set<std::string> cancel;     // the reads whose calls the test cancelled
   std::function<void()> on_answer;  // runs as a read is answered
 };
 
@@ -65,8 +68,12 @@ class TestRead final : public HeldRead {
       case GiveUpReason::kPartitionStopped:
         log_->partition_stopped.push_back(name_);
         break;
+      case GiveUpReason::kCancelled:
+        log_->cancelled.push_back(name_);
+        break;
     }
   }
+  bool Cancelled() const override { return log_->cancel.contains(name_); }
 
  private:
   const std::string name_;
@@ -300,6 +307,44 @@ TEST_F(ReadHoldTest, HoldDuringATryQueuesBehindTheHead) {
   clock_.Advance(absl::Milliseconds(10));
   hold_.RunDue();
   EXPECT_EQ(log_.answered, (std::vector<std::string>{"a", "b"}));
+}
+
+// A read whose call was cancelled leaves its queue at the next sweep (when a Hold finds the queue
+// full, or when the queue runs; at most every kCancelSweepNanos), not when it reaches its
+// client's head: it is answered as cancelled, counted as expired, and frees its place.
+TEST_F(ReadHoldTest, CancelledReadsLeaveAtTheNextSweep) {
+  FakeChain chain{&clock_, 1000 * kMs, clock_.NowNanos() + 1000 * kMs};  // no token for 1 s
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Hold("r" + std::to_string(i), 1, 50 * kMs, 5000 * kMs, 3, &chain));
+  }
+  EXPECT_FALSE(Hold("x", 1, 50 * kMs, 5000 * kMs, 3, &chain));  // full (and swept: nothing)
+  log_.cancel = {"r1", "r2"};
+  EXPECT_FALSE(Hold("x", 1, 50 * kMs, 5000 * kMs, 3, &chain));  // not swept again so soon
+  EXPECT_TRUE(log_.cancelled.empty());
+  clock_.Advance(absl::Milliseconds(100));
+  // Full, so the Hold sweeps: r1 and r2 go (answered as cancelled), r3 takes a place.
+  ASSERT_TRUE(Hold("r3", 1, 50 * kMs, 5000 * kMs, 3, &chain));
+  EXPECT_EQ(log_.cancelled, (std::vector<std::string>{"r1", "r2"}));
+  EXPECT_EQ(hold_.Counters(1).waiting, 2u);
+  EXPECT_EQ(hold_.Counters(1).expired, 2u);
+  ASSERT_TRUE(Hold("r4", 1, 50 * kMs, 5000 * kMs, 3, &chain));
+  // Full again with r4 cancelled, but within kCancelSweepNanos of the last sweep: refused.
+  log_.cancel = {"r4"};
+  EXPECT_FALSE(Hold("y", 1, 50 * kMs, 5000 * kMs, 3, &chain));
+  // The queue's next run, past kCancelSweepNanos, sweeps r4 (behind r0 and r3) before it tries
+  // the head.
+  clock_.Advance(absl::Milliseconds(100));
+  hold_.RunDue();
+  EXPECT_EQ(log_.cancelled, (std::vector<std::string>{"r1", "r2", "r4"}));
+  EXPECT_EQ(hold_.Counters(1).waiting, 2u);
+  EXPECT_TRUE(log_.answered.empty());
+  // The rest are answered as tokens come.
+  clock_.Advance(absl::Milliseconds(1000));
+  hold_.RunDue();
+  clock_.Advance(absl::Milliseconds(1000));
+  hold_.RunDue();
+  EXPECT_EQ(log_.answered, (std::vector<std::string>{"r0", "r3"}));
+  EXPECT_EQ(hold_.Counters(1).held, 5u);
 }
 
 TEST_F(ReadHoldTest, StopDuringATryGivesTheHeadUp) {
