@@ -156,7 +156,7 @@ class HeldClientRead final : public HeldRead {
 
   TryResult TryAdmit(int64_t /*now_ns*/, int64_t* retry_after_ns) override {
     if (context_->IsCancelled()) {
-      call_->Reply(grpc::Status(grpc::StatusCode::CANCELLED, "call cancelled while it waited"));
+      GiveUp(GiveUpReason::kCancelled);
       return TryResult::kDone;
     }
     if (partition_->stopping()) {

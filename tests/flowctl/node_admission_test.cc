@@ -32,6 +32,17 @@ Load L(uint32_t id, double over, int64_t delay_ms = 1, bool backlogged = false) 
           .backlogged = backlogged};
 }
 
+constexpr int64_t kShortTick = 5 * kMs;
+
+// Partition 1 in a 5 ms tick, using `over` x its entitlement (half of 2 workers x 5 ms),
+// consensus delay `delay_ms`.
+Load Short(double over, int64_t delay_ms) {
+  return {.id = 1,
+          .cpu_nanos = static_cast<int64_t>(over * kShortTick),
+          .entitlement_nanos = kShortTick,
+          .consensus_delay_nanos = delay_ms * kMs};
+}
+
 // A partition's first tick is a baseline, not a sample: a calm tick with the same CPU, so that the
 // next Update sees it.
 void Prime(NodeAdmission& a, int64_t tick, std::vector<Load> loads) {
@@ -145,28 +156,21 @@ TEST(NodeAdmissionTest, EndsAfterCalmTicksAndARefill) {
 // the partition's smoothed CPU is over its entitlement and grow at kGrowStep once it is within,
 // until a second of calm has passed, and only then refill at kRefillStep.
 TEST(NodeAdmissionTest, TheCalmMustLastExitCalm) {
-  constexpr int64_t kShort = 5 * kMs;
   NodeAdmission a({.exit_calm = absl::Seconds(1)});
-  const auto load = [&](double over, int64_t delay_ms) {
-    return Load{.id = 1,
-                .cpu_nanos = static_cast<int64_t>(over * kShort),
-                .entitlement_nanos = kShort,
-                .consensus_delay_nanos = delay_ms * kMs};
-  };
-  Prime(a, kShort, {load(1.2, 1)});
+  Prime(a, kShortTick, {Short(1.2, 1)});
   std::vector<double> f;
-  for (int tick = 0; tick < 100; ++tick) f = a.Update(kShort, 2 * kShort, {load(1.2, 80)});
+  for (int tick = 0; tick < 100; ++tick) f = a.Update(kShortTick, 2 * kShortTick, {Short(1.2, 80)});
   const double cut = f[0];
   EXPECT_NEAR(cut, std::pow(1 / 1.2, 5), 1e-9);  // 1 / over per 100 ms, for 0.5 s
   // Calm, using nothing from here on. After five ticks: not refilled, still cut (the smoothed CPU
   // is still over the entitlement).
-  for (int tick = 0; tick < 5; ++tick) f = a.Update(kShort, 2 * kShort, {load(0, 1)});
+  for (int tick = 0; tick < 5; ++tick) f = a.Update(kShortTick, 2 * kShortTick, {Short(0, 1)});
   EXPECT_TRUE(a.stats().congested);
   EXPECT_LT(f[0], cut);
   // Up to the 199th calm tick: grown back at kGrowStep once within (after ~0.18 s), no refill.
   double last = f[0];
   for (int tick = 5; tick < 199; ++tick) {
-    f = a.Update(kShort, 2 * kShort, {load(0, 1)});
+    f = a.Update(kShortTick, 2 * kShortTick, {Short(0, 1)});
     EXPECT_LE(f[0], last + NodeAdmission::kGrowStep * 0.05 + 1e-12) << "calm tick " << tick;
     last = f[0];
   }
@@ -174,9 +178,9 @@ TEST(NodeAdmissionTest, TheCalmMustLastExitCalm) {
   EXPECT_GT(f[0], cut);
   EXPECT_LT(f[0], NodeAdmission::kExitAdmitFraction);
   // The 200th (1 s of calm) refills by kRefillStep x 0.05; then it ends within 0.3 s.
-  f = a.Update(kShort, 2 * kShort, {load(0, 1)});
+  f = a.Update(kShortTick, 2 * kShortTick, {Short(0, 1)});
   EXPECT_NEAR(f[0], last + NodeAdmission::kRefillStep * 0.05, 1e-9);
-  for (int tick = 0; tick < 60; ++tick) f = a.Update(kShort, 2 * kShort, {load(0, 1)});
+  for (int tick = 0; tick < 60; ++tick) f = a.Update(kShortTick, 2 * kShortTick, {Short(0, 1)});
   EXPECT_FALSE(a.stats().congested);
   EXPECT_DOUBLE_EQ(f[0], 1);
   EXPECT_EQ(a.stats().episodes, 1u);
@@ -185,24 +189,17 @@ TEST(NodeAdmissionTest, TheCalmMustLastExitCalm) {
 // Steps are per kStepPeriod (100 ms) of time, not per tick: twenty 5 ms ticks cut as much as one
 // 100 ms tick, and grow as much.
 TEST(NodeAdmissionTest, StepsArePerTimeNotPerTick) {
-  constexpr int64_t kShort = 5 * kMs;
   NodeAdmission a({});
-  const double entitlement = kShort;  // each tick's entitlement: half of 2 workers x 5 ms
-  const auto load = [&](double over, int64_t delay_ms) {
-    return Load{.id = 1,
-                .cpu_nanos = static_cast<int64_t>(over * entitlement),
-                .entitlement_nanos = entitlement,
-                .consensus_delay_nanos = delay_ms * kMs};
-  };
-  Prime(a, kShort, {load(4, 1)});
+  Prime(a, kShortTick, {Short(4, 1)});
   std::vector<double> f;
-  for (int tick = 0; tick < 20; ++tick) f = a.Update(kShort, 2 * kShort, {load(4, 80)});
+  for (int tick = 0; tick < 20; ++tick) f = a.Update(kShortTick, 2 * kShortTick, {Short(4, 80)});
   EXPECT_NEAR(f[0], 0.5, 1e-9);  // halved at most per 100 ms
-  for (int tick = 0; tick < 20; ++tick) f = a.Update(kShort, 2 * kShort, {load(0.5, 80)});
+  for (int tick = 0; tick < 20; ++tick) f = a.Update(kShortTick, 2 * kShortTick, {Short(0.5, 80)});
   // Smoothed over kUsageWindow, the CPU stays above the entitlement for about 2 s after it fell
   // to half of it: the cut goes on meanwhile.
   EXPECT_LT(f[0], 0.5);
-  for (int tick = 0; tick < 20 * 60; ++tick) f = a.Update(kShort, 2 * kShort, {load(0.5, 80)});
+  for (int tick = 0; tick < 20 * 60; ++tick)
+    f = a.Update(kShortTick, 2 * kShortTick, {Short(0.5, 80)});
   EXPECT_DOUBLE_EQ(f[0], 1);  // within its entitlement: grows kGrowStep per 100 ms, up to 1
 }
 

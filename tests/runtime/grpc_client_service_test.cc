@@ -2,6 +2,7 @@
 // submit + wait for commit, queries, batches, error codes, pause, rate-limit trailers, and the
 // cancellation of commit waits at server shutdown.
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -398,6 +399,33 @@ TEST_F(GrpcServicesTest, ReadsPassTheirOwnChainWhichChangesLive) {
   EXPECT_TRUE(status("cold", &ctx).ok());
 }
 
+// cold's read-hold counters now (zero when the stats cannot be read).
+node::admin::ReadHoldStats ColdReadHold(Node* node) {
+  absl::StatusOr<node::admin::FlowStats> stats = node->FlowStats("cold");
+  return stats.ok() && stats->partitions_size() == 1 ? stats->partitions(0).read_hold()
+                                                     : node::admin::ReadHoldStats();
+}
+
+// A GetChainStatus of cold through `client` within `deadline`.
+grpc::Status ReadCold(node::client::ClientService::Stub* client, absl::Duration deadline) {
+  grpc::ClientContext ctx;
+  WithDeadline(&ctx, deadline);
+  node::client::GetChainStatusRequest req;
+  *req.mutable_partition() = Ref("cold");
+  node::client::GetChainStatusResponse resp;
+  return client->GetChainStatus(&ctx, req, &resp);
+}
+
+// Polls `done` every few milliseconds until it holds, for 30 s at most (a failing test gives
+// up); returns its last value.
+bool PollUntil(const std::function<bool()>& done) {
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       !done() && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return done();
+}
+
 // Replaces cold's read chain by one rate stage `name` (burst 1; rate 0: unlimited) and its read
 // hold by `max_wait_ms` / `max_waiting`.
 void SetColdReads(node::admin::AdminService::Stub* admin, const std::string& name, double rate,
@@ -538,28 +566,14 @@ TEST_F(GrpcServicesTest, HeldReadsTakeTurnsByConnection) {
   absl::Mutex mu;
   std::vector<std::string> done;  // in the order the reads were answered
   auto read = [&](node::client::ClientService::Stub* client, const std::string& tag) {
-    grpc::ClientContext ctx;
-    WithDeadline(&ctx, absl::Seconds(60));
-    node::client::GetChainStatusRequest req;
-    *req.mutable_partition() = Ref("cold");
-    node::client::GetChainStatusResponse resp;
-    EXPECT_TRUE(client->GetChainStatus(&ctx, req, &resp).ok()) << tag;
+    EXPECT_TRUE(ReadCold(client, absl::Seconds(60)).ok()) << tag;
     absl::MutexLock lock(&mu);
     done.push_back(tag);
   };
-  auto waiting = [&] {
-    absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("cold");
-    return stats.ok() && stats->partitions_size() == 1 ? stats->partitions(0).read_hold().waiting()
-                                                       : 0;
-  };
   std::vector<std::thread> threads;
   for (int i = 0; i < 8; ++i) threads.emplace_back(read, flood.get(), "flood");
-  // Polled until the flood's reads wait (bounded: a failing test gives up after 30 s).
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
-       waiting() < 6 && absl::Now() < give_up;) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  ASSERT_GE(waiting(), 6u);
+  // Polled until the flood's reads wait.
+  ASSERT_TRUE(PollUntil([&] { return ColdReadHold(node_).waiting() >= 6; }));
   threads.emplace_back(read, quiet.get(), "quiet");
   for (std::thread& t : threads) t.join();
   ASSERT_EQ(done.size(), 9u);
@@ -581,22 +595,10 @@ TEST_F(GrpcServicesTest, StreamLimitKeepsAClientsExtraCallsInItsTransport) {
   auto update = [&](double rate, uint32_t max_wait_ms) {
     SetColdReads(Admin().get(), "limited_reads", rate, max_wait_ms, 0);
   };
-  auto held = [&] {
-    absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("cold");
-    return stats.ok() && stats->partitions_size() == 1 ? stats->partitions(0).read_hold()
-                                                       : node::admin::ReadHoldStats();
-  };
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*servers)->client_port()),
-                                     grpc::InsecureChannelCredentials());
-  auto client = node::client::ClientService::NewStub(channel);
-  auto read = [&](absl::Duration deadline) {
-    grpc::ClientContext ctx;
-    WithDeadline(&ctx, deadline);
-    node::client::GetChainStatusRequest req;
-    *req.mutable_partition() = Ref("cold");
-    node::client::GetChainStatusResponse resp;
-    return client->GetChainStatus(&ctx, req, &resp);
-  };
+  auto held = [&] { return ColdReadHold(node_); };
+  auto client = node::client::ClientService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*servers)->client_port()), grpc::InsecureChannelCredentials()));
+  auto read = [&](absl::Duration deadline) { return ReadCold(client.get(), deadline); };
   update(0.05, 60'000);  // after the burst, one read every 20 s; reads wait up to 60 s
   ASSERT_TRUE(read(absl::Seconds(20)).ok());  // the burst
   const node::admin::ReadHoldStats before = held();
@@ -605,11 +607,8 @@ TEST_F(GrpcServicesTest, StreamLimitKeepsAClientsExtraCallsInItsTransport) {
   for (size_t i = 0; i < open.size(); ++i) {
     threads.emplace_back([&, i] { open[i] = read(absl::Seconds(60)); });
   }
-  // Polled until both reached the node (bounded: a failing test gives up after 30 s).
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
-       held().waiting() < before.waiting() + 2 && absl::Now() < give_up;) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  // Polled until both reached the node.
+  PollUntil([&] { return held().waiting() >= before.waiting() + 2; });
   ASSERT_EQ(held().waiting(), before.waiting() + 2);
   // Both streams of the connection are taken: these two never leave the client.
   for (int i = 0; i < 2; ++i) {
@@ -631,29 +630,10 @@ TEST_F(GrpcServicesTest, StreamLimitKeepsAClientsExtraCallsInItsTransport) {
 TEST_F(GrpcServicesTest, CancelledHeldReadsLeaveTheQueueBeforeTheirTurn) {
   absl::StatusOr<std::unique_ptr<GrpcServers>> servers = OwnServers(node_);
   ASSERT_TRUE(servers.ok()) << servers.status();
-  auto held = [&] {
-    absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("cold");
-    return stats.ok() && stats->partitions_size() == 1 ? stats->partitions(0).read_hold()
-                                                       : node::admin::ReadHoldStats();
-  };
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*servers)->client_port()),
-                                     grpc::InsecureChannelCredentials());
-  auto client = node::client::ClientService::NewStub(channel);
-  auto read = [&](absl::Duration deadline) {
-    grpc::ClientContext ctx;
-    WithDeadline(&ctx, deadline);
-    node::client::GetChainStatusRequest req;
-    *req.mutable_partition() = Ref("cold");
-    node::client::GetChainStatusResponse resp;
-    return client->GetChainStatus(&ctx, req, &resp);
-  };
-  auto wait_for = [&](auto done) {  // polled, bounded: a failing test gives up after 30 s
-    for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
-         !done() && absl::Now() < give_up;) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return done();
-  };
+  auto held = [&] { return ColdReadHold(node_); };
+  auto client = node::client::ClientService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*servers)->client_port()), grpc::InsecureChannelCredentials()));
+  auto read = [&](absl::Duration deadline) { return ReadCold(client.get(), deadline); };
   SetColdReads(Admin().get(), "cancel_reads", 0.05, 60'000,
                0);                            // one read every 20 s after the burst
   ASSERT_TRUE(read(absl::Seconds(20)).ok());  // the burst
@@ -665,7 +645,7 @@ TEST_F(GrpcServicesTest, CancelledHeldReadsLeaveTheQueueBeforeTheirTurn) {
     head_status = read(absl::Seconds(60));
     head_done = true;
   });
-  ASSERT_TRUE(wait_for([&] { return held().waiting() == before.waiting() + 1; }));
+  ASSERT_TRUE(PollUntil([&] { return held().waiting() == before.waiting() + 1; }));
   // Two more behind it on the same connection, given up by their client after 1 s.
   std::vector<std::thread> behind;
   std::vector<grpc::Status> behind_status(2);
@@ -678,7 +658,7 @@ TEST_F(GrpcServicesTest, CancelledHeldReadsLeaveTheQueueBeforeTheirTurn) {
   }
   EXPECT_EQ(held().held() - before.held(), 3u);
   // Swept: only the head waits, and it still does.
-  EXPECT_TRUE(wait_for([&] { return held().waiting() == before.waiting() + 1; }));
+  EXPECT_TRUE(PollUntil([&] { return held().waiting() == before.waiting() + 1; }));
   EXPECT_FALSE(head_done.load()) << "the head was answered before the cancelled reads left";
   EXPECT_EQ(held().expired() - before.expired(), 2u);
   SetColdReads(Admin().get(), "cancel_reads", 0, 0, 0);  // the head is admitted
