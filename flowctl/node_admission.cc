@@ -48,6 +48,10 @@ absl::Status NodeAdmission::ValidateConfig(const Config& config) {
     return absl::InvalidArgumentError(absl::StrCat("cpu_pressure_percent must be in [0, 100], got ",
                                                    config.cpu_pressure_percent));
   }
+  if (!(config.measured_share_slack >= 1 && config.measured_share_slack <= 16)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("measured_share_slack must be in [1, 16], got ", config.measured_share_slack));
+  }
   if (config.exit_ticks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("exit_ticks must be >= 1, got ", config.exit_ticks));
@@ -153,8 +157,8 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     double allocation = entitled_rate;
     const bool active = l.backlogged || t.cpu_rate >= active_floor;
     if (measured && active && active_weight > 0) {
-      allocation = std::min(allocation,
-                            kMeasuredShareSlack * total_rate * l.entitlement_nanos / active_weight);
+      allocation = std::min(allocation, config_.measured_share_slack * total_rate *
+                                            l.entitlement_nanos / active_weight);
     }
     const double over = allocation > 0 ? t.cpu_rate / allocation : 0;
     double& f = t.fraction;

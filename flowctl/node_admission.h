@@ -1,6 +1,8 @@
 // NodeAdmission: node-wide client admission. When the node saturates, client transactions are
 // shed across partitions by their CPU shares, so that no partition's consensus waits behind
-// another partition's (or its own) client load. Outside a congestion episode it does nothing.
+// another partition's (or its own) client load. Outside a congestion episode it does nothing
+// itself; what a partition lets through also depends on its other replicas' cuts
+// (flowctl/peer_admission.h, applied by the partition).
 //
 // One Update() per arbiter tick, with each partition's load over that tick:
 //   cpu_nanos          CPU charged to it: the worker pool's and its client calls' and drain's;
@@ -27,13 +29,14 @@
 // partition ever looks over its share. So with `measured_shares` (the default), while the CPU is
 // contended (PSI "some avg10" of the node's cgroup or machine at least `cpu_pressure_percent`,
 // or unknown: flowctl/cpu_pressure.h), the allocation is the smaller of the entitlement and
-// kMeasuredShareSlack x the partition's weighted share of the CPU the partitions used (smoothed),
-// divided among the *active* partitions (those that use at least kActiveShare of an equal share,
-// or have work queued): idle partitions reserve nothing of what the node measurably gets. The
-// slack leaves room for the differences between partitions that are not load (a partition's
-// primary on this node costs it more than a backup); it also means that a partition holding half
-// the active weight or more is never held below what it uses (with two equal partitions the
-// measured allocation is their total). With the CPU uncontended, the worker pool is the capacity
+// `measured_share_slack` (2 by default) x the partition's weighted share of the CPU the
+// partitions used (smoothed), divided among the *active* partitions (those that use at least
+// kActiveShare of an equal share, or have work queued): idle partitions reserve nothing of what
+// the node measurably gets. The slack leaves room for the differences between partitions that
+// are not load (a partition's primary on this node costs it more than a backup); with a slack of
+// 2 a partition holding half the active weight or more is never held below what it uses (with two
+// equal partitions the measured allocation is their total). 1 holds a flooded partition to an
+// equal share of what the node gets. With the CPU uncontended, the worker pool is the capacity
 // and the entitlement the allocation.
 //
 // Shedding. Each partition has an admit fraction in [min_admit_fraction, 1]: the share of its
@@ -103,7 +106,6 @@ class NodeAdmission {
   static constexpr absl::Duration kStepPeriod = absl::Milliseconds(100);
   static constexpr double kExitAdmitFraction = 0.9;  // every partition at least this to exit
   static constexpr absl::Duration kUsageWindow = absl::Seconds(1);  // CPU smoothing
-  static constexpr double kMeasuredShareSlack = 2;
   static constexpr double kActiveShare = 0.1;  // of an equal share of the measured CPU
 
   struct Config {
@@ -114,6 +116,7 @@ class NodeAdmission {
     absl::Duration exit_calm = absl::Seconds(3);                     // >= 0, finite
     bool measured_shares = true;
     double cpu_pressure_percent = 10;  // [0, 100]; 0: measured shares whatever the pressure
+    double measured_share_slack = 2;   // [1, 16]
   };
 
   struct PartitionLoad {

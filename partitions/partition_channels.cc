@@ -17,7 +17,7 @@ const p2p::ChannelTable& NodeChannelTable() {
       switch (c.channel) {
         case node::p2p::CONSENSUS:
           c.lane = kConsensusLaneName;
-          c.kinds = KindsOf({K::kConsensus, K::kTxs});
+          c.kinds = KindsOf({K::kConsensus, K::kTxs, K::kAdmission});
           break;
         case node::p2p::SYNC:
           c.lane = kSyncLaneName;

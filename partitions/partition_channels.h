@@ -4,7 +4,8 @@
 // (partitions/partition_message_kind.h) that may travel on it:
 //
 //   channel     lane        kinds                    who sends it
-//   CONSENSUS   consensus   consensus, txs           PBFT messages; the primary's proposal bodies
+//   CONSENSUS   consensus   consensus, txs,          PBFT messages; the primary's proposal bodies;
+//                           admission                node-wide admission's cuts
 //   SYNC        sync        consensus, txs, fetch    block sync; tx fetch and its answers
 //   TX_FORWARD  tx_forward  txs                      forwarded client transactions
 //   BULK        bulk        (none yet)               reserved for snapshots and files

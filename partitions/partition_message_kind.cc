@@ -14,6 +14,8 @@ const char* PartitionMessageKindName(PartitionMessageKind kind) {
       return "fetch";
     case PartitionMessageKind::kSnapshot:
       return "snapshot";
+    case PartitionMessageKind::kAdmission:
+      return "admission";
   }
   return "unknown";
 }
@@ -30,6 +32,8 @@ absl::StatusOr<PartitionMessageKind> KindOf(const node::partition::PartitionMess
     case node::partition::PartitionMessage::kSnapshotManifest:
     case node::partition::PartitionMessage::kSnapshotChunk:
       return PartitionMessageKind::kSnapshot;
+    case node::partition::PartitionMessage::kAdmission:
+      return PartitionMessageKind::kAdmission;
     case node::partition::PartitionMessage::BODY_NOT_SET:
       break;
   }

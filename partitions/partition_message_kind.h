@@ -28,9 +28,10 @@ enum class PartitionMessageKind : uint32_t {
   kTxs = 1,        // body.txs: forwarded transactions, proposal bodies, answers to a fetch
   kFetch = 2,      // body.fetch: a request for transactions a replica misses
   kSnapshot = 3,   // body.snapshot_*: snapshot state sync (requests, manifests, chunks)
+  kAdmission = 4,  // body.admission: a replica's node-wide admission (flowctl/peer_admission.h)
 };
 
-// "consensus", "txs", "fetch".
+// "consensus", "txs", "fetch", "snapshot", "admission".
 const char* PartitionMessageKindName(PartitionMessageKind kind);
 
 // The kind of a decoded message. InvalidArgument when it has no body (or one this build does not

@@ -259,7 +259,9 @@ void ApplyDefaults(NodeConfig* config) {
   if (na.exit_ticks() == 0) na.set_exit_ticks(5);
   if (!na.has_measured_shares()) na.set_measured_shares(true);
   if (!na.has_exit_calm_ms()) na.set_exit_calm_ms(3000);
+  if (!na.has_agree_with_peers()) na.set_agree_with_peers(true);
   if (!na.has_cpu_pressure_percent()) na.set_cpu_pressure_percent(10);
+  if (!na.has_measured_share_slack()) na.set_measured_share_slack(2);
   if (config->partitions().empty()) {
     auto* hot = config->add_partitions();
     hot->set_id(1);

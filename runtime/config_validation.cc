@@ -380,6 +380,10 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
     check.Fail("node_admission.exit_ticks",
                absl::StrCat("must be in [1, 1000], got ", na.exit_ticks()));
   }
+  if (!(na.measured_share_slack() >= 1 && na.measured_share_slack() <= 16)) {
+    check.Fail("node_admission.measured_share_slack",
+               absl::StrCat("must be in [1, 16], got ", na.measured_share_slack()));
+  }
   if (!(na.cpu_pressure_percent() >= 0 && na.cpu_pressure_percent() <= 100)) {
     check.Fail("node_admission.cpu_pressure_percent",
                absl::StrCat("must be in [0, 100], got ", na.cpu_pressure_percent()));
@@ -387,6 +391,12 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
   if (na.exit_calm_ms() > 60000) {
     check.Fail("node_admission.exit_calm_ms",
                absl::StrCat("must be in [0, 60000], got ", na.exit_calm_ms()));
+  }
+  if (na.enabled() && na.agree_with_peers() && r.arbiter_tick_ms() > 500) {
+    check.Fail("node_admission.agree_with_peers",
+               absl::StrCat("needs arbiter_tick_ms <= 500 (the cuts are sent to the other "
+                            "replicas on the tick and expire 2 s after the last one), got ",
+                            r.arbiter_tick_ms(), "; or set agree_with_peers: false"));
   }
   if (r.arbiter_advisory() && na.enabled()) {
     check.Fail("arbiter_advisory",

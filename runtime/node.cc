@@ -137,10 +137,12 @@ absl::Status Node::Start() {
         .exit_ticks = static_cast<int>(na.exit_ticks()),
         .exit_calm = absl::Milliseconds(na.exit_calm_ms()),
         .measured_shares = na.measured_shares(),
-        .cpu_pressure_percent = na.cpu_pressure_percent()};
+        .cpu_pressure_percent = na.cpu_pressure_percent(),
+        .measured_share_slack = na.measured_share_slack()};
     RETURN_IF_ERROR(flowctl::NodeAdmission::ValidateConfig(ac));
     absl::MutexLock lock(&admission_mu_);
     admission_ = std::make_unique<flowctl::NodeAdmission>(ac);
+    admission_with_peers_ = na.agree_with_peers();
     cpu_pressure_ = options_.cpu_pressure_source ? options_.cpu_pressure_source()
                                                  : std::make_unique<flowctl::ProcCpuPressure>();
     const std::optional<double> psi = cpu_pressure_->SomeAvg10();
@@ -441,8 +443,10 @@ void Node::AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
   const std::vector<double> fractions = admission_->Update(static_cast<int64_t>(elapsed_nanos),
                                                            static_cast<int64_t>(cpu_capacity_nanos),
                                                            loads, cpu_pressure_->SomeAvg10());
+  const double floor = admission_->config().min_admit_fraction;
   for (size_t i = 0; i < consumers.size(); ++i) {
-    static_cast<Partition*>(consumers[i])->SetAdmitFraction(fractions[i]);
+    static_cast<Partition*>(consumers[i])
+        ->SetAdmitFraction(fractions[i], floor, admission_with_peers_);
   }
 }
 
@@ -465,6 +469,9 @@ node::admin::NodeAdmissionStatus Node::NodeAdmissionStatus() const {
     auto* a = out.add_partitions();
     a->set_name(p->name());
     a->set_admit_fraction(p->admit_fraction());
+    const flowctl::PeerAdmission::Snapshot peers = p->peer_admission();
+    a->set_local_admit_fraction(peers.own);
+    a->set_peers_cutting(static_cast<uint32_t>(peers.peers_cutting));
     a->set_refused(p->admission_refused());
     for (const flowctl::NodeAdmission::PartitionState& ps : st.partitions) {
       if (ps.id != p->id()) continue;

@@ -246,6 +246,7 @@ class Node {
   mutable absl::Mutex admission_mu_;
   std::unique_ptr<flowctl::NodeAdmission> admission_ ABSL_GUARDED_BY(admission_mu_);
   std::unique_ptr<flowctl::CpuPressureSource> cpu_pressure_ ABSL_GUARDED_BY(admission_mu_);
+  bool admission_with_peers_ ABSL_GUARDED_BY(admission_mu_) = true;  // agree_with_peers
   // The arbiter's after_tick: feeds the partitions' loads to admission_ and sets their fractions.
   void AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
                      absl::Span<flowctl::ResourceConsumer* const> consumers);

@@ -142,6 +142,13 @@ void AddNodeAdmission(const node::admin::NodeAdmissionStatus& a, Families* f) {
     f->Gauge("noded_node_admission_fraction",
              "Share of the partition's client writes the node-wide admission lets through.", l,
              p.admit_fraction());
+    f->Gauge("noded_node_admission_local_fraction",
+             "The node's own admit fraction for the partition, from its own CPU (sent to the "
+             "other replicas).",
+             l, p.local_admit_fraction());
+    f->Gauge("noded_node_admission_peers_cutting",
+             "Other replicas of the partition that cut its client writes now.", l,
+             static_cast<double>(p.peers_cutting()));
     f->Counter("noded_node_admission_refused_total",
                "Client write calls refused by the node-wide admission.", l,
                static_cast<double>(p.refused()));

@@ -146,6 +146,8 @@ absl::Status Partition::Impl::Open() {
   SetRetryReserve(cfg.pool().retry_reserve_fraction());
   sender_ =
       std::make_unique<partitions::PeerSender>(env_.network, id_, env_.replica_ids, self_index_);
+  peer_admission_ = std::make_unique<flowctl::PeerAdmission>(
+      static_cast<uint32_t>(env_.replica_ids.size()), self_index_);
   pipeline_ = std::make_unique<partitions::CommitPipeline>(
       partitions::CommitPipeline::Deps{.partition = id_,
                                        .chain = &chain_,

@@ -54,6 +54,7 @@
 #include "flowctl/histogram.h"
 #include "flowctl/memory_pressure.h"
 #include "flowctl/node_admission.h"
+#include "flowctl/peer_admission.h"
 #include "flowctl/resource_consumer.h"
 #include "flowctl/tick_scheduler.h"
 #include "flowctl/worker_pool.h"
@@ -224,9 +225,17 @@ class Partition final : public flowctl::ResourceConsumer {
   // This partition's load over the last tick: worker CPU used and entitled (the arbiter's CPU
   // entitlement), its consensus lane's delay signal, whether work was queued.
   flowctl::NodeAdmission::PartitionLoad AdmissionLoad() const;
-  // The share of client writes (Submit / SubmitBatch calls) let through, in [0, 1].
-  void SetAdmitFraction(double fraction);
+  // This node's own admit fraction for the partition's client writes (Submit / SubmitBatch
+  // calls), in [floor, 1]. What is let through is the smaller of it and the fraction the
+  // replicas agree on (the (f+1)-th lowest of theirs, flowctl/peer_admission.h), never below
+  // `floor`; own goes to the other replicas while it is below 1 (PartitionMessage.admission).
+  // Without `with_peers` (node_admission.agree_with_peers false) own alone is let through and
+  // nothing is sent.
+  void SetAdmitFraction(double own, double floor, bool with_peers);
+  // What is let through now.
   double admit_fraction() const;
+  // This node's own fraction and the other replicas heard to cut the partition's client writes.
+  flowctl::PeerAdmission::Snapshot peer_admission() const;
   // Client calls refused by the node-wide admission since Open.
   uint64_t admission_refused() const;
 

@@ -577,8 +577,22 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
       .backlogged = impl_->tick_backlogged_.load(std::memory_order_relaxed)};
 }
 
-void Partition::SetAdmitFraction(double fraction) { impl_->shedder_.SetFraction(fraction); }
+void Partition::SetAdmitFraction(double own, double floor, bool with_peers) {
+  const flowctl::PeerAdmission::Decision d =
+      impl_->peer_admission_->Update(own, floor, impl_->clock_->NowNanos());
+  impl_->shedder_.SetFraction(with_peers ? d.applied : d.own);
+  if (!d.send || !with_peers) return;
+  node::partition::PartitionMessage msg;
+  msg.mutable_admission()->set_admit_ppm(static_cast<uint32_t>(std::llround(1e6 * d.own)));
+  // A queue-only send (the network never blocks); refused, it is asked for at the next tick.
+  if (impl_->sender_->Broadcast(p2p::Channel::CONSENSUS, msg)) {
+    impl_->peer_admission_->Sent(d.own, impl_->clock_->NowNanos());
+  }
+}
 double Partition::admit_fraction() const { return impl_->shedder_.fraction(); }
+flowctl::PeerAdmission::Snapshot Partition::peer_admission() const {
+  return impl_->peer_admission_->snapshot(impl_->clock_->NowNanos());
+}
 uint64_t Partition::admission_refused() const { return impl_->shedder_.refused(); }
 
 void Partition::ApplyCpuLimit(double cores) {

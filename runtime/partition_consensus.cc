@@ -92,6 +92,14 @@ void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
     case node::partition::PartitionMessage::kSnapshotChunk:
       driver_->OnSnapshotMessage(message.peer, msg);
       return;
+    case node::partition::PartitionMessage::kAdmission:
+      if (msg.admission().admit_ppm() > 1'000'000) {
+        dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+        CountRefused(message.peer, PeerRefusals::kMalformed);
+        return;
+      }
+      peer_admission_->Observe(message.peer, msg.admission().admit_ppm() / 1e6, clock_->NowNanos());
+      return;
     default:
       dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
       CountRefused(message.peer, PeerRefusals::kMalformed);

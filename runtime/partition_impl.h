@@ -29,6 +29,7 @@
 #include "flowctl/clock.h"
 #include "flowctl/dispatcher.h"
 #include "flowctl/histogram.h"
+#include "flowctl/peer_admission.h"
 #include "flowctl/quota_drain.h"
 #include "flowctl/rate_meter.h"
 #include "flowctl/request_lifecycle.h"
@@ -141,6 +142,8 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::unique_ptr<partitions::TxPool> pool_;
   partitions::TxTracker tracker_{partitions::TxTrackerPolicy{}};
   std::unique_ptr<partitions::PeerSender> sender_;
+  // Node-wide admission agreed with the other replicas (flowctl/peer_admission.h).
+  std::unique_ptr<flowctl::PeerAdmission> peer_admission_;
   std::unique_ptr<partitions::Forwarder> forwarder_;
   std::unique_ptr<partitions::CommitPipeline> pipeline_;
   // Subscribers: this (height, latency), waiters_, commit_streams_, spill_cursor_ (lossless).

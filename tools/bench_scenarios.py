@@ -40,7 +40,8 @@ LANES_SECONDS (default 25), LANES_REPS (off/on pairs, default 2), LANES_WEIGHTS 
 body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMISSION_FLOOD
 (p1's tx/s from second 15, default 1000), ADMISSION_QUIET (each other partition's tx/s, default
 20), ADMISSION_REPS (rounds of every mode, default 1), ADMISSION_MODES (default off,on; also
-static: measured_shares false), ADMISSION_CONFIG (more node_admission fields); shares:
+static: measured_shares false; local: agree_with_peers false; idle: no flood, the control;
+split / split-local: nodes 3 and 4 never contended, with / without agreement), ADMISSION_CONFIG (more node_admission fields); shares:
 SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
 cpu,ceiling,memory,egress), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
@@ -1660,30 +1661,47 @@ def lanes():
 
 # 15. Node-wide admission: one of N partitions flooded ----------------------------------------
 def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
-    extra = "resources { node_admission { enabled: %s%s %s } }" % (
-        "false" if mode == "off" else "true",
-        " measured_shares: false" if mode == "static" else "",
-        os.environ.get("ADMISSION_CONFIG", "") if mode != "off" else "")
+    def admission_extra(fields):
+        return "resources { node_admission { enabled: %s%s %s } }" % (
+            "false" if mode == "off" else "true", fields,
+            os.environ.get("ADMISSION_CONFIG", "") if mode != "off" else "")
+    if mode in ("split", "split-local"):
+        # Nodes 3 and 4 see a CPU to spare (they never judge by measured shares), as on bigger
+        # machines: they never cut p1 themselves, nodes 1 and 2 do.
+        local = " agree_with_peers: false" if mode == "split-local" else ""
+        extra = "\n".join("[node %d]\n%s" % (i, admission_extra(
+            local + (" cpu_pressure_percent: 100" if i > 2 else ""))) for i in range(1, 5))
+    else:
+        extra = admission_extra({"static": " measured_shares: false",
+                                 "local": " agree_with_peers: false"}.get(mode, ""))
     with Cluster(name, extra, partitions=n) as c:
         names = ["hot", "steady"] if n == 2 else ["p%d" % i for i in range(1, n + 1)]
         flooded, quiet = names[0], names[1:]
         idle_w, flood_w = "@3s-%ds" % (flood_at - 1), "@%ds-%ds" % (flood_at + 3, seconds)
         expect = ["%s.p99%s<=1.2*%s.p99%s" % (nm, flood_w, nm, idle_w) for nm in quiet]
+        if mode == "idle":  # the control: the same run with no flood (1 tx/s)
+            flood_rate = 1
         scen = ";".join(["%s:rate=%d,start=%ds" % (flooded, flood_rate, flood_at)] +
                         ["%s:rate=%g" % (nm, quiet_rate) for nm in quiet])
         stop, samples = threading.Event(), []
 
-        def sampler():  # node 1's admission status, every 3 s
+        admins, tokens = c.admin.split(","), c.tokens.split(",")
+        others = []  # (node index, status) of nodes 2..4
+
+        def sampler():  # every node's admission status, every 3 s
             while not stop.wait(3):
-                try:
-                    status = subprocess.run(
-                        [NODECTL, "--admin", c.admin.split(",")[0], "--token-file",
-                         c.tokens.split(",")[0], "--json", "status"],
-                        capture_output=True, text=True, timeout=20)
-                    samples.append((None, json.loads(status.stdout) if status.returncode == 0
-                                      else {}))
-                except Exception:  # a node busy past the timeout: skip the sample
-                    pass
+                for k, (admin, token) in enumerate(zip(admins, tokens)):
+                    try:
+                        status = subprocess.run(
+                            [NODECTL, "--admin", admin, "--token-file", token, "--json",
+                             "status"], capture_output=True, text=True, timeout=20)
+                        st = json.loads(status.stdout) if status.returncode == 0 else {}
+                    except Exception:  # a node busy past the timeout: skip the sample
+                        continue
+                    if k == 0:
+                        samples.append((None, st))
+                    else:
+                        others.append((k, st))
         t = threading.Thread(target=sampler, daemon=True)
         t.start()
         p, s = c.loadgen(name, scen, seconds, drain=10, expect=expect)
@@ -1698,6 +1716,12 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
         # The flooded partition's admission on node 1, sampled every 3 s: its fraction and its
         # CPU over its allocation (what the admission holds it to) while cut, and both in cores.
         fractions, refused, over, cores = [], 0, [], []
+        # Every node's p1 while its admission lets through less than all: CPU over allocation.
+        every_node = []
+        for _, status in samples + others:
+            for a in status.get("admission", {}).get("partitions", []):
+                if a.get("name") == flooded and a.get("admit_fraction", 1) < 1:
+                    every_node.append(float(a.get("cpu_over_entitlement", 0)))
         pressure = [float(st.get("admission", {})["cpu_pressure_percent"]) for _, st in samples
                     if "cpu_pressure_percent" in st.get("admission", {})]
         measured = sum(1 for _, st in samples if st.get("admission", {}).get("measured_allocation"))
@@ -1718,6 +1742,7 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
                                   for nm in quiet),
                 "fractions": fractions, "refused": refused, "over": sorted(over),
                 "cores": cores, "pressure": sorted(pressure), "measured": measured,
+                "every_node": sorted(every_node),
                 "samples": len(samples),
                 "episodes": max([int(st2.get("admission", {}).get("episodes", 0))
                                  for _, st2 in samples] or [0])}
@@ -1728,17 +1753,22 @@ def admission():
     the order reversed every other round): ADMISSION_N (default 16) partitions on a 4-node
     localnet, p1 flooded at ADMISSION_FLOOD (default 1000) tx/s from second 15, the others at
     ADMISSION_QUIET (default 20) tx/s each, 40 s. ADMISSION_MODES (default "off,on"): off, on
-    (the default node_admission) and static (on with measured_shares false: allocations from
-    the worker pool's capacity alone). ADMISSION_CONFIG: more node_admission fields for on and
-    static (e.g. "exit_ticks: 200")."""
+    (the default node_admission), static (on with measured_shares false: allocations from
+    the worker pool's capacity alone), local (on with agree_with_peers false: each node cuts
+    only its own clients), idle (on, with p1 offered 1 tx/s instead of the flood: the control
+    for what the quiet partitions' p99 does later in a run with no flood at all), split (on, but
+    nodes 3 and 4 never judge their CPU contended, so only nodes 1 and 2 cut p1 themselves) and
+    split-local (split with agree_with_peers false). ADMISSION_CONFIG: more node_admission fields
+    for every mode but off (e.g. "exit_ticks: 200"). Every node's status is sampled every 3 s."""
     n = int(os.environ.get("ADMISSION_N", "16"))
     flood = int(os.environ.get("ADMISSION_FLOOD", "1000"))
     quiet = float(os.environ.get("ADMISSION_QUIET", "20"))
     reps = int(os.environ.get("ADMISSION_REPS", "1"))
     modes = [m for m in os.environ.get("ADMISSION_MODES", "off,on").split(",") if m]
     for m in modes:
-        if m not in ("off", "on", "static"):
-            sys.exit("ADMISSION_MODES: unknown mode %r (off, on, static)" % m)
+        if m not in ("off", "on", "static", "local", "idle", "split", "split-local"):
+            sys.exit("ADMISSION_MODES: unknown mode %r (off, on, static, local, idle, split, "
+                     "split-local)" % m)
     if len(set(modes)) != len(modes):
         sys.exit("ADMISSION_MODES: a mode given twice: %s" % ",".join(modes))
     seconds, flood_at = 40, 15
@@ -1755,7 +1785,8 @@ def admission():
             return ("quiet partitions' p99 flood/idle: median %.2f, worst %.2f (%d of %d <= 1.2); "
                     "%d VC; flooded p1 %.0f tx/s (p99 %.0f ms), quiet total %.0f tx/s; p1 admit "
                     "fraction on node 1 min %.2f, %d refused, %d episodes; p1 CPU / allocation "
-                    "while cut, median %s (%d samples; CPU %s of %s cores); node 1's CPU pressure "
+                    "while cut, median %s (%d samples; CPU %s of %s cores), every node's median %s "
+                    "(%d samples, within 10%%: %d); node 1's CPU pressure "
                     "median %s%%, measured shares in %d of %d samples"
                     % (q[len(q) // 2] if q else 0, q[-1] if q else 0,
                        sum(1 for x in q if x <= 1.2), len(q), r["vc"], r["flood_rate"],
@@ -1764,9 +1795,12 @@ def admission():
                        "%.2f" % r["over"][len(r["over"]) // 2] if r["over"] else "-",
                        len(r["over"]), "%.3f" % mid[0] if mid else "-",
                        "%.3f" % mid[1] if mid else "-",
+                       "%.2f" % r["every_node"][len(r["every_node"]) // 2]
+                       if r["every_node"] else "-", len(r["every_node"]),
+                       sum(1 for x in r["every_node"] if abs(x - 1) <= 0.1),
                        "%.0f" % r["pressure"][len(r["pressure"]) // 2] if r["pressure"] else "-",
                        r["measured"], r["samples"]))
-        ours = [m for m in modes if m != "off"]
+        ours = [m for m in modes if m not in ("off", "idle")]
 
         def worst(r):
             return "%.2f" % r["ratios"][-1] if r["ratios"] else "-"
@@ -1777,7 +1811,8 @@ def admission():
                 rows["off"]["vc"])
         result("node-wide admission, %d partitions, one flooded (round %d)" % (n, i + 1),
                "; ".join("%s: %s" % (m, fmt(rows[m])) for m in ours) or "-",
-               "off: " + fmt(rows["off"]) if "off" in rows else "-", ratio,
+               "; ".join("%s: %s" % (m, fmt(rows[m])) for m in ("off", "idle") if m in rows)
+               or "-", ratio,
                "0 VC; other partitions' p99 <= 1.2x; CPU within 10% of allocation (issue 18)",
                "p1 %d tx/s from %d s, %d others at %g tx/s, %d s, default config otherwise"
                % (flood, flood_at, n - 1, quiet, seconds))

@@ -210,18 +210,20 @@ TEST(NodeAdmissionTest, StepsArePerTimeNotPerTick) {
 // partition 1's allocation is 2 x 0.26 / 16 = 0.0325 cores: it is cut; the others are not, the
 // 0.02 one included (the slack). With the CPU uncontended, or measured_shares off, the
 // allocation is the entitlement and nobody is cut.
+std::vector<Load> SixteenLoads(int64_t delay_ms) {
+  std::vector<Load> out;
+  for (uint32_t id = 1; id <= 16; ++id) {
+    const double cores = id == 1 ? 0.1 : id == 2 ? 0.02 : 0.01;
+    out.push_back({.id = id,
+                   .cpu_nanos = static_cast<int64_t>(cores * kTick),
+                   .entitlement_nanos = kCapacity / 16.0,
+                   .consensus_delay_nanos = delay_ms * kMs});
+  }
+  return out;
+}
+
 TEST(NodeAdmissionTest, MeasuredSharesHoldAPartitionToItsShareOfWhatTheNodeGetsWhileContended) {
-  const auto loads = [](int64_t delay_ms) {
-    std::vector<Load> out;
-    for (uint32_t id = 1; id <= 16; ++id) {
-      const double cores = id == 1 ? 0.1 : id == 2 ? 0.02 : 0.01;
-      out.push_back({.id = id,
-                     .cpu_nanos = static_cast<int64_t>(cores * kTick),
-                     .entitlement_nanos = kCapacity / 16.0,
-                     .consensus_delay_nanos = delay_ms * kMs});
-    }
-    return out;
-  };
+  const auto loads = SixteenLoads;
   struct Case {
     const char* name;
     bool measured_shares;
@@ -251,6 +253,23 @@ TEST(NodeAdmissionTest, MeasuredSharesHoldAPartitionToItsShareOfWhatTheNodeGetsW
     }
     for (size_t i = 1; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], 1) << "partition " << i + 1;
   }
+}
+
+// measured_share_slack 1: the same node, but each partition held to an equal share of what the
+// partitions use (0.26 / 16 cores): partition 1 is cut as before, and now partition 2 (0.02 cores,
+// within the default slack of 2) is over its allocation too and cut; the rest are not.
+TEST(NodeAdmissionTest, ASlackOfOneHoldsEachToAnEqualShareOfWhatTheNodeGets) {
+  NodeAdmission a({.measured_share_slack = 1});
+  Prime(a, kTick, SixteenLoads(1));
+  std::vector<double> f;
+  for (int tick = 0; tick < 10; ++tick) f = a.Update(kTick, kCapacity, SixteenLoads(80), 40.0);
+  ASSERT_TRUE(a.stats().measured_allocation);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 0.26 / 16, 1e-9);
+  EXPECT_NEAR(a.stats().partitions[1].cpu_over_entitlement, 0.02 / (0.26 / 16), 1e-9);
+  EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);
+  EXPECT_LT(f[1], 1);
+  EXPECT_GT(f[1], NodeAdmission::Config{}.min_admit_fraction);  // 1 / 1.23 per 100 ms
+  for (size_t i = 2; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], 1) << "partition " << i + 1;
 }
 
 // A partition's first tick is a baseline: its CPU since it started (its start included) is not
@@ -314,6 +333,8 @@ TEST(NodeAdmissionTest, ConfigIsValidated) {
   EXPECT_FALSE(NodeAdmission::ValidateConfig({.exit_calm = absl::InfiniteDuration()}).ok());
   EXPECT_FALSE(NodeAdmission::ValidateConfig({.cpu_pressure_percent = 101}).ok());
   EXPECT_FALSE(NodeAdmission::ValidateConfig({.cpu_pressure_percent = -1}).ok());
+  EXPECT_FALSE(NodeAdmission::ValidateConfig({.measured_share_slack = 0.9}).ok());
+  EXPECT_FALSE(NodeAdmission::ValidateConfig({.measured_share_slack = 17}).ok());
   EXPECT_TRUE(NodeAdmission::ValidateConfig({}).ok());
 }
 

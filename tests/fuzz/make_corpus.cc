@@ -274,6 +274,10 @@ void EnvelopeCorpus() {
   node::partition::PartitionMessage empty_fetch;
   empty_fetch.mutable_fetch();
   Write("partition_message", "fetch_empty", PartitionMsg(1, empty_fetch));
+  node::partition::PartitionMessage cut;
+  cut.mutable_admission()->set_admit_ppm(250'000);
+  Write("partition_message", "admission_cut",
+        PartitionMsg(static_cast<char>(0x95), cut));  // peers 1, 1; own 0.6
 }
 
 // ---- config ----

@@ -13,6 +13,10 @@
 //    The pool starts with tests::PrefilledTxs() (fuzz_fixtures.h) before each input.
 //  - fetch: HandleFetch's bounds: at most kMaxFetch hashes served, replies cut at
 //    kFetchReplyBytes; each reply parses back as a TxBatch of pooled transactions.
+//  - admission: what HandlePeerMessage does with a cut (refuse above 1,000,000 ppm, else
+//    PeerAdmission::Observe) and the fraction a replica of four then applies: always in
+//    [floor, own].
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "base/transaction.h"
+#include "flowctl/peer_admission.h"
 #include "partitions/pbft_certs.h"
 #include "partitions/tx_pool.h"
 #include "proto/partition.pb.h"
@@ -174,6 +179,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case node::partition::PartitionMessage::kFetch:
       FuzzTxsAndFetch(msg, (data[0] & 1) != 0);
       break;
+    case node::partition::PartitionMessage::kAdmission: {
+      const uint32_t ppm = msg.admission().admit_ppm();
+      if (ppm > 1'000'000) break;  // refused as malformed
+      flowctl::PeerAdmission peers(4, 0);
+      peers.Observe(data[0] % 4, ppm / 1e6, 0);
+      peers.Observe((data[0] >> 2) % 4, ppm / 1e6, 0);
+      const double own = (data[0] >> 4) / 15.0;
+      const double applied = peers.Update(own, 0.05, 1).applied;
+      if (applied < 0.05 || applied > std::max(own, 0.05)) {
+        fprintf(stderr, "applied %f outside [0.05, %f]\n", applied, own);
+        abort();
+      }
+      break;
+    }
     default:
       break;
   }

@@ -27,6 +27,9 @@ TEST(PartitionMessageKindTest, KindComesFromTheBody) {
   m.mutable_fetch();
   EXPECT_EQ(*KindOf(m), PartitionMessageKind::kFetch);
   EXPECT_STREQ(PartitionMessageKindName(PartitionMessageKind::kFetch), "fetch");
+  m.mutable_admission()->set_admit_ppm(250'000);
+  EXPECT_EQ(*KindOf(m), PartitionMessageKind::kAdmission);
+  EXPECT_STREQ(PartitionMessageKindName(PartitionMessageKind::kAdmission), "admission");
 }
 
 // What each channel may carry is what the partition sends on it today, and nothing else.
@@ -38,6 +41,7 @@ TEST(CheckChannelKindTest, NodeTableAllowsWhatThePartitionSends) {
   EXPECT_TRUE(Check(node::p2p::SYNC, K::kFetch).ok());
   EXPECT_TRUE(Check(node::p2p::SYNC, K::kTxs).ok());  // fetch answers
   EXPECT_TRUE(Check(node::p2p::TX_FORWARD, K::kTxs).ok());
+  EXPECT_TRUE(Check(node::p2p::CONSENSUS, K::kAdmission).ok());  // node-wide admission
 
   const absl::Status s = Check(node::p2p::TX_FORWARD, K::kConsensus);
   EXPECT_TRUE(absl::IsInvalidArgument(s));
@@ -45,7 +49,9 @@ TEST(CheckChannelKindTest, NodeTableAllowsWhatThePartitionSends) {
               HasSubstr("a consensus message may not travel on channel TX_FORWARD"));
   EXPECT_FALSE(Check(node::p2p::CONSENSUS, K::kFetch).ok());
   EXPECT_FALSE(Check(node::p2p::TX_FORWARD, K::kFetch).ok());
-  for (K k : {K::kConsensus, K::kTxs, K::kFetch}) {
+  EXPECT_FALSE(Check(node::p2p::TX_FORWARD, K::kAdmission).ok());
+  EXPECT_FALSE(Check(node::p2p::SYNC, K::kAdmission).ok());
+  for (K k : {K::kConsensus, K::kTxs, K::kFetch, K::kAdmission}) {
     EXPECT_FALSE(Check(node::p2p::BULK, k).ok()) << PartitionMessageKindName(k);
   }
 }

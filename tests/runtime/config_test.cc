@@ -41,12 +41,17 @@ TEST(ConfigTest, NodeAdmissionDefaultsAndExplicitValues) {
   ASSERT_TRUE(unset.ok()) << unset.status();
   EXPECT_TRUE(unset->resources().node_admission().measured_shares());
   EXPECT_EQ(unset->resources().node_admission().exit_calm_ms(), 3000u);
+  EXPECT_TRUE(unset->resources().node_admission().agree_with_peers());
   EXPECT_EQ(unset->resources().node_admission().cpu_pressure_percent(), 10);
+  EXPECT_EQ(unset->resources().node_admission().measured_share_slack(), 2);
   absl::StatusOr<node::config::NodeConfig> set = ParseConfig(
-      "resources { node_admission { measured_shares: false exit_calm_ms: 0 } }", "set.conf", false);
+      "resources { node_admission { measured_shares: false exit_calm_ms: 0 agree_with_peers: false "
+      "} }",
+      "set.conf", false);
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_FALSE(set->resources().node_admission().measured_shares());
   EXPECT_EQ(set->resources().node_admission().exit_calm_ms(), 0u);
+  EXPECT_FALSE(set->resources().node_admission().agree_with_peers());
 }
 
 TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
@@ -144,6 +149,12 @@ TEST(ConfigTest, EachRuleRefuses) {
        "resources.node_admission.exit_calm_ms: must be in [0, 60000], got 70000"},
       {"resources { node_admission { cpu_pressure_percent: 150 } }",
        "resources.node_admission.cpu_pressure_percent: must be in [0, 100], got 150"},
+      {"resources { node_admission { measured_share_slack: 0.5 } }",
+       "resources.node_admission.measured_share_slack: must be in [1, 16], got 0.5"},
+      {"resources { arbiter_tick_ms: 1000 node_admission { enabled: true } }",
+       "resources.node_admission.agree_with_peers: needs arbiter_tick_ms <= 500 (the cuts are "
+       "sent to the other replicas on the tick and expire 2 s after the last one), got 1000; "
+       "or set agree_with_peers: false"},
       {"resources { arbiter_advisory: true node_admission { enabled: true } }",
        "resources.arbiter_advisory: cannot be used with node_admission.enabled"},
       {"partitions { id: 1 name: \"a\" share { hard_ceiling: true } }",

@@ -2,8 +2,8 @@
 // the arbiter's tick hands each partition's load and the CPU pressure (an injected source here)
 // to NodeAdmission, and NodeStatus.admission shows the pressure, whether the allocations are
 // measured shares, and each partition's smoothed CPU and allocation in cores. With the CPU
-// contended the busy partition's allocation follows the CPU the partitions used (twice its
-// weighted share among the active ones, at most its entitlement); uncontended, or with
+// contended the busy partition's allocation follows the CPU the partitions used (its weighted share
+// among the active ones times measured_share_slack, at most its entitlement); uncontended, or with
 // measured_shares off, it is its entitlement of the worker pool (2 workers / 3 partitions).
 #include <algorithm>
 #include <filesystem>
@@ -39,13 +39,16 @@ const node::admin::NodeAdmissionStatus::Partition* Find(const node::admin::NodeA
 // Commits `count` Puts on "hot" and returns the admission status after one more arbiter tick.
 // The arbiter's own ticks are 10 s apart: its first, at start, is the partitions' baseline, and
 // the test's tick is the one that measures the load.
-node::admin::NodeAdmissionStatus RunLoad(bool measured_shares, double pressure, int count) {
+node::admin::NodeAdmissionStatus RunLoad(bool measured_shares, double pressure, int count,
+                                         double slack) {
   const std::string dir = TempDir("node_admission_node_test");
   node::config::NodeConfig config = OneNodeConfig(dir);
   config.mutable_resources()->set_arbiter_tick_ms(10'000);
   auto* na = config.mutable_resources()->mutable_node_admission();
   na->set_enabled(true);
   na->set_measured_shares(measured_shares);
+  na->set_agree_with_peers(false);  // one node; its ticks are too far apart to agree on
+  na->set_measured_share_slack(slack);
   NodeOptions options;
   options.serve_metrics = false;
   options.cpu_pressure_source = [pressure] { return std::make_unique<FixedCpuPressure>(pressure); };
@@ -81,11 +84,13 @@ TEST(NodeAdmissionNodeTest, StatusShowsThePressureAndEachPartitionsCpuAndAllocat
     bool measured_shares;
     double pressure;
     bool measured;  // expected
+    double slack = 2;
   };
-  for (const Case& c : {Case{"contended", true, 40, true}, Case{"uncontended", true, 2, false},
-                        Case{"measured shares off", false, 40, false}}) {
+  for (const Case& c :
+       {Case{"contended", true, 40, true}, Case{"contended, slack 1", true, 40, true, 1},
+        Case{"uncontended", true, 2, false}, Case{"measured shares off", false, 40, false}}) {
     SCOPED_TRACE(c.name);
-    const node::admin::NodeAdmissionStatus a = RunLoad(c.measured_shares, c.pressure, 40);
+    const node::admin::NodeAdmissionStatus a = RunLoad(c.measured_shares, c.pressure, 40, c.slack);
     ASSERT_TRUE(a.enabled());
     EXPECT_EQ(a.cpu_pressure_percent(), c.pressure);
     EXPECT_EQ(a.measured_allocation(), c.measured);
@@ -96,19 +101,25 @@ TEST(NodeAdmissionNodeTest, StatusShowsThePressureAndEachPartitionsCpuAndAllocat
     EXPECT_GT(hot->cpu_cores(), 0);  // 40 signed txs verified, executed and committed
     const double entitlement = 2.0 / 3;
     if (c.measured) {
-      // min(entitlement, 2 x total x hot's share of the active partitions' weight): 1 (hot
+      // min(entitlement, slack x total x hot's share of the active partitions' weight): 1 (hot
       // alone active), 1/2 or 1/3.
       bool matched = false;
       for (const double share : {1.0, 1.0 / 2, 1.0 / 3}) {
-        matched |=
-            std::abs(hot->allocation_cores() - std::min(entitlement, 2 * total * share)) < 1e-9;
+        matched |= std::abs(hot->allocation_cores() -
+                            std::min(entitlement, c.slack * total * share)) < 1e-9;
       }
       EXPECT_TRUE(matched) << "allocation " << hot->allocation_cores() << " total " << total;
+      // With a slack of 1 nobody is allotted more than all the partitions used together.
+      if (c.slack == 1) {
+        EXPECT_LE(hot->allocation_cores(), total + 1e-9);
+      }
     } else {
       EXPECT_NEAR(hot->allocation_cores(), entitlement, 1e-9);
     }
     ASSERT_GT(hot->allocation_cores(), 0);
     EXPECT_NEAR(hot->cpu_over_entitlement(), hot->cpu_cores() / hot->allocation_cores(), 1e-9);
+    EXPECT_EQ(hot->local_admit_fraction(), hot->admit_fraction());  // no peers to agree with
+    EXPECT_EQ(hot->peers_cutting(), 0u);
   }
 }
 

@@ -44,6 +44,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   auto* ap = admission->add_partitions();
   ap->set_name("hot");
   ap->set_admit_fraction(0.25);
+  ap->set_local_admit_fraction(0.5);
+  ap->set_peers_cutting(2);
   ap->set_refused(31);
   ap->set_consensus_delay_ms(80);
   admission->set_cpu_pressure_percent(41.5);
@@ -142,6 +144,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_node_admission_episodes_total 2"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_fraction{partition=\"hot\"} 0.25"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_refused_total{partition=\"hot\"} 31"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_local_fraction{partition=\"hot\"} 0.5"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_peers_cutting{partition=\"hot\"} 2"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_cpu_cores{partition=\"hot\"} 0.125"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_cpu_pressure_percent 41.5"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_measured_allocation 1"));

@@ -430,6 +430,60 @@ TEST(PartitionClusterTest, AnIdlePartitionTicksOnlyForItsTimersAndStillCommitsAt
   }
 }
 
+// Node-wide admission agreed across the replicas (flowctl/peer_admission.h): each replica's node
+// gives its own admit fraction (Node::AdmissionTick does, after each arbiter tick), and a replica
+// lets through the smaller of its own and the (f+1)-th lowest of the four. One replica cutting
+// moves nobody else; two cut the partition's client writes on all four, the one whose own
+// fraction is 1 included (the effect: 30 of 40 calls to it refused before parsing); once they
+// stop, every replica admits everything again and every refused tx, re-sent, commits. With
+// agree_with_peers off (with_peers false) a node neither heeds nor sends the cuts.
+TEST(PartitionClusterTest, TwoReplicasCuttingClientWritesCutThemOnEveryReplica) {
+  Cluster cluster(/*seed=*/11, TestDir("admission"));
+  cluster.RunFor(absl::Milliseconds(50));
+  // One arbiter tick on every node, then another once the signals arrived.
+  auto tick = [&cluster](std::vector<double> own, std::vector<bool> with_peers = {}) {
+    with_peers.resize(kReplicas, true);
+    for (int round = 0; round < 2; ++round) {
+      for (int i = 0; i < kReplicas; ++i) {
+        cluster.partition(i).SetAdmitFraction(own[i], 0.05, with_peers[i]);
+      }
+      if (round == 0) cluster.RunFor(absl::Milliseconds(10));
+    }
+  };
+  tick({0.25, 1, 1, 1});
+  EXPECT_EQ(cluster.partition(0).admit_fraction(), 0.25);
+  EXPECT_EQ(cluster.partition(3).admit_fraction(), 1) << "one replica alone may be faulty";
+  EXPECT_EQ(cluster.partition(3).peer_admission().peers_cutting, 1);
+
+  // Replica 1 cuts too, but with agreement off: it sends nothing, and replica 2, also off,
+  // heeds nobody.
+  tick({0.25, 0.25, 1, 1}, {true, false, false, true});
+  EXPECT_EQ(cluster.partition(1).admit_fraction(), 0.25);
+  EXPECT_EQ(cluster.partition(2).admit_fraction(), 1);
+  EXPECT_EQ(cluster.partition(3).admit_fraction(), 1);
+  EXPECT_EQ(cluster.partition(3).peer_admission().peers_cutting, 1);
+
+  tick({0.25, 0.25, 1, 1});
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_EQ(cluster.partition(i).admit_fraction(), 0.25) << "replica " << i;
+  }
+  EXPECT_EQ(cluster.partition(3).peer_admission().own, 1);
+  EXPECT_EQ(cluster.partition(3).peer_admission().peers_cutting, 2);
+  const uint64_t refused_before = cluster.partition(3).admission_refused();
+  for (int i = 0; i < 40; ++i) cluster.SubmitTo(3);
+  EXPECT_EQ(cluster.partition(3).admission_refused() - refused_before, 30u);
+
+  tick({1, 1, 1, 1});
+  for (int i = 0; i < kReplicas; ++i) {
+    EXPECT_EQ(cluster.partition(i).admit_fraction(), 1) << "replica " << i;
+    EXPECT_EQ(cluster.partition(i).peer_admission().peers_cutting, 0) << "replica " << i;
+  }
+  cluster.RunFor(absl::Seconds(3));
+  EXPECT_TRUE(cluster.AllAnswered());
+  const Outcome out = cluster.Snapshot();
+  for (int i = 0; i < kReplicas; ++i) EXPECT_EQ(out.nonces[i], 40u) << "replica " << i;
+}
+
 // The node's block budget (flowctl/block_budget.h) on every replica: with 15 other partitions
 // busy on the node, this one leaves them 15 of the budget's 1/64 s between two of its partial
 // batches, 234 ms, bounded by a quarter of the request timeout (400 ms here): its primary cuts

@@ -278,7 +278,7 @@ TEST_F(PartitionResourceConsumerTest, NodeAdmissionFractionRefusesClientWrites) 
   stage->mutable_concurrency()->set_max_in_flight(16);
   ASSERT_TRUE(part_->UpdateFlow(r).ok());
 
-  part_->SetAdmitFraction(0.25);
+  part_->SetAdmitFraction(0.25, 0.05, /*with_peers=*/true);
   EXPECT_EQ(part_->admit_fraction(), 0.25);
   std::vector<SubmitResult> results;
   for (uint64_t nonce = 1; nonce <= 4; ++nonce) {

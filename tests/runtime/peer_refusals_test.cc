@@ -112,6 +112,15 @@ TEST(PeerRefusalsNodeTest, AMisbehavingPeerIsNamedWithWhatItSent) {
     batch.mutable_txs()->add_signed_txs(std::move(tampered));
   }
   ASSERT_TRUE(peer->Send(id, 1, node::p2p::TX_FORWARD, Wire(batch)).ok());
+  // 6. A node-wide admission cut just above 1 (malformed; exactly 1 is not), and a valid one on
+  //    TX_FORWARD.
+  node::partition::PartitionMessage cut;
+  cut.mutable_admission()->set_admit_ppm(1'000'001);
+  ASSERT_TRUE(peer->Send(id, 1, node::p2p::CONSENSUS, Wire(cut)).ok());
+  cut.mutable_admission()->set_admit_ppm(1'000'000);
+  ASSERT_TRUE(peer->Send(id, 1, node::p2p::CONSENSUS, Wire(cut)).ok());
+  cut.mutable_admission()->set_admit_ppm(500'000);
+  ASSERT_TRUE(peer->Send(id, 1, node::p2p::TX_FORWARD, Wire(cut)).ok());
   hub.DeliverAll();
 
   const auto refused = [&](const p2p::NodeId& who) {
@@ -127,13 +136,13 @@ TEST(PeerRefusalsNodeTest, AMisbehavingPeerIsNamedWithWhatItSent) {
            r.bad_tx();
   };
   // The lanes run on the worker; the poll only bounds the wait.
-  EXPECT_TRUE(testing::WaitFor([&] { return total() >= 8; })) << refused(bad).DebugString();
+  EXPECT_TRUE(testing::WaitFor([&] { return total() >= 10; })) << refused(bad).DebugString();
   const node::admin::PeerRefusals r = refused(bad);
   ASSERT_EQ(n->Peers().peers_size(), 3);
   EXPECT_EQ(r.unknown_partition(), 2u);
-  EXPECT_EQ(r.malformed(), 1u);
+  EXPECT_EQ(r.malformed(), 2u);
   EXPECT_EQ(r.bad_signature(), 2u);
-  EXPECT_EQ(r.wrong_channel(), 1u);
+  EXPECT_EQ(r.wrong_channel(), 2u);
   EXPECT_EQ(r.bad_tx(), 2u);
   // The silent peers are charged with nothing.
   for (const base::PrivateKey& k : {peer_keys[1], peer_keys[2]}) {

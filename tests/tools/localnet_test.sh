@@ -80,6 +80,8 @@ resources { cpu_workers: 2 }
 consensus { batch_timeout_ms: 20 }
 [partition hot]
 pool { max_txs: 5000 }
+[node 3]
+client_max_streams: 77
 EOF
   expect 0 "$localnet" up 4 --partitions 2 --dir "$net" --base-port 0 --dry-run \
     --config-extra "$tmp/extra.conf" --noded "$noded" --nodectl "$nodectl"
@@ -108,6 +110,8 @@ EOF
     [ "$(grep -c 'batch_timeout_ms: 20' "$conf")" = 2 ] || fail "$conf: [partition *] not in both"
     [ "$(grep -c 'max_txs: 5000' "$conf")" = 1 ] || fail "$conf: [partition hot] not once"
     grep -q '^resources { cpu_workers: 2 }' "$conf" || fail "$conf: [node] fragment"
+    [ "$(grep -c '^client_max_streams: 77' "$conf")" = "$([ "$i" = 3 ] && echo 1 || echo 0)" ] ||
+      fail "$conf: [node 3] fragment"
     if [ -x "$noded" ]; then
       expect 0 "$noded" --check --config "$conf"
     fi
@@ -139,6 +143,9 @@ EOF
   printf '[partition nope]\npool { max_txs: 1 }\n' >"$tmp/bad.conf"
   expect 1 "$localnet" up 1 --dir "$tmp/bad" --dry-run --config-extra "$tmp/bad.conf"
   [[ $out == *"bad.conf:1: unknown partition"* ]] || fail "unknown partition: $out"
+  printf '[node 2]\nclient_max_streams: 5\n' >"$tmp/bad.conf"
+  expect 1 "$localnet" up 1 --dir "$tmp/bad" --dry-run --config-extra "$tmp/bad.conf"
+  [[ $out == *"[node 2]: there are nodes 1 to 1"* ]] || fail "node out of range: $out"
   mkdir -p "$tmp/other" && touch "$tmp/other/precious.txt"
   expect 1 "$localnet" up 1 --dir "$tmp/other" --dry-run
   [ -e "$tmp/other/precious.txt" ] || fail "up touched a foreign directory"

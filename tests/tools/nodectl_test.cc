@@ -221,13 +221,27 @@ TEST_F(NodectlTest, StatusShowsTheAdmissionCutsWithCpuAndAllocation) {
       cpu_pressure_percent: 41.5
       measured_allocation: true
       trigger: "consensus lane of partition 2 late: 80ms > 50ms"
-      partitions { name: "hot" admit_fraction: 0.25 cpu_cores: 0.1 allocation_cores: 0.00031 }
-      partitions { name: "steady" admit_fraction: 1 cpu_cores: 0.01 allocation_cores: 0.03 }
+      partitions {
+        name: "hot"
+        admit_fraction: 0.25
+        local_admit_fraction: 0.5
+        peers_cutting: 2
+        cpu_cores: 0.1
+        allocation_cores: 0.00031
+      }
+      partitions {
+        name: "steady"
+        admit_fraction: 1
+        local_admit_fraction: 1
+        cpu_cores: 0.01
+        allocation_cores: 0.03
+      }
     })pb"));
   ASSERT_EQ(Run({"status"}), kExitOk) << err();
-  EXPECT_THAT(out(), HasSubstr("admission CONGESTED (consensus lane of partition 2 late: 80ms > "
-                               "50ms), 3 episodes, CPU pressure 41.5% (measured shares); "
-                               "admitting hot 25% (0.1 of 0.00031 cores)\n"));
+  EXPECT_THAT(out(),
+              HasSubstr("admission CONGESTED (consensus lane of partition 2 late: 80ms > "
+                        "50ms), 3 episodes, CPU pressure 41.5% (measured shares); "
+                        "admitting hot 25% (own 50%, 2 peers cutting; 0.1 of 0.00031 cores)\n"));
 }
 TEST_F(NodectlTest, JsonOutputRoundTripsTheResponse) {
   fake_.SetStats(SampleStats());
