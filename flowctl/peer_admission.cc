@@ -19,6 +19,15 @@ PeerAdmission::PeerAdmission(uint32_t replicas, uint32_t self)
   CHECK_LT(self, replicas);
 }
 
+uint32_t PeerAdmission::ToPpm(double fraction) {
+  return static_cast<uint32_t>(std::llround(kPpmOne * Clamp01(fraction)));
+}
+
+std::optional<double> PeerAdmission::FromPpm(uint32_t ppm) {
+  if (ppm > kPpmOne) return std::nullopt;
+  return static_cast<double>(ppm) / kPpmOne;
+}
+
 bool PeerAdmission::Observe(uint32_t replica, double fraction, int64_t now_nanos) {
   absl::MutexLock lock(&mu_);
   if (replica == self_ || replica >= peers_.size()) return false;

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -46,6 +47,11 @@ class PeerAdmission {
   static constexpr absl::Duration kExpiry = absl::Seconds(2);
   // A change of the own fraction at least this large (absolute) goes out at once.
   static constexpr double kResendChange = 0.01;
+  // On the wire a fraction is in millionths (PartitionMessage.admission.admit_ppm): kPpmOne is 1.
+  static constexpr uint32_t kPpmOne = 1'000'000;
+  static uint32_t ToPpm(double fraction);
+  // nullopt above kPpmOne: malformed.
+  static std::optional<double> FromPpm(uint32_t ppm);
 
   struct Decision {
     double applied = 1;  // what this replica admits: min(own, the replicas' (f+1)-th lowest)

@@ -578,15 +578,15 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
 }
 
 void Partition::SetAdmitFraction(double own, double floor, bool with_peers) {
-  const flowctl::PeerAdmission::Decision d =
-      impl_->peer_admission_->Update(own, floor, impl_->clock_->NowNanos());
+  const int64_t now = impl_->clock_->NowNanos();
+  const flowctl::PeerAdmission::Decision d = impl_->peer_admission_->Update(own, floor, now);
   impl_->shedder_.SetFraction(with_peers ? d.applied : d.own);
   if (!d.send || !with_peers) return;
   node::partition::PartitionMessage msg;
-  msg.mutable_admission()->set_admit_ppm(static_cast<uint32_t>(std::llround(1e6 * d.own)));
+  msg.mutable_admission()->set_admit_ppm(flowctl::PeerAdmission::ToPpm(d.own));
   // A queue-only send (the network never blocks); refused, it is asked for at the next tick.
   if (impl_->sender_->Broadcast(p2p::Channel::CONSENSUS, msg)) {
-    impl_->peer_admission_->Sent(d.own, impl_->clock_->NowNanos());
+    impl_->peer_admission_->Sent(d.own, now);
   }
 }
 double Partition::admit_fraction() const { return impl_->shedder_.fraction(); }

@@ -1,5 +1,6 @@
 // Partition: the peer path (lanes -> the consensus driver), ticks, and commit bookkeeping.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -93,12 +94,13 @@ void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
       driver_->OnSnapshotMessage(message.peer, msg);
       return;
     case node::partition::PartitionMessage::kAdmission:
-      if (msg.admission().admit_ppm() > 1'000'000) {
-        dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
-        CountRefused(message.peer, PeerRefusals::kMalformed);
+      if (const std::optional<double> f =
+              flowctl::PeerAdmission::FromPpm(msg.admission().admit_ppm())) {
+        peer_admission_->Observe(message.peer, *f, clock_->NowNanos());
         return;
       }
-      peer_admission_->Observe(message.peer, msg.admission().admit_ppm() / 1e6, clock_->NowNanos());
+      dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
+      CountRefused(message.peer, PeerRefusals::kMalformed);
       return;
     default:
       dropped_malformed_.fetch_add(1, std::memory_order_relaxed);

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -180,11 +181,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FuzzTxsAndFetch(msg, (data[0] & 1) != 0);
       break;
     case node::partition::PartitionMessage::kAdmission: {
-      const uint32_t ppm = msg.admission().admit_ppm();
-      if (ppm > 1'000'000) break;  // refused as malformed
+      const std::optional<double> f = flowctl::PeerAdmission::FromPpm(msg.admission().admit_ppm());
+      if (!f) break;  // refused as malformed
       flowctl::PeerAdmission peers(4, 0);
-      peers.Observe(data[0] % 4, ppm / 1e6, 0);
-      peers.Observe((data[0] >> 2) % 4, ppm / 1e6, 0);
+      peers.Observe(data[0] % 4, *f, 0);
+      peers.Observe((data[0] >> 2) % 4, *f, 0);
       const double own = (data[0] >> 4) / 15.0;
       const double applied = peers.Update(own, 0.05, 1).applied;
       if (applied < 0.05 || applied > std::max(own, 0.05)) {
