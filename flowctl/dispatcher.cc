@@ -104,6 +104,7 @@ class Dispatcher::Lane final : public Schedulable {
       return OfferResult::kLaneBytesFull;
     }
     const bool was_idle = depth_messages_ == 0;
+    if (was_idle) busy_since_nanos_ = message.enqueue_nanos;
     ++depth_messages_;
     depth_bytes_ += bytes;
     queue_.push_back(std::move(message));
@@ -152,6 +153,12 @@ class Dispatcher::Lane final : public Schedulable {
     absl::MutexLock lock(&mu_);
     capacity_messages_ = messages;
     capacity_bytes_ = bytes;
+  }
+
+  // How long the lane has held work (queued or running) without a break at `now`; 0 when idle.
+  int64_t BusyFor(int64_t now) const {
+    absl::MutexLock lock(&mu_);
+    return depth_messages_ == 0 ? 0 : std::max<int64_t>(0, now - busy_since_nanos_);
   }
 
   // How long the oldest queued message has waited at `now`; 0 when nothing is queued.
@@ -215,6 +222,7 @@ class Dispatcher::Lane final : public Schedulable {
   int64_t capacity_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t depth_messages_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t depth_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t busy_since_nanos_ ABSL_GUARDED_BY(mu_) = 0;  // when depth last rose from 0
   int64_t offered_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t processed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_full_ ABSL_GUARDED_BY(mu_) = 0;
@@ -550,6 +558,11 @@ std::vector<Dispatcher::LaneStats> Dispatcher::GetStats() const {
   out.reserve(lanes_.size());
   for (int i = 0; i < num_lanes(); ++i) out.push_back(GetLaneStats(i));
   return out;
+}
+
+int64_t Dispatcher::LaneBusyNanos(int lane) const {
+  if (lane < 0 || lane >= num_lanes()) return 0;
+  return lanes_[lane]->BusyFor(clock_->NowNanos());
 }
 
 int64_t Dispatcher::CpuNanos() const {

@@ -211,6 +211,10 @@ class Dispatcher {
 
   LaneStats GetLaneStats(int lane) const;
   std::vector<LaneStats> GetStats() const;
+  // How long `lane` has held work (queued or running) without a break, now; 0 when it is idle
+  // (or no such lane). A lane offered more than it is served never empties; one that keeps up
+  // empties between arrivals. Thread-safe.
+  int64_t LaneBusyNanos(int lane) const;
   // CPU the pool charged to all lanes (kept after Stop). Thread-safe.
   int64_t CpuNanos() const;
   double cpu_share() const;

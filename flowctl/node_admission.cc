@@ -98,6 +98,15 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
       t.cpu_rate = t.sampled ? t.cpu_rate + alpha * (rate - t.cpu_rate) : rate;
       t.sampled = true;
     }
+    // Signs of contention (see "Contending partitions"), held for kContendingHold; the fraction
+    // is the one the last tick set.
+    if (l.refusing || t.fraction < 1 ||
+        l.client_backlog_nanos >= absl::ToInt64Nanoseconds(kContendingBacklog)) {
+      t.contend_left_nanos = absl::ToInt64Nanoseconds(kContendingHold);
+    } else {
+      t.contend_left_nanos =
+          std::max<int64_t>(0, t.contend_left_nanos - std::max<int64_t>(elapsed_nanos, 0));
+    }
     total_rate += t.cpu_rate;
     next[l.id] = t;
   }
@@ -112,9 +121,24 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const double active_floor =
       loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
   double active_weight = 0;
+  // The contending partitions (see the file comment): how many, their weight and their CPU.
+  int contenders = 0;
+  double contending_weight = 0;
+  double contending_rate = 0;
+  const auto is_active = [&](const PartitionLoad& l) {
+    return l.backlogged || tracks_[l.id].cpu_rate >= active_floor;
+  };
+  const auto is_contending = [&](const PartitionLoad& l) {
+    return is_active(l) && tracks_[l.id].contend_left_nanos > 0;
+  };
   for (const PartitionLoad& l : loads) {
-    if (l.backlogged || tracks_[l.id].cpu_rate >= active_floor)
-      active_weight += l.entitlement_nanos;
+    if (!is_active(l)) continue;
+    active_weight += l.entitlement_nanos;
+    if (is_contending(l)) {
+      ++contenders;
+      contending_weight += l.entitlement_nanos;
+      contending_rate += tracks_[l.id].cpu_rate;
+    }
   }
 
   if (!stats_.congested && (late || saturated)) {
@@ -155,10 +179,15 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     Track& t = tracks_[l.id];
     const double entitled_rate = l.entitlement_nanos / elapsed;
     double allocation = entitled_rate;
-    const bool active = l.backlogged || t.cpu_rate >= active_floor;
+    const bool active = is_active(l);
+    const bool contending = is_contending(l);
     if (measured && active && active_weight > 0) {
       allocation = std::min(allocation, config_.measured_share_slack * total_rate *
                                             l.entitlement_nanos / active_weight);
+      if (contending && contenders >= 2 && contending_weight > 0) {
+        allocation =
+            std::min(allocation, contending_rate * l.entitlement_nanos / contending_weight);
+      }
     }
     const double over = allocation > 0 ? t.cpu_rate / allocation : 0;
     double& f = t.fraction;
@@ -179,7 +208,8 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
                                  .cpu_over_entitlement = over,
                                  .consensus_delay_nanos = l.consensus_delay_nanos,
                                  .cpu_cores = t.cpu_rate,
-                                 .allocation_cores = allocation});
+                                 .allocation_cores = allocation,
+                                 .contending = contending});
   }
   if (refilling && all_refilled) {
     stats_.congested = false;

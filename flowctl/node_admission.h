@@ -39,6 +39,21 @@
 // equal share of what the node gets. With the CPU uncontended, the worker pool is the capacity
 // and the entitlement the allocation.
 //
+// Contending partitions. The slack protects partitions that are not flooded; between flooded
+// ones it would leave the weights unapplied (with weights 1:2:4 and a slack of 2, the weight-4
+// partition is never held, whatever the others take). So, with measured shares, a partition that
+// wants more than it is served (it refused client writes for want of room in the tick: its
+// stages, client lane or pool; its client lane held work without a break for
+// kContendingBacklog or more, which a partition that keeps up with its clients never does, as its
+// lane empties between their calls; or it is being cut: its fraction below 1; each sign holds
+// for kContendingHold, as a flood's refusals come in bursts)
+// and is active
+// "contends", and when two or more contend each is also held to its weighted share of the CPU
+// the contending partitions used together: among flooded partitions the CPU divides by weight,
+// as the worker pool divides it when it is the bottleneck. A lone contender keeps the slack's
+// allocation alone (its share of what it uses itself would be all of it), so one flooded
+// partition beside quiet ones is held exactly as without this rule.
+//
 // Shedding. Each partition has an admit fraction in [min_admit_fraction, 1]: the share of its
 // client write calls let through (AdmissionShedder; a batch is one call). During an episode, until
 // its refill:
@@ -107,6 +122,8 @@ class NodeAdmission {
   static constexpr double kExitAdmitFraction = 0.9;  // every partition at least this to exit
   static constexpr absl::Duration kUsageWindow = absl::Seconds(1);  // CPU smoothing
   static constexpr double kActiveShare = 0.1;  // of an equal share of the measured CPU
+  static constexpr absl::Duration kContendingBacklog = absl::Seconds(1);
+  static constexpr absl::Duration kContendingHold = absl::Seconds(1);
 
   struct Config {
     absl::Duration consensus_delay_target = absl::Milliseconds(50);  // > 0
@@ -125,6 +142,11 @@ class NodeAdmission {
     double entitlement_nanos = 0;
     int64_t consensus_delay_nanos = 0;
     bool backlogged = false;
+    // It refused client writes for want of room during the tick (a stage, its client lane or its
+    // pool said RESOURCE_EXHAUSTED): it is offered more than it is served.
+    bool refusing = false;
+    // How long its client lane had held work without a break at the tick.
+    int64_t client_backlog_nanos = 0;
   };
 
   struct PartitionState {
@@ -134,6 +156,7 @@ class NodeAdmission {
     int64_t consensus_delay_nanos = 0;
     double cpu_cores = 0;         // smoothed CPU, in cores
     double allocation_cores = 0;  // what it is held to during an episode, in cores
+    bool contending = false;      // see "Contending partitions"
   };
 
   struct Stats {
@@ -165,8 +188,9 @@ class NodeAdmission {
   const Config config_;
   struct Track {
     double fraction = 1;
-    double cpu_rate = 0;   // smoothed CPU nanoseconds per nanosecond
-    bool sampled = false;  // false until its first tick after the baseline
+    double cpu_rate = 0;             // smoothed CPU nanoseconds per nanosecond
+    bool sampled = false;            // false until its first tick after the baseline
+    int64_t contend_left_nanos = 0;  // of kContendingHold since its last sign of contention
   };
   int calm_ticks_ = 0;
   int64_t calm_nanos_ = 0;  // of calm ticks in a row

@@ -109,6 +109,9 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
         }
         r.rejected_by = std::string(d.stage());
         r.retry_after = d.retry_after();
+        if (absl::IsResourceExhausted(r.status)) {
+          overload_refusals_.fetch_add(1, std::memory_order_relaxed);
+        }
         continue;
       }
     }
@@ -133,6 +136,7 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
           }
           r.rejected_by = "spill_disk_budget";
           r.retry_after = spill_retry_after;
+          overload_refusals_.fetch_add(1, std::memory_order_relaxed);
         }
         continue;
       }
@@ -177,6 +181,7 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
       r.rejected_by = "client_lane";
       r.retry_after = retry_after;
     }
+    overload_refusals_.fetch_add(job->items.size(), std::memory_order_relaxed);
     job->Finish();
   }
 }
@@ -206,6 +211,7 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
       if (s.ok()) {
         added = true;
       } else if (s.code() == absl::StatusCode::kResourceExhausted) {
+        overload_refusals_.fetch_add(1, std::memory_order_relaxed);
         r.rejected_by = "pool";
         // One per refused tx: measured hints queue each refusal behind the others.
         r.retry_after =

@@ -143,6 +143,11 @@ class ClientAdmission {
   uint64_t spill_dropped_invalid() const {
     return spill_dropped_invalid_.load(std::memory_order_relaxed);
   }
+  // Client txs refused for want of room since start: RESOURCE_EXHAUSTED from a stage of the
+  // interceptor, a full client lane or a full pool (or the spill's disk budget). Not those the
+  // gate refused (the node's own shedding, memory pressure): demand beyond what the partition
+  // serves (flowctl/node_admission.h, "Contending partitions").
+  uint64_t overload_refusals() const { return overload_refusals_.load(std::memory_order_relaxed); }
   // Time the interceptor chain took per decision (one per tx that reached it), nanoseconds of
   // deps.clock.
   flowctl::HistogramSnapshot decision_time() const { return decision_nanos_.Snapshot(); }
@@ -156,6 +161,7 @@ class ClientAdmission {
 
   const Deps deps_;
   std::atomic<uint64_t> spill_dropped_invalid_{0};
+  std::atomic<uint64_t> overload_refusals_{0};
   flowctl::Histogram decision_nanos_;  // lock-free
 };
 

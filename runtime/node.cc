@@ -479,6 +479,7 @@ node::admin::NodeAdmissionStatus Node::NodeAdmissionStatus() const {
       a->set_consensus_delay_ms(static_cast<double>(ps.consensus_delay_nanos) / 1e6);
       a->set_cpu_cores(ps.cpu_cores);
       a->set_allocation_cores(ps.allocation_cores);
+      a->set_contending(ps.contending);
     }
   }
   return out;

@@ -158,6 +158,10 @@ void AddNodeAdmission(const node::admin::NodeAdmissionStatus& a, Families* f) {
     f->Gauge("noded_node_admission_cpu_cores",
              "The partition's CPU (worker pool, client calls, drain), smoothed over 1 s.", l,
              p.cpu_cores());
+    f->Gauge("noded_node_admission_contending",
+             "1 when the partition wanted more than it was served at the last tick (and its CPU "
+             "divides by weight with the other contenders'), else 0.",
+             l, p.contending() ? 1 : 0);
     f->Gauge("noded_node_admission_allocation_cores",
              "The CPU the node-wide admission holds the partition to during an episode.", l,
              p.allocation_cores());
@@ -419,6 +423,13 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Counter("noded_partition_consensus_verifications_total",
              "Ed25519 verifications of consensus messages run (cached messages are not counted).",
              l, static_cast<double>(p.consensus_verifications()));
+  f->Counter("noded_partition_cpu_seconds_total",
+             "CPU charged to the partition: its lanes on the worker pool, its client calls and "
+             "drain.",
+             l, static_cast<double>(p.cpu_nanos()) * 1e-9);
+  f->Counter("noded_partition_overload_refusals_total",
+             "Client writes refused for want of room (a stage, the client lane, the pool).", l,
+             static_cast<double>(p.overload_refusals()));
   f->Counter("noded_partition_consensus_redundant_votes_total",
              "Prepares and commits dropped unverified: their quorum was already complete.", l,
              static_cast<double>(p.consensus_redundant_votes()));

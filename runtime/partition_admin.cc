@@ -135,6 +135,9 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   out.set_peer_refused_bad_tx(driver.dropped_bad_tx);
   out.set_consensus_verifications(crypto_->verifications());
   out.set_consensus_redundant_votes(driver.redundant_votes);
+  out.set_cpu_nanos(static_cast<uint64_t>(std::max<int64_t>(
+      0, dispatcher_->CpuNanos() + off_pool_cpu_nanos_.load(std::memory_order_relaxed))));
+  out.set_overload_refusals(admission_->overload_refusals());
   if (env_.block_budget != nullptr) {
     out.set_block_interval_ms(static_cast<double>(env_.block_budget->LastIntervalNanos(id_)) / 1e6);
   }
@@ -517,8 +520,14 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
     }
   }
   impl_->tick_backlogged_.store(u.cpu_backlogged, std::memory_order_relaxed);
+  const uint64_t refusals = impl_->admission_->overload_refusals();
+  impl_->tick_refusing_.store(refusals != impl_->last_overload_refusals_,
+                              std::memory_order_relaxed);
+  impl_->last_overload_refusals_ = refusals;
   impl_->tick_consensus_delay_nanos_.store(lanes[kConsensusLane].window_delay_nanos,
                                            std::memory_order_relaxed);
+  impl_->tick_client_backlog_nanos_.store(impl_->dispatcher_->LaneBusyNanos(kClientLane),
+                                          std::memory_order_relaxed);
   partitions::TxPoolStats ps = impl_->pool_->stats();
   u.memory_bytes = ps.bytes + lane_bytes + impl_->chain_.executor->cache_stats().bytes;
   PartitionConfig cfg;
@@ -574,7 +583,9 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
       .cpu_nanos = impl_->tick_cpu_nanos_.load(std::memory_order_relaxed),
       .entitlement_nanos = impl_->dispatcher_->cpu_share(),
       .consensus_delay_nanos = impl_->tick_consensus_delay_nanos_.load(std::memory_order_relaxed),
-      .backlogged = impl_->tick_backlogged_.load(std::memory_order_relaxed)};
+      .backlogged = impl_->tick_backlogged_.load(std::memory_order_relaxed),
+      .refusing = impl_->tick_refusing_.load(std::memory_order_relaxed),
+      .client_backlog_nanos = impl_->tick_client_backlog_nanos_.load(std::memory_order_relaxed)};
 }
 
 void Partition::SetAdmitFraction(double own, double floor, bool with_peers) {

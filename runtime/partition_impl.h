@@ -293,7 +293,11 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // The last tick's figures, for the node-wide admission (written by TakeUsage).
   std::atomic<int64_t> tick_cpu_nanos_{0};
   std::atomic<int64_t> tick_consensus_delay_nanos_{0};
+  std::atomic<int64_t> tick_client_backlog_nanos_{0};
   std::atomic<bool> tick_backlogged_{false};
+  // Client writes refused for want of room: the count at the last tick, and whether it moved in it.
+  uint64_t last_overload_refusals_ = 0;  // the arbiter's tick thread only
+  std::atomic<bool> tick_refusing_{false};
   flowctl::AdmissionShedder shedder_;  // node-wide admission's gate on client writes
 
   // ---- ticks (no thread of its own: the node's TickScheduler and the tick lane) ----

@@ -44,7 +44,7 @@ static: measured_shares false; local: agree_with_peers false; idle: no flood, th
 split / split-local: nodes 3 and 4 never contended, with / without agreement), ADMISSION_CONFIG (more node_admission fields); shares:
 SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
-cpu,ceiling,memory,egress), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
+cpu,ceiling,memory,egress), SHARES_MODES (the cpu part's modes, default governed,advisory,admission), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
 SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (bytes/s per node in
 the egress part, default 1000000), SHARES_EGRESS_RATE (each partition's tx/s per node, default 60).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
@@ -1823,12 +1823,24 @@ def lanes_cpu_nanos(stats, partition):
     return sum(int(l.get("cpu_nanos", 0)) for l in partition_items(stats, partition, "lanes"))
 
 
-def shares_run(name, extra, names, scen, seconds, window=(10, 25)):
+def partition_cpu_nanos(stats, partition):
+    """All the CPU charged to `partition` in one node's stats (ns): its lanes' on the worker pool
+    and its client calls' and drain's (PartitionFlowStats.cpu_nanos)."""
+    return sum(int(o.get("cpu_nanos", 0)) for o in named_objects(stats, (partition,))
+               if isinstance(o.get("lanes"), list))
+
+
+def shares_run(name, extra, names, scen, seconds, window=(10, 25), loadgen_extra=(),
+               presign=2000):
     """One flood on a 4-node localnet; per partition, the worker-pool CPU each node charged to it
     over `window` (seconds from the start), in cores averaged over the nodes, its fraction of the
-    partitions' total, the arbiter's share at the end, and the committed rate."""
+    partitions' total, the same for all its CPU (pool, client calls, drain), the arbiter's share
+    at the end, and the committed rate. With node_admission on, every node's status is sampled
+    every 3 s in the window: each partition's CPU over its allocation while it is cut."""
     with Cluster(name, extra, partitions=len(names)) as c:
         marks = {}
+        over = {nm: [] for nm in names}
+        seen = {nm: {"samples": 0, "contending": 0, "fractions": []} for nm in names}
 
         def sample(key):
             marks[key] = [c.stats(i) or {} for i in range(c.nodes)]
@@ -1837,12 +1849,25 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25)):
         def sampler():
             time.sleep(window[0])
             sample("a")
-            time.sleep(window[1] - window[0])
+            end = time.monotonic() + window[1] - window[0]
+            while time.monotonic() + 3 < end:
+                time.sleep(3)
+                for i in range(c.nodes):
+                    for a in ((c.stats(i, "status") or {}).get("admission", {})
+                              .get("partitions", [])):
+                        if a.get("name") not in over:
+                            continue
+                        seen[a["name"]]["samples"] += 1
+                        seen[a["name"]]["contending"] += 1 if a.get("contending") else 0
+                        seen[a["name"]]["fractions"].append(float(a.get("admit_fraction", 1)))
+                        if a.get("admit_fraction", 1) < 1:
+                            over[a["name"]].append(float(a.get("cpu_over_entitlement", 0)))
+            time.sleep(max(0.0, end - time.monotonic()))
             sample("b")
         t = threading.Thread(target=sampler, daemon=True)
         t0 = time.monotonic()
         t.start()
-        p, _ = c.loadgen(name, scen, seconds, drain=5, presign=2000)
+        p, _ = c.loadgen(name, scen, seconds, drain=5, presign=presign, extra=loadgen_extra)
         t.join()
         if "b" not in marks:
             raise RuntimeError("stats were not sampled (load ran %.0f s)" % (time.monotonic() - t0))
@@ -1855,14 +1880,23 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25)):
                       for ps in b.get("partitions", []) if ps.get("name") == nm]
             limits = [ps.get("cpu", {}).get("limit", 0) for b in marks["b"]
                       for ps in b.get("partitions", []) if ps.get("name") == nm]
+            all_cores = [(partition_cpu_nanos(b, nm) - partition_cpu_nanos(a, nm)) / 1e9 / span
+                         for a, b in zip(marks["a"], marks["b"])]
             row[nm] = {"cores": sum(cores) / len(cores), "share": sum(shares) / max(len(shares), 1),
+                       "all_cores": sum(all_cores) / len(all_cores),
                        "limit": max(limits or [0]),
                        "rate": p[nm]["committed_rate"] if nm in p else 0,
-                       "vc": (p[nm]["view_changes"] or 0) if nm in p else 0}
+                       "vc": (p[nm]["view_changes"] or 0) if nm in p else 0,
+                       "over": sorted(over[nm]),
+                       "contending": seen[nm]["contending"], "samples": seen[nm]["samples"],
+                       "fraction_median": sorted(seen[nm]["fractions"])[
+                           len(seen[nm]["fractions"]) // 2] if seen[nm]["fractions"] else 1}
         total = sum(r["cores"] for r in row.values())
+        all_total = sum(r["all_cores"] for r in row.values())
         committed = sum(r["rate"] for r in row.values())
         for r in row.values():
             r["fraction"] = r["cores"] / max(total, 1e-9)
+            r["all_fraction"] = r["all_cores"] / max(all_total, 1e-9)
             r["tx_fraction"] = r["rate"] / max(committed, 1e-9)
         return row
 
@@ -1870,8 +1904,9 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25)):
 def shares():
     """The arbiter governing CPU, side by side with it advisory (SHARES_REPS rounds, default 1):
     (a) weights: p1, p2, p3 with share weights 1, 2, 4, each flooded (SHARES_RATE tx/s, default
-    1500; no gates or rate stage, in-flight 8192): each partition's fraction of the worker-pool CPU vs its
-    allocation (weight / 7), governed and with resources.arbiter_advisory; (b) hard ceiling: p1
+    1500; no gates or rate stage, in-flight 8192): each partition's fraction of the worker-pool CPU
+    and of all its CPU (pool, client calls) vs its allocation (weight / 7), governed, with
+    resources.arbiter_advisory, and governed with node_admission on (SHARES_MODES); (b) hard ceiling: p1
     flooded alone with ceiling_fraction SHARES_CEILING (default 0.1), hard vs soft: its worker CPU
     per node vs ceiling x cpu_workers. Nodes run SHARES_WORKERS (default 1) worker threads, so
     the pool, which the arbiter divides, is where the partitions meet; (c) memory: hot flooded
@@ -1885,6 +1920,13 @@ def shares():
     ceiling = float(os.environ.get("SHARES_CEILING", "0.1"))
     reps = int(os.environ.get("SHARES_REPS", "1"))
     workers = int(os.environ.get("SHARES_WORKERS", "1"))
+    # loadgen's calls in flight per node in the weights part: enough that the flood reaches the
+    # nodes (with loadgen's default of 64 its window, not the node, caps what a partition is
+    # offered, and a partition whose client lane keeps up with that does not contend).
+    in_flight = os.environ.get("SHARES_IN_FLIGHT", "64")
+    # Txs loadgen signs before the clock starts, per partition, in the weights part (default
+    # 2000; the rest it signs as it goes, with CPU the nodes' would otherwise have).
+    presign = int(os.environ.get("SHARES_PRESIGN", "2000"))
     seconds = 30
     # No gates: the flood's txs queue for verification in the client lanes, so every partition has
     # work waiting in the worker pool, which is what the arbiter divides (with the pool gate on,
@@ -1898,31 +1940,43 @@ def shares():
             "[partition %s]\nshare { weight: %d }\n" % (nm, w) for nm, w in weights.items())
         scen = ";".join("%s:rate=%d" % (nm, rate) for nm in names)
         rows = {}
-        for mode in ("governed", "advisory") if i % 2 == 0 else ("advisory", "governed"):
-            node = "resources { cpu_workers: %d arbiter_advisory: %s }\n" % (
-                workers, "true" if mode == "advisory" else "false")
+        modes = [m for m in os.environ.get("SHARES_MODES", "governed,advisory,admission").split(",")
+                 if m]
+        for mode in modes if i % 2 == 0 else modes[::-1]:
+            node = "resources { cpu_workers: %d arbiter_advisory: %s%s }\n" % (
+                workers, "true" if mode == "advisory" else "false",
+                " node_admission { enabled: true }" if mode == "admission" else "")
             rows[mode] = shares_run("shares_weights_%s_%d" % (mode, i), node + part_extra, names,
-                                    scen, seconds)
+                                    scen, seconds, loadgen_extra=("--max-in-flight", in_flight),
+                                    presign=presign)
         alloc = {nm: w / sum(weights.values()) for nm, w in weights.items()}
 
         def fmt(r):
-            return ", ".join("%s %.2f of CPU (%.2f cores), %.2f of commits (%.0f tx/s)"
-                             % (nm, r[nm]["fraction"], r[nm]["cores"], r[nm]["tx_fraction"],
-                                r[nm]["rate"]) for nm in names)
+            return ", ".join("%s %.2f of worker CPU (%.2f cores), %.2f of all its CPU (%.2f cores), "
+                             "%.2f of commits (%.0f tx/s)%s"
+                             % (nm, r[nm]["fraction"], r[nm]["cores"], r[nm]["all_fraction"],
+                                r[nm]["all_cores"], r[nm]["tx_fraction"], r[nm]["rate"],
+                                ", CPU / allocation while cut: median %.2f of %d samples"
+                                % (r[nm]["over"][len(r[nm]["over"]) // 2], len(r[nm]["over"]))
+                                if r[nm]["over"] else "") +
+                             (" (admit fraction median %.2f, contending in %d of %d samples)"
+                              % (r[nm]["fraction_median"], r[nm]["contending"], r[nm]["samples"])
+                              if r[nm]["samples"] else "") for nm in names)
 
         def worst(r, key):
             return max(abs(r[nm][key] - alloc[nm]) / alloc[nm] for nm in names)
-        g, a = rows["governed"], rows["advisory"]
         result("arbiter CPU shares, weights 1:2:4, all flooded (round %d)" % (i + 1),
-               "governed: " + fmt(g), "advisory: " + fmt(a),
-               "worst |fraction - allocation| / allocation, CPU: governed %.2f, advisory %.2f; "
-               "commits: governed %.2f, advisory %.2f; allocation %s; VC governed %d, advisory %d"
-               % (worst(g, "fraction"), worst(a, "fraction"), worst(g, "tx_fraction"),
-                  worst(a, "tx_fraction"), ", ".join("%s %.2f" % (nm, alloc[nm]) for nm in names),
-                  sum(r["vc"] for r in g.values()), sum(r["vc"] for r in a.values())),
+               " || ".join("%s: %s" % (m, fmt(rows[m])) for m in modes if m != "advisory"),
+               "advisory: " + fmt(rows["advisory"]) if "advisory" in rows else "-",
+               "worst |fraction - allocation| / allocation: %s; allocation %s"
+               % ("; ".join("%s: worker CPU %.2f, all CPU %.2f, commits %.2f, %d VC"
+                            % (m, worst(rows[m], "fraction"), worst(rows[m], "all_fraction"),
+                               worst(rows[m], "tx_fraction"), sum(r["vc"] for r in rows[m].values()))
+                            for m in modes),
+                  ", ".join("%s %.2f" % (nm, alloc[nm]) for nm in names)),
                "per-partition CPU within 10% of its allocation (issue 18, item 1)",
                "p1..p3 weights 1, 2, 4, each offered %d tx/s, %d s, CPU over seconds 10-25, "
-               "mean of 4 nodes" % (rate, seconds))
+               "mean of 4 nodes; admission: node_admission on" % (rate, seconds))
 
     for i in range(reps if "ceiling" in parts else 0):
         rows = {}

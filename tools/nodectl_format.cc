@@ -196,10 +196,11 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
     std::vector<std::string> cut;
     for (const auto& p : a.partitions()) {
       if (p.admit_fraction() < 1 || p.peers_cutting() > 0) {
-        cut.push_back(absl::StrFormat("%s %d%% (own %d%%, %d peers cutting; %.3g of %.3g cores)",
+        cut.push_back(absl::StrFormat("%s %d%% (own %d%%, %d peers cutting%s; %.3g of %.3g cores)",
                                       p.name(), static_cast<int>(100 * p.admit_fraction()),
                                       static_cast<int>(100 * p.local_admit_fraction()),
-                                      p.peers_cutting(), p.cpu_cores(), p.allocation_cores()));
+                                      p.peers_cutting(), p.contending() ? ", contending" : "",
+                                      p.cpu_cores(), p.allocation_cores()));
       }
     }
     if (!cut.empty()) out << "; admitting " << absl::StrJoin(cut, ", ");

@@ -160,6 +160,32 @@ TEST(DispatcherTest, QueueingDelayUsesTheInjectedClock) {
   EXPECT_EQ(peers, (std::vector<uint32_t>{7, 8}));
 }
 
+// LaneBusyNanos: how long a lane has held work without a break. Messages offered while it holds
+// some do not restart it; once drained the lane is idle (0), and the next offer starts again.
+TEST(DispatcherTest, LaneBusyNanosIsTheTimeSinceTheLaneLastHeldNothing) {
+  FakeClock clock;
+  WorkerPool pool({});  // not started until the lane is to drain
+  Dispatcher::Options o = Opts({{"a", 1, Noop}, {"b", 1, Noop}});
+  o.clock = &clock;
+  std::unique_ptr<Dispatcher> d = MustCreate(&pool, std::move(o));
+  EXPECT_EQ(d->LaneBusyNanos(0), 0);
+  ASSERT_EQ(d->Offer(0, Msg("one")), OfferResult::kAccepted);
+  clock.Advance(absl::Milliseconds(300));
+  ASSERT_EQ(d->Offer(0, Msg("two")), OfferResult::kAccepted);
+  clock.Advance(absl::Milliseconds(900));
+  EXPECT_EQ(d->LaneBusyNanos(0), 1'200'000'000);
+  EXPECT_EQ(d->LaneBusyNanos(1), 0);
+  EXPECT_EQ(d->LaneBusyNanos(7), 0);  // no such lane
+  ASSERT_TRUE(pool.Start().ok());
+  ASSERT_TRUE(d->Drain(kWait).ok());
+  EXPECT_EQ(d->LaneBusyNanos(0), 0);
+  ASSERT_EQ(d->Offer(0, Msg("three")), OfferResult::kAccepted);
+  clock.Advance(absl::Milliseconds(5));
+  // Handled by now or not, never more than the 5 ms since it came.
+  EXPECT_LE(d->LaneBusyNanos(0), 5'000'000);
+  d->Stop();
+}
+
 // Lowering capacity below the depth keeps what is queued and refuses new messages; everything
 // queued is later handled, in order. Raising it admits again.
 TEST(DispatcherTest, LiveCapacityChangeKeepsQueuedMessages) {

@@ -272,6 +272,102 @@ TEST(NodeAdmissionTest, ASlackOfOneHoldsEachToAnEqualShareOfWhatTheNodeGets) {
   for (size_t i = 2; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], 1) << "partition " << i + 1;
 }
 
+// Three partitions entitled 1:2:4, each using 0.1 cores while the consensus lanes are late and the
+// CPU contended. Each refusing client writes (flooded), or with its client lane busy without a
+// break for a second: they contend, and each is held to its weighted share of the 0.3
+// cores they use together (0.3/7, 0.6/7, 1.2/7): partitions 1 and 2 are cut, 3 grows. Neither:
+// the slack alone (2 x 0.3 x w / 7) cuts partition 1 only, which then contends alone (being
+// cut), so partition 2 keeps the slack's allocation (a backlog just under the second changes
+// nothing). With the CPU uncontended the entitlements rule and nobody is cut.
+TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
+  const int64_t backlog = absl::ToInt64Nanoseconds(NodeAdmission::kContendingBacklog);
+  const auto loads = [](bool refusing, int64_t client_backlog = 0) {
+    std::vector<Load> out;
+    for (uint32_t id = 1; id <= 3; ++id) {
+      const double weight = id == 1 ? 1 : id == 2 ? 2 : 4;
+      out.push_back({.id = id,
+                     .cpu_nanos = kTick / 10,
+                     .entitlement_nanos = kCapacity * weight / 7,
+                     .consensus_delay_nanos = 80 * kMs,
+                     .refusing = refusing,
+                     .client_backlog_nanos = client_backlog});
+    }
+    return out;
+  };
+  for (const auto& [name, contending] : {std::pair{"all refusing", loads(true)},
+                                         std::pair{"client backlog", loads(false, backlog)}}) {
+    SCOPED_TRACE(name);
+    NodeAdmission a({});
+    Prime(a, kTick, contending);
+    const std::vector<double> f = a.Update(kTick, kCapacity, contending, 40.0);
+    const auto& ps = a.stats().partitions;
+    EXPECT_NEAR(ps[0].allocation_cores, 0.3 / 7, 1e-9);
+    EXPECT_NEAR(ps[1].allocation_cores, 0.6 / 7, 1e-9);
+    EXPECT_NEAR(ps[2].allocation_cores, 1.2 / 7, 1e-9);
+    for (const auto& p : ps) EXPECT_TRUE(p.contending) << "partition " << p.id;
+    EXPECT_LT(f[0], f[1]);  // cut harder: 2.33x its allocation against 1.17x
+    EXPECT_LT(f[1], 1);
+    EXPECT_DOUBLE_EQ(f[2], 1);
+  }
+  {
+    SCOPED_TRACE("none refusing, a backlog under the second");
+    NodeAdmission a({});
+    Prime(a, kTick, loads(false));
+    std::vector<double> f;
+    for (int tick = 0; tick < 3; ++tick) {
+      f = a.Update(kTick, kCapacity, loads(false, backlog - 1), 40.0);
+    }
+    const auto& ps = a.stats().partitions;
+    EXPECT_NEAR(ps[0].allocation_cores, 0.6 / 7, 1e-9);
+    EXPECT_NEAR(ps[1].allocation_cores, 1.2 / 7, 1e-9);
+    EXPECT_TRUE(ps[0].contending);  // being cut
+    EXPECT_FALSE(ps[1].contending);
+    EXPECT_FALSE(ps[2].contending);
+    EXPECT_LT(f[0], 1);
+    EXPECT_DOUBLE_EQ(f[1], 1);
+    EXPECT_DOUBLE_EQ(f[2], 1);
+  }
+  {
+    // A sign holds for kContendingHold: refusing once, partition 3 (never cut) contends for a
+    // second of 100 ms ticks after it, then no longer.
+    SCOPED_TRACE("the hold");
+    NodeAdmission a({});
+    Prime(a, kTick, loads(false));
+    a.Update(kTick, kCapacity, loads(true), 40.0);
+    const int ticks = static_cast<int>(NodeAdmission::kContendingHold / absl::Nanoseconds(kTick));
+    for (int tick = 1; tick < ticks; ++tick) {
+      a.Update(kTick, kCapacity, loads(false), 40.0);
+      ASSERT_TRUE(a.stats().partitions[2].contending) << "tick " << tick;
+    }
+    a.Update(kTick, kCapacity, loads(false), 40.0);
+    EXPECT_FALSE(a.stats().partitions[2].contending);
+    EXPECT_TRUE(a.stats().partitions[0].contending);  // being cut
+  }
+  {
+    SCOPED_TRACE("uncontended");
+    NodeAdmission a({});
+    Prime(a, kTick, loads(true));
+    const std::vector<double> f = a.Update(kTick, kCapacity, loads(true), 5.0);
+    EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2.0 / 7, 1e-9);
+    for (double x : f) EXPECT_DOUBLE_EQ(x, 1);
+  }
+}
+
+// One flooded partition refusing beside quiet ones contends alone: it is held by the slack
+// exactly as if it refused nothing (its weighted share of what it uses itself would be all of it).
+TEST(NodeAdmissionTest, ALoneContenderKeepsTheSlacksAllocation) {
+  NodeAdmission a({});
+  Prime(a, kTick, SixteenLoads(1));
+  std::vector<Load> loads = SixteenLoads(80);
+  loads[0].refusing = true;
+  a.Update(kTick, kCapacity, loads, 40.0);
+  EXPECT_TRUE(a.stats().partitions[0].contending);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2 * 0.26 / 16, 1e-9);
+  for (size_t i = 1; i < loads.size(); ++i) {
+    EXPECT_FALSE(a.stats().partitions[i].contending) << "partition " << i + 1;
+  }
+}
+
 // A partition's first tick is a baseline: its CPU since it started (its start included) is not
 // a sample. A new partition reporting 10 cores in its first tick is not cut during an episode,
 // and its average starts at its second tick's CPU.

@@ -52,11 +52,14 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   admission->set_measured_allocation(true);
   ap->set_cpu_cores(0.125);
   ap->set_allocation_cores(0.0625);
+  ap->set_contending(true);
 
   node::admin::FlowStats stats;
   auto* p = stats.add_partitions();
   p->set_name("hot");
   p->set_block_interval_ms(31.25);
+  p->set_cpu_nanos(2'500'000'000);
+  p->set_overload_refusals(17);
   auto* stage = p->add_stages();
   stage->set_name("rate");
   stage->set_kind("rate");
@@ -150,6 +153,9 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_node_admission_cpu_pressure_percent 41.5"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_measured_allocation 1"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_allocation_cores{partition=\"hot\"} 0.0625"));
+  EXPECT_THAT(text, HasSubstr("noded_node_admission_contending{partition=\"hot\"} 1"));
+  EXPECT_THAT(text, HasSubstr("noded_partition_cpu_seconds_total{partition=\"hot\"} 2.5"));
+  EXPECT_THAT(text, HasSubstr("noded_partition_overload_refusals_total{partition=\"hot\"} 17"));
   EXPECT_THAT(text,
               HasSubstr("noded_node_admission_consensus_delay_seconds{partition=\"hot\"} 0.08"));
   EXPECT_THAT(text, HasSubstr("noded_pool_txs{partition=\"hot\"} 99"));

@@ -311,6 +311,37 @@ TEST_F(PartitionResourceConsumerTest, NodeAdmissionFractionRefusesClientWrites) 
   EXPECT_EQ(load.entitlement_nanos, 4e7);
 }
 
+// What the node-wide admission calls refusing (flowctl/node_admission.h, "Contending
+// partitions"): a tick in which client writes were refused for want of room (here a rate stage's
+// RESOURCE_EXHAUSTED) is refusing, the next one without any is not, and the node's own shedding
+// does not count (the partition is not offered more than it serves, the node cuts it).
+TEST_F(PartitionResourceConsumerTest, TicksWithClientWritesRefusedForWantOfRoomAreRefusing) {
+  node::admin::UpdatePartitionFlowRequest r;
+  r.set_partition("p");
+  auto* stage = r.mutable_interceptor()->add_stages();  // no health gate: never started
+  stage->set_name("rate");
+  stage->mutable_rate()->set_rate_per_second(1);
+  stage->mutable_rate()->set_burst(1);
+  ASSERT_TRUE(part_->UpdateFlow(r).ok());
+  part_->TakeUsage();
+  EXPECT_FALSE(part_->AdmissionLoad().refusing);
+
+  EXPECT_TRUE(SubmitAndWait(*part_, 5, 'r', 1).status.ok());
+  const SubmitResult refused = SubmitAndWait(*part_, 5, 'r', 2);  // no time passes: no token
+  ASSERT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
+  EXPECT_EQ(part_->FlowStats().overload_refusals(), 1u);
+  part_->TakeUsage();
+  EXPECT_TRUE(part_->AdmissionLoad().refusing);
+  part_->TakeUsage();
+  EXPECT_FALSE(part_->AdmissionLoad().refusing);
+
+  part_->SetAdmitFraction(0.05, 0.05, /*with_peers=*/false);
+  EXPECT_EQ(SubmitAndWait(*part_, 5, 'r', 3).rejected_by, kNodeAdmissionStage);
+  EXPECT_EQ(part_->FlowStats().overload_refusals(), 1u);
+  part_->TakeUsage();
+  EXPECT_FALSE(part_->AdmissionLoad().refusing);
+}
+
 TEST_F(PartitionResourceConsumerTest, MemoryShareCapsThePoolBytes) {
   const uint64_t configured = config_.pool().max_bytes();
   const double limit = static_cast<double>(part_->TakeUsage().memory_limit);

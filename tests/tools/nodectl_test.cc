@@ -228,6 +228,7 @@ TEST_F(NodectlTest, StatusShowsTheAdmissionCutsWithCpuAndAllocation) {
         peers_cutting: 2
         cpu_cores: 0.1
         allocation_cores: 0.00031
+        contending: true
       }
       partitions {
         name: "steady"
@@ -241,7 +242,8 @@ TEST_F(NodectlTest, StatusShowsTheAdmissionCutsWithCpuAndAllocation) {
   EXPECT_THAT(out(),
               HasSubstr("admission CONGESTED (consensus lane of partition 2 late: 80ms > "
                         "50ms), 3 episodes, CPU pressure 41.5% (measured shares); "
-                        "admitting hot 25% (own 50%, 2 peers cutting; 0.1 of 0.00031 cores)\n"));
+                        "admitting hot 25% (own 50%, 2 peers cutting, contending; 0.1 of 0.00031 "
+                        "cores)\n"));
 }
 TEST_F(NodectlTest, JsonOutputRoundTripsTheResponse) {
   fake_.SetStats(SampleStats());
