@@ -109,9 +109,9 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
         }
         r.rejected_by = std::string(d.stage());
         r.retry_after = d.retry_after();
-        if (absl::IsResourceExhausted(r.status)) {
-          overload_refusals_.fetch_add(1, std::memory_order_relaxed);
-        }
+        // A stage's refusal counts only while the pool has no room (a rate limit with room to
+        // spare is policy, not want of room).
+        if (absl::IsResourceExhausted(r.status)) CountRefusal(/*for_room=*/PoolFull());
         continue;
       }
     }
@@ -136,7 +136,7 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
           }
           r.rejected_by = "spill_disk_budget";
           r.retry_after = spill_retry_after;
-          overload_refusals_.fetch_add(1, std::memory_order_relaxed);
+          CountRefusal(/*for_room=*/true);
         }
         continue;
       }
@@ -181,7 +181,9 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
       r.rejected_by = "client_lane";
       r.retry_after = retry_after;
     }
-    overload_refusals_.fetch_add(job->items.size(), std::memory_order_relaxed);
+    if (offered != flowctl::Dispatcher::OfferResult::kStopped) {
+      overload_refusals_.fetch_add(job->items.size(), std::memory_order_relaxed);
+    }
     job->Finish();
   }
 }
@@ -211,7 +213,7 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
       if (s.ok()) {
         added = true;
       } else if (s.code() == absl::StatusCode::kResourceExhausted) {
-        overload_refusals_.fetch_add(1, std::memory_order_relaxed);
+        CountRefusal(/*for_room=*/PoolFull());  // not a sender's quota with room to spare
         r.rejected_by = "pool";
         // One per refused tx: measured hints queue each refusal behind the others.
         r.retry_after =

@@ -143,10 +143,11 @@ class ClientAdmission {
   uint64_t spill_dropped_invalid() const {
     return spill_dropped_invalid_.load(std::memory_order_relaxed);
   }
-  // Client txs refused for want of room since start: RESOURCE_EXHAUSTED from a stage of the
-  // interceptor, a full client lane or a full pool (or the spill's disk budget). Not those the
-  // gate refused (the node's own shedding, memory pressure): demand beyond what the partition
-  // serves (flowctl/node_admission.h, "Contending partitions").
+  // Client txs refused for want of room since start: a full client lane, the spill's disk budget
+  // full, or RESOURCE_EXHAUSTED from a stage or the pool while the pool has no room for client
+  // txs (at its high-water mark or client cap). Not a rate limit or a sender's quota with room to
+  // spare (policy), nor what the gate refused (the node's own shedding, memory pressure): demand
+  // beyond what the partition can hold (flowctl/node_admission.h, "Contending partitions").
   uint64_t overload_refusals() const { return overload_refusals_.load(std::memory_order_relaxed); }
   // Time the interceptor chain took per decision (one per tx that reached it), nanoseconds of
   // deps.clock.
@@ -157,6 +158,10 @@ class ClientAdmission {
   // Pools a verified client tx and queues it for forwarding; `pooled_at_height`, if given, gets
   // the ledger height at which the pool took it (TxPool::Add's on_added). `reserved`: admitted on
   // a retry ticket (TxOrigin::kClientReserved).
+  bool PoolFull() const { return deps_.pool->ClientRoomTxs() == 0; }
+  void CountRefusal(bool for_room) {
+    if (for_room) overload_refusals_.fetch_add(1, std::memory_order_relaxed);
+  }
   absl::Status AdmitVerified(TxPtr tx, uint64_t* pooled_at_height = nullptr, bool reserved = false);
 
   const Deps deps_;

@@ -159,8 +159,8 @@ void AddNodeAdmission(const node::admin::NodeAdmissionStatus& a, Families* f) {
              "The partition's CPU (worker pool, client calls, drain), smoothed over 1 s.", l,
              p.cpu_cores());
     f->Gauge("noded_node_admission_contending",
-             "1 when the partition wanted more than it was served at the last tick (and its CPU "
-             "divides by weight with the other contenders'), else 0.",
+             "1 when the partition wanted more than it was served at the last tick (refusals for "
+             "want of room or a client backlog within 1 s, or being cut), else 0.",
              l, p.contending() ? 1 : 0);
     f->Gauge("noded_node_admission_allocation_cores",
              "The CPU the node-wide admission holds the partition to during an episode.", l,
@@ -428,8 +428,9 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
              "drain.",
              l, static_cast<double>(p.cpu_nanos()) * 1e-9);
   f->Counter("noded_partition_overload_refusals_total",
-             "Client writes refused for want of room (a stage, the client lane, the pool).", l,
-             static_cast<double>(p.overload_refusals()));
+             "Client writes refused for want of room (a full client lane or spill budget, a full "
+             "pool).",
+             l, static_cast<double>(p.overload_refusals()));
   f->Counter("noded_partition_consensus_redundant_votes_total",
              "Prepares and commits dropped unverified: their quorum was already complete.", l,
              static_cast<double>(p.consensus_redundant_votes()));

@@ -296,7 +296,7 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::atomic<int64_t> tick_client_backlog_nanos_{0};
   std::atomic<bool> tick_backlogged_{false};
   // Client writes refused for want of room: the count at the last tick, and whether it moved in it.
-  uint64_t last_overload_refusals_ = 0;  // the arbiter's tick thread only
+  uint64_t last_overload_refusals_ = 0;  // TakeUsage only (under the arbiter's lock)
   std::atomic<bool> tick_refusing_{false};
   flowctl::AdmissionShedder shedder_;  // node-wide admission's gate on client writes
 

@@ -44,7 +44,9 @@ static: measured_shares false; local: agree_with_peers false; idle: no flood, th
 split / split-local: nodes 3 and 4 never contended, with / without agreement), ADMISSION_CONFIG (more node_admission fields); shares:
 SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
-cpu,ceiling,memory,egress), SHARES_MODES (the cpu part's modes, default governed,advisory,admission), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
+cpu,ceiling,memory,egress), SHARES_MODES (the cpu part's modes, default governed,advisory,admission),
+SHARES_PRESIGN (txs pre-signed per partition in the cpu part, default 2000; 45000 for the whole flood),
+SHARES_IN_FLIGHT (loadgen's --max-in-flight in the cpu part, default 64), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
 SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (bytes/s per node in
 the egress part, default 1000000), SHARES_EGRESS_RATE (each partition's tx/s per node, default 60).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
@@ -1920,9 +1922,10 @@ def shares():
     ceiling = float(os.environ.get("SHARES_CEILING", "0.1"))
     reps = int(os.environ.get("SHARES_REPS", "1"))
     workers = int(os.environ.get("SHARES_WORKERS", "1"))
-    # loadgen's calls in flight per node in the weights part: enough that the flood reaches the
-    # nodes (with loadgen's default of 64 its window, not the node, caps what a partition is
-    # offered, and a partition whose client lane keeps up with that does not contend).
+    # loadgen's calls in flight per node in the weights part (default 64, loadgen's own). With
+    # loadgen signing as it goes, its window rather than the node can cap what a partition is
+    # offered, and a partition whose client lane keeps up with that does not contend: pre-sign
+    # (SHARES_PRESIGN) for a flood that reaches the nodes.
     in_flight = os.environ.get("SHARES_IN_FLIGHT", "64")
     # Txs loadgen signs before the clock starts, per partition, in the weights part (default
     # 2000; the rest it signs as it goes, with CPU the nodes' would otherwise have).

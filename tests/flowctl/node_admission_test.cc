@@ -353,18 +353,26 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
   }
 }
 
-// One flooded partition refusing beside quiet ones contends alone: it is held by the slack
-// exactly as if it refused nothing (its weighted share of what it uses itself would be all of it).
+// A partition refusing beside quiet ones contends alone: it is held by the slack exactly as if
+// it refused nothing (its weighted share of what it uses itself would be all of it). Partition
+// 2 of SixteenLoads (0.02 cores; partition 1 made quiet too, 0.17 cores in all) keeps the slack's
+// 2 x 0.17 / 16, not the 0.02 it uses.
 TEST(NodeAdmissionTest, ALoneContenderKeepsTheSlacksAllocation) {
   NodeAdmission a({});
   Prime(a, kTick, SixteenLoads(1));
   std::vector<Load> loads = SixteenLoads(80);
-  loads[0].refusing = true;
-  a.Update(kTick, kCapacity, loads, 40.0);
-  EXPECT_TRUE(a.stats().partitions[0].contending);
-  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2 * 0.26 / 16, 1e-9);
-  for (size_t i = 1; i < loads.size(); ++i) {
-    EXPECT_FALSE(a.stats().partitions[i].contending) << "partition " << i + 1;
+  loads[0].cpu_nanos = loads[2].cpu_nanos;  // partition 1 quiet too: 0.17 cores in all
+  loads[1].refusing = true;
+  const std::vector<double> f = a.Update(kTick, kCapacity, loads, 40.0);
+  const auto& ps = a.stats().partitions;
+  EXPECT_TRUE(ps[1].contending);
+  EXPECT_NEAR(ps[1].allocation_cores, 2 * 0.17 / 16, 1e-9);
+  EXPECT_GT(ps[1].allocation_cores, 0.02);
+  EXPECT_DOUBLE_EQ(f[1], 1);
+  for (size_t i = 0; i < loads.size(); ++i) {
+    if (i != 1) {
+      EXPECT_FALSE(ps[i].contending) << "partition " << i + 1;
+    }
   }
 }
 

@@ -312,34 +312,53 @@ TEST_F(PartitionResourceConsumerTest, NodeAdmissionFractionRefusesClientWrites) 
 }
 
 // What the node-wide admission calls refusing (flowctl/node_admission.h, "Contending
-// partitions"): a tick in which client writes were refused for want of room (here a rate stage's
-// RESOURCE_EXHAUSTED) is refusing, the next one without any is not, and the node's own shedding
-// does not count (the partition is not offered more than it serves, the node cuts it).
+// partitions"): a tick in which client writes were refused for want of room. A rate limit's
+// refusal while the pool has room is policy and does not count, nor does the node's own shedding;
+// the pool gate's refusal above the high-water mark does (the tick is refusing, the next one
+// without any is not), and so does the pool's own refusal at its client cap.
 TEST_F(PartitionResourceConsumerTest, TicksWithClientWritesRefusedForWantOfRoomAreRefusing) {
-  node::admin::UpdatePartitionFlowRequest r;
-  r.set_partition("p");
-  auto* stage = r.mutable_interceptor()->add_stages();  // no health gate: never started
-  stage->set_name("rate");
-  stage->mutable_rate()->set_rate_per_second(1);
-  stage->mutable_rate()->set_burst(1);
-  ASSERT_TRUE(part_->UpdateFlow(r).ok());
-  part_->TakeUsage();
-  EXPECT_FALSE(part_->AdmissionLoad().refusing);
+  node::config::PartitionConfig config = config_;
+  config.set_id(8);
+  config.set_name("room");
+  config.mutable_pool()->set_max_txs(4);
+  config.mutable_pool()->set_high_water_fraction(0.5);  // 2 txs: above the mark
+  config.clear_interceptor();
+  auto* gate = config.mutable_interceptor()->add_stages();
+  gate->set_name("pool");
+  gate->mutable_gate()->set_predicate("pool_below_high_water");
+  auto* rate = config.mutable_interceptor()->add_stages();
+  rate->set_name("rate");
+  rate->mutable_rate()->set_rate_per_second(1);
+  rate->mutable_rate()->set_burst(1);
+  std::unique_ptr<Partition> part = Open(config, dir_ + "/room");
+  ASSERT_NE(part, nullptr);
+  auto submit = [&](char account, uint64_t nonce) {
+    return SubmitAndWait(*part, 8, account, nonce);
+  };
+  part->TakeUsage();
+  EXPECT_FALSE(part->AdmissionLoad().refusing);
 
-  EXPECT_TRUE(SubmitAndWait(*part_, 5, 'r', 1).status.ok());
-  const SubmitResult refused = SubmitAndWait(*part_, 5, 'r', 2);  // no time passes: no token
-  ASSERT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
-  EXPECT_EQ(part_->FlowStats().overload_refusals(), 1u);
-  part_->TakeUsage();
-  EXPECT_TRUE(part_->AdmissionLoad().refusing);
-  part_->TakeUsage();
-  EXPECT_FALSE(part_->AdmissionLoad().refusing);
+  ASSERT_TRUE(submit('a', 1).status.ok());
+  SubmitResult refused = submit('a', 2);  // no time passes: no token, the pool has room
+  ASSERT_EQ(refused.rejected_by, "rate") << refused.status;
+  part->SetAdmitFraction(0.05, 0.05, /*with_peers=*/false);
+  ASSERT_EQ(submit('a', 2).rejected_by, kNodeAdmissionStage);
+  part->SetAdmitFraction(1, 0.05, /*with_peers=*/false);
+  EXPECT_EQ(part->FlowStats().overload_refusals(), 0u);
+  part->TakeUsage();
+  EXPECT_FALSE(part->AdmissionLoad().refusing);
 
-  part_->SetAdmitFraction(0.05, 0.05, /*with_peers=*/false);
-  EXPECT_EQ(SubmitAndWait(*part_, 5, 'r', 3).rejected_by, kNodeAdmissionStage);
-  EXPECT_EQ(part_->FlowStats().overload_refusals(), 1u);
-  part_->TakeUsage();
-  EXPECT_FALSE(part_->AdmissionLoad().refusing);
+  clock_.Advance(absl::Seconds(1));  // a token
+  ASSERT_TRUE(submit('a', 2).status.ok());
+  clock_.Advance(absl::Seconds(1));
+  refused = submit('a', 3);  // two pooled: above the mark
+  ASSERT_EQ(refused.rejected_by, "pool") << refused.status;
+  EXPECT_EQ(part->FlowStats().overload_refusals(), 1u);
+  part->TakeUsage();
+  EXPECT_TRUE(part->AdmissionLoad().refusing);
+  part->TakeUsage();
+  EXPECT_FALSE(part->AdmissionLoad().refusing);
+  part.reset();
 }
 
 TEST_F(PartitionResourceConsumerTest, MemoryShareCapsThePoolBytes) {
@@ -638,7 +657,8 @@ TEST_F(PartitionResourceConsumerTest, PoolFullAtTheClientCapGetsTheMeasuredHintT
   SubmitResult refused = submit(3);
   EXPECT_EQ(refused.status.code(), absl::StatusCode::kResourceExhausted) << refused.status;
   EXPECT_EQ(refused.rejected_by, "pool");
-  EXPECT_EQ(refused.retry_after, absl::Seconds(10));  // measured: nothing commits
+  EXPECT_EQ(refused.retry_after, absl::Seconds(10));     // measured: nothing commits
+  EXPECT_EQ(part->FlowStats().overload_refusals(), 1u);  // for want of room (node admission)
 }
 
 }  // namespace
