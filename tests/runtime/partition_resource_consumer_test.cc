@@ -123,6 +123,21 @@ class PartitionResourceConsumerTest : public ::testing::Test {
 
   // Submits a signed Put and waits for the answer: the fixture's worker thread verifies it; a
   // gate refusal answers at once.
+  // The fixture's partition config as partition `id` named `name`, with a 4-tx pool whose
+  // high-water mark is 2 txs and an interceptor of one stage, the pool gate ("pool").
+  node::config::PartitionConfig GatedPoolConfig(uint32_t id, const std::string& name) const {
+    node::config::PartitionConfig config = config_;
+    config.set_id(id);
+    config.set_name(name);
+    config.mutable_pool()->set_max_txs(4);
+    config.mutable_pool()->set_high_water_fraction(0.5);  // 2 txs: above the mark
+    config.clear_interceptor();
+    auto* gate = config.mutable_interceptor()->add_stages();
+    gate->set_name("pool");
+    gate->mutable_gate()->set_predicate("pool_below_high_water");
+    return config;
+  }
+
   static SubmitResult SubmitAndWait(Partition& part, uint32_t partition, char account,
                                     uint64_t nonce, uint64_t retry_ticket = 0) {
     absl::Notification done;
@@ -317,15 +332,7 @@ TEST_F(PartitionResourceConsumerTest, NodeAdmissionFractionRefusesClientWrites) 
 // the pool gate's refusal above the high-water mark does (the tick is refusing, the next one
 // without any is not), and so does the pool's own refusal at its client cap.
 TEST_F(PartitionResourceConsumerTest, TicksWithClientWritesRefusedForWantOfRoomAreRefusing) {
-  node::config::PartitionConfig config = config_;
-  config.set_id(8);
-  config.set_name("room");
-  config.mutable_pool()->set_max_txs(4);
-  config.mutable_pool()->set_high_water_fraction(0.5);  // 2 txs: above the mark
-  config.clear_interceptor();
-  auto* gate = config.mutable_interceptor()->add_stages();
-  gate->set_name("pool");
-  gate->mutable_gate()->set_predicate("pool_below_high_water");
+  node::config::PartitionConfig config = GatedPoolConfig(8, "room");
   auto* rate = config.mutable_interceptor()->add_stages();
   rate->set_name("rate");
   rate->mutable_rate()->set_rate_per_second(1);
@@ -513,15 +520,7 @@ TEST_F(PartitionResourceConsumerTest, EgressShareChangesNothingOnThePartition) {
 // The pool's retry-after follows the commit rate TakeUsage measures (never started here: a
 // backlog with no commits), or stays the fixed 100 ms under resources.fixed_retry_after.
 TEST_F(PartitionResourceConsumerTest, PoolRetryAfterComesFromTheMeasuredCommitRate) {
-  node::config::PartitionConfig config = config_;
-  config.set_id(6);
-  config.set_name("hinted");
-  config.mutable_pool()->set_max_txs(4);
-  config.mutable_pool()->set_high_water_fraction(0.5);  // 2 txs: above the mark
-  config.clear_interceptor();
-  auto* gate = config.mutable_interceptor()->add_stages();
-  gate->set_name("pool");
-  gate->mutable_gate()->set_predicate("pool_below_high_water");
+  const node::config::PartitionConfig config = GatedPoolConfig(6, "hinted");
   for (bool fixed : {false, true}) {
     SCOPED_TRACE(fixed ? "fixed" : "measured");
     std::unique_ptr<Partition> part =
