@@ -104,13 +104,16 @@ class Dispatcher::Lane final : public Schedulable {
       return OfferResult::kLaneBytesFull;
     }
     const bool was_idle = depth_messages_ == 0;
-    if (was_idle) busy_since_nanos_ = message.enqueue_nanos;
+    const int64_t enqueued = message.enqueue_nanos;
     ++depth_messages_;
     depth_bytes_ += bytes;
     queue_.push_back(std::move(message));
     // Under mu_, so Stop() (which closes admission under mu_ before removing the task) never
     // races with a Wake in flight.
-    if (was_idle) pool_->Wake(task);
+    if (was_idle) {
+      busy_since_nanos_ = enqueued;
+      pool_->Wake(task);
+    }
     return OfferResult::kAccepted;
   }
 
@@ -222,12 +225,12 @@ class Dispatcher::Lane final : public Schedulable {
   int64_t capacity_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t depth_messages_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t depth_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t busy_since_nanos_ ABSL_GUARDED_BY(mu_) = 0;  // when depth last rose from 0
   int64_t offered_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t processed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_full_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_stopped_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t busy_since_nanos_ ABSL_GUARDED_BY(mu_) = 0;  // when depth last rose from 0
 };
 
 namespace {
