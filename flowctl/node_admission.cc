@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -121,23 +122,23 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const double active_floor =
       loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
   double active_weight = 0;
-  // The contending partitions (see the file comment): how many, their weight and their CPU.
+  // Per partition (in `loads` order): active, and contending (see the file comment); and the
+  // contenders' count, weight and CPU.
+  std::vector<bool> active(loads.size()), contending(loads.size());
   int contenders = 0;
   double contending_weight = 0;
   double contending_rate = 0;
-  const auto is_active = [&](const PartitionLoad& l) {
-    return l.backlogged || tracks_[l.id].cpu_rate >= active_floor;
-  };
-  const auto is_contending = [&](const PartitionLoad& l) {
-    return is_active(l) && tracks_[l.id].contend_left_nanos > 0;
-  };
-  for (const PartitionLoad& l : loads) {
-    if (!is_active(l)) continue;
+  for (size_t i = 0; i < loads.size(); ++i) {
+    const PartitionLoad& l = loads[i];
+    const Track& t = tracks_[l.id];
+    active[i] = l.backlogged || t.cpu_rate >= active_floor;
+    if (!active[i]) continue;
     active_weight += l.entitlement_nanos;
-    if (is_contending(l)) {
+    contending[i] = t.contend_left_nanos > 0;
+    if (contending[i]) {
       ++contenders;
       contending_weight += l.entitlement_nanos;
-      contending_rate += tracks_[l.id].cpu_rate;
+      contending_rate += t.cpu_rate;
     }
   }
 
@@ -175,16 +176,15 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   out.reserve(loads.size());
   stats_.partitions.clear();
   bool all_refilled = true;
-  for (const PartitionLoad& l : loads) {
+  for (size_t i = 0; i < loads.size(); ++i) {
+    const PartitionLoad& l = loads[i];
     Track& t = tracks_[l.id];
     const double entitled_rate = l.entitlement_nanos / elapsed;
     double allocation = entitled_rate;
-    const bool active = is_active(l);
-    const bool contending = is_contending(l);
-    if (measured && active && active_weight > 0) {
+    if (measured && active[i] && active_weight > 0) {
       allocation = std::min(allocation, config_.measured_share_slack * total_rate *
                                             l.entitlement_nanos / active_weight);
-      if (contending && contenders >= 2 && contending_weight > 0) {
+      if (contending[i] && contenders >= 2 && contending_weight > 0) {
         allocation =
             std::min(allocation, contending_rate * l.entitlement_nanos / contending_weight);
       }
@@ -209,7 +209,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
                                  .consensus_delay_nanos = l.consensus_delay_nanos,
                                  .cpu_cores = t.cpu_rate,
                                  .allocation_cores = allocation,
-                                 .contending = contending});
+                                 .contending = contending[i]});
   }
   if (refilling && all_refilled) {
     stats_.congested = false;

@@ -42,17 +42,15 @@
 // Contending partitions. The slack protects partitions that are not flooded; between flooded
 // ones it would leave the weights unapplied (with weights 1:2:4 and a slack of 2, the weight-4
 // partition is never held, whatever the others take). So, with measured shares, a partition that
-// wants more than it is served (it refused client writes for want of room in the tick: its
-// stages, client lane or pool; its client lane held work without a break for
-// kContendingBacklog or more, which a partition that keeps up with its clients never does, as its
-// lane empties between their calls; or it is being cut: its fraction below 1; each sign holds
-// for kContendingHold, as a flood's refusals come in bursts)
-// and is active
-// "contends", and when two or more contend each is also held to its weighted share of the CPU
-// the contending partitions used together: among flooded partitions the CPU divides by weight,
-// as the worker pool divides it when it is the bottleneck. A lone contender keeps the slack's
-// allocation alone (its share of what it uses itself would be all of it), so one flooded
-// partition beside quiet ones is held exactly as without this rule.
+// wants more than it is served and is active "contends". Its signs: it refused client writes for
+// want of room in the tick (PartitionLoad::refusing); its client lane held work without a break
+// for kContendingBacklog or more, which a partition that keeps up with its clients never does, as
+// its lane empties between their calls; or it is being cut (its fraction below 1). Each sign
+// holds for kContendingHold, as a flood's refusals come in bursts. When two or more contend each is
+// also held to its weighted share of the CPU the contending partitions used together: among flooded
+// partitions the CPU divides by weight, as the worker pool divides it when it is the bottleneck. A
+// lone contender keeps the slack's allocation alone (its share of what it uses itself would be all
+// of it), so one flooded partition beside quiet ones is held exactly as without this rule.
 //
 // Shedding. Each partition has an admit fraction in [min_admit_fraction, 1]: the share of its
 // client write calls let through (AdmissionShedder; a batch is one call). During an episode, until

@@ -111,7 +111,7 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
         r.retry_after = d.retry_after();
         // A stage's refusal counts only while the pool has no room (a rate limit with room to
         // spare is policy, not want of room).
-        if (absl::IsResourceExhausted(r.status)) CountRefusal(/*for_room=*/PoolFull());
+        if (absl::IsResourceExhausted(r.status)) CountRefused(/*for_room=*/PoolFull());
         continue;
       }
     }
@@ -136,7 +136,7 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
           }
           r.rejected_by = "spill_disk_budget";
           r.retry_after = spill_retry_after;
-          CountRefusal(/*for_room=*/true);
+          CountRefused(/*for_room=*/true);
         }
         continue;
       }
@@ -181,9 +181,8 @@ void ClientAdmission::Submit(std::vector<std::string> txs, const SubmitOptions& 
       r.rejected_by = "client_lane";
       r.retry_after = retry_after;
     }
-    if (offered != flowctl::Dispatcher::OfferResult::kStopped) {
-      overload_refusals_.fetch_add(job->items.size(), std::memory_order_relaxed);
-    }
+    CountRefused(/*for_room=*/offered != flowctl::Dispatcher::OfferResult::kStopped,
+                 job->items.size());
     job->Finish();
   }
 }
@@ -213,7 +212,7 @@ void ClientAdmission::HandleJob(flowctl::Message message) {
       if (s.ok()) {
         added = true;
       } else if (s.code() == absl::StatusCode::kResourceExhausted) {
-        CountRefusal(/*for_room=*/PoolFull());  // not a sender's quota with room to spare
+        CountRefused(/*for_room=*/PoolFull());  // not a sender's quota with room to spare
         r.rejected_by = "pool";
         // One per refused tx: measured hints queue each refusal behind the others.
         r.retry_after =

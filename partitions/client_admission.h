@@ -158,11 +158,13 @@ class ClientAdmission {
   // Pools a verified client tx and queues it for forwarding; `pooled_at_height`, if given, gets
   // the ledger height at which the pool took it (TxPool::Add's on_added). `reserved`: admitted on
   // a retry ticket (TxOrigin::kClientReserved).
-  bool PoolFull() const { return deps_.pool->ClientRoomTxs() == 0; }
-  void CountRefusal(bool for_room) {
-    if (for_room) overload_refusals_.fetch_add(1, std::memory_order_relaxed);
-  }
   absl::Status AdmitVerified(TxPtr tx, uint64_t* pooled_at_height = nullptr, bool reserved = false);
+
+  // Counts `n` refused txs in overload_refusals() when `for_room` (see there).
+  void CountRefused(bool for_room, uint64_t n = 1) {
+    if (for_room) overload_refusals_.fetch_add(n, std::memory_order_relaxed);
+  }
+  bool PoolFull() const { return deps_.pool->ClientRoomTxs() == 0; }
 
   const Deps deps_;
   std::atomic<uint64_t> spill_dropped_invalid_{0};

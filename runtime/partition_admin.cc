@@ -135,8 +135,7 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   out.set_peer_refused_bad_tx(driver.dropped_bad_tx);
   out.set_consensus_verifications(crypto_->verifications());
   out.set_consensus_redundant_votes(driver.redundant_votes);
-  out.set_cpu_nanos(static_cast<uint64_t>(std::max<int64_t>(
-      0, dispatcher_->CpuNanos() + off_pool_cpu_nanos_.load(std::memory_order_relaxed))));
+  out.set_cpu_nanos(static_cast<uint64_t>(std::max<int64_t>(0, CpuNanos())));
   out.set_overload_refusals(admission_->overload_refusals());
   if (env_.block_budget != nullptr) {
     out.set_block_interval_ms(static_cast<double>(env_.block_budget->LastIntervalNanos(id_)) / 1e6);
@@ -505,8 +504,7 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   // The arbiter's tick is also the adaptive lane weights' control step (one clock, one thread).
   impl_->dispatcher_->AdaptWeights();
   flowctl::ConsumerUsage u;
-  int64_t cpu =
-      impl_->dispatcher_->CpuNanos() + impl_->off_pool_cpu_nanos_.load(std::memory_order_relaxed);
+  const int64_t cpu = impl_->CpuNanos();
   u.cpu_nanos = cpu - impl_->last_cpu_nanos_;
   impl_->last_cpu_nanos_ = cpu;
   impl_->tick_cpu_nanos_.store(u.cpu_nanos, std::memory_order_relaxed);

@@ -99,9 +99,7 @@ void Partition::Impl::HandlePeerMessage(flowctl::Message message) {
         peer_admission_->Observe(message.peer, *f, clock_->NowNanos());
         return;
       }
-      dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
-      CountRefused(message.peer, PeerRefusals::kMalformed);
-      return;
+      [[fallthrough]];  // admit_ppm above one: malformed
     default:
       dropped_malformed_.fetch_add(1, std::memory_order_relaxed);
       CountRefused(message.peer, PeerRefusals::kMalformed);

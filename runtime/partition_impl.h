@@ -273,6 +273,10 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   static constexpr uint64_t kOffPoolCpuSampleEvery = 8;
   std::atomic<int64_t> off_pool_cpu_nanos_{0};
   std::atomic<uint64_t> off_pool_calls_{0};
+  // All CPU charged to the partition since start: its lanes' on the pool and off_pool_cpu_nanos_.
+  int64_t CpuNanos() const {
+    return dispatcher_->CpuNanos() + off_pool_cpu_nanos_.load(std::memory_order_relaxed);
+  }
   // Runs `work`, charging its thread CPU (sampled) to off_pool_cpu_nanos_.
   template <typename Work>
   auto ChargeOffPool(Work&& work) {
