@@ -4,7 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "flowctl/arbiter.h"
 #include "glog/logging.h"
 
 namespace flowctl {
@@ -101,13 +103,18 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     }
     // Signs of contention (see "Contending partitions"), held for kContendingHold; the fraction
     // is the one the last tick set.
-    if (l.refusing || t.fraction < 1 ||
+    if (l.refusing || t.fraction < 1 || l.pool_fill >= kContendingPoolFill ||
         l.client_backlog_nanos >= absl::ToInt64Nanoseconds(kContendingBacklog)) {
       t.contend_left_nanos = absl::ToInt64Nanoseconds(kContendingHold);
     } else {
       t.contend_left_nanos =
           std::max<int64_t>(0, t.contend_left_nanos - std::max<int64_t>(elapsed_nanos, 0));
     }
+    // Work queued for the CPU, held the same way.
+    t.queued_left_nanos =
+        l.backlogged
+            ? absl::ToInt64Nanoseconds(kContendingHold)
+            : std::max<int64_t>(0, t.queued_left_nanos - std::max<int64_t>(elapsed_nanos, 0));
     total_rate += t.cpu_rate;
     next[l.id] = t;
   }
@@ -139,6 +146,33 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
       ++contenders;
       contending_weight += l.entitlement_nanos;
       contending_rate += t.cpu_rate;
+    }
+  }
+  // The contenders' division of what they use together (see "Contending partitions"): weighted
+  // water-filling, where one neither cut nor using its weighted share has what it uses and the
+  // rest want more.
+  std::vector<double> contended(loads.size(), 0);
+  if (measured && contenders >= 2 && contending_weight > 0) {
+    std::vector<ArbiterConsumer> consumers;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < loads.size(); ++i) {
+      if (!contending[i]) continue;
+      const Track& t = tracks_[loads[i].id];
+      const double weighted = contending_rate * loads[i].entitlement_nanos / contending_weight;
+      contended[i] = weighted;
+      const bool has_what_it_uses =
+          t.fraction >= 1 && t.queued_left_nanos == 0 && t.cpu_rate < weighted;
+      consumers.push_back({.weight = loads[i].entitlement_nanos,
+                           .demand = has_what_it_uses ? t.cpu_rate : kUnboundedDemand});
+      index.push_back(i);
+    }
+    // Invalid only for a weight of 0, which the division above already makes 0.
+    if (absl::StatusOr<std::vector<double>> fair = AllocateFairShares(contending_rate, consumers);
+        fair.ok()) {
+      for (size_t k = 0; k < index.size(); ++k) {
+        // One that has what it uses keeps its weighted share: it is not held below it.
+        if (consumers[k].demand == kUnboundedDemand) contended[index[k]] = (*fair)[k];
+      }
     }
   }
 
@@ -185,8 +219,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
       allocation = std::min(allocation, config_.measured_share_slack * total_rate *
                                             l.entitlement_nanos / active_weight);
       if (contending[i] && contenders >= 2 && contending_weight > 0) {
-        allocation =
-            std::min(allocation, contending_rate * l.entitlement_nanos / contending_weight);
+        allocation = std::min(allocation, contended[i]);
       }
     }
     const double over = allocation > 0 ? t.cpu_rate / allocation : 0;

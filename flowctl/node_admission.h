@@ -45,12 +45,24 @@
 // wants more than it is served and is active "contends". Its signs: it refused client writes for
 // want of room in the tick (PartitionLoad::refusing); its client lane held work without a break
 // for kContendingBacklog or more, which a partition that keeps up with its clients never does, as
-// its lane empties between their calls; or it is being cut (its fraction below 1). Each sign
-// holds for kContendingHold, as a flood's refusals come in bursts. When two or more contend each is
-// also held to its weighted share of the CPU the contending partitions used together: among flooded
-// partitions the CPU divides by weight, as the worker pool divides it when it is the bottleneck. A
-// lone contender keeps the slack's allocation alone (its share of what it uses itself would be all
-// of it), so one flooded partition beside quiet ones is held exactly as without this rule.
+// its lane empties between their calls; its pool holds kContendingPoolFill or more of the txs its
+// clients may fill it with (PartitionLoad::pool_fill): txs arrive faster than its blocks take
+// them, and a client whose own window bounds what it offers (so that the pool is seldom quite
+// full) shows there; or it is being cut (its fraction below 1). Each sign holds for
+// kContendingHold, as a flood's refusals come in bursts and its pool ebbs between blocks: each
+// gap in a flooded partition's contention hands its share to the others. When two or more
+// contend, the CPU they used together is divided among them by weight, water-filled
+// (AllocateFairShares): one that is not cut, had no work waiting for the CPU for kContendingHold
+// (PartitionLoad::backlogged) and uses less than its weighted share has what it uses (its
+// allocation stays that weighted share, so it is not held below it), and the others, which want
+// more, divide the rest by weight; each contender is also held to its part. Work waiting in its
+// lanes means it is short of CPU, not of work: the others' cuts are what frees CPU for it. Among
+// flooded partitions the CPU so divides by weight, as the worker pool divides it when it is the
+// bottleneck. Without the water-filling a contender that cannot turn its share into CPU (its pool
+// half full of txs behind a nonce gap, its blocks bounded by their size, a client's own window)
+// would hold the others to its own ratio, and their allocations would follow their cut CPU down.
+// A lone contender keeps the slack's allocation alone (its share of what it uses itself would be
+// all of it), so one flooded partition beside quiet ones is held exactly as without this rule.
 //
 // Shedding. Each partition has an admit fraction in [min_admit_fraction, 1]: the share of its
 // client write calls let through (AdmissionShedder; a batch is one call). During an episode, until
@@ -121,7 +133,8 @@ class NodeAdmission {
   static constexpr absl::Duration kUsageWindow = absl::Seconds(1);  // CPU smoothing
   static constexpr double kActiveShare = 0.1;  // of an equal share of the measured CPU
   static constexpr absl::Duration kContendingBacklog = absl::Seconds(1);
-  static constexpr absl::Duration kContendingHold = absl::Seconds(1);
+  static constexpr absl::Duration kContendingHold = absl::Seconds(3);
+  static constexpr double kContendingPoolFill = 0.5;
 
   struct Config {
     absl::Duration consensus_delay_target = absl::Milliseconds(50);  // > 0
@@ -145,6 +158,9 @@ class NodeAdmission {
     bool refusing = false;
     // How long its client lane had held work without a break at the tick.
     int64_t client_backlog_nanos = 0;
+    // Its pooled txs over the most its clients may fill it with (the lower of its high-water mark
+    // and the pool less its forwarding reserve), at the tick; 0 without a pool.
+    double pool_fill = 0;
   };
 
   struct PartitionState {
@@ -189,6 +205,7 @@ class NodeAdmission {
     double cpu_rate = 0;             // smoothed CPU nanoseconds per nanosecond
     bool sampled = false;            // false until its first tick after the baseline
     int64_t contend_left_nanos = 0;  // of kContendingHold since its last sign of contention
+    int64_t queued_left_nanos = 0;   // of kContendingHold since work last waited for its CPU
   };
   int calm_ticks_ = 0;
   int64_t calm_nanos_ = 0;  // of calm ticks in a row

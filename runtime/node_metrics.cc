@@ -159,8 +159,9 @@ void AddNodeAdmission(const node::admin::NodeAdmissionStatus& a, Families* f) {
              "The partition's CPU (worker pool, client calls, drain), smoothed over 1 s.", l,
              p.cpu_cores());
     f->Gauge("noded_node_admission_contending",
-             "1 when the partition wanted more than it was served at the last tick (refusals for "
-             "want of room or a client backlog within 1 s, or being cut), else 0.",
+             "1 when the partition wanted more than it was served at the last tick (within 3 s: "
+             "refusals for want of room, a client backlog of 1 s, a pool half full, or being "
+             "cut), else 0.",
              l, p.contending() ? 1 : 0);
     f->Gauge("noded_node_admission_allocation_cores",
              "The CPU the node-wide admission holds the partition to during an episode.", l,

@@ -526,6 +526,10 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
                                            std::memory_order_relaxed);
   impl_->tick_client_backlog_nanos_.store(impl_->dispatcher_->LaneBusyNanos(kClientLane),
                                           std::memory_order_relaxed);
+  const double client_mark = impl_->pool_->ClientMarkTxs();
+  impl_->tick_pool_fill_.store(
+      client_mark > 0 ? static_cast<double>(impl_->pool_->size_now()) / client_mark : 0,
+      std::memory_order_relaxed);
   partitions::TxPoolStats ps = impl_->pool_->stats();
   u.memory_bytes = ps.bytes + lane_bytes + impl_->chain_.executor->cache_stats().bytes;
   PartitionConfig cfg;
@@ -583,7 +587,8 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
       .consensus_delay_nanos = impl_->tick_consensus_delay_nanos_.load(std::memory_order_relaxed),
       .backlogged = impl_->tick_backlogged_.load(std::memory_order_relaxed),
       .refusing = impl_->tick_refusing_.load(std::memory_order_relaxed),
-      .client_backlog_nanos = impl_->tick_client_backlog_nanos_.load(std::memory_order_relaxed)};
+      .client_backlog_nanos = impl_->tick_client_backlog_nanos_.load(std::memory_order_relaxed),
+      .pool_fill = impl_->tick_pool_fill_.load(std::memory_order_relaxed)};
 }
 
 void Partition::SetAdmitFraction(double own, double floor, bool with_peers) {

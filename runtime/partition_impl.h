@@ -298,6 +298,7 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::atomic<int64_t> tick_cpu_nanos_{0};
   std::atomic<int64_t> tick_consensus_delay_nanos_{0};
   std::atomic<int64_t> tick_client_backlog_nanos_{0};
+  std::atomic<double> tick_pool_fill_{0};  // pooled txs / the client mark (TxPool::ClientMarkTxs)
   std::atomic<bool> tick_backlogged_{false};
   // Client writes refused for want of room: the count at the last tick, and whether it moved in it.
   uint64_t last_overload_refusals_ = 0;  // TakeUsage only (under the arbiter's lock)

@@ -46,7 +46,9 @@ SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the f
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
 cpu,ceiling,memory,egress), SHARES_MODES (the cpu part's modes, default governed,advisory,admission),
 SHARES_PRESIGN (txs pre-signed per partition in the cpu part, default 2000; 45000 for the whole flood),
-SHARES_IN_FLIGHT (loadgen's --max-in-flight in the cpu part, default 64), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
+SHARES_IN_FLIGHT (loadgen's --max-in-flight in the cpu part, default 64), SHARES_TRACE (a file the cpu part appends
+each node's admission status to, every second), SHARES_ADMISSION_CONFIG (more node_admission fields in the
+admission mode), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
 SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (bytes/s per node in
 the egress part, default 1000000), SHARES_EGRESS_RATE (each partition's tx/s per node, default 60).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
@@ -1720,10 +1722,16 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
         fractions, refused, over, cores = [], 0, [], []
         # Every node's p1 while its admission lets through less than all: CPU over allocation.
         every_node = []
+        # Every node's quiet partitions: how often one contended beside p1 (which tightens p1's
+        # allocation to its weighted share of what the contenders use together).
+        quiet_samples = quiet_contending = 0
         for _, status in samples + others:
             for a in status.get("admission", {}).get("partitions", []):
                 if a.get("name") == flooded and a.get("admit_fraction", 1) < 1:
                     every_node.append(float(a.get("cpu_over_entitlement", 0)))
+                elif a.get("name") in quiet:
+                    quiet_samples += 1
+                    quiet_contending += 1 if a.get("contending") else 0
         pressure = [float(st.get("admission", {})["cpu_pressure_percent"]) for _, st in samples
                     if "cpu_pressure_percent" in st.get("admission", {})]
         measured = sum(1 for _, st in samples if st.get("admission", {}).get("measured_allocation"))
@@ -1745,6 +1753,7 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
                 "fractions": fractions, "refused": refused, "over": sorted(over),
                 "cores": cores, "pressure": sorted(pressure), "measured": measured,
                 "every_node": sorted(every_node),
+                "quiet_contending": (quiet_contending, quiet_samples),
                 "samples": len(samples),
                 "episodes": max([int(st2.get("admission", {}).get("episodes", 0))
                                  for _, st2 in samples] or [0])}
@@ -1788,8 +1797,8 @@ def admission():
                     "%d VC; flooded p1 %.0f tx/s (p99 %.0f ms), quiet total %.0f tx/s; p1 admit "
                     "fraction on node 1 min %.2f, %d refused, %d episodes; p1 CPU / allocation "
                     "while cut, median %s (%d samples; CPU %s of %s cores), every node's median %s "
-                    "(%d samples, within 10%%: %d); node 1's CPU pressure "
-                    "median %s%%, measured shares in %d of %d samples"
+                    "(%d samples, within 10%%: %d); quiet partitions contending in %d of %d; "
+                    "node 1's CPU pressure median %s%%, measured shares in %d of %d samples"
                     % (q[len(q) // 2] if q else 0, q[-1] if q else 0,
                        sum(1 for x in q if x <= 1.2), len(q), r["vc"], r["flood_rate"],
                        r["flood_p99"], r["quiet_rate"],
@@ -1800,6 +1809,7 @@ def admission():
                        "%.2f" % r["every_node"][len(r["every_node"]) // 2]
                        if r["every_node"] else "-", len(r["every_node"]),
                        sum(1 for x in r["every_node"] if abs(x - 1) <= 0.1),
+                       r["quiet_contending"][0], r["quiet_contending"][1],
                        "%.0f" % r["pressure"][len(r["pressure"]) // 2] if r["pressure"] else "-",
                        r["measured"], r["samples"]))
         ours = [m for m in modes if m not in ("off", "idle")]
@@ -1838,7 +1848,9 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25), loadgen_extra
     over `window` (seconds from the start), in cores averaged over the nodes, its fraction of the
     partitions' total, the same for all its CPU (pool, client calls, drain), the arbiter's share
     at the end, and the committed rate. With node_admission on, every node's status is sampled
-    every 3 s in the window: each partition's CPU over its allocation while it is cut."""
+    every 3 s in the window: each partition's CPU over its allocation while it is cut; with
+    SHARES_TRACE=path, every second, each sample appended to that file as a JSON line."""
+    trace = os.environ.get("SHARES_TRACE")
     with Cluster(name, extra, partitions=len(names)) as c:
         marks = {}
         over = {nm: [] for nm in names}
@@ -1852,11 +1864,16 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25), loadgen_extra
             time.sleep(window[0])
             sample("a")
             end = time.monotonic() + window[1] - window[0]
-            while time.monotonic() + 3 < end:
-                time.sleep(3)
+            period = 1 if trace else 3
+            while time.monotonic() + period < end:
+                time.sleep(period)
                 for i in range(c.nodes):
-                    for a in ((c.stats(i, "status") or {}).get("admission", {})
-                              .get("partitions", [])):
+                    admission = (c.stats(i, "status") or {}).get("admission", {})
+                    if trace:
+                        with open(trace, "a") as out:
+                            out.write(json.dumps({"t": round(time.monotonic() - t0, 2), "node": i,
+                                                  "admission": admission}) + "\n")
+                    for a in admission.get("partitions", []):
                         if a.get("name") not in over:
                             continue
                         seen[a["name"]]["samples"] += 1
@@ -1930,6 +1947,7 @@ def shares():
     # Txs loadgen signs before the clock starts, per partition, in the weights part (default
     # 2000; the rest it signs as it goes, with CPU the nodes' would otherwise have).
     presign = int(os.environ.get("SHARES_PRESIGN", "2000"))
+    admission_config = os.environ.get("SHARES_ADMISSION_CONFIG", "")
     seconds = 30
     # No gates: the flood's txs queue for verification in the client lanes, so every partition has
     # work waiting in the worker pool, which is what the arbiter divides (with the pool gate on,
@@ -1948,7 +1966,8 @@ def shares():
         for mode in modes if i % 2 == 0 else modes[::-1]:
             node = "resources { cpu_workers: %d arbiter_advisory: %s%s }\n" % (
                 workers, "true" if mode == "advisory" else "false",
-                " node_admission { enabled: true }" if mode == "admission" else "")
+                " node_admission { enabled: true %s }" % admission_config
+                if mode == "admission" else "")
             rows[mode] = shares_run("shares_weights_%s_%d" % (mode, i), node + part_extra, names,
                                     scen, seconds, loadgen_extra=("--max-in-flight", in_flight),
                                     presign=presign)
@@ -1966,17 +1985,44 @@ def shares():
                               % (r[nm]["fraction_median"], r[nm]["contending"], r[nm]["samples"])
                               if r[nm]["samples"] else "") for nm in names)
 
-        def worst(r, key):
-            return max(abs(r[nm][key] - alloc[nm]) / alloc[nm] for nm in names)
+        def worst(r, key, to=None):
+            to = to or alloc
+            return max(abs(r[nm][key] - to[nm]) / to[nm] for nm in names)
+
+        def water(r):
+            """The weighted max-min (water-filled) division of all the partitions' CPU that node
+            admission aims at: a partition it did not hold (admit fraction median >= 0.95) and
+            that used less than its weighted share of what is left has what it used; the others
+            divide the rest by weight."""
+            out, left, pending = {}, 1.0, set(names)
+            while pending:
+                level = left / sum(weights[nm] for nm in pending)
+                done = [nm for nm in sorted(pending) if r[nm]["fraction_median"] >= 0.95
+                        and r[nm]["all_fraction"] < level * weights[nm]]
+                if not done:
+                    break
+                for nm in done:
+                    out[nm] = r[nm]["all_fraction"]
+                    left -= out[nm]
+                    pending.discard(nm)
+            for nm in pending:
+                out[nm] = left * weights[nm] / sum(weights[x] for x in pending)
+            return out
+        waters = {m: water(rows[m]) for m in modes if m == "admission"}
         result("arbiter CPU shares, weights 1:2:4, all flooded (round %d)" % (i + 1),
                " || ".join("%s: %s" % (m, fmt(rows[m])) for m in modes if m != "advisory"),
                "advisory: " + fmt(rows["advisory"]) if "advisory" in rows else "-",
-               "worst |fraction - allocation| / allocation: %s; allocation %s"
+               "worst |fraction - allocation| / allocation: %s; allocation %s%s"
                % ("; ".join("%s: worker CPU %.2f, all CPU %.2f, commits %.2f, %d VC"
                             % (m, worst(rows[m], "fraction"), worst(rows[m], "all_fraction"),
                                worst(rows[m], "tx_fraction"), sum(r["vc"] for r in rows[m].values()))
                             for m in modes),
-                  ", ".join("%s %.2f" % (nm, alloc[nm]) for nm in names)),
+                  ", ".join("%s %.2f" % (nm, alloc[nm]) for nm in names),
+                  "".join("; %s water-filled (partitions not held have what they used): %s, "
+                          "worst all CPU %.2f" % (m, ", ".join("%s %.3f" % (nm, w[nm])
+                                                               for nm in names),
+                                                  worst(rows[m], "all_fraction", w))
+                          for m, w in waters.items())),
                "per-partition CPU within 10% of its allocation (issue 18, item 1)",
                "p1..p3 weights 1, 2, 4, each offered %d tx/s, %d s, CPU over seconds 10-25, "
                "mean of 4 nodes; admission: node_admission on" % (rate, seconds))

@@ -274,14 +274,20 @@ TEST(NodeAdmissionTest, ASlackOfOneHoldsEachToAnEqualShareOfWhatTheNodeGets) {
 
 // Three partitions entitled 1:2:4, each using 0.1 cores while the consensus lanes are late and the
 // CPU contended. Each refusing client writes (flooded), or with its client lane busy without a
-// break for a second: they contend, and each is held to its weighted share of the 0.3
-// cores they use together (0.3/7, 0.6/7, 1.2/7): partitions 1 and 2 are cut, 3 grows. Neither:
-// the slack alone (2 x 0.3 x w / 7) cuts partition 1 only, which then contends alone (being
-// cut), so partition 2 keeps the slack's allocation (a backlog just under the second changes
-// nothing). With the CPU uncontended the entitlements rule and nobody is cut.
+// break for a second, or with its pool half full: they contend, and divide the 0.3 cores they use
+// together by weight, water-filled: partition 3, not cut and using less than its weighted share
+// (1.2/7), has what it uses and keeps that share as its allocation; partitions 1 and 2 divide the
+// other 0.2 cores 1:2 (0.2/3, 0.4/3), so 1 is cut and 2 is not. Once 1 is cut it wants more
+// whatever it uses: in a 10-s tick in which it used 0.02 cores (under its weighted share of the
+// 0.22 used, 0.22/7) it is given its part of what 1 and 2 use beyond 3's 0.1 (0.12/3), not that
+// share. None of these: the slack alone (2 x 0.3 x w / 7) cuts partition 1 only, which then
+// contends alone (being cut), so partition 2 keeps the slack's allocation (a backlog just under
+// the second, or a pool just under half full, changes nothing). With the CPU uncontended the
+// entitlements rule and nobody is cut.
 TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
   const int64_t backlog = absl::ToInt64Nanoseconds(NodeAdmission::kContendingBacklog);
-  const auto loads = [](bool refusing, int64_t client_backlog = 0) {
+  const double half = NodeAdmission::kContendingPoolFill;
+  const auto loads = [](bool refusing, int64_t client_backlog = 0, double pool_fill = 0) {
     std::vector<Load> out;
     for (uint32_t id = 1; id <= 3; ++id) {
       const double weight = id == 1 ? 1 : id == 2 ? 2 : 4;
@@ -290,32 +296,48 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
                      .entitlement_nanos = kCapacity * weight / 7,
                      .consensus_delay_nanos = 80 * kMs,
                      .refusing = refusing,
-                     .client_backlog_nanos = client_backlog});
+                     .client_backlog_nanos = client_backlog,
+                     .pool_fill = pool_fill});
     }
     return out;
   };
-  for (const auto& [name, contending] : {std::pair{"all refusing", loads(true)},
-                                         std::pair{"client backlog", loads(false, backlog)}}) {
+  for (const auto& [name, contending] :
+       {std::pair{"all refusing", loads(true)}, std::pair{"client backlog", loads(false, backlog)},
+        std::pair{"pools half full", loads(false, 0, half)}}) {
     SCOPED_TRACE(name);
     NodeAdmission a({});
     Prime(a, kTick, contending);
     const std::vector<double> f = a.Update(kTick, kCapacity, contending, 40.0);
     const auto& ps = a.stats().partitions;
-    EXPECT_NEAR(ps[0].allocation_cores, 0.3 / 7, 1e-9);
-    EXPECT_NEAR(ps[1].allocation_cores, 0.6 / 7, 1e-9);
+    EXPECT_NEAR(ps[0].allocation_cores, 0.2 / 3, 1e-9);
+    EXPECT_NEAR(ps[1].allocation_cores, 0.4 / 3, 1e-9);
     EXPECT_NEAR(ps[2].allocation_cores, 1.2 / 7, 1e-9);
     for (const auto& p : ps) EXPECT_TRUE(p.contending) << "partition " << p.id;
-    EXPECT_LT(f[0], f[1]);  // cut harder: 2.33x its allocation against 1.17x
-    EXPECT_LT(f[1], 1);
+    EXPECT_NEAR(f[0], 1 / 1.5, 1e-9);  // 1.5x its allocation
+    EXPECT_DOUBLE_EQ(f[1], 1);
     EXPECT_DOUBLE_EQ(f[2], 1);
+
+    // A 10-s tick (the averages all but equal to it) with partition 1 at 0.02 cores.
+    constexpr int64_t kLong = 100 * kTick;
+    std::vector<Load> later = contending;
+    for (Load& l : later) {
+      l.cpu_nanos *= 100;
+      l.entitlement_nanos *= 100;
+    }
+    later[0].cpu_nanos = kLong / 50;
+    a.Update(kLong, 100 * kCapacity, later, 40.0);
+    ASSERT_NEAR(ps[0].cpu_cores, 0.02, 1e-3);
+    EXPECT_NEAR(ps[0].allocation_cores, 0.12 / 3, 1e-3);
+    EXPECT_NEAR(ps[1].allocation_cores, 0.24 / 3, 1e-3);
+    EXPECT_NEAR(ps[2].allocation_cores, 4 * 0.22 / 7, 1e-3);
   }
   {
-    SCOPED_TRACE("none refusing, a backlog under the second");
+    SCOPED_TRACE("none refusing, a backlog under the second, pools just under half full");
     NodeAdmission a({});
     Prime(a, kTick, loads(false));
     std::vector<double> f;
     for (int tick = 0; tick < 3; ++tick) {
-      f = a.Update(kTick, kCapacity, loads(false, backlog - 1), 40.0);
+      f = a.Update(kTick, kCapacity, loads(false, backlog - 1, half - 1e-6), 40.0);
     }
     const auto& ps = a.stats().partitions;
     EXPECT_NEAR(ps[0].allocation_cores, 0.6 / 7, 1e-9);
@@ -328,8 +350,8 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
     EXPECT_DOUBLE_EQ(f[2], 1);
   }
   {
-    // A sign holds for kContendingHold: refusing once, partition 3 (never cut) contends for a
-    // second of 100 ms ticks after it, then no longer.
+    // A sign holds for kContendingHold: refusing once, partition 3 (never cut) contends for
+    // kContendingHold of 100 ms ticks after it, then no longer.
     SCOPED_TRACE("the hold");
     NodeAdmission a({});
     Prime(a, kTick, loads(false));
@@ -351,6 +373,52 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
     EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2.0 / 7, 1e-9);
     for (double x : f) EXPECT_DOUBLE_EQ(x, 1);
   }
+}
+
+// A contender that uses less than its weighted share, is not cut and has no work waiting for the
+// CPU, has what it uses; the rest divide what is left. So one that cannot turn its share into CPU
+// (a pool half full of txs behind a nonce gap, blocks bounded by their size) does not drag the
+// others down with it. Two partitions of equal weight: 1 refusing and using 0.1 cores, 2 with its
+// pool half full and using 0.01. Divided equally, 1 would be held to 0.055 and cut, its
+// allocation following its CPU down; water-filled it keeps the 0.1 it uses and is not cut. With
+// work queued in 2's lanes (within kContendingHold) 2 is short of CPU, not of work: it wants its
+// share, and 1 is held to 0.055.
+TEST(NodeAdmissionTest, AContenderUsingLessThanItsShareLeavesTheRestToTheOthers) {
+  std::vector<Load> loads = {{.id = 1,
+                              .cpu_nanos = kTick / 10,
+                              .entitlement_nanos = kCapacity / 2.0,
+                              .consensus_delay_nanos = 80 * kMs,
+                              .refusing = true},
+                             {.id = 2,
+                              .cpu_nanos = kTick / 100,
+                              .entitlement_nanos = kCapacity / 2.0,
+                              .consensus_delay_nanos = 80 * kMs,
+                              .pool_fill = 0.6}};
+  NodeAdmission a({});
+  Prime(a, kTick, loads);
+  std::vector<double> f;
+  for (int tick = 0; tick < 20; ++tick) f = a.Update(kTick, kCapacity, loads, 40.0);
+  const auto& ps = a.stats().partitions;
+  ASSERT_TRUE(a.stats().congested);
+  EXPECT_TRUE(ps[0].contending);
+  EXPECT_TRUE(ps[1].contending);
+  EXPECT_NEAR(ps[0].allocation_cores, 0.1, 1e-9);
+  EXPECT_NEAR(ps[1].allocation_cores, 0.055, 1e-9);  // its weighted share, kept
+  EXPECT_DOUBLE_EQ(f[0], 1);
+  EXPECT_DOUBLE_EQ(f[1], 1);
+
+  loads[1].backlogged = true;
+  f = a.Update(kTick, kCapacity, loads, 40.0);
+  EXPECT_NEAR(ps[0].allocation_cores, 0.055, 1e-9);
+  EXPECT_LT(f[0], 1);
+  loads[1].backlogged = false;  // still within the hold
+  const int ticks = static_cast<int>(NodeAdmission::kContendingHold / absl::Nanoseconds(kTick));
+  for (int tick = 1; tick < ticks; ++tick) {
+    a.Update(kTick, kCapacity, loads, 40.0);
+    ASSERT_NEAR(ps[0].allocation_cores, 0.055, 1e-9) << "tick " << tick;
+  }
+  a.Update(kTick, kCapacity, loads, 40.0);
+  EXPECT_NEAR(ps[0].allocation_cores, 0.1, 1e-9);
 }
 
 // A partition refusing beside quiet ones contends alone: it is held by the slack exactly as if

@@ -330,7 +330,8 @@ TEST_F(PartitionResourceConsumerTest, NodeAdmissionFractionRefusesClientWrites) 
 // partitions"): a tick in which client writes were refused for want of room. A rate limit's
 // refusal while the pool has room is policy and does not count, nor does the node's own shedding;
 // the pool gate's refusal above the high-water mark does (the tick is refusing, the next one
-// without any is not), and so does the pool's own refusal at its client cap.
+// without any is not), and so does the pool's own refusal at its client cap. The tick also
+// reports how full the pool is against what its clients may fill (its high-water mark, 2 txs).
 TEST_F(PartitionResourceConsumerTest, TicksWithClientWritesRefusedForWantOfRoomAreRefusing) {
   node::config::PartitionConfig config = GatedPoolConfig(8, "room");
   auto* rate = config.mutable_interceptor()->add_stages();
@@ -344,6 +345,7 @@ TEST_F(PartitionResourceConsumerTest, TicksWithClientWritesRefusedForWantOfRoomA
   };
   part->TakeUsage();
   EXPECT_FALSE(part->AdmissionLoad().refusing);
+  EXPECT_EQ(part->AdmissionLoad().pool_fill, 0);
 
   ASSERT_TRUE(submit('a', 1).status.ok());
   SubmitResult refused = submit('a', 2);  // no time passes: no token, the pool has room
@@ -354,6 +356,7 @@ TEST_F(PartitionResourceConsumerTest, TicksWithClientWritesRefusedForWantOfRoomA
   EXPECT_EQ(part->FlowStats().overload_refusals(), 0u);
   part->TakeUsage();
   EXPECT_FALSE(part->AdmissionLoad().refusing);
+  EXPECT_DOUBLE_EQ(part->AdmissionLoad().pool_fill, 0.5);  // one tx of the 2 clients may pool
 
   clock_.Advance(absl::Seconds(1));  // a token
   ASSERT_TRUE(submit('a', 2).status.ok());
@@ -363,6 +366,7 @@ TEST_F(PartitionResourceConsumerTest, TicksWithClientWritesRefusedForWantOfRoomA
   EXPECT_EQ(part->FlowStats().overload_refusals(), 1u);
   part->TakeUsage();
   EXPECT_TRUE(part->AdmissionLoad().refusing);
+  EXPECT_DOUBLE_EQ(part->AdmissionLoad().pool_fill, 1);
   part->TakeUsage();
   EXPECT_FALSE(part->AdmissionLoad().refusing);
   part.reset();
