@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -110,11 +111,11 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
       t.contend_left_nanos =
           std::max<int64_t>(0, t.contend_left_nanos - std::max<int64_t>(elapsed_nanos, 0));
     }
-    // Work queued for the CPU, held the same way.
-    t.queued_left_nanos =
-        l.backlogged
+    // Short of CPU (its consensus lane late), held the same way.
+    t.short_left_nanos =
+        l.consensus_delay_nanos > target
             ? absl::ToInt64Nanoseconds(kContendingHold)
-            : std::max<int64_t>(0, t.queued_left_nanos - std::max<int64_t>(elapsed_nanos, 0));
+            : std::max<int64_t>(0, t.short_left_nanos - std::max<int64_t>(elapsed_nanos, 0));
     total_rate += t.cpu_rate;
     next[l.id] = t;
   }
@@ -133,7 +134,6 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   // contenders' count, weight and CPU.
   std::vector<bool> active(loads.size()), contending(loads.size());
   int contenders = 0;
-  double contending_weight = 0;
   double contending_rate = 0;
   for (size_t i = 0; i < loads.size(); ++i) {
     const PartitionLoad& l = loads[i];
@@ -144,34 +144,43 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     contending[i] = t.contend_left_nanos > 0;
     if (contending[i]) {
       ++contenders;
-      contending_weight += l.entitlement_nanos;
       contending_rate += t.cpu_rate;
     }
   }
   // The contenders' division of what they use together (see "Contending partitions"): weighted
-  // water-filling, where one neither cut nor using its weighted share has what it uses and the
-  // rest want more.
-  std::vector<double> contended(loads.size(), 0);
-  if (measured && contenders >= 2 && contending_weight > 0) {
+  // water-filling, in which one neither cut nor short of CPU wants what it uses and the rest
+  // want more. Each is held to the water level times its weight: those that want more get what
+  // the filling gives them, those that want what they use no less than that (and are cut if they
+  // use more). With no contender held by the level (every one has what it uses) nobody is.
+  std::vector<double> contended(loads.size(), std::numeric_limits<double>::infinity());
+  if (measured && contenders >= 2) {
     std::vector<ArbiterConsumer> consumers;
     std::vector<size_t> index;
     for (size_t i = 0; i < loads.size(); ++i) {
-      if (!contending[i]) continue;
+      // A contender without an entitlement has none to divide (its allocation is 0 anyway).
+      const double weight = loads[i].entitlement_nanos;
+      if (!contending[i] || !(weight > 0) || !std::isfinite(weight)) continue;
       const Track& t = tracks_[loads[i].id];
-      const double weighted = contending_rate * loads[i].entitlement_nanos / contending_weight;
-      contended[i] = weighted;
-      const bool has_what_it_uses =
-          t.fraction >= 1 && t.queued_left_nanos == 0 && t.cpu_rate < weighted;
-      consumers.push_back({.weight = loads[i].entitlement_nanos,
-                           .demand = has_what_it_uses ? t.cpu_rate : kUnboundedDemand});
+      const bool wants_what_it_uses = t.fraction >= 1 && t.short_left_nanos == 0;
+      consumers.push_back(
+          {.weight = weight,
+           .demand = wants_what_it_uses ? std::max(0.0, t.cpu_rate) : kUnboundedDemand});
       index.push_back(i);
     }
-    // Invalid only for a weight of 0, which the division above already makes 0.
-    if (absl::StatusOr<std::vector<double>> fair = AllocateFairShares(contending_rate, consumers);
-        fair.ok()) {
+    absl::StatusOr<std::vector<double>> fair =
+        AllocateFairShares(std::max(0.0, contending_rate), consumers);
+    if (!fair.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "node admission: contenders not divided: " << fair.status();
+    } else {
+      double level = -1;  // per unit of weight; < 0: no contender held by it
       for (size_t k = 0; k < index.size(); ++k) {
-        // One that has what it uses keeps its weighted share: it is not held below it.
-        if (consumers[k].demand == kUnboundedDemand) contended[index[k]] = (*fair)[k];
+        const ArbiterConsumer& c = consumers[k];
+        if (c.demand == kUnboundedDemand || (*fair)[k] < c.demand * (1 - kLevelTolerance)) {
+          level = std::max(level, (*fair)[k] / c.weight);
+        }
+      }
+      if (level >= 0) {
+        for (size_t k = 0; k < index.size(); ++k) contended[index[k]] = level * consumers[k].weight;
       }
     }
   }
@@ -218,14 +227,12 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     if (measured && active[i] && active_weight > 0) {
       allocation = std::min(allocation, config_.measured_share_slack * total_rate *
                                             l.entitlement_nanos / active_weight);
-      if (contending[i] && contenders >= 2 && contending_weight > 0) {
-        allocation = std::min(allocation, contended[i]);
-      }
+      if (contending[i]) allocation = std::min(allocation, contended[i]);
     }
     const double over = allocation > 0 ? t.cpu_rate / allocation : 0;
     double& f = t.fraction;
     if (stats_.congested && !refilling) {
-      if (over > 1) {
+      if (over > 1 + kLevelTolerance) {
         f *= std::pow(std::max(kMaxCut, 1 / over), steps);
       } else {
         f += kGrowStep * steps;

@@ -46,23 +46,24 @@
 // want of room in the tick (PartitionLoad::refusing); its client lane held work without a break
 // for kContendingBacklog or more, which a partition that keeps up with its clients never does, as
 // its lane empties between their calls; its pool holds kContendingPoolFill or more of the txs its
-// clients may fill it with (PartitionLoad::pool_fill): txs arrive faster than its blocks take
-// them, and a client whose own window bounds what it offers (so that the pool is seldom quite
-// full) shows there; or it is being cut (its fraction below 1). Each sign holds for
-// kContendingHold, as a flood's refusals come in bursts and its pool ebbs between blocks: each
-// gap in a flooded partition's contention hands its share to the others. When two or more
-// contend, the CPU they used together is divided among them by weight, water-filled
-// (AllocateFairShares): one that is not cut, had no work waiting for the CPU for kContendingHold
-// (PartitionLoad::backlogged) and uses less than its weighted share has what it uses (its
-// allocation stays that weighted share, so it is not held below it), and the others, which want
-// more, divide the rest by weight; each contender is also held to its part. Work waiting in its
-// lanes means it is short of CPU, not of work: the others' cuts are what frees CPU for it. Among
-// flooded partitions the CPU so divides by weight, as the worker pool divides it when it is the
-// bottleneck. Without the water-filling a contender that cannot turn its share into CPU (its pool
-// half full of txs behind a nonce gap, its blocks bounded by their size, a client's own window)
-// would hold the others to its own ratio, and their allocations would follow their cut CPU down.
-// A lone contender keeps the slack's allocation alone (its share of what it uses itself would be
-// all of it), so one flooded partition beside quiet ones is held exactly as without this rule.
+// clients may fill it with (PartitionLoad::pool_fill, all pooled txs counted): txs arrive faster
+// than its blocks take them, and a client whose own window bounds what it offers (so that the
+// pool is seldom quite full) shows there; or it is being cut (its fraction below 1). Each sign
+// holds for kContendingHold, as a flood's refusals come in bursts and its pool ebbs between blocks:
+// each gap in a flooded partition's contention hands its share to the others. When two or more
+// contend, the CPU they used together is divided among them by weighted water-filling
+// (AllocateFairShares). One that is not cut and whose consensus lane has not been late for
+// kContendingHold wants what it uses; the others want more: a late lane means it is short of CPU,
+// not of work, and only the others' cuts free CPU for it. Each contender is held to the water
+// level times its weight: the ones that want more get what the filling gives them, and one that
+// wants what it uses is not held below that (it is cut only if it uses more); with every
+// contender below the level (each has what it uses) none is held. Among flooded partitions the
+// CPU so divides by weight, as the worker pool divides it when it is the bottleneck. Without the
+// water-filling a contender that cannot turn its share into CPU (its pool half full of txs behind
+// a nonce gap, its blocks bounded by their size, a client's own window) would hold the others to
+// its own ratio, and their allocations would follow their cut CPU down. A lone contender keeps the
+// slack's allocation alone (its share of what it uses itself would be all of it), so one flooded
+// partition beside quiet ones is held exactly as without this rule.
 //
 // Shedding. Each partition has an admit fraction in [min_admit_fraction, 1]: the share of its
 // client write calls let through (AdmissionShedder; a batch is one call). During an episode, until
@@ -135,6 +136,8 @@ class NodeAdmission {
   static constexpr absl::Duration kContendingBacklog = absl::Seconds(1);
   static constexpr absl::Duration kContendingHold = absl::Seconds(3);
   static constexpr double kContendingPoolFill = 0.5;
+  // Relative: a partition at its allocation within this is not over it, nor below the water level.
+  static constexpr double kLevelTolerance = 1e-9;
 
   struct Config {
     absl::Duration consensus_delay_target = absl::Milliseconds(50);  // > 0
@@ -158,8 +161,9 @@ class NodeAdmission {
     bool refusing = false;
     // How long its client lane had held work without a break at the tick.
     int64_t client_backlog_nanos = 0;
-    // Its pooled txs over the most its clients may fill it with (the lower of its high-water mark
-    // and the pool less its forwarding reserve), at the tick; 0 without a pool.
+    // Its pooled txs (all of them: its clients', forwarded, proposed, waiting behind a nonce gap)
+    // over the most its clients may fill it with (TxPool::ClientMarkTxs: the lower of its
+    // high-water mark and the pool less its forwarding reserve), at the tick. Counted in txs.
     double pool_fill = 0;
   };
 
@@ -205,7 +209,7 @@ class NodeAdmission {
     double cpu_rate = 0;             // smoothed CPU nanoseconds per nanosecond
     bool sampled = false;            // false until its first tick after the baseline
     int64_t contend_left_nanos = 0;  // of kContendingHold since its last sign of contention
-    int64_t queued_left_nanos = 0;   // of kContendingHold since work last waited for its CPU
+    int64_t short_left_nanos = 0;    // of kContendingHold since its consensus lane was last late
   };
   int calm_ticks_ = 0;
   int64_t calm_nanos_ = 0;  // of calm ticks in a row

@@ -47,7 +47,7 @@ SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the f
 cpu,ceiling,memory,egress), SHARES_MODES (the cpu part's modes, default governed,advisory,admission),
 SHARES_PRESIGN (txs pre-signed per partition in the cpu part, default 2000; 45000 for the whole flood),
 SHARES_IN_FLIGHT (loadgen's --max-in-flight in the cpu part, default 64), SHARES_TRACE (a file the cpu part appends
-each node's admission status to, every second), SHARES_ADMISSION_CONFIG (more node_admission fields in the
+each node's admission status to, sampled every second instead of every 3 s), SHARES_ADMISSION_CONFIG (more node_admission fields in the
 admission mode), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
 SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (bytes/s per node in
 the egress part, default 1000000), SHARES_EGRESS_RATE (each partition's tx/s per node, default 60).
@@ -1722,16 +1722,20 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
         fractions, refused, over, cores = [], 0, [], []
         # Every node's p1 while its admission lets through less than all: CPU over allocation.
         every_node = []
-        # Every node's quiet partitions: how often one contended beside p1 (which tightens p1's
-        # allocation to its weighted share of what the contenders use together).
+        # Every node's quiet partitions while p1 contended there: how often one contended beside
+        # it (the contenders then divide what they use together, which can tighten p1's
+        # allocation).
         quiet_samples = quiet_contending = 0
         for _, status in samples + others:
-            for a in status.get("admission", {}).get("partitions", []):
+            parts = status.get("admission", {}).get("partitions", [])
+            for a in parts:
                 if a.get("name") == flooded and a.get("admit_fraction", 1) < 1:
                     every_node.append(float(a.get("cpu_over_entitlement", 0)))
-                elif a.get("name") in quiet:
-                    quiet_samples += 1
-                    quiet_contending += 1 if a.get("contending") else 0
+            if any(a.get("name") == flooded and a.get("contending") for a in parts):
+                for a in parts:
+                    if a.get("name") in quiet:
+                        quiet_samples += 1
+                        quiet_contending += 1 if a.get("contending") else 0
         pressure = [float(st.get("admission", {})["cpu_pressure_percent"]) for _, st in samples
                     if "cpu_pressure_percent" in st.get("admission", {})]
         measured = sum(1 for _, st in samples if st.get("admission", {}).get("measured_allocation"))
@@ -1797,7 +1801,7 @@ def admission():
                     "%d VC; flooded p1 %.0f tx/s (p99 %.0f ms), quiet total %.0f tx/s; p1 admit "
                     "fraction on node 1 min %.2f, %d refused, %d episodes; p1 CPU / allocation "
                     "while cut, median %s (%d samples; CPU %s of %s cores), every node's median %s "
-                    "(%d samples, within 10%%: %d); quiet partitions contending in %d of %d; "
+                    "(%d samples, within 10%%: %d); quiet partitions contending beside p1 in %d of %d; "
                     "node 1's CPU pressure median %s%%, measured shares in %d of %d samples"
                     % (q[len(q) // 2] if q else 0, q[-1] if q else 0,
                        sum(1 for x in q if x <= 1.2), len(q), r["vc"], r["flood_rate"],
@@ -1849,7 +1853,8 @@ def shares_run(name, extra, names, scen, seconds, window=(10, 25), loadgen_extra
     partitions' total, the same for all its CPU (pool, client calls, drain), the arbiter's share
     at the end, and the committed rate. With node_admission on, every node's status is sampled
     every 3 s in the window: each partition's CPU over its allocation while it is cut; with
-    SHARES_TRACE=path, every second, each sample appended to that file as a JSON line."""
+    SHARES_TRACE=path, every second instead (three times the status calls, so its sample counts
+    are not those of a run without it), each sample appended to that file as a JSON line."""
     trace = os.environ.get("SHARES_TRACE")
     with Cluster(name, extra, partitions=len(names)) as c:
         marks = {}
@@ -1987,13 +1992,14 @@ def shares():
 
         def worst(r, key, to=None):
             to = to or alloc
-            return max(abs(r[nm][key] - to[nm]) / to[nm] for nm in names)
+            return max(abs(r[nm][key] - to[nm]) / max(to[nm], 1e-9) for nm in names)
 
         def water(r):
-            """The weighted max-min (water-filled) division of all the partitions' CPU that node
-            admission aims at: a partition it did not hold (admit fraction median >= 0.95) and
+            """A weighted max-min (water-filled) reference for all the partitions' CPU, from the
+            outside: a partition node admission did not hold (admit fraction median >= 0.95) and
             that used less than its weighted share of what is left has what it used; the others
-            divide the rest by weight."""
+            divide the rest by weight. The node's own division also counts a partition whose
+            consensus lane is late as wanting more, which the scenario does not see."""
             out, left, pending = {}, 1.0, set(names)
             while pending:
                 level = left / sum(weights[nm] for nm in pending)

@@ -272,15 +272,16 @@ TEST(NodeAdmissionTest, ASlackOfOneHoldsEachToAnEqualShareOfWhatTheNodeGets) {
   for (size_t i = 2; i < f.size(); ++i) EXPECT_DOUBLE_EQ(f[i], 1) << "partition " << i + 1;
 }
 
-// Three partitions entitled 1:2:4, each using 0.1 cores while the consensus lanes are late and the
-// CPU contended. Each refusing client writes (flooded), or with its client lane busy without a
-// break for a second, or with its pool half full: they contend, and divide the 0.3 cores they use
-// together by weight, water-filled: partition 3, not cut and using less than its weighted share
-// (1.2/7), has what it uses and keeps that share as its allocation; partitions 1 and 2 divide the
-// other 0.2 cores 1:2 (0.2/3, 0.4/3), so 1 is cut and 2 is not. Once 1 is cut it wants more
-// whatever it uses: in a 10-s tick in which it used 0.02 cores (under its weighted share of the
-// 0.22 used, 0.22/7) it is given its part of what 1 and 2 use beyond 3's 0.1 (0.12/3), not that
-// share. None of these: the slack alone (2 x 0.3 x w / 7) cuts partition 1 only, which then
+// Three partitions entitled 1:2:4, each using 0.1 cores while the CPU is contended, the consensus
+// lanes of 1 and 2 late (short of CPU) and 3's on time. Each refusing client writes (flooded), or
+// with its client lane busy without a break for a second, or with its pool half full: they
+// contend, and divide the 0.3 cores they use together by weight, water-filled: partition 3, not
+// cut and not short of CPU, wants what it uses (0.1), and 1 and 2 want more: the water level is
+// 0.2/3 per unit of weight, so 1 and 2 are held to 0.2/3 and 0.4/3 (1 is cut, 2 is not) and 3 to
+// 0.8/3, above what it uses. Once 1 is cut it wants more whatever it uses: in a 10-s tick in which
+// it used 0.02 cores (under its plain weighted share of the 0.22 used, 0.22/7) the level is
+// 0.12/3 (1 and 2 divide what 3's 0.1 leaves), and 1 is held to that, not to what it uses.
+// None of these: the slack alone (2 x 0.3 x w / 7) cuts partition 1 only, which then
 // contends alone (being cut), so partition 2 keeps the slack's allocation (a backlog just under
 // the second, or a pool just under half full, changes nothing). With the CPU uncontended the
 // entitlements rule and nobody is cut.
@@ -294,7 +295,7 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
       out.push_back({.id = id,
                      .cpu_nanos = kTick / 10,
                      .entitlement_nanos = kCapacity * weight / 7,
-                     .consensus_delay_nanos = 80 * kMs,
+                     .consensus_delay_nanos = (id == 3 ? 1 : 80) * kMs,
                      .refusing = refusing,
                      .client_backlog_nanos = client_backlog,
                      .pool_fill = pool_fill});
@@ -311,7 +312,7 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
     const auto& ps = a.stats().partitions;
     EXPECT_NEAR(ps[0].allocation_cores, 0.2 / 3, 1e-9);
     EXPECT_NEAR(ps[1].allocation_cores, 0.4 / 3, 1e-9);
-    EXPECT_NEAR(ps[2].allocation_cores, 1.2 / 7, 1e-9);
+    EXPECT_NEAR(ps[2].allocation_cores, 0.8 / 3, 1e-9);
     for (const auto& p : ps) EXPECT_TRUE(p.contending) << "partition " << p.id;
     EXPECT_NEAR(f[0], 1 / 1.5, 1e-9);  // 1.5x its allocation
     EXPECT_DOUBLE_EQ(f[1], 1);
@@ -329,7 +330,7 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
     ASSERT_NEAR(ps[0].cpu_cores, 0.02, 1e-3);
     EXPECT_NEAR(ps[0].allocation_cores, 0.12 / 3, 1e-3);
     EXPECT_NEAR(ps[1].allocation_cores, 0.24 / 3, 1e-3);
-    EXPECT_NEAR(ps[2].allocation_cores, 4 * 0.22 / 7, 1e-3);
+    EXPECT_NEAR(ps[2].allocation_cores, 0.48 / 3, 1e-3);
   }
   {
     SCOPED_TRACE("none refusing, a backlog under the second, pools just under half full");
@@ -375,14 +376,14 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
   }
 }
 
-// A contender that uses less than its weighted share, is not cut and has no work waiting for the
-// CPU, has what it uses; the rest divide what is left. So one that cannot turn its share into CPU
-// (a pool half full of txs behind a nonce gap, blocks bounded by their size) does not drag the
-// others down with it. Two partitions of equal weight: 1 refusing and using 0.1 cores, 2 with its
-// pool half full and using 0.01. Divided equally, 1 would be held to 0.055 and cut, its
-// allocation following its CPU down; water-filled it keeps the 0.1 it uses and is not cut. With
-// work queued in 2's lanes (within kContendingHold) 2 is short of CPU, not of work: it wants its
-// share, and 1 is held to 0.055.
+// A contender that is not cut and not short of CPU (its consensus lane on time) wants what it
+// uses; the rest divide what is left. So one that cannot turn its share into CPU (a pool half full
+// of txs behind a nonce gap, blocks bounded by their size) does not drag the others down with it.
+// Two partitions of equal weight: 1 refusing, using 0.1 cores, its consensus lane late; 2 with its
+// pool half full, using 0.01. Divided equally, 1 would be held to 0.055 and cut, its allocation
+// following its CPU down; water-filled it keeps the 0.1 it uses (exactly its allocation: not
+// cut) and 2 is held to the same level. With 2's consensus lane late too (within kContendingHold)
+// 2 is short of CPU, not of work: it wants its share, and 1 is held to 0.055.
 TEST(NodeAdmissionTest, AContenderUsingLessThanItsShareLeavesTheRestToTheOthers) {
   std::vector<Load> loads = {{.id = 1,
                               .cpu_nanos = kTick / 10,
@@ -392,7 +393,7 @@ TEST(NodeAdmissionTest, AContenderUsingLessThanItsShareLeavesTheRestToTheOthers)
                              {.id = 2,
                               .cpu_nanos = kTick / 100,
                               .entitlement_nanos = kCapacity / 2.0,
-                              .consensus_delay_nanos = 80 * kMs,
+                              .consensus_delay_nanos = kMs,
                               .pool_fill = 0.6}};
   NodeAdmission a({});
   Prime(a, kTick, loads);
@@ -403,15 +404,15 @@ TEST(NodeAdmissionTest, AContenderUsingLessThanItsShareLeavesTheRestToTheOthers)
   EXPECT_TRUE(ps[0].contending);
   EXPECT_TRUE(ps[1].contending);
   EXPECT_NEAR(ps[0].allocation_cores, 0.1, 1e-9);
-  EXPECT_NEAR(ps[1].allocation_cores, 0.055, 1e-9);  // its weighted share, kept
+  EXPECT_NEAR(ps[1].allocation_cores, 0.1, 1e-9);  // the level, not what it uses
   EXPECT_DOUBLE_EQ(f[0], 1);
   EXPECT_DOUBLE_EQ(f[1], 1);
 
-  loads[1].backlogged = true;
+  loads[1].consensus_delay_nanos = 80 * kMs;
   f = a.Update(kTick, kCapacity, loads, 40.0);
   EXPECT_NEAR(ps[0].allocation_cores, 0.055, 1e-9);
   EXPECT_LT(f[0], 1);
-  loads[1].backlogged = false;  // still within the hold
+  loads[1].consensus_delay_nanos = kMs;  // still within the hold
   const int ticks = static_cast<int>(NodeAdmission::kContendingHold / absl::Nanoseconds(kTick));
   for (int tick = 1; tick < ticks; ++tick) {
     a.Update(kTick, kCapacity, loads, 40.0);
