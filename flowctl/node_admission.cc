@@ -131,10 +131,9 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
       loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
   double active_weight = 0;
   // Per partition (in `loads` order): active, and contending (see the file comment); and the
-  // contenders' count, weight and CPU.
+  // contenders' count.
   std::vector<bool> active(loads.size()), contending(loads.size());
   int contenders = 0;
-  double contending_rate = 0;
   for (size_t i = 0; i < loads.size(); ++i) {
     const PartitionLoad& l = loads[i];
     const Track& t = tracks_[l.id];
@@ -142,10 +141,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     if (!active[i]) continue;
     active_weight += l.entitlement_nanos;
     contending[i] = t.contend_left_nanos > 0;
-    if (contending[i]) {
-      ++contenders;
-      contending_rate += t.cpu_rate;
-    }
+    if (contending[i]) ++contenders;
   }
   // The contenders' division of what they use together (see "Contending partitions"): weighted
   // water-filling, in which one neither cut nor short of CPU wants what it uses and the rest
@@ -156,22 +152,27 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   if (measured && contenders >= 2) {
     std::vector<ArbiterConsumer> consumers;
     std::vector<size_t> index;
+    double capacity = 0;  // what the contenders divided used together
     for (size_t i = 0; i < loads.size(); ++i) {
-      // A contender without an entitlement has none to divide (its allocation is 0 anyway).
+      // A contender without an entitlement has no weight to divide by: it is left out, with its
+      // CPU, and held by its entitlement alone.
       const double weight = loads[i].entitlement_nanos;
       if (!contending[i] || !(weight > 0) || !std::isfinite(weight)) continue;
       const Track& t = tracks_[loads[i].id];
+      capacity += std::max(0.0, t.cpu_rate);
       const bool wants_what_it_uses = t.fraction >= 1 && t.short_left_nanos == 0;
       consumers.push_back(
           {.weight = weight,
            .demand = wants_what_it_uses ? std::max(0.0, t.cpu_rate) : kUnboundedDemand});
       index.push_back(i);
     }
+    // With one left to divide it is a lone contender, held by the slack alone.
     absl::StatusOr<std::vector<double>> fair =
-        AllocateFairShares(std::max(0.0, contending_rate), consumers);
+        index.size() >= 2 ? AllocateFairShares(capacity, consumers)
+                          : absl::StatusOr<std::vector<double>>(std::vector<double>());
     if (!fair.ok()) {
       LOG_EVERY_N(WARNING, 100) << "node admission: contenders not divided: " << fair.status();
-    } else {
+    } else if (index.size() >= 2) {
       double level = -1;  // per unit of weight; < 0: no contender held by it
       for (size_t k = 0; k < index.size(); ++k) {
         const ArbiterConsumer& c = consumers[k];

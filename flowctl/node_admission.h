@@ -61,7 +61,10 @@
 // CPU so divides by weight, as the worker pool divides it when it is the bottleneck. Without the
 // water-filling a contender that cannot turn its share into CPU (its pool half full of txs behind
 // a nonce gap, its blocks bounded by their size, a client's own window) would hold the others to
-// its own ratio, and their allocations would follow their cut CPU down. A lone contender keeps the
+// its own ratio, and their allocations would follow their cut CPU down. A late lane is taken as a
+// shortage of CPU, which the others' cuts relieve (and then it is on time and the rule lets go);
+// a contender whose lane stays late for another reason (its own long handlers) still holds the
+// others to its ratio while it does. A lone contender keeps the
 // slack's allocation alone (its share of what it uses itself would be all of it), so one flooded
 // partition beside quiet ones is held exactly as without this rule.
 //

@@ -422,6 +422,32 @@ TEST(NodeAdmissionTest, AContenderUsingLessThanItsShareLeavesTheRestToTheOthers)
   EXPECT_NEAR(ps[0].allocation_cores, 0.1, 1e-9);
 }
 
+// A contender without an entitlement (weight 0) has no weight to divide by: it is left out of the
+// contenders' division with its CPU, so the one other contender is a lone contender, held by the
+// slack alone (2 x 0.2 cores of all the active weight, which is its own), not to the 0.2 cores
+// both use together.
+TEST(NodeAdmissionTest, AContenderWithoutAnEntitlementIsLeftOutOfTheDivision) {
+  const std::vector<Load> loads = {{.id = 1,
+                                    .cpu_nanos = kTick / 10,
+                                    .entitlement_nanos = kCapacity / 2.0,
+                                    .consensus_delay_nanos = 80 * kMs,
+                                    .refusing = true},
+                                   {.id = 2,
+                                    .cpu_nanos = kTick / 10,
+                                    .entitlement_nanos = 0,
+                                    .consensus_delay_nanos = 80 * kMs,
+                                    .refusing = true}};
+  NodeAdmission a({});
+  Prime(a, kTick, loads);
+  const std::vector<double> f = a.Update(kTick, kCapacity, loads, 40.0);
+  const auto& ps = a.stats().partitions;
+  EXPECT_TRUE(ps[0].contending);
+  EXPECT_TRUE(ps[1].contending);
+  EXPECT_NEAR(ps[0].allocation_cores, 0.4, 1e-9);
+  EXPECT_EQ(ps[1].allocation_cores, 0);
+  EXPECT_DOUBLE_EQ(f[0], 1);
+}
+
 // A partition refusing beside quiet ones contends alone: it is held by the slack exactly as if
 // it refused nothing (its weighted share of what it uses itself would be all of it). Partition
 // 2 of SixteenLoads (0.02 cores; partition 1 made quiet too, 0.17 cores in all) keeps the slack's
