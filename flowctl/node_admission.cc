@@ -93,6 +93,11 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const double alpha = -std::expm1(-elapsed / absl::ToDoubleNanoseconds(kUsageWindow));
   absl::flat_hash_map<uint32_t, Track> next;
   double total_rate = 0;
+  // A sign held for kContendingHold: the time left of it, restarted by the sign.
+  const auto hold = [elapsed_nanos](bool sign, int64_t left) {
+    return sign ? absl::ToInt64Nanoseconds(kContendingHold)
+                : std::max<int64_t>(0, left - std::max<int64_t>(elapsed_nanos, 0));
+  };
   for (const PartitionLoad& l : loads) {
     const double rate = static_cast<double>(l.cpu_nanos) / elapsed;
     auto it = tracks_.find(l.id);
@@ -104,18 +109,12 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     }
     // Signs of contention (see "Contending partitions"), held for kContendingHold; the fraction
     // is the one the last tick set.
-    if (l.refusing || t.fraction < 1 || l.pool_fill >= kContendingPoolFill ||
-        l.client_backlog_nanos >= absl::ToInt64Nanoseconds(kContendingBacklog)) {
-      t.contend_left_nanos = absl::ToInt64Nanoseconds(kContendingHold);
-    } else {
-      t.contend_left_nanos =
-          std::max<int64_t>(0, t.contend_left_nanos - std::max<int64_t>(elapsed_nanos, 0));
-    }
+    t.contend_left_nanos =
+        hold(l.refusing || t.fraction < 1 || l.pool_fill >= kContendingPoolFill ||
+                 l.client_backlog_nanos >= absl::ToInt64Nanoseconds(kContendingBacklog),
+             t.contend_left_nanos);
     // Short of CPU (its consensus lane late), held the same way.
-    t.short_left_nanos =
-        l.consensus_delay_nanos > target
-            ? absl::ToInt64Nanoseconds(kContendingHold)
-            : std::max<int64_t>(0, t.short_left_nanos - std::max<int64_t>(elapsed_nanos, 0));
+    t.short_left_nanos = hold(l.consensus_delay_nanos > target, t.short_left_nanos);
     total_rate += t.cpu_rate;
     next[l.id] = t;
   }
@@ -130,10 +129,8 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const double active_floor =
       loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
   double active_weight = 0;
-  // Per partition (in `loads` order): active, and contending (see the file comment); and the
-  // contenders' count.
+  // Per partition (in `loads` order): active, and contending (see the file comment).
   std::vector<bool> active(loads.size()), contending(loads.size());
-  int contenders = 0;
   for (size_t i = 0; i < loads.size(); ++i) {
     const PartitionLoad& l = loads[i];
     const Track& t = tracks_[l.id];
@@ -141,7 +138,6 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     if (!active[i]) continue;
     active_weight += l.entitlement_nanos;
     contending[i] = t.contend_left_nanos > 0;
-    if (contending[i]) ++contenders;
   }
   // The contenders' division of what they use together (see "Contending partitions"): weighted
   // water-filling, in which one neither cut nor short of CPU wants what it uses and the rest
@@ -149,7 +145,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   // the filling gives them, those that want what they use no less than that (and are cut if they
   // use more). With no contender held by the level (every one has what it uses) nobody is.
   std::vector<double> contended(loads.size(), std::numeric_limits<double>::infinity());
-  if (measured && contenders >= 2) {
+  if (measured) {
     std::vector<ArbiterConsumer> consumers;
     std::vector<size_t> index;
     double capacity = 0;  // what the contenders divided used together
@@ -166,10 +162,9 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
            .demand = wants_what_it_uses ? std::max(0.0, t.cpu_rate) : kUnboundedDemand});
       index.push_back(i);
     }
-    // With one left to divide it is a lone contender, held by the slack alone.
-    absl::StatusOr<std::vector<double>> fair =
-        index.size() >= 2 ? AllocateFairShares(capacity, consumers)
-                          : absl::StatusOr<std::vector<double>>(std::vector<double>());
+    // With fewer than two to divide, a contender is a lone one, held by the slack alone.
+    absl::StatusOr<std::vector<double>> fair = std::vector<double>();
+    if (index.size() >= 2) fair = AllocateFairShares(capacity, consumers);
     if (!fair.ok()) {
       LOG_EVERY_N(WARNING, 100) << "node admission: contenders not divided: " << fair.status();
     } else if (index.size() >= 2) {

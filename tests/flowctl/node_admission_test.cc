@@ -385,16 +385,9 @@ TEST(NodeAdmissionTest, ContendingPartitionsDivideTheirCpuByWeight) {
 // cut) and 2 is held to the same level. With 2's consensus lane late too (within kContendingHold)
 // 2 is short of CPU, not of work: it wants its share, and 1 is held to 0.055.
 TEST(NodeAdmissionTest, AContenderUsingLessThanItsShareLeavesTheRestToTheOthers) {
-  std::vector<Load> loads = {{.id = 1,
-                              .cpu_nanos = kTick / 10,
-                              .entitlement_nanos = kCapacity / 2.0,
-                              .consensus_delay_nanos = 80 * kMs,
-                              .refusing = true},
-                             {.id = 2,
-                              .cpu_nanos = kTick / 100,
-                              .entitlement_nanos = kCapacity / 2.0,
-                              .consensus_delay_nanos = kMs,
-                              .pool_fill = 0.6}};
+  std::vector<Load> loads = {L(1, 0.1, 80), L(2, 0.01, 1)};
+  loads[0].refusing = true;
+  loads[1].pool_fill = 0.6;
   NodeAdmission a({});
   Prime(a, kTick, loads);
   std::vector<double> f;
@@ -427,16 +420,9 @@ TEST(NodeAdmissionTest, AContenderUsingLessThanItsShareLeavesTheRestToTheOthers)
 // slack alone (2 x 0.2 cores of all the active weight, which is its own), not to the 0.2 cores
 // both use together.
 TEST(NodeAdmissionTest, AContenderWithoutAnEntitlementIsLeftOutOfTheDivision) {
-  const std::vector<Load> loads = {{.id = 1,
-                                    .cpu_nanos = kTick / 10,
-                                    .entitlement_nanos = kCapacity / 2.0,
-                                    .consensus_delay_nanos = 80 * kMs,
-                                    .refusing = true},
-                                   {.id = 2,
-                                    .cpu_nanos = kTick / 10,
-                                    .entitlement_nanos = 0,
-                                    .consensus_delay_nanos = 80 * kMs,
-                                    .refusing = true}};
+  std::vector<Load> loads = {L(1, 0.1, 80), L(2, 0.1, 80)};
+  loads[1].entitlement_nanos = 0;
+  for (Load& l : loads) l.refusing = true;
   NodeAdmission a({});
   Prime(a, kTick, loads);
   const std::vector<double> f = a.Update(kTick, kCapacity, loads, 40.0);
