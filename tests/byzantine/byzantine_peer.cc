@@ -16,7 +16,11 @@
 //   future_view        validly signed prepares and commits for views up to 8 ahead over a wide
 //                      seq range (the honest buffer for future views must stay bounded per sender);
 //   bad_txs            forwarded tx batches whose signatures do not verify;
-//   oversized          frames past the honest nodes' 16 MiB frame limit (one a second).
+//   oversized          frames past the honest nodes' 16 MiB frame limit (one a second);
+//   false_cut          node-wide admission cuts (PartitionMessage.admission) claiming this replica
+//                      lets none of the partition's client writes through, every fourth one out
+//                      of range: one replica of four cannot cut the others (the (f+1)-th lowest
+//                      fraction counts, flowctl/peer_admission.h), and the bad ones are malformed.
 // The honest side must refuse all of it, count it against this peer (ListPeers, metric
 // noded_peer_messages_refused_total), keep committing, and stay inside its memory.
 //
@@ -42,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/ed25519.h"
 #include "base/transaction.h"
+#include "flowctl/peer_admission.h"
 #include "p2p/grpc_transport.h"
 #include "partitions/pbft_ed25519_crypto.h"
 #include "proto/chain.pb.h"
@@ -56,9 +61,9 @@ using node::consensus::ConsensusMessage;
 using node::partition::PartitionMessage;
 
 constexpr uint32_t kUnknownPartition = 4242;
-const char* const kModes[] = {"bad_signature", "impersonate",   "replay",
-                              "malformed",     "wrong_channel", "unknown_partition",
-                              "future_view",   "bad_txs",       "oversized"};
+const char* const kModes[] = {"bad_signature", "impersonate",       "replay",      "malformed",
+                              "wrong_channel", "unknown_partition", "future_view", "bad_txs",
+                              "oversized",     "false_cut"};
 
 struct Flags {
   std::string config;
@@ -210,6 +215,12 @@ class Byzantine {
       if (now < next_oversized_[peer]) return false;
       next_oversized_[peer] = now + std::chrono::seconds(1);
       return Send(peer, partition_, node::p2p::BULK, std::string(17 << 20, 'o'));
+    }
+    if (mode == "false_cut") {
+      PartitionMessage m;
+      m.mutable_admission()->set_admit_ppm(++count_ % 4 == 0 ? flowctl::PeerAdmission::kPpmOne + 1
+                                                             : 0);
+      return Send(peer, partition_, node::p2p::CONSENSUS, m.SerializeAsString());
     }
     return false;
   }

@@ -83,7 +83,13 @@ SCAN_HEIGHTS = 1000
 DISK_SIZE = 60 << 20
 DISK_LEFT = 16 << 10  # disk_full: free bytes left once the filler is written
 DISK_HALT_S = 20.0    # disk_full: the partition halts within this of the disk filling up
-BYZ_S = 36            # byzantine: how long byzantine_peer runs (4 s per misbehaviour)
+BYZ_S = 40            # byzantine: how long byzantine_peer runs (4 s per misbehaviour)
+FALSE_CUT_S = 6       # byzantine: then how long it claims to cut a partition's admission
+# byzantine: node-wide admission on (so that the agreed cuts are in force) with thresholds no
+# honest node reaches here: what cuts a partition's writes during the run is the faulty peer or
+# nothing.
+BYZ_NODE_EXTRA = ("resources { node_admission { enabled: true consensus_delay_target_ms: 60000 "
+                  "cpu_busy_fraction: 1 } }")
 BYZ_RSS_MB = 128      # byzantine: an honest node's resident memory grows less than this
 DIVERGE_S = 30.0      # diverge: the replica is DIVERGED within this of its restart
 EQUIV_REPLACE_VCT = 4  # equivocate: honest replicas leave the faulty view within this many
@@ -128,8 +134,9 @@ CHANNEL_OPTS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect
 
 class Cluster:
     def __init__(self, ln, d, build, vct_ms, batch_ms, disk=False, snapshot_min_blocks=200,
-                 retain_blocks=0):
+                 retain_blocks=0, node_extra=""):
         self.ln, self.d, self.build, self.vct_ms = ln, d, build, vct_ms
+        self.node_extra = node_extra  # top-level config lines for every node
         self.disk = disk
         self.snapshot_min_blocks = snapshot_min_blocks
         self.retain_blocks = retain_blocks
@@ -161,6 +168,7 @@ class Cluster:
                     self.mounts.append(pdir)
         extra = os.path.join(os.path.dirname(self.d), "extra.conf")
         with open(extra, "w") as f:
+            f.write("[node]\n%s\n" % self.node_extra)
             f.write("[partition *]\nconsensus { view_change_timeout_ms: %d batch_timeout_ms: %d "
                     "snapshot_sync_min_blocks: %d }\nstate { retain_blocks: %d }\n"
                     % (self.vct_ms, self.batch_ms, self.snapshot_min_blocks,
@@ -218,16 +226,20 @@ class Cluster:
             pass
         return 0
 
-    def refused_by_reason(self, i, peer):
-        """{reason: count} of noded_peer_messages_refused_total{peer=...} on node i's metrics."""
+    def metrics_text(self, i):
+        """Node i's Prometheus text, "" if it cannot be read."""
         port = self.state["nodes"][i - 1]["ports"]["metrics"]
-        out = {}
         try:
             with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
-                text = r.read().decode()
+                return r.read().decode()
         except OSError as e:
             log("metrics of node %d: %s" % (i, e))
-            return out
+            return ""
+
+    def refused_by_reason(self, i, peer):
+        """{reason: count} of noded_peer_messages_refused_total{peer=...} on node i's metrics."""
+        text = self.metrics_text(i)
+        out = {}
         prefix = 'noded_peer_messages_refused_total{peer="%s",reason="' % peer
         for line in text.splitlines():
             if line.startswith(prefix):
@@ -765,10 +777,92 @@ class Faults:
                 if refused.get(reason, 0) <= 0:
                     self.chk.violation("liveness", "byzantine: node %d counted no %s from %s"
                                        % (j, reason, bad_id), [j])
+        self.false_cut(i, honest, bad_id)
         t = time.monotonic()
         self.c.start(i)
         took = self.wait_catchup(i, t, "byzantine")
         return {"kind": "byzantine", "recovery_s": worst, "catchup_s": took}
+
+    def false_cut(self, i, honest, bad_id):
+        """byzantine_peer (in node i's place) claims for FALSE_CUT_S seconds that it cuts the
+        first partition's client writes to nothing (node-wide admission's agreed cuts, on with
+        BYZ_NODE_EXTRA). One replica of four cannot cut the others: on every honest node the
+        fraction let through must stay its own (1 unless it cuts itself), while its metrics show
+        the faulty peer cutting. Every fourth claim is out of range and must count as malformed.
+        Sampled from the honest nodes' metrics; a node that never shows the peer cutting did not
+        test anything, which is a violation too."""
+        p = PARTITIONS[0]
+        lab = '{partition="%s"}' % p
+
+        def sample(j):
+            vals = {}
+            for line in self.c.metrics_text(j).splitlines():
+                for name in ("noded_node_admission_fraction", "noded_node_admission_local_fraction",
+                             "noded_node_admission_peers_cutting"):
+                    if line.startswith(name + lab + " "):
+                        vals[name] = float(line.split()[-1])
+                if line.startswith("noded_node_admission_episodes_total "):
+                    vals["episodes"] = float(line.split()[-1])
+            return vals
+
+        malformed0 = {j: self.c.refused_by_reason(j, bad_id).get("malformed", 0) for j in honest}
+        episodes0 = {j: sample(j).get("episodes") for j in honest}
+        if any(e is None for e in episodes0.values()):
+            self.chk.violation("liveness", "false_cut: node-wide admission is off on an honest "
+                               "node (no noded_node_admission_episodes_total): %s" % episodes0)
+            return
+        cmd = [os.path.join(self.c.build, "tests", "byzantine_peer"), "--config",
+               self.c.ln.node_paths(self.c.d, i)["config"], "--mode", "false_cut", "--seconds",
+               str(FALSE_CUT_S), "--rate", "50"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        heard = {j: 0 for j in honest}
+        checked = {j: 0 for j in honest}
+        lowest = {j: 1.0 for j in honest}
+        cut = {j: False for j in honest}
+        own_cut = False
+        try:
+            while proc.poll() is None and time.monotonic() < HARD_DEADLINE[0]:
+                for j in honest:
+                    v = sample(j)
+                    if v.get("episodes") != episodes0[j]:
+                        own_cut = True  # an honest node's own episode: its cuts are not ours
+                    if own_cut or len(v) < 4:
+                        continue
+                    checked[j] += 1
+                    frac = v["noded_node_admission_fraction"]
+                    lowest[j] = min(lowest[j], frac)
+                    if v["noded_node_admission_peers_cutting"] >= 1:
+                        heard[j] += 1
+                    if frac < v["noded_node_admission_local_fraction"] - 1e-9 and not cut[j]:
+                        cut[j] = True  # once per node
+                        self.chk.violation("liveness", "false_cut: node %d lets %.3f of %s's "
+                                           "writes through, below its own %.3f, with %d peer(s) "
+                                           "cutting: the faulty replica alone cut it"
+                                           % (j, frac, p, v["noded_node_admission_local_fraction"],
+                                              v["noded_node_admission_peers_cutting"]), [j])
+                time.sleep(0.25)
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        said = " / ".join(l for l in out.splitlines() if l.startswith("byzantine_peer:"))
+        log("false_cut: %s; samples per honest node %s, showing the peer cutting %s, lowest "
+            "fraction let through %s%s" % (said, checked, heard, lowest,
+                                           " (an honest node's own episode ended the check)"
+                                           if own_cut else ""))
+        if proc.returncode != 0:
+            self.chk.violation("liveness", "byzantine_peer --mode false_cut exited %d: %s"
+                               % (proc.returncode, out.strip()[-400:]))
+        for j in honest:
+            if heard[j] == 0:
+                self.chk.violation("liveness", "false_cut: node %d never showed %s cutting %s in "
+                                   "%d samples: nothing was tested" % (j, bad_id, p, checked[j]),
+                                   [j])
+            malformed = self.c.refused_by_reason(j, bad_id).get("malformed", 0)
+            if malformed <= malformed0[j]:
+                self.chk.violation("liveness", "false_cut: node %d counted no out-of-range cut "
+                                   "from %s as malformed" % (j, bad_id), [j])
 
     def log_lines(self, i, marker):
         """(glog time as seconds since the epoch, local time, line) of node i's log lines
@@ -1051,7 +1145,8 @@ def main_run(a, tmp):
     generate_stubs(os.path.join(tmp, "gen"))
     ln = load_localnet()
     cluster = Cluster(ln, os.path.join(tmp, "localnet"), a.build, a.vct_ms, a.batch_ms, a.disk,
-                      a.snapshot_min_blocks, a.retain_blocks)
+                      a.snapshot_min_blocks, a.retain_blocks,
+                      BYZ_NODE_EXTRA if a.byzantine else "")
     rng = random.Random(a.seed)
     runs, injected, recov, catch = 0, {}, 0.0, 0.0
     load = subs = None
