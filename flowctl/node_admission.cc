@@ -129,13 +129,20 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const double active_floor =
       loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
   double active_weight = 0;
+  // What the active partitions may borrow: every partition's entitlement against the active ones'
+  // (both only finite, positive entitlements).
+  double entitled_all = 0;
+  double entitled_active = 0;
   // Per partition (in `loads` order): active, and contending (see the file comment).
   std::vector<bool> active(loads.size()), contending(loads.size());
   for (size_t i = 0; i < loads.size(); ++i) {
     const PartitionLoad& l = loads[i];
     const Track& t = tracks_[l.id];
+    const bool entitled = l.entitlement_nanos > 0 && std::isfinite(l.entitlement_nanos);
+    if (entitled) entitled_all += l.entitlement_nanos;
     active[i] = l.backlogged || t.cpu_rate >= active_floor;
     if (!active[i]) continue;
+    if (entitled) entitled_active += l.entitlement_nanos;
     active_weight += l.entitlement_nanos;
     contending[i] = t.contend_left_nanos > 0;
   }
@@ -220,6 +227,10 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     Track& t = tracks_[l.id];
     const double entitled_rate = l.entitlement_nanos / elapsed;
     double allocation = entitled_rate;
+    // The inactive partitions' entitlements lent to the active ones, in proportion to theirs.
+    if (active[i] && entitled_active > 0 && entitled_all > entitled_active) {
+      allocation *= entitled_all / entitled_active;
+    }
     if (measured && active[i] && active_weight > 0) {
       allocation = std::min(allocation, config_.measured_share_slack * total_rate *
                                             l.entitlement_nanos / active_weight);

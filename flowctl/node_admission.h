@@ -22,22 +22,27 @@
 // and every partition's admit fraction back to at least kExitAdmitFraction (the refill-to-90%
 // exit of stake-weighted QoS schemes): the hysteresis keeps it from flapping at the edge.
 //
-// Allocation. What a partition is held to during an episode is its entitlement: its share with
-// every partition busy, so nobody borrows idle share. The entitlement divides the worker pool
+// Allocation. What a partition is held to during an episode is its entitlement (its share with
+// every partition busy) plus its part of the inactive partitions' entitlements: those of the
+// partitions that are not *active* (using at least kActiveShare of an equal share of the CPU the
+// partitions used, or with work queued) are lent to the active ones in proportion to their own,
+// as the worker pool lends an idle partition's share, and are theirs again at the first tick they
+// are active. Without the loan a partition flooded beside fifteen idle ones was held to a
+// sixteenth of the pool, half of what the node could commit for it (docs/BENCHMARKS.md, "Idle
+// share lent"). The entitlement divides the worker pool
 // (threads x time), which is what the node has only when it has its cores to itself. A node that
 // shares its machine (other nodes, a CPU quota) gets less, and against the pool's capacity no
 // partition ever looks over its share. So with `measured_shares` (the default), while the CPU is
 // contended (PSI "some avg10" of the node's cgroup or machine at least `cpu_pressure_percent`,
-// or unknown: flowctl/cpu_pressure.h), the allocation is the smaller of the entitlement and
+// or unknown: flowctl/cpu_pressure.h), the allocation is the smaller of that and
 // `measured_share_slack` (2 by default) x the partition's weighted share of the CPU the
-// partitions used (smoothed), divided among the *active* partitions (those that use at least
-// kActiveShare of an equal share, or have work queued): idle partitions reserve nothing of what
-// the node measurably gets. The slack leaves room for the differences between partitions that
+// partitions used (smoothed), divided among the active partitions: idle partitions reserve
+// nothing of what the node measurably gets. The slack leaves room for the differences between partitions that
 // are not load (a partition's primary on this node costs it more than a backup); with a slack of
 // 2 a partition holding half the active weight or more is never held below what it uses (with two
 // equal partitions the measured allocation is their total). 1 holds a flooded partition to an
 // equal share of what the node gets. With the CPU uncontended, the worker pool is the capacity
-// and the entitlement the allocation.
+// and the entitlement with its loan the allocation.
 //
 // Contending partitions. The slack protects partitions that are not flooded; between flooded
 // ones it would leave the weights unapplied (with weights 1:2:4 and a slack of 2, the weight-4

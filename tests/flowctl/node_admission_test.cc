@@ -99,7 +99,10 @@ TEST(NodeAdmissionTest, ALateConsensusLaneCutsByExcess) {
   for (int tick = 0; tick < 30; ++tick) {
     f = a.Update(kTick, kCapacity, {L(1, 4), L(2, 0.5, 80), L(3, 0.1)});
   }
-  EXPECT_GT(a.stats().partitions[0].cpu_over_entitlement, 3.5);
+  // By now partition 3 uses less than a tenth of an equal share: inactive, it lends its
+  // entitlement to the active two, so partition 1's allocation is 1.5x its own.
+  EXPECT_GT(a.stats().partitions[0].cpu_over_entitlement, 3.5 / 1.5);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1.5 * 0.5 * kCapacity / kTick, 1e-9);
   EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);  // the floor
   EXPECT_DOUBLE_EQ(f[2], 1);
 }
@@ -486,8 +489,10 @@ TEST(NodeAdmissionTest, IdlePartitionsReserveNothingOfTheMeasuredCpu) {
   }
   std::vector<double> f;
   for (int tick = 0; tick < 3; ++tick) f = a.Update(kTick, kCapacity, loads);
-  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 0.125, 1e-9);
-  EXPECT_DOUBLE_EQ(f[0], 1);  // 0.1 cores: within the entitlement
+  // Partition 1 alone is active: the others' entitlements are lent to it (16 x 0.125 cores), and
+  // it is held to 2 x what all used (0.1 + 15 x 0.00001 cores).
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2 * (0.1 + 15 * 1e-5), 1e-9);
+  EXPECT_DOUBLE_EQ(f[0], 1);  // 0.1 cores: within
 
   NodeAdmission b({});
   const std::vector<Load> weighted = {
@@ -497,6 +502,42 @@ TEST(NodeAdmissionTest, IdlePartitionsReserveNothingOfTheMeasuredCpu) {
   b.Update(kTick, kCapacity, weighted);
   EXPECT_NEAR(b.stats().partitions[0].allocation_cores, 2 * 0.2 / 4, 1e-9);
   EXPECT_NEAR(b.stats().partitions[1].allocation_cores, 2 * 0.2 * 3 / 4, 1e-9);
+}
+
+// An active partition borrows the entitlements of the inactive ones (the worker pool lends their
+// share the same way), and gives them back when they are active again. Four partitions entitled to
+// a quarter of the pool each, the CPU uncontended (the entitlement is the allocation): partition 1
+// alone uses 90% of the pool with work queued, which starts an episode, but it is not cut, its
+// allocation the whole pool. When partition 2 has work queued too, the lent share is divided
+// between the two: partition 1, at 1.8x half the pool, is cut; partition 2 is not.
+TEST(NodeAdmissionTest, AnActivePartitionBorrowsTheInactiveOnesEntitlements) {
+  NodeAdmission a({});
+  const auto loads = [](bool second_busy) {
+    std::vector<Load> out;
+    for (uint32_t id = 1; id <= 4; ++id) {
+      const bool busy = id == 1 || (id == 2 && second_busy);
+      out.push_back({.id = id,
+                     .cpu_nanos = id == 1 ? static_cast<int64_t>(0.9 * kCapacity) : 0,
+                     .entitlement_nanos = kCapacity / 4.0,
+                     .consensus_delay_nanos = kMs,
+                     .backlogged = busy});
+    }
+    return out;
+  };
+  std::vector<double> f;
+  for (int tick = 0; tick < 10; ++tick) f = a.Update(kTick, kCapacity, loads(false), 0.0);
+  EXPECT_TRUE(a.stats().congested);
+  EXPECT_EQ(a.stats().trigger, "worker CPU 90% used with work queued");
+  EXPECT_FALSE(a.stats().measured_allocation);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2, 1e-9);
+  EXPECT_EQ(f, (std::vector<double>{1, 1, 1, 1}));
+
+  f = a.Update(kTick, kCapacity, loads(true), 0.0);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1, 1e-9);
+  EXPECT_NEAR(a.stats().partitions[1].allocation_cores, 1, 1e-9);
+  EXPECT_NEAR(f[0], 1 / 1.8, 1e-9);
+  EXPECT_DOUBLE_EQ(f[1], 1);
+  EXPECT_NEAR(a.stats().partitions[2].allocation_cores, 0.5, 1e-9);  // idle: its own entitlement
 }
 
 TEST(NodeAdmissionTest, PartitionsComeAndGo) {
