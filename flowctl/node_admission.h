@@ -37,12 +37,12 @@
 // or unknown: flowctl/cpu_pressure.h), the allocation is the smaller of that and
 // `measured_share_slack` (2 by default) x the partition's weighted share of the CPU the
 // partitions used (smoothed), divided among the active partitions: idle partitions reserve
-// nothing of what the node measurably gets. The slack leaves room for the differences between partitions that
-// are not load (a partition's primary on this node costs it more than a backup); with a slack of
-// 2 a partition holding half the active weight or more is never held below what it uses (with two
-// equal partitions the measured allocation is their total). 1 holds a flooded partition to an
-// equal share of what the node gets. With the CPU uncontended, the worker pool is the capacity
-// and the entitlement with its loan the allocation.
+// nothing of what the node measurably gets. The slack leaves room for the differences between
+// partitions that are not load (a partition's primary on this node costs it more than a backup);
+// with a slack of 2 a partition holding half the active weight or more is never held below what it
+// uses (with two equal partitions the measured allocation is their total). 1 holds a flooded
+// partition to an equal share of what the node gets. With the CPU uncontended, the worker pool is
+// the capacity and the entitlement with its loan the allocation.
 //
 // Contending partitions. The slack protects partitions that are not flooded; between flooded
 // ones it would leave the weights unapplied (with weights 1:2:4 and a slack of 2, the weight-4
