@@ -93,9 +93,10 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const double alpha = -std::expm1(-elapsed / absl::ToDoubleNanoseconds(kUsageWindow));
   absl::flat_hash_map<uint32_t, Track> next;
   double total_rate = 0;
-  // A sign held for kContendingHold: the time left of it, restarted by the sign.
-  const auto hold = [elapsed_nanos](bool sign, int64_t left) {
-    return sign ? absl::ToInt64Nanoseconds(kContendingHold)
+  // A sign held for kContendingHold (or `length`): the time left of it, restarted by the sign.
+  const auto hold = [elapsed_nanos](bool sign, int64_t left,
+                                    absl::Duration length = kContendingHold) {
+    return sign ? absl::ToInt64Nanoseconds(length)
                 : std::max<int64_t>(0, left - std::max<int64_t>(elapsed_nanos, 0));
   };
   for (const PartitionLoad& l : loads) {
@@ -129,19 +130,27 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const double active_floor =
       loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
   double active_weight = 0;
-  // What the active partitions may borrow: every partition's entitlement against the active ones'
-  // (both only finite, positive entitlements).
-  double entitled_all = 0;
+  // The idle partitions' entitlements, lent to the active ones in proportion to theirs (both sums
+  // of finite, positive entitlements only).
+  double entitled_idle = 0;
   double entitled_active = 0;
   // Per partition (in `loads` order): active, and contending (see the file comment).
   std::vector<bool> active(loads.size()), contending(loads.size());
   for (size_t i = 0; i < loads.size(); ++i) {
     const PartitionLoad& l = loads[i];
-    const Track& t = tracks_[l.id];
+    Track& t = tracks_[l.id];
     const bool entitled = l.entitlement_nanos > 0 && std::isfinite(l.entitlement_nanos);
-    if (entitled) entitled_all += l.entitlement_nanos;
     active[i] = l.backlogged || t.cpu_rate >= active_floor;
-    if (!active[i]) continue;
+    // Work of any size (a new block, a pooled tx) holds off idleness. A new partition's first
+    // tick has no height to compare with.
+    const bool new_block = t.sampled && l.height != t.height;
+    t.height = l.height;
+    t.busy_left_nanos =
+        hold(active[i] || l.pool_fill > 0 || new_block, t.busy_left_nanos, kIdleHold);
+    if (!active[i]) {
+      if (entitled && t.busy_left_nanos == 0) entitled_idle += l.entitlement_nanos;
+      continue;
+    }
     if (entitled) entitled_active += l.entitlement_nanos;
     active_weight += l.entitlement_nanos;
     contending[i] = t.contend_left_nanos > 0;
@@ -227,9 +236,14 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     Track& t = tracks_[l.id];
     const double entitled_rate = l.entitlement_nanos / elapsed;
     double allocation = entitled_rate;
-    // The inactive partitions' entitlements lent to the active ones, in proportion to theirs.
-    if (active[i] && entitled_active > 0 && entitled_all > entitled_active) {
-      allocation *= entitled_all / entitled_active;
+    // The idle partitions' entitlements lent to the active ones, in proportion to theirs, up to
+    // the pool and the borrower's hard limit (see "Allocation").
+    if (active[i] && entitled_active > 0 && entitled_idle > 0 && std::isfinite(allocation)) {
+      double lent = allocation * (1 + entitled_idle / entitled_active);
+      lent =
+          std::min(lent, static_cast<double>(std::max<int64_t>(cpu_capacity_nanos, 0)) / elapsed);
+      if (l.cpu_limit_cores > 0) lent = std::min(lent, l.cpu_limit_cores);
+      allocation = std::max(allocation, lent);
     }
     if (measured && active[i] && active_weight > 0) {
       allocation = std::min(allocation, config_.measured_share_slack * total_rate *

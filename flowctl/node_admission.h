@@ -23,13 +23,17 @@
 // exit of stake-weighted QoS schemes): the hysteresis keeps it from flapping at the edge.
 //
 // Allocation. What a partition is held to during an episode is its entitlement (its share with
-// every partition busy) plus its part of the inactive partitions' entitlements: those of the
-// partitions that are not *active* (using at least kActiveShare of an equal share of the CPU the
-// partitions used, or with work queued) are lent to the active ones in proportion to their own,
-// as the worker pool lends an idle partition's share, and are theirs again at the first tick they
-// are active. Without the loan a partition flooded beside fifteen idle ones was held to a
-// sixteenth of the pool, half of what the node could commit for it (docs/BENCHMARKS.md, "Idle
-// share lent"). The entitlement divides the worker pool
+// every partition busy) plus its part of the idle partitions' entitlements. A partition is idle
+// when for kIdleHold it had no work queued, an empty pool, no new block and less than kActiveShare
+// of an equal share of the CPU the partitions used; an idle partition's entitlement is lent to the
+// *active* ones (those with work queued or at least that CPU) in proportion to their own, as the
+// worker pool lends an idle partition's share, never above the cores the pool has nor above a
+// borrower's hard CPU limit, and is its own again at the first sign of work. A partition with a
+// little traffic (a block now and then) is not idle, even when next to a flood it uses less than
+// the active share: it keeps its entitlement in reserve, so that a flood beside light partitions
+// is held to its own as before. Without the loan a partition flooded beside fifteen idle ones was
+// held to a sixteenth of the pool, half of what the node could commit for it (docs/BENCHMARKS.md,
+// "Idle share lent"). The entitlement divides the worker pool
 // (threads x time), which is what the node has only when it has its cores to itself. A node that
 // shares its machine (other nodes, a CPU quota) gets less, and against the pool's capacity no
 // partition ever looks over its share. So with `measured_shares` (the default), while the CPU is
@@ -144,6 +148,8 @@ class NodeAdmission {
   static constexpr absl::Duration kContendingBacklog = absl::Seconds(1);
   static constexpr absl::Duration kContendingHold = absl::Seconds(3);
   static constexpr double kContendingPoolFill = 0.5;
+  // A partition lends its entitlement after this long without a sign of work (see "Allocation").
+  static constexpr absl::Duration kIdleHold = absl::Seconds(3);
   // Relative: a partition at its allocation within this is not over it, nor below the water level.
   static constexpr double kLevelTolerance = 1e-9;
 
@@ -173,6 +179,10 @@ class NodeAdmission {
     // over the most its clients may fill it with (TxPool::ClientMarkTxs: the lower of its
     // high-water mark and the pool less its forwarding reserve), at the tick. Counted in txs.
     double pool_fill = 0;
+    // Its committed height at the tick: a new block is a sign that it is not idle.
+    uint64_t height = 0;
+    // Its hard CPU limit in force (ShareConfig.hard_ceiling), in cores; 0 = none.
+    double cpu_limit_cores = 0;
   };
 
   struct PartitionState {
@@ -218,6 +228,8 @@ class NodeAdmission {
     bool sampled = false;            // false until its first tick after the baseline
     int64_t contend_left_nanos = 0;  // of kContendingHold since its last sign of contention
     int64_t short_left_nanos = 0;    // of kContendingHold since its consensus lane was last late
+    uint64_t height = 0;             // at the last tick
+    int64_t busy_left_nanos = 0;     // of kIdleHold since its last sign of work
   };
   int calm_ticks_ = 0;
   int64_t calm_nanos_ = 0;  // of calm ticks in a row

@@ -588,7 +588,9 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
       .backlogged = impl_->tick_backlogged_.load(std::memory_order_relaxed),
       .refusing = impl_->tick_refusing_.load(std::memory_order_relaxed),
       .client_backlog_nanos = impl_->tick_client_backlog_nanos_.load(std::memory_order_relaxed),
-      .pool_fill = impl_->tick_pool_fill_.load(std::memory_order_relaxed)};
+      .pool_fill = impl_->tick_pool_fill_.load(std::memory_order_relaxed),
+      .height = impl_->height_.load(),
+      .cpu_limit_cores = impl_->dispatcher_->GetCpuLimitStats().limit_cores};
 }
 
 void Partition::SetAdmitFraction(double own, double floor, bool with_peers) {

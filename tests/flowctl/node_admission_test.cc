@@ -1,7 +1,7 @@
 // NodeAdmission: congestion episodes (entered on a late consensus lane or saturated CPU, left
 // after calm ticks and a refill), cuts in proportion to smoothed CPU over the allocation (the
-// entitlement, or the weighted share of the CPU measured), and the shedder that lets through
-// exactly its fraction.
+// entitlement with the idle partitions' lent, or the weighted share of the CPU measured), and the
+// shedder that lets through exactly its fraction.
 #include "flowctl/node_admission.h"
 
 #include <cmath>
@@ -99,10 +99,7 @@ TEST(NodeAdmissionTest, ALateConsensusLaneCutsByExcess) {
   for (int tick = 0; tick < 30; ++tick) {
     f = a.Update(kTick, kCapacity, {L(1, 4), L(2, 0.5, 80), L(3, 0.1)});
   }
-  // By now partition 3 uses less than a tenth of an equal share: inactive, it lends its
-  // entitlement to the active two, so partition 1's allocation is 1.5x its own.
-  EXPECT_GT(a.stats().partitions[0].cpu_over_entitlement, 3.5 / 1.5);
-  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1.5 * 0.5 * kCapacity / kTick, 1e-9);
+  EXPECT_GT(a.stats().partitions[0].cpu_over_entitlement, 3.5);
   EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);  // the floor
   EXPECT_DOUBLE_EQ(f[2], 1);
 }
@@ -475,8 +472,9 @@ TEST(NodeAdmissionTest, ANewPartitionsFirstTickIsABaseline) {
 }
 
 // The measured allocation is divided among the partitions that use the CPU: one flooded
-// partition beside idle ones (their timers only) is held to its entitlement, as without
-// measured shares, not to a sixteenth of what it uses itself. Weights still divide it: two busy
+// partition beside idle ones (their timers only) is held to its entitlement (for the first
+// kIdleHold, before they lend it theirs), as without measured shares, not to a sixteenth of what
+// it uses itself. Weights still divide it: two busy
 // partitions entitled 1:3 are allocated 2 x 1/4 and 2 x 3/4 of what both use.
 TEST(NodeAdmissionTest, IdlePartitionsReserveNothingOfTheMeasuredCpu) {
   NodeAdmission a({});
@@ -489,10 +487,8 @@ TEST(NodeAdmissionTest, IdlePartitionsReserveNothingOfTheMeasuredCpu) {
   }
   std::vector<double> f;
   for (int tick = 0; tick < 3; ++tick) f = a.Update(kTick, kCapacity, loads);
-  // Partition 1 alone is active: the others' entitlements are lent to it (16 x 0.125 cores), and
-  // it is held to 2 x what all used (0.1 + 15 x 0.00001 cores).
-  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2 * (0.1 + 15 * 1e-5), 1e-9);
-  EXPECT_DOUBLE_EQ(f[0], 1);  // 0.1 cores: within
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 0.125, 1e-9);
+  EXPECT_DOUBLE_EQ(f[0], 1);  // 0.1 cores: within the entitlement
 
   NodeAdmission b({});
   const std::vector<Load> weighted = {
@@ -504,40 +500,126 @@ TEST(NodeAdmissionTest, IdlePartitionsReserveNothingOfTheMeasuredCpu) {
   EXPECT_NEAR(b.stats().partitions[1].allocation_cores, 2 * 0.2 * 3 / 4, 1e-9);
 }
 
-// An active partition borrows the entitlements of the inactive ones (the worker pool lends their
-// share the same way), and gives them back when they are active again. Four partitions entitled to
-// a quarter of the pool each, the CPU uncontended (the entitlement is the allocation): partition 1
-// alone uses 90% of the pool with work queued, which starts an episode, but it is not cut, its
-// allocation the whole pool. When partition 2 has work queued too, the lent share is divided
-// between the two: partition 1, at 1.8x half the pool, is cut; partition 2 is not.
-TEST(NodeAdmissionTest, AnActivePartitionBorrowsTheInactiveOnesEntitlements) {
+// Four partitions entitled to a quarter of the 2 workers each, the CPU uncontended (the
+// entitlement, with its loan, is the allocation). Partition `id` of 1..4: partition 1 uses 90% of
+// the pool with work queued (which starts an episode); `second` says what partition 2 does.
+enum class Second { kIdle, kQueued, kBlocks };
+std::vector<Load> FourLoads(Second second, uint64_t tick, double p1_limit_cores = 0) {
+  std::vector<Load> out;
+  for (uint32_t id = 1; id <= 4; ++id) {
+    Load l = {.id = id,
+              .cpu_nanos = id == 1 ? static_cast<int64_t>(0.9 * kCapacity) : 0,
+              .entitlement_nanos = kCapacity / 4.0,
+              .consensus_delay_nanos = kMs,
+              .backlogged = id == 1 || (id == 2 && second == Second::kQueued)};
+    if (id == 2 && second == Second::kBlocks) l.height = tick;  // a block every tick, no CPU
+    if (id == 1) l.cpu_limit_cores = p1_limit_cores;
+    out.push_back(l);
+  }
+  return out;
+}
+
+// An active partition borrows the idle ones' entitlements (the worker pool lends their share the
+// same way) once they have been idle for kIdleHold, and gives them back at their first sign of
+// work: work queued, or a new block, however little CPU it costs.
+TEST(NodeAdmissionTest, AnActivePartitionBorrowsTheIdleOnesEntitlements) {
   NodeAdmission a({});
-  const auto loads = [](bool second_busy) {
-    std::vector<Load> out;
-    for (uint32_t id = 1; id <= 4; ++id) {
-      const bool busy = id == 1 || (id == 2 && second_busy);
-      out.push_back({.id = id,
-                     .cpu_nanos = id == 1 ? static_cast<int64_t>(0.9 * kCapacity) : 0,
-                     .entitlement_nanos = kCapacity / 4.0,
-                     .consensus_delay_nanos = kMs,
-                     .backlogged = busy});
-    }
-    return out;
-  };
   std::vector<double> f;
-  for (int tick = 0; tick < 10; ++tick) f = a.Update(kTick, kCapacity, loads(false), 0.0);
+  uint64_t tick = 0;
+  const auto run = [&](Second second, int ticks) {
+    for (int i = 0; i < ticks; ++i) f = a.Update(kTick, kCapacity, FourLoads(second, ++tick), 0.0);
+  };
+  // The first tick is a baseline in which every partition looks active (no CPU measured yet):
+  // for kIdleHold the others keep their entitlements and partition 1, at 3.6x its own, is cut.
+  run(Second::kIdle, 29);
   EXPECT_TRUE(a.stats().congested);
   EXPECT_EQ(a.stats().trigger, "worker CPU 90% used with work queued");
   EXPECT_FALSE(a.stats().measured_allocation);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 0.5, 1e-9);
+  EXPECT_LT(f[0], 0.5);
+  // Idle for kIdleHold: their entitlements are lent to partition 1, whose allocation is the pool;
+  // within it, it grows back.
+  run(Second::kIdle, 30);
   EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2, 1e-9);
+  EXPECT_NEAR(a.stats().partitions[2].allocation_cores, 0.5, 1e-9);  // idle: its own
   EXPECT_EQ(f, (std::vector<double>{1, 1, 1, 1}));
 
-  f = a.Update(kTick, kCapacity, loads(true), 0.0);
+  // Partition 2 has work queued: its entitlement is its own again at once, and the idle two's
+  // go to the two active ones: a core each. Partition 1, at 1.8x that, is cut; 2 is not.
+  run(Second::kQueued, 1);
   EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1, 1e-9);
   EXPECT_NEAR(a.stats().partitions[1].allocation_cores, 1, 1e-9);
   EXPECT_NEAR(f[0], 1 / 1.8, 1e-9);
   EXPECT_DOUBLE_EQ(f[1], 1);
-  EXPECT_NEAR(a.stats().partitions[2].allocation_cores, 0.5, 1e-9);  // idle: its own entitlement
+  // Then it only commits a block now and then (no CPU to speak of, so not active): it lends
+  // nothing, and partition 1 borrows only the last two's entitlements.
+  run(Second::kBlocks, 40);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1.5, 1e-9);
+  EXPECT_NEAR(a.stats().partitions[1].allocation_cores, 0.5, 1e-9);
+  // Quiet for kIdleHold after its last block: it lends again.
+  run(Second::kIdle, 29);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1.5, 1e-9);
+  run(Second::kIdle, 2);
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2, 1e-9);
+}
+
+// What a partition borrows stays within the pool and within its own hard CPU limit
+// (ShareConfig.hard_ceiling), and is in proportion to its entitlement.
+TEST(NodeAdmissionTest, ALoanStaysWithinThePoolAHardLimitAndTheWeights) {
+  NodeAdmission limited({});
+  std::vector<double> f;
+  for (uint64_t tick = 1; tick <= 40; ++tick) {
+    f = limited.Update(kTick, kCapacity, FourLoads(Second::kIdle, tick, /*p1_limit_cores=*/0.6),
+                       0.0);
+  }
+  EXPECT_NEAR(limited.stats().partitions[0].allocation_cores, 0.6, 1e-9);
+  EXPECT_LT(f[0], 1);  // 1.8 cores against 0.6
+
+  // Entitlements summing to more than the pool (floors): the loan stops at the pool.
+  NodeAdmission floors({});
+  std::vector<Load> loads = FourLoads(Second::kIdle, 0);
+  for (Load& l : loads) l.entitlement_nanos = 0.4 * kCapacity;
+  for (int tick = 0; tick < 40; ++tick) floors.Update(kTick, kCapacity, loads, 0.0);
+  EXPECT_NEAR(floors.stats().partitions[0].allocation_cores, 2, 1e-9);
+
+  // Weights 1:3 among the two active ones, two idle ones with 2 each: the 4 idle units are lent
+  // 1:3, so partition 1 has (1 + 1) / 8 of the pool and partition 2 (3 + 3) / 8.
+  NodeAdmission weighted({});
+  const double unit = kCapacity / 8.0;
+  loads = {{.id = 1, .cpu_nanos = kCapacity / 2, .entitlement_nanos = unit, .backlogged = true},
+           {.id = 2, .cpu_nanos = kCapacity / 2, .entitlement_nanos = 3 * unit, .backlogged = true},
+           {.id = 3, .entitlement_nanos = 2 * unit},
+           {.id = 4, .entitlement_nanos = 2 * unit}};
+  for (int tick = 0; tick < 40; ++tick) weighted.Update(kTick, kCapacity, loads, 0.0);
+  EXPECT_NEAR(weighted.stats().partitions[0].allocation_cores, 2 * 2.0 / 8, 1e-9);
+  EXPECT_NEAR(weighted.stats().partitions[1].allocation_cores, 2 * 6.0 / 8, 1e-9);
+}
+
+// Light partitions are not idle: beside a flood they use less than the active share of the CPU
+// (next to 0.45 cores, 3 ms a second is under a tenth of an equal share of 16), but they commit
+// blocks, so they keep their entitlements in reserve and the flood is held to its own, measured
+// shares or not.
+TEST(NodeAdmissionTest, LightPartitionsKeepTheirEntitlementsFromAFlood) {
+  for (const std::optional<double> pressure :
+       std::vector<std::optional<double>>{0.0, std::nullopt}) {
+    SCOPED_TRACE(pressure ? "uncontended" : "contended");
+    NodeAdmission a({});
+    std::vector<double> f;
+    for (uint64_t tick = 1; tick <= 60; ++tick) {
+      std::vector<Load> loads;
+      for (uint32_t id = 1; id <= 16; ++id) {
+        loads.push_back({.id = id,
+                         .cpu_nanos = id == 1 ? static_cast<int64_t>(0.45 * kTick) : 3 * kMs / 10,
+                         .entitlement_nanos = kCapacity / 16.0,
+                         .consensus_delay_nanos = id == 1 ? 80 * kMs : kMs,
+                         .backlogged = id == 1,
+                         .height = id == 1 ? tick : tick / 5});  // a block every half second
+      }
+      f = a.Update(kTick, kCapacity, loads, pressure);
+    }
+    EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 0.125, 1e-9);
+    EXPECT_DOUBLE_EQ(f[0], NodeAdmission::Config{}.min_admit_fraction);
+  }
 }
 
 TEST(NodeAdmissionTest, PartitionsComeAndGo) {
