@@ -107,7 +107,20 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
       t = it->second;
       t.cpu_rate = t.sampled ? t.cpu_rate + alpha * (rate - t.cpu_rate) : rate;
       t.sampled = true;
+    } else {
+      t.height = l.height;
+      t.busy_left_nanos = absl::ToInt64Nanoseconds(kIdleHold);  // idle only after kIdleHold
     }
+    // Signs of work of any size (see "Allocation"): work queued, a pooled tx (one waiting behind
+    // a nonce gap too), a new block, or CPU against its own entitlement (a sign that does not
+    // depend on what the others use).
+    const bool entitled = l.entitlement_nanos > 0 && std::isfinite(l.entitlement_nanos);
+    t.busy_left_nanos =
+        hold(l.backlogged || l.pool_fill > 0 || l.height != t.height ||
+                 (entitled ? t.cpu_rate * elapsed >= kActiveShare * l.entitlement_nanos
+                           : t.cpu_rate > 0),
+             t.busy_left_nanos, kIdleHold);
+    t.height = l.height;
     // Signs of contention (see "Contending partitions"), held for kContendingHold; the fraction
     // is the one the last tick set.
     t.contend_left_nanos =
@@ -130,30 +143,51 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
   const double active_floor =
       loads.empty() ? 0 : kActiveShare * total_rate / static_cast<double>(loads.size());
   double active_weight = 0;
-  // The idle partitions' entitlements, lent to the active ones in proportion to theirs (both sums
-  // of finite, positive entitlements only).
+  // What idle partitions lend (finite, positive entitlements only; see "Allocation").
   double entitled_idle = 0;
-  double entitled_active = 0;
   // Per partition (in `loads` order): active, and contending (see the file comment).
   std::vector<bool> active(loads.size()), contending(loads.size());
   for (size_t i = 0; i < loads.size(); ++i) {
     const PartitionLoad& l = loads[i];
-    Track& t = tracks_[l.id];
-    const bool entitled = l.entitlement_nanos > 0 && std::isfinite(l.entitlement_nanos);
-    active[i] = l.backlogged || t.cpu_rate >= active_floor;
-    // Work of any size (a new block, a pooled tx) holds off idleness. A new partition's first
-    // tick has no height to compare with.
-    const bool new_block = t.sampled && l.height != t.height;
-    t.height = l.height;
-    t.busy_left_nanos =
-        hold(active[i] || l.pool_fill > 0 || new_block, t.busy_left_nanos, kIdleHold);
-    if (!active[i]) {
-      if (entitled && t.busy_left_nanos == 0) entitled_idle += l.entitlement_nanos;
+    const Track& t = tracks_[l.id];
+    // Idle: it lends, and neither borrows nor counts among the active, whatever the others use.
+    if (t.busy_left_nanos == 0) {
+      if (l.entitlement_nanos > 0 && std::isfinite(l.entitlement_nanos)) {
+        entitled_idle += l.entitlement_nanos;
+      }
       continue;
     }
-    if (entitled) entitled_active += l.entitlement_nanos;
+    active[i] = l.backlogged || t.cpu_rate >= active_floor;
+    if (!active[i]) continue;
     active_weight += l.entitlement_nanos;
     contending[i] = t.contend_left_nanos > 0;
+  }
+  // The loan: the active partitions' entitlements and the idle ones' together (at most the pool),
+  // water-filled among the active ones by entitlement, each up to its hard CPU limit; a partition
+  // never gets less than its own entitlement.
+  std::vector<double> borrowed(loads.size(), 0);
+  if (entitled_idle > 0) {
+    std::vector<ArbiterConsumer> consumers;
+    std::vector<size_t> index;
+    double pot = entitled_idle;
+    for (size_t i = 0; i < loads.size(); ++i) {
+      const double e = loads[i].entitlement_nanos;
+      if (!active[i] || !(e > 0) || !std::isfinite(e)) continue;
+      pot += e;
+      const double limit = loads[i].cpu_limit_cores * elapsed;
+      consumers.push_back({.weight = e,
+                           .ceiling = limit > 0 ? std::max(limit, e) : kNoCeiling,
+                           .demand = kUnboundedDemand});
+      index.push_back(i);
+    }
+    double entitled_active = pot - entitled_idle;
+    pot = std::min(pot, std::max(static_cast<double>(cpu_capacity_nanos), entitled_active));
+    absl::StatusOr<std::vector<double>> fair = AllocateFairShares(pot, consumers);
+    if (!fair.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "node admission: idle share not lent: " << fair.status();
+    } else {
+      for (size_t k = 0; k < index.size(); ++k) borrowed[index[k]] = (*fair)[k] / elapsed;
+    }
   }
   // The contenders' division of what they use together (see "Contending partitions"): weighted
   // water-filling, in which one neither cut nor short of CPU wants what it uses and the rest
@@ -236,15 +270,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     Track& t = tracks_[l.id];
     const double entitled_rate = l.entitlement_nanos / elapsed;
     double allocation = entitled_rate;
-    // The idle partitions' entitlements lent to the active ones, in proportion to theirs, up to
-    // the pool and the borrower's hard limit (see "Allocation").
-    if (active[i] && entitled_active > 0 && entitled_idle > 0 && std::isfinite(allocation)) {
-      double lent = allocation * (1 + entitled_idle / entitled_active);
-      lent =
-          std::min(lent, static_cast<double>(std::max<int64_t>(cpu_capacity_nanos, 0)) / elapsed);
-      if (l.cpu_limit_cores > 0) lent = std::min(lent, l.cpu_limit_cores);
-      allocation = std::max(allocation, lent);
-    }
+    allocation = std::max(allocation, borrowed[i]);  // with its loan
     if (measured && active[i] && active_weight > 0) {
       allocation = std::min(allocation, config_.measured_share_slack * total_rate *
                                             l.entitlement_nanos / active_weight);

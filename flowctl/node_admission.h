@@ -23,17 +23,22 @@
 // exit of stake-weighted QoS schemes): the hysteresis keeps it from flapping at the edge.
 //
 // Allocation. What a partition is held to during an episode is its entitlement (its share with
-// every partition busy) plus its part of the idle partitions' entitlements. A partition is idle
-// when for kIdleHold it had no work queued, an empty pool, no new block and less than kActiveShare
-// of an equal share of the CPU the partitions used; an idle partition's entitlement is lent to the
-// *active* ones (those with work queued or at least that CPU) in proportion to their own, as the
-// worker pool lends an idle partition's share, never above the cores the pool has nor above a
-// borrower's hard CPU limit, and is its own again at the first sign of work. A partition with a
-// little traffic (a block now and then) is not idle, even when next to a flood it uses less than
-// the active share: it keeps its entitlement in reserve, so that a flood beside light partitions
-// is held to its own as before. Without the loan a partition flooded beside fifteen idle ones was
-// held to a sixteenth of the pool, half of what the node could commit for it (docs/BENCHMARKS.md,
-// "Idle share lent"). The entitlement divides the worker pool
+// every partition busy), or more with its part of the idle partitions' entitlements. A partition
+// is idle after kIdleHold (30 s) without a sign of work: work queued, a pooled tx (one behind a
+// nonce gap too), a new block, or CPU of at least kActiveShare of its own entitlement (judged
+// against its own, so that its timers stay idle however little the others use); a new partition
+// is idle only after kIdleHold too. The idle partitions' entitlements and the active ones' (those
+// with work queued or at least kActiveShare of an equal share of the CPU the partitions used) are
+// pooled, up to the worker pool's cores, and water-filled among the active ones by entitlement,
+// each up to its hard CPU limit (the limit bounds pool CPU, while the CPU admission weighs includes
+// client calls and the drain, so a borrower at its limit may still be cut): as the worker pool
+// lends an idle partition's share. An idle partition has its entitlement back at its first sign
+// of work (a tx in its pool, before any block). A partition with traffic within kIdleHold is not
+// idle, even when beside a flood it uses less than an equal share's tenth: it keeps its
+// entitlement in reserve and a flood beside light partitions is held to its own, as before.
+// Without the loan a partition flooded beside fifteen idle ones was held to a sixteenth of the
+// pool, half of what the node could commit for it (docs/BENCHMARKS.md, "Idle share lent").
+// The entitlement divides the worker pool
 // (threads x time), which is what the node has only when it has its cores to itself. A node that
 // shares its machine (other nodes, a CPU quota) gets less, and against the pool's capacity no
 // partition ever looks over its share. So with `measured_shares` (the default), while the CPU is
@@ -149,7 +154,7 @@ class NodeAdmission {
   static constexpr absl::Duration kContendingHold = absl::Seconds(3);
   static constexpr double kContendingPoolFill = 0.5;
   // A partition lends its entitlement after this long without a sign of work (see "Allocation").
-  static constexpr absl::Duration kIdleHold = absl::Seconds(3);
+  static constexpr absl::Duration kIdleHold = absl::Seconds(30);
   // Relative: a partition at its allocation within this is not over it, nor below the water level.
   static constexpr double kLevelTolerance = 1e-9;
 
@@ -229,7 +234,7 @@ class NodeAdmission {
     int64_t contend_left_nanos = 0;  // of kContendingHold since its last sign of contention
     int64_t short_left_nanos = 0;    // of kContendingHold since its consensus lane was last late
     uint64_t height = 0;             // at the last tick
-    int64_t busy_left_nanos = 0;     // of kIdleHold since its last sign of work
+    int64_t busy_left_nanos = 0;     // of kIdleHold since its last sign of work (or its start)
   };
   int calm_ticks_ = 0;
   int64_t calm_nanos_ = 0;  // of calm ticks in a row

@@ -41,7 +41,8 @@ body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMI
 (p1's tx/s from second 15, default 1000), ADMISSION_QUIET (each other partition's tx/s, default
 20), ADMISSION_REPS (rounds of every mode, default 1), ADMISSION_MODES (default off,on; also
 static: measured_shares false; local: agree_with_peers false; idle: no flood, the control;
-split / split-local: nodes 3 and 4 never contended, with / without agreement), ADMISSION_CONFIG (more node_admission fields); shares:
+split / split-local: nodes 3 and 4 never contended, with / without agreement), ADMISSION_CONFIG (more node_admission fields),
+ADMISSION_SECONDS (default 40), ADMISSION_FLOOD_AT (the flood's start, default 15); shares:
 SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
 cpu,ceiling,memory,egress), SHARES_MODES (the cpu part's modes, default governed,advisory,admission),
@@ -1766,8 +1767,9 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
 def admission():
     """Node-wide admission on vs off (ADMISSION_REPS rounds, default 1, each mode once per round,
     the order reversed every other round): ADMISSION_N (default 16) partitions on a 4-node
-    localnet, p1 flooded at ADMISSION_FLOOD (default 1000) tx/s from second 15, the others at
-    ADMISSION_QUIET (default 20) tx/s each, 40 s. ADMISSION_MODES (default "off,on"): off, on
+    localnet, p1 flooded at ADMISSION_FLOOD (default 1000) tx/s from second ADMISSION_FLOOD_AT
+    (default 15), the others at ADMISSION_QUIET (default 20) tx/s each, ADMISSION_SECONDS
+    (default 40) s. ADMISSION_MODES (default "off,on"): off, on
     (the default node_admission), static (on with measured_shares false: allocations from
     the worker pool's capacity alone), local (on with agree_with_peers false: each node cuts
     only its own clients), idle (on, with p1 offered 1 tx/s instead of the flood: the control
@@ -1786,7 +1788,10 @@ def admission():
                      "split-local)" % m)
     if len(set(modes)) != len(modes):
         sys.exit("ADMISSION_MODES: a mode given twice: %s" % ",".join(modes))
-    seconds, flood_at = 40, 15
+    seconds = int(os.environ.get("ADMISSION_SECONDS", "40"))
+    flood_at = int(os.environ.get("ADMISSION_FLOOD_AT", "15"))
+    if not 5 <= flood_at <= seconds - 5:
+        sys.exit("ADMISSION_FLOOD_AT must be in [5, ADMISSION_SECONDS - 5], got %d" % flood_at)
     for i in range(reps):
         rows = {}
         for mode in modes if i % 2 == 0 else modes[::-1]:

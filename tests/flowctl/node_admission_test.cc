@@ -501,9 +501,9 @@ TEST(NodeAdmissionTest, IdlePartitionsReserveNothingOfTheMeasuredCpu) {
 }
 
 // Four partitions entitled to a quarter of the 2 workers each, the CPU uncontended (the
-// entitlement, with its loan, is the allocation). Partition `id` of 1..4: partition 1 uses 90% of
-// the pool with work queued (which starts an episode); `second` says what partition 2 does.
-enum class Second { kIdle, kQueued, kBlocks };
+// entitlement, with its loan, is the allocation). Partition 1 uses 90% of the pool with work
+// queued (which starts an episode); `second` says what partition 2 does at 100-ms tick `tick`.
+enum class Second { kIdle, kQueued, kPooled, kBlockEvery20s };
 std::vector<Load> FourLoads(Second second, uint64_t tick, double p1_limit_cores = 0) {
   std::vector<Load> out;
   for (uint32_t id = 1; id <= 4; ++id) {
@@ -512,26 +512,30 @@ std::vector<Load> FourLoads(Second second, uint64_t tick, double p1_limit_cores 
               .entitlement_nanos = kCapacity / 4.0,
               .consensus_delay_nanos = kMs,
               .backlogged = id == 1 || (id == 2 && second == Second::kQueued)};
-    if (id == 2 && second == Second::kBlocks) l.height = tick;  // a block every tick, no CPU
+    if (id == 2 && second == Second::kPooled) l.pool_fill = 0.01;  // txs behind a nonce gap, say
+    if (id == 2 && second == Second::kBlockEvery20s) l.height = tick / 200;
     if (id == 1) l.cpu_limit_cores = p1_limit_cores;
     out.push_back(l);
   }
   return out;
 }
 
+constexpr int kIdleTicks = 300;  // kIdleHold in 100-ms ticks
+
 // An active partition borrows the idle ones' entitlements (the worker pool lends their share the
-// same way) once they have been idle for kIdleHold, and gives them back at their first sign of
-// work: work queued, or a new block, however little CPU it costs.
+// same way) once they have shown no sign of work for kIdleHold, and gives them back at their
+// first sign: work queued, a pooled tx, or a new block, however little CPU it costs.
 TEST(NodeAdmissionTest, AnActivePartitionBorrowsTheIdleOnesEntitlements) {
+  ASSERT_EQ(NodeAdmission::kIdleHold, absl::Milliseconds(100) * kIdleTicks);
   NodeAdmission a({});
   std::vector<double> f;
   uint64_t tick = 0;
   const auto run = [&](Second second, int ticks) {
     for (int i = 0; i < ticks; ++i) f = a.Update(kTick, kCapacity, FourLoads(second, ++tick), 0.0);
   };
-  // The first tick is a baseline in which every partition looks active (no CPU measured yet):
-  // for kIdleHold the others keep their entitlements and partition 1, at 3.6x its own, is cut.
-  run(Second::kIdle, 29);
+  // New partitions are idle only after kIdleHold: until then partition 1, at 3.6x its own
+  // entitlement, is cut.
+  run(Second::kIdle, kIdleTicks - 1);
   EXPECT_TRUE(a.stats().congested);
   EXPECT_EQ(a.stats().trigger, "worker CPU 90% used with work queued");
   EXPECT_FALSE(a.stats().measured_allocation);
@@ -551,24 +555,29 @@ TEST(NodeAdmissionTest, AnActivePartitionBorrowsTheIdleOnesEntitlements) {
   EXPECT_NEAR(a.stats().partitions[1].allocation_cores, 1, 1e-9);
   EXPECT_NEAR(f[0], 1 / 1.8, 1e-9);
   EXPECT_DOUBLE_EQ(f[1], 1);
-  // Then it only commits a block now and then (no CPU to speak of, so not active): it lends
+  // Then it only commits a block every 20 s (no CPU to speak of, so not active): it lends
   // nothing, and partition 1 borrows only the last two's entitlements.
-  run(Second::kBlocks, 40);
+  for (int k = 0; k < 4; ++k) {
+    run(Second::kBlockEvery20s, 200);
+    EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1.5, 1e-9) << "20-s period " << k;
+  }
+  // A tx waiting in its pool (behind a nonce gap) is work too, for as long as it waits.
+  run(Second::kPooled, 2 * kIdleTicks);
   EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1.5, 1e-9);
-  EXPECT_NEAR(a.stats().partitions[1].allocation_cores, 0.5, 1e-9);
-  // Quiet for kIdleHold after its last block: it lends again.
-  run(Second::kIdle, 29);
+  // Nothing for kIdleHold after that: it lends again.
+  run(Second::kIdle, kIdleTicks - 1);
   EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1.5, 1e-9);
-  run(Second::kIdle, 2);
+  run(Second::kIdle, 1);
   EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2, 1e-9);
 }
 
 // What a partition borrows stays within the pool and within its own hard CPU limit
-// (ShareConfig.hard_ceiling), and is in proportion to its entitlement.
+// (ShareConfig.hard_ceiling), and the part a limited borrower cannot take goes to the others,
+// by entitlement.
 TEST(NodeAdmissionTest, ALoanStaysWithinThePoolAHardLimitAndTheWeights) {
   NodeAdmission limited({});
   std::vector<double> f;
-  for (uint64_t tick = 1; tick <= 40; ++tick) {
+  for (uint64_t tick = 1; tick <= kIdleTicks + 40; ++tick) {
     f = limited.Update(kTick, kCapacity, FourLoads(Second::kIdle, tick, /*p1_limit_cores=*/0.6),
                        0.0);
   }
@@ -579,20 +588,49 @@ TEST(NodeAdmissionTest, ALoanStaysWithinThePoolAHardLimitAndTheWeights) {
   NodeAdmission floors({});
   std::vector<Load> loads = FourLoads(Second::kIdle, 0);
   for (Load& l : loads) l.entitlement_nanos = 0.4 * kCapacity;
-  for (int tick = 0; tick < 40; ++tick) floors.Update(kTick, kCapacity, loads, 0.0);
+  for (int tick = 0; tick < kIdleTicks + 10; ++tick) floors.Update(kTick, kCapacity, loads, 0.0);
   EXPECT_NEAR(floors.stats().partitions[0].allocation_cores, 2, 1e-9);
 
-  // Weights 1:3 among the two active ones, two idle ones with 2 each: the 4 idle units are lent
-  // 1:3, so partition 1 has (1 + 1) / 8 of the pool and partition 2 (3 + 3) / 8.
-  NodeAdmission weighted({});
-  const double unit = kCapacity / 8.0;
-  loads = {{.id = 1, .cpu_nanos = kCapacity / 2, .entitlement_nanos = unit, .backlogged = true},
-           {.id = 2, .cpu_nanos = kCapacity / 2, .entitlement_nanos = 3 * unit, .backlogged = true},
-           {.id = 3, .entitlement_nanos = 2 * unit},
-           {.id = 4, .entitlement_nanos = 2 * unit}};
-  for (int tick = 0; tick < 40; ++tick) weighted.Update(kTick, kCapacity, loads, 0.0);
-  EXPECT_NEAR(weighted.stats().partitions[0].allocation_cores, 2 * 2.0 / 8, 1e-9);
-  EXPECT_NEAR(weighted.stats().partitions[1].allocation_cores, 2 * 6.0 / 8, 1e-9);
+  // Weights 1:3 among two active ones, two idle ones with 2 each: the whole pool (8 units) is
+  // divided 1:3, so partition 1 has 2/8 of the pool and partition 2 6/8; with partition 2 held
+  // to 1 core by a hard limit, partition 1 has the other core.
+  for (const double p2_limit : {0.0, 1.0}) {
+    SCOPED_TRACE(p2_limit);
+    NodeAdmission weighted({});
+    const double unit = kCapacity / 8.0;
+    loads = {{.id = 1, .cpu_nanos = kCapacity / 2, .entitlement_nanos = unit, .backlogged = true},
+             {.id = 2,
+              .cpu_nanos = kCapacity / 2,
+              .entitlement_nanos = 3 * unit,
+              .backlogged = true,
+              .cpu_limit_cores = p2_limit},
+             {.id = 3, .entitlement_nanos = 2 * unit},
+             {.id = 4, .entitlement_nanos = 2 * unit}};
+    for (int tick = 0; tick < kIdleTicks + 10; ++tick)
+      weighted.Update(kTick, kCapacity, loads, 0.0);
+    EXPECT_NEAR(weighted.stats().partitions[0].allocation_cores, p2_limit > 0 ? 1 : 0.5, 1e-9);
+    EXPECT_NEAR(weighted.stats().partitions[1].allocation_cores, p2_limit > 0 ? 1 : 1.5, 1e-9);
+  }
+}
+
+// Idleness is judged against a partition's own entitlement, not against what the others use: 64
+// partitions whose timers cost 0.36 ms a second each are idle (under a tenth of their 1/64 of 2
+// workers) even while a flood held to its own 1/64 makes that CPU look like a tenth of an equal
+// share of the total; after kIdleHold they lend, and the flood's allocation is the pool.
+TEST(NodeAdmissionTest, TimersAloneDoNotKeepAPartitionFromLending) {
+  NodeAdmission a({});
+  for (int tick = 0; tick < kIdleTicks + 10; ++tick) {
+    std::vector<Load> loads;
+    for (uint32_t id = 1; id <= 64; ++id) {
+      loads.push_back({.id = id,
+                       .cpu_nanos = id == 1 ? kTick / 32 : static_cast<int64_t>(0.00036 * kTick),
+                       .entitlement_nanos = kCapacity / 64.0,
+                       .consensus_delay_nanos = id == 1 ? 80 * kMs : kMs,
+                       .backlogged = id == 1});
+    }
+    a.Update(kTick, kCapacity, loads, 0.0);
+  }
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 2, 1e-9);
 }
 
 // Light partitions are not idle: beside a flood they use less than the active share of the CPU
@@ -605,7 +643,7 @@ TEST(NodeAdmissionTest, LightPartitionsKeepTheirEntitlementsFromAFlood) {
     SCOPED_TRACE(pressure ? "uncontended" : "contended");
     NodeAdmission a({});
     std::vector<double> f;
-    for (uint64_t tick = 1; tick <= 60; ++tick) {
+    for (uint64_t tick = 1; tick <= kIdleTicks + 100; ++tick) {
       std::vector<Load> loads;
       for (uint32_t id = 1; id <= 16; ++id) {
         loads.push_back({.id = id,

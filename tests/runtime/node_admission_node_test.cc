@@ -99,29 +99,23 @@ TEST(NodeAdmissionNodeTest, StatusShowsThePressureAndEachPartitionsCpuAndAllocat
     double total = 0;
     for (const auto& p : a.partitions()) total += p.cpu_cores();
     EXPECT_GT(hot->cpu_cores(), 0);  // 40 signed txs verified, executed and committed
-    // hot's share of the active partitions' weight: 1 (hot alone active), 1/2 or 1/3. Its
-    // entitlement (2/3 of the 2 workers) with the inactive ones' lent to the active ones is the
-    // pool times that share.
-    const auto allocation_matches = [&](auto expected) {
+    // No loan of the idle partitions' entitlements: they have not been idle for kIdleHold yet.
+    const double entitlement = 2.0 / 3;
+    if (c.measured) {
+      // min(entitlement, slack x total x hot's share of the active partitions' weight): 1 (hot
+      // alone active), 1/2 or 1/3.
       bool matched = false;
       for (const double share : {1.0, 1.0 / 2, 1.0 / 3}) {
-        matched |= std::abs(hot->allocation_cores() - expected(share)) < 1e-9;
+        matched |= std::abs(hot->allocation_cores() -
+                            std::min(entitlement, c.slack * total * share)) < 1e-9;
       }
-      return matched;
-    };
-    if (c.measured) {
-      // min(the lent entitlement, slack x total x the share).
-      EXPECT_TRUE(allocation_matches([&](double share) {
-        return std::min(2 * share, c.slack * total * share);
-      })) << "allocation "
-          << hot->allocation_cores() << " total " << total;
+      EXPECT_TRUE(matched) << "allocation " << hot->allocation_cores() << " total " << total;
       // With a slack of 1 nobody is allotted more than all the partitions used together.
       if (c.slack == 1) {
         EXPECT_LE(hot->allocation_cores(), total + 1e-9);
       }
     } else {
-      EXPECT_TRUE(allocation_matches([](double share) { return 2 * share; }))
-          << "allocation " << hot->allocation_cores();
+      EXPECT_NEAR(hot->allocation_cores(), entitlement, 1e-9);
     }
     ASSERT_GT(hot->allocation_cores(), 0);
     EXPECT_NEAR(hot->cpu_over_entitlement(), hot->cpu_cores() / hot->allocation_cores(), 1e-9);
