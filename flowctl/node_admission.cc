@@ -163,8 +163,8 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     contending[i] = t.contend_left_nanos > 0;
   }
   // The loan: the active partitions' entitlements and the idle ones' together (at most the pool),
-  // water-filled among the active ones by entitlement, each up to its hard CPU limit; a partition
-  // never gets less than its own entitlement.
+  // water-filled among the active ones by entitlement and demand, each up to its hard CPU limit;
+  // a partition never gets less than its own entitlement.
   std::vector<double> borrowed(loads.size(), 0);
   if (entitled_idle > 0) {
     std::vector<ArbiterConsumer> consumers;
@@ -175,9 +175,14 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
       if (!active[i] || !(e > 0) || !std::isfinite(e)) continue;
       pot += e;
       const double limit = loads[i].cpu_limit_cores * elapsed;
-      consumers.push_back({.weight = e,
-                           .ceiling = limit > 0 ? std::max(limit, e) : kNoCeiling,
-                           .demand = kUnboundedDemand});
+      // One with work queued or contending wants all it can get; the others, what they use with
+      // headroom (never less than their own entitlement), so that the loan goes where it is used.
+      const double demand =
+          loads[i].backlogged || contending[i]
+              ? kUnboundedDemand
+              : std::max(e, kLoanHeadroom * tracks_[loads[i].id].cpu_rate * elapsed);
+      consumers.push_back(
+          {.weight = e, .ceiling = limit > 0 ? std::max(limit, e) : kNoCeiling, .demand = demand});
       index.push_back(i);
     }
     double entitled_active = pot - entitled_idle;

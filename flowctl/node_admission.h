@@ -30,28 +30,28 @@
 // is idle only after kIdleHold too. The idle partitions' entitlements and the active ones' (those
 // with work queued or at least kActiveShare of an equal share of the CPU the partitions used) are
 // pooled, up to the worker pool's cores, and water-filled among the active ones by entitlement,
-// each up to its hard CPU limit (the limit bounds pool CPU, while the CPU admission weighs includes
-// client calls and the drain, so a borrower at its limit may still be cut): as the worker pool
-// lends an idle partition's share. An idle partition has its entitlement back at its first sign
-// of work (a tx in its pool, before any block). A partition with traffic within kIdleHold is not
-// idle, even when beside a flood it uses less than an equal share's tenth: it keeps its
-// entitlement in reserve and a flood beside light partitions is held to its own, as before.
-// Without the loan a partition flooded beside fifteen idle ones was held to a sixteenth of the
-// pool, half of what the node could commit for it (docs/BENCHMARKS.md, "Idle share lent").
-// The entitlement divides the worker pool
-// (threads x time), which is what the node has only when it has its cores to itself. A node that
-// shares its machine (other nodes, a CPU quota) gets less, and against the pool's capacity no
-// partition ever looks over its share. So with `measured_shares` (the default), while the CPU is
-// contended (PSI "some avg10" of the node's cgroup or machine at least `cpu_pressure_percent`,
-// or unknown: flowctl/cpu_pressure.h), the allocation is the smaller of that and
-// `measured_share_slack` (2 by default) x the partition's weighted share of the CPU the
-// partitions used (smoothed), divided among the active partitions: idle partitions reserve
-// nothing of what the node measurably gets. The slack leaves room for the differences between
-// partitions that are not load (a partition's primary on this node costs it more than a backup);
-// with a slack of 2 a partition holding half the active weight or more is never held below what it
-// uses (with two equal partitions the measured allocation is their total). 1 holds a flooded
-// partition to an equal share of what the node gets. With the CPU uncontended, the worker pool is
-// the capacity and the entitlement with its loan the allocation.
+// those with work queued or contending wanting all of it and the others kLoanHeadroom times what
+// they use (at least their entitlement), each up to its hard CPU limit (the limit bounds pool CPU,
+// while the CPU admission weighs includes client calls and the drain, so a borrower at its limit
+// may still be cut): as the worker pool lends an idle partition's share. An idle partition has its
+// entitlement back at its first sign of work (a tx in its pool, before any block). A partition with
+// traffic within kIdleHold is not idle, even when beside a flood it uses less than an equal share's
+// tenth: it keeps its entitlement in reserve and a flood beside light partitions is held to its
+// own, as before. Without the loan a partition flooded beside fifteen idle ones was held to a
+// sixteenth of the pool, half of what the node could commit for it (docs/BENCHMARKS.md, "Idle share
+// lent"). The entitlement divides the worker pool (threads x time), which is what the node has only
+// when it has its cores to itself. A node that shares its machine (other nodes, a CPU quota) gets
+// less, and against the pool's capacity no partition ever looks over its share. So with
+// `measured_shares` (the default), while the CPU is contended (PSI "some avg10" of the node's
+// cgroup or machine at least `cpu_pressure_percent`, or unknown: flowctl/cpu_pressure.h), the
+// allocation is the smaller of that and `measured_share_slack` (2 by default) x the partition's
+// weighted share of the CPU the partitions used (smoothed), divided among the active partitions:
+// idle partitions reserve nothing of what the node measurably gets. The slack leaves room for the
+// differences between partitions that are not load (a partition's primary on this node costs it
+// more than a backup); with a slack of 2 a partition holding half the active weight or more is
+// never held below what it uses (with two equal partitions the measured allocation is their total).
+// 1 holds a flooded partition to an equal share of what the node gets. With the CPU uncontended,
+// the worker pool is the capacity and the entitlement with its loan the allocation.
 //
 // Contending partitions. The slack protects partitions that are not flooded; between flooded
 // ones it would leave the weights unapplied (with weights 1:2:4 and a slack of 2, the weight-4
@@ -155,6 +155,9 @@ class NodeAdmission {
   static constexpr double kContendingPoolFill = 0.5;
   // A partition lends its entitlement after this long without a sign of work (see "Allocation").
   static constexpr absl::Duration kIdleHold = absl::Seconds(30);
+  // An active partition with no work queued that does not contend wants this many times what it
+  // uses of the loan (at least its entitlement).
+  static constexpr double kLoanHeadroom = 1.25;
   // Relative: a partition at its allocation within this is not over it, nor below the water level.
   static constexpr double kLevelTolerance = 1e-9;
 

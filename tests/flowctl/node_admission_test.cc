@@ -613,6 +613,24 @@ TEST(NodeAdmissionTest, ALoanStaysWithinThePoolAHardLimitAndTheWeights) {
   }
 }
 
+// A light partition that uses CPU (a tenth of its own entitlement or more: reads, say) is not
+// idle, and among the borrowers it wants only what it uses with headroom, at least its own
+// entitlement: partition 1 (flooded) beside partition 2 at a fifth of its entitlement and two idle
+// ones gets the idle two's entitlements, 1.5 cores; partition 2 keeps its own half core.
+TEST(NodeAdmissionTest, ALightPartitionKeepsItsShareAndLeavesTheLoanToTheFlood) {
+  NodeAdmission a({});
+  std::vector<double> f;
+  for (uint64_t tick = 1; tick <= kIdleTicks + 40; ++tick) {
+    std::vector<Load> loads = FourLoads(Second::kIdle, tick);
+    loads[1].cpu_nanos = kCapacity / 20;  // 0.1 cores: a fifth of its entitlement
+    f = a.Update(kTick, kCapacity, loads, 0.0);
+  }
+  EXPECT_NEAR(a.stats().partitions[0].allocation_cores, 1.5, 1e-9);
+  EXPECT_NEAR(a.stats().partitions[1].allocation_cores, 0.5, 1e-9);
+  EXPECT_LT(f[0], 1);  // 1.8 cores against 1.5
+  EXPECT_DOUBLE_EQ(f[1], 1);
+}
+
 // Idleness is judged against a partition's own entitlement, not against what the others use: 64
 // partitions whose timers cost 0.36 ms a second each are idle (under a tenth of their 1/64 of 2
 // workers) even while a flood held to its own 1/64 makes that CPU look like a tenth of an equal
