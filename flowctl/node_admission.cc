@@ -11,6 +11,12 @@
 #include "glog/logging.h"
 
 namespace flowctl {
+namespace {
+
+// An entitlement a share can be divided by (a weight for AllocateFairShares): finite and positive.
+bool IsEntitlement(double nanos) { return nanos > 0 && std::isfinite(nanos); }
+
+}  // namespace
 
 bool AdmissionShedder::Admit() {
   const int64_t f = fraction_.load(std::memory_order_relaxed);
@@ -114,7 +120,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     // Signs of work of any size (see "Allocation"): work queued, a pooled tx (one waiting behind
     // a nonce gap too), a new block, or CPU against its own entitlement (a sign that does not
     // depend on what the others use).
-    const bool entitled = l.entitlement_nanos > 0 && std::isfinite(l.entitlement_nanos);
+    const bool entitled = IsEntitlement(l.entitlement_nanos);
     t.busy_left_nanos =
         hold(l.backlogged || l.pool_fill > 0 || l.height != t.height ||
                  (entitled ? t.cpu_rate * elapsed >= kActiveShare * l.entitlement_nanos
@@ -152,9 +158,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     const Track& t = tracks_[l.id];
     // Idle: it lends, and neither borrows nor counts among the active, whatever the others use.
     if (t.busy_left_nanos == 0) {
-      if (l.entitlement_nanos > 0 && std::isfinite(l.entitlement_nanos)) {
-        entitled_idle += l.entitlement_nanos;
-      }
+      if (IsEntitlement(l.entitlement_nanos)) entitled_idle += l.entitlement_nanos;
       continue;
     }
     active[i] = l.backlogged || t.cpu_rate >= active_floor;
@@ -172,7 +176,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     double pot = entitled_idle;
     for (size_t i = 0; i < loads.size(); ++i) {
       const double e = loads[i].entitlement_nanos;
-      if (!active[i] || !(e > 0) || !std::isfinite(e)) continue;
+      if (!active[i] || !IsEntitlement(e)) continue;
       pot += e;
       const double limit = loads[i].cpu_limit_cores * elapsed;
       // One with work queued or contending wants all it can get; the others, what they use with
@@ -185,7 +189,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
           {.weight = e, .ceiling = limit > 0 ? std::max(limit, e) : kNoCeiling, .demand = demand});
       index.push_back(i);
     }
-    double entitled_active = pot - entitled_idle;
+    const double entitled_active = pot - entitled_idle;
     pot = std::min(pot, std::max(static_cast<double>(cpu_capacity_nanos), entitled_active));
     absl::StatusOr<std::vector<double>> fair = AllocateFairShares(pot, consumers);
     if (!fair.ok()) {
@@ -208,7 +212,7 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
       // A contender without an entitlement has no weight to divide by: it is left out, with its
       // CPU, and held by its entitlement alone.
       const double weight = loads[i].entitlement_nanos;
-      if (!contending[i] || !(weight > 0) || !std::isfinite(weight)) continue;
+      if (!contending[i] || !IsEntitlement(weight)) continue;
       const Track& t = tracks_[loads[i].id];
       capacity += std::max(0.0, t.cpu_rate);
       const bool wants_what_it_uses = t.fraction >= 1 && t.short_left_nanos == 0;
