@@ -1,5 +1,7 @@
 #include "partitions/forwarder.h"
 
+#include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "glog/logging.h"
@@ -33,15 +35,13 @@ int64_t Forwarder::Flush(bool release_all) {
   int64_t next = std::numeric_limits<int64_t>::max();
   {
     absl::MutexLock lock(&mu_);
-    txs.swap(queued_);
-    queued_bytes_ = 0;
-    release_all = release_all || !holding_;
     const int64_t now = clock_->NowNanos();
+    const bool release_held = release_all || !holding_;
     while (!held_order_.empty()) {
       const auto& [since, hash] = held_order_.front();
       auto it = held_.find(hash);
       if (it != held_.end() && it->second.since == since) {
-        if (!release_all && now - since < options_.hold_nanos) break;
+        if (!release_held && now - since < options_.hold_nanos) break;
         txs.push_back(it->second.tx->signed_bytes);
         held_.erase(it);
       }
@@ -49,6 +49,21 @@ int64_t Forwarder::Flush(bool release_all) {
     }
     // The front may be the record of a proposed tx: at worst one Flush too early.
     if (!held_order_.empty()) next = held_order_.front().first + options_.hold_nanos;
+    if (!queued_.empty()) {
+      const int64_t due = last_batch_nanos_ == std::numeric_limits<int64_t>::min()
+                              ? now
+                              : last_batch_nanos_ + options_.min_interval_nanos;
+      // Queued txs go with held ones that go anyway.
+      if (release_all || !txs.empty() || queued_bytes_ >= options_.flush_bytes || now >= due) {
+        txs.insert(txs.end(), std::make_move_iterator(queued_.begin()),
+                   std::make_move_iterator(queued_.end()));
+        queued_.clear();
+        queued_bytes_ = 0;
+        last_batch_nanos_ = now;
+      } else {
+        next = std::min(next, due);
+      }
+    }
   }
   if (!txs.empty()) {
     node::partition::PartitionMessage msg;

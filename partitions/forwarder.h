@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -51,6 +52,10 @@ class Forwarder {
   struct Options {
     int64_t hold_nanos = 0;          // how long the primary holds an unproposed tx
     size_t flush_bytes = 256 << 10;  // queued bytes that flush at once
+    // Queued txs wait until this long after the last TX_FORWARD batch (Nagle's rule: a tx queued
+    // on an idle forwarder goes at once, under load they go in fewer, larger batches); 0: every
+    // Flush sends what is queued.
+    int64_t min_interval_nanos = 0;
   };
 
   // `sender` and `clock` outlive the forwarder.
@@ -60,9 +65,11 @@ class Forwarder {
 
   // An admitted client tx: held (primary in NORMAL) or queued for TX_FORWARD.
   void Queue(const TxPtr& tx);
-  // Broadcasts what is queued, plus held txs past the hold time (all of them when not holding or
-  // when `release_all`, e.g. at stop). Returns when the oldest tx still held is due to be
-  // forwarded (INT64_MAX: none held); Queue asks for no time, the caller flushes after it.
+  // Broadcasts what is queued (once `min_interval_nanos` have passed since the last batch, or at
+  // once with `release_all`), plus held txs past the hold time (all of them when not holding or
+  // when `release_all`, e.g. at stop). Returns when the next Flush has something due: the
+  // queued txs' interval, or the oldest held tx's hold time (INT64_MAX: nothing waits); Queue
+  // asks for no time, the caller flushes after it.
   int64_t Flush(bool release_all);
   // Follows the replica's role. Returns true when holding stops (the caller should flush soon).
   bool SetHolding(bool hold);
@@ -97,6 +104,8 @@ class Forwarder {
   mutable absl::Mutex mu_;
   std::vector<std::string> queued_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // When the last TX_FORWARD batch of queued txs went (INT64_MIN: none yet).
+  int64_t last_batch_nanos_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<int64_t>::min();
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, HeldTx> held_ ABSL_GUARDED_BY(mu_);  // by tx hash
   // (since, hash) in hold order; records of proposed txs are skipped when reached.

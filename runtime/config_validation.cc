@@ -204,6 +204,12 @@ std::vector<ConfigProblem> ValidateConsensusConfig(const ConsensusConfig& c,
                             ") and at least twice it, got ", c.watermark_window()));
   }
   check.AtLeast<uint32_t>("view_change_timeout_ms", c.view_change_timeout_ms(), 100);
+  // A backup's txs must reach the primary well within a request timer.
+  if (uint64_t{c.forward_interval_ms()} * 4 > c.view_change_timeout_ms()) {
+    check.Fail("forward_interval_ms",
+               absl::StrCat("must be at most a quarter of view_change_timeout_ms (",
+                            c.view_change_timeout_ms(), "), got ", c.forward_interval_ms()));
+  }
   return check.Take();
 }
 

@@ -265,7 +265,9 @@ absl::Status Partition::Impl::Open() {
   // A held tx not proposed within one retransmit period is forwarded (forwarder.h).
   forwarder_ = std::make_unique<partitions::Forwarder>(
       sender_.get(), clock_,
-      partitions::Forwarder::Options{.hold_nanos = pc.retransmit_ms * 1'000'000});
+      partitions::Forwarder::Options{
+          .hold_nanos = pc.retransmit_ms * 1'000'000,
+          .min_interval_nanos = int64_t{cc.forward_interval_ms()} * 1'000'000});
   partitions::PbftReplica::LedgerPosition position;
   position.last_executed = chain_.ledger->last_height();
   if (position.last_executed > 0) {

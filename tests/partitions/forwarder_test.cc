@@ -56,6 +56,73 @@ TEST_F(ForwarderTest, ABackupBatchesItsClientTxsOntoTxForward) {
   EXPECT_EQ(Sent().size(), 1u);
 }
 
+TEST_F(ForwarderTest, UnderLoadTxsGoInBatchesTheIntervalApart) {
+  const size_t tx_bytes = txs_[0]->signed_bytes.size();
+  Forwarder fwd(&sender_, &clock_,
+                {.hold_nanos = 100, .flush_bytes = 3 * tx_bytes, .min_interval_nanos = 50});
+  clock_.SetNanos(1'000);
+  // An idle forwarder sends at once.
+  fwd.Queue(txs_[0]);
+  EXPECT_EQ(fwd.Flush(false), std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(Sent().size(), 1u);
+  // Within the interval the txs wait, and Flush says until when.
+  clock_.AdvanceNanos(10);
+  fwd.Queue(txs_[1]);
+  EXPECT_EQ(fwd.Flush(false), 1'050);
+  clock_.AdvanceNanos(30);
+  fwd.Queue(txs_[2]);
+  EXPECT_EQ(fwd.Flush(false), 1'050);
+  EXPECT_EQ(Sent().size(), 1u);
+  clock_.SetNanos(1'050);  // due: one batch of both
+  EXPECT_EQ(fwd.Flush(false), std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(Sent().size(), 2u);
+  EXPECT_EQ(Sent()[1], std::make_pair(p2p::Channel::TX_FORWARD, 2));
+  // `flush_bytes` queued go at once, interval or not.
+  clock_.AdvanceNanos(1);
+  fwd.Queue(txs_[0]);
+  fwd.Queue(txs_[1]);
+  EXPECT_EQ(Sent().size(), 2u);
+  fwd.Queue(txs_[2]);
+  ASSERT_EQ(Sent().size(), 3u);
+  EXPECT_EQ(Sent()[2], std::make_pair(p2p::Channel::TX_FORWARD, 3));
+  // And so does everything at release_all (stop).
+  clock_.AdvanceNanos(1);
+  fwd.Queue(txs_[3]);
+  EXPECT_EQ(fwd.Flush(false), 1'051 + 50);
+  fwd.Flush(true);
+  ASSERT_EQ(Sent().size(), 4u);
+  EXPECT_EQ(Sent()[3], std::make_pair(p2p::Channel::TX_FORWARD, 1));
+}
+
+TEST_F(ForwarderTest, TheQueuedTxsIntervalAndTheHeldTxsDueTimeBothCount) {
+  Forwarder fwd(&sender_, &clock_, {.hold_nanos = 100, .min_interval_nanos = 50});
+  fwd.Queue(txs_[0]);
+  fwd.Flush(false);  // sent at once: the interval runs from 0
+  fwd.SetHolding(true);
+  clock_.SetNanos(10);
+  fwd.Queue(txs_[1]);  // held until 110
+  EXPECT_EQ(fwd.Flush(false), 110);
+  fwd.SetHolding(false);
+  clock_.SetNanos(20);
+  fwd.Queue(txs_[2]);  // due at 50, but it goes with the held one (holding stopped)
+  EXPECT_EQ(fwd.Flush(false), std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(Sent().size(), 2u);
+  EXPECT_EQ(Sent()[1], std::make_pair(p2p::Channel::TX_FORWARD, 2));
+  // The batch restarted the interval.
+  clock_.SetNanos(30);
+  fwd.Queue(txs_[3]);
+  EXPECT_EQ(fwd.Flush(false), 70);
+  // Holding again: a held tx due before the queued ones says so.
+  fwd.SetHolding(true);
+  clock_.SetNanos(31);
+  fwd.Queue(txs_[0]);  // held until 131
+  EXPECT_EQ(fwd.Flush(false), 70);
+  clock_.SetNanos(70);
+  EXPECT_EQ(fwd.Flush(false), 131);
+  ASSERT_EQ(Sent().size(), 3u);
+  EXPECT_EQ(Sent()[2], std::make_pair(p2p::Channel::TX_FORWARD, 1));
+}
+
 TEST_F(ForwarderTest, ReforwardGoesToThePrimaryOnlyOnTxForward) {
   EXPECT_TRUE(fwd_.Reforward(2, {txs_[0], txs_[1]}));
   ASSERT_EQ(net_.log().size(), 1u);

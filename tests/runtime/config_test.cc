@@ -175,6 +175,9 @@ TEST(ConfigTest, EachRuleRefuses) {
        "interceptor.stages[0].kind: no stage kind set"},
       {"partitions { id: 1 name: \"a\" dispatcher { lane_weights { bulk: -1 } } }",
        "lane_weights.bulk: must be > 0"},
+      {"partitions { id: 1 name: \"a\" consensus { forward_interval_ms: 600 } }",
+       "partitions[a].consensus.forward_interval_ms: must be at most a quarter of "
+       "view_change_timeout_ms (2000), got 600"},
       {"partitions { id: 1 name: \"a\" watch { max_watchers: 200000 } }",
        "partitions[a].watch.max_watchers: must be <= 100000, got 200000"},
       {"partitions { id: 1 name: \"a\" watch { max_buffered_blocks: 2000000 } }",

@@ -7,7 +7,8 @@
 //     (same channel and partition, so the egress scheduler keeps that order on every peer's link)
 //     and never on TX_FORWARD.
 //   - As primary, a tx that is not proposed within the hold limit is forwarded after all.
-//   - As a backup: client txs are forwarded on TX_FORWARD as before.
+//   - As a backup: client txs are forwarded on TX_FORWARD as before, those within
+//     consensus.forward_interval_ms of the last batch together at its end.
 #include <unistd.h>
 
 #include <algorithm>
@@ -217,6 +218,28 @@ TEST_F(ProposalBodiesTest, BackupForwardsClientTxsOnTxForward) {
   const std::vector<Sent> log = Log(*net_);
   EXPECT_EQ(Carried(log, node::p2p::TX_FORWARD, a), 1);
   EXPECT_EQ(Carried(log, node::p2p::CONSENSUS, a), 0);
+}
+
+// consensus.forward_interval_ms (default 20): an idle backup forwards at once; txs that come
+// within the interval wait for its end and go together, on the partition's own wake-up (the fake
+// clock moves only here, and nothing else happens to tick the partition).
+TEST_F(ProposalBodiesTest, BackupForwardsTxsWithinTheIntervalTogetherAtItsEnd) {
+  StartReplica(1);
+  const std::string a = Tx(1), b = Tx(2), c = Tx(3);
+  SubmitAll({a});
+  ASSERT_TRUE(WaitFor([&] { return Carried(Log(*net_), node::p2p::TX_FORWARD, a) == 1; }));
+  SubmitAll({b});
+  SubmitAll({c});
+  clock_.Advance(absl::Milliseconds(20));
+  ASSERT_TRUE(WaitFor([&] { return Carried(Log(*net_), node::p2p::TX_FORWARD, c) == 1; }));
+  const std::vector<Sent> log = Log(*net_);
+  std::vector<int> batch_sizes;
+  for (const Sent& s : log) {
+    if (s.channel == node::p2p::TX_FORWARD && s.msg.has_txs()) {
+      batch_sizes.push_back(s.msg.txs().signed_txs_size());
+    }
+  }
+  EXPECT_EQ(batch_sizes, (std::vector<int>{1, 2}));
 }
 
 // Channels as data: a message of a kind its channel may not carry is refused (and counted) before
