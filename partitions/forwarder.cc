@@ -53,8 +53,11 @@ int64_t Forwarder::Flush(bool release_all) {
       const int64_t due = last_batch_nanos_ == std::numeric_limits<int64_t>::min()
                               ? now
                               : last_batch_nanos_ + options_.min_interval_nanos;
-      // Queued txs go with held ones that go anyway.
-      if (release_all || !txs.empty() || queued_bytes_ >= options_.flush_bytes || now >= due) {
+      // Queued txs go with held ones that go anyway; and at once while holding, where only
+      // bodies given back (no pre-prepare followed, or it was refused) are queued: the next cut
+      // may propose them again, and backups must not have to fetch them.
+      if (release_all || holding_ || !txs.empty() || queued_bytes_ >= options_.flush_bytes ||
+          now >= due) {
         txs.insert(txs.end(), std::make_move_iterator(queued_.begin()),
                    std::make_move_iterator(queued_.end()));
         queued_.clear();

@@ -52,9 +52,11 @@ class Forwarder {
   struct Options {
     int64_t hold_nanos = 0;          // how long the primary holds an unproposed tx
     size_t flush_bytes = 256 << 10;  // queued bytes that flush at once
-    // Queued txs wait until this long after the last TX_FORWARD batch (Nagle's rule: a tx queued
-    // on an idle forwarder goes at once, under load they go in fewer, larger batches); 0: every
-    // Flush sends what is queued.
+    // Queued txs wait until this long after the last TX_FORWARD batch of queued txs (Nagle's
+    // rule: a tx queued on an idle forwarder goes with the next Flush, under load they go in
+    // fewer, larger batches). Not while holding (bodies given back go with the next Flush), nor
+    // with held txs that go anyway, `flush_bytes` queued or release_all. 0: every Flush sends
+    // what is queued.
     int64_t min_interval_nanos = 0;
   };
 

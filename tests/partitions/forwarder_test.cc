@@ -94,7 +94,7 @@ TEST_F(ForwarderTest, UnderLoadTxsGoInBatchesTheIntervalApart) {
   EXPECT_EQ(Sent()[3], std::make_pair(p2p::Channel::TX_FORWARD, 1));
 }
 
-TEST_F(ForwarderTest, TheQueuedTxsIntervalAndTheHeldTxsDueTimeBothCount) {
+TEST_F(ForwarderTest, QueuedTxsGoWithHeldOnesAndWhileHolding) {
   Forwarder fwd(&sender_, &clock_, {.hold_nanos = 100, .min_interval_nanos = 50});
   fwd.Queue(txs_[0]);
   fwd.Flush(false);  // sent at once: the interval runs from 0
@@ -112,13 +112,33 @@ TEST_F(ForwarderTest, TheQueuedTxsIntervalAndTheHeldTxsDueTimeBothCount) {
   clock_.SetNanos(30);
   fwd.Queue(txs_[3]);
   EXPECT_EQ(fwd.Flush(false), 70);
-  // Holding again: a held tx due before the queued ones says so.
+  // Primary again: the queued tx goes with the next Flush; the held one says when it is due.
   fwd.SetHolding(true);
   clock_.SetNanos(31);
   fwd.Queue(txs_[0]);  // held until 131
-  EXPECT_EQ(fwd.Flush(false), 70);
-  clock_.SetNanos(70);
   EXPECT_EQ(fwd.Flush(false), 131);
+  ASSERT_EQ(Sent().size(), 3u);
+  EXPECT_EQ(Sent()[2], std::make_pair(p2p::Channel::TX_FORWARD, 1));
+}
+
+TEST_F(ForwarderTest, WhileHoldingBodiesGivenBackGoWithTheNextFlushWhateverTheInterval) {
+  Forwarder fwd(&sender_, &clock_, {.hold_nanos = 100, .min_interval_nanos = 50});
+  fwd.Queue(txs_[0]);
+  fwd.Flush(false);  // a backup's batch at 0: the interval runs to 50
+  ASSERT_EQ(Sent().size(), 1u);
+  // Primary now: the queued tx that came within the interval goes with the next Flush.
+  fwd.Queue(txs_[1]);
+  fwd.SetHolding(true);
+  clock_.SetNanos(10);
+  EXPECT_EQ(fwd.Flush(false), std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(Sent().size(), 2u);
+  // A proposal's bodies taken, then given back (no pre-prepare followed): next Flush, at 20.
+  fwd.Queue(txs_[2]);
+  std::optional<node::partition::PartitionMessage> bodies = fwd.TakeBodies({txs_[2]});
+  ASSERT_TRUE(bodies.has_value());
+  fwd.ReturnBodies(*std::move(bodies));
+  clock_.SetNanos(20);
+  EXPECT_EQ(fwd.Flush(false), std::numeric_limits<int64_t>::max());
   ASSERT_EQ(Sent().size(), 3u);
   EXPECT_EQ(Sent()[2], std::make_pair(p2p::Channel::TX_FORWARD, 1));
 }

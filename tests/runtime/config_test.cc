@@ -209,6 +209,24 @@ TEST(ConfigTest, EachRuleRefuses) {
   }
 }
 
+TEST(ConfigTest, ForwardIntervalUpToAQuarterOfTheViewChangeTimeoutIsAccepted) {
+  for (const char* text :
+       {"partitions { id: 1 name: \"a\" consensus { forward_interval_ms: 500 } }",
+        "partitions { id: 1 name: \"a\" consensus { forward_interval_ms: 0 } }",
+        "partitions { id: 1 name: \"a\" consensus { view_change_timeout_ms: 100 } }"}) {
+    absl::StatusOr<node::config::NodeConfig> config = ParseConfig(text, "t.conf", false);
+    ASSERT_TRUE(config.ok()) << text << ": " << config.status();
+  }
+  absl::StatusOr<node::config::NodeConfig> config =
+      ParseConfig("partitions { id: 1 name: \"a\" }", "t.conf", false);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->partitions(0).consensus().forward_interval_ms(), 20u);
+  config = ParseConfig("partitions { id: 1 name: \"a\" consensus { forward_interval_ms: 0 } }",
+                       "t.conf", false);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->partitions(0).consensus().forward_interval_ms(), 0u);  // 0 stays off
+}
+
 TEST(ConfigTest, RetainBlocksDownToTheSnapshotBoundIsAccepted) {
   // 1000 + 64 with the default snapshot gap and window; 40 + 8 with smaller ones.
   for (const char* text : {"partitions { id: 1 name: \"a\" state { retain_blocks: 1064 } }",
