@@ -643,9 +643,12 @@ TEST(PartitionClusterTest, AReplicaThatExecutesDifferentlyHaltsDivergedAndTheOth
   cluster.RunFor(absl::Seconds(3));
   Partition& rebuilt = cluster.partition(kDiverging);
   EXPECT_EQ(rebuilt.Status().consensus_state(), "NORMAL") << rebuilt.Status().halt_reason();
-  // Blocks the others commit while it is still syncing may reach it only with the next block:
-  // in a quiet partition a replica learns it is behind from f+1 commits or checkpoints above its
-  // height, and the others re-send only what they have not executed.
+  // Blocks the others commit while it is still syncing can stay missing until the next
+  // checkpoint (every 4 blocks here): its low watermark stays at its old stable checkpoint, so
+  // their commits beyond its window are refused, the others re-send only what they have not
+  // executed, and they re-announce no checkpoint that is stable already. The next checkpoint's
+  // votes tell it that it is behind. (Left as it is: a quiet partition's laggard waits for the
+  // next checkpoint.)
   cluster.SubmitTxs(3);
   cluster.RunFor(absl::Seconds(1));
   ASSERT_EQ(rebuilt.height(), cluster.partition(0).height());
