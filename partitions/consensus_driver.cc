@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<ConsensusDriver>> ConsensusDriver::Create(
       d.ledger, SnapshotFetcher::Options{.n = config.n, .self = config.self});
   driver->state_.store(static_cast<int>(driver->replica_->state()));
   driver->view_.store(driver->replica_->view());
+  driver->stable_checkpoint_.store(driver->replica_->low_watermark());
   // A divergence found before a restart stands: the ledger's state is still the wrong one.
   absl::StatusOr<std::string> diverged = d.ledger->GetConsensusMeta(kDivergedKey);
   if (diverged.ok()) {
@@ -485,6 +486,7 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
     LOG(INFO) << "partition " << deps_.name << ": consensus NORMAL -> NORMAL (view " << view << ")";
   }
   observing_.store(replica_->observing());
+  stable_checkpoint_.store(replica_->low_watermark(), std::memory_order_relaxed);
   UpdateHoldLocked();
   if (earliest_timer != std::numeric_limits<int64_t>::max()) {
     deferred_.push_back([this, earliest_timer] { deps_.wake_by(earliest_timer); });

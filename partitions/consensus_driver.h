@@ -168,6 +168,8 @@ class ConsensusDriver {
   uint64_t view() const { return view_.load(std::memory_order_relaxed); }
   bool observing() const { return observing_.load(std::memory_order_relaxed); }
   uint64_t view_changes() const { return view_changes_.load(std::memory_order_relaxed); }
+  // The replica's stable checkpoint (its low watermark): the latest height 2f+1 replicas signed.
+  uint64_t stable_checkpoint() const { return stable_checkpoint_.load(std::memory_order_relaxed); }
   Stats stats() const;
 
  private:
@@ -239,6 +241,7 @@ class ConsensusDriver {
   std::atomic<uint64_t> view_{0};
   std::atomic<bool> observing_{false};
   std::atomic<uint64_t> view_changes_{0};
+  std::atomic<uint64_t> stable_checkpoint_{0};
   std::atomic<uint64_t> dropped_bad_signature_{0};
   std::atomic<uint64_t> dropped_bad_tx_{0};
   std::atomic<uint64_t> redundant_votes_{0};

@@ -19,19 +19,33 @@ void BlockSync::NoteExecuted(uint64_t last_executed) {
   if (recovering_ && last_executed >= target_) recovering_ = false;
 }
 
-std::optional<BlockSync::Request> BlockSync::NextRequest(uint64_t last_executed) {
+std::optional<BlockSync::Request> BlockSync::NextRequest(uint64_t last_executed,
+                                                         uint64_t stable_seq,
+                                                         const std::set<uint32_t>& ahead) {
   if (config_.n == 1) return std::nullopt;
   Request req;
-  const uint32_t offset = 1 + (next_peer_++ % (config_.n - 1));
-  req.peer = (config_.self + offset) % config_.n;
+  auto peer_at = [this](uint32_t turn) {
+    return (config_.self + 1 + turn % (config_.n - 1)) % config_.n;
+  };
+  uint32_t turn = next_peer_;
+  for (uint32_t i = 0; i + 1 < config_.n; ++i) {
+    if (ahead.count(peer_at(next_peer_ + i)) > 0) {
+      turn = next_peer_ + i;
+      break;
+    }
+  }
+  next_peer_ = turn + 1;
+  req.peer = peer_at(turn);
   req.msg.mutable_sync_request()->set_from_seq(last_executed + 1);
   req.msg.mutable_sync_request()->set_to_seq(last_executed + config_.sync_chunk);
+  req.msg.mutable_sync_request()->set_known_stable_seq(stable_seq);
   in_flight_ = true;
   return req;
 }
 
-void BlockSync::Ask(uint64_t last_executed, PbftOutbox& out) {
-  if (auto req = NextRequest(last_executed)) {
+void BlockSync::Ask(uint64_t last_executed, uint64_t stable_seq, const std::set<uint32_t>& ahead,
+                    PbftOutbox& out) {
+  if (auto req = NextRequest(last_executed, stable_seq, ahead)) {
     out.Send(req->peer, out.Sign(std::move(req->msg)), PbftChannel::kSync);
   }
 }
@@ -87,12 +101,9 @@ ConsensusMessage BlockSync::Serve(const node::consensus::SyncRequest& req, uint6
       if (!batch) break;
       *resp->add_batches() = std::move(*batch);
     }
-    // Nothing from from_seq although it was executed here: not kept. Where to fetch the state
-    // instead (the requester checks the proof).
-    if (resp->batches_size() == 0 && req.from_seq() <= last_executed &&
-        stable.seq() > req.from_seq()) {
-      *resp->mutable_stable() = stable;
-    }
+    // A later stable checkpoint than the requester knows (it checks the proof): its low
+    // watermark, and, if nothing from from_seq is kept here, where to fetch the state instead.
+    if (stable.seq() > req.known_stable_seq()) *resp->mutable_stable() = stable;
   }
   return msg;
 }

@@ -16,7 +16,7 @@
 //
 //   BlockSync sync(config, last_executed);
 //   sync.RecoverTo(stable_seq);
-//   sync.Ask(last_executed, out);  // the next peer in turn
+//   sync.Ask(last_executed, stable_seq, /*ahead=*/{}, out);  // the next peer in turn
 //   if (sync.Accept(msg.sync_response(), last_executed, validator)) ++dropped_invalid;
 //   while (auto commit = sync.Batch(last_executed + 1)) Execute(*commit);
 #ifndef PARTITIONS_PBFT_BLOCK_SYNC_H_
@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "partitions/pbft_certs.h"
 #include "partitions/pbft_outbox.h"
@@ -50,11 +51,16 @@ class BlockSync {
   // Recovering, with no batch held and no request in flight: time to ask again.
   bool WantsRequest() const { return recovering_ && batches_.empty() && !in_flight_; }
 
-  // The next request, for the chunk after `last_executed`, to the next peer in turn; marks it in
-  // flight. nullopt for a replica without peers (n = 1).
-  std::optional<Request> NextRequest(uint64_t last_executed);
+  // The next request, for the chunk after `last_executed`, to the next peer in turn (the next of
+  // `ahead` in turn, if it names any: peers known to be up and ahead, so a request does not wait
+  // a retransmit period on a peer that is down); marks it in flight. It names `stable_seq`, the
+  // requester's stable checkpoint, so a peer with a later one sends it along. nullopt for a
+  // replica without peers (n = 1).
+  std::optional<Request> NextRequest(uint64_t last_executed, uint64_t stable_seq,
+                                     const std::set<uint32_t>& ahead = {});
   // Sends the NextRequest, signed, on the sync channel (nothing without peers).
-  void Ask(uint64_t last_executed, PbftOutbox& out);
+  void Ask(uint64_t last_executed, uint64_t stable_seq, const std::set<uint32_t>& ahead,
+           PbftOutbox& out);
   bool in_flight() const { return in_flight_; }
   // The highest last_executed a peer's SyncResponse reported (0: none yet): a replica that
   // reached its target by a snapshot still has the batches after it to fetch.
@@ -70,13 +76,17 @@ class BlockSync {
               const PbftValidator& validator);
   // The held batch for `seq` as a commit (all but chain_digest filled); nullopt if none.
   std::optional<PbftCommit> Batch(uint64_t seq) const;
+  // The held batches, by seq (verified, not executed yet).
+  const std::map<uint64_t, node::consensus::CommittedBatch>& held() const { return batches_; }
   // Forgets the held batches up to `seq` (executed).
   void DropThrough(uint64_t seq);
 
   // Answers a peer's SyncRequest from this replica's ledger: at most sync_chunk batches from
-  // from_seq on, none above `last_executed`, stopping at the first the ledger lacks. When the
-  // ledger lacks from_seq itself (pruned, or below an installed snapshot) and `stable` (this
-  // replica's stable checkpoint) is above it, the answer carries `stable`. Unsigned.
+  // from_seq on, none above `last_executed`, stopping at the first the ledger lacks. When
+  // `stable` (this replica's stable checkpoint) is above the request's known_stable_seq, the
+  // answer carries it: it moves the requester's low watermark, and tells a requester whose
+  // from_seq this ledger lacks (pruned, or below an installed snapshot) where to fetch the state.
+  // Unsigned.
   ConsensusMessage Serve(const node::consensus::SyncRequest& req, uint64_t last_executed,
                          const PbftBlockSource& blocks,
                          const node::consensus::StableCheckpointRecord& stable) const;

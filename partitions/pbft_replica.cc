@@ -87,7 +87,7 @@ void PbftReplica::OnStart() {
     Recover();
   } else if (config_.n > 1) {
     // A restarted replica may be behind; ask one peer (cheap if it is not).
-    sync_.Ask(last_executed_, out_);
+    sync_.Ask(last_executed_, low_watermark(), beyond_window_, out_);
   }
   TryExecute();
 }
@@ -249,6 +249,14 @@ void PbftReplica::OnRetransmit() {
   if (sync_.TickStalled(last_executed_) && (sync_.recovering() || EvidenceAhead())) AskSync();
 }
 
+void PbftReplica::PrefetchSynced(uint64_t waiting) {
+  // One fetch round trip per chunk instead of one per batch: ask now for the bodies every held
+  // batch lacks (once per retransmit period each; the pool is not scanned again meanwhile).
+  for (const auto& [seq, batch] : sync_.held()) {
+    if (seq > waiting && !fetcher_.AskedFor(seq)) fetcher_.HaveAll(seq, batch.tx_hashes(), out_);
+  }
+}
+
 bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
   if (view < views_.view()) {
     if (!views_.installed() && msg.has_commit()) NoteLowerViewCommit(msg, view);
@@ -268,9 +276,10 @@ bool PbftReplica::DivertByView(const ConsensusMessage& msg, uint64_t view) {
 
 void PbftReplica::OnPrePrepare(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.pre_prepare().view())) return;
-  if (counters_.Admitted(log_.AddPrePrepare(msg, views_.view(), low_watermark(), validator_))) {
-    ContinueAfterTxs(msg.pre_prepare().seq());
-  }
+  const PbftAdmission admission =
+      log_.AddPrePrepare(msg, views_.view(), low_watermark(), validator_);
+  NoteBeyondWindow(msg, msg.pre_prepare().seq(), admission);
+  if (counters_.Admitted(admission)) ContinueAfterTxs(msg.pre_prepare().seq());
 }
 
 void PbftReplica::ContinueAfterTxs(uint64_t seq) {
@@ -308,14 +317,16 @@ void PbftReplica::CheckPrepared(uint64_t seq) {
 
 void PbftReplica::OnPrepare(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.prepare().view())) return;
-  if (counters_.Admitted(log_.AddPrepare(msg, views_.view(), low_watermark()))) {
-    CheckPrepared(msg.prepare().seq());
-  }
+  const PbftAdmission admission = log_.AddPrepare(msg, views_.view(), low_watermark());
+  NoteBeyondWindow(msg, msg.prepare().seq(), admission);
+  if (counters_.Admitted(admission)) CheckPrepared(msg.prepare().seq());
 }
 
 void PbftReplica::OnCommit(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.commit().view())) return;
-  if (counters_.Admitted(log_.AddCommit(msg, low_watermark()))) CheckCommitted(msg.commit().seq());
+  const PbftAdmission admission = log_.AddCommit(msg, low_watermark());
+  NoteBeyondWindow(msg, msg.commit().seq(), admission);
+  if (counters_.Admitted(admission)) CheckCommitted(msg.commit().seq());
 }
 
 void PbftReplica::CheckCommitted(uint64_t seq) {
@@ -334,7 +345,10 @@ void PbftReplica::TryExecute() {
     PbftCommit& commit = *next;
     if (synced) ++counters_.synced_batches;
     if (!fetcher_.HaveAll(seq, commit.tx_hashes, out_)) {
-      if (synced) --counters_.synced_batches;
+      if (synced) {
+        --counters_.synced_batches;
+        PrefetchSynced(seq);
+      }
       break;
     }
     chain_digest_ = ChainDigest(chain_digest_, seq, commit.digest);

@@ -20,10 +20,12 @@
 //    change found no support while f+1 others commit in a lower view observes that view (executes
 //    what 2f+1 commit, signs nothing in it) until the others move: it is NORMAL again, and safe.
 //  - Block sync: a replica that learns of a stable checkpoint it has not executed (or stalls
-//    while peers commit) is RECOVERING: it asks peers for committed batches with commit
-//    certificates (2f+1 signed commits), verifies and executes them. Far behind (snapshot_min_gap)
-//    it asks its owner for the checkpoint's state instead (PbftSnapshotWanted) and goes on from
-//    there once it is installed (PbftSnapshotInstalled).
+//    while peers commit, or while f+1 of them send beyond its window) is RECOVERING: it asks
+//    peers for committed batches with commit certificates (2f+1 signed commits), verifies and
+//    executes them. Answers carry the peer's stable checkpoint with its proof when it is later
+//    than the asker's, so a replica that missed the checkpoint votes moves its low watermark.
+//    Far behind (snapshot_min_gap) it asks its owner for the checkpoint's state instead
+//    (PbftSnapshotWanted) and goes on from there once it is installed (PbftSnapshotInstalled).
 //  - Persistence: before returning a send, everything it depends on is written to the
 //    ConsensusStore (view, own signed messages, prepared certificates, stable checkpoint), and
 //    Create() rebuilds from it, so a restarted replica never signs a contradiction.
@@ -49,6 +51,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -156,6 +159,8 @@ class PbftReplica {
   void CheckPrepared(uint64_t seq);
   void CheckCommitted(uint64_t seq);
   void TryExecute();
+  // A synced batch at `waiting` lacks txs: fetches what the held batches after it lack too.
+  void PrefetchSynced(uint64_t waiting);
   // Normal-case message of a view not (yet) installed here: buffer if ahead, else count stale.
   // Returns true when the message was consumed (buffered or dropped).
   bool DivertByView(const ConsensusMessage& msg, uint64_t view);
@@ -178,6 +183,8 @@ class PbftReplica {
   void OnSyncRequest(const ConsensusMessage& msg);
   void OnSyncResponse(const ConsensusMessage& msg);
   bool EvidenceAhead() const;
+  // A normal-case message refused as above the high watermark (h + L): remembers its sender.
+  void NoteBeyondWindow(const ConsensusMessage& msg, uint64_t seq, PbftAdmission admission);
 
   // View change (pbft_view_change.cc).
   void StartViewChange(uint64_t new_view);
@@ -223,6 +230,10 @@ class PbftReplica {
   FutureBuffer future_;            // messages of views not installed yet
   CheckpointTracker checkpoints_;  // and the stable checkpoint: the low watermark h
   BlockSync sync_;
+  // Replicas whose normal-case messages were above this one's window since its low watermark
+  // last moved (at most n): f+1 of them are evidence that it is behind (EvidenceAhead), and
+  // block sync asks them first (they are up).
+  std::set<uint32_t> beyond_window_;
   RequestTimer request_timer_;
 };
 

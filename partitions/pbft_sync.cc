@@ -84,6 +84,7 @@ void PbftReplica::AdvanceStable(uint64_t seq, const std::string& digest,
     return;
   }
   out_.PutStableCheckpoint(checkpoints_.StableRecord());
+  beyond_window_.clear();  // a new window: what was beyond the old one may be in it
   awaiting_root_.erase(awaiting_root_.begin(), awaiting_root_.lower_bound(seq));
   log_.DropThrough(seq);
   fetcher_.DropThrough(seq);
@@ -111,7 +112,7 @@ void PbftReplica::Recover() {
 }
 
 void PbftReplica::AskSync() {
-  if (snapshot_seq_ == 0) sync_.Ask(last_executed_, out_);
+  if (snapshot_seq_ == 0) sync_.Ask(last_executed_, low_watermark(), beyond_window_, out_);
 }
 
 void PbftReplica::OnSnapshotAbandoned() {
@@ -145,9 +146,19 @@ void PbftReplica::OnSnapshotInstalled(uint64_t seq, const std::string& chain_dig
 bool PbftReplica::EvidenceAhead() const {
   // f+1 commits for a seq we have not executed mean at least one correct replica prepared it;
   // if we are still stuck on it after a retransmit period, asking for the certificate is cheaper
-  // than a view change. So do f+1 checkpoints above it.
+  // than a view change. So do f+1 checkpoints above it, and f+1 replicas sending beyond our
+  // window: one of them is correct, so a checkpoint above ours is stable (a block sync answer
+  // carries it).
   return log_.CommitsAbove(last_executed_, config_.f() + 1) ||
-         checkpoints_.VotesAbove(last_executed_, config_.f() + 1);
+         checkpoints_.VotesAbove(last_executed_, config_.f() + 1) ||
+         beyond_window_.size() >= config_.f() + 1;
+}
+
+void PbftReplica::NoteBeyondWindow(const ConsensusMessage& msg, uint64_t seq,
+                                   PbftAdmission admission) {
+  if (admission == PbftAdmission::kOutsideWatermarks && seq > low_watermark() + config_.window) {
+    beyond_window_.insert(msg.sender());
+  }
 }
 
 void PbftReplica::OnSyncRequest(const ConsensusMessage& msg) {
@@ -157,9 +168,10 @@ void PbftReplica::OnSyncRequest(const ConsensusMessage& msg) {
 void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {
   const auto& resp = msg.sync_response();
   if (resp.has_stable() && resp.stable().seq() > low_watermark()) {
-    // The peer no longer keeps the batches we asked for. Its stable checkpoint, if 2f+1 signed
-    // it, is as good as the votes we missed: it moves our low watermark, and Recover fetches the
-    // state there (snapshot sync) or the batches up to it.
+    // A stable checkpoint we did not know (we missed its votes, or the peer no longer keeps the
+    // batches we asked for). If 2f+1 signed it, it is as good as the votes we missed: it moves
+    // our low watermark, and Recover fetches the state there (snapshot sync) or the batches up
+    // to it if we have not executed them.
     const auto& stable = resp.stable();
     if (validator_.ValidCheckpointProof(stable.seq(), stable.state_digest(), stable.proof(),
                                         /*allow_old_format=*/false)) {

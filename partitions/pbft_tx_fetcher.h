@@ -38,6 +38,8 @@ class TxFetcher {
     if (fetched_for_.insert(seq).second) out.Add(PbftFetchTxs{std::move(missing)});
     return false;
   }
+  // True if the missing txs of `seq` were asked for this period.
+  bool AskedFor(uint64_t seq) const { return fetched_for_.count(seq) > 0; }
   // A new retransmit period: missing txs may be asked for again.
   void NewPeriod() { fetched_for_.clear(); }
   // Forgets the seqs up to `seq` (a stable checkpoint).

@@ -462,6 +462,7 @@ node::admin::PartitionStatus Partition::Status() const {
   s.set_observing(impl_->driver_->observing());
   s.set_halt_reason(impl_->driver_->halt_reason());
   s.set_earliest_height(impl_->chain_.ledger->earliest_height());
+  s.set_stable_checkpoint(impl_->driver_->stable_checkpoint());
   return s;
 }
 

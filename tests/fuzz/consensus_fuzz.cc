@@ -250,6 +250,7 @@ class World {
       case 7:
         m.mutable_sync_request()->set_from_seq(Seq());
         m.mutable_sync_request()->set_to_seq(Seq());
+        m.mutable_sync_request()->set_known_stable_seq(Seq());
         return Deliver(SignedAs(Sender(), m));
       case 8: {  // sync response: batches we committed, or made up from earlier commits
         auto* sr = m.mutable_sync_response();

@@ -2,6 +2,8 @@
 // (horizon, stop at the first invalid one), handing them to execution, serving requests.
 #include "partitions/pbft_block_sync.h"
 
+#include <set>
+
 #include "gtest/gtest.h"
 #include "tests/partitions/pbft_test_util.h"
 
@@ -63,19 +65,34 @@ TEST_F(BlockSyncTest, RequestsGoRoundRobinToTheOthers) {
   EXPECT_FALSE(sync.in_flight());
   std::vector<uint32_t> peers;
   for (int i = 0; i < 4; ++i) {
-    const auto req = sync.NextRequest(10);
+    const auto req = sync.NextRequest(10, 8);
     ASSERT_TRUE(req.has_value());
     peers.push_back(req->peer);
     EXPECT_EQ(req->msg.sync_request().from_seq(), 11u);
     EXPECT_EQ(req->msg.sync_request().to_seq(), 14u);
+    EXPECT_EQ(req->msg.sync_request().known_stable_seq(), 8u);
     EXPECT_TRUE(req->msg.signature().empty());
   }
   EXPECT_EQ(peers, (std::vector<uint32_t>{2, 3, 0, 2}));
   EXPECT_TRUE(sync.in_flight());
 
   BlockSync alone(PbftConfig{.n = 1, .self = 0}, 0);
-  EXPECT_FALSE(alone.NextRequest(0).has_value());
+  EXPECT_FALSE(alone.NextRequest(0, 0).has_value());
   EXPECT_FALSE(alone.in_flight());
+}
+
+// Peers known to be up and ahead (they sent beyond the asker's window) are asked first, in turn:
+// a peer that is down would cost a retransmit period.
+TEST_F(BlockSyncTest, RequestsGoFirstToPeersKnownAhead) {
+  BlockSync sync(config_, 0);
+  auto peers = [&sync](const std::set<uint32_t>& ahead) {
+    std::vector<uint32_t> out;
+    for (int i = 0; i < 3; ++i) out.push_back(sync.NextRequest(0, 0, ahead)->peer);
+    return out;
+  };
+  EXPECT_EQ(peers({3}), (std::vector<uint32_t>{3, 3, 3}));
+  EXPECT_EQ(peers({0, 3}), (std::vector<uint32_t>{0, 3, 0}));
+  EXPECT_EQ(peers({1}), (std::vector<uint32_t>{2, 3, 0})) << "self is never asked";
 }
 
 TEST_F(BlockSyncTest, WantsARequestWhenRecoveringIdle) {
@@ -83,7 +100,7 @@ TEST_F(BlockSyncTest, WantsARequestWhenRecoveringIdle) {
   EXPECT_FALSE(sync.WantsRequest());
   sync.RecoverTo(4);
   EXPECT_TRUE(sync.WantsRequest());
-  sync.NextRequest(0);
+  sync.NextRequest(0, 0);
   EXPECT_FALSE(sync.WantsRequest());  // in flight
   EXPECT_FALSE(sync.Accept(Response({Batch(1)}), 0, validator_));
   EXPECT_FALSE(sync.in_flight());
@@ -165,7 +182,7 @@ TEST_F(BlockSyncTest, ServesAChunkOfTheLedger) {
   EXPECT_TRUE(serve(4, 3, 9).empty());
 }
 
-TEST_F(BlockSyncTest, APeerThatNoLongerKeepsTheBatchesAnswersWithItsStableCheckpoint) {
+TEST_F(BlockSyncTest, AnswersCarryTheStableCheckpointWhenTheAskerKnowsAnEarlierOne) {
   BlockSync sync(config_, 0);
   TestBlocks blocks;  // pruned below 9: holds 9..12
   for (uint64_t s = 9; s <= 12; ++s) blocks.batches[s] = Batch(s);
@@ -173,32 +190,37 @@ TEST_F(BlockSyncTest, APeerThatNoLongerKeepsTheBatchesAnswersWithItsStableCheckp
   stable.set_seq(8);
   stable.set_state_digest(std::string(32, 'd'));
   *stable.add_proof() = SignedAs(1, ConsensusMessage());
-  auto serve = [&](uint64_t from, uint64_t last_executed) {
+  auto serve = [&](uint64_t from, uint64_t known_stable) {
     SyncRequest req;
     req.set_from_seq(from);
     req.set_to_seq(from + 3);
-    return sync.Serve(req, last_executed, blocks, stable).sync_response();
+    req.set_known_stable_seq(known_stable);
+    return sync.Serve(req, /*last_executed=*/12, blocks, stable).sync_response();
   };
   // Asked for seq 3, which it executed and no longer holds: where to fetch the state instead.
-  node::consensus::SyncResponse pruned = serve(3, 12);
+  node::consensus::SyncResponse pruned = serve(3, 0);
   EXPECT_EQ(pruned.batches_size(), 0);
   ASSERT_TRUE(pruned.has_stable());
   EXPECT_EQ(pruned.stable().seq(), 8u);
   EXPECT_EQ(pruned.stable().proof_size(), 1);
-  // What it holds, it serves, without the checkpoint.
-  node::consensus::SyncResponse kept = serve(9, 12);
+  // What it holds, it serves; with the checkpoint if the asker's is earlier (it missed the
+  // votes and would keep its old window), without it if the asker knows it or a later one.
+  node::consensus::SyncResponse kept = serve(9, 4);
   EXPECT_EQ(kept.batches_size(), 4);
-  EXPECT_FALSE(kept.has_stable());
-  // Not executed yet, or a checkpoint not above the request: nothing to point at.
-  EXPECT_FALSE(serve(3, 2).has_stable());
-  EXPECT_FALSE(serve(8, 12).has_stable());
+  ASSERT_TRUE(kept.has_stable());
+  EXPECT_EQ(kept.stable().seq(), 8u);
+  EXPECT_FALSE(serve(9, 8).has_stable());
+  EXPECT_FALSE(serve(3, 8).has_stable());
+  EXPECT_FALSE(serve(9, 12).has_stable());
+  // Nothing stable but genesis: nothing to carry.
+  EXPECT_FALSE(sync.Serve(SyncRequest(), 12, blocks, {}).sync_response().has_stable());
 }
 
 TEST_F(BlockSyncTest, AsksAndAnswersSigned) {
   ::tests::FakeConsensusStore store;
   PbftOutbox out(config_, &crypto_, &store);
   BlockSync sync(config_, 0);
-  sync.Ask(2, out);
+  sync.Ask(2, 0, {}, out);
   TestBlocks blocks;
   blocks.batches[1] = Batch(1);
   ConsensusMessage request;
@@ -219,7 +241,7 @@ TEST_F(BlockSyncTest, AsksAndAnswersSigned) {
   EXPECT_TRUE(crypto_.Verify(sends[1].msg));
 
   BlockSync alone(PbftConfig{.n = 1, .self = 0}, 0);
-  alone.Ask(0, out);
+  alone.Ask(0, 0, {}, out);
   EXPECT_TRUE(out.Take().empty());
 }
 

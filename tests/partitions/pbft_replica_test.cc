@@ -777,6 +777,96 @@ TEST(PbftSyncTest, APeerThatPrunedTheBatchesPointsAtItsStableCheckpoint) {
   EXPECT_EQ(h.replica->state(), ConsensusState::kRecovering);
 }
 
+// A replica that missed the checkpoint votes (it was cut off while the others went on) keeps its
+// old low watermark and refuses what is beyond that window. f+1 replicas sending beyond it are
+// evidence that it is behind (f would not be: they could be lying): on a stalled retransmit
+// period it asks for batches, naming its stable checkpoint, and the answer carries the peer's
+// later one, which moves its window. (Before, it waited for the next checkpoint's votes, and in
+// a quiet partition a quorum that needed it could commit nothing: the quiet_rejoin simulation.)
+TEST(PbftSyncTest, F1PeersBeyondTheWindowMakeAReplicaAskAndTheAnswerMovesItsWindow) {
+  PbftConfig c = SmallWindow();
+  c.window = 8;  // room for 6 seqs above a checkpoint
+  ReplicaHarness src(2, c);
+  src.blocks.batches = CommittedAt(src, 6);
+  const std::string chain6 = src.replica->chain_digest();
+  src.Deliver(MakeCheckpoint(6, chain6, 0));
+  src.Deliver(MakeCheckpoint(6, chain6, 1));
+  ASSERT_EQ(src.replica->low_watermark(), 6u);
+
+  ReplicaHarness h(3, c);
+  for (int s = 1; s <= 9; ++s) h.pool.have.insert(Tx(100 + s));
+  const std::vector<std::string> batch9 = {Tx(109)};
+  const ConsensusMessage pre_prepare9 = MakePrePrepare(0, 9, batch9, 0);
+  auto retransmit = [&h] {
+    return Sent(h.replica->Step(PbftTimerFired{PbftTimer::kRetransmit}),
+                ConsensusMessage::kSyncRequest);
+  };
+  // Seq 9 is beyond (0, 8]. One replica there is not enough.
+  h.Deliver(MakePrepare(0, 9, BatchDigest(batch9), 1));
+  EXPECT_EQ(h.replica->counters().dropped_outside_watermarks, 1u);
+  EXPECT_TRUE(retransmit().empty());
+  h.Deliver(pre_prepare9);
+  EXPECT_EQ(h.replica->counters().dropped_outside_watermarks, 2u);
+  auto reqs = retransmit();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].sync_request().from_seq(), 1u);
+  EXPECT_EQ(reqs[0].sync_request().known_stable_seq(), 0u);
+
+  auto resp = Sent(src.Deliver(reqs[0]), ConsensusMessage::kSyncResponse);
+  ASSERT_EQ(resp.size(), 1u);
+  EXPECT_EQ(resp[0].sync_response().batches_size(), 6);
+  ASSERT_EQ(resp[0].sync_response().stable().seq(), 6u);
+  EXPECT_EQ(ActionsOf<PbftCommit>(h.Deliver(resp[0])).size(), 6u);
+  EXPECT_EQ(h.replica->last_executed(), 6u);
+  EXPECT_EQ(h.replica->low_watermark(), 6u);
+  EXPECT_EQ(h.replica->state(), ConsensusState::kNormal);
+
+  // The primary's pre-prepare for 9, re-sent, is in the window now: the replica prepares it.
+  auto prepares = Sent(h.Deliver(pre_prepare9), ConsensusMessage::kPrepare);
+  ASSERT_EQ(prepares.size(), 1u);
+  EXPECT_EQ(prepares[0].prepare().seq(), 9u);
+  EXPECT_EQ(h.replica->counters().dropped_outside_watermarks, 2u);
+  // A peer that knows the checkpoint gets batches without it.
+  reqs[0].mutable_sync_request()->set_known_stable_seq(6);
+  reqs[0].clear_signature();
+  resp = Sent(src.Deliver(SignedAs(3, reqs[0])), ConsensusMessage::kSyncResponse);
+  ASSERT_EQ(resp.size(), 1u);
+  EXPECT_FALSE(resp[0].sync_response().has_stable());
+}
+
+// Block sync delivers hashes and certificates, not bodies. A replica that lacks the bodies of the
+// batches a response brought asks for all of them at once (one round trip per chunk, not per
+// batch), once per retransmit period each.
+TEST(PbftSyncTest, ASyncedChunkWithoutBodiesIsFetchedInOneGo) {
+  PbftConfig c = SmallWindow();
+  c.window = 8;
+  ReplicaHarness src(2, c);
+  src.blocks.batches = CommittedAt(src, 4);
+  ReplicaHarness h(3, c);
+  ConsensusMessage req;
+  req.mutable_sync_request()->set_from_seq(1);
+  req.mutable_sync_request()->set_to_seq(4);
+  auto resp = Sent(src.Deliver(SignedAs(3, req)), ConsensusMessage::kSyncResponse);
+  ASSERT_EQ(resp.size(), 1u);
+  ASSERT_EQ(resp[0].sync_response().batches_size(), 4);
+
+  auto a = h.Deliver(resp[0]);
+  EXPECT_TRUE(ActionsOf<PbftCommit>(a).empty());
+  std::set<std::string> asked;
+  for (const PbftFetchTxs& f : ActionsOf<PbftFetchTxs>(a))
+    asked.insert(f.tx_hashes.begin(), f.tx_hashes.end());
+  EXPECT_EQ(asked, (std::set<std::string>{Tx(101), Tx(102), Tx(103), Tx(104)}));
+  // The first body arrives: batch 1 executes; the others were asked for already.
+  h.pool.have.insert(Tx(101));
+  a = h.Step(PbftTxsAvailable{{Tx(101)}});
+  EXPECT_EQ(ActionsOf<PbftCommit>(a).size(), 1u);
+  EXPECT_TRUE(ActionsOf<PbftFetchTxs>(a).empty());
+  for (int s = 2; s <= 4; ++s) h.pool.have.insert(Tx(100 + s));
+  a = h.Step(PbftTxsAvailable{{Tx(102), Tx(103), Tx(104)}});
+  EXPECT_EQ(ActionsOf<PbftCommit>(a).size(), 3u);
+  EXPECT_EQ(h.replica->last_executed(), 4u);
+}
+
 TEST(PbftSyncTest, RejectsForgedCommitCertificate) {
   ReplicaHarness src(2);
   auto batches = CommittedAt(src, 1);

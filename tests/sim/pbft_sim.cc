@@ -56,6 +56,7 @@ class Cluster {
     delay_ = k == FaultKind::kDelay || k == FaultKind::kMixed || k == FaultKind::kDiverge;
     partition_ = k == FaultKind::kPartition || k == FaultKind::kMixed;
     slow_ = k == FaultKind::kSlowQuorum;
+    quiet_ = k == FaultKind::kQuietRejoin;
     // With f = 2, a correct replica may also crash beside the diverging one.
     crash_ =
         k == FaultKind::kCrash || k == FaultKind::kMixed || (k == FaultKind::kDiverge && o.n >= 7);
@@ -78,8 +79,10 @@ class Cluster {
   SimResult Run() {
     for (auto& n : nodes_) Restart(*n);
     for (int64_t t = 0; t < o_.submit_until_ms; t += o_.submit_every_ms) {
+      if (quiet_ && t >= QuietFrom() && t < QuietUntil()) continue;
       At(t + Rand(0, o_.submit_every_ms - 1), [this] { Submit(); });
     }
+    if (quiet_) ScheduleQuietRejoin();
     if (partition_) At(Rand(200, 1500), [this] { Repartition(); });
     if (crash_) At(Rand(300, 1500), [this] { CrashSomeone(); });
     if (isolate_) At(Rand(100, 1000), [this] { IsolateSomeone(); });
@@ -238,7 +241,7 @@ class Cluster {
     n.in_followup = false;
   }
 
-  // SIM_TRACE=1: one line per replica state change and per view-change message sent.
+  // SIM_TRACE=1: one line per replica state change and per view-change or sync message sent.
   void TraceState(Node& n) {
     const auto key = std::make_tuple(n.replica->view(), static_cast<int>(n.replica->state()),
                                      n.replica->observing());
@@ -262,6 +265,18 @@ class Cluster {
       std::fprintf(stderr, "%6lld ms  %u -> %lld: NewView(%llu)\n", static_cast<long long>(now_),
                    n.id, static_cast<long long>(to),
                    static_cast<unsigned long long>(m.new_view().view()));
+    } else if (m.has_sync_request()) {
+      std::fprintf(stderr, "%6lld ms  %u -> %lld: SyncRequest(%llu.., stable %llu)\n",
+                   static_cast<long long>(now_), n.id, static_cast<long long>(to),
+                   static_cast<unsigned long long>(m.sync_request().from_seq()),
+                   static_cast<unsigned long long>(m.sync_request().known_stable_seq()));
+    } else if (m.has_sync_response()) {
+      const auto& r = m.sync_response();
+      std::fprintf(stderr,
+                   "%6lld ms  %u -> %lld: SyncResponse(%d batches from %llu, stable %llu)\n",
+                   static_cast<long long>(now_), n.id, static_cast<long long>(to), r.batches_size(),
+                   static_cast<unsigned long long>(r.batches_size() > 0 ? r.batches(0).seq() : 0),
+                   static_cast<unsigned long long>(r.stable().seq()));
     }
   }
 
@@ -499,6 +514,62 @@ class Cluster {
                              " view changes started by replica 0)"));
   }
 
+  // kQuietRejoin. Clients are silent in [QuietFrom(), QuietUntil()); the faults heal at
+  // fault_end_ms, after the check (QuietUntil() + the request timeout).
+  int64_t QuietFrom() const { return o_.fault_end_ms * 2 / 5; }
+  int64_t QuietUntil() const { return o_.fault_end_ms * 3 / 5; }
+
+  // A backup goes down at once (half the seeds: it is cut off instead, and never restarts) and
+  // comes back while the partition is quiet, the others by then many windows ahead of its low
+  // watermark. Nothing it hears while quiet says it is behind. Then f others crash, so every
+  // commit needs it; they stay down until the faults heal. Clients send again: the remaining
+  // quorum, whose primary is correct, must commit before the request timeout, with no view
+  // change.
+  void ScheduleQuietRejoin() {
+    const uint32_t laggard = 1 + static_cast<uint32_t>(rng_() % (o_.n - 1));
+    const bool cut_off = o_.seed / 2 % 2 == 1;
+    if (cut_off) {
+      nodes_[laggard]->isolated = true;  // from the start: nothing pending, no view change alone
+    } else {
+      At(Rand(50, 200), [this, laggard] { Crash(*nodes_[laggard]); });
+    }
+    const int64_t quiet = QuietUntil() - QuietFrom();
+    At(QuietFrom() + quiet / 3, [this, laggard, cut_off] {
+      if (cut_off) {
+        nodes_[laggard]->isolated = false;
+      } else {
+        Restart(*nodes_[laggard]);
+      }
+    });
+    At(QuietFrom() + 2 * quiet / 3, [this, laggard] {
+      std::vector<uint32_t> others;
+      for (uint32_t i = 1; i < o_.n; ++i) {
+        if (i != laggard) others.push_back(i);
+      }
+      std::shuffle(others.begin(), others.end(), rng_);
+      for (uint32_t i = 0; i < config_.f(); ++i) Crash(*nodes_[others[i]]);
+    });
+    At(QuietUntil(), [this, laggard] {
+      const uint64_t at_resume = max_seq_;
+      const int64_t bound = config_.request_timeout_ms;
+      At(QuietUntil() + bound, [this, laggard, at_resume, bound] {
+        uint64_t view_changes = 0;
+        for (auto& n : nodes_) {
+          if (n->up) view_changes += n->replica->counters().view_changes_started;
+        }
+        if (max_seq_ > at_resume && view_changes == 0) return;
+        const PbftReplica& r = *nodes_[laggard]->replica;
+        Fail(false,
+             absl::StrCat("liveness: a quorum with replica ", laggard,
+                          " (rejoined while quiet) committed ", max_seq_ - at_resume,
+                          " batches in the ", bound, " ms after clients resumed, with ",
+                          view_changes, " view changes started (it executed ", r.last_executed(),
+                          " of ", max_seq_, ", low watermark ", r.low_watermark(), ", view ",
+                          r.view(), ", ", partitions::ConsensusStateName(r.state()), ")"));
+      });
+    });
+  }
+
   void Heal() {
     for (auto& n : nodes_) {
       n->group = 0;
@@ -528,6 +599,9 @@ class Cluster {
           Faulty() && loss_ && Chance(0.1) ? o_.fault_end_ms + Rand(1, 3000) : now_ + Rand(1, 30);
       At(when, [this, id = n->id, h] {
         Node& node = *nodes_[id];
+        // Under quiet_rejoin a replica cut off hears from no client either; it fetches the txs
+        // its batches need once back.
+        if (quiet_ && node.isolated) return;
         node.pool.Add(h);
         if (node.up) StepNode(node, partitions::PbftTxsAvailable{{h}});
       });
@@ -696,7 +770,7 @@ class Cluster {
   uint64_t snapshots_installed_ = 0;
   uint64_t retain_ = 0;  // batches each ledger keeps (0: every one)
   std::mt19937_64 rng_;
-  bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_, slow_;
+  bool loss_, dup_, delay_, partition_, crash_, isolate_, pause_, slow_, quiet_;
   bool drop_redundant_;  // as the node's driver: surplus votes never reach the replica
   const bool trace_ = std::getenv("SIM_TRACE") != nullptr;
   int last_event_ = -1;  // SIM_TRACE: variant index; 100 + timer; 200 + message body case
@@ -721,7 +795,7 @@ const std::vector<FaultKind>& AllFaultKinds() {
       FaultKind::kDuplicate,  FaultKind::kPartition,    FaultKind::kCrash,
       FaultKind::kByzPrimary, FaultKind::kByzReplica,   FaultKind::kIsolate,
       FaultKind::kPause,      FaultKind::kCrashPrimary, FaultKind::kDiverge,
-      FaultKind::kMixed,      FaultKind::kSlowQuorum};
+      FaultKind::kMixed,      FaultKind::kSlowQuorum,   FaultKind::kQuietRejoin};
   return kinds;
 }
 
@@ -755,6 +829,8 @@ const char* FaultKindName(FaultKind kind) {
       return "mixed";
     case FaultKind::kSlowQuorum:
       return "slow_quorum";
+    case FaultKind::kQuietRejoin:
+      return "quiet_rejoin";
   }
   return "unknown";
 }

@@ -48,6 +48,9 @@ enum class FaultKind {
   kMixed,         // all of the above but kDiverge at once (Byzantine ones within f)
   kSlowQuorum,    // f replicas down, and every pre-prepare arrives later than the request
                   // timeout (votes stay fast): exactly a quorum must still commit in the window
+  kQuietRejoin,   // a replica down while the others commit far past its window comes back while
+                  // the partition is quiet, then f others crash: that quorum must commit once
+                  // clients send again
 };
 const std::vector<FaultKind>& AllFaultKinds();
 const char* FaultKindName(FaultKind kind);

@@ -10,7 +10,7 @@
 namespace sim {
 namespace {
 
-constexpr uint64_t kSeedsPerKind = 25;  // 14 kinds x 25 = 350 simulations
+constexpr uint64_t kSeedsPerKind = 25;  // 15 kinds x 25 = 375 simulations
 
 class PbftSimTest : public ::testing::TestWithParam<FaultKind> {};
 

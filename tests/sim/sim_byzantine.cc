@@ -78,6 +78,7 @@ ConsensusMessage MakeGarbage(std::mt19937_64& rng, const partitions::PbftConfig&
     case 7:
       m.mutable_sync_request()->set_from_seq(rng() % 51);
       m.mutable_sync_request()->set_to_seq(rng() % 1001);
+      m.mutable_sync_request()->set_known_stable_seq(rng() % 51);
       break;
     default:
       break;  // empty body
