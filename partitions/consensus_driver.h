@@ -168,7 +168,8 @@ class ConsensusDriver {
   uint64_t view() const { return view_.load(std::memory_order_relaxed); }
   bool observing() const { return observing_.load(std::memory_order_relaxed); }
   uint64_t view_changes() const { return view_changes_.load(std::memory_order_relaxed); }
-  // The replica's stable checkpoint (its low watermark): the latest height 2f+1 replicas signed.
+  // The replica's stable checkpoint (its low watermark): the latest height it holds 2f+1 signed
+  // checkpoint votes for.
   uint64_t stable_checkpoint() const { return stable_checkpoint_.load(std::memory_order_relaxed); }
   Stats stats() const;
 

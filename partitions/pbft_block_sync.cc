@@ -27,15 +27,23 @@ std::optional<BlockSync::Request> BlockSync::NextRequest(uint64_t last_executed,
   auto peer_at = [this](uint32_t turn) {
     return (config_.self + 1 + turn % (config_.n - 1)) % config_.n;
   };
-  uint32_t turn = next_peer_;
-  for (uint32_t i = 0; i + 1 < config_.n; ++i) {
-    if (ahead.count(peer_at(next_peer_ + i)) > 0) {
-      turn = next_peer_ + i;
-      break;
+  size_t others_ahead = 0;
+  for (uint32_t p : ahead) others_ahead += p < config_.n && p != config_.self ? 1 : 0;
+  if (serving_peer_) {
+    req.peer = *serving_peer_;
+    serving_peer_.reset();
+  } else {
+    // f of them could be faulty and never answer; with f+1 the turn reaches a correct one.
+    uint32_t turn = next_peer_;
+    for (uint32_t i = 0; others_ahead >= config_.f() + 1 && i + 1 < config_.n; ++i) {
+      if (ahead.count(peer_at(next_peer_ + i)) > 0) {
+        turn = next_peer_ + i;
+        break;
+      }
     }
+    next_peer_ = turn + 1;
+    req.peer = peer_at(turn);
   }
-  next_peer_ = turn + 1;
-  req.peer = peer_at(turn);
   req.msg.mutable_sync_request()->set_from_seq(last_executed + 1);
   req.msg.mutable_sync_request()->set_to_seq(last_executed + config_.sync_chunk);
   req.msg.mutable_sync_request()->set_known_stable_seq(stable_seq);
@@ -56,9 +64,10 @@ bool BlockSync::TickStalled(uint64_t last_executed) {
   return stalled;
 }
 
-bool BlockSync::Accept(const node::consensus::SyncResponse& resp, uint64_t last_executed,
-                       const PbftValidator& validator) {
+bool BlockSync::Accept(const node::consensus::SyncResponse& resp, uint32_t from,
+                       uint64_t last_executed, const PbftValidator& validator) {
   in_flight_ = false;
+  serving_peer_.reset();
   peer_executed_ = std::max(peer_executed_, resp.last_executed());
   const uint64_t horizon = last_executed + std::max<uint64_t>(config_.window, config_.sync_chunk);
   for (const CommittedBatch& batch : resp.batches()) {
@@ -66,6 +75,7 @@ bool BlockSync::Accept(const node::consensus::SyncResponse& resp, uint64_t last_
     if (batch.seq() > horizon) break;
     if (!validator.ValidCommittedBatch(batch)) return true;
     batches_.emplace(batch.seq(), batch);
+    if (from != config_.self && from < config_.n) serving_peer_ = from;
   }
   return false;
 }

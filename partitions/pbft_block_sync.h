@@ -51,13 +51,15 @@ class BlockSync {
   // Recovering, with no batch held and no request in flight: time to ask again.
   bool WantsRequest() const { return recovering_ && batches_.empty() && !in_flight_; }
 
-  // The next request, for the chunk after `last_executed`, to the next peer in turn (the next of
-  // `ahead` in turn, if it names any: peers known to be up and ahead, so a request does not wait
-  // a retransmit period on a peer that is down); marks it in flight. It names `stable_seq`, the
-  // requester's stable checkpoint, so a peer with a later one sends it along. nullopt for a
-  // replica without peers (n = 1).
+  // The next request, for the chunk after `last_executed`; marks it in flight. It goes to the
+  // peer whose answer last brought batches (once per such answer: a peer that stops serving is
+  // left at once), else to the next of `ahead` in turn when `ahead` names at least f+1 other
+  // replicas (peers that sent beyond this one's window: up, and one of them correct, so a
+  // request does not wait a retransmit period on a peer that is down), else to the next peer in
+  // turn. It names `stable_seq`, the requester's stable checkpoint, so a peer with a later one
+  // sends it along. nullopt for a replica without peers (n = 1).
   std::optional<Request> NextRequest(uint64_t last_executed, uint64_t stable_seq,
-                                     const std::set<uint32_t>& ahead = {});
+                                     const std::set<uint32_t>& ahead);
   // Sends the NextRequest, signed, on the sync channel (nothing without peers).
   void Ask(uint64_t last_executed, uint64_t stable_seq, const std::set<uint32_t>& ahead,
            PbftOutbox& out);
@@ -69,10 +71,10 @@ class BlockSync {
   // call (or since construction).
   bool TickStalled(uint64_t last_executed);
 
-  // A peer's SyncResponse: holds its batches in (last_executed, last_executed + max(window,
+  // Peer `from`'s SyncResponse: holds its batches in (last_executed, last_executed + max(window,
   // sync_chunk)] in order, stopping at the first invalid one. Clears the in-flight request.
   // Returns true if an invalid batch was found (the rest of the response is dropped).
-  bool Accept(const node::consensus::SyncResponse& resp, uint64_t last_executed,
+  bool Accept(const node::consensus::SyncResponse& resp, uint32_t from, uint64_t last_executed,
               const PbftValidator& validator);
   // The held batch for `seq` as a commit (all but chain_digest filled); nullopt if none.
   std::optional<PbftCommit> Batch(uint64_t seq) const;
@@ -103,6 +105,8 @@ class BlockSync {
   bool in_flight_ = false;
   uint64_t peer_executed_ = 0;
   uint32_t next_peer_ = 0;  // round robin over the other replicas
+  // The peer whose last answer brought new batches: asked next (once).
+  std::optional<uint32_t> serving_peer_;
   uint64_t executed_at_last_tick_ = 0;
 };
 

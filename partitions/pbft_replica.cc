@@ -251,9 +251,9 @@ void PbftReplica::OnRetransmit() {
 
 void PbftReplica::PrefetchSynced(uint64_t waiting) {
   // One fetch round trip per chunk instead of one per batch: ask now for the bodies every held
-  // batch lacks (once per retransmit period each; the pool is not scanned again meanwhile).
+  // batch lacks (each held batch checked once per retransmit period).
   for (const auto& [seq, batch] : sync_.held()) {
-    if (seq > waiting && !fetcher_.AskedFor(seq)) fetcher_.HaveAll(seq, batch.tx_hashes(), out_);
+    if (seq > waiting) fetcher_.Prefetch(seq, batch.tx_hashes(), out_);
   }
 }
 
@@ -278,7 +278,7 @@ void PbftReplica::OnPrePrepare(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.pre_prepare().view())) return;
   const PbftAdmission admission =
       log_.AddPrePrepare(msg, views_.view(), low_watermark(), validator_);
-  NoteBeyondWindow(msg, msg.pre_prepare().seq(), admission);
+  NoteBeyondWindow(msg.sender(), msg.pre_prepare().seq(), admission);
   if (counters_.Admitted(admission)) ContinueAfterTxs(msg.pre_prepare().seq());
 }
 
@@ -318,14 +318,14 @@ void PbftReplica::CheckPrepared(uint64_t seq) {
 void PbftReplica::OnPrepare(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.prepare().view())) return;
   const PbftAdmission admission = log_.AddPrepare(msg, views_.view(), low_watermark());
-  NoteBeyondWindow(msg, msg.prepare().seq(), admission);
+  NoteBeyondWindow(msg.sender(), msg.prepare().seq(), admission);
   if (counters_.Admitted(admission)) CheckPrepared(msg.prepare().seq());
 }
 
 void PbftReplica::OnCommit(const ConsensusMessage& msg) {
   if (DivertByView(msg, msg.commit().view())) return;
   const PbftAdmission admission = log_.AddCommit(msg, low_watermark());
-  NoteBeyondWindow(msg, msg.commit().seq(), admission);
+  NoteBeyondWindow(msg.sender(), msg.commit().seq(), admission);
   if (counters_.Admitted(admission)) CheckCommitted(msg.commit().seq());
 }
 

@@ -183,8 +183,9 @@ class PbftReplica {
   void OnSyncRequest(const ConsensusMessage& msg);
   void OnSyncResponse(const ConsensusMessage& msg);
   bool EvidenceAhead() const;
-  // A normal-case message refused as above the high watermark (h + L): remembers its sender.
-  void NoteBeyondWindow(const ConsensusMessage& msg, uint64_t seq, PbftAdmission admission);
+  // A normal-case message of `sender` for `seq` was refused as above the high watermark (h + L):
+  // remembers the sender.
+  void NoteBeyondWindow(uint32_t sender, uint64_t seq, PbftAdmission admission);
 
   // View change (pbft_view_change.cc).
   void StartViewChange(uint64_t new_view);
@@ -232,7 +233,7 @@ class PbftReplica {
   BlockSync sync_;
   // Replicas whose normal-case messages were above this one's window since its low watermark
   // last moved (at most n): f+1 of them are evidence that it is behind (EvidenceAhead), and
-  // block sync asks them first (they are up).
+  // block sync asks them first (they are up, and one of them is correct).
   std::set<uint32_t> beyond_window_;
   RequestTimer request_timer_;
 };

@@ -108,7 +108,9 @@ void PbftReplica::Recover() {
                                 .state_root = checkpoints_.stable_state_root()});
     return;
   }
-  AskSync();
+  // Not while batches are held: they are executed first (or wait for their bodies), and the
+  // request after them goes out then (TryExecute); asking now would fetch them twice.
+  if (sync_.held().empty()) AskSync();
 }
 
 void PbftReplica::AskSync() {
@@ -154,10 +156,9 @@ bool PbftReplica::EvidenceAhead() const {
          beyond_window_.size() >= config_.f() + 1;
 }
 
-void PbftReplica::NoteBeyondWindow(const ConsensusMessage& msg, uint64_t seq,
-                                   PbftAdmission admission) {
+void PbftReplica::NoteBeyondWindow(uint32_t sender, uint64_t seq, PbftAdmission admission) {
   if (admission == PbftAdmission::kOutsideWatermarks && seq > low_watermark() + config_.window) {
-    beyond_window_.insert(msg.sender());
+    beyond_window_.insert(sender);
   }
 }
 
@@ -167,6 +168,10 @@ void PbftReplica::OnSyncRequest(const ConsensusMessage& msg) {
 
 void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {
   const auto& resp = msg.sync_response();
+  // The batches are held first, so that the stable checkpoint below, if it moves the window,
+  // does not ask for them again (Recover); then executed, and the next chunk asked for.
+  const uint64_t before = last_executed_;
+  if (sync_.Accept(resp, msg.sender(), last_executed_, validator_)) ++counters_.dropped_invalid;
   if (resp.has_stable() && resp.stable().seq() > low_watermark()) {
     // A stable checkpoint we did not know (we missed its votes, or the peer no longer keeps the
     // batches we asked for). If 2f+1 signed it, it is as good as the votes we missed: it moves
@@ -181,8 +186,6 @@ void PbftReplica::OnSyncResponse(const ConsensusMessage& msg) {
       ++counters_.dropped_invalid;
     }
   }
-  const uint64_t before = last_executed_;
-  if (sync_.Accept(resp, last_executed_, validator_)) ++counters_.dropped_invalid;
   TryExecute();
   const bool progressed = last_executed_ > before;
   const bool behind = sync_.recovering() || resp.last_executed() > last_executed_;

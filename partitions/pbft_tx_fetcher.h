@@ -38,8 +38,17 @@ class TxFetcher {
     if (fetched_for_.insert(seq).second) out.Add(PbftFetchTxs{std::move(missing)});
     return false;
   }
-  // True if the missing txs of `seq` were asked for this period.
-  bool AskedFor(uint64_t seq) const { return fetched_for_.count(seq) > 0; }
+  // As HaveAll, ahead of need: asks for what `seq` lacks, unless `seq` was asked for (or checked
+  // by Prefetch) this period; either way `seq` is not checked again this period.
+  template <typename Hashes>
+  void Prefetch(uint64_t seq, const Hashes& hashes, PbftOutbox& out) {
+    if (!fetched_for_.insert(seq).second) return;
+    std::vector<std::string> missing;
+    for (const std::string& h : hashes) {
+      if (!txs_->HasTx(h, seq)) missing.push_back(h);
+    }
+    if (!missing.empty()) out.Add(PbftFetchTxs{std::move(missing)});
+  }
   // A new retransmit period: missing txs may be asked for again.
   void NewPeriod() { fetched_for_.clear(); }
   // Forgets the seqs up to `seq` (a stable checkpoint).
@@ -49,7 +58,7 @@ class TxFetcher {
 
  private:
   const PbftTxSource* const txs_;
-  std::set<uint64_t> fetched_for_;  // seqs whose missing txs were asked for this period
+  std::set<uint64_t> fetched_for_;  // seqs whose missing txs were asked for (or prefetch-checked)
 };
 
 }  // namespace partitions

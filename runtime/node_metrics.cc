@@ -73,10 +73,10 @@ void AddPartitionStatus(const node::admin::PartitionStatus& p, Families* f) {
   f->Gauge("noded_partition_earliest_height",
            "Lowest height whose block this node holds (a snapshot install or pruning moves it).", l,
            static_cast<double>(p.earliest_height()));
-  f->Gauge(
-      "noded_partition_stable_checkpoint",
-      "Height of the latest checkpoint 2f+1 replicas signed (low end of the consensus window).", l,
-      static_cast<double>(p.stable_checkpoint()));
+  f->Gauge("noded_partition_stable_checkpoint",
+           "Height of the latest checkpoint this replica holds 2f+1 votes for (low end of its "
+           "consensus window).",
+           l, static_cast<double>(p.stable_checkpoint()));
   f->Gauge("noded_partition_view", "Current PBFT view.", l, static_cast<double>(p.view()));
   f->Counter("noded_view_changes_total", "View changes since start.", l,
              static_cast<double>(p.view_changes()));

@@ -65,7 +65,7 @@ TEST_F(BlockSyncTest, RequestsGoRoundRobinToTheOthers) {
   EXPECT_FALSE(sync.in_flight());
   std::vector<uint32_t> peers;
   for (int i = 0; i < 4; ++i) {
-    const auto req = sync.NextRequest(10, 8);
+    const auto req = sync.NextRequest(10, 8, {});
     ASSERT_TRUE(req.has_value());
     peers.push_back(req->peer);
     EXPECT_EQ(req->msg.sync_request().from_seq(), 11u);
@@ -77,22 +77,28 @@ TEST_F(BlockSyncTest, RequestsGoRoundRobinToTheOthers) {
   EXPECT_TRUE(sync.in_flight());
 
   BlockSync alone(PbftConfig{.n = 1, .self = 0}, 0);
-  EXPECT_FALSE(alone.NextRequest(0, 0).has_value());
+  EXPECT_FALSE(alone.NextRequest(0, 0, {}).has_value());
   EXPECT_FALSE(alone.in_flight());
 }
 
-// Peers known to be up and ahead (they sent beyond the asker's window) are asked first, in turn:
-// a peer that is down would cost a retransmit period.
-TEST_F(BlockSyncTest, RequestsGoFirstToPeersKnownAhead) {
-  BlockSync sync(config_, 0);
+// Where requests go: to the peer whose answer just brought batches (once per such answer), else
+// to peers that sent beyond the asker's window if at least f+1 did (f could be faulty and never
+// answer), in turn; else round robin. A peer that is down costs a retransmit period.
+TEST_F(BlockSyncTest, RequestsGoToAServingPeerThenToPeersKnownAhead) {
+  BlockSync sync(config_, 0);  // n = 4, self = 1, f = 1
   auto peers = [&sync](const std::set<uint32_t>& ahead) {
     std::vector<uint32_t> out;
     for (int i = 0; i < 3; ++i) out.push_back(sync.NextRequest(0, 0, ahead)->peer);
     return out;
   };
-  EXPECT_EQ(peers({3}), (std::vector<uint32_t>{3, 3, 3}));
-  EXPECT_EQ(peers({0, 3}), (std::vector<uint32_t>{0, 3, 0}));
-  EXPECT_EQ(peers({1}), (std::vector<uint32_t>{2, 3, 0})) << "self is never asked";
+  EXPECT_EQ(peers({3}), (std::vector<uint32_t>{2, 3, 0})) << "f of them: plain round robin";
+  EXPECT_EQ(peers({1, 3}), (std::vector<uint32_t>{2, 3, 0})) << "self does not count";
+  EXPECT_EQ(peers({0, 3}), (std::vector<uint32_t>{3, 0, 3}));
+  // Peer 2 served batches: asked next, once; an answer without batches makes no one preferred.
+  EXPECT_FALSE(sync.Accept(Response({Batch(1)}), 2, 0, validator_));
+  EXPECT_EQ(peers({0, 3}), (std::vector<uint32_t>{2, 0, 3}));
+  EXPECT_FALSE(sync.Accept(Response({}, 9), 3, 1, validator_));
+  EXPECT_EQ(peers({}), (std::vector<uint32_t>{0, 2, 3}));
 }
 
 TEST_F(BlockSyncTest, WantsARequestWhenRecoveringIdle) {
@@ -100,9 +106,9 @@ TEST_F(BlockSyncTest, WantsARequestWhenRecoveringIdle) {
   EXPECT_FALSE(sync.WantsRequest());
   sync.RecoverTo(4);
   EXPECT_TRUE(sync.WantsRequest());
-  sync.NextRequest(0, 0);
+  sync.NextRequest(0, 0, {});
   EXPECT_FALSE(sync.WantsRequest());  // in flight
-  EXPECT_FALSE(sync.Accept(Response({Batch(1)}), 0, validator_));
+  EXPECT_FALSE(sync.Accept(Response({Batch(1)}), 2, 0, validator_));
   EXPECT_FALSE(sync.in_flight());
   EXPECT_FALSE(sync.WantsRequest());  // a batch waits for execution
   sync.DropThrough(1);
@@ -112,16 +118,16 @@ TEST_F(BlockSyncTest, WantsARequestWhenRecoveringIdle) {
 TEST_F(BlockSyncTest, AcceptsVerifiedBatchesWithinTheHorizon) {
   BlockSync sync(config_, 0);
   // Horizon: last executed 2 + max(window 8, chunk 4) = 10.
-  EXPECT_FALSE(
-      sync.Accept(Response({Batch(2), Batch(3), Batch(4), Batch(10), Batch(11)}), 2, validator_));
+  EXPECT_FALSE(sync.Accept(Response({Batch(2), Batch(3), Batch(4), Batch(10), Batch(11)}), 2, 2,
+                           validator_));
   EXPECT_FALSE(sync.Batch(2).has_value());  // executed already
   EXPECT_TRUE(sync.Batch(3).has_value());
   EXPECT_TRUE(sync.Batch(10).has_value());
   EXPECT_FALSE(sync.Batch(11).has_value());
   // The highest tip peers reported is remembered (what to fetch after a snapshot).
   EXPECT_EQ(sync.peer_executed(), 0u);
-  sync.Accept(Response({}, 40), 2, validator_);
-  sync.Accept(Response({}, 30), 2, validator_);
+  sync.Accept(Response({}, 40), 2, 2, validator_);
+  sync.Accept(Response({}, 30), 2, 2, validator_);
   EXPECT_EQ(sync.peer_executed(), 40u);
 }
 
@@ -129,7 +135,7 @@ TEST_F(BlockSyncTest, StopsAtTheFirstInvalidBatch) {
   BlockSync sync(config_, 0);
   CommittedBatch forged = Batch(2);
   forged.mutable_commit_certificate()->RemoveLast();  // 2 commits of the 3 needed
-  EXPECT_TRUE(sync.Accept(Response({Batch(1), forged, Batch(3)}), 0, validator_));
+  EXPECT_TRUE(sync.Accept(Response({Batch(1), forged, Batch(3)}), 2, 0, validator_));
   EXPECT_TRUE(sync.Batch(1).has_value());
   EXPECT_FALSE(sync.Batch(2).has_value());
   EXPECT_FALSE(sync.Batch(3).has_value());
@@ -137,7 +143,7 @@ TEST_F(BlockSyncTest, StopsAtTheFirstInvalidBatch) {
 
 TEST_F(BlockSyncTest, HandsBatchesToExecutionAsCommits) {
   BlockSync sync(config_, 0);
-  sync.Accept(Response({Batch(1, /*view=*/3), Batch(2)}), 0, validator_);
+  sync.Accept(Response({Batch(1, /*view=*/3), Batch(2)}), 2, 0, validator_);
   const std::optional<PbftCommit> c = sync.Batch(1);
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->seq, 1u);

@@ -856,6 +856,12 @@ TEST(PbftSyncTest, ASyncedChunkWithoutBodiesIsFetchedInOneGo) {
   for (const PbftFetchTxs& f : ActionsOf<PbftFetchTxs>(a))
     asked.insert(f.tx_hashes.begin(), f.tx_hashes.end());
   EXPECT_EQ(asked, (std::set<std::string>{Tx(101), Tx(102), Tx(103), Tx(104)}));
+  // An unrelated tx arrives: batch 1's body is looked up again, the held batches' are not (they
+  // were asked for this period).
+  const int lookups = h.pool.lookups;
+  a = h.Step(PbftTxsAvailable{{Tx(999)}});
+  EXPECT_TRUE(ActionsOf<PbftFetchTxs>(a).empty());
+  EXPECT_EQ(h.pool.lookups - lookups, 1);
   // The first body arrives: batch 1 executes; the others were asked for already.
   h.pool.have.insert(Tx(101));
   a = h.Step(PbftTxsAvailable{{Tx(101)}});

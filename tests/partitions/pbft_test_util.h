@@ -21,9 +21,11 @@ namespace partitions::testing {
 class TestPool final : public PbftTxSource {
  public:
   bool HasTx(absl::string_view h, uint64_t) const override {
+    ++lookups;
     return have.count(std::string(h)) > 0;
   }
   std::set<std::string> have;
+  mutable int lookups = 0;  // HasTx calls
 };
 
 class TestBlocks final : public PbftBlockSource {

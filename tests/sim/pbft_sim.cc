@@ -526,6 +526,12 @@ class Cluster {
   // quorum, whose primary is correct, must commit before the request timeout, with no view
   // change.
   void ScheduleQuietRejoin() {
+    if (o_.n < 4 || QuietUntil() + config_.request_timeout_ms >= o_.fault_end_ms ||
+        QuietFrom() <= 200 + static_cast<int64_t>(config_.window) * o_.submit_every_ms) {
+      Fail(false, absl::StrCat("quiet_rejoin needs n >= 4 and a longer fault_end_ms (got n = ",
+                               o_.n, ", fault_end_ms = ", o_.fault_end_ms, ")"));
+      return;
+    }
     const uint32_t laggard = 1 + static_cast<uint32_t>(rng_() % (o_.n - 1));
     const bool cut_off = o_.seed / 2 % 2 == 1;
     if (cut_off) {
@@ -559,13 +565,13 @@ class Cluster {
         }
         if (max_seq_ > at_resume && view_changes == 0) return;
         const PbftReplica& r = *nodes_[laggard]->replica;
-        Fail(false,
-             absl::StrCat("liveness: a quorum with replica ", laggard,
-                          " (rejoined while quiet) committed ", max_seq_ - at_resume,
-                          " batches in the ", bound, " ms after clients resumed, with ",
-                          view_changes, " view changes started (it executed ", r.last_executed(),
-                          " of ", max_seq_, ", low watermark ", r.low_watermark(), ", view ",
-                          r.view(), ", ", partitions::ConsensusStateName(r.state()), ")"));
+        Fail(false, absl::StrCat(
+                        "liveness: a quorum with replica ", laggard,
+                        " (rejoined while quiet) committed ", max_seq_ - at_resume,
+                        " batches in the ", bound, " ms after clients resumed, with ", view_changes,
+                        " view changes started since the start (it executed ", r.last_executed(),
+                        " of ", max_seq_, ", low watermark ", r.low_watermark(), ", view ",
+                        r.view(), ", ", partitions::ConsensusStateName(r.state()), ")"));
       });
     });
   }
