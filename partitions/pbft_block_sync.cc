@@ -44,11 +44,25 @@ std::optional<BlockSync::Request> BlockSync::NextRequest(uint64_t last_executed,
     next_peer_ = turn + 1;
     req.peer = peer_at(turn);
   }
-  req.msg.mutable_sync_request()->set_from_seq(last_executed + 1);
-  req.msg.mutable_sync_request()->set_to_seq(last_executed + config_.sync_chunk);
+  // Held batches are not asked for again (they may wait for their bodies).
+  const uint64_t from = HeldThrough(last_executed) + 1;
+  req.msg.mutable_sync_request()->set_from_seq(from);
+  req.msg.mutable_sync_request()->set_to_seq(from + config_.sync_chunk - 1);
   req.msg.mutable_sync_request()->set_known_stable_seq(stable_seq);
   in_flight_ = true;
+  asked_peer_ = req.peer;
+  asked_from_ = from;
+  ticked_since_ask_ = false;
   return req;
+}
+
+uint64_t BlockSync::HeldThrough(uint64_t last_executed) const {
+  uint64_t through = last_executed;
+  for (auto it = batches_.upper_bound(last_executed);
+       it != batches_.end() && it->first == through + 1; ++it) {
+    through = it->first;
+  }
+  return through;
 }
 
 void BlockSync::Ask(uint64_t last_executed, uint64_t stable_seq, const std::set<uint32_t>& ahead,
@@ -59,6 +73,7 @@ void BlockSync::Ask(uint64_t last_executed, uint64_t stable_seq, const std::set<
 }
 
 bool BlockSync::TickStalled(uint64_t last_executed) {
+  ticked_since_ask_ = true;
   const bool stalled = last_executed == executed_at_last_tick_;
   executed_at_last_tick_ = last_executed;
   return stalled;
@@ -66,6 +81,12 @@ bool BlockSync::TickStalled(uint64_t last_executed) {
 
 bool BlockSync::Accept(const node::consensus::SyncResponse& resp, uint32_t from,
                        uint64_t last_executed, const PbftValidator& validator) {
+  // Served well: asked (not an answer nobody asked for), in time, from the seq asked for, and a
+  // whole chunk or all the peer has. Only then is the peer asked next.
+  const bool served = in_flight_ && from == asked_peer_ && !ticked_since_ask_ &&
+                      resp.batches_size() > 0 && resp.batches(0).seq() == asked_from_ &&
+                      (resp.batches_size() >= static_cast<int>(config_.sync_chunk) ||
+                       resp.batches(resp.batches_size() - 1).seq() >= resp.last_executed());
   in_flight_ = false;
   serving_peer_.reset();
   peer_executed_ = std::max(peer_executed_, resp.last_executed());
@@ -75,8 +96,8 @@ bool BlockSync::Accept(const node::consensus::SyncResponse& resp, uint32_t from,
     if (batch.seq() > horizon) break;
     if (!validator.ValidCommittedBatch(batch)) return true;
     batches_.emplace(batch.seq(), batch);
-    if (from != config_.self && from < config_.n) serving_peer_ = from;
   }
+  if (served && from != config_.self && from < config_.n) serving_peer_ = from;
   return false;
 }
 

@@ -51,13 +51,15 @@ class BlockSync {
   // Recovering, with no batch held and no request in flight: time to ask again.
   bool WantsRequest() const { return recovering_ && batches_.empty() && !in_flight_; }
 
-  // The next request, for the chunk after `last_executed`; marks it in flight. It goes to the
-  // peer whose answer last brought batches (once per such answer: a peer that stops serving is
-  // left at once), else to the next of `ahead` in turn when `ahead` names at least f+1 other
-  // replicas (peers that sent beyond this one's window: up, and one of them correct, so a
-  // request does not wait a retransmit period on a peer that is down), else to the next peer in
-  // turn. It names `stable_seq`, the requester's stable checkpoint, so a peer with a later one
-  // sends it along. nullopt for a replica without peers (n = 1).
+  // The next request, for the chunk after `last_executed` and the batches held after it;
+  // marks it in flight. It goes to the peer that served the previous request well (asked, it
+  // answered before the next retransmit tick with the batches asked for, a whole chunk or all it
+  // had; once per such answer, so a peer that stops serving is left at once), else to the next
+  // of `ahead` in turn when `ahead` names at least f+1 other replicas (peers that sent beyond
+  // this one's window: up, and one of them correct, so a request does not wait a retransmit
+  // period on a peer that is down), else to the next peer in turn. It names `stable_seq`, the
+  // requester's stable checkpoint, so a peer with a later one sends it along. nullopt for a
+  // replica without peers (n = 1).
   std::optional<Request> NextRequest(uint64_t last_executed, uint64_t stable_seq,
                                      const std::set<uint32_t>& ahead);
   // Sends the NextRequest, signed, on the sync channel (nothing without peers).
@@ -80,6 +82,8 @@ class BlockSync {
   std::optional<PbftCommit> Batch(uint64_t seq) const;
   // The held batches, by seq (verified, not executed yet).
   const std::map<uint64_t, node::consensus::CommittedBatch>& held() const { return batches_; }
+  // The last seq of the run of held batches from `last_executed` + 1 (`last_executed` if none).
+  uint64_t HeldThrough(uint64_t last_executed) const;
   // Forgets the held batches up to `seq` (executed).
   void DropThrough(uint64_t seq);
 
@@ -105,7 +109,11 @@ class BlockSync {
   bool in_flight_ = false;
   uint64_t peer_executed_ = 0;
   uint32_t next_peer_ = 0;  // round robin over the other replicas
-  // The peer whose last answer brought new batches: asked next (once).
+  // The last request: to whom, from which seq, and whether a retransmit tick came since.
+  uint32_t asked_peer_ = 0;
+  uint64_t asked_from_ = 0;
+  bool ticked_since_ask_ = false;
+  // The peer that served the last request well (see NextRequest): asked next, once.
   std::optional<uint32_t> serving_peer_;
   uint64_t executed_at_last_tick_ = 0;
 };

@@ -87,7 +87,7 @@ void PbftReplica::AdvanceStable(uint64_t seq, const std::string& digest,
   beyond_window_.clear();  // a new window: what was beyond the old one may be in it
   awaiting_root_.erase(awaiting_root_.begin(), awaiting_root_.lower_bound(seq));
   log_.DropThrough(seq);
-  fetcher_.DropThrough(seq);
+  fetcher_.DropThrough(std::min(seq, last_executed_));  // held synced batches keep their marks
   next_seq_ = std::max(next_seq_, seq + 1);
   // State transfer: the batches up to `seq` are GC'd everywhere; fetch them with certificates,
   // or the state at `seq`.
@@ -97,6 +97,9 @@ void PbftReplica::AdvanceStable(uint64_t seq, const std::string& digest,
 void PbftReplica::Recover() {
   const uint64_t target = low_watermark();
   sync_.RecoverTo(target);
+  // The batches in hand reach it (a sync answer brought them with the checkpoint): executing
+  // them is all there is to do, no request and no snapshot.
+  if (sync_.HeldThrough(last_executed_) >= target) return;
   // A snapshot wanted already is wanted again at the newer checkpoint: the owner may switch to
   // it if the older one cannot be fetched (peers that installed a newer snapshot do not keep it).
   if (target > snapshot_seq_ && config_.snapshot_min_gap > 0 && !snapshots_abandoned_ &&
@@ -108,9 +111,7 @@ void PbftReplica::Recover() {
                                 .state_root = checkpoints_.stable_state_root()});
     return;
   }
-  // Not while batches are held: they are executed first (or wait for their bodies), and the
-  // request after them goes out then (TryExecute); asking now would fetch them twice.
-  if (sync_.held().empty()) AskSync();
+  AskSync();  // for what comes after the batches in hand
 }
 
 void PbftReplica::AskSync() {

@@ -38,27 +38,35 @@ class TxFetcher {
     if (fetched_for_.insert(seq).second) out.Add(PbftFetchTxs{std::move(missing)});
     return false;
   }
-  // As HaveAll, ahead of need: asks for what `seq` lacks, unless `seq` was asked for (or checked
-  // by Prefetch) this period; either way `seq` is not checked again this period.
+  // As HaveAll, ahead of need: asks for what `seq` lacks, unless `seq` was asked for this
+  // period; Prefetch checks `seq` at most once a period (HaveAll still checks it: a body found
+  // here may be gone from the pool when it is needed).
   template <typename Hashes>
   void Prefetch(uint64_t seq, const Hashes& hashes, PbftOutbox& out) {
-    if (!fetched_for_.insert(seq).second) return;
+    if (fetched_for_.count(seq) > 0 || !prefetched_.insert(seq).second) return;
     std::vector<std::string> missing;
     for (const std::string& h : hashes) {
       if (!txs_->HasTx(h, seq)) missing.push_back(h);
     }
-    if (!missing.empty()) out.Add(PbftFetchTxs{std::move(missing)});
+    if (missing.empty()) return;
+    fetched_for_.insert(seq);
+    out.Add(PbftFetchTxs{std::move(missing)});
   }
   // A new retransmit period: missing txs may be asked for again.
-  void NewPeriod() { fetched_for_.clear(); }
-  // Forgets the seqs up to `seq` (a stable checkpoint).
+  void NewPeriod() {
+    fetched_for_.clear();
+    prefetched_.clear();
+  }
+  // Forgets the seqs up to `seq` (executed).
   void DropThrough(uint64_t seq) {
     fetched_for_.erase(fetched_for_.begin(), fetched_for_.upper_bound(seq));
+    prefetched_.erase(prefetched_.begin(), prefetched_.upper_bound(seq));
   }
 
  private:
   const PbftTxSource* const txs_;
-  std::set<uint64_t> fetched_for_;  // seqs whose missing txs were asked for (or prefetch-checked)
+  std::set<uint64_t> fetched_for_;  // seqs whose missing txs were asked for this period
+  std::set<uint64_t> prefetched_;   // seqs Prefetch checked this period
 };
 
 }  // namespace partitions

@@ -81,11 +81,12 @@ TEST_F(BlockSyncTest, RequestsGoRoundRobinToTheOthers) {
   EXPECT_FALSE(alone.in_flight());
 }
 
-// Where requests go: to the peer whose answer just brought batches (once per such answer), else
-// to peers that sent beyond the asker's window if at least f+1 did (f could be faulty and never
-// answer), in turn; else round robin. A peer that is down costs a retransmit period.
-TEST_F(BlockSyncTest, RequestsGoToAServingPeerThenToPeersKnownAhead) {
-  BlockSync sync(config_, 0);  // n = 4, self = 1, f = 1
+// Where requests go: to the peer that served the last request well (asked, in time, from the
+// seq asked for, a whole chunk or all it has), once; else to peers that sent beyond the asker's
+// window if at least f+1 did (f could be faulty and never answer), in turn; else round robin. A
+// peer that is down costs a retransmit period; a faulty one must not capture the requests.
+TEST_F(BlockSyncTest, RequestsGoToAPeerThatServedWellThenToPeersKnownAhead) {
+  BlockSync sync(config_, 0);  // n = 4, self = 1, f = 1, chunks of 4
   auto peers = [&sync](const std::set<uint32_t>& ahead) {
     std::vector<uint32_t> out;
     for (int i = 0; i < 3; ++i) out.push_back(sync.NextRequest(0, 0, ahead)->peer);
@@ -94,11 +95,22 @@ TEST_F(BlockSyncTest, RequestsGoToAServingPeerThenToPeersKnownAhead) {
   EXPECT_EQ(peers({3}), (std::vector<uint32_t>{2, 3, 0})) << "f of them: plain round robin";
   EXPECT_EQ(peers({1, 3}), (std::vector<uint32_t>{2, 3, 0})) << "self does not count";
   EXPECT_EQ(peers({0, 3}), (std::vector<uint32_t>{3, 0, 3}));
-  // Peer 2 served batches: asked next, once; an answer without batches makes no one preferred.
-  EXPECT_FALSE(sync.Accept(Response({Batch(1)}), 2, 0, validator_));
-  EXPECT_EQ(peers({0, 3}), (std::vector<uint32_t>{2, 0, 3}));
-  EXPECT_FALSE(sync.Accept(Response({}, 9), 3, 1, validator_));
+  // Peer 3, asked last, answers in time with seq 1, all it has: asked next, once.
+  EXPECT_FALSE(sync.Accept(Response({Batch(1)}, /*last_executed=*/1), 3, 0, validator_));
+  EXPECT_EQ(peers({}), (std::vector<uint32_t>{3, 0, 2}));
+  // Held batches are not asked for again.
+  EXPECT_EQ(sync.HeldThrough(0), 1u);
+  EXPECT_EQ(sync.NextRequest(0, 0, {})->msg.sync_request().from_seq(), 2u);  // to 3
+  // Not served well: an answer after a retransmit tick; one short of what the peer has; an
+  // answer from a peer not asked.
+  sync.TickStalled(0);
+  EXPECT_FALSE(sync.Accept(Response({Batch(2)}, 2), 3, 0, validator_));
   EXPECT_EQ(peers({}), (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_FALSE(sync.Accept(Response({Batch(3)}, 9), 3, 0, validator_));
+  EXPECT_EQ(peers({}), (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_FALSE(sync.Accept(Response({Batch(4)}, 4), 0, 0, validator_));
+  EXPECT_EQ(peers({}), (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_EQ(sync.NextRequest(0, 0, {})->msg.sync_request().from_seq(), 5u);
 }
 
 TEST_F(BlockSyncTest, WantsARequestWhenRecoveringIdle) {
