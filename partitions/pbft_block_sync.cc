@@ -23,6 +23,10 @@ std::optional<BlockSync::Request> BlockSync::NextRequest(uint64_t last_executed,
                                                          uint64_t stable_seq,
                                                          const std::set<uint32_t>& ahead) {
   if (config_.n == 1) return std::nullopt;
+  // Held batches are not asked for again (they may wait for their bodies); when they fill the
+  // horizon, nothing an answer brings could be kept.
+  const uint64_t from = HeldThrough(last_executed) + 1;
+  if (from > last_executed + Horizon()) return std::nullopt;
   Request req;
   auto peer_at = [this](uint32_t turn) {
     return (config_.self + 1 + turn % (config_.n - 1)) % config_.n;
@@ -44,14 +48,13 @@ std::optional<BlockSync::Request> BlockSync::NextRequest(uint64_t last_executed,
     next_peer_ = turn + 1;
     req.peer = peer_at(turn);
   }
-  // Held batches are not asked for again (they may wait for their bodies).
-  const uint64_t from = HeldThrough(last_executed) + 1;
   req.msg.mutable_sync_request()->set_from_seq(from);
   req.msg.mutable_sync_request()->set_to_seq(from + config_.sync_chunk - 1);
   req.msg.mutable_sync_request()->set_known_stable_seq(stable_seq);
   in_flight_ = true;
   asked_peer_ = req.peer;
   asked_from_ = from;
+  asked_answered_ = false;
   ticked_since_ask_ = false;
   return req;
 }
@@ -81,16 +84,22 @@ bool BlockSync::TickStalled(uint64_t last_executed) {
 
 bool BlockSync::Accept(const node::consensus::SyncResponse& resp, uint32_t from,
                        uint64_t last_executed, const PbftValidator& validator) {
-  // Served well: asked (not an answer nobody asked for), in time, from the seq asked for, and a
-  // whole chunk or all the peer has. Only then is the peer asked next.
-  const bool served = in_flight_ && from == asked_peer_ && !ticked_since_ask_ &&
-                      resp.batches_size() > 0 && resp.batches(0).seq() == asked_from_ &&
+  // Served well: the first answer of the peer asked (not one nobody asked for), in time, from the
+  // seq asked for, and a whole chunk or all there is: as far as the answer says, and as far as
+  // this replica knew before it (what it recovers to, what peers said), so a peer cannot keep
+  // the preference by claiming to have executed only what it sends. Only then is the peer asked
+  // next; an answer nobody asked for changes no preference.
+  const bool asked = from == asked_peer_ && !asked_answered_;
+  if (asked) asked_answered_ = true;
+  const uint64_t known = std::max({target_, peer_executed_, resp.last_executed(), asked_from_});
+  const bool served = asked && !ticked_since_ask_ && resp.batches_size() > 0 &&
+                      resp.batches(0).seq() == asked_from_ &&
                       (resp.batches_size() >= static_cast<int>(config_.sync_chunk) ||
-                       resp.batches(resp.batches_size() - 1).seq() >= resp.last_executed());
+                       resp.batches(resp.batches_size() - 1).seq() >=
+                           std::min(asked_from_ + config_.sync_chunk - 1, known));
   in_flight_ = false;
-  serving_peer_.reset();
   peer_executed_ = std::max(peer_executed_, resp.last_executed());
-  const uint64_t horizon = last_executed + std::max<uint64_t>(config_.window, config_.sync_chunk);
+  const uint64_t horizon = last_executed + Horizon();
   for (const CommittedBatch& batch : resp.batches()) {
     if (batch.seq() <= last_executed || batches_.count(batch.seq()) > 0) continue;
     if (batch.seq() > horizon) break;

@@ -22,6 +22,7 @@
 #ifndef PARTITIONS_PBFT_BLOCK_SYNC_H_
 #define PARTITIONS_PBFT_BLOCK_SYNC_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -53,13 +54,14 @@ class BlockSync {
 
   // The next request, for the chunk after `last_executed` and the batches held after it;
   // marks it in flight. It goes to the peer that served the previous request well (asked, it
-  // answered before the next retransmit tick with the batches asked for, a whole chunk or all it
-  // had; once per such answer, so a peer that stops serving is left at once), else to the next
+  // answered first and before the next retransmit tick with the batches asked for, a whole chunk
+  // or all there is as far as this replica knew; once per such answer, so a peer that stops
+  // serving is left at once), else to the next
   // of `ahead` in turn when `ahead` names at least f+1 other replicas (peers that sent beyond
   // this one's window: up, and one of them correct, so a request does not wait a retransmit
   // period on a peer that is down), else to the next peer in turn. It names `stable_seq`, the
   // requester's stable checkpoint, so a peer with a later one sends it along. nullopt for a
-  // replica without peers (n = 1).
+  // replica without peers (n = 1), and while the held batches fill the horizon (Accept).
   std::optional<Request> NextRequest(uint64_t last_executed, uint64_t stable_seq,
                                      const std::set<uint32_t>& ahead);
   // Sends the NextRequest, signed, on the sync channel (nothing without peers).
@@ -102,6 +104,9 @@ class BlockSync {
               PbftOutbox& out) const;
 
  private:
+  // How far above the last executed seq batches are held: max(window, sync_chunk).
+  uint64_t Horizon() const { return std::max<uint64_t>(config_.window, config_.sync_chunk); }
+
   const PbftConfig config_;
   bool recovering_ = false;
   uint64_t target_ = 0;
@@ -109,9 +114,11 @@ class BlockSync {
   bool in_flight_ = false;
   uint64_t peer_executed_ = 0;
   uint32_t next_peer_ = 0;  // round robin over the other replicas
-  // The last request: to whom, from which seq, and whether a retransmit tick came since.
+  // The last request: to whom, from which seq, whether that peer answered it, and whether a
+  // retransmit tick came since.
   uint32_t asked_peer_ = 0;
   uint64_t asked_from_ = 0;
+  bool asked_answered_ = true;
   bool ticked_since_ask_ = false;
   // The peer that served the last request well (see NextRequest): asked next, once.
   std::optional<uint32_t> serving_peer_;

@@ -231,6 +231,8 @@ void PbftReplica::OnTxsAvailable() {
 
 void PbftReplica::OnRetransmit() {
   fetcher_.NewPeriod();
+  // Synced batches waiting for bodies: ask again (a fetch or its answer may be lost).
+  if (!sync_.held().empty()) TryExecute();
   // In a view change, and while observing a lower view, our ViewChange must reach everyone.
   if (views_.own_view_change() && (!views_.installed() || views_.observing())) {
     out_.Broadcast(*views_.own_view_change());

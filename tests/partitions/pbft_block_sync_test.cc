@@ -110,7 +110,22 @@ TEST_F(BlockSyncTest, RequestsGoToAPeerThatServedWellThenToPeersKnownAhead) {
   EXPECT_EQ(peers({}), (std::vector<uint32_t>{0, 2, 3}));
   EXPECT_FALSE(sync.Accept(Response({Batch(4)}, 4), 0, 0, validator_));
   EXPECT_EQ(peers({}), (std::vector<uint32_t>{0, 2, 3}));
-  EXPECT_EQ(sync.NextRequest(0, 0, {})->msg.sync_request().from_seq(), 5u);
+  // Peer 3, asked, claims to have executed only the one batch it sends, while peers said 9
+  // before: not all there is, not preferred. A second answer to one request does not count.
+  EXPECT_FALSE(sync.Accept(Response({Batch(5)}, 5), 3, 0, validator_));
+  EXPECT_EQ(peers({}), (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_FALSE(sync.Accept(Response({}, 9), 3, 0, validator_));
+  EXPECT_FALSE(
+      sync.Accept(Response({Batch(6), Batch(7), Batch(8), Batch(9)}, 9), 3, 0, validator_));
+  // Batches held up to the horizon (max(window, sync_chunk) = 8 above the last executed): no
+  // answer could bring anything kept, so no request.
+  EXPECT_EQ(sync.HeldThrough(0), 8u);
+  EXPECT_FALSE(sync.NextRequest(0, 0, {}).has_value());
+  // 1-4 executed: the next request goes round robin (the second answer did not count), from 9.
+  const auto next = sync.NextRequest(4, 0, {});
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->peer, 0u);
+  EXPECT_EQ(next->msg.sync_request().from_seq(), 9u);
 }
 
 TEST_F(BlockSyncTest, WantsARequestWhenRecoveringIdle) {

@@ -868,6 +868,13 @@ TEST(PbftSyncTest, ASyncedChunkWithoutBodiesIsFetchedInOneGo) {
   a = h.Step(PbftTxsAvailable{{Tx(999)}});
   EXPECT_TRUE(ActionsOf<PbftFetchTxs>(a).empty());
   EXPECT_EQ(h.pool.lookups - lookups, 1);
+  // A new retransmit period asks again for what is still missing (a fetch may have been lost).
+  asked.clear();
+  for (const PbftFetchTxs& f :
+       ActionsOf<PbftFetchTxs>(h.Step(PbftTimerFired{PbftTimer::kRetransmit}))) {
+    asked.insert(f.tx_hashes.begin(), f.tx_hashes.end());
+  }
+  EXPECT_EQ(asked, (std::set<std::string>{Tx(101), Tx(103)}));
   // Batch 2's body leaves the pool meanwhile. Batch 1's arrives: 1 executes, and 2's body is
   // asked for when it is needed (found there before does not mean asked for).
   h.pool.have.erase(Tx(102));
