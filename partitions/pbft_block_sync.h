@@ -56,10 +56,10 @@ class BlockSync {
   // marks it in flight. It goes to the peer that served the previous request well (asked, it
   // answered first and before the next retransmit tick with the batches asked for, a whole chunk
   // or all there is as far as this replica knew; once per such answer, so a peer that stops
-  // serving is left at once), else to the next
-  // of `ahead` in turn when `ahead` names at least f+1 other replicas (peers that sent beyond
-  // this one's window: up, and one of them correct, so a request does not wait a retransmit
-  // period on a peer that is down), else to the next peer in turn. It names `stable_seq`, the
+  // serving is left at once), else to the next of `ahead` in turn when `ahead` names at least
+  // f+1 other replicas (peers that sent beyond this one's window: up, and one of them correct,
+  // so a request does not wait a retransmit period on a peer that is down), else to the next
+  // peer in turn. It names `stable_seq`, the
   // requester's stable checkpoint, so a peer with a later one sends it along. nullopt for a
   // replica without peers (n = 1), and while the held batches fill the horizon (Accept).
   std::optional<Request> NextRequest(uint64_t last_executed, uint64_t stable_seq,

@@ -30,10 +30,7 @@ class TxFetcher {
   // PbftFetchTxs for the missing ones to `out`, unless it did so for `seq` this period.
   template <typename Hashes>
   bool HaveAll(uint64_t seq, const Hashes& hashes, PbftOutbox& out) {
-    std::vector<std::string> missing;
-    for (const std::string& h : hashes) {
-      if (!txs_->HasTx(h, seq)) missing.push_back(h);
-    }
+    std::vector<std::string> missing = Missing(seq, hashes);
     if (missing.empty()) return true;
     if (fetched_for_.insert(seq).second) out.Add(PbftFetchTxs{std::move(missing)});
     return false;
@@ -44,10 +41,7 @@ class TxFetcher {
   template <typename Hashes>
   void Prefetch(uint64_t seq, const Hashes& hashes, PbftOutbox& out) {
     if (fetched_for_.count(seq) > 0 || !prefetched_.insert(seq).second) return;
-    std::vector<std::string> missing;
-    for (const std::string& h : hashes) {
-      if (!txs_->HasTx(h, seq)) missing.push_back(h);
-    }
+    std::vector<std::string> missing = Missing(seq, hashes);
     if (missing.empty()) return;
     fetched_for_.insert(seq);
     out.Add(PbftFetchTxs{std::move(missing)});
@@ -64,6 +58,16 @@ class TxFetcher {
   }
 
  private:
+  // The txs of `hashes` the pool lacks, for a batch at `seq`.
+  template <typename Hashes>
+  std::vector<std::string> Missing(uint64_t seq, const Hashes& hashes) const {
+    std::vector<std::string> missing;
+    for (const std::string& h : hashes) {
+      if (!txs_->HasTx(h, seq)) missing.push_back(h);
+    }
+    return missing;
+  }
+
   const PbftTxSource* const txs_;
   std::set<uint64_t> fetched_for_;  // seqs whose missing txs were asked for this period
   std::set<uint64_t> prefetched_;   // seqs Prefetch checked this period
