@@ -171,6 +171,7 @@ class Dispatcher::Lane final : public Schedulable {
   }
 
   HistogramSnapshot DelaySnapshot() const { return delay_.Snapshot(); }
+  Histogram::Totals DelayTotals() const { return delay_.GetTotals(); }
 
   void CloseAdmission() {
     absl::MutexLock lock(&mu_);
@@ -566,6 +567,17 @@ std::vector<Dispatcher::LaneStats> Dispatcher::GetStats() const {
 int64_t Dispatcher::LaneBusyNanos(int lane) const {
   if (lane < 0 || lane >= num_lanes()) return 0;
   return lanes_[lane]->BusyFor(clock_->NowNanos());
+}
+
+Histogram::Totals Dispatcher::QueueingTotals() const {
+  Histogram::Totals total;
+  for (int i = 0; i < num_lanes(); ++i) {
+    if (reserved_[i] > 0) continue;
+    const Histogram::Totals t = lanes_[i]->DelayTotals();
+    total.count += t.count;
+    total.sum += t.sum;
+  }
+  return total;
 }
 
 int64_t Dispatcher::CpuNanos() const {

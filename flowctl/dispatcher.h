@@ -215,6 +215,9 @@ class Dispatcher {
   // (or no such lane). A lane offered more than it is served never empties; one that keeps up
   // empties between arrivals. Thread-safe.
   int64_t LaneBusyNanos(int lane) const;
+  // The queueing delays (Offer to handler start) of every message the message lanes have run
+  // so far, control lanes (reserved_messages) left out: their count and sum. Thread-safe.
+  Histogram::Totals QueueingTotals() const;
   // CPU the pool charged to all lanes (kept after Stop). Thread-safe.
   int64_t CpuNanos() const;
   double cpu_share() const;

@@ -57,6 +57,15 @@ class Histogram {
   void Record(int64_t value);
   // Thread-safe.
   HistogramSnapshot Snapshot() const;
+  // The count and sum of every value recorded so far, without the buckets (cheap). Thread-safe;
+  // the two may disagree by a value being recorded.
+  struct Totals {
+    uint64_t count = 0;
+    int64_t sum = 0;
+  };
+  Totals GetTotals() const {
+    return {count_.load(std::memory_order_relaxed), sum_.load(std::memory_order_relaxed)};
+  }
   // Zeroes every count. Thread-safe, but values recorded during Reset may be partly kept.
   void Reset();
 

@@ -153,7 +153,7 @@ grpc::Status AdminServiceImpl::HandleUpdateArbiter(grpc::ServerContextBase*,
     *response->add_effective() = std::move(config);
   }
   response->set_cpu_workers(static_cast<uint32_t>(node_->cpu_workers()));
-  response->set_consensus_blocks_per_second(node_->consensus_blocks_per_second());
+  response->set_consensus_blocks_per_second(node_->consensus_blocks_per_second_ceiling());
   return grpc::Status::OK;
 }
 

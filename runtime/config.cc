@@ -251,6 +251,10 @@ void ApplyDefaults(NodeConfig* config) {
   if (!r.has_consensus_blocks_per_second()) {
     r.set_consensus_blocks_per_second(kDefaultConsensusBlocksPerSecond);
   }
+  auto& bba = *r.mutable_block_budget_adaptation();
+  if (!bba.has_enabled()) bba.set_enabled(true);
+  if (bba.min_blocks_per_second() == 0) bba.set_min_blocks_per_second(16);
+  if (bba.queueing_delay_target_ms() == 0) bba.set_queueing_delay_target_ms(5);
   flowctl::ApplyMemoryPressureDefaults(r.mutable_memory_pressure());
   auto& na = *r.mutable_node_admission();
   if (!na.has_enabled()) na.set_enabled(false);

@@ -349,6 +349,13 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
   }
   check.AtMost<uint32_t>("consensus_blocks_per_second", r.consensus_blocks_per_second(),
                          kMaxConsensusBlocksPerSecond);
+  const node::config::BlockBudgetAdaptation& bba = r.block_budget_adaptation();
+  check.AtMost<uint32_t>("block_budget_adaptation.min_blocks_per_second",
+                         bba.min_blocks_per_second(), kMaxConsensusBlocksPerSecond);
+  if (!(bba.queueing_delay_target_ms() > 0 && bba.queueing_delay_target_ms() <= 60000)) {
+    check.Fail("block_budget_adaptation.queueing_delay_target_ms",
+               absl::StrCat("must be in (0, 60000], got ", bba.queueing_delay_target_ms()));
+  }
   const node::config::MemoryPressureConfig& m = r.memory_pressure();
   auto in = [&](const char* field, double v, double lo, bool lo_open, double hi, bool hi_open) {
     if (!std::isfinite(v) || (lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) {

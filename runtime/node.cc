@@ -128,6 +128,14 @@ absl::Status Node::Start() {
     LOG(INFO) << "memory pressure: " << memory_pressure_->Stats().source
               << (sampled.ok() ? "" : absl::StrCat(" (", sampled.message(), ")"));
   }
+  {
+    const auto& bba = res.block_budget_adaptation();
+    block_budget_.SetAdaptation(
+        {.enabled = bba.enabled(),
+         .min_blocks_per_second = std::max(1u, bba.min_blocks_per_second()),
+         .delay_target_nanos =
+             std::max<int64_t>(1, static_cast<int64_t>(bba.queueing_delay_target_ms() * 1e6))});
+  }
   if (res.node_admission().enabled()) {
     const auto& na = res.node_admission();
     flowctl::NodeAdmission::Config ac{
@@ -424,10 +432,29 @@ node::admin::NodeStatus Node::Status() const {
   }
   s.set_cpu_workers(static_cast<uint32_t>(cpu_workers()));
   s.set_consensus_blocks_per_second(block_budget_.blocks_per_second());
+  s.set_consensus_blocks_per_second_ceiling(block_budget_.ceiling());
+  {
+    const flowctl::BlockBudget::AdaptationStats a = block_budget_.adaptation_stats();
+    auto* out = s.mutable_block_budget();
+    out->set_queueing_delay_ms(static_cast<double>(a.mean_delay_nanos) / 1e6);
+    out->set_blocks_per_second(a.blocks_per_second);
+    out->set_lowered(a.lowered);
+    out->set_raised(a.raised);
+  }
   s.set_partitions_with_work(block_budget_.ActivePartitions(options_.clock->NowNanos()));
   *s.mutable_memory() = MemoryPressureStatus();
   *s.mutable_admission() = NodeAdmissionStatus();
   return s;
+}
+
+void Node::BlockBudgetTick(absl::Span<flowctl::ResourceConsumer* const> consumers) {
+  std::vector<flowctl::BlockBudget::PartitionTick> ticks;
+  ticks.reserve(consumers.size());
+  // Every consumer the node gives the arbiter is a Partition (StartArbiter, CreatePartition).
+  for (flowctl::ResourceConsumer* c : consumers) {
+    ticks.push_back(static_cast<const Partition*>(c)->BlockBudgetTick());
+  }
+  block_budget_.Observe(options_.clock->NowNanos(), ticks);
 }
 
 void Node::AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
@@ -734,6 +761,7 @@ absl::Status Node::StartArbiter() {
       .after_tick =
           [this](double elapsed, double capacity,
                  absl::Span<flowctl::ResourceConsumer* const> consumers) {
+            BlockBudgetTick(consumers);
             AdmissionTick(elapsed, capacity, consumers);
           },
       .clock = options_.clock,

@@ -141,8 +141,10 @@ class Node {
   // `partition` empty = all.
   // The worker pool's threads now (after Start; before it, the configured count).
   int cpu_workers() const;
-  // The block budget now (resources.consensus_blocks_per_second or UpdateArbiter's; 0 = none).
+  // The block budget in force (0 = none), and its ceiling (resources.consensus_blocks_per_second
+  // or UpdateArbiter's), which it is below while it adapts down.
   uint32_t consensus_blocks_per_second() const { return block_budget_.blocks_per_second(); }
+  uint32_t consensus_blocks_per_second_ceiling() const { return block_budget_.ceiling(); }
   absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
   // Client reads waiting for their partition's read chain (PartitionConfig.read_hold). Its thread
   // runs from Start on a real clock; on an injected clock a test calls RunDue itself.
@@ -248,6 +250,8 @@ class Node {
   std::unique_ptr<flowctl::CpuPressureSource> cpu_pressure_ ABSL_GUARDED_BY(admission_mu_);
   bool admission_with_peers_ ABSL_GUARDED_BY(admission_mu_) = true;  // agree_with_peers
   // The arbiter's after_tick: feeds the partitions' loads to admission_ and sets their fractions.
+  // Feeds the block budget's adaptation one arbiter tick's figures (flowctl/block_budget.h).
+  void BlockBudgetTick(absl::Span<flowctl::ResourceConsumer* const> consumers);
   void AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
                      absl::Span<flowctl::ResourceConsumer* const> consumers);
   std::unique_ptr<flowctl::TickScheduler> scheduler_;

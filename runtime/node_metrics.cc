@@ -537,8 +537,20 @@ std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& stat
   f.Gauge("noded_peers_configured", "Peers in the config.", {},
           static_cast<double>(status.peers_configured()));
   f.Gauge("noded_block_budget_blocks_per_second",
-          "The node's budget of consensus instances per second, all partitions (0 = none).", {},
-          static_cast<double>(status.consensus_blocks_per_second()));
+          "The node's budget of consensus instances per second in force, all partitions (0 = "
+          "none).",
+          {}, static_cast<double>(status.consensus_blocks_per_second()));
+  f.Gauge("noded_block_budget_ceiling_blocks_per_second",
+          "The block budget's ceiling (resources.consensus_blocks_per_second).", {},
+          static_cast<double>(status.consensus_blocks_per_second_ceiling()));
+  f.Gauge("noded_block_budget_queueing_delay_seconds",
+          "The block budget's last step: the lower median of the partitions' mean queueing "
+          "delays of the messages their lanes started.",
+          {}, status.block_budget().queueing_delay_ms() / 1e3);
+  f.Counter("noded_block_budget_lowered_total", "Block budget steps that lowered it.", {},
+            static_cast<double>(status.block_budget().lowered()));
+  f.Counter("noded_block_budget_raised_total", "Block budget steps that raised it.", {},
+            static_cast<double>(status.block_budget().raised()));
   f.Gauge("noded_block_budget_partitions_with_work",
           "Partitions the block budget is divided among now (transactions waiting within 1 s).", {},
           static_cast<double>(status.partitions_with_work()));

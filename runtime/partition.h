@@ -239,6 +239,12 @@ class Partition final : public flowctl::ResourceConsumer {
   // Client calls refused by the node-wide admission since Open.
   uint64_t admission_refused() const;
 
+  // Over the last arbiter tick (nothing at its first): the queueing delays of the messages its
+  // lanes started (Offer to handler; the tick lane left out), their sum and count, and the blocks
+  // it committed (not those a snapshot skipped). The node's block budget adapts to them
+  // (flowctl/block_budget.h).
+  flowctl::BlockBudget::PartitionTick BlockBudgetTick() const;
+
   uint32_t id() const override { return id_; }
   const std::string& name() const override { return name_; }
   uint64_t height() const;

@@ -525,6 +525,18 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   impl_->last_overload_refusals_ = refusals;
   impl_->tick_consensus_delay_nanos_.store(lanes[kConsensusLane].window_delay_nanos,
                                            std::memory_order_relaxed);
+  {
+    // The first tick only takes the baseline.
+    const flowctl::Histogram::Totals q = impl_->dispatcher_->QueueingTotals();
+    const flowctl::Histogram::Totals before = impl_->last_queueing_.value_or(q);
+    impl_->tick_queueing_sum_.store(q.sum - before.sum, std::memory_order_relaxed);
+    impl_->tick_queueing_messages_.store(q.count - before.count, std::memory_order_relaxed);
+    impl_->last_queueing_ = q;
+    const uint64_t blocks = impl_->blocks_committed_.load(std::memory_order_relaxed);
+    impl_->tick_blocks_.store(blocks - impl_->last_blocks_committed_.value_or(blocks),
+                              std::memory_order_relaxed);
+    impl_->last_blocks_committed_ = blocks;
+  }
   impl_->tick_client_backlog_nanos_.store(impl_->dispatcher_->LaneBusyNanos(kClientLane),
                                           std::memory_order_relaxed);
   const double client_mark = impl_->pool_->ClientMarkTxs();
@@ -592,6 +604,13 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
       .pool_fill = impl_->tick_pool_fill_.load(std::memory_order_relaxed),
       .height = impl_->height_.load(),
       .cpu_limit_cores = impl_->dispatcher_->GetCpuLimitStats().limit_cores};
+}
+
+flowctl::BlockBudget::PartitionTick Partition::BlockBudgetTick() const {
+  return {.partition = id_,
+          .delay_sum_nanos = impl_->tick_queueing_sum_.load(std::memory_order_relaxed),
+          .messages = impl_->tick_queueing_messages_.load(std::memory_order_relaxed),
+          .blocks = impl_->tick_blocks_.load(std::memory_order_relaxed)};
 }
 
 void Partition::SetAdmitFraction(double own, double floor, bool with_peers) {

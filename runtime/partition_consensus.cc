@@ -119,6 +119,7 @@ void Partition::Impl::OnSkip(uint64_t height) {
 
 void Partition::Impl::OnCommit(const partitions::CommitEvent& event) {
   height_.store(event.height);
+  blocks_committed_.fetch_add(1, std::memory_order_relaxed);
   for (const partitions::TrackedTx& t : event.tracked) {
     if (t.admitted_nanos > 0) commit_latency_.Record(event.commit_nanos - t.admitted_nanos);
   }

@@ -297,6 +297,16 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   // The last tick's figures, for the node-wide admission (written by TakeUsage).
   std::atomic<int64_t> tick_cpu_nanos_{0};
   std::atomic<int64_t> tick_consensus_delay_nanos_{0};
+  // The lanes' queueing delays and the blocks committed over the last arbiter tick (the block
+  // budget adapts to them), and the dispatcher's totals and the height at that tick (written by
+  // TakeUsage only, which the arbiter calls under its lock).
+  std::atomic<int64_t> tick_queueing_sum_{0};
+  std::atomic<uint64_t> tick_queueing_messages_{0};
+  std::atomic<uint64_t> tick_blocks_{0};
+  std::optional<flowctl::Histogram::Totals> last_queueing_;
+  std::optional<uint64_t> last_blocks_committed_;
+  // Blocks this replica committed since Open (not the blocks a snapshot skipped).
+  std::atomic<uint64_t> blocks_committed_{0};
   std::atomic<int64_t> tick_client_backlog_nanos_{0};
   std::atomic<double> tick_pool_fill_{0};  // pooled txs / the client mark (TxPool::ClientMarkTxs)
   std::atomic<bool> tick_backlogged_{false};

@@ -103,8 +103,10 @@ HOT_RATE = 100  # per node; loadgen spreads over the 4 nodes, so the cluster adm
 
 def fc_extra(rate=HOT_RATE, burst=20, node="", steady="", adaptive=None):
     # FC_PARTITION_EXTRA: fields added to every partition of these scenarios, e.g.
-    # "consensus { forward_interval_ms: 0 }" for a before/after in one sitting.
+    # "consensus { forward_interval_ms: 0 }" for a before/after in one sitting; FC_NODE_EXTRA:
+    # node fields, e.g. "resources { block_budget_adaptation { enabled: false } }".
     every_partition = LANES + "\n" + os.environ.get("FC_PARTITION_EXTRA", "")
+    node = node + "\n" + os.environ.get("FC_NODE_EXTRA", "")
     return "%s\n[partition *]\n%s\n[partition hot]\npool { max_txs: 3000 }\n%s\n%s" % (
         node, every_partition, hot_chain(rate, burst, adaptive=adaptive),
         ("[partition steady]\n" + steady) if steady else "")

@@ -171,6 +171,10 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
       << (s.consensus_blocks_per_second() == 0
               ? std::string("no budget")
               : absl::StrCat("budget ", s.consensus_blocks_per_second(), "/s"))
+      << (s.consensus_blocks_per_second_ceiling() > s.consensus_blocks_per_second()
+              ? absl::StrCat(" (of ", s.consensus_blocks_per_second_ceiling(), ": queueing ",
+                             FormatNumber(s.block_budget().queueing_delay_ms()), " ms)")
+              : std::string())
       << ", " << s.partitions_with_work() << " partitions with work\n";
   if (s.memory().enabled()) {
     const node::admin::MemoryPressureStatus& m = s.memory();

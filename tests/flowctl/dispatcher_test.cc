@@ -160,6 +160,31 @@ TEST(DispatcherTest, QueueingDelayUsesTheInjectedClock) {
   EXPECT_EQ(peers, (std::vector<uint32_t>{7, 8}));
 }
 
+// QueueingTotals: the queueing delays of every message the message lanes started, a control lane
+// (reserved_messages, e.g. a partition's ticks) left out.
+TEST(DispatcherTest, QueueingTotalsCountTheMessageLanesOnly) {
+  FakeClock clock;
+  WorkerPool pool({});
+  Dispatcher::LaneConfig tick{"tick", 1, Noop};
+  tick.reserved_messages = 1;
+  Dispatcher::Options o = Opts({{"a", 1, Noop}, {"b", 1, Noop}, tick});
+  o.clock = &clock;
+  std::unique_ptr<Dispatcher> d = MustCreate(&pool, std::move(o));
+  EXPECT_EQ(d->QueueingTotals().count, 0u);
+  ASSERT_EQ(d->Offer(0, Msg("a1")), OfferResult::kAccepted);
+  ASSERT_EQ(d->Offer(2, Msg("t")), OfferResult::kAccepted);
+  clock.Advance(absl::Milliseconds(4));
+  ASSERT_EQ(d->Offer(1, Msg("b1")), OfferResult::kAccepted);
+  clock.Advance(absl::Milliseconds(2));
+  ASSERT_TRUE(pool.Start().ok());
+  ASSERT_TRUE(d->Drain(kWait).ok());
+  const Histogram::Totals t = d->QueueingTotals();
+  EXPECT_EQ(t.count, 2u);
+  EXPECT_EQ(t.sum, 8'000'000) << "6 ms + 2 ms; the tick's 6 ms not counted";
+  EXPECT_EQ(d->GetLaneStats(2).processed, 1);
+  d->Stop();
+}
+
 // LaneBusyNanos: how long a lane has held work without a break. Messages offered while it holds
 // some do not restart it; once drained the lane is idle (0), and the next offer starts again.
 TEST(DispatcherTest, LaneBusyNanosIsTheTimeSinceTheLaneLastHeldNothing) {

@@ -34,6 +34,25 @@ TEST(ConfigTest, AnExplicitZeroBlockBudgetIsKeptAsNoBudget) {
   EXPECT_EQ(unset->resources().consensus_blocks_per_second(), 64u);
 }
 
+// The block budget adapts by default (16 blocks/s at least, a 5 ms queueing target);
+// explicit values are kept.
+TEST(ConfigTest, BlockBudgetAdaptationDefaultsAndExplicitValues) {
+  absl::StatusOr<node::config::NodeConfig> unset = ParseConfig("", "unset.conf", false);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  const auto& a = unset->resources().block_budget_adaptation();
+  EXPECT_TRUE(a.enabled());
+  EXPECT_EQ(a.min_blocks_per_second(), 16u);
+  EXPECT_EQ(a.queueing_delay_target_ms(), 5);
+  absl::StatusOr<node::config::NodeConfig> set = ParseConfig(
+      "resources { block_budget_adaptation { enabled: false min_blocks_per_second: 4 "
+      "queueing_delay_target_ms: 25 } }",
+      "set.conf", false);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_FALSE(set->resources().block_budget_adaptation().enabled());
+  EXPECT_EQ(set->resources().block_budget_adaptation().min_blocks_per_second(), 4u);
+  EXPECT_EQ(set->resources().block_budget_adaptation().queueing_delay_target_ms(), 25);
+}
+
 // Node-wide admission's measured shares and calm default on; explicit values are kept (0 ms of
 // calm: exit_ticks alone).
 TEST(ConfigTest, NodeAdmissionDefaultsAndExplicitValues) {
@@ -139,6 +158,11 @@ TEST(ConfigTest, EachRuleRefuses) {
       {"resources { cpu_workers: 5000 }", "resources.cpu_workers: must be <= 1024"},
       {"resources { consensus_blocks_per_second: 200000 }",
        "resources.consensus_blocks_per_second: must be <= 100000"},
+      {"resources { block_budget_adaptation { min_blocks_per_second: 200000 } }",
+       "resources.block_budget_adaptation.min_blocks_per_second: must be <= 100000"},
+      {"resources { block_budget_adaptation { queueing_delay_target_ms: -1 } }",
+       "resources.block_budget_adaptation.queueing_delay_target_ms: must be in (0, 60000], got "
+       "-1"},
       {"resources { node_admission { cpu_busy_fraction: 1.5 } }",
        "resources.node_admission.cpu_busy_fraction: must be in (0, 1], got 1.5"},
       {"resources { node_admission { consensus_delay_target_ms: -2 } }",

@@ -29,7 +29,11 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   status.set_node_id("ab");
   status.set_version("1.2.3");
   status.set_peers_connected(2);
-  status.set_consensus_blocks_per_second(64);
+  status.set_consensus_blocks_per_second(48);
+  status.set_consensus_blocks_per_second_ceiling(64);
+  status.mutable_block_budget()->set_queueing_delay_ms(7.5);
+  status.mutable_block_budget()->set_lowered(2);
+  status.mutable_block_budget()->set_raised(5);
   status.set_partitions_with_work(3);
   auto* ps = status.add_partitions();
   ps->set_name("hot");
@@ -140,7 +144,11 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text,
               HasSubstr("noded_lane_weight_changes_total{partition=\"hot\",lane=\"consensus\","
                         "direction=\"down\"} 1"));
-  EXPECT_THAT(text, HasSubstr("noded_block_budget_blocks_per_second 64"));
+  EXPECT_THAT(text, HasSubstr("noded_block_budget_blocks_per_second 48"));
+  EXPECT_THAT(text, HasSubstr("noded_block_budget_ceiling_blocks_per_second 64"));
+  EXPECT_THAT(text, HasSubstr("noded_block_budget_queueing_delay_seconds 0.0075"));
+  EXPECT_THAT(text, HasSubstr("noded_block_budget_lowered_total 2"));
+  EXPECT_THAT(text, HasSubstr("noded_block_budget_raised_total 5"));
   EXPECT_THAT(text, HasSubstr("noded_block_budget_partitions_with_work 3"));
   EXPECT_THAT(text, HasSubstr("noded_partition_block_interval_seconds{partition=\"hot\"} 0.03125"));
   EXPECT_THAT(text, HasSubstr("noded_node_admission_congested 1"));

@@ -191,6 +191,20 @@ TEST_F(NodectlTest, StatusPrintsNodeAndPartitionTable) {
   EXPECT_THAT(err(), IsEmpty());
 }
 
+TEST_F(NodectlTest, StatusShowsABlockBudgetAdaptedBelowItsCeiling) {
+  fake_.SetStatus(FromText<node::admin::NodeStatus>(R"pb(
+    node_id: "ab12"
+    version: "0.1.0"
+    consensus_blocks_per_second: 40
+    consensus_blocks_per_second_ceiling: 64
+    block_budget { queueing_delay_ms: 12.5 blocks_per_second: 41 lowered: 3 }
+    partitions_with_work: 16
+  )pb"));
+  ASSERT_EQ(Run({"status"}), kExitOk) << err();
+  EXPECT_THAT(out(), HasSubstr("blocks   budget 40/s (of 64: queueing 12.5 ms), 16 "
+                               "partitions with work\n"));
+}
+
 TEST_F(NodectlTest, StatusNamesWhyAPartitionHalted) {
   fake_.SetStatus(FromText<node::admin::NodeStatus>(R"pb(
     node_id: "ab12"
