@@ -117,7 +117,16 @@ void Tick(BlockBudget* budget, int64_t now, int64_t delay, uint64_t messages, ui
   TickEach(budget, now, ticks);
 }
 
-TEST(BlockBudgetTest, AdaptsDownWhileConsensusQueuesAndTheBudgetBindsThenBackUp) {
+// `count` arbiter ticks 100 ms apart after `*now`, each as Tick.
+void Ticks(BlockBudget* budget, int64_t* now, int count, int64_t delay, uint64_t messages,
+           uint64_t blocks, uint32_t partitions = 16) {
+  for (int i = 0; i < count; ++i) {
+    *now += 100 * kMs;
+    Tick(budget, *now, delay, messages, blocks, partitions);
+  }
+}
+
+TEST(BlockBudgetTest, AdaptsDownWhileMessagesQueueAndTheBudgetBindsThenBackUp) {
   BlockBudget budget(64);
   budget.SetAdaptation({.enabled = true,
                         .min_blocks_per_second = 16,
@@ -125,12 +134,9 @@ TEST(BlockBudgetTest, AdaptsDownWhileConsensusQueuesAndTheBudgetBindsThenBackUp)
                         .step_nanos = kSecond});
   int64_t now = kSecond;
   Tick(&budget, now, 0, 0, 0);  // starts the first step
-  // A second of consensus messages queueing 30 ms, the node committing 60 blocks a second (the
+  // A second of messages queueing 30 ms, the node committing 60 blocks a second (the
   // budget binds): one step down, 64 x 0.85 = 54.
-  for (int i = 0; i < 10; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 30 * kMs, 20, 6);
-  }
+  Ticks(&budget, &now, 10, 30 * kMs, 20, 6);
   EXPECT_EQ(budget.blocks_per_second(), 54u);
   EXPECT_EQ(budget.ceiling(), 64u);
   EXPECT_EQ(budget.adaptation_stats().mean_delay_nanos, 30 * kMs);
@@ -138,23 +144,14 @@ TEST(BlockBudgetTest, AdaptsDownWhileConsensusQueuesAndTheBudgetBindsThenBackUp)
   // The spacing follows the budget in force: 15 others / 54.
   EXPECT_EQ(budget.PartialBatchIntervalNanos(3, now), 277'777'778);
   // Ten more such seconds: down to the floor, never below it.
-  for (int i = 0; i < 100; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 30 * kMs, 20, 6);
-  }
+  Ticks(&budget, &now, 100, 30 * kMs, 20, 6);
   EXPECT_EQ(budget.blocks_per_second(), 16u);
   const uint64_t lowered = budget.adaptation_stats().lowered;
   EXPECT_EQ(lowered, 8u);  // 64 54 45 38 32 27 22 18 16
   // Calm (2 ms, at most half the target): back up a sixteenth of the ceiling per second.
-  for (int i = 0; i < 10; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 2 * kMs, 20, 2);
-  }
+  Ticks(&budget, &now, 10, 2 * kMs, 20, 2);
   EXPECT_EQ(budget.blocks_per_second(), 20u);
-  for (int i = 0; i < 200; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 2 * kMs, 20, 2);
-  }
+  Ticks(&budget, &now, 200, 2 * kMs, 20, 2);
   EXPECT_EQ(budget.blocks_per_second(), 64u) << "never above the ceiling";
   EXPECT_EQ(budget.adaptation_stats().lowered, lowered);
   EXPECT_EQ(budget.adaptation_stats().raised, 12u);  // 16 to 64, 4 at a time
@@ -187,10 +184,7 @@ TEST(BlockBudgetTest, OnlyABindingBudgetWithEnoughSamplesGoesDown) {
     budget.SetAdaptation(adaptation);
     int64_t now = kSecond;
     Tick(&budget, now, 0, 0, 0);
-    for (int i = 0; i < 30; ++i) {
-      now += 100 * kMs;
-      Tick(&budget, now, 50 * kMs, 20, 2);
-    }
+    Ticks(&budget, &now, 30, 50 * kMs, 20, 2);
     EXPECT_EQ(budget.blocks_per_second(), 64u);
   }
   {
@@ -199,10 +193,7 @@ TEST(BlockBudgetTest, OnlyABindingBudgetWithEnoughSamplesGoesDown) {
     budget.SetAdaptation(adaptation);
     int64_t now = kSecond;
     Tick(&budget, now, 0, 0, 0, /*partitions=*/1);
-    for (int i = 0; i < 30; ++i) {
-      now += 100 * kMs;
-      Tick(&budget, now, 50 * kMs, 20, 6, /*partitions=*/1);
-    }
+    Ticks(&budget, &now, 30, 50 * kMs, 20, 6, /*partitions=*/1);
     EXPECT_EQ(budget.blocks_per_second(), 64u);
     EXPECT_EQ(budget.adaptation_stats().lowered, 0u);
   }
@@ -302,32 +293,20 @@ TEST(BlockBudgetTest, AdaptationOffOrANewCeilingPutsTheCeilingInForce) {
   budget.SetAdaptation({.enabled = true, .delay_target_nanos = 10 * kMs, .step_nanos = kSecond});
   int64_t now = kSecond;
   Tick(&budget, now, 0, 0, 0);
-  for (int i = 0; i < 30; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 30 * kMs, 20, 6);
-  }
+  Ticks(&budget, &now, 30, 30 * kMs, 20, 6);
   ASSERT_LT(budget.blocks_per_second(), 64u);
   budget.SetBlocksPerSecond(100);  // UpdateArbiter: the new ceiling, in force at once
   EXPECT_EQ(budget.blocks_per_second(), 100u);
   EXPECT_EQ(budget.ceiling(), 100u);
-  for (int i = 0; i < 10; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 30 * kMs, 20, 6);
-  }
+  Ticks(&budget, &now, 10, 30 * kMs, 20, 6);
   EXPECT_EQ(budget.blocks_per_second(), 85u);
   budget.SetAdaptation({.enabled = false});
   EXPECT_EQ(budget.blocks_per_second(), 100u);
-  for (int i = 0; i < 30; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 30 * kMs, 20, 6);
-  }
+  Ticks(&budget, &now, 30, 30 * kMs, 20, 6);
   EXPECT_EQ(budget.blocks_per_second(), 100u) << "off: no step moves it";
   budget.SetBlocksPerSecond(0);
   budget.SetAdaptation({.enabled = true});
-  for (int i = 0; i < 30; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 30 * kMs, 20, 0);
-  }
+  Ticks(&budget, &now, 30, 30 * kMs, 20, 0);
   EXPECT_EQ(budget.blocks_per_second(), 0u) << "no budget stays no budget";
   EXPECT_EQ(budget.PartialBatchIntervalNanos(1, now), 0);
 }
@@ -340,10 +319,7 @@ TEST(BlockBudgetTest, AFloorAboveTheCeilingIsTheCeiling) {
                         .step_nanos = kSecond});
   int64_t now = kSecond;
   Tick(&budget, now, 0, 0, 0);
-  for (int i = 0; i < 30; ++i) {
-    now += 100 * kMs;
-    Tick(&budget, now, 30 * kMs, 20, 1);
-  }
+  Ticks(&budget, &now, 30, 30 * kMs, 20, 1);
   EXPECT_EQ(budget.blocks_per_second(), 8u);
 }
 
