@@ -249,9 +249,11 @@ class Node {
   std::unique_ptr<flowctl::NodeAdmission> admission_ ABSL_GUARDED_BY(admission_mu_);
   std::unique_ptr<flowctl::CpuPressureSource> cpu_pressure_ ABSL_GUARDED_BY(admission_mu_);
   bool admission_with_peers_ ABSL_GUARDED_BY(admission_mu_) = true;  // agree_with_peers
-  // The arbiter's after_tick: feeds the partitions' loads to admission_ and sets their fractions.
-  // Feeds the block budget's adaptation one arbiter tick's figures (flowctl/block_budget.h).
+  // The arbiter's after_tick, first: feeds the block budget's adaptation the tick's figures
+  // (flowctl/block_budget.h).
   void BlockBudgetTick(absl::Span<flowctl::ResourceConsumer* const> consumers);
+  // The arbiter's after_tick, then: feeds the partitions' loads to admission_ and sets their
+  // fractions.
   void AdmissionTick(double elapsed_nanos, double cpu_capacity_nanos,
                      absl::Span<flowctl::ResourceConsumer* const> consumers);
   std::unique_ptr<flowctl::TickScheduler> scheduler_;

@@ -298,8 +298,8 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   std::atomic<int64_t> tick_cpu_nanos_{0};
   std::atomic<int64_t> tick_consensus_delay_nanos_{0};
   // The lanes' queueing delays and the blocks committed over the last arbiter tick (the block
-  // budget adapts to them), and the dispatcher's totals and the height at that tick (written by
-  // TakeUsage only, which the arbiter calls under its lock).
+  // budget adapts to them), and the dispatcher's totals and the blocks committed at that tick
+  // (written by TakeUsage only, which the arbiter calls under its lock).
   std::atomic<int64_t> tick_queueing_sum_{0};
   std::atomic<uint64_t> tick_queueing_messages_{0};
   std::atomic<uint64_t> tick_blocks_{0};
