@@ -55,17 +55,10 @@ Outcome RunPuts(bool adaptation, const std::vector<std::string>& partitions, int
           absl::StrCat("127.0.0.1:", (*node)->client_port()), grpc::InsecureChannelCredentials()));
       const char seed = static_cast<char>('a' + i);
       for (int n = 0; n < max_txs && !stop.load(); ++n) {
-        node::client::SubmitTxRequest request;
-        *request.mutable_partition() = Ref(partitions[i]);
         const uint32_t id = partitions[i] == "hot" ? 1 : 2;
-        request.set_signed_tx(
+        const grpc::Status s = SubmitForCommit(
+            client.get(), partitions[i],
             SignedPut(id, seed, static_cast<uint64_t>(n) + 1, absl::StrCat("k", n)));
-        request.set_wait_for_commit(true);
-        request.set_wait_timeout_ms(15000);
-        grpc::ClientContext ctx;
-        WithDeadline(&ctx);
-        node::client::SubmitTxResponse response;
-        const grpc::Status s = client->SubmitTx(&ctx, request, &response);
         EXPECT_TRUE(s.ok()) << s.error_message();
         if (!s.ok()) return;
         committed.fetch_add(1);

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +105,20 @@ inline void WithDeadline(grpc::ClientContext* ctx, absl::Duration d = absl::Seco
 inline void WithToken(grpc::ClientContext* ctx, const std::string& token = kToken) {
   WithDeadline(ctx);
   ctx->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+}
+
+// Submits `signed_tx` to `partition` and waits for its commit (15 s at most).
+inline grpc::Status SubmitForCommit(node::client::ClientService::Stub* client,
+                                    const std::string& partition, std::string signed_tx) {
+  node::client::SubmitTxRequest request;
+  *request.mutable_partition() = Ref(partition);
+  request.set_signed_tx(std::move(signed_tx));
+  request.set_wait_for_commit(true);
+  request.set_wait_timeout_ms(15000);
+  grpc::ClientContext ctx;
+  WithDeadline(&ctx);
+  node::client::SubmitTxResponse response;
+  return client->SubmitTx(&ctx, request, &response);
 }
 
 class GrpcServicesTest : public ::testing::Test {

@@ -59,15 +59,8 @@ node::admin::NodeAdmissionStatus RunLoad(bool measured_shares, double pressure, 
   auto client = node::client::ClientService::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", (*node)->client_port()), grpc::InsecureChannelCredentials()));
   for (int i = 0; i < count; ++i) {
-    node::client::SubmitTxRequest request;
-    *request.mutable_partition() = Ref("hot");
-    request.set_signed_tx(SignedPut(1, 'a', static_cast<uint64_t>(i) + 1, absl::StrCat("k", i)));
-    request.set_wait_for_commit(true);
-    request.set_wait_timeout_ms(15000);
-    grpc::ClientContext ctx;
-    WithDeadline(&ctx);
-    node::client::SubmitTxResponse response;
-    const grpc::Status s = client->SubmitTx(&ctx, request, &response);
+    const grpc::Status s = SubmitForCommit(
+        client.get(), "hot", SignedPut(1, 'a', static_cast<uint64_t>(i) + 1, absl::StrCat("k", i)));
     EXPECT_TRUE(s.ok()) << s.error_message();
   }
   (*node)->ArbiterTick();
