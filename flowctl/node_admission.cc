@@ -268,8 +268,10 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
                 calm_nanos_ >= absl::ToInt64Nanoseconds(config_.exit_calm);
   }
 
-  // Steps per kStepPeriod of elapsed time.
+  // Steps per kStepPeriod of elapsed time, and corrections (see "Shedding").
   const double steps = elapsed / absl::ToDoubleNanoseconds(kStepPeriod);
+  const double corrections =
+      kCorrectionsPerWindow * elapsed / absl::ToDoubleNanoseconds(kUsageWindow);
   std::vector<double> out;
   out.reserve(loads.size());
   stats_.partitions.clear();
@@ -288,8 +290,14 @@ std::vector<double> NodeAdmission::Update(int64_t elapsed_nanos, int64_t cpu_cap
     const double over = allocation > 0 ? t.cpu_rate / allocation : 0;
     double& f = t.fraction;
     if (stats_.congested && !refilling) {
+      // The measured correction (1 / over), kCorrectionsPerWindow times per kUsageWindow (the
+      // time the smoothed CPU takes to show a change of fraction): applied whole on every 100-ms
+      // step, it was applied again and again before the average moved, and the fraction swung
+      // between the floor and well over the allocation (see the file comment).
       if (over > 1 + kLevelTolerance) {
-        f *= std::pow(std::max(kMaxCut, 1 / over), steps);
+        f *= std::max(std::pow(kMaxCut, steps), std::pow(1 / over, corrections));
+      } else if (over > 0) {
+        f = std::min(f * std::pow(std::max(1.0, 1 / over), corrections), f + kGrowStep * steps);
       } else {
         f += kGrowStep * steps;
       }

@@ -85,15 +85,21 @@
 // Shedding. Each partition has an admit fraction in [min_admit_fraction, 1]: the share of its
 // client write calls let through (AdmissionShedder; a batch is one call). During an episode, until
 // its refill:
-//   - a partition using more than its allocation (over = smoothed cpu / allocation > 1) is cut,
-//     at a rate of max(kMaxCut, 1 / over) per kStepPeriod: in proportion to its excess. On every
-//     tick of the episode, not only those with a signal, which come and go within an episode.
-//     The smoothed CPU lags a cut by about kUsageWindow, so the cut overshoots: a flooded
-//     partition goes well below its allocation before the average shows it there;
-//   - any other partition grows by kGrowStep per kStepPeriod, up to 1. A partition within its
-//     allocation is never cut, even when its own consensus lane is late: on a machine short of
-//     cores every lane is late, and cutting the quiet partitions only lost their writes
-//     (docs/BENCHMARKS.md, "Node-wide admission").
+//   - a partition using more than its allocation (over = smoothed cpu / allocation > 1) is cut
+//     by the correction its CPU calls for, 1 / over, kCorrectionsPerWindow times per kUsageWindow:
+//     by (1 / over)^(kCorrectionsPerWindow x t / kUsageWindow) in t, at most by kMaxCut per
+//     kStepPeriod. On every tick of the episode, not only those with a signal, which come and go
+//     within an episode. The smoothed CPU lags a cut by about kUsageWindow: a correction applied
+//     whole on every 100-ms step (as until 2026-12-06) was applied ten times over before the
+//     average showed the first, and a flooded partition swung between the floor and well over
+//     its allocation (docs/BENCHMARKS.md, "A damped cut"); a third of that keeps the cut about as
+//     fast at a flood's start (a partition at 10x its allocation is at a tenth of its fraction in
+//     a third of a second) and the fraction steadier after;
+//   - any other partition grows the same way toward its allocation, by (1 / over)^(
+//     kCorrectionsPerWindow x t / kUsageWindow), at most kGrowStep per kStepPeriod (kGrowStep
+//     when it uses nothing), up to 1. A partition within its allocation is never cut, even when
+//     its own consensus lane is late: on a machine short of cores every lane is late, and cutting
+//     the quiet partitions only lost their writes (docs/BENCHMARKS.md, "Node-wide admission").
 // Outside an episode every fraction grows by kRefillStep per kStepPeriod, up to 1. Steps are per
 // time, not per tick, so the tick's length does not set how fast a fraction moves.
 //
@@ -143,8 +149,10 @@ class AdmissionShedder {
 class NodeAdmission {
  public:
   // ---- Policy (see the file comment). ----
-  static constexpr double kMaxCut = 0.5;       // at most halved per kStepPeriod for excess
-  static constexpr double kGrowStep = 0.05;    // per kStepPeriod, during an episode
+  static constexpr double kMaxCut = 0.5;     // at most halved per kStepPeriod for excess
+  static constexpr double kGrowStep = 0.05;  // at most, per kStepPeriod, during an episode
+  // How many times per kUsageWindow a cut or a growth applies the measured correction.
+  static constexpr double kCorrectionsPerWindow = 3;
   static constexpr double kRefillStep = 0.25;  // per kStepPeriod, outside an episode
   static constexpr absl::Duration kStepPeriod = absl::Milliseconds(100);
   static constexpr double kExitAdmitFraction = 0.9;  // every partition at least this to exit
