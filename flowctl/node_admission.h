@@ -92,14 +92,18 @@
 //     within an episode. The smoothed CPU lags a cut by about kUsageWindow: a correction applied
 //     whole on every 100-ms step (as until 2026-12-06) was applied ten times over before the
 //     average showed the first, and a flooded partition swung between the floor and well over
-//     its allocation (docs/BENCHMARKS.md, "A damped cut"); a third of that keeps the cut about as
-//     fast at a flood's start (a partition at 10x its allocation is at a tenth of its fraction in
-//     a third of a second) and the fraction steadier after;
+//     its allocation (docs/BENCHMARKS.md, "A damped cut"). Three per window keeps a steady excess
+//     cut fast (at 10x its allocation a partition is at a tenth of its fraction in a third of a
+//     second) though slower than before while the average ramps up at a flood's start (at 2x:
+//     0.81 per 100 ms against 0.5), and the fraction steadier after;
 //   - any other partition grows the same way toward its allocation, by (1 / over)^(
 //     kCorrectionsPerWindow x t / kUsageWindow), at most kGrowStep per kStepPeriod (kGrowStep
-//     when it uses nothing), up to 1. A partition within its allocation is never cut, even when
-//     its own consensus lane is late: on a machine short of cores every lane is late, and cutting
-//     the quiet partitions only lost their writes (docs/BENCHMARKS.md, "Node-wide admission").
+//     when over is 0: it uses nothing, or has no allocation), up to 1. Close to its allocation it
+//     so grows slowly (at 0.9 of it, from the floor to 1 in about 10 s), and contends meanwhile
+//     (its fraction below 1): at that fraction it uses about all it is allocated. A partition
+//     within its allocation is never cut, even when its own consensus lane is late: on a machine
+//     short of cores every lane is late, and cutting the quiet partitions only lost their writes
+//     (docs/BENCHMARKS.md, "Node-wide admission").
 // Outside an episode every fraction grows by kRefillStep per kStepPeriod, up to 1. Steps are per
 // time, not per tick, so the tick's length does not set how fast a fraction moves.
 //
