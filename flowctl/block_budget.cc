@@ -86,11 +86,11 @@ void BlockBudget::StepLocked(int64_t now_nanos) {
     return;
   }
   uint32_t active = 0;
-  bool at_bound = false;
+  bool all_at_bound = true;  // every active partition's spacing at its caller's bound
   for (const auto& [id, e] : entries_) {
     if (!Active(e, now_nanos)) continue;
     ++active;
-    at_bound |= e.at_bound;
+    all_at_bound &= e.at_bound;
   }
   const bool binding =
       active >= 2 &&
@@ -99,9 +99,9 @@ void BlockBudget::StepLocked(int64_t now_nanos) {
   uint32_t next = blocks_per_second_;
   if (!measured || !binding || 2 * st.mean_delay_nanos <= adaptation_.delay_target_nanos) {
     next = next + std::max<uint32_t>(1, ceiling_ / 16);
-  } else if (st.mean_delay_nanos > adaptation_.delay_target_nanos && !at_bound) {
+  } else if (st.mean_delay_nanos > adaptation_.delay_target_nanos && !all_at_bound) {
     next = std::min(next - 1, static_cast<uint32_t>(std::floor(next * kLowerFactor)));
-  }  // else held: between half the target and the target, or late with a spacing at its bound
+  }  // else held: between half the target and the target, or late with every spacing at its bound
   next = std::clamp(next, floor, ceiling_);
   if (next < blocks_per_second_) ++st.lowered;
   if (next > blocks_per_second_) ++st.raised;

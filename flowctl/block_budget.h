@@ -1,5 +1,6 @@
 // BlockBudget: the node's consensus instances (blocks) per second, divided among the partitions
-// that have transactions waiting, by share weight.
+// that have transactions waiting, by weight (the node gives a partition its share weight times
+// the fraction of its client writes node-wide admission lets through).
 //
 // Every block costs each replica a fixed amount whatever it holds: its votes' signatures and
 // their checks, a dozen peer messages and their thread hand-offs, synced writes. One partition
@@ -32,8 +33,9 @@
 // kBindingFraction of the budget in the step (a flood makes few blocks, full ones, which are never
 // held: lowering the budget under it would only space the others' partial ones).
 //   - down (x kLowerFactor) while the delay is above `delay_target_nanos` and the budget binds,
-//     unless an active partition's spacing is already at its caller's bound (then held: a lower
-//     budget would space it no further);
+//     unless every active partition's spacing is already at its caller's bound (then held: a
+//     lower budget would space none of them further; one at its bound alone, say one given a
+//     small weight, leaves the others to space);
 //   - back up (by max(1, ceiling / 16)) while the delay is at most half the target, or does not
 //     count, or the budget does not bind;
 //   - held in between.

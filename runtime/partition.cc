@@ -387,9 +387,9 @@ absl::Status Partition::Impl::Open() {
 
 absl::Status Partition::Impl::Start() {
   if (started_.exchange(true)) return absl::FailedPreconditionError("partition already started");
-  if (env_.block_budget != nullptr) {
+  {
     absl::MutexLock lock(&config_mu_);
-    env_.block_budget->SetWeight(id_, config_.share().weight());
+    ApplyBlockWeightLocked();
   }
   driver_->Start();
   ticking_.store(true);

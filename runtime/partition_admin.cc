@@ -487,9 +487,7 @@ void Partition::SetShareConfig(const node::config::ShareConfig& share) {
   absl::MutexLock update(&impl_->update_mu_);  // not overwritten by an UpdateFlow in progress
   absl::MutexLock lock(&impl_->config_mu_);
   *impl_->config_.mutable_share() = share;
-  if (impl_->env_.block_budget != nullptr && impl_->started_.load() && !impl_->stopping_.load()) {
-    impl_->env_.block_budget->SetWeight(id_, share.weight());
-  }
+  impl_->ApplyBlockWeightLocked();
 }
 
 void Partition::Pause() {
@@ -617,6 +615,10 @@ void Partition::SetAdmitFraction(double own, double floor, bool with_peers) {
   const int64_t now = impl_->clock_->NowNanos();
   const flowctl::PeerAdmission::Decision d = impl_->peer_admission_->Update(own, floor, now);
   impl_->shedder_.SetFraction(with_peers ? d.applied : d.own);
+  {
+    absl::MutexLock lock(&impl_->config_mu_);
+    impl_->ApplyBlockWeightLocked();
+  }
   if (!d.send || !with_peers) return;
   node::partition::PartitionMessage msg;
   msg.mutable_admission()->set_admit_ppm(flowctl::PeerAdmission::ToPpm(d.own));
@@ -626,6 +628,14 @@ void Partition::SetAdmitFraction(double own, double floor, bool with_peers) {
   }
 }
 double Partition::admit_fraction() const { return impl_->shedder_.fraction(); }
+
+void Partition::Impl::ApplyBlockWeightLocked() {
+  if (env_.block_budget == nullptr || !started_.load() || stopping_.load()) return;
+  // The fraction applied is at least the node's floor (min_admit_fraction > 0); a weight must be
+  // positive whatever the shedder holds.
+  const double fraction = std::max(shedder_.fraction(), 1e-3);
+  env_.block_budget->SetWeight(id_, config_.share().weight() * fraction);
+}
 flowctl::PeerAdmission::Snapshot Partition::peer_admission() const {
   return impl_->peer_admission_->snapshot(impl_->clock_->NowNanos());
 }

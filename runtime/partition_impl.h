@@ -123,6 +123,12 @@ class Partition::Impl final : public partitions::CommitSubscriber {
 
   // Queries and admin (partition.cc).
   node::admin::PartitionFlowStats FlowStats() const;
+  // Gives the node's block budget this partition's weight: its share weight times the fraction of
+  // its client writes node-wide admission lets through (1 outside a cut): a partition let through
+  // a tenth of its calls gets a tenth of its share of the node's partial blocks, each of which
+  // costs every replica the same CPU whatever it holds. No-op without a budget, before Start or
+  // once stopping.
+  void ApplyBlockWeightLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
   absl::StatusOr<node::config::PartitionConfig> UpdateFlow(
       const node::admin::UpdatePartitionFlowRequest& request);
   std::string StateName() const;

@@ -245,6 +245,30 @@ TEST(BlockBudgetTest, OnlyABindingBudgetWithEnoughSamplesGoesDown) {
     }
     EXPECT_EQ(budget.blocks_per_second(), 45u);
   }
+  {
+    // One partition at its bound alone: weighted 0.1 beside fifteen of weight 1 (one node-wide
+    // admission lets through a tenth of its calls), it is given 150/64 s between its partial
+    // batches, over its 100-ms bound; the others' spacings are not at theirs, and the budget goes
+    // on down: 64, 54, 45, 38.
+    BlockBudget budget(64);
+    budget.SetAdaptation(adaptation);
+    budget.SetWeight(1, 0.1);
+    std::vector<BlockBudget::PartitionTick> late(16);
+    for (uint32_t i = 0; i < 16; ++i) {
+      late[i] = {.partition = i + 1, .delay_sum_nanos = 20 * 50 * kMs, .messages = 20, .blocks = 1};
+    }
+    int64_t now = kSecond;
+    for (int i = 0; i < 31; ++i) {
+      for (uint32_t id = 1; id <= 16; ++id) {
+        budget.PartialBatchIntervalNanos(id, now, id == 1 ? 100 * kMs : INT64_MAX);
+      }
+      budget.Observe(now, late);
+      now += 100 * kMs;
+    }
+    EXPECT_EQ(budget.LastIntervalNanos(1), 100 * kMs);
+    EXPECT_EQ(budget.blocks_per_second(), 38u);
+    EXPECT_EQ(budget.adaptation_stats().lowered, 3u);
+  }
 }
 
 // The step's delay is the lower median of the partitions' own means over the step: a flooded

@@ -524,6 +524,44 @@ TEST(PartitionClusterTest, TheNodesBlockBudgetSpacesPartialBatchesWhenOtherParti
   EXPECT_LE(budget.height, 13u);
 }
 
+// Node-wide admission's cut reaches the block budget: a partition whose replicas let through a
+// quarter of its client calls (Partition::SetAdmitFraction, as the node's arbiter tick does) has
+// a quarter of its share weight in the budget. With 15 other partitions busy and a budget of 1,000
+// blocks/s its primary leaves them 15 ms between two of its partial batches uncut, 60 ms cut.
+// Every tx still commits (the refused ones sent again), one chain, no view change.
+TEST(PartitionClusterTest, APartitionCutByNodeAdmissionGetsItsCutOfTheBlockBudget) {
+  auto run = [](double fraction, const std::string& name) {
+    Cluster cluster(/*seed=*/17, TestDir(name), {.block_budget = 1000, .batch_max_txs = 500});
+    for (int i = 0; i < kReplicas; ++i) {
+      cluster.partition(i).SetAdmitFraction(fraction, /*floor=*/0.05, /*with_peers=*/false);
+    }
+    cluster.RunFor(absl::Milliseconds(50));
+    for (int chunk = 0; chunk < 6; ++chunk) {
+      cluster.OtherPartitionsHaveWork(15);
+      cluster.SubmitTxs(20);  // 20-100 ms
+    }
+    // The others stay busy for 2 s more, and until every tx is answered (at most 20 s).
+    for (int i = 0; i < 200 && (i < 20 || !cluster.AllAnswered()); ++i) {
+      cluster.OtherPartitionsHaveWork(15);
+      cluster.RunFor(absl::Milliseconds(100));
+    }
+    EXPECT_TRUE(cluster.AllAnswered()) << name;
+    const Outcome out = cluster.Snapshot();
+    for (int i = 0; i < kReplicas; ++i) {
+      EXPECT_EQ(out.nonces[i], 120u) << name << ": every tx committed on replica " << i;
+      EXPECT_EQ(out.chains[i], out.chains[0]) << name << ": replica " << i;
+      EXPECT_EQ(out.views[i], 0u) << name << ": no view change";
+    }
+    return std::pair{cluster.partition(0).FlowStats().block_interval_ms(), out.refusals.size()};
+  };
+  const auto [uncut_ms, uncut_refusals] = run(1, "admission_uncut");
+  const auto [cut_ms, cut_refusals] = run(0.25, "admission_cut");
+  EXPECT_DOUBLE_EQ(uncut_ms, 15);
+  EXPECT_DOUBLE_EQ(cut_ms, 60);
+  EXPECT_EQ(uncut_refusals, 0u);
+  EXPECT_GT(cut_refusals, 0u) << "the cut refused calls";
+}
+
 // Forwarding is lossy: here the one forward of a client tx from backup 2 to the primary is lost
 // (backups 1 and 3 got theirs). The primary never proposes it, so every backup holds it pending
 // and, before this fix, their request timers (400 ms) forced a view change that only moved it to
