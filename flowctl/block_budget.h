@@ -35,7 +35,8 @@
 //   - down (x kLowerFactor) while the delay is above `delay_target_nanos` and the budget binds,
 //     unless every active partition's spacing is already at its caller's bound (then held: a
 //     lower budget would space none of them further; one at its bound alone, say one given a
-//     small weight, leaves the others to space);
+//     small weight, leaves the others to space; a step is wasted when those others cut only full
+//     batches, which are never held, and the budget comes back up while it does not bind);
 //   - back up (by max(1, ceiling / 16)) while the delay is at most half the target, or does not
 //     count, or the budget does not bind;
 //   - held in between.
@@ -49,7 +50,7 @@
 // Thread-safe.
 //
 //   flowctl::BlockBudget budget(64);
-//   budget.SetWeight(partition_id, share.weight());
+//   budget.SetWeight(partition_id, share.weight() * admit_fraction);
 //   int64_t interval = budget.PartialBatchIntervalNanos(partition_id, clock->NowNanos());
 //   // BatchPolicy::Decide(..., /*partial_not_before_nanos=*/last_cut + interval)
 #ifndef FLOWCTL_BLOCK_BUDGET_H_

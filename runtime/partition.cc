@@ -416,8 +416,13 @@ void Partition::Impl::Stop(absl::Duration drain) {
   }
   env_.scheduler->Unregister(tick_id_);  // no more ticks offered
   if (dispatcher_) dispatcher_->Stop();  // discards the rest; ClientJob answers UNAVAILABLE
-  // After the last tick ran: a tick's batch cut would register the partition again.
-  if (env_.block_budget != nullptr) env_.block_budget->Remove(id_);
+  // After the last tick ran: a tick's batch cut would register the partition again. Under
+  // config_mu_, so that an arbiter tick's ApplyBlockWeightLocked, which checks stopping_ under it,
+  // cannot register it again either.
+  if (env_.block_budget != nullptr) {
+    absl::MutexLock lock(&config_mu_);
+    env_.block_budget->Remove(id_);
+  }
   forwarder_->Flush(/*release_all=*/true);
   waiters_.CancelAll(absl::UnavailableError(
       "partition is shutting down; the tx was admitted but its commit was not awaited"));

@@ -96,8 +96,9 @@ struct PartitionEnv {
   // are refused (rejected_by kMemoryPressureStage) and forwarded txs dropped on arrival.
   flowctl::MemoryPressure* memory_pressure = nullptr;
   // The node's block budget (flowctl/block_budget.h): spaces this partition's partial batches
-  // while other partitions have work too. Registered at Start with the share weight, removed
-  // at Stop. Null: no spacing.
+  // while other partitions have work too. Registered at Start with the share weight (times the
+  // admit fraction node-wide admission applies, at each of its ticks), removed at Stop. Null: no
+  // spacing.
   flowctl::BlockBudget* block_budget = nullptr;
   // ResourceConfig.fixed_retry_after: refusals carry the fixed retry-after hints (100 ms pool,
   // 50 ms lane), not the ones computed from the measured commit and service rates.
