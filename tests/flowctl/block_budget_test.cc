@@ -126,12 +126,25 @@ void Ticks(BlockBudget* budget, int64_t* now, int count, int64_t delay, uint64_t
   }
 }
 
+// The adaptation most tests run: a 10-ms target, 1-s steps, a floor of 16.
+constexpr BlockBudget::Adaptation kAdaptation{.enabled = true,
+                                              .min_blocks_per_second = 16,
+                                              .delay_target_nanos = 10 * kMs,
+                                              .step_nanos = kSecond};
+
+// One arbiter tick's figures for sixteen partitions, each late: 20 messages that queued 50 ms, and
+// one block.
+std::vector<BlockBudget::PartitionTick> SixteenLate() {
+  std::vector<BlockBudget::PartitionTick> late(16);
+  for (uint32_t i = 0; i < 16; ++i) {
+    late[i] = {.partition = i + 1, .delay_sum_nanos = 20 * 50 * kMs, .messages = 20, .blocks = 1};
+  }
+  return late;
+}
+
 TEST(BlockBudgetTest, AdaptsDownWhileMessagesQueueAndTheBudgetBindsThenBackUp) {
   BlockBudget budget(64);
-  budget.SetAdaptation({.enabled = true,
-                        .min_blocks_per_second = 16,
-                        .delay_target_nanos = 10 * kMs,
-                        .step_nanos = kSecond});
+  budget.SetAdaptation(kAdaptation);
   int64_t now = kSecond;
   Tick(&budget, now, 0, 0, 0);  // starts the first step
   // A second of messages queueing 30 ms, the node committing 60 blocks a second (the
@@ -222,10 +235,7 @@ TEST(BlockBudgetTest, OnlyABindingBudgetWithEnoughSamplesGoesDown) {
     // on down once the bound is gone.
     BlockBudget budget(64);
     budget.SetAdaptation(adaptation);
-    std::vector<BlockBudget::PartitionTick> late(16);
-    for (uint32_t i = 0; i < 16; ++i) {
-      late[i] = {.partition = i + 1, .delay_sum_nanos = 20 * 50 * kMs, .messages = 20, .blocks = 1};
-    }
+    const std::vector<BlockBudget::PartitionTick> late = SixteenLate();
     int64_t now = kSecond;
     TickEach(&budget, now, late);
     for (int i = 0; i < 10; ++i) {
@@ -253,10 +263,7 @@ TEST(BlockBudgetTest, OnlyABindingBudgetWithEnoughSamplesGoesDown) {
     BlockBudget budget(64);
     budget.SetAdaptation(adaptation);
     budget.SetWeight(1, 0.1);
-    std::vector<BlockBudget::PartitionTick> late(16);
-    for (uint32_t i = 0; i < 16; ++i) {
-      late[i] = {.partition = i + 1, .delay_sum_nanos = 20 * 50 * kMs, .messages = 20, .blocks = 1};
-    }
+    const std::vector<BlockBudget::PartitionTick> late = SixteenLate();
     int64_t now = kSecond;
     for (int i = 0; i < 31; ++i) {
       for (uint32_t id = 1; id <= 16; ++id) {
@@ -337,10 +344,7 @@ TEST(BlockBudgetTest, AdaptationOffOrANewCeilingPutsTheCeilingInForce) {
 
 TEST(BlockBudgetTest, AFloorAboveTheCeilingIsTheCeiling) {
   BlockBudget budget(8);
-  budget.SetAdaptation({.enabled = true,
-                        .min_blocks_per_second = 16,
-                        .delay_target_nanos = 10 * kMs,
-                        .step_nanos = kSecond});
+  budget.SetAdaptation(kAdaptation);
   int64_t now = kSecond;
   Tick(&budget, now, 0, 0, 0);
   Ticks(&budget, &now, 30, 30 * kMs, 20, 1);
