@@ -24,6 +24,7 @@
 #define RUNTIME_CONFIG_VALIDATION_H_
 
 #include <array>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -62,9 +63,15 @@ struct GatePredicateSpec {
   absl::string_view name;
   flowctl::RejectKind rejects_as;
 };
+// (From the array's length: string_view's const char* constructor tests the pointer for null,
+// which GCC does not evaluate at compile time under -fsanitize=undefined.)
+template <size_t N>
+constexpr absl::string_view LiteralView(const char (&s)[N]) {
+  return absl::string_view(s, N - 1);
+}
 inline constexpr std::array<GatePredicateSpec, 2> kGatePredicates = {{
-    {kConsensusNormalPredicate, flowctl::RejectKind::kUnavailable},
-    {kPoolBelowHighWaterPredicate, flowctl::RejectKind::kOverloaded},
+    {LiteralView(kConsensusNormalPredicate), flowctl::RejectKind::kUnavailable},
+    {LiteralView(kPoolBelowHighWaterPredicate), flowctl::RejectKind::kOverloaded},
 }};
 
 // Upper bound of a lane weight (weights become integer strides in the worker pool).

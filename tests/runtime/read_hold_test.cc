@@ -97,8 +97,9 @@ class ReadHoldTest : public ::testing::Test {
 
   static constexpr const void* kOwner = nullptr;
   tests::FakeClock clock_;
-  ReadHold hold_{&clock_};
+  // Before hold_: its destructor gives up the reads still held, which write to the log.
   Log log_;
+  ReadHold hold_{&clock_};
 };
 
 // Reads wait in arrival order and are answered one per token, each when its token is due; only
