@@ -142,20 +142,34 @@ Split SplitSince(Dispatcher* a, Dispatcher* b, int64_t a0, int64_t b0) {
   return {a->CpuNanos() - a0, b->CpuNanos() - b0};
 }
 
-// Two partitions with CPU shares 3:1, both always backlogged: the CPU the pool charges them splits
-// 3:1. 4,000 messages after 200 of warm-up: 3,000 and 1,000 of them within a few (the stride
-// scheduler's rounding), and every message charged exactly its cost.
-TEST(DispatcherTest, CpuSplitsByPartitionShare) {
-  FakeClock clock;
-  CpuRig rig(&clock);
-  Dispatcher* a = rig.Add(3.0);
-  Dispatcher* b = rig.Add(1.0);
-  rig.Start();
-  rig.Run(200);
-  const int64_t a0 = a->CpuNanos();
-  const int64_t b0 = b->CpuNanos();
-  rig.Run(4000);
-  const Split s = SplitSince(a, b, a0, b0);
+// Two partitions with CPU shares 3:1 on the fake-time rig, both always backlogged, after 200
+// messages of warm-up.
+class DispatcherCpuShareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_ = rig_.Add(3.0);
+    b_ = rig_.Add(1.0);
+    rig_.Start();
+    rig_.Run(200);
+  }
+  // The CPU charged to a and b while `messages` more run.
+  Split Measure(int messages) {
+    const int64_t a0 = a_->CpuNanos();
+    const int64_t b0 = b_->CpuNanos();
+    rig_.Run(messages);
+    return SplitSince(a_, b_, a0, b0);
+  }
+
+  FakeClock clock_;
+  CpuRig rig_{&clock_};
+  Dispatcher* a_ = nullptr;
+  Dispatcher* b_ = nullptr;
+};
+
+// The CPU the pool charges them splits 3:1: of 4,000 messages, 3,000 and 1,000 within a few (the
+// stride scheduler's rounding), every message charged exactly its cost.
+TEST_F(DispatcherCpuShareTest, CpuSplitsByPartitionShare) {
+  const Split s = Measure(4000);
   EXPECT_EQ(s.a + s.b, 4000 * kCost);
   EXPECT_NEAR(s.a, 3000 * kCost, 5 * kCost);
   EXPECT_NEAR(s.b, 1000 * kCost, 5 * kCost);
@@ -163,24 +177,11 @@ TEST(DispatcherTest, CpuSplitsByPartitionShare) {
 
 // Live re-weighting: 3:1, then 1:1 on the running partitions; the split follows within a few
 // messages of the change.
-TEST(DispatcherTest, LiveReweightingMovesTheCpuSplit) {
-  FakeClock clock;
-  CpuRig rig(&clock);
-  Dispatcher* a = rig.Add(3.0);
-  Dispatcher* b = rig.Add(1.0);
-  rig.Start();
-  rig.Run(200);
-  int64_t a0 = a->CpuNanos();
-  int64_t b0 = b->CpuNanos();
-  rig.Run(4000);
-  const Split before = SplitSince(a, b, a0, b0);
-  EXPECT_NEAR(before.a, 3000 * kCost, 5 * kCost);
-  ASSERT_TRUE(a->SetCpuShare(1.0).ok());
-  rig.Run(100);  // what was scheduled under the old share
-  a0 = a->CpuNanos();
-  b0 = b->CpuNanos();
-  rig.Run(4000);
-  const Split after = SplitSince(a, b, a0, b0);
+TEST_F(DispatcherCpuShareTest, LiveReweightingMovesTheCpuSplit) {
+  EXPECT_NEAR(Measure(4000).a, 3000 * kCost, 5 * kCost);
+  ASSERT_TRUE(a_->SetCpuShare(1.0).ok());
+  rig_.Run(100);  // what was scheduled under the old share
+  const Split after = Measure(4000);
   EXPECT_NEAR(after.a, 2000 * kCost, 5 * kCost);
   EXPECT_NEAR(after.b, 2000 * kCost, 5 * kCost);
 }
