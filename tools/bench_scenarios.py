@@ -393,7 +393,12 @@ def goodput():
             if sample:
                 t.join()
             h = p["hot"]
-            return {"committed": window_rate(h, "committed", 5, 25), "vc": h["view_changes"],
+            mean = window_rate(h, "committed", 5, 25)
+            per_s = [r["committed"] for r in h["series"] if 5 <= r["t"] < 25]
+            log("%s: committed per second over [5, 25): min %d, mean %.0f, %d of %d seconds under "
+                "half the mean" % (name, min(per_s, default=0), mean,
+                                   sum(1 for v in per_s if v < mean / 2), len(per_s)))
+            return {"committed": mean, "vc": h["view_changes"],
                     "p99": h["p99_ms"], "lg": s["_loadgen_cores"],
                     "dropped": h["client_dropped"] / max(1, h["offered"]),
                     # as the cpu scenario: the nodes' CPU over the run (drain included)
@@ -744,9 +749,12 @@ def scale():
             log("scale %d partitions: committed %.0f tx/s (seconds 5-%d), all %d of %d offered, "
                 "worst p99 %.0f ms, %d view changes, nodes %.2f cores, loadgen %.2f cores; node 2's "
                 "mean lane queueing delay: consensus %.1f ms, tx_forward %.1f ms; node 2 per block: "
-                "%.2f consensus verifications, %.2f redundant votes dropped unverified (%d blocks)"
+                "%.2f consensus verifications, %.2f redundant votes dropped unverified (%d blocks, "
+                "drain included: %.0f per second of the %d s of load, so about %.0f ms apart in "
+                "each partition)"
                 % (n, r["committed"], duration, r["all"], r["offered"], r["p99"], r["vc"],
-                   r["cores"], r["lg"], cons_ms, fwd_ms, verifies, redundant, blocks))
+                   r["cores"], r["lg"], cons_ms, fwd_ms, verifies, redundant, blocks,
+                   blocks / duration, duration, 1000.0 * duration * n / blocks))
     idle_n = int(os.environ.get("SCALE_IDLE", "64"))
     idle = None
     if idle_n > 0:
