@@ -104,6 +104,7 @@ ConsensusDriver::Stats ConsensusDriver::stats() const {
   s.dropped_bad_tx = dropped_bad_tx_.load(std::memory_order_relaxed);
   s.redundant_votes = redundant_votes_.load(std::memory_order_relaxed);
   s.snapshot_serve = snapshot_server_.stats();
+  s.rounds = rounds_.snapshot();
   absl::MutexLock lock(&mu_);
   s.snapshot_fetch = snapshot_->active() ? snapshot_->stats() : last_snapshot_;
   s.snapshots_installed = snapshots_installed_;
@@ -131,7 +132,13 @@ bool ConsensusDriver::OnConsensusMessage(uint32_t from, const ConsensusMessage& 
     dropped_bad_signature_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftMessage{msg}); });
+  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (msg.has_pre_prepare()) {
+      rounds_.PrePrepareSeen(msg.pre_prepare().view(), msg.pre_prepare().seq(),
+                             deps_.clock->NowNanos());
+    }
+    StepLocked(PbftMessage{msg});
+  });
   return true;
 }
 
@@ -402,11 +409,13 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
     if (halted_) break;
     std::visit(Overloaded{
                    [&](PbftSend& a) {
+                     StampRoundLocked(a.msg);
                      node::partition::PartitionMessage m;
                      *m.mutable_consensus() = std::move(a.msg);
                      deps_.sender->Send(a.to, ChannelOf(a.channel), m);
                    },
                    [&](PbftBroadcast& a) {
+                     StampRoundLocked(a.msg);
                      // The bodies of a new proposal go first, on the same channel (forwarder.h).
                      if (proposal_bodies_ && a.msg.has_pre_prepare()) {
                        if (deps_.withhold) {
@@ -469,6 +478,7 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                                << " (view " << replica_->view() << ")";
                      if (a.state == ConsensusState::kViewChange) {
                        view_changes_.fetch_add(1);
+                       rounds_.ViewChanged();
                        // Proposals of the old view are abandoned: their txs become selectable again
                        // (a re-proposed one that commits twice gets a REJECTED receipt the second
                        // time).
@@ -492,6 +502,23 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
     deferred_.push_back([this, earliest_timer] { deps_.wake_by(earliest_timer); });
   }
   if (cut_may_change) deferred_.push_back([this] { deps_.request_tick(); });
+}
+
+void ConsensusDriver::StampRoundLocked(const ConsensusMessage& msg) {
+  const int64_t now = deps_.clock->NowNanos();
+  switch (msg.body_case()) {
+    case ConsensusMessage::kPrePrepare:
+      rounds_.Proposed(msg.pre_prepare().view(), msg.pre_prepare().seq(), now);
+      break;
+    case ConsensusMessage::kPrepare:
+      rounds_.Proposed(msg.prepare().view(), msg.prepare().seq(), now);
+      break;
+    case ConsensusMessage::kCommit:
+      rounds_.Prepared(msg.commit().view(), msg.commit().seq(), now);
+      break;
+    default:
+      break;
+  }
 }
 
 void ConsensusDriver::FetchLocked(PbftFetchTxs& fetch) {
@@ -529,11 +556,14 @@ void ConsensusDriver::UpdateHoldLocked() {
 }
 
 absl::Status ConsensusDriver::CommitLocked(const PbftCommit& commit) {
+  const int64_t start = deps_.clock->NowNanos();
   absl::StatusOr<std::optional<CommitEvent>> event = deps_.pipeline->Commit(commit);
   if (!event.ok()) return event.status();
   if (!event->has_value()) return absl::OkStatus();  // already in the ledger (restart)
-  if (deps_.on_commit_locked) deps_.on_commit_locked(**event);
   last_commit_nanos_ = deps_.clock->NowNanos();
+  rounds_.Committed(commit.seq, start);
+  rounds_.Applied(last_commit_nanos_ - start, last_commit_nanos_);
+  if (deps_.on_commit_locked) deps_.on_commit_locked(**event);
   committed_.push_back(*std::move(*event));
   return absl::OkStatus();
 }
@@ -656,7 +686,10 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     StepLocked(PbftBatchReady{std::move(hashes)});
     // Spaced from the last batch that became a proposal (none came of this one: look again as
     // if it had not been cut).
-    if (replica_->own_proposals_in_flight() > in_flight) last_cut_nanos_ = now;
+    if (replica_->own_proposals_in_flight() > in_flight) {
+      last_cut_nanos_ = now;
+      rounds_.CutWaited(now - ready_since_);
+    }
     if (proposal_bodies_) {  // no pre-prepare came of it: forward them instead
       deps_.forwarder->ReturnBodies(*std::move(proposal_bodies_));
       proposal_bodies_.reset();

@@ -56,6 +56,7 @@
 #include "partitions/pbft_replica.h"
 #include "partitions/pbft_types.h"
 #include "partitions/peer_sender.h"
+#include "partitions/round_times.h"
 #include "partitions/snapshot_sync.h"
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
@@ -132,6 +133,7 @@ class ConsensusDriver {
     SnapshotFetcher::Stats snapshot_fetch;  // the fetch in progress, or the last one
     uint64_t snapshots_installed = 0;
     SnapshotServer::Stats snapshot_serve;
+    RoundTimes::Snapshot rounds;  // this replica's rounds of consensus, phase by phase
   };
 
   static absl::StatusOr<std::unique_ptr<ConsensusDriver>> Create(
@@ -181,6 +183,9 @@ class ConsensusDriver {
   void StepLocked(const PbftEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyLocked(std::vector<PbftAction> actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitLocked(const PbftCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stamps the round a message of this replica's belongs to (RoundTimes): a pre-prepare or
+  // prepare sent is its proposal accepted, a commit sent is it prepared.
+  void StampRoundLocked(const ConsensusMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FetchLocked(PbftFetchTxs& fetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CutBatchesLocked(int64_t now, bool paused, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -228,6 +233,7 @@ class ConsensusDriver {
   int64_t next_expire_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_reforward_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_commit_nanos_ ABSL_GUARDED_BY(mu_) = 0;  // when a block last committed here
+  RoundTimes rounds_;  // thread-safe; stamped under mu_, read by stats() without it
   int64_t next_hook_ ABSL_GUARDED_BY(mu_) = 0;
   bool hook_wants_ticks_ ABSL_GUARDED_BY(mu_) = false;  // on_tick_locked's last answer
   bool primary_normal_ ABSL_GUARDED_BY(mu_) = false;    // last value given to the forwarder

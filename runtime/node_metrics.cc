@@ -382,6 +382,19 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Histogram("noded_stage_decision_seconds",
                "Time the interceptor's stages took to admit or reject one client tx.", l,
                p.stage_decision());
+  const node::admin::ConsensusRoundStats& rounds = p.consensus_rounds();
+  const std::pair<const char*, const node::admin::LatencySummary*> phases[] = {
+      {"cut_wait", &rounds.cut_wait()}, {"accept", &rounds.accept()},
+      {"prepare", &rounds.prepare()},   {"commit", &rounds.commit()},
+      {"apply", &rounds.apply()},       {"interval", &rounds.interval()}};
+  for (const auto& [phase, summary] : phases) {
+    f->Histogram("noded_consensus_phase_seconds",
+                 "Time one phase of this replica's rounds of consensus took, block by block: "
+                 "cut_wait (primary: ready txs held before the cut), accept (backup: pre-prepare "
+                 "to prepare), prepare (to prepared), commit (prepared to committed), apply "
+                 "(execution and ledger write), interval (between two blocks committed).",
+                 {{"partition", p.name()}, {"phase", phase}}, *summary);
+  }
   f->Counter("noded_committed_txs_total", "Transactions committed.", l,
              static_cast<double>(p.committed_txs()));
   f->Gauge("noded_commit_watchers", "Client commit streams (WatchCommits) open now.", l,

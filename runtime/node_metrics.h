@@ -8,7 +8,9 @@
 //               noded_consensus_state{state}=0/1 (NORMAL, VIEW_CHANGE, RECOVERING, HALTED,
 //               DIVERGED), noded_partition_paused, noded_partition_lossless,
 //               noded_committed_txs_total, noded_commit_latency_seconds and
-//               noded_stage_decision_seconds (histograms), all {partition}
+//               noded_stage_decision_seconds (histograms), all {partition};
+//               noded_consensus_phase_seconds (histogram) {partition,phase="cut_wait"|
+//               "accept"|"prepare"|"commit"|"apply"|"interval"}
 //   stages      noded_stage_{admitted,rejected}_total, noded_stage_{current,limit}
 //               {partition,stage,kind}; the read chain's: noded_read_stage_{admitted,
 //               rejected}_total, noded_read_stage_{current,limit} {partition,stage,kind}

@@ -143,6 +143,13 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   const CommitStreamStats streams = commit_streams_->stats();
   out.set_commit_watchers(streams.watchers);
   out.set_commit_watchers_cut_slow(streams.cut_slow);
+  node::admin::ConsensusRoundStats* rounds = out.mutable_consensus_rounds();
+  *rounds->mutable_cut_wait() = LatencySummaryOf(driver.rounds.cut_wait);
+  *rounds->mutable_accept() = LatencySummaryOf(driver.rounds.accept);
+  *rounds->mutable_prepare() = LatencySummaryOf(driver.rounds.prepare);
+  *rounds->mutable_commit() = LatencySummaryOf(driver.rounds.commit);
+  *rounds->mutable_apply() = LatencySummaryOf(driver.rounds.apply);
+  *rounds->mutable_interval() = LatencySummaryOf(driver.rounds.interval);
   node::admin::SnapshotSyncStats* snap = out.mutable_snapshot();
   snap->set_installed(driver.snapshots_installed);
   snap->set_fetch_seq(driver.snapshot_fetch.seq);

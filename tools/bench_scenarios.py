@@ -335,6 +335,37 @@ def partition_items(stats, partition, key):
             for x in o[key] if isinstance(x, dict)]
 
 
+ROUND_PHASES = ("cut_wait", "accept", "prepare", "commit", "apply", "interval")
+
+
+def round_phases(c, partition):
+    """One line per node: the phases of its rounds of consensus in `partition` (nodectl --json
+    stats' consensus_rounds) as p50/p99/max in ms, for the phases it timed; then its consensus
+    and tx_forward lanes' queueing delay (p50/p99 ms) and CPU per message handled (us)."""
+    lines = []
+    for i in range(c.nodes):
+        st = c.stats(i)
+        found = [o for o in named_objects(st or {}, (partition,)) if "consensus_rounds" in o]
+        if not found:
+            lines.append("n%d: -" % (i + 1))
+            continue
+        parts = []
+        for ph in ROUND_PHASES:
+            l = found[0]["consensus_rounds"].get(ph, {})
+            if int(l.get("count", 0)):
+                parts.append("%s %.0f/%.0f/%.0f" % (ph, l.get("p50_us", 0) / 1e3,
+                                                   l.get("p99_us", 0) / 1e3,
+                                                   l.get("max_us", 0) / 1e3))
+        for l in found[0].get("lanes", []):
+            if l.get("name") in ("consensus", "tx_forward"):
+                q = l.get("queueing_delay", {})
+                parts.append("lane %s %.1f/%.1f, %.0f us/msg" % (
+                    l["name"], q.get("p50_us", 0) / 1e3, q.get("p99_us", 0) / 1e3,
+                    int(l.get("cpu_nanos", 0)) / 1e3 / max(1, int(l.get("processed", 0)))))
+        lines.append("n%d: %s" % (i + 1, ", ".join(parts)))
+    return lines
+
+
 def goodput():
     mode = os.environ.get("GOODPUT_MODE", "adaptive")
     if mode not in ("adaptive", "static"):
@@ -392,6 +423,8 @@ def goodput():
             stop.set()
             if sample:
                 t.join()
+            for line in round_phases(c, "hot"):
+                log("%s: rounds p50/p99/max ms %s" % (name, line))
             h = p["hot"]
             mean = window_rate(h, "committed", 5, 25)
             per_s = [r["committed"] for r in h["series"] if 5 <= r["t"] < 25]
@@ -746,6 +779,8 @@ def scale():
                        "cores": cores, "lg": s["_loadgen_cores"], "cons_ms": cons_ms,
                        "fwd_ms": fwd_ms}
             r = rows[n]
+            for line in round_phases(c, names[0]):
+                log("scale %d partitions, %s's rounds p50/p99/max ms %s" % (n, names[0], line))
             log("scale %d partitions: committed %.0f tx/s (seconds 5-%d), all %d of %d offered, "
                 "worst p99 %.0f ms, %d view changes, nodes %.2f cores, loadgen %.2f cores; node 2's "
                 "mean lane queueing delay: consensus %.1f ms, tx_forward %.1f ms; node 2 per block: "

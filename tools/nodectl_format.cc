@@ -87,6 +87,22 @@ void PrintPartitionStats(const node::admin::PartitionFlowStats& p, std::ostream&
         << "the queue full " << h.full() << "\n";
   }
 
+  // This replica's rounds of consensus, phase by phase (the phases it has timed).
+  const node::admin::ConsensusRoundStats& r = p.consensus_rounds();
+  Table rounds({"ROUND_PHASE", "BLOCKS>", "P50>", "P99>", "MAX>"});
+  for (const auto& [phase, l] :
+       {std::pair{"cut_wait", &r.cut_wait()}, std::pair{"accept", &r.accept()},
+        std::pair{"prepare", &r.prepare()}, std::pair{"commit", &r.commit()},
+        std::pair{"apply", &r.apply()}, std::pair{"interval", &r.interval()}}) {
+    if (l->count() == 0) continue;
+    rounds.AddRow({phase, absl::StrCat(l->count()), FormatMicros(l->p50_us()),
+                   FormatMicros(l->p99_us()), FormatMicros(l->max_us())});
+  }
+  if (rounds.rows() > 0) {
+    out << "\n";
+    rounds.Print(out, 2);
+  }
+
   Table lanes({"LANE", "WEIGHT>", "SCHED>", "DEPTH>", "DEPTH_BYTES>", "CAPACITY>",
                "CAPACITY_BYTES>", "OFFERED>", "PROCESSED>", "DROPPED>", "DROPPED_BYTES>",
                "DELAY_P50>", "DELAY_P99>", "CPU>"});

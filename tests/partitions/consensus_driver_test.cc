@@ -302,6 +302,71 @@ TEST_F(ConsensusDriverTest, ABackupFetchesMissingTxsFromThePrimaryThenPrepares) 
   EXPECT_EQ(driver_->stats().dropped_bad_tx, 0u);
 }
 
+// The round's phases on the driver's clock: a backup that waits for the bodies, then for votes.
+TEST_F(ConsensusDriverTest, ABackupTimesEachPhaseOfItsRounds) {
+  Build(1);
+  std::vector<TxPtr> txs = {NewTx(), NewTx()};
+  driver_->OnConsensusMessage(0, PrePrepareFromPrimary(1, txs));
+  clock_.Advance(absl::Milliseconds(5));
+  size_t mark = Mark();
+  driver_->OnTxBatch(Bodies(txs));  // the fetched bodies: it prepares
+  std::vector<ConsensusMessage> prepares = Consensus(SentSince(mark), ConsensusMessage::kPrepare);
+  ASSERT_EQ(prepares.size(), 1u);
+  clock_.Advance(absl::Milliseconds(7));
+  Vote(1, prepares[0].prepare().digest(), {2}, {});  // prepared: it sends its commit
+  clock_.Advance(absl::Milliseconds(11));
+  Vote(1, prepares[0].prepare().digest(), {}, {0, 2});  // committed
+  ASSERT_EQ(recorder_.heights, std::vector<uint64_t>{1});
+
+  RoundTimes::Snapshot r = driver_->stats().rounds;
+  EXPECT_EQ(r.accept.count, 1u);
+  EXPECT_EQ(r.accept.sum, 5 * kMs) << "pre-prepare received -> prepare sent";
+  EXPECT_EQ(r.prepare.sum, 7 * kMs) << "prepare sent -> commit sent";
+  EXPECT_EQ(r.commit.sum, 11 * kMs) << "commit sent -> committed";
+  EXPECT_EQ(r.apply.count, 1u);
+  EXPECT_EQ(r.interval.count, 0u);
+  EXPECT_EQ(r.cut_wait.count, 0u) << "a backup cuts nothing";
+
+  // A second block, its bodies already here: accepted at once, 30 ms after the first committed.
+  std::vector<TxPtr> more = {NewTx()};
+  driver_->OnTxBatch(Bodies(more));
+  clock_.Advance(absl::Milliseconds(30));
+  mark = Mark();
+  driver_->OnConsensusMessage(0, PrePrepareFromPrimary(2, more));
+  prepares = Consensus(SentSince(mark), ConsensusMessage::kPrepare);
+  ASSERT_EQ(prepares.size(), 1u);
+  Vote(2, prepares[0].prepare().digest(), {2}, {0, 2});
+  ASSERT_EQ(recorder_.heights, (std::vector<uint64_t>{1, 2}));
+  r = driver_->stats().rounds;
+  EXPECT_EQ(r.accept.count, 2u);
+  EXPECT_EQ(r.accept.sum, 5 * kMs);
+  EXPECT_EQ(r.interval.count, 1u);
+  EXPECT_EQ(r.interval.sum, 30 * kMs);
+}
+
+// The primary's cut wait: ready txs held until the batch policy's delay ran out.
+TEST_F(ConsensusDriverTest, ThePrimaryTimesHowLongReadyTxsWaitedForTheCut) {
+  Build(0);
+  for (int i = 0; i < 2; ++i) AdmitAsClient(NewTx());
+  size_t mark = Mark();
+  driver_->Tick(clock_.NowNanos(), false);  // ready, but two of a batch of three: it waits
+  clock_.Advance(absl::Milliseconds(10));
+  driver_->Tick(clock_.NowNanos(), false);
+  std::vector<ConsensusMessage> pps = Consensus(SentSince(mark), ConsensusMessage::kPrePrepare);
+  ASSERT_EQ(pps.size(), 1u);
+  clock_.Advance(absl::Milliseconds(4));
+  Vote(1, pps[0].pre_prepare().digest(), {1, 2}, {});
+  clock_.Advance(absl::Milliseconds(6));
+  Vote(1, pps[0].pre_prepare().digest(), {}, {1, 2});
+  ASSERT_EQ(recorder_.heights, std::vector<uint64_t>{1});
+  const RoundTimes::Snapshot r = driver_->stats().rounds;
+  EXPECT_EQ(r.cut_wait.count, 1u);
+  EXPECT_EQ(r.cut_wait.sum, 10 * kMs);
+  EXPECT_EQ(r.accept.count, 0u) << "the primary receives no pre-prepare";
+  EXPECT_EQ(r.prepare.sum, 4 * kMs);
+  EXPECT_EQ(r.commit.sum, 6 * kMs);
+}
+
 TEST_F(ConsensusDriverTest, EnvelopesNotSignedByTheirConnectionsReplicaAreDropped) {
   Build(1);
   std::vector<TxPtr> txs = {NewTx()};

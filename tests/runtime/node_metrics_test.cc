@@ -93,6 +93,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   p->mutable_cpu()->set_share(1.5);
   p->mutable_commit_latency()->set_count(8);
   p->mutable_commit_latency()->set_p99_us(250'000);
+  p->mutable_consensus_rounds()->mutable_commit()->set_count(5);
+  p->mutable_consensus_rounds()->mutable_apply()->set_count(6);
   p->set_committed_txs(77);
   p->set_commit_watchers(3);
   p->set_commit_watchers_cut_slow(2);
@@ -175,6 +177,11 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_arbiter_share{partition=\"hot\",resource=\"cpu\"} 1.5"));
   EXPECT_THAT(text, HasSubstr("noded_commit_latency_seconds_count{partition=\"hot\"} 8"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_commit_latency_seconds histogram"));
+  EXPECT_THAT(text, HasSubstr("# TYPE noded_consensus_phase_seconds histogram"));
+  EXPECT_THAT(
+      text, HasSubstr("noded_consensus_phase_seconds_count{partition=\"hot\",phase=\"commit\"} 5"));
+  EXPECT_THAT(
+      text, HasSubstr("noded_consensus_phase_seconds_count{partition=\"hot\",phase=\"apply\"} 6"));
   EXPECT_THAT(text, HasSubstr("noded_committed_txs_total{partition=\"hot\"} 77"));
   EXPECT_THAT(text, HasSubstr("noded_egress_bytes_sent_total{channel=\"CONSENSUS\"} 555"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_committed_txs_total counter"));

@@ -46,6 +46,10 @@ node::admin::FlowStats SampleStats() {
       name: "hot"
       committed_txs: 4242
       commit_latency { count: 10 p50_us: 1500 p99_us: 8000 max_us: 12000 }
+      consensus_rounds {
+        prepare { count: 40 p50_us: 2100 p99_us: 9000 max_us: 15000 }
+        apply { count: 41 p50_us: 800 p99_us: 3000 max_us: 4000 }
+      }
       stages {
         name: "concurrency"
         kind: "concurrency"
@@ -286,6 +290,11 @@ TEST_F(NodectlTest, StatsSendsPartitionAndPrintsTables) {
   EXPECT_THAT(o, HasSubstr("  STAGE        KIND         ADMITTED  REJECTED  CURRENT  LIMIT\n"
                            "  concurrency  concurrency      1000         7       12   1024\n"
                            "  rate         rate              990        10      3.5    500\n"));
+  // Only the phases timed: a backup's cut_wait, say, stays out.
+  EXPECT_THAT(o, ContainsRegex("  ROUND_PHASE +BLOCKS +P50 +P99 +MAX\n"
+                               "  prepare +40 +2.10ms +9.00ms +15.00ms\n"
+                               "  apply +41 +800us +3.00ms +4.00ms\n"));
+  EXPECT_THAT(o, Not(HasSubstr("cut_wait")));
   EXPECT_THAT(o, ContainsRegex("  consensus +8 +12 \\(7.5/5ms\\) +3 +1.5 KiB +32768 +32.0 MiB "
                                "+100 +97 +0 +0 B +40us +900us +2.50ms\n"));
   EXPECT_THAT(o, ContainsRegex("  bulk +1 +1 +0 +0 B +4096 +0 B +0 +0 +55 +2.0 MiB +- +- +0us\n"));

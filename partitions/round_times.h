@@ -1,0 +1,95 @@
+// RoundTimes: how long each phase of one replica's rounds of consensus took, block by block.
+//
+// A client's commit latency (admission -> commit) says that a partition is slow, not where. The
+// consensus driver stamps each round as it goes and this keeps one histogram per phase:
+//
+//   cut_wait  primary: how long ready txs waited in the pool before the cut that proposed them
+//             (since they became ready, or since the last cut that left them there). The block
+//             budget's spacing and the batch policy's delay show here.
+//   accept    backup: pre-prepare received (its signature checked) -> prepare sent: the wait for
+//             the txs' bodies (forwarded or fetched) and the replica's checks.
+//   prepare   proposal accepted here (the primary's pre-prepare, a backup's prepare, sent) ->
+//             prepared (this replica's commit sent): the wait for 2f matching prepares.
+//   commit    prepared -> committed (2f+1 matching commits).
+//   apply     executing the block and writing it to the ledger (one synced write).
+//   interval  between two blocks committed here.
+//
+// A round is timed only within one view: a view change forgets the stamps (its rounds would
+// measure the view change, which view_changes and the request timeout already describe). Blocks
+// committed from block sync have no stamps and count in apply and interval only.
+//
+// Thread-safety: thread-safe. The stamps take a small lock of their own (the driver already
+// serializes them under its lock, so it is never contended); snapshot() takes none.
+//
+//   RoundTimes times;
+//   times.Proposed(view, seq, now);   // pre-prepare or prepare sent
+//   times.Prepared(view, seq, now);   // commit sent
+//   times.Committed(seq, now);        // PbftCommit action
+//   times.Applied(apply_nanos);
+#ifndef PARTITIONS_ROUND_TIMES_H_
+#define PARTITIONS_ROUND_TIMES_H_
+
+#include <cstdint>
+#include <map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "flowctl/histogram.h"
+
+namespace partitions {
+
+class RoundTimes {
+ public:
+  struct Snapshot {
+    flowctl::HistogramSnapshot cut_wait, accept, prepare, commit, apply, interval;  // nanoseconds
+  };
+
+  // Rounds stamped but not committed that are kept at most (the oldest are forgotten beyond it:
+  // a replica's window of proposals in flight is far smaller).
+  static constexpr size_t kMaxOpenRounds = 1024;
+
+  RoundTimes() = default;
+  RoundTimes(const RoundTimes&) = delete;
+  RoundTimes& operator=(const RoundTimes&) = delete;
+
+  // Primary: a cut that became a proposal, of txs ready for `waited` nanoseconds.
+  void CutWaited(int64_t waited) { cut_wait_.Record(waited); }
+  // Backup: a pre-prepare for (view, seq) arrived with a valid signature.
+  void PrePrepareSeen(uint64_t view, uint64_t seq, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
+  // This replica accepted the proposal for (view, seq): sent its pre-prepare (primary) or
+  // prepare (backup). Records accept when the pre-prepare was seen in that view.
+  void Proposed(uint64_t view, uint64_t seq, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
+  // This replica is prepared for (view, seq): it sent its commit. Records prepare.
+  void Prepared(uint64_t view, uint64_t seq, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
+  // The block at `seq` committed here (its execution starts now). Records commit when prepared
+  // was stamped, and forgets every round at or below seq.
+  void Committed(uint64_t seq, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
+  // The block committed last took `nanos` to execute and write; it finished at `now`. Records
+  // apply, and interval from the block before.
+  void Applied(int64_t nanos, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
+  // A view change began: forgets every open round.
+  void ViewChanged() ABSL_LOCKS_EXCLUDED(mu_);
+
+  Snapshot snapshot() const;
+  // Rounds stamped and not yet committed.
+  size_t open_rounds() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Stamps {
+    uint64_t view = 0;
+    int64_t seen = 0;      // pre-prepare received (backup)
+    int64_t proposed = 0;  // pre-prepare or prepare sent
+    int64_t prepared = 0;  // commit sent
+  };
+  // The round for seq in `view`, reset if it was stamped in another view.
+  Stamps& RoundOfLocked(uint64_t view, uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::map<uint64_t, Stamps> open_ ABSL_GUARDED_BY(mu_);  // by seq
+  int64_t last_applied_ ABSL_GUARDED_BY(mu_) = 0;         // 0: no block applied yet
+  flowctl::Histogram cut_wait_, accept_, prepare_, commit_, apply_, interval_;
+};
+
+}  // namespace partitions
+
+#endif  // PARTITIONS_ROUND_TIMES_H_
