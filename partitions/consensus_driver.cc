@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<ConsensusDriver>> ConsensusDriver::Create(
 ConsensusDriver::ConsensusDriver(Deps deps)
     : deps_(std::move(deps)),
       snapshot_server_(deps_.ledger, deps_.clock,
-                       {.serve_bytes_per_second = deps_.snapshot_serve_bytes_per_second}) {}
+                       {.serve_bytes_per_second = deps_.snapshot_serve_bytes_per_second}),
+      rounds_({.slow_round_nanos = deps_.slow_round_nanos}) {}
 
 void ConsensusDriver::Start() {
   WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftStart{}); });
@@ -561,8 +562,9 @@ absl::Status ConsensusDriver::CommitLocked(const PbftCommit& commit) {
   if (!event.ok()) return event.status();
   if (!event->has_value()) return absl::OkStatus();  // already in the ledger (restart)
   last_commit_nanos_ = deps_.clock->NowNanos();
-  rounds_.Committed(commit.seq, start);
-  rounds_.Applied(last_commit_nanos_ - start, last_commit_nanos_);
+  if (std::optional<std::string> slow = rounds_.Applied(commit.seq, start, last_commit_nanos_)) {
+    LOG(WARNING) << "partition " << deps_.name << ": " << *slow;
+  }
   if (deps_.on_commit_locked) deps_.on_commit_locked(**event);
   committed_.push_back(*std::move(*event));
   return absl::OkStatus();
@@ -683,12 +685,13 @@ void ConsensusDriver::CutBatchesLocked(int64_t now, bool paused, int64_t* wake) 
     for (const auto& tx : batch) hashes.push_back(tx->hash);
     proposal_bodies_ = deps_.forwarder->TakeBodies(batch);
     const uint64_t in_flight = replica_->own_proposals_in_flight();
+    const int64_t waited = now - ready_since_;  // before the step, which may reset it
     StepLocked(PbftBatchReady{std::move(hashes)});
     // Spaced from the last batch that became a proposal (none came of this one: look again as
     // if it had not been cut).
     if (replica_->own_proposals_in_flight() > in_flight) {
       last_cut_nanos_ = now;
-      rounds_.CutWaited(now - ready_since_);
+      rounds_.CutWaited(waited);
     }
     if (proposal_bodies_) {  // no pre-prepare came of it: forward them instead
       deps_.forwarder->ReturnBodies(*std::move(proposal_bodies_));

@@ -122,6 +122,9 @@ class ConsensusDriver {
     // bodies of the txs it proposes (its own clients' txs) and answers no fetch, so a backup
     // missing one cannot prepare. Never set outside fault tests.
     bool withhold = false;
+    // A round longer than this, from its proposal to its block applied, is logged at WARNING
+    // with its phases (at most one line a second) and counted (RoundTimes). 0: none.
+    int64_t slow_round_nanos = 0;
   };
 
   struct Stats {

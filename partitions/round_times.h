@@ -18,19 +18,27 @@
 // measure the view change, which view_changes and the request timeout already describe). Blocks
 // committed from block sync have no stamps and count in apply and interval only.
 //
+// Slow rounds: a round that took longer than Options::slow_round_nanos from its first stamp (the
+// pre-prepare received, or the proposal sent) to its block applied is counted, and Applied()
+// returns a line for the log naming its phases, at most one a second (with how many more were
+// slow since the last line), as etcd warns of an apply that took too long.
+//
 // Thread-safety: thread-safe. The stamps take a small lock of their own (the driver already
 // serializes them under its lock, so it is never contended); snapshot() takes none.
 //
-//   RoundTimes times;
+//   RoundTimes times({.slow_round_nanos = 1'000'000'000});
 //   times.Proposed(view, seq, now);   // pre-prepare or prepare sent
 //   times.Prepared(view, seq, now);   // commit sent
-//   times.Committed(seq, now);        // PbftCommit action
-//   times.Applied(apply_nanos);
+//   std::optional<std::string> slow = times.Applied(seq, apply_start, apply_end);
+//   if (slow) LOG(WARNING) << "partition p: " << *slow;
 #ifndef PARTITIONS_ROUND_TIMES_H_
 #define PARTITIONS_ROUND_TIMES_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -40,15 +48,21 @@ namespace partitions {
 
 class RoundTimes {
  public:
+  struct Options {
+    int64_t slow_round_nanos = 0;  // 0: no round is slow
+    int64_t log_every_nanos = 1'000'000'000;
+  };
   struct Snapshot {
     flowctl::HistogramSnapshot cut_wait, accept, prepare, commit, apply, interval;  // nanoseconds
+    uint64_t slow_rounds = 0;
   };
 
   // Rounds stamped but not committed that are kept at most (the oldest are forgotten beyond it:
   // a replica's window of proposals in flight is far smaller).
   static constexpr size_t kMaxOpenRounds = 1024;
 
-  RoundTimes() = default;
+  RoundTimes();  // no round is slow
+  explicit RoundTimes(Options options) : options_(options) {}
   RoundTimes(const RoundTimes&) = delete;
   RoundTimes& operator=(const RoundTimes&) = delete;
 
@@ -61,12 +75,12 @@ class RoundTimes {
   void Proposed(uint64_t view, uint64_t seq, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
   // This replica is prepared for (view, seq): it sent its commit. Records prepare.
   void Prepared(uint64_t view, uint64_t seq, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
-  // The block at `seq` committed here (its execution starts now). Records commit when prepared
-  // was stamped, and forgets every round at or below seq.
-  void Committed(uint64_t seq, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
-  // The block committed last took `nanos` to execute and write; it finished at `now`. Records
-  // apply, and interval from the block before.
-  void Applied(int64_t nanos, int64_t now) ABSL_LOCKS_EXCLUDED(mu_);
+  // The block at `seq` committed here: executed and written from `start` (when its commit
+  // quorum was complete) to `end`. Records commit (when prepared was stamped), apply and interval
+  // (from the block before), and forgets every round at or below seq. Returns a line for the
+  // log when the round was slow and none was returned in the last second.
+  std::optional<std::string> Applied(uint64_t seq, int64_t start, int64_t end)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A view change began: forgets every open round.
   void ViewChanged() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -77,6 +91,7 @@ class RoundTimes {
  private:
   struct Stamps {
     uint64_t view = 0;
+    // Clock times (positive); 0 = not stamped.
     int64_t seen = 0;      // pre-prepare received (backup)
     int64_t proposed = 0;  // pre-prepare or prepare sent
     int64_t prepared = 0;  // commit sent
@@ -87,6 +102,10 @@ class RoundTimes {
   mutable absl::Mutex mu_;
   std::map<uint64_t, Stamps> open_ ABSL_GUARDED_BY(mu_);  // by seq
   int64_t last_applied_ ABSL_GUARDED_BY(mu_) = 0;         // 0: no block applied yet
+  int64_t last_logged_ ABSL_GUARDED_BY(mu_) = 0;          // 0: no slow round logged yet
+  uint64_t unlogged_slow_ ABSL_GUARDED_BY(mu_) = 0;       // slow since the last line
+  std::atomic<uint64_t> slow_rounds_{0};
+  const Options options_;
   flowctl::Histogram cut_wait_, accept_, prepare_, commit_, apply_, interval_;
 };
 

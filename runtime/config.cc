@@ -155,6 +155,7 @@ void DefaultPartition(PartitionConfig* p) {
   if (c.watermark_window() == 0) c.set_watermark_window(4 * c.checkpoint_interval());
   if (c.view_change_timeout_ms() == 0) c.set_view_change_timeout_ms(2000);
   if (!c.has_forward_interval_ms()) c.set_forward_interval_ms(20);
+  if (!c.has_slow_round_log_ms()) c.set_slow_round_log_ms(1000);
 
   auto& l = *p->mutable_lossless();
   if (l.memory_bytes() == 0) l.set_memory_bytes(16 * kMiB);

@@ -395,6 +395,10 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
                  "(execution and ledger write), interval (between two blocks committed).",
                  {{"partition", p.name()}, {"phase", phase}}, *summary);
   }
+  f->Counter("noded_consensus_slow_rounds_total",
+             "Rounds of consensus longer than consensus.slow_round_log_ms from their pre-prepare "
+             "(or proposal) to their block applied on this replica.",
+             l, static_cast<double>(rounds.slow_rounds()));
   f->Counter("noded_committed_txs_total", "Transactions committed.", l,
              static_cast<double>(p.committed_txs()));
   f->Gauge("noded_commit_watchers", "Client commit streams (WatchCommits) open now.", l,

@@ -282,6 +282,7 @@ absl::Status Partition::Impl::Open() {
   dd.crypto = crypto_.get();
   dd.equivocate = env_.test_equivocate;
   dd.withhold = env_.test_withhold;
+  dd.slow_round_nanos = int64_t{cc.slow_round_log_ms()} * 1'000'000;
   chain_.executor->PlantNondeterminismForTest(env_.test_diverge_height);
   dd.store = store_.get();
   dd.pool = pool_.get();

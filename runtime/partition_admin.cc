@@ -150,6 +150,7 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   *rounds->mutable_commit() = LatencySummaryOf(driver.rounds.commit);
   *rounds->mutable_apply() = LatencySummaryOf(driver.rounds.apply);
   *rounds->mutable_interval() = LatencySummaryOf(driver.rounds.interval);
+  rounds->set_slow_rounds(driver.rounds.slow_rounds);
   node::admin::SnapshotSyncStats* snap = out.mutable_snapshot();
   snap->set_installed(driver.snapshots_installed);
   snap->set_fetch_seq(driver.snapshot_fetch.seq);

@@ -366,6 +366,27 @@ def round_phases(c, partition):
     return lines
 
 
+def slow_rounds(c, partition):
+    """Per node: how many of its rounds in `partition` were slow (consensus.slow_round_log_ms,
+    default 1 s) and the slow-round lines its log holds (one a second at most)."""
+    out = []
+    for i in range(c.nodes):
+        st = c.stats(i) or {}
+        found = [o["consensus_rounds"] for o in named_objects(st, (partition,))
+                 if "consensus_rounds" in o]
+        count = int(found[0].get("slow_rounds", 0)) if found else 0
+        lines = []
+        try:
+            with open(os.path.join(c.net, "node%d" % (i + 1), "noded.log"),
+                      errors="replace") as f:
+                lines = [ln.strip() for ln in f if "slow round:" in ln and
+                         ("partition %s:" % partition) in ln]
+        except OSError:
+            pass
+        out.append((count, lines))
+    return out
+
+
 def goodput():
     mode = os.environ.get("GOODPUT_MODE", "adaptive")
     if mode not in ("adaptive", "static"):
@@ -425,6 +446,9 @@ def goodput():
                 t.join()
             for line in round_phases(c, "hot"):
                 log("%s: rounds p50/p99/max ms %s" % (name, line))
+            for i, (count, lines) in enumerate(slow_rounds(c, "hot")):
+                log("%s: n%d: %d slow rounds%s" % (name, i + 1, count, "".join(
+                    "\n    " + ln[ln.index("slow round:"):] for ln in lines[:5])))
             h = p["hot"]
             mean = window_rate(h, "committed", 5, 25)
             per_s = [r["committed"] for r in h["series"] if 5 <= r["t"] < 25]

@@ -95,6 +95,7 @@ class ConsensusDriverTest : public ::testing::Test {
     d.ledger = chain_.ledger.get();
     d.batch_policy = &batch_policy_;
     d.tx_limits = limits_;
+    d.slow_round_nanos = slow_round_nanos_;
     d.on_commit_locked = [this](const CommitEvent& e) { locked_commits_.push_back(e.height); };
     d.request_tick = [this] { ++tick_requests_; };
     d.wake_by = [this](int64_t when) { wakes_.push_back(when); };
@@ -202,6 +203,7 @@ class ConsensusDriverTest : public ::testing::Test {
   std::vector<uint64_t> locked_commits_;
   int tick_requests_ = 0;
   std::vector<int64_t> wakes_;  // wake_by arguments, in order
+  int64_t slow_round_nanos_ = 0;
   std::unique_ptr<ConsensusDriver> driver_;
 };
 
@@ -304,6 +306,7 @@ TEST_F(ConsensusDriverTest, ABackupFetchesMissingTxsFromThePrimaryThenPrepares) 
 
 // The round's phases on the driver's clock: a backup that waits for the bodies, then for votes.
 TEST_F(ConsensusDriverTest, ABackupTimesEachPhaseOfItsRounds) {
+  slow_round_nanos_ = 20 * kMs;
   Build(1);
   std::vector<TxPtr> txs = {NewTx(), NewTx()};
   driver_->OnConsensusMessage(0, PrePrepareFromPrimary(1, txs));
@@ -326,6 +329,7 @@ TEST_F(ConsensusDriverTest, ABackupTimesEachPhaseOfItsRounds) {
   EXPECT_EQ(r.apply.count, 1u);
   EXPECT_EQ(r.interval.count, 0u);
   EXPECT_EQ(r.cut_wait.count, 0u) << "a backup cuts nothing";
+  EXPECT_EQ(r.slow_rounds, 1u) << "23 ms from the pre-prepare to applied, over 20";
 
   // A second block, its bodies already here: accepted at once, 30 ms after the first committed.
   std::vector<TxPtr> more = {NewTx()};
@@ -342,6 +346,7 @@ TEST_F(ConsensusDriverTest, ABackupTimesEachPhaseOfItsRounds) {
   EXPECT_EQ(r.accept.sum, 5 * kMs);
   EXPECT_EQ(r.interval.count, 1u);
   EXPECT_EQ(r.interval.sum, 30 * kMs);
+  EXPECT_EQ(r.slow_rounds, 1u) << "the second round took no time";
 }
 
 // The primary's cut wait: ready txs held until the batch policy's delay ran out.

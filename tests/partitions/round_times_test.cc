@@ -2,11 +2,17 @@
 #include "partitions/round_times.h"
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace partitions {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Optional;
 
 constexpr int64_t kMs = 1'000'000;
 
@@ -15,8 +21,7 @@ TEST(RoundTimesTest, ABackupsRoundIsTimedPhaseByPhase) {
   t.PrePrepareSeen(/*view=*/0, /*seq=*/7, 100 * kMs);
   t.Proposed(0, 7, 103 * kMs);  // prepare sent: accept 3 ms
   t.Prepared(0, 7, 110 * kMs);  // commit sent: prepare 7 ms
-  t.Committed(7, 121 * kMs);    // commit 11 ms
-  t.Applied(2 * kMs, 123 * kMs);
+  t.Applied(7, 121 * kMs, 123 * kMs);
   const RoundTimes::Snapshot s = t.snapshot();
   EXPECT_EQ(s.accept.count, 1u);
   EXPECT_EQ(s.accept.sum, 3 * kMs);
@@ -33,12 +38,10 @@ TEST(RoundTimesTest, APrimarysRoundHasNoAcceptAndBlocksSpaceIntervals) {
   t.CutWaited(9 * kMs);
   t.Proposed(0, 1, 10 * kMs);  // pre-prepare sent
   t.Prepared(0, 1, 14 * kMs);
-  t.Committed(1, 20 * kMs);
-  t.Applied(1 * kMs, 21 * kMs);
+  t.Applied(1, 20 * kMs, 21 * kMs);
   t.Proposed(0, 2, 30 * kMs);
   t.Prepared(0, 2, 32 * kMs);
-  t.Committed(2, 35 * kMs);
-  t.Applied(1 * kMs, 36 * kMs);
+  t.Applied(2, 35 * kMs, 36 * kMs);
   const RoundTimes::Snapshot s = t.snapshot();
   EXPECT_EQ(s.cut_wait.sum, 9 * kMs);
   EXPECT_EQ(s.accept.count, 0u);
@@ -55,7 +58,7 @@ TEST(RoundTimesTest, RetransmissionsKeepTheFirstStamp) {
   t.Proposed(0, 1, 50 * kMs);  // the prepare sent again
   t.Prepared(0, 1, 60 * kMs);
   t.Prepared(0, 1, 90 * kMs);
-  t.Committed(1, 100 * kMs);
+  t.Applied(1, 100 * kMs, 100 * kMs);
   const RoundTimes::Snapshot s = t.snapshot();
   EXPECT_EQ(s.prepare.count, 1u);
   EXPECT_EQ(s.prepare.sum, 50 * kMs);
@@ -68,7 +71,7 @@ TEST(RoundTimesTest, AViewChangeForgetsOpenRoundsAndANewViewRestartsOne) {
   t.Prepared(0, 5, 20 * kMs);  // prepare recorded: 10 ms
   t.ViewChanged();
   EXPECT_EQ(t.open_rounds(), 0u);
-  t.Committed(5, 5'000 * kMs);  // committed in the new view without its stamps: no commit phase
+  t.Applied(5, 5'000 * kMs, 5'001 * kMs);  // committed in the new view without its stamps
   EXPECT_EQ(t.snapshot().commit.count, 0u);
 
   // Stamps of one seq in two views: the later view starts the round over.
@@ -84,7 +87,7 @@ TEST(RoundTimesTest, ACommitForgetsEveryRoundAtOrBelowIt) {
   RoundTimes t;
   for (uint64_t seq = 1; seq <= 5; ++seq) t.Proposed(0, seq, static_cast<int64_t>(seq) * kMs);
   t.PrePrepareSeen(0, 2, kMs);  // a late retransmission of a round below the commit
-  t.Committed(3, 10 * kMs);
+  t.Applied(3, 10 * kMs, 11 * kMs);
   EXPECT_EQ(t.open_rounds(), 2u);  // 4 and 5
 }
 
@@ -97,6 +100,56 @@ TEST(RoundTimesTest, OpenRoundsAreBounded) {
   EXPECT_EQ(t.snapshot().prepare.count, 1u);
   t.Prepared(0, 1, 3 * kMs);  // forgotten: starts a round with no proposal stamp
   EXPECT_EQ(t.snapshot().prepare.count, 1u);
+}
+
+TEST(RoundTimesTest, ASlowRoundIsCountedAndLoggedWithItsPhases) {
+  RoundTimes t({.slow_round_nanos = 1'000 * kMs});
+  t.PrePrepareSeen(0, 4, 100 * kMs);
+  t.Proposed(0, 4, 1'000 * kMs);  // accept 900 ms: the bodies were late
+  t.Prepared(0, 4, 1'050 * kMs);  // prepare 50 ms
+  std::optional<std::string> line = t.Applied(4, 1'080 * kMs, 1'110 * kMs);  // commit, apply 30
+  ASSERT_TRUE(line.has_value()) << "1,010 ms from the pre-prepare is over 1,000";
+  EXPECT_EQ(*line,
+            "slow round: seq 4 of view 0 took 1010 ms from its pre-prepare to applied (accept "
+            "900 ms, prepare 50 ms, commit 30 ms, apply 30 ms)");
+  EXPECT_EQ(t.snapshot().slow_rounds, 1u);
+
+  // Exactly at the threshold is not slow; a block from block sync (no stamps) never is.
+  t.Proposed(0, 5, 2'000 * kMs);
+  EXPECT_EQ(t.Applied(5, 2'990 * kMs, 3'000 * kMs), std::nullopt);
+  EXPECT_EQ(t.Applied(6, 0, 9'000 * kMs), std::nullopt);
+  EXPECT_EQ(t.snapshot().slow_rounds, 1u);
+}
+
+TEST(RoundTimesTest, SlowRoundsAreLoggedAtMostOnceASecondWithTheCountInBetween) {
+  RoundTimes t({.slow_round_nanos = 100 * kMs});
+  int64_t now = 10'000 * kMs;
+  auto slow_round = [&](uint64_t seq) {
+    t.Proposed(0, seq, now);  // a primary's round: no pre-prepare received
+    now += 200 * kMs;
+    return t.Applied(seq, now - kMs, now);
+  };
+  EXPECT_THAT(slow_round(1), Optional(HasSubstr("took 200 ms from its proposal")));
+  EXPECT_EQ(slow_round(2), std::nullopt);  // 200 ms after the line: held back
+  EXPECT_EQ(slow_round(3), std::nullopt);
+  EXPECT_EQ(slow_round(4), std::nullopt);
+  EXPECT_EQ(slow_round(5), std::nullopt);           // 800 ms after
+  std::optional<std::string> line = slow_round(6);  // 1,000 ms after: a line, with the four
+  ASSERT_TRUE(line.has_value());
+  EXPECT_THAT(*line, HasSubstr("seq 6"));
+  EXPECT_THAT(*line, HasSubstr("(to committed 199 ms, apply 1 ms)"));
+  EXPECT_THAT(*line, HasSubstr("; 4 more slow rounds since the last such line"));
+  EXPECT_EQ(t.snapshot().slow_rounds, 6u);
+  EXPECT_EQ(slow_round(7), std::nullopt);
+  now += 1'000 * kMs;
+  EXPECT_THAT(slow_round(8), Optional(HasSubstr("; 1 more slow round since the last")));
+}
+
+TEST(RoundTimesTest, NoRoundIsSlowWhenTheThresholdIsOff) {
+  RoundTimes t;
+  t.Proposed(0, 1, kMs);
+  EXPECT_EQ(t.Applied(1, 59'000 * kMs, 60'000 * kMs), std::nullopt);
+  EXPECT_EQ(t.snapshot().slow_rounds, 0u);
 }
 
 }  // namespace

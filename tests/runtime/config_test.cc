@@ -245,10 +245,15 @@ TEST(ConfigTest, ForwardIntervalUpToAQuarterOfTheViewChangeTimeoutIsAccepted) {
       ParseConfig("partitions { id: 1 name: \"a\" }", "t.conf", false);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->partitions(0).consensus().forward_interval_ms(), 20u);
+  EXPECT_EQ(config->partitions(0).consensus().slow_round_log_ms(), 1000u);
   config = ParseConfig("partitions { id: 1 name: \"a\" consensus { forward_interval_ms: 0 } }",
                        "t.conf", false);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->partitions(0).consensus().forward_interval_ms(), 0u);  // 0 stays off
+  config = ParseConfig("partitions { id: 1 name: \"a\" consensus { slow_round_log_ms: 0 } }",
+                       "t.conf", false);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->partitions(0).consensus().slow_round_log_ms(), 0u);  // 0 stays off
 }
 
 TEST(ConfigTest, RetainBlocksDownToTheSnapshotBoundIsAccepted) {
