@@ -134,10 +134,7 @@ bool ConsensusDriver::OnConsensusMessage(uint32_t from, const ConsensusMessage& 
     return false;
   }
   WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (msg.has_pre_prepare()) {
-      rounds_.PrePrepareSeen(msg.pre_prepare().view(), msg.pre_prepare().seq(),
-                             deps_.clock->NowNanos());
-    }
+    if (msg.has_pre_prepare()) StampPrePrepareLocked(msg);
     StepLocked(PbftMessage{msg});
   });
   return true;
@@ -493,8 +490,12 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
   // A replica that did not time out itself joins a new view straight from NORMAL (no state
   // change to log): say so, for the operator and the fault runs.
   const uint64_t view = replica_->view();
-  if (view_.exchange(view) != view && replica_->state() == ConsensusState::kNormal) {
-    LOG(INFO) << "partition " << deps_.name << ": consensus NORMAL -> NORMAL (view " << view << ")";
+  if (view_.exchange(view) != view) {
+    rounds_.ForgetViewsBefore(view);
+    if (replica_->state() == ConsensusState::kNormal) {
+      LOG(INFO) << "partition " << deps_.name << ": consensus NORMAL -> NORMAL (view " << view
+                << ")";
+    }
   }
   observing_.store(replica_->observing());
   stable_checkpoint_.store(replica_->low_watermark(), std::memory_order_relaxed);
@@ -503,6 +504,21 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
     deferred_.push_back([this, earliest_timer] { deps_.wake_by(earliest_timer); });
   }
   if (cut_may_change) deferred_.push_back([this] { deps_.request_tick(); });
+}
+
+void ConsensusDriver::StampPrePrepareLocked(const ConsensusMessage& msg) {
+  // Only what the replica could accept now: from the primary of its view, in NORMAL, within its
+  // window (a faulty replica's pre-prepares must not fill the rounds kept; one of a view not
+  // installed yet would time the view change).
+  const auto& pp = msg.pre_prepare();
+  const PbftConfig& config = replica_->config();
+  const uint64_t low = replica_->low_watermark();
+  if (pp.view() != replica_->view() || msg.sender() != config.PrimaryOf(pp.view()) ||
+      replica_->state() != ConsensusState::kNormal || pp.seq() <= low ||
+      pp.seq() > low + config.window) {
+    return;
+  }
+  rounds_.PrePrepareSeen(pp.view(), pp.seq(), deps_.clock->NowNanos());
 }
 
 void ConsensusDriver::StampRoundLocked(const ConsensusMessage& msg) {

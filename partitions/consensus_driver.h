@@ -189,6 +189,9 @@ class ConsensusDriver {
   // Stamps the round a message of this replica's belongs to (RoundTimes): a pre-prepare or
   // prepare sent is its proposal accepted, a commit sent is it prepared.
   void StampRoundLocked(const ConsensusMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A backup's pre-prepare received (signature checked): stamped when the replica could accept
+  // it now.
+  void StampPrePrepareLocked(const ConsensusMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FetchLocked(PbftFetchTxs& fetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CutBatchesLocked(int64_t now, bool paused, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,41 +9,54 @@ namespace partitions {
 
 RoundTimes::RoundTimes() : RoundTimes(Options()) {}
 
-RoundTimes::Stamps& RoundTimes::RoundOfLocked(uint64_t view, uint64_t seq) {
-  auto [it, inserted] = open_.try_emplace(seq);
-  if (!inserted && it->second.view != view) it->second = Stamps{};
-  it->second.view = view;
-  if (inserted && open_.size() > kMaxOpenRounds) open_.erase(open_.begin());
-  return it->second;
+RoundTimes::Stamps* RoundTimes::RoundOfLocked(uint64_t view, uint64_t seq) {
+  auto it = open_.find(seq);
+  if (it == open_.end()) {
+    // Full: a round below every kept one is not timed (the oldest kept one goes for a newer).
+    if (open_.size() >= kMaxOpenRounds) {
+      if (seq < open_.begin()->first) return nullptr;
+      open_.erase(open_.begin());
+    }
+    it = open_.try_emplace(seq).first;
+    it->second.view = view;
+  } else if (view < it->second.view) {
+    return nullptr;  // a message of an older view (a retransmission): the round is newer
+  } else if (view > it->second.view) {
+    it->second = Stamps{.view = view};
+  }
+  return &it->second;
 }
 
 void RoundTimes::PrePrepareSeen(uint64_t view, uint64_t seq, int64_t now) {
   absl::MutexLock lock(&mu_);
-  Stamps& s = RoundOfLocked(view, seq);
-  if (s.seen == 0) s.seen = now;
+  Stamps* s = RoundOfLocked(view, seq);
+  if (s != nullptr && s->seen == 0) s->seen = now;
 }
 
 void RoundTimes::Proposed(uint64_t view, uint64_t seq, int64_t now) {
   absl::MutexLock lock(&mu_);
-  Stamps& s = RoundOfLocked(view, seq);
-  if (s.proposed != 0) return;  // a retransmission
-  s.proposed = now;
-  if (s.seen != 0) accept_.Record(now - s.seen);
+  Stamps* s = RoundOfLocked(view, seq);
+  // Stamped already, or a retransmission after the round prepared (a restart resumes a slot).
+  if (s == nullptr || s->proposed != 0 || s->prepared != 0) return;
+  s->proposed = now;
+  if (s->seen != 0) accept_.Record(now - s->seen);
 }
 
 void RoundTimes::Prepared(uint64_t view, uint64_t seq, int64_t now) {
   absl::MutexLock lock(&mu_);
-  Stamps& s = RoundOfLocked(view, seq);
-  if (s.prepared != 0) return;
-  s.prepared = now;
-  if (s.proposed != 0) prepare_.Record(now - s.proposed);
+  Stamps* s = RoundOfLocked(view, seq);
+  if (s == nullptr || s->prepared != 0) return;
+  s->prepared = now;
+  if (s->proposed != 0) prepare_.Record(now - s->proposed);
 }
 
 std::optional<std::string> RoundTimes::Applied(uint64_t seq, int64_t start, int64_t end) {
   absl::MutexLock lock(&mu_);
   apply_.Record(end - start);
-  if (last_applied_ != 0) interval_.Record(end - last_applied_);
+  // Only between consecutive blocks: a snapshot installed in between is not an interval.
+  if (last_applied_ != 0 && seq == last_applied_seq_ + 1) interval_.Record(end - last_applied_);
   last_applied_ = end;
+  last_applied_seq_ = seq;
   std::optional<Stamps> round;
   if (auto it = open_.find(seq); it != open_.end()) round = it->second;
   open_.erase(open_.begin(), open_.upper_bound(seq));
@@ -90,19 +103,30 @@ void RoundTimes::ViewChanged() {
   open_.clear();
 }
 
+void RoundTimes::ForgetViewsBefore(uint64_t view) {
+  absl::MutexLock lock(&mu_);
+  std::erase_if(open_, [view](const auto& round) { return round.second.view < view; });
+}
+
 size_t RoundTimes::open_rounds() const {
   absl::MutexLock lock(&mu_);
   return open_.size();
 }
 
 RoundTimes::Snapshot RoundTimes::snapshot() const {
+  size_t open;
+  {
+    absl::MutexLock lock(&mu_);
+    open = open_.size();
+  }
   return {.cut_wait = cut_wait_.Snapshot(),
           .accept = accept_.Snapshot(),
           .prepare = prepare_.Snapshot(),
           .commit = commit_.Snapshot(),
           .apply = apply_.Snapshot(),
           .interval = interval_.Snapshot(),
-          .slow_rounds = slow_rounds_.load(std::memory_order_relaxed)};
+          .slow_rounds = slow_rounds_.load(std::memory_order_relaxed),
+          .open_rounds = open};
 }
 
 }  // namespace partitions

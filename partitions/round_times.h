@@ -10,13 +10,16 @@
 //             the txs' bodies (forwarded or fetched) and the replica's checks.
 //   prepare   proposal accepted here (the primary's pre-prepare, a backup's prepare, sent) ->
 //             prepared (this replica's commit sent): the wait for 2f matching prepares.
-//   commit    prepared -> committed (2f+1 matching commits).
+//   commit    prepared -> its block's execution starts: 2f+1 matching commits, and the blocks
+//             before it executed (in seq order).
 //   apply     executing the block and writing it to the ledger (one synced write).
-//   interval  between two blocks committed here.
+//   interval  between two consecutive blocks committed here (not a phase of one round).
 //
-// A round is timed only within one view: a view change forgets the stamps (its rounds would
-// measure the view change, which view_changes and the request timeout already describe). Blocks
-// committed from block sync have no stamps and count in apply and interval only.
+// A round is timed only within one view: stamps of a newer view start the round over, stamps of
+// an older one (retransmissions) are ignored, and a view change forgets the open rounds (its rounds
+// would measure the view change, which view_changes and the request timeout already describe).
+// Blocks committed from block sync have no stamps and count in apply and interval only; so does
+// every block of a replica alone (n = 1 sends no votes). At most kMaxOpenRounds rounds are kept.
 //
 // Slow rounds: a round that took longer than Options::slow_round_nanos from its first stamp (the
 // pre-prepare received, or the proposal sent) to its block applied is counted, and Applied()
@@ -55,6 +58,7 @@ class RoundTimes {
   struct Snapshot {
     flowctl::HistogramSnapshot cut_wait, accept, prepare, commit, apply, interval;  // nanoseconds
     uint64_t slow_rounds = 0;
+    size_t open_rounds = 0;  // stamped, not yet applied
   };
 
   // Rounds stamped but not committed that are kept at most (the oldest are forgotten beyond it:
@@ -83,9 +87,12 @@ class RoundTimes {
       ABSL_LOCKS_EXCLUDED(mu_);
   // A view change began: forgets every open round.
   void ViewChanged() ABSL_LOCKS_EXCLUDED(mu_);
+  // The replica is in `view` now (it may join one straight from NORMAL): forgets the rounds
+  // stamped in older views.
+  void ForgetViewsBefore(uint64_t view) ABSL_LOCKS_EXCLUDED(mu_);
 
   Snapshot snapshot() const;
-  // Rounds stamped and not yet committed.
+  // Rounds stamped and not yet applied.
   size_t open_rounds() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -96,14 +103,17 @@ class RoundTimes {
     int64_t proposed = 0;  // pre-prepare or prepare sent
     int64_t prepared = 0;  // commit sent
   };
-  // The round for seq in `view`, reset if it was stamped in another view.
-  Stamps& RoundOfLocked(uint64_t view, uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The round for seq in `view`: created (unless the rounds are full and seq is below every kept
+  // one), or started over when `view` is newer than its stamps'. Null when not to be stamped:
+  // full, or `view` older than the round's.
+  Stamps* RoundOfLocked(uint64_t view, uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, Stamps> open_ ABSL_GUARDED_BY(mu_);  // by seq
   int64_t last_applied_ ABSL_GUARDED_BY(mu_) = 0;         // 0: no block applied yet
-  int64_t last_logged_ ABSL_GUARDED_BY(mu_) = 0;          // 0: no slow round logged yet
-  uint64_t unlogged_slow_ ABSL_GUARDED_BY(mu_) = 0;       // slow since the last line
+  uint64_t last_applied_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_logged_ ABSL_GUARDED_BY(mu_) = 0;     // 0: no slow round logged yet
+  uint64_t unlogged_slow_ ABSL_GUARDED_BY(mu_) = 0;  // slow since the last line
   std::atomic<uint64_t> slow_rounds_{0};
   const Options options_;
   flowctl::Histogram cut_wait_, accept_, prepare_, commit_, apply_, interval_;

@@ -384,17 +384,22 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
                p.stage_decision());
   const node::admin::ConsensusRoundStats& rounds = p.consensus_rounds();
   const std::pair<const char*, const node::admin::LatencySummary*> phases[] = {
-      {"cut_wait", &rounds.cut_wait()}, {"accept", &rounds.accept()},
-      {"prepare", &rounds.prepare()},   {"commit", &rounds.commit()},
-      {"apply", &rounds.apply()},       {"interval", &rounds.interval()}};
+      {"cut_wait", &rounds.cut_wait()},
+      {"accept", &rounds.accept()},
+      {"prepare", &rounds.prepare()},
+      {"commit", &rounds.commit()},
+      {"apply", &rounds.apply()}};
   for (const auto& [phase, summary] : phases) {
     f->Histogram("noded_consensus_phase_seconds",
                  "Time one phase of this replica's rounds of consensus took, block by block: "
                  "cut_wait (primary: ready txs held before the cut), accept (backup: pre-prepare "
-                 "to prepare), prepare (to prepared), commit (prepared to committed), apply "
-                 "(execution and ledger write), interval (between two blocks committed).",
+                 "to prepare), prepare (to prepared), commit (prepared to execution: 2f+1 "
+                 "commits, blocks before it executed), apply (execution and ledger write).",
                  {{"partition", p.name()}, {"phase", phase}}, *summary);
   }
+  f->Histogram("noded_consensus_block_interval_seconds",
+               "Time between two consecutive blocks committed on this replica.", l,
+               rounds.interval());
   f->Counter("noded_consensus_slow_rounds_total",
              "Rounds of consensus longer than consensus.slow_round_log_ms from their pre-prepare "
              "(or proposal) to their block applied on this replica.",

@@ -10,8 +10,8 @@
 //               noded_committed_txs_total, noded_commit_latency_seconds and
 //               noded_stage_decision_seconds (histograms), all {partition};
 //               noded_consensus_phase_seconds (histogram) {partition,phase="cut_wait"|
-//               "accept"|"prepare"|"commit"|"apply"|"interval"},
-//               noded_consensus_slow_rounds_total {partition}
+//               "accept"|"prepare"|"commit"|"apply"}, noded_consensus_block_interval_seconds
+//               (histogram), noded_consensus_slow_rounds_total {partition}
 //   stages      noded_stage_{admitted,rejected}_total, noded_stage_{current,limit}
 //               {partition,stage,kind}; the read chain's: noded_read_stage_{admitted,
 //               rejected}_total, noded_read_stage_{current,limit} {partition,stage,kind}

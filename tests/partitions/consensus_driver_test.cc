@@ -349,6 +349,20 @@ TEST_F(ConsensusDriverTest, ABackupTimesEachPhaseOfItsRounds) {
   EXPECT_EQ(r.slow_rounds, 1u) << "the second round took no time";
 }
 
+// Only a pre-prepare the replica could accept then is stamped: a faulty replica cannot fill the
+// rounds kept with pre-prepares beyond the window or in another replica's name.
+TEST_F(ConsensusDriverTest, OnlyAPrePrepareTheReplicaCouldAcceptIsStamped) {
+  Build(1);
+  std::vector<TxPtr> txs = {NewTx()};
+  driver_->OnConsensusMessage(0, PrePrepareFromPrimary(1'000, txs));  // beyond the window (64)
+  ConsensusMessage not_primary = PrePrepareFromPrimary(2, txs);
+  not_primary.mutable_pre_prepare()->set_proposer(2);
+  driver_->OnConsensusMessage(2, tests::SignedAs(2, std::move(not_primary)));
+  EXPECT_EQ(driver_->stats().rounds.open_rounds, 0u);
+  driver_->OnConsensusMessage(0, PrePrepareFromPrimary(1, txs));
+  EXPECT_EQ(driver_->stats().rounds.open_rounds, 1u);
+}
+
 // The primary's cut wait: ready txs held until the batch policy's delay ran out.
 TEST_F(ConsensusDriverTest, ThePrimaryTimesHowLongReadyTxsWaitedForTheCut) {
   Build(0);

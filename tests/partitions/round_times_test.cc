@@ -86,20 +86,68 @@ TEST(RoundTimesTest, AViewChangeForgetsOpenRoundsAndANewViewRestartsOne) {
 TEST(RoundTimesTest, ACommitForgetsEveryRoundAtOrBelowIt) {
   RoundTimes t;
   for (uint64_t seq = 1; seq <= 5; ++seq) t.Proposed(0, seq, static_cast<int64_t>(seq) * kMs);
-  t.PrePrepareSeen(0, 2, kMs);  // a late retransmission of a round below the commit
   t.Applied(3, 10 * kMs, 11 * kMs);
-  EXPECT_EQ(t.open_rounds(), 2u);  // 4 and 5
+  EXPECT_EQ(t.open_rounds(), 2u);    // 4 and 5
+  t.PrePrepareSeen(0, 2, 12 * kMs);  // a late retransmission of a round below the commit
+  t.Proposed(0, 2, 13 * kMs);
+  EXPECT_EQ(t.open_rounds(), 3u);
+  t.Applied(5, 20 * kMs, 21 * kMs);  // forgotten with the next commit
+  EXPECT_EQ(t.open_rounds(), 0u);
+  EXPECT_EQ(t.snapshot().accept.count, 1u);
 }
 
 TEST(RoundTimesTest, OpenRoundsAreBounded) {
   RoundTimes t;
-  for (uint64_t seq = 1; seq <= RoundTimes::kMaxOpenRounds + 10; ++seq) t.Proposed(0, seq, kMs);
+  for (uint64_t seq = 101; seq < 101 + RoundTimes::kMaxOpenRounds; ++seq) t.Proposed(0, seq, kMs);
   EXPECT_EQ(t.open_rounds(), RoundTimes::kMaxOpenRounds);
-  // The oldest went first: the newest still completes its round.
-  t.Prepared(0, RoundTimes::kMaxOpenRounds + 10, 3 * kMs);
+  // Full: a round below every kept one is not timed (nothing is stamped, nothing recorded).
+  t.Proposed(0, 5, kMs);
+  t.Prepared(0, 5, 3 * kMs);
+  EXPECT_EQ(t.open_rounds(), RoundTimes::kMaxOpenRounds);
+  EXPECT_EQ(t.snapshot().prepare.count, 0u);
+  // A newer one takes the oldest one's place and completes its round; the oldest is forgotten.
+  const uint64_t newest = 101 + RoundTimes::kMaxOpenRounds;
+  t.Proposed(0, newest, kMs);
+  t.Prepared(0, newest, 3 * kMs);
+  EXPECT_EQ(t.open_rounds(), RoundTimes::kMaxOpenRounds);
   EXPECT_EQ(t.snapshot().prepare.count, 1u);
-  t.Prepared(0, 1, 3 * kMs);  // forgotten: starts a round with no proposal stamp
+  t.Prepared(0, 101, 3 * kMs);  // forgotten: below every kept round now
   EXPECT_EQ(t.snapshot().prepare.count, 1u);
+}
+
+TEST(RoundTimesTest, AnOlderViewsStampIsIgnoredAndANewerOneStartsTheRoundOver) {
+  RoundTimes t;
+  t.PrePrepareSeen(2, 9, 10 * kMs);
+  t.PrePrepareSeen(1, 9, 11 * kMs);  // an old primary's retransmission
+  t.Proposed(1, 9, 12 * kMs);
+  t.Proposed(2, 9, 14 * kMs);
+  EXPECT_EQ(t.snapshot().accept.count, 1u);
+  EXPECT_EQ(t.snapshot().accept.sum, 4 * kMs) << "timed from view 2's pre-prepare";
+  t.Prepared(3, 9, 20 * kMs);  // view 3 starts it over: no proposal stamp there
+  EXPECT_EQ(t.snapshot().prepare.count, 0u);
+  t.ForgetViewsBefore(4);
+  EXPECT_EQ(t.open_rounds(), 0u);
+}
+
+TEST(RoundTimesTest, AProposalStampedAfterPreparedIsARetransmission) {
+  RoundTimes t({.slow_round_nanos = 10 * kMs});
+  t.Prepared(0, 3, 10 * kMs);  // a restart resumes a prepared slot: its commit goes first
+  t.Proposed(0, 3, 30 * kMs);  // then its prepare again
+  EXPECT_EQ(t.snapshot().prepare.count, 0u);
+  std::optional<std::string> line = t.Applied(3, 40 * kMs, 50 * kMs);
+  EXPECT_EQ(line, std::nullopt) << "no first stamp (pre-prepare or proposal): not timed";
+}
+
+TEST(RoundTimesTest, AnIntervalIsOnlyBetweenConsecutiveBlocks) {
+  RoundTimes t;
+  t.Applied(1, 10 * kMs, 11 * kMs);
+  t.Applied(2, 20 * kMs, 21 * kMs);
+  t.Applied(900, 5'000 * kMs, 5'001 * kMs);  // after a snapshot install
+  t.Applied(901, 5'010 * kMs, 5'011 * kMs);
+  const RoundTimes::Snapshot s = t.snapshot();
+  EXPECT_EQ(s.interval.count, 2u);
+  EXPECT_EQ(s.interval.sum, 20 * kMs);
+  EXPECT_EQ(s.apply.count, 4u);
 }
 
 TEST(RoundTimesTest, ASlowRoundIsCountedAndLoggedWithItsPhases) {

@@ -96,6 +96,7 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   p->mutable_consensus_rounds()->mutable_commit()->set_count(5);
   p->mutable_consensus_rounds()->mutable_apply()->set_count(6);
   p->mutable_consensus_rounds()->set_slow_rounds(2);
+  p->mutable_consensus_rounds()->mutable_interval()->set_count(7);
   p->set_committed_txs(77);
   p->set_commit_watchers(3);
   p->set_commit_watchers_cut_slow(2);
@@ -180,6 +181,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("# TYPE noded_commit_latency_seconds histogram"));
   EXPECT_THAT(text, HasSubstr("# TYPE noded_consensus_phase_seconds histogram"));
   EXPECT_THAT(text, HasSubstr("noded_consensus_slow_rounds_total{partition=\"hot\"} 2"));
+  EXPECT_THAT(text, HasSubstr("noded_consensus_block_interval_seconds_count{partition=\"hot\"} 7"));
+  EXPECT_THAT(text, Not(HasSubstr("phase=\"interval\"")));
   EXPECT_THAT(
       text, HasSubstr("noded_consensus_phase_seconds_count{partition=\"hot\",phase=\"commit\"} 5"));
   EXPECT_THAT(
