@@ -30,7 +30,9 @@ RoundTimes::Stamps* RoundTimes::RoundOfLocked(uint64_t view, uint64_t seq) {
 void RoundTimes::PrePrepareSeen(uint64_t view, uint64_t seq, int64_t now) {
   absl::MutexLock lock(&mu_);
   Stamps* s = RoundOfLocked(view, seq);
-  if (s != nullptr && s->seen == 0) s->seen = now;
+  // A pre-prepare after this replica proposed or prepared (the primary's retransmission of a
+  // NewView's proposals, a restart) is not where the round began.
+  if (s != nullptr && s->seen == 0 && s->proposed == 0 && s->prepared == 0) s->seen = now;
 }
 
 void RoundTimes::Proposed(uint64_t view, uint64_t seq, int64_t now) {

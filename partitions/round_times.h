@@ -26,8 +26,9 @@
 // returns a line for the log naming its phases, at most one a second (with how many more were
 // slow since the last line), as etcd warns of an apply that took too long.
 //
-// Thread-safety: thread-safe. The stamps take a small lock of their own (the driver already
-// serializes them under its lock, so it is never contended); snapshot() takes none.
+// Thread-safety: thread-safe. One small lock of its own (a leaf), which the stamps and
+// snapshot()'s count of open rounds take; the driver already serializes the stamps under its
+// lock, so it is never contended. The histograms are lock-free.
 //
 //   RoundTimes times({.slow_round_nanos = 1'000'000'000});
 //   times.Proposed(view, seq, now);   // pre-prepare or prepare sent

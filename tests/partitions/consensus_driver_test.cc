@@ -354,13 +354,38 @@ TEST_F(ConsensusDriverTest, ABackupTimesEachPhaseOfItsRounds) {
 TEST_F(ConsensusDriverTest, OnlyAPrePrepareTheReplicaCouldAcceptIsStamped) {
   Build(1);
   std::vector<TxPtr> txs = {NewTx()};
-  driver_->OnConsensusMessage(0, PrePrepareFromPrimary(1'000, txs));  // beyond the window (64)
-  ConsensusMessage not_primary = PrePrepareFromPrimary(2, txs);
-  not_primary.mutable_pre_prepare()->set_proposer(2);
-  driver_->OnConsensusMessage(2, tests::SignedAs(2, std::move(not_primary)));
+  // Replica `from`'s pre-prepare for (view, seq), validly signed by it.
+  auto pre_prepare = [&](uint32_t from, uint64_t view, uint64_t seq) {
+    ConsensusMessage m = PrePrepareFromPrimary(seq, txs);
+    m.mutable_pre_prepare()->set_view(view);
+    m.mutable_pre_prepare()->set_proposer(from);
+    return tests::SignedAs(from, std::move(m));
+  };
+  driver_->OnConsensusMessage(0, pre_prepare(0, 0, 65));  // beyond the window (h = 0, L = 64)
+  driver_->OnConsensusMessage(0, pre_prepare(0, 0, 0));   // at the low watermark
+  driver_->OnConsensusMessage(2, pre_prepare(2, 0, 2));   // not view 0's primary
+  driver_->OnConsensusMessage(2, pre_prepare(2, 2, 3));   // view 2's primary, in view 0
   EXPECT_EQ(driver_->stats().rounds.open_rounds, 0u);
-  driver_->OnConsensusMessage(0, PrePrepareFromPrimary(1, txs));
-  EXPECT_EQ(driver_->stats().rounds.open_rounds, 1u);
+  driver_->OnConsensusMessage(0, pre_prepare(0, 0, 64));  // the window's last seq
+  driver_->OnConsensusMessage(0, pre_prepare(0, 0, 1));
+  EXPECT_EQ(driver_->stats().rounds.open_rounds, 2u);
+}
+
+// Out of NORMAL, even the next view's primary's pre-prepare is not stamped: it would time the
+// view change.
+TEST_F(ConsensusDriverTest, APrePrepareDuringAViewChangeIsNotStamped) {
+  Build(2);
+  driver_->OnTxBatch(Bodies({NewTx()}));  // forwarded, never proposed: the request timer runs
+  driver_->Tick(clock_.NowNanos(), false);
+  clock_.Advance(absl::Milliseconds(config_.request_timeout_ms));
+  driver_->Tick(clock_.NowNanos(), false);
+  ASSERT_EQ(driver_->StateName(), "VIEW_CHANGE");
+  ASSERT_EQ(driver_->view(), 1u);
+  ConsensusMessage m = PrePrepareFromPrimary(1, {NewTx()});
+  m.mutable_pre_prepare()->set_view(1);
+  m.mutable_pre_prepare()->set_proposer(1);
+  driver_->OnConsensusMessage(1, tests::SignedAs(1, std::move(m)));
+  EXPECT_EQ(driver_->stats().rounds.open_rounds, 0u);
 }
 
 // The primary's cut wait: ready txs held until the batch policy's delay ran out.

@@ -125,8 +125,21 @@ TEST(RoundTimesTest, AnOlderViewsStampIsIgnoredAndANewerOneStartsTheRoundOver) {
   EXPECT_EQ(t.snapshot().accept.sum, 4 * kMs) << "timed from view 2's pre-prepare";
   t.Prepared(3, 9, 20 * kMs);  // view 3 starts it over: no proposal stamp there
   EXPECT_EQ(t.snapshot().prepare.count, 0u);
-  t.ForgetViewsBefore(4);
-  EXPECT_EQ(t.open_rounds(), 0u);
+  t.Proposed(4, 10, 30 * kMs);
+  t.ForgetViewsBefore(4);  // the view-3 round goes, the view-4 one stays
+  EXPECT_EQ(t.open_rounds(), 1u);
+  t.Prepared(4, 10, 35 * kMs);
+  EXPECT_EQ(t.snapshot().prepare.count, 1u);
+}
+
+TEST(RoundTimesTest, APrePrepareAfterTheProposalDoesNotStartTheRound) {
+  RoundTimes t({.slow_round_nanos = 300 * kMs});
+  t.Proposed(1, 4, 10 * kMs);         // a backup's prepare for a NewView's pre-prepare
+  t.PrePrepareSeen(1, 4, 500 * kMs);  // the new primary retransmits it
+  t.Prepared(1, 4, 600 * kMs);
+  std::optional<std::string> line = t.Applied(4, 650 * kMs, 660 * kMs);
+  EXPECT_EQ(t.snapshot().accept.count, 0u);
+  EXPECT_THAT(line, Optional(HasSubstr("took 650 ms from its proposal")));
 }
 
 TEST(RoundTimesTest, AProposalStampedAfterPreparedIsARetransmission) {
