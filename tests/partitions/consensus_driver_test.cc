@@ -388,6 +388,31 @@ TEST_F(ConsensusDriverTest, APrePrepareDuringAViewChangeIsNotStamped) {
   EXPECT_EQ(driver_->stats().rounds.open_rounds, 0u);
 }
 
+// A replica that joins a new view straight from NORMAL (it never timed out itself) forgets the
+// rounds it had open in the older view.
+TEST_F(ConsensusDriverTest, JoiningAViewFromNormalForgetsTheOlderViewsRounds) {
+  Build(2);
+  std::vector<TxPtr> txs = {NewTx()};
+  driver_->OnTxBatch(Bodies(txs));
+  driver_->OnConsensusMessage(0, PrePrepareFromPrimary(1, txs));  // view 0: it prepares
+  ASSERT_EQ(driver_->stats().rounds.open_rounds, 1u);
+  // View 1's primary, replica 1, installs it with 2f+1 ViewChanges (genesis checkpoint, nothing
+  // prepared anywhere, so nothing re-issued).
+  ConsensusMessage nv;
+  nv.mutable_new_view()->set_view(1);
+  for (uint32_t r : {0u, 1u, 3u}) {
+    ConsensusMessage vc;
+    vc.mutable_view_change()->set_new_view(1);
+    vc.mutable_view_change()->set_stable_digest(GenesisDigest());
+    *nv.mutable_new_view()->add_view_changes() = tests::SignedAs(r, std::move(vc));
+  }
+  driver_->OnConsensusMessage(1, tests::SignedAs(1, std::move(nv)));
+  ASSERT_EQ(driver_->view(), 1u);
+  ASSERT_EQ(driver_->StateName(), "NORMAL");
+  EXPECT_EQ(driver_->view_changes(), 0u) << "joined from NORMAL, no view change of its own";
+  EXPECT_EQ(driver_->stats().rounds.open_rounds, 0u);
+}
+
 // The primary's cut wait: ready txs held until the batch policy's delay ran out.
 TEST_F(ConsensusDriverTest, ThePrimaryTimesHowLongReadyTxsWaitedForTheCut) {
   Build(0);
