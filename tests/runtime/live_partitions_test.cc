@@ -33,6 +33,7 @@
 namespace runtime {
 namespace {
 
+using ::runtime::testing::AllConnected;
 using ::runtime::testing::ConnectPeers;
 using ::runtime::testing::kPortNotYetKnown;
 using ::runtime::testing::SignedPut;
@@ -87,6 +88,7 @@ class LivePartitionsTest : public ::testing::Test {
       StartNode(i);
     }
     ConnectPeers(nodes_, pubs_);
+    CHECK(WaitFor([&] { return AllConnected(nodes_); })) << "cluster did not connect";
   }
 
   void TearDown() override {
@@ -112,6 +114,7 @@ class LivePartitionsTest : public ::testing::Test {
     nodes_[static_cast<size_t>(i)].reset();
     StartNode(i);
     ConnectPeers(nodes_, pubs_);
+    CHECK(WaitFor([&] { return AllConnected(nodes_); })) << "node " << i << " did not reconnect";
   }
 
   std::unique_ptr<node::admin::AdminService::Stub> Admin(int i) {
