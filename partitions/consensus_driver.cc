@@ -406,8 +406,7 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
   for (PbftAction& action : actions) {
     if (halted_) break;
     std::visit(Overloaded{
-                   [&](PbftSend& a) {
-                     StampRoundLocked(a.msg);
+                   [&](PbftSend& a) {  // sync and NewView messages: no round to stamp
                      node::partition::PartitionMessage m;
                      *m.mutable_consensus() = std::move(a.msg);
                      deps_.sender->Send(a.to, ChannelOf(a.channel), m);
@@ -476,7 +475,6 @@ void ConsensusDriver::ApplyLocked(std::vector<PbftAction> actions) {
                                << " (view " << replica_->view() << ")";
                      if (a.state == ConsensusState::kViewChange) {
                        view_changes_.fetch_add(1);
-                       rounds_.ViewChanged();
                        // Proposals of the old view are abandoned: their txs become selectable again
                        // (a re-proposed one that commits twice gets a REJECTED receipt the second
                        // time).
@@ -522,18 +520,17 @@ void ConsensusDriver::StampPrePrepareLocked(const ConsensusMessage& msg) {
 }
 
 void ConsensusDriver::StampRoundLocked(const ConsensusMessage& msg) {
-  const int64_t now = deps_.clock->NowNanos();
   switch (msg.body_case()) {
     case ConsensusMessage::kPrePrepare:
-      rounds_.Proposed(msg.pre_prepare().view(), msg.pre_prepare().seq(), now);
+      rounds_.Proposed(msg.pre_prepare().view(), msg.pre_prepare().seq(), deps_.clock->NowNanos());
       break;
     case ConsensusMessage::kPrepare:
-      rounds_.Proposed(msg.prepare().view(), msg.prepare().seq(), now);
+      rounds_.Proposed(msg.prepare().view(), msg.prepare().seq(), deps_.clock->NowNanos());
       break;
     case ConsensusMessage::kCommit:
-      rounds_.Prepared(msg.commit().view(), msg.commit().seq(), now);
+      rounds_.Prepared(msg.commit().view(), msg.commit().seq(), deps_.clock->NowNanos());
       break;
-    default:
+    default:  // checkpoints, view changes: not part of a round
       break;
   }
 }

@@ -100,19 +100,9 @@ std::optional<std::string> RoundTimes::Applied(uint64_t seq, int64_t start, int6
   return line;
 }
 
-void RoundTimes::ViewChanged() {
-  absl::MutexLock lock(&mu_);
-  open_.clear();
-}
-
 void RoundTimes::ForgetViewsBefore(uint64_t view) {
   absl::MutexLock lock(&mu_);
   std::erase_if(open_, [view](const auto& round) { return round.second.view < view; });
-}
-
-size_t RoundTimes::open_rounds() const {
-  absl::MutexLock lock(&mu_);
-  return open_.size();
 }
 
 RoundTimes::Snapshot RoundTimes::snapshot() const {

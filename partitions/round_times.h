@@ -86,15 +86,11 @@ class RoundTimes {
   // log when the round was slow and none was returned in the last second.
   std::optional<std::string> Applied(uint64_t seq, int64_t start, int64_t end)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // A view change began: forgets every open round.
-  void ViewChanged() ABSL_LOCKS_EXCLUDED(mu_);
-  // The replica is in `view` now (it may join one straight from NORMAL): forgets the rounds
-  // stamped in older views.
+  // The replica's view is `view` now (a view change began, or it joined one straight from
+  // NORMAL): forgets the rounds stamped in older views.
   void ForgetViewsBefore(uint64_t view) ABSL_LOCKS_EXCLUDED(mu_);
 
-  Snapshot snapshot() const;
-  // Rounds stamped and not yet applied.
-  size_t open_rounds() const ABSL_LOCKS_EXCLUDED(mu_);
+  Snapshot snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Stamps {

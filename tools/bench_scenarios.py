@@ -340,8 +340,10 @@ ROUND_PHASES = ("cut_wait", "accept", "prepare", "commit", "apply", "interval")
 
 def round_phases(c, partition):
     """One line per node: the phases of its rounds of consensus in `partition` (nodectl --json
-    stats' consensus_rounds) as p50/p99/max in ms, for the phases it timed; then its consensus
-    and tx_forward lanes' queueing delay (p50/p99 ms) and CPU per message handled (us)."""
+    stats' consensus_rounds) as p50/p99/max in ms, for the phases it timed; its consensus and
+    tx_forward lanes' queueing delay (p50/p99 ms) and CPU per message handled (us); its count
+    of slow rounds (consensus.slow_round_log_ms, default 1 s) and the first slow-round lines of
+    its log (one a second at most)."""
     lines = []
     for i in range(c.nodes):
         st = c.stats(i)
@@ -349,9 +351,10 @@ def round_phases(c, partition):
         if not found:
             lines.append("n%d: -" % (i + 1))
             continue
+        rounds = found[0]["consensus_rounds"]
         parts = []
         for ph in ROUND_PHASES:
-            l = found[0]["consensus_rounds"].get(ph, {})
+            l = rounds.get(ph, {})
             if int(l.get("count", 0)):
                 parts.append("%s %.0f/%.0f/%.0f" % (ph, l.get("p50_us", 0) / 1e3,
                                                    l.get("p99_us", 0) / 1e3,
@@ -362,29 +365,18 @@ def round_phases(c, partition):
                 parts.append("lane %s %.1f/%.1f, %.0f us/msg" % (
                     l["name"], q.get("p50_us", 0) / 1e3, q.get("p99_us", 0) / 1e3,
                     int(l.get("cpu_nanos", 0)) / 1e3 / max(1, int(l.get("processed", 0)))))
-        lines.append("n%d: %s" % (i + 1, ", ".join(parts)))
-    return lines
-
-
-def slow_rounds(c, partition):
-    """Per node: how many of its rounds in `partition` were slow (consensus.slow_round_log_ms,
-    default 1 s) and the slow-round lines its log holds (one a second at most)."""
-    out = []
-    for i in range(c.nodes):
-        st = c.stats(i) or {}
-        found = [o["consensus_rounds"] for o in named_objects(st, (partition,))
-                 if "consensus_rounds" in o]
-        count = int(found[0].get("slow_rounds", 0)) if found else 0
-        lines = []
+        parts.append("%d slow rounds" % int(rounds.get("slow_rounds", 0)))
+        logged = []
         try:
             with open(os.path.join(c.net, "node%d" % (i + 1), "noded.log"),
                       errors="replace") as f:
-                lines = [ln.strip() for ln in f if "slow round:" in ln and
-                         ("partition %s:" % partition) in ln]
+                logged = [ln[ln.index("slow round:"):].strip() for ln in f
+                          if "slow round:" in ln and ("partition %s:" % partition) in ln]
         except OSError:
             pass
-        out.append((count, lines))
-    return out
+        lines.append("n%d: %s%s" % (i + 1, ", ".join(parts),
+                                    "".join("\n    " + ln for ln in logged[:5])))
+    return lines
 
 
 def goodput():
@@ -446,9 +438,6 @@ def goodput():
                 t.join()
             for line in round_phases(c, "hot"):
                 log("%s: rounds p50/p99/max ms %s" % (name, line))
-            for i, (count, lines) in enumerate(slow_rounds(c, "hot")):
-                log("%s: n%d: %d slow rounds%s" % (name, i + 1, count, "".join(
-                    "\n    " + ln[ln.index("slow round:"):] for ln in lines[:5])))
             h = p["hot"]
             mean = window_rate(h, "committed", 5, 25)
             per_s = [r["committed"] for r in h["series"] if 5 <= r["t"] < 25]

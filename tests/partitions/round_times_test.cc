@@ -30,7 +30,7 @@ TEST(RoundTimesTest, ABackupsRoundIsTimedPhaseByPhase) {
   EXPECT_EQ(s.apply.sum, 2 * kMs);
   EXPECT_EQ(s.interval.count, 0u) << "no block before the first";
   EXPECT_EQ(s.cut_wait.count, 0u) << "a backup cuts nothing";
-  EXPECT_EQ(t.open_rounds(), 0u);
+  EXPECT_EQ(t.snapshot().open_rounds, 0u);
 }
 
 TEST(RoundTimesTest, APrimarysRoundHasNoAcceptAndBlocksSpaceIntervals) {
@@ -69,8 +69,8 @@ TEST(RoundTimesTest, AViewChangeForgetsOpenRoundsAndANewViewRestartsOne) {
   RoundTimes t;
   t.Proposed(0, 5, 10 * kMs);
   t.Prepared(0, 5, 20 * kMs);  // prepare recorded: 10 ms
-  t.ViewChanged();
-  EXPECT_EQ(t.open_rounds(), 0u);
+  t.ForgetViewsBefore(1);      // a view change to view 1 began
+  EXPECT_EQ(t.snapshot().open_rounds, 0u);
   t.Applied(5, 5'000 * kMs, 5'001 * kMs);  // committed in the new view without its stamps
   EXPECT_EQ(t.snapshot().commit.count, 0u);
 
@@ -87,29 +87,29 @@ TEST(RoundTimesTest, ACommitForgetsEveryRoundAtOrBelowIt) {
   RoundTimes t;
   for (uint64_t seq = 1; seq <= 5; ++seq) t.Proposed(0, seq, static_cast<int64_t>(seq) * kMs);
   t.Applied(3, 10 * kMs, 11 * kMs);
-  EXPECT_EQ(t.open_rounds(), 2u);    // 4 and 5
-  t.PrePrepareSeen(0, 2, 12 * kMs);  // a late retransmission of a round below the commit
+  EXPECT_EQ(t.snapshot().open_rounds, 2u);  // 4 and 5
+  t.PrePrepareSeen(0, 2, 12 * kMs);         // a late retransmission of a round below the commit
   t.Proposed(0, 2, 13 * kMs);
-  EXPECT_EQ(t.open_rounds(), 3u);
+  EXPECT_EQ(t.snapshot().open_rounds, 3u);
   t.Applied(5, 20 * kMs, 21 * kMs);  // forgotten with the next commit
-  EXPECT_EQ(t.open_rounds(), 0u);
+  EXPECT_EQ(t.snapshot().open_rounds, 0u);
   EXPECT_EQ(t.snapshot().accept.count, 1u);
 }
 
 TEST(RoundTimesTest, OpenRoundsAreBounded) {
   RoundTimes t;
   for (uint64_t seq = 101; seq < 101 + RoundTimes::kMaxOpenRounds; ++seq) t.Proposed(0, seq, kMs);
-  EXPECT_EQ(t.open_rounds(), RoundTimes::kMaxOpenRounds);
+  EXPECT_EQ(t.snapshot().open_rounds, RoundTimes::kMaxOpenRounds);
   // Full: a round below every kept one is not timed (nothing is stamped, nothing recorded).
   t.Proposed(0, 5, kMs);
   t.Prepared(0, 5, 3 * kMs);
-  EXPECT_EQ(t.open_rounds(), RoundTimes::kMaxOpenRounds);
+  EXPECT_EQ(t.snapshot().open_rounds, RoundTimes::kMaxOpenRounds);
   EXPECT_EQ(t.snapshot().prepare.count, 0u);
   // A newer one takes the oldest one's place and completes its round; the oldest is forgotten.
   const uint64_t newest = 101 + RoundTimes::kMaxOpenRounds;
   t.Proposed(0, newest, kMs);
   t.Prepared(0, newest, 3 * kMs);
-  EXPECT_EQ(t.open_rounds(), RoundTimes::kMaxOpenRounds);
+  EXPECT_EQ(t.snapshot().open_rounds, RoundTimes::kMaxOpenRounds);
   EXPECT_EQ(t.snapshot().prepare.count, 1u);
   t.Prepared(0, 101, 3 * kMs);  // forgotten: below every kept round now
   EXPECT_EQ(t.snapshot().prepare.count, 1u);
@@ -127,7 +127,7 @@ TEST(RoundTimesTest, AnOlderViewsStampIsIgnoredAndANewerOneStartsTheRoundOver) {
   EXPECT_EQ(t.snapshot().prepare.count, 0u);
   t.Proposed(4, 10, 30 * kMs);
   t.ForgetViewsBefore(4);  // the view-3 round goes, the view-4 one stays
-  EXPECT_EQ(t.open_rounds(), 1u);
+  EXPECT_EQ(t.snapshot().open_rounds, 1u);
   t.Prepared(4, 10, 35 * kMs);
   EXPECT_EQ(t.snapshot().prepare.count, 1u);
 }
