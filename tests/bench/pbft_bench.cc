@@ -135,7 +135,7 @@ void BM_PbftPipelined500TxBlocks(benchmark::State& state) {
 BENCHMARK(BM_PbftPipelined500TxBlocks)->Unit(benchmark::kMicrosecond);
 
 // What timing the rounds costs a replica (partitions/round_times.h): one iteration = the stamps of
-// one backup's round (pre-prepare seen, prepare sent, commit sent, committed, applied), against
+// one backup's round (pre-prepare seen, prepare sent, commit sent, block applied), against
 // the ~1.5 ms of CPU a block costs a node (docs/BENCHMARKS.md).
 void BM_RoundTimesOneRound(benchmark::State& state) {
   RoundTimes times;

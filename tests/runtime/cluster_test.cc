@@ -39,6 +39,7 @@
 namespace runtime {
 namespace {
 
+using ::runtime::testing::AllConnected;
 using ::runtime::testing::ConnectPeers;
 using ::runtime::testing::kPortNotYetKnown;
 using ::runtime::testing::SignedPut;
@@ -110,9 +111,9 @@ class ClusterTest : public ::testing::Test {
     }
     ConnectPeers(*nodes_, pubs);
     CHECK(WaitFor([] {
+      if (!AllConnected(*nodes_)) return false;
       for (const auto& n : *nodes_) {
-        node::admin::NodeStatus s = n->Status();
-        if (s.peers_connected() != kNodes - 1) return false;
+        const node::admin::NodeStatus s = n->Status();
         for (const auto& p : s.partitions()) {
           if (p.consensus_state() != "NORMAL") return false;
         }
