@@ -8,7 +8,10 @@
 #include <variant>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "glog/logging.h"
 #include "p2p/network.h"
 #include "partitions/pbft_certs.h"
@@ -104,6 +107,8 @@ ConsensusDriver::Stats ConsensusDriver::stats() const {
   s.dropped_bad_signature = dropped_bad_signature_.load(std::memory_order_relaxed);
   s.dropped_bad_tx = dropped_bad_tx_.load(std::memory_order_relaxed);
   s.redundant_votes = redundant_votes_.load(std::memory_order_relaxed);
+  s.fetched_checked = fetched_checked_.load(std::memory_order_relaxed);
+  s.fetched_certified = fetched_certified_.load(std::memory_order_relaxed);
   s.snapshot_serve = snapshot_server_.stats();
   s.rounds = rounds_.snapshot();
   absl::MutexLock lock(&mu_);
@@ -141,8 +146,10 @@ bool ConsensusDriver::OnConsensusMessage(uint32_t from, const ConsensusMessage& 
 }
 
 size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
-  std::vector<std::string> added;
   size_t refused = 0;
+  std::vector<base::DecodedTx> txs;
+  txs.reserve(static_cast<size_t>(batch.signed_txs_size()));
+  absl::flat_hash_set<std::string> seen;  // a body twice in one batch is handled once
   for (const std::string& bytes : batch.signed_txs()) {
     absl::StatusOr<base::DecodedTx> tx = base::DecodeSignedTx(bytes, deps_.tx_limits);
     if (!tx.ok()) {
@@ -152,23 +159,65 @@ size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
     }
     // Already pooled or already settled (a late forward, or a fetch answered twice): skip the
     // signature check, which is the expensive part. A tx only refused so far is checked again.
-    if (deps_.pipeline->KnowsTx(tx->hash)) continue;
-    if (!base::VerifySignature(*tx).ok()) {
+    if (deps_.pipeline->KnowsTx(tx->hash) || !seen.insert(tx->hash).second) continue;
+    txs.push_back(*std::move(tx));
+  }
+  const std::vector<bool> certified = CertifiedFetches(txs);
+  std::vector<std::string> added;
+  for (size_t i = 0; i < txs.size(); ++i) {
+    base::DecodedTx& tx = txs[i];
+    if (!certified[i] && !base::VerifySignature(tx).ok()) {
       dropped_bad_tx_.fetch_add(1, std::memory_order_relaxed);
       ++refused;
       continue;
     }
-    std::string hash = tx->hash;
+    std::string hash = tx.hash;
     const TxOrigin origin =
         deps_.tracker->TakeWanted(hash) ? TxOrigin::kFetched : TxOrigin::kForwarded;
     // Refusals (replayed, full) are expected under load and for already-committed txs.
-    if (deps_.pool->Add(*std::move(tx), origin).ok()) added.push_back(std::move(hash));
+    if (!deps_.pool->Add(std::move(tx), origin).ok()) continue;
+    added.push_back(std::move(hash));
+    if (origin == TxOrigin::kFetched) {
+      (certified[i] ? fetched_certified_ : fetched_checked_)
+          .fetch_add(1, std::memory_order_relaxed);
+    }
   }
   if (added.empty()) return refused;
   WithLock([&]()
                ABSL_NO_THREAD_SAFETY_ANALYSIS { StepLocked(PbftTxsAvailable{std::move(added)}); });
   deps_.request_tick();
   return refused;
+}
+
+std::vector<bool> ConsensusDriver::CertifiedFetches(const std::vector<base::DecodedTx>& txs) {
+  std::vector<bool> certified(txs.size(), false);
+  std::vector<absl::string_view> hashes;
+  hashes.reserve(txs.size());
+  for (const base::DecodedTx& tx : txs) hashes.push_back(tx.hash);
+  // Only bodies whose hash this replica is fetching (the fetch mark decides, not the channel a
+  // body came on: a forwarded copy of a wanted tx qualifies too, being the same bytes): the seqs
+  // of the batches that listed them, and which of those batches are certified here. Waits for
+  // the consensus lock rather than checking: a fetch answer holds many bodies, and one check
+  // costs about as much as a block's execution holds the lock.
+  const std::vector<uint64_t> seqs = deps_.tracker->WantedSeqs(hashes);
+  absl::flat_hash_map<absl::string_view, size_t> fetched;
+  std::vector<uint64_t> batches;
+  for (size_t i = 0; i < txs.size(); ++i) {
+    if (seqs[i] == 0) continue;
+    fetched.emplace(hashes[i], i);
+    batches.push_back(seqs[i]);
+  }
+  if (fetched.empty()) return certified;
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  WithLock([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (uint64_t seq : batches) {
+      replica_->ForEachCertifiedTx(seq, [&](const std::string& h) {
+        if (auto it = fetched.find(h); it != fetched.end()) certified[it->second] = true;
+      });
+    }
+  });
+  return certified;
 }
 
 void ConsensusDriver::OnFetch(uint32_t from, const node::partition::TxFetch& fetch) {
@@ -543,7 +592,7 @@ void ConsensusDriver::FetchLocked(PbftFetchTxs& fetch) {
   // the marks of txs that never arrive.
   for (std::string& h : fetch.tx_hashes) {
     if (m.fetch().tx_hashes_size() >= static_cast<int>(kMaxFetch)) break;
-    repeat &= !deps_.tracker->NoteWanted(h, now);
+    repeat &= !deps_.tracker->NoteWanted(h, now, fetch.seq);
     m.mutable_fetch()->add_tx_hashes(std::move(h));
   }
   // The first ask goes to the primary, which proposed the batch and so holds its txs: one answer

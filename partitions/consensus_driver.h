@@ -133,6 +133,10 @@ class ConsensusDriver {
     // Prepares and commits dropped unverified: their quorum was already complete here
     // (PbftReplica::Redundant).
     uint64_t redundant_votes = 0;
+    // Fetched tx bodies admitted: with their signature checked, or without because a batch
+    // certified here lists them (PbftReplica::ForEachCertifiedTx).
+    uint64_t fetched_checked = 0;
+    uint64_t fetched_certified = 0;
     SnapshotFetcher::Stats snapshot_fetch;  // the fetch in progress, or the last one
     uint64_t snapshots_installed = 0;
     SnapshotServer::Stats snapshot_serve;
@@ -151,7 +155,8 @@ class ConsensusDriver {
   // or commit whose quorum is already complete is dropped without a signature check (true;
   // counted as redundant_votes).
   bool OnConsensusMessage(uint32_t from, const ConsensusMessage& msg);
-  // Returns how many of the batch's txs were refused (do not decode or verify).
+  // Returns how many of the batch's txs were refused (do not decode or verify). A body this
+  // replica fetched for a batch certified here is admitted without its signature check.
   size_t OnTxBatch(const node::partition::TxBatch& batch);
   void OnFetch(uint32_t from, const node::partition::TxFetch& fetch);
   // Snapshot sync (snapshot_sync.h): a request is answered from the ledger (no consensus lock);
@@ -193,6 +198,10 @@ class ConsensusDriver {
   // it now.
   void StampPrePrepareLocked(const ConsensusMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FetchLocked(PbftFetchTxs& fetch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // For each of `txs`: true if this replica fetched it for a batch certified here. Takes the
+  // lock only when one of them was fetched.
+  std::vector<bool> CertifiedFetches(const std::vector<base::DecodedTx>& txs)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void UpdateHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CutBatchesLocked(int64_t now, bool paused, int64_t* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A backup in NORMAL with ready txs, where no block committed for half the request timeout,
@@ -258,6 +267,8 @@ class ConsensusDriver {
   std::atomic<uint64_t> dropped_bad_signature_{0};
   std::atomic<uint64_t> dropped_bad_tx_{0};
   std::atomic<uint64_t> redundant_votes_{0};
+  std::atomic<uint64_t> fetched_checked_{0};
+  std::atomic<uint64_t> fetched_certified_{0};
 };
 
 }  // namespace partitions

@@ -134,6 +134,39 @@ bool PbftReplica::Redundant(const ConsensusMessage& msg) const {
          msg.sender() != config_.self && log_.Redundant(msg, views_.view());
 }
 
+bool PbftReplica::ForEachCertifiedTx(uint64_t seq,
+                                     const std::function<void(const std::string&)>& fn) const {
+  if (seq <= last_executed_) return false;  // its txs are in the ledger
+  if (const Slot* slot = log_.Find(seq); slot != nullptr) {
+    if (slot->committed) {
+      for (const std::string& h : slot->committed_txs) fn(h);
+      return true;
+    }
+    if (slot->pre_prepare) {
+      const node::consensus::PrePrepare& pp = slot->pre_prepare->pre_prepare();
+      uint32_t matching = 0;
+      for (const auto& [sender, m] : slot->prepares) {
+        // Backups other than this one (the log keeps no prepare of the primary; skipped here
+        // too, as Certificate does).
+        if (sender != config_.self && sender != config_.PrimaryOf(pp.view()) &&
+            m.prepare().view() == pp.view() && m.prepare().digest() == slot->digest) {
+          ++matching;
+        }
+      }
+      if (matching >= 2 * config_.f() && config_.f() > 0) {
+        for (const std::string& h : pp.tx_hashes()) fn(h);
+        return true;
+      }
+    }
+  }
+  const auto& held = sync_.held();
+  if (auto it = held.find(seq); it != held.end()) {
+    for (const std::string& h : it->second.tx_hashes()) fn(h);
+    return true;
+  }
+  return false;
+}
+
 uint64_t PbftReplica::own_proposals_in_flight() const {
   if (!IsPrimary() || next_seq_ <= last_executed_ + 1) return 0;
   return next_seq_ - 1 - last_executed_;

@@ -48,6 +48,7 @@
 #define PARTITIONS_PBFT_REPLICA_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -110,6 +111,14 @@ class PbftReplica {
   // Redundant, in the installed view): its quorum is already complete. Stepping it would only
   // count it as admitted; a caller may drop it before checking its signature.
   bool Redundant(const ConsensusMessage& msg) const;
+  // Calls `fn` with every tx hash of the batch at `seq` and returns true if that batch is
+  // certified here: committed (2f+1 matching commits), synced (a valid commit certificate), or
+  // its pre-prepare matched by the prepares of 2f backups other than this replica. Then at least
+  // one correct replica voted for it, and a correct replica votes only for a batch whose txs it
+  // holds checked (or for one already certified): a body whose hash (SHA-256 of the signed
+  // bytes, signature included) is one of these needs no signature check of its own. Returns
+  // false without calling `fn` otherwise.
+  bool ForEachCertifiedTx(uint64_t seq, const std::function<void(const std::string&)>& fn) const;
   // True when a PbftBatchReady now would be proposed (primary, view installed, within the
   // watermarks and the in-flight limit).
   bool CanPropose() const;

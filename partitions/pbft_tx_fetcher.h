@@ -32,7 +32,7 @@ class TxFetcher {
   bool HaveAll(uint64_t seq, const Hashes& hashes, PbftOutbox& out) {
     std::vector<std::string> missing = Missing(seq, hashes);
     if (missing.empty()) return true;
-    if (fetched_for_.insert(seq).second) out.Add(PbftFetchTxs{std::move(missing)});
+    if (fetched_for_.insert(seq).second) out.Add(PbftFetchTxs{std::move(missing), seq});
     return false;
   }
   // As HaveAll, ahead of need: asks for what `seq` lacks, unless `seq` was asked for this
@@ -44,7 +44,7 @@ class TxFetcher {
     std::vector<std::string> missing = Missing(seq, hashes);
     if (missing.empty()) return;
     fetched_for_.insert(seq);
-    out.Add(PbftFetchTxs{std::move(missing)});
+    out.Add(PbftFetchTxs{std::move(missing), seq});
   }
   // A new retransmit period: missing txs may be asked for again.
   void NewPeriod() {

@@ -170,6 +170,7 @@ struct PbftCancelTimer {
 };
 struct PbftFetchTxs {  // ask peers for these transactions, then report PbftTxsAvailable
   std::vector<std::string> tx_hashes;
+  uint64_t seq = 0;  // the batch that lists them (see PbftReplica::ForEachCertifiedTx)
 };
 struct PbftStateChanged {
   ConsensusState state;

@@ -1,6 +1,8 @@
 // TxPool: one partition's pending transactions, between admission and commit.
 //
-// Holds verified transactions (the caller ran DecodeSignedTx and VerifySignature). Bounded by
+// Holds checked transactions: the caller ran DecodeSignedTx and VerifySignature, or, for a body
+// fetched for a batch certified at this replica, took it on that certificate (ConsensusDriver::
+// OnTxBatch; docs/ARCHITECTURE.md, "Fetched bodies of a certified batch"). Bounded by
 // count and bytes, both changeable live; deduplicated by hash; ordered per sender by nonce.
 // A sender's transaction is *ready* when every nonce between the sender's next expected nonce
 // (from committed state, through `NextNonceFn`) and its own is in the pool; later ones are held

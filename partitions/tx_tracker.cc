@@ -52,12 +52,23 @@ void TxTracker::NoteDrained(absl::string_view hash, uint64_t seq, int64_t now_na
   if (t.admitted_nanos == 0 && !t.fetch_wanted) entries_.erase(it);
 }
 
-bool TxTracker::NoteWanted(absl::string_view hash, int64_t now_nanos) {
+bool TxTracker::NoteWanted(absl::string_view hash, int64_t now_nanos, uint64_t seq) {
   absl::MutexLock lock(&mu_);
   Entry& e = TouchLocked(hash, now_nanos);
   const bool first = !e.tx.fetch_wanted;
   e.tx.fetch_wanted = true;
+  e.tx.fetch_seq = seq;
   return first;
+}
+
+std::vector<uint64_t> TxTracker::WantedSeqs(absl::Span<const absl::string_view> hashes) const {
+  std::vector<uint64_t> seqs(hashes.size(), 0);
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    auto it = entries_.find(hashes[i]);
+    if (it != entries_.end() && it->second.tx.fetch_wanted) seqs[i] = it->second.tx.fetch_seq;
+  }
+  return seqs;
 }
 
 bool TxTracker::TakeWanted(absl::string_view hash) {
@@ -65,6 +76,7 @@ bool TxTracker::TakeWanted(absl::string_view hash) {
   auto it = entries_.find(hash);
   if (it == entries_.end() || !it->second.tx.fetch_wanted) return false;
   it->second.tx.fetch_wanted = false;
+  it->second.tx.fetch_seq = 0;
   const TrackedTx& t = it->second.tx;
   if (t.admitted_nanos == 0 && t.spill_seq == 0) entries_.erase(it);  // nothing left to know
   return true;

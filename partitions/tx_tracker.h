@@ -35,6 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace partitions {
 
@@ -48,6 +49,7 @@ struct TrackedTx {
   int64_t admitted_nanos = 0;  // this node's client admission (commit latency starts here)
   uint64_t spill_seq = 0;      // lossless FIFO record that carries it (appended, not drained)
   bool fetch_wanted = false;   // this replica asked its peers for it
+  uint64_t fetch_seq = 0;      // for the batch at this seq (the latest ask), while fetch_wanted
 };
 
 struct TxTrackerStats {
@@ -74,8 +76,11 @@ class TxTracker {
   // ledger, or not at all. The drain may take a record before the submit path has marked it;
   // then the entry is kept (empty, until evicted) so that the late mark is ignored.
   void NoteDrained(absl::string_view hash, uint64_t seq, int64_t now_nanos);
-  // True if it was not wanted yet (the first ask).
-  bool NoteWanted(absl::string_view hash, int64_t now_nanos);
+  // True if it was not wanted yet (the first ask). `seq` is the batch that lists it (a later ask
+  // replaces it).
+  bool NoteWanted(absl::string_view hash, int64_t now_nanos, uint64_t seq);
+  // For each of `hashes`, the seq its fetch was asked for, or 0 when it is not wanted; one lock.
+  std::vector<uint64_t> WantedSeqs(absl::Span<const absl::string_view> hashes) const;
   // True if it was wanted; clears the mark.
   bool TakeWanted(absl::string_view hash);
 

@@ -461,6 +461,16 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Counter("noded_partition_consensus_redundant_votes_total",
              "Prepares and commits dropped unverified: their quorum was already complete.", l,
              static_cast<double>(p.consensus_redundant_votes()));
+  {
+    constexpr char kFetched[] = "noded_partition_fetched_txs_total";
+    constexpr char kFetchedHelp[] =
+        "Tx bodies fetched from peers and admitted, by how: signature checked, or taken on a "
+        "certified batch (no check).";
+    f->Counter(kFetched, kFetchedHelp, {{"partition", p.name()}, {"admitted", "checked"}},
+               static_cast<double>(p.fetched_txs_checked()));
+    f->Counter(kFetched, kFetchedHelp, {{"partition", p.name()}, {"admitted", "certified"}},
+               static_cast<double>(p.fetched_txs_certified()));
+  }
   f->Gauge("noded_partition_block_interval_seconds",
            "Least time between two of this node's partial batches, from the node's block budget "
            "(0 = none).",

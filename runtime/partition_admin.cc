@@ -135,6 +135,8 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   out.set_peer_refused_bad_tx(driver.dropped_bad_tx);
   out.set_consensus_verifications(crypto_->verifications());
   out.set_consensus_redundant_votes(driver.redundant_votes);
+  out.set_fetched_txs_checked(driver.fetched_checked);
+  out.set_fetched_txs_certified(driver.fetched_certified);
   out.set_cpu_nanos(static_cast<uint64_t>(std::max<int64_t>(0, CpuNanos())));
   out.set_overload_refusals(admission_->overload_refusals());
   if (env_.block_budget != nullptr) {

@@ -341,7 +341,8 @@ ROUND_PHASES = ("cut_wait", "accept", "prepare", "commit", "apply", "interval")
 def round_phases(c, partition):
     """One line per node: the phases of its rounds of consensus in `partition` (nodectl --json
     stats' consensus_rounds) as p50/p99/max in ms, for the phases it timed; its consensus and
-    tx_forward lanes' queueing delay (p50/p99 ms) and CPU per message handled (us); its count
+    tx_forward lanes' queueing delay (p50/p99 ms) and CPU per message handled (us); the tx
+    bodies it fetched, admitted with their signature checked or on a certified batch; its count
     of slow rounds (consensus.slow_round_log_ms, default 1 s) and the first slow-round lines of
     its log (one a second at most)."""
     lines = []
@@ -366,6 +367,9 @@ def round_phases(c, partition):
                     l["name"], q.get("p50_us", 0) / 1e3, q.get("p99_us", 0) / 1e3,
                     int(l.get("cpu_nanos", 0)) / 1e3 / max(1, int(l.get("processed", 0)))))
         parts.append("%d slow rounds" % int(rounds.get("slow_rounds", 0)))
+        parts.append("fetched bodies %d checked, %d certified" % (
+            int(found[0].get("fetched_txs_checked", 0)),
+            int(found[0].get("fetched_txs_certified", 0))))
         logged = []
         try:
             with open(os.path.join(c.net, "node%d" % (i + 1), "noded.log"),
@@ -1005,6 +1009,10 @@ def rejoin_run(mode, blocks, rate, batch, limit_s):
                         break
                 time.sleep(0.2)
             t_end = time.monotonic()
+            # How node 4 admitted the bodies it fetched: checked, or on a certified batch.
+            st4 = c.stats(3) or {}
+            fetched = (partition_sum(st4, ["p1"], "fetched_txs_checked"),
+                       partition_sum(st4, ["p1"], "fetched_txs_certified"))
             # The joining node's CPU (its process started with the join) and the others' during it.
             try:
                 with open(os.path.join(c.net, "node4", "noded.pid")) as f:
@@ -1034,7 +1042,8 @@ def rejoin_run(mode, blocks, rate, batch, limit_s):
                 "rate_before": window_rate(h, "committed", *before),
                 "rate_during": window_rate(h, "committed", *during),
                 "p99_before": window_p99(h, *before)[0], "p99_during": window_p99(h, *during)[0],
-                "vc": h["view_changes"] or 0, "joiner_cores": joiner, "others_cores": others}
+                "vc": h["view_changes"] or 0, "joiner_cores": joiner, "others_cores": others,
+                "fetched_checked": fetched[0], "fetched_certified": fetched[1]}
 
 
 def rejoin():
@@ -1058,10 +1067,12 @@ def rejoin():
             log("rejoin %s after %d blocks (%.0f s of load): caught up %s s, following %s s, "
                 "earliest height %d; the others %.0f -> %.0f tx/s, p99 (per-second, weighted) "
                 "%.0f -> %.0f ms, %d VC; during the join node 4 used %s cores, the others %.2f "
-                "each" % (mode, r["blocks"], r["history_s"], r["caught_s"], r["follow_s"],
-                          r["snapshot_at"], r["rate_before"], r["rate_during"], r["p99_before"],
-                          r["p99_during"], r["vc"], "%.2f" % r["joiner_cores"]
-                          if r["joiner_cores"] is not None else "?", r["others_cores"]))
+                "each; node 4's fetched bodies: %d checked, %d taken on a certified batch"
+                % (mode, r["blocks"], r["history_s"], r["caught_s"], r["follow_s"],
+                   r["snapshot_at"], r["rate_before"], r["rate_during"], r["p99_before"],
+                   r["p99_during"], r["vc"], "%.2f" % r["joiner_cores"]
+                   if r["joiner_cores"] is not None else "?", r["others_cores"],
+                   r["fetched_checked"], r["fetched_certified"]))
             runs.append(r)
     fmt = lambda r: ("%s after %d blocks: caught up in %s, following the tip in %s (%s); the "
                      "others %.0f -> %.0f tx/s, p99 %.0f -> %.0f ms, %d VC; node 4 %s cores"

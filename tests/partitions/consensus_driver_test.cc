@@ -304,6 +304,81 @@ TEST_F(ConsensusDriverTest, ABackupFetchesMissingTxsFromThePrimaryThenPrepares) 
   EXPECT_EQ(driver_->stats().dropped_bad_tx, 0u);
 }
 
+// A tx whose signature does not verify (one bit of it flipped); it decodes, and its hash is of
+// its own bytes. No correct replica would vote for a batch holding it: the tests below use it to
+// see whether a body was checked.
+TxPtr WithBadSignature(const TxPtr& tx) {
+  node::chain::SignedTransaction signed_tx;
+  EXPECT_TRUE(signed_tx.ParseFromString(tx->signed_bytes));
+  std::string sig = signed_tx.signature();
+  sig[0] = static_cast<char>(sig[0] ^ 1);
+  signed_tx.set_signature(sig);
+  std::string bytes;
+  EXPECT_TRUE(signed_tx.SerializeToString(&bytes));
+  TxPtr bad = chaintest::Decode(bytes, kPartition);
+  EXPECT_NE(bad, nullptr);
+  EXPECT_FALSE(base::VerifySignature(*bad).ok());
+  return bad;
+}
+
+// Bodies fetched for a batch that two other backups prepared (so at least one correct replica
+// holds them checked) are taken without their signature check; a body nobody asked for is
+// checked however it comes.
+TEST_F(ConsensusDriverTest, FetchedBodiesOfABatchTwoOtherBackupsPreparedAreNotCheckedAgain) {
+  Build(1);
+  const TxPtr bad = WithBadSignature(NewTx());
+  const std::vector<TxPtr> txs = {NewTx(), bad};
+  const ConsensusMessage pp = PrePrepareFromPrimary(1, txs);
+  driver_->OnConsensusMessage(0, pp);  // the bodies are missing: fetched
+  Vote(1, pp.pre_prepare().digest(), {2, 3}, {});
+  const TxPtr stray = WithBadSignature(NewTx());  // listed by no batch, never asked for
+  size_t mark = Mark();
+  // `bad` twice in one answer: handled once (a second copy would be checked, and refused).
+  driver_->OnTxBatch(Bodies({txs[0], bad, bad, stray}));
+
+  ConsensusDriver::Stats st = driver_->stats();
+  EXPECT_EQ(st.fetched_certified, 2u);
+  EXPECT_EQ(st.fetched_checked, 0u);
+  EXPECT_EQ(st.dropped_bad_tx, 1u) << "the stray body only";
+  EXPECT_NE(pool_->Get(bad->hash), nullptr);
+  EXPECT_EQ(pool_->Get(stray->hash), nullptr);
+  // Prepared with its own prepare, so it commits.
+  std::vector<ConsensusMessage> prepares = Consensus(SentSince(mark), ConsensusMessage::kPrepare);
+  ASSERT_EQ(prepares.size(), 1u);
+  Vote(1, pp.pre_prepare().digest(), {}, {0, 2});
+  EXPECT_EQ(recorder_.heights, std::vector<uint64_t>{1});
+}
+
+// One other backup's prepare, or two for another digest, certify nothing: every fetched body is
+// checked, and the one that fails is refused.
+TEST_F(ConsensusDriverTest, FetchedBodiesOfABatchNotCertifiedHereAreChecked) {
+  for (const bool other_digest : {false, true}) {
+    SCOPED_TRACE(other_digest ? "two prepares of another digest" : "one other backup's prepare");
+    TearDown();
+    Build(1);
+    const TxPtr bad = WithBadSignature(NewTx());
+    const std::vector<TxPtr> txs = {NewTx(), bad};
+    const ConsensusMessage pp = PrePrepareFromPrimary(1, txs);
+    driver_->OnConsensusMessage(0, pp);
+    if (other_digest) {
+      Vote(1, BatchDigest(Hashes({txs[0]})), {2, 3}, {});
+    } else {
+      Vote(1, pp.pre_prepare().digest(), {2}, {});
+    }
+    const size_t mark = Mark();
+    driver_->OnTxBatch(Bodies(txs));
+
+    ConsensusDriver::Stats st = driver_->stats();
+    EXPECT_EQ(st.fetched_certified, 0u);
+    EXPECT_EQ(st.fetched_checked, 1u);
+    EXPECT_EQ(st.dropped_bad_tx, 1u);
+    EXPECT_NE(pool_->Get(txs[0]->hash), nullptr);
+    EXPECT_EQ(pool_->Get(bad->hash), nullptr);
+    EXPECT_TRUE(Consensus(SentSince(mark), ConsensusMessage::kPrepare).empty())
+        << "it still lacks a body";
+  }
+}
+
 // The round's phases on the driver's clock: a backup that waits for the bodies, then for votes.
 TEST_F(ConsensusDriverTest, ABackupTimesEachPhaseOfItsRounds) {
   slow_round_nanos_ = 20 * kMs;

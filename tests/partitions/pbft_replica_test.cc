@@ -138,9 +138,42 @@ TEST(PbftReplicaTest, FetchesMissingTxsBeforePreparing) {
   auto fetches = ActionsOf<PbftFetchTxs>(actions);
   ASSERT_EQ(fetches.size(), 1u);
   EXPECT_EQ(fetches[0].tx_hashes, std::vector<std::string>{Tx(2)});
+  EXPECT_EQ(fetches[0].seq, 1u);
   h.pool.have.insert(Tx(2));
   actions = h.replica->Step(PbftTxsAvailable{{Tx(2)}});
   EXPECT_EQ(Sent(actions, kPrep).size(), 1u);
+}
+
+// A batch is certified (its fetched bodies need no check) once two backups other than this one
+// prepared its digest; a pre-prepare alone, or with one such prepare, is not.
+TEST(PbftReplicaTest, ABatchIsCertifiedByTwoOtherBackupsPrepares) {
+  ReplicaHarness h(1);
+  h.Deliver(MakePrePrepare(0, 1, kBatch, 0));  // its bodies missing: it waits
+  std::vector<std::string> got;
+  auto collect = [&](const std::string& x) { got.push_back(x); };
+  EXPECT_FALSE(h.replica->ForEachCertifiedTx(1, collect));
+  h.Deliver(MakePrepare(0, 1, BatchDigest(kBatch), 2));
+  EXPECT_FALSE(h.replica->ForEachCertifiedTx(1, collect));
+  h.Deliver(MakePrepare(0, 1, BatchDigest(kBatch), 3));
+  EXPECT_TRUE(h.replica->ForEachCertifiedTx(1, collect));
+  EXPECT_EQ(got, kBatch);
+  EXPECT_FALSE(h.replica->ForEachCertifiedTx(2, collect)) << "no batch there";
+}
+
+// A batch committed here while an earlier one waits for its bodies is certified too.
+TEST(PbftReplicaTest, ACommittedBatchWaitingToExecuteIsCertified) {
+  ReplicaHarness h(1);
+  const std::vector<std::string> second = {Tx(3)};
+  h.pool.have = {Tx(3)};
+  h.Deliver(MakePrePrepare(0, 1, kBatch, 0));  // seq 1's bodies are missing: nothing executes
+  h.Deliver(MakePrePrepare(0, 2, second, 0));
+  for (uint32_t r : {2u, 3u}) h.Deliver(MakePrepare(0, 2, BatchDigest(second), r));
+  for (uint32_t r : {0u, 2u, 3u}) h.Deliver(MakeCommit(0, 2, BatchDigest(second), r));
+  std::vector<std::string> got;
+  EXPECT_TRUE(h.replica->ForEachCertifiedTx(2, [&](const std::string& x) { got.push_back(x); }));
+  EXPECT_EQ(got, second);
+  EXPECT_EQ(h.replica->last_executed(), 0u);
+  EXPECT_FALSE(h.replica->ForEachCertifiedTx(1, [](const std::string&) {}));
 }
 
 TEST(PbftReplicaTest, DropsPrePrepareFromNonPrimaryAndBadDigest) {
@@ -862,6 +895,16 @@ TEST(PbftSyncTest, ASyncedChunkWithoutBodiesIsFetchedInOneGo) {
     asked.insert(f.tx_hashes.begin(), f.tx_hashes.end());
   }
   EXPECT_EQ(asked, (std::set<std::string>{Tx(101), Tx(103)}));
+  // Held with their commit certificates, the synced batches are certified; each fetch names its
+  // batch.
+  for (const PbftFetchTxs& f : ActionsOf<PbftFetchTxs>(a)) {
+    ASSERT_EQ(f.tx_hashes.size(), 1u);
+    EXPECT_EQ(f.tx_hashes[0], Tx(100 + static_cast<int>(f.seq)));
+  }
+  std::vector<std::string> certified;
+  EXPECT_TRUE(
+      h.replica->ForEachCertifiedTx(3, [&](const std::string& x) { certified.push_back(x); }));
+  EXPECT_EQ(certified, std::vector<std::string>{Tx(103)});
   // An unrelated tx arrives: batch 1's body is looked up again, the other held batches' are not
   // (checked this period, whether their bodies were there or asked for).
   const int lookups = h.pool.lookups;
@@ -888,6 +931,8 @@ TEST(PbftSyncTest, ASyncedChunkWithoutBodiesIsFetchedInOneGo) {
   a = h.Step(PbftTxsAvailable{{Tx(102), Tx(103)}});
   EXPECT_EQ(ActionsOf<PbftCommit>(a).size(), 3u);
   EXPECT_EQ(h.replica->last_executed(), 4u);
+  EXPECT_FALSE(h.replica->ForEachCertifiedTx(3, [](const std::string&) {}))
+      << "executed: its txs are in the ledger";
 }
 
 TEST(PbftSyncTest, RejectsForgedCommitCertificate) {

@@ -16,8 +16,8 @@ TEST(TxTrackerTest, KeepsWhatIsKnownUntilTheTxCommits) {
   TxTracker t({.max_entries = 10, .max_age = absl::Seconds(60)});
   t.NoteAdmitted("a", 5);
   t.NoteSpilled("a", 17, 6);
-  EXPECT_TRUE(t.NoteWanted("b", 7));
-  EXPECT_FALSE(t.NoteWanted("b", 8));  // asked before: a repeat
+  EXPECT_TRUE(t.NoteWanted("b", 7, 3));
+  EXPECT_FALSE(t.NoteWanted("b", 8, 3));  // asked before: a repeat
   EXPECT_EQ(t.Get("a").admitted_nanos, 5);
   EXPECT_EQ(t.Get("a").spill_seq, 17u);
   std::vector<TrackedTx> got = t.TakeCommitted({"x", "a"});
@@ -31,15 +31,26 @@ TEST(TxTrackerTest, KeepsWhatIsKnownUntilTheTxCommits) {
 
 TEST(TxTrackerTest, AFetchedTxIsTakenOnceAndLeavesNothingBehind) {
   TxTracker t({});
-  t.NoteWanted("f", 1);
+  t.NoteWanted("f", 1, 1);
   EXPECT_TRUE(t.TakeWanted("f"));
   EXPECT_FALSE(t.TakeWanted("f"));
   EXPECT_EQ(t.stats().entries, 0u);
   // A tx this node's client admitted keeps its admission time after its fetch answer.
   t.NoteAdmitted("g", 3);
-  t.NoteWanted("g", 4);
+  t.NoteWanted("g", 4, 2);
   EXPECT_TRUE(t.TakeWanted("g"));
   EXPECT_EQ(t.Get("g").admitted_nanos, 3);
+}
+
+TEST(TxTrackerTest, AFetchKeepsTheSeqOfItsLatestAskUntilTaken) {
+  TxTracker t({});
+  t.NoteAdmitted("client", 1);  // known, never asked for
+  t.NoteWanted("w", 2, 7);
+  t.NoteWanted("w", 3, 9);  // asked again for a batch at another seq (a new view's)
+  const std::vector<absl::string_view> hashes = {"w", "client", "unknown"};
+  EXPECT_EQ(t.WantedSeqs(hashes), (std::vector<uint64_t>{9, 0, 0}));
+  EXPECT_TRUE(t.TakeWanted("w"));
+  EXPECT_EQ(t.WantedSeqs(hashes), (std::vector<uint64_t>{0, 0, 0}));
 }
 
 // GetTx answers PENDING from the FIFO mark only while the record is in the FIFO.

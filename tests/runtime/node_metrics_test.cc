@@ -64,6 +64,8 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   p->set_block_interval_ms(31.25);
   p->set_cpu_nanos(2'500'000'000);
   p->set_overload_refusals(17);
+  p->set_fetched_txs_checked(4);
+  p->set_fetched_txs_certified(96);
   auto* stage = p->add_stages();
   stage->set_name("rate");
   stage->set_kind("rate");
@@ -168,6 +170,10 @@ TEST(NodeMetricsTest, ExportsEveryFigureWithLabels) {
   EXPECT_THAT(text, HasSubstr("noded_node_admission_contending{partition=\"hot\"} 1"));
   EXPECT_THAT(text, HasSubstr("noded_partition_cpu_seconds_total{partition=\"hot\"} 2.5"));
   EXPECT_THAT(text, HasSubstr("noded_partition_overload_refusals_total{partition=\"hot\"} 17"));
+  EXPECT_THAT(text, HasSubstr("noded_partition_fetched_txs_total{partition=\"hot\",admitted="
+                              "\"checked\"} 4"));
+  EXPECT_THAT(text, HasSubstr("noded_partition_fetched_txs_total{partition=\"hot\",admitted="
+                              "\"certified\"} 96"));
   EXPECT_THAT(text,
               HasSubstr("noded_node_admission_consensus_delay_seconds{partition=\"hot\"} 0.08"));
   EXPECT_THAT(text, HasSubstr("noded_pool_txs{partition=\"hot\"} 99"));
