@@ -328,10 +328,23 @@ void PbftReplica::ContinueAfterTxs(uint64_t seq) {
   }
   slot.waiting_txs = false;
   if (!views_.is_primary() && slot.prepares.count(config_.self) == 0 && !views_.observing()) {
+    // A seq already executed here (by block sync, or before a restart) is voted for without its
+    // bodies, but only as the batch executed: a faulty primary's other batch for it gets no
+    // prepare (PbftLog refuses it only against a decision made in this log).
+    if (seq <= last_executed_ && !slot.committed && !MatchesExecuted(seq, slot.digest)) {
+      ++counters_.dropped_conflicting;
+      return;
+    }
     slot.prepares[config_.self] =
         out_.Publish(PrepareMessage(views_.view(), seq, slot.digest), {*slot.pre_prepare});
   }
   CheckPrepared(seq);
+}
+
+bool PbftReplica::MatchesExecuted(uint64_t seq, const std::string& digest) const {
+  std::optional<node::consensus::CommittedBatch> executed = deps_.blocks->GetCommitted(seq);
+  // Not readable (pruned, or a state installed from a snapshot above it): as before, vote.
+  return !executed.has_value() || BatchDigest(executed->tx_hashes()) == digest;
 }
 
 void PbftReplica::CheckPrepared(uint64_t seq) {

@@ -173,6 +173,8 @@ class PbftReplica {
   // Normal-case message of a view not (yet) installed here: buffer if ahead, else count stale.
   // Returns true when the message was consumed (buffered or dropped).
   bool DivertByView(const ConsensusMessage& msg, uint64_t view);
+  // False if the block source holds the batch executed at `seq` and its digest is not `digest`.
+  bool MatchesExecuted(uint64_t seq, const std::string& digest) const;
 
   // Checkpoints and block sync (pbft_sync.cc).
   void OnCheckpoint(const ConsensusMessage& msg);

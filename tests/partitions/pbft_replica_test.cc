@@ -935,6 +935,29 @@ TEST(PbftSyncTest, ASyncedChunkWithoutBodiesIsFetchedInOneGo) {
       << "executed: its txs are in the ledger";
 }
 
+// A seq executed by block sync is voted for again only as the batch executed there: a faulty
+// primary's other batch for it gets no prepare; the batch executed gets one, bodies or not.
+TEST(PbftSyncTest, ASeqExecutedBySyncIsPreparedOnlyAsTheBatchExecuted) {
+  ReplicaHarness src(2);
+  std::map<uint64_t, CommittedBatch> batches = CommittedAt(src, 1);
+  const std::vector<std::string> executed(batches[1].tx_hashes().begin(),
+                                          batches[1].tx_hashes().end());
+  for (const bool same : {false, true}) {
+    SCOPED_TRACE(same ? "the batch executed" : "another batch");
+    ReplicaHarness h(1);
+    h.pool.have.insert(executed.begin(), executed.end());
+    ConsensusMessage resp;
+    *resp.mutable_sync_response()->add_batches() = batches[1];
+    ASSERT_EQ(ActionsOf<PbftCommit>(h.Deliver(SignedAs(2, resp))).size(), 1u);
+    ASSERT_EQ(h.replica->last_executed(), 1u);
+    h.blocks.batches = batches;  // its ledger holds what it executed
+    h.pool.have.clear();         // and its pool no longer the bodies
+    auto a = h.Deliver(MakePrePrepare(0, 1, same ? executed : std::vector<std::string>{Tx(7)}, 0));
+    EXPECT_EQ(Sent(a, kPrep).size(), same ? 1u : 0u);
+    EXPECT_EQ(h.replica->counters().dropped_conflicting, same ? 0u : 1u);
+  }
+}
+
 TEST(PbftSyncTest, RejectsForgedCommitCertificate) {
   ReplicaHarness src(2);
   auto batches = CommittedAt(src, 1);
