@@ -197,8 +197,8 @@ std::vector<bool> ConsensusDriver::CertifiedFetches(const std::vector<base::Deco
   // Only bodies whose hash this replica is fetching (the fetch mark decides, not the channel a
   // body came on: a forwarded copy of a wanted tx qualifies too, being the same bytes): the seqs
   // of the batches that listed them, and which of those batches are certified here. Waits for
-  // the consensus lock rather than checking: a fetch answer holds many bodies, and one check
-  // costs about as much as a block's execution holds the lock.
+  // the consensus lock rather than checking: a fetch answer holds many bodies, whose checks
+  // together cost more than the lock is held for a block's execution.
   const std::vector<uint64_t> seqs = deps_.tracker->WantedSeqs(hashes);
   absl::flat_hash_map<absl::string_view, size_t> fetched;
   std::vector<uint64_t> batches;
