@@ -149,7 +149,9 @@ size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
   size_t refused = 0;
   std::vector<base::DecodedTx> txs;
   txs.reserve(static_cast<size_t>(batch.signed_txs_size()));
-  absl::flat_hash_set<std::string> seen;  // a body twice in one batch is handled once
+  // A body twice in one batch is handled once. Views into `txs`, which never reallocates (its
+  // capacity is the batch's size): no copy of each forwarded tx's hash.
+  absl::flat_hash_set<absl::string_view> seen;
   for (const std::string& bytes : batch.signed_txs()) {
     absl::StatusOr<base::DecodedTx> tx = base::DecodeSignedTx(bytes, deps_.tx_limits);
     if (!tx.ok()) {
@@ -159,8 +161,9 @@ size_t ConsensusDriver::OnTxBatch(const node::partition::TxBatch& batch) {
     }
     // Already pooled or already settled (a late forward, or a fetch answered twice): skip the
     // signature check, which is the expensive part. A tx only refused so far is checked again.
-    if (deps_.pipeline->KnowsTx(tx->hash) || !seen.insert(tx->hash).second) continue;
+    if (deps_.pipeline->KnowsTx(tx->hash)) continue;
     txs.push_back(*std::move(tx));
+    if (!seen.insert(txs.back().hash).second) txs.pop_back();
   }
   const std::vector<bool> certified = CertifiedFetches(txs);
   std::vector<std::string> added;
