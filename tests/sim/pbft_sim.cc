@@ -322,15 +322,13 @@ class Cluster {
       } else if (auto* sw = std::get_if<partitions::PbftSnapshotWanted>(&a)) {
         OnSnapshotWanted(n, *sw);
       } else if (auto* fe = std::get_if<partitions::PbftFetchTxs>(&a)) {
-        At(now_ + Rand(5, 30), [this, id = n.id, inc = n.incarnation, hashes = fe->tx_hashes] {
-          Node& node = *nodes_[id];
-          if (!node.up || node.incarnation != inc) return;
-          // Only txs some client really submitted can be fetched; invented hashes stay missing.
-          for (const std::string& h : hashes) {
-            if (submitted_.count(h) > 0) node.pool.Add(h);
-          }
-          StepNode(node, partitions::PbftTxsAvailable{hashes});
-        });
+        At(now_ + Rand(5, 30),
+           [this, id = n.id, inc = n.incarnation, hashes = fe->tx_hashes, seq = fe->seq] {
+             Node& node = *nodes_[id];
+             if (!node.up || node.incarnation != inc) return;
+             OnFetched(node, seq, hashes);
+             StepNode(node, partitions::PbftTxsAvailable{hashes});
+           });
       }
     }
     // The executor's report: at once, as in the node (the driver executes in Step order), or,
@@ -352,12 +350,15 @@ class Cluster {
 
   void Transmit(Node& from, uint32_t to, std::shared_ptr<const ConsensusMessage> msg) {
     if (from.byz_primary && msg->has_pre_prepare()) {
-      switch (rng_() % 3) {
+      switch (rng_() % 4) {
         case 0:
           break;  // the real one
         case 1:
           msg = Equivocate(from, *msg);
           break;  // a conflicting one
+        case 2:
+          msg = WithInvalidBody(from, *msg);
+          break;  // one listing a tx whose body fails its check
         default:
           return;  // nothing
       }
@@ -401,6 +402,53 @@ class Cluster {
         StepNode(node, partitions::PbftMessage{*msg});
       });
     }
+  }
+
+  // The bodies a fetch brings, as the node's driver admits them. Only txs some client really
+  // submitted, or that a Byzantine primary listed with a body failing its check, can be fetched;
+  // other invented hashes stay missing. A body whose batch (`seq`) is certified here is admitted
+  // without its check; an invalid one is admitted otherwise only by a Byzantine replica.
+  void OnFetched(Node& node, uint64_t seq, const std::vector<std::string>& hashes) {
+    std::set<std::string> certified;
+    if (node.replica && seq != 0) {
+      node.replica->ForEachCertifiedTx(seq, [&](const std::string& h) { certified.insert(h); });
+    }
+    for (const std::string& h : hashes) {
+      if (submitted_.count(h) > 0) {
+        node.pool.Add(h);
+        result_.certified_fetches += certified.count(h);
+      } else if (invalid_.count(h) > 0) {
+        if (node.byz_primary || node.byz_garbage) {
+          node.pool.Add(h);
+        } else if (certified.count(h) > 0) {
+          Fail(true,
+               absl::StrCat("validity: replica ", node.id,
+                            " took a body that fails its check on a certificate of seq ", seq));
+          return;
+        } else {
+          ++result_.invalid_bodies_refused;
+        }
+      }
+    }
+  }
+
+  // The Byzantine primary's proposal for the real one's view and seq listing, besides the real
+  // txs, one whose body fails its signature check: the same to every replica it goes to.
+  std::shared_ptr<const ConsensusMessage> WithInvalidBody(Node& from,
+                                                          const ConsensusMessage& real) {
+    const auto key = std::make_pair(real.pre_prepare().view(), real.pre_prepare().seq());
+    if (auto it = invalid_proposals_.find(key); it != invalid_proposals_.end()) return it->second;
+    ConsensusMessage alt = real;
+    auto* pp = alt.mutable_pre_prepare();
+    const std::string h = partitions::ChainDigest(partitions::GenesisDigest(), invalid_.size(),
+                                                  absl::StrCat("invalid", o_.seed));
+    invalid_.insert(h);
+    pp->add_tx_hashes(h);
+    pp->set_digest(partitions::BatchDigest(pp->tx_hashes()));
+    alt.set_signature(from.crypto.Sign(alt));
+    auto msg = std::make_shared<const ConsensusMessage>(std::move(alt));
+    invalid_proposals_.emplace(key, msg);
+    return msg;
   }
 
   std::shared_ptr<const ConsensusMessage> Equivocate(Node& from, const ConsensusMessage& real) {
@@ -787,6 +835,11 @@ class Cluster {
   SimResult result_;
   std::set<std::string> submitted_;
   std::vector<std::string> submitted_list_;
+  // Hashes of txs whose bodies fail their signature check, listed by a Byzantine primary; and
+  // its proposals listing one, by (view, seq).
+  std::set<std::string> invalid_;
+  std::map<std::pair<uint64_t, uint64_t>, std::shared_ptr<const ConsensusMessage>>
+      invalid_proposals_;
   std::set<std::string> committed_txs_;
   std::map<uint64_t, std::string> decided_;
   uint64_t max_seq_ = 0;

@@ -9,6 +9,11 @@
 //
 // Execution reports state roots back (PbftExecuted), at once or, under delay faults, later.
 //
+// A Byzantine primary also proposes batches listing a tx whose body fails its signature check,
+// which a colluding Byzantine replica prepares. A fetched body is admitted unchecked only when its
+// batch is certified at the fetching replica (PbftReplica::ForEachCertifiedTx), as in the node's
+// ConsensusDriver; a correct replica taking such a body that way is a validity violation.
+//
 // Checked after every step: agreement (no two honest replicas commit different batches at one
 // seq), validity (every committed tx hash was submitted by a client), in-order execution; after
 // the faults heal, liveness (new commits within a bound, every tx submitted before the end
@@ -85,6 +90,12 @@ struct SimResult {
   // complete (PbftReplica::Redundant), as the node's ConsensusDriver drops them unverified. Every
   // seed not divisible by 5 drops them; the rest step them, as before.
   uint64_t redundant_dropped = 0;
+  // Fetched bodies of a batch certified at the fetching correct replica, which the node admits
+  // without their own signature check (ConsensusDriver::OnTxBatch): valid ones taken that way,
+  // and bodies that fail their check (a Byzantine primary's proposals list them) refused because
+  // their batch was not certified. One of those taken on a certificate is a safety violation.
+  uint64_t certified_fetches = 0;
+  uint64_t invalid_bodies_refused = 0;
 };
 
 SimResult RunSimulation(const SimOptions& options);

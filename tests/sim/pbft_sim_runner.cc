@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     std::printf(
         "seed %llu fault %s n %u: %s%s\n  max seq %llu, txs %llu/%llu, view changes %llu, "
         "synced batches %llu, snapshots %llu, messages %llu, dropped by replicas %llu, redundant "
-        "votes dropped %llu\n",
+        "votes dropped %llu, fetched bodies certified %llu, invalid bodies refused %llu\n",
         static_cast<unsigned long long>(seed), sim::FaultKindName(o.fault), o.n,
         r.ok ? "PASS" : (r.safety_violation ? "SAFETY VIOLATION: " : "FAIL: "), r.failure.c_str(),
         static_cast<unsigned long long>(r.max_committed_seq),
@@ -85,7 +85,9 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(r.snapshots_installed),
         static_cast<unsigned long long>(r.messages_delivered),
         static_cast<unsigned long long>(r.dropped_by_replicas),
-        static_cast<unsigned long long>(r.redundant_dropped));
+        static_cast<unsigned long long>(r.redundant_dropped),
+        static_cast<unsigned long long>(r.certified_fetches),
+        static_cast<unsigned long long>(r.invalid_bodies_refused));
     return r.ok ? 0 : (r.safety_violation ? 2 : 1);
   }
   if (runs == 0) return Usage();
@@ -97,6 +99,8 @@ int main(int argc, char** argv) {
   uint64_t snapshots = 0;
   uint64_t runs_with_snapshots = 0;
   uint64_t pruned = 0;
+  uint64_t certified_fetches = 0;
+  uint64_t invalid_refused = 0;
   std::atomic<uint64_t> next{0};
   auto worker = [&] {
     for (uint64_t i = next++; i < runs; i = next++) {
@@ -108,6 +112,8 @@ int main(int argc, char** argv) {
       snapshots += r.snapshots_installed;
       runs_with_snapshots += r.snapshots_installed > 0 ? 1 : 0;
       pruned += r.batches_pruned;
+      certified_fetches += r.certified_fetches;
+      invalid_refused += r.invalid_bodies_refused;
       if (r.ok) {
         counts.first++;
       } else {
@@ -135,6 +141,11 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(snapshots),
               static_cast<unsigned long long>(runs_with_snapshots));
   std::printf("batches pruned: %llu\n", static_cast<unsigned long long>(pruned));
+  std::printf(
+      "fetched bodies taken on a certificate: %llu; bodies failing their check refused: "
+      "%llu\n",
+      static_cast<unsigned long long>(certified_fetches),
+      static_cast<unsigned long long>(invalid_refused));
   for (size_t i = 0; i < failures.size() && i < 30; ++i) {
     std::printf("  %s\n", failures[i].c_str());
   }
