@@ -61,6 +61,20 @@ absl::Status PbftReplica::Restore() {
   checkpoints_.RestoreOwn(persisted.log(), last_executed_);
   const uint64_t own_max = log_.Restore(persisted.log(), h, views_.view(), views_.installed());
   next_seq_ = std::max(next_seq_, own_max + 1);
+  // A backup logs a pre-prepare with its own prepare, so one that stopped while it waited for the
+  // bodies of a batch the installed view's NewView re-issued has no record of it in the log. The
+  // NewView is persisted with the view: take its pre-prepares back as InstallNewView did (OnStart
+  // resumes them), instead of waiting for the primary's next retransmission.
+  if (views_.installed() && views_.new_view()) {
+    for (const ConsensusMessage& ppm : views_.new_view()->new_view().pre_prepares()) {
+      const uint64_t seq = ppm.pre_prepare().seq();
+      if (ppm.pre_prepare().view() != views_.view() || seq <= h || seq > h + config_.window) {
+        continue;
+      }
+      if (const Slot* slot = log_.Find(seq); slot != nullptr && slot->pre_prepare) continue;
+      log_.AcceptPrePrepare(ppm);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -621,6 +621,37 @@ TEST(PbftPersistenceTest, RestartKeepsPreparedCertificateForViewChange) {
   EXPECT_EQ(h.replica->state(), ConsensusState::kViewChange);
 }
 
+// A backup persists a pre-prepare with its own prepare. One that restarts while it waits for the
+// bodies of a batch the installed view's NewView re-issued takes that pre-prepare back from the
+// persisted NewView, and prepares once the bodies come, without the primary's retransmission.
+TEST(PbftPersistenceTest, RestartKeepsTheNewViewsReissuedBatchWaitingForItsBodies) {
+  ReplicaHarness p(1);  // primary of view 1
+  p.pool.have = {Tx(1), Tx(2)};
+  TimeOut(p);
+  p.Deliver(MakeViewChange(1, 2, {MakeCert(0, 2, kBatch)}));
+  auto nvs = Sent(p.Deliver(MakeViewChange(1, 3, {})), kNV);
+  ASSERT_EQ(nvs.size(), 1u);
+
+  ReplicaHarness b(3);
+  b.pool.have = {Tx(1)};  // Tx(2) still to come
+  TimeOut(b);
+  auto a = b.Deliver(nvs[0]);
+  ASSERT_EQ(b.replica->view(), 1u);
+  for (const ConsensusMessage& m : Sent(a, kPrep)) ASSERT_NE(m.prepare().seq(), 2u);
+  b.Start();  // crash and restart from the store
+  ASSERT_EQ(b.replica->view(), 1u);
+  ASSERT_EQ(b.replica->state(), ConsensusState::kNormal);
+  b.pool.have.insert(Tx(2));
+  auto after = b.replica->Step(PbftTxsAvailable{{Tx(2)}});
+  std::vector<ConsensusMessage> prepares;
+  for (const ConsensusMessage& m : Sent(after, kPrep)) {
+    if (m.prepare().seq() == 2) prepares.push_back(m);
+  }
+  ASSERT_EQ(prepares.size(), 1u);
+  EXPECT_EQ(prepares[0].prepare().view(), 1u);
+  EXPECT_EQ(prepares[0].prepare().digest(), BatchDigest(kBatch));
+}
+
 TEST(PbftPersistenceTest, StoreFailureHaltsTheReplica) {
   ReplicaHarness h(0);
   h.store.FailWrites(true);
