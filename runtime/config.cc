@@ -258,14 +258,17 @@ void ApplyDefaults(NodeConfig* config) {
   if (bba.queueing_delay_target_ms() == 0) bba.set_queueing_delay_target_ms(5);
   flowctl::ApplyMemoryPressureDefaults(r.mutable_memory_pressure());
   auto& na = *r.mutable_node_admission();
-  if (!na.has_enabled()) na.set_enabled(false);
+  // On unless the arbiter only advises (admission weighs CPU against the entitlements it applies).
+  if (!na.has_enabled()) na.set_enabled(!r.arbiter_advisory());
   if (na.consensus_delay_target_ms() == 0) na.set_consensus_delay_target_ms(50);
   if (na.cpu_busy_fraction() == 0) na.set_cpu_busy_fraction(0.9);
   if (na.min_admit_fraction() == 0) na.set_min_admit_fraction(0.05);
   if (na.exit_ticks() == 0) na.set_exit_ticks(5);
   if (!na.has_measured_shares()) na.set_measured_shares(true);
   if (!na.has_exit_calm_ms()) na.set_exit_calm_ms(3000);
-  if (!na.has_agree_with_peers()) na.set_agree_with_peers(true);
+  // Agreement sends the cuts on the tick and lets them lapse 2 s after the last: a slower tick
+  // turns it off unless the config asks for it (and then validation refuses the pair).
+  if (!na.has_agree_with_peers()) na.set_agree_with_peers(r.arbiter_tick_ms() <= 500);
   if (!na.has_cpu_pressure_percent()) na.set_cpu_pressure_percent(10);
   if (!na.has_measured_share_slack()) na.set_measured_share_slack(2);
   if (config->partitions().empty()) {

@@ -2007,7 +2007,8 @@ def shares():
     (a) weights: p1, p2, p3 with share weights 1, 2, 4, each flooded (SHARES_RATE tx/s, default
     1500; no gates or rate stage, in-flight 8192): each partition's fraction of the worker-pool CPU
     and of all its CPU (pool, client calls) vs its allocation (weight / 7), governed, with
-    resources.arbiter_advisory, and governed with node_admission on (SHARES_MODES); (b) hard ceiling: p1
+    resources.arbiter_advisory, and governed with node_admission on (SHARES_MODES; every other
+    run sets node_admission off, so the shares' own effect is what is compared); (b) hard ceiling: p1
     flooded alone with ceiling_fraction SHARES_CEILING (default 0.1), hard vs soft: its worker CPU
     per node vs ceiling x cpu_workers. Nodes run SHARES_WORKERS (default 1) worker threads, so
     the pool, which the arbiter divides, is where the partitions meet; (c) memory: hot flooded
@@ -2049,7 +2050,8 @@ def shares():
             node = "resources { cpu_workers: %d arbiter_advisory: %s%s }\n" % (
                 workers, "true" if mode == "advisory" else "false",
                 " node_admission { enabled: true %s }" % admission_config
-                if mode == "admission" else "")
+                if mode == "admission" else
+                " node_admission { enabled: false }" if mode == "governed" else "")
             rows[mode] = shares_run("shares_weights_%s_%d" % (mode, i), node + part_extra, names,
                                     scen, seconds, loadgen_extra=("--max-in-flight", in_flight),
                                     presign=presign)
@@ -2113,7 +2115,8 @@ def shares():
     for i in range(reps if "ceiling" in parts else 0):
         rows = {}
         for hard in (True, False) if i % 2 == 0 else (False, True):
-            extra = ("resources { cpu_workers: %d }\n[partition *]\npool { max_txs: 3000 }\n%s\n"
+            extra = ("resources { cpu_workers: %d node_admission { enabled: false } }\n"
+                     "[partition *]\npool { max_txs: 3000 }\n%s\n"
                      "[partition hot]\nshare { ceiling_fraction: %g hard_ceiling: %s }\n"
                      % (workers, chain, ceiling, "true" if hard else "false"))
             rows[hard] = shares_run("shares_ceiling_%s_%d" % ("hard" if hard else "soft", i),
@@ -2143,7 +2146,8 @@ def shares_memory_run(name, advisory, node_bytes, pool_bytes, rate, seconds):
     (pool + lanes + state cache, the arbiter's usage figure) and its memory share, its pool, and
     the node's RSS."""
     extra = ("resources { memory_bytes: %d memory_pressure { disabled: true } "
-             "arbiter_advisory: %s }\n[partition *]\npool { max_txs: 1000000 max_bytes: %d }\n"
+             "arbiter_advisory: %s node_admission { enabled: false } }\n"
+             "[partition *]\npool { max_txs: 1000000 max_bytes: %d }\n"
              % (node_bytes, "true" if advisory else "false", pool_bytes))
     samples = []
     with Cluster(name, extra, partitions=2) as c:
@@ -2221,7 +2225,8 @@ def shares_egress_run(name, advisory, cap, rate, seconds, weights, window=(10, 2
     `rate` tx/s: forwarding alone is rate x 4 KiB x 3 peers per node), under one egress cap per
     node. Per partition: the bytes each node sent for it over `window` (the arbiter's measured
     egress rate, sampled every second), averaged over the nodes."""
-    extra = ("resources { egress_bytes_per_second: %d arbiter_advisory: %s }\n"
+    extra = ("resources { egress_bytes_per_second: %d arbiter_advisory: %s "
+             "node_admission { enabled: false } }\n"
              "[partition *]\n%s\npool { max_txs: 3000 }\n%s\n"
              % (cap, "true" if advisory else "false", LANES, hot_chain(rate, 50)) +
              "".join("[partition %s]\nshare { weight: %d }\n" % (nm, w)

@@ -53,11 +53,13 @@ TEST(ConfigTest, BlockBudgetAdaptationDefaultsAndExplicitValues) {
   EXPECT_EQ(set->resources().block_budget_adaptation().queueing_delay_target_ms(), 25);
 }
 
-// Node-wide admission's measured shares and calm default on; explicit values are kept (0 ms of
-// calm: exit_ticks alone).
+// Node-wide admission, its measured shares, agreement and calm default on; explicit values are
+// kept (0 ms of calm: exit_ticks alone). An advisory arbiter turns admission off by default, and a
+// tick slower than 500 ms the agreement, so neither setting alone makes a config invalid.
 TEST(ConfigTest, NodeAdmissionDefaultsAndExplicitValues) {
   absl::StatusOr<node::config::NodeConfig> unset = ParseConfig("", "unset.conf", false);
   ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_TRUE(unset->resources().node_admission().enabled());
   EXPECT_TRUE(unset->resources().node_admission().measured_shares());
   EXPECT_EQ(unset->resources().node_admission().exit_calm_ms(), 3000u);
   EXPECT_TRUE(unset->resources().node_admission().agree_with_peers());
@@ -71,6 +73,26 @@ TEST(ConfigTest, NodeAdmissionDefaultsAndExplicitValues) {
   EXPECT_FALSE(set->resources().node_admission().measured_shares());
   EXPECT_EQ(set->resources().node_admission().exit_calm_ms(), 0u);
   EXPECT_FALSE(set->resources().node_admission().agree_with_peers());
+
+  absl::StatusOr<node::config::NodeConfig> advisory =
+      ParseConfig("resources { arbiter_advisory: true }", "advisory.conf", false);
+  ASSERT_TRUE(advisory.ok()) << advisory.status();
+  EXPECT_FALSE(advisory->resources().node_admission().enabled());
+  absl::StatusOr<node::config::NodeConfig> slow_tick =
+      ParseConfig("resources { arbiter_tick_ms: 1000 }", "slow_tick.conf", false);
+  ASSERT_TRUE(slow_tick.ok()) << slow_tick.status();
+  EXPECT_TRUE(slow_tick->resources().node_admission().enabled());
+  EXPECT_FALSE(slow_tick->resources().node_admission().agree_with_peers());
+  // Asked for explicitly, either pair is still refused, naming the field.
+  absl::StatusOr<node::config::NodeConfig> both = ParseConfig(
+      "resources { arbiter_advisory: true node_admission { enabled: true } }", "both.conf", false);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("arbiter_advisory"), std::string::npos) << both.status();
+  absl::StatusOr<node::config::NodeConfig> agree =
+      ParseConfig("resources { arbiter_tick_ms: 1000 node_admission { agree_with_peers: true } }",
+                  "agree.conf", false);
+  ASSERT_FALSE(agree.ok());
+  EXPECT_NE(agree.status().message().find("agree_with_peers"), std::string::npos) << agree.status();
 }
 
 TEST(ConfigTest, ParsesTextFormatAndAppliesDefaults) {
@@ -175,7 +197,7 @@ TEST(ConfigTest, EachRuleRefuses) {
        "resources.node_admission.cpu_pressure_percent: must be in [0, 100], got 150"},
       {"resources { node_admission { measured_share_slack: 0.5 } }",
        "resources.node_admission.measured_share_slack: must be in [1, 16], got 0.5"},
-      {"resources { arbiter_tick_ms: 1000 node_admission { enabled: true } }",
+      {"resources { arbiter_tick_ms: 1000 node_admission { agree_with_peers: true } }",
        "resources.node_admission.agree_with_peers: needs arbiter_tick_ms <= 500 (the cuts are "
        "sent to the other replicas on the tick and expire 2 s after the last one), got 1000; "
        "or set agree_with_peers: false"},
