@@ -415,7 +415,7 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
     check.Fail("arbiter_advisory",
                "cannot be used with node_admission.enabled (admission weighs each partition's "
                "CPU against the entitlement the arbiter applies, and an advisory arbiter applies "
-               "none)");
+               "none); set node_admission { enabled: false } or leave enabled out");
   }
   return check.Take();
 }

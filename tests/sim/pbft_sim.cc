@@ -350,17 +350,16 @@ class Cluster {
 
   void Transmit(Node& from, uint32_t to, std::shared_ptr<const ConsensusMessage> msg) {
     if (from.byz_primary && msg->has_pre_prepare()) {
-      switch (rng_() % 4) {
+      switch (rng_() % 3) {
         case 0:
           break;  // the real one
         case 1:
           msg = Equivocate(from, *msg);
           break;  // a conflicting one
-        case 2:
+        default:
+          if (Chance(0.5)) return;  // nothing
           msg = WithInvalidBody(from, *msg);
           break;  // one listing a tx whose body fails its check
-        default:
-          return;  // nothing
       }
     }
     if (from.byz_garbage && (msg->has_prepare() || msg->has_commit()) && Chance(0.5)) {
@@ -415,8 +414,10 @@ class Cluster {
     }
     for (const std::string& h : hashes) {
       if (submitted_.count(h) > 0) {
+        // Counted where the driver would skip a check: a correct replica, a body it lacks.
+        if (node.honest() && node.pool.have.count(h) == 0)
+          result_.certified_fetches += certified.count(h);
         node.pool.Add(h);
-        result_.certified_fetches += certified.count(h);
       } else if (invalid_.count(h) > 0) {
         if (node.byz_primary || node.byz_garbage) {
           node.pool.Add(h);

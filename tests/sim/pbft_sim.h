@@ -11,8 +11,10 @@
 //
 // A Byzantine primary also proposes batches listing a tx whose body fails its signature check,
 // which a colluding Byzantine replica prepares. A fetched body is admitted unchecked only when its
-// batch is certified at the fetching replica (PbftReplica::ForEachCertifiedTx), as in the node's
-// ConsensusDriver; a correct replica taking such a body that way is a validity violation.
+// batch is certified at the fetching replica (PbftReplica::ForEachCertifiedTx); a correct replica
+// taking such a body that way is a validity violation. This models the node's rule with the
+// fetch's own seq and the fetch path only: ConsensusDriver's tracker marks (latest seq, eviction)
+// and forwarded copies of wanted bodies are tested in consensus_driver_test, not here.
 //
 // Checked after every step: agreement (no two honest replicas commit different batches at one
 // seq), validity (every committed tx hash was submitted by a client), in-order execution; after
@@ -91,7 +93,8 @@ struct SimResult {
   // seed not divisible by 5 drops them; the rest step them, as before.
   uint64_t redundant_dropped = 0;
   // Fetched bodies of a batch certified at the fetching correct replica, which the node admits
-  // without their own signature check (ConsensusDriver::OnTxBatch): valid ones taken that way,
+  // without their own signature check (ConsensusDriver::OnTxBatch): valid ones it lacked taken
+  // that way,
   // and bodies that fail their check (a Byzantine primary's proposals list them) refused because
   // their batch was not certified. One of those taken on a certificate is a safety violation.
   uint64_t certified_fetches = 0;
