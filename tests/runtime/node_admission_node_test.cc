@@ -44,8 +44,9 @@ node::admin::NodeAdmissionStatus RunLoad(bool measured_shares, double pressure, 
   const std::string dir = TempDir("node_admission_node_test");
   node::config::NodeConfig config = OneNodeConfig(dir);
   config.mutable_resources()->set_arbiter_tick_ms(10'000);
+  // `enabled` left unset: node-wide admission is on by default, and every case below shows it
+  // weighing real load.
   auto* na = config.mutable_resources()->mutable_node_admission();
-  na->set_enabled(true);
   na->set_measured_shares(measured_shares);
   na->set_agree_with_peers(false);  // one node; its ticks are too far apart to agree on
   na->set_measured_share_slack(slack);
@@ -115,6 +116,26 @@ TEST(NodeAdmissionNodeTest, StatusShowsThePressureAndEachPartitionsCpuAndAllocat
     EXPECT_EQ(hot->local_admit_fraction(), hot->admit_fraction());  // no peers to agree with
     EXPECT_EQ(hot->peers_cutting(), 0u);
   }
+}
+
+// An advisory arbiter applies no entitlements for admission to weigh: a node configured with one
+// and nothing said of admission runs without it (and starts, rather than refusing the pair).
+TEST(NodeAdmissionNodeTest, AnAdvisoryArbiterTurnsTheDefaultOff) {
+  const std::string dir = TempDir("node_admission_node_test_advisory");
+  node::config::NodeConfig config = OneNodeConfig(dir);
+  config.mutable_resources()->clear_node_admission();
+  config.mutable_resources()->set_arbiter_advisory(true);
+  ApplyDefaults(&config);
+  NodeOptions options;
+  options.serve_metrics = false;
+  absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(config, options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_TRUE((*node)->Start().ok());
+  (*node)->ArbiterTick();
+  EXPECT_FALSE((*node)->NodeAdmissionStatus().enabled());
+  (*node)->Stop(absl::Seconds(1));
+  node->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
