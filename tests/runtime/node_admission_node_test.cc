@@ -7,6 +7,7 @@
 // measured_shares off, it is its entitlement of the worker pool (2 workers / 3 partitions).
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,19 @@ const node::admin::NodeAdmissionStatus::Partition* Find(const node::admin::NodeA
   return nullptr;
 }
 
+// Starts a node on `config` (its data under `dir`), runs `body` on it, then stops it and removes
+// `dir`.
+void RunNode(const node::config::NodeConfig& config, const std::string& dir,
+             const NodeOptions& options, const std::function<void(Node&)>& body) {
+  absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(config, options);
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_TRUE((*node)->Start().ok());
+  body(**node);
+  (*node)->Stop(absl::Seconds(1));
+  node->reset();
+  std::filesystem::remove_all(dir);
+}
+
 // Commits `count` Puts on "hot" and returns the admission status after one more arbiter tick.
 // The arbiter's own ticks are 10 s apart: its first, at start, is the partitions' baseline, and
 // the test's tick is the one that measures the load.
@@ -53,22 +67,19 @@ node::admin::NodeAdmissionStatus RunLoad(bool measured_shares, double pressure, 
   NodeOptions options;
   options.serve_metrics = false;
   options.cpu_pressure_source = [pressure] { return std::make_unique<FixedCpuPressure>(pressure); };
-  absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(config, options);
-  EXPECT_TRUE(node.ok()) << node.status();
-  if (!node.ok()) return {};
-  EXPECT_TRUE((*node)->Start().ok());
-  auto client = node::client::ClientService::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", (*node)->client_port()), grpc::InsecureChannelCredentials()));
-  for (int i = 0; i < count; ++i) {
-    const grpc::Status s = SubmitForCommit(
-        client.get(), "hot", SignedPut(1, 'a', static_cast<uint64_t>(i) + 1, absl::StrCat("k", i)));
-    EXPECT_TRUE(s.ok()) << s.error_message();
-  }
-  (*node)->ArbiterTick();
-  node::admin::NodeAdmissionStatus out = (*node)->NodeAdmissionStatus();
-  (*node)->Stop(absl::Seconds(1));
-  node->reset();
-  std::filesystem::remove_all(dir);
+  node::admin::NodeAdmissionStatus out;
+  RunNode(config, dir, options, [&](Node& n) {
+    auto client = node::client::ClientService::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", n.client_port()), grpc::InsecureChannelCredentials()));
+    for (int i = 0; i < count; ++i) {
+      const grpc::Status s =
+          SubmitForCommit(client.get(), "hot",
+                          SignedPut(1, 'a', static_cast<uint64_t>(i) + 1, absl::StrCat("k", i)));
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+    n.ArbiterTick();
+    out = n.NodeAdmissionStatus();
+  });
   return out;
 }
 
@@ -128,14 +139,10 @@ TEST(NodeAdmissionNodeTest, AnAdvisoryArbiterTurnsTheDefaultOff) {
   ApplyDefaults(&config);
   NodeOptions options;
   options.serve_metrics = false;
-  absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(config, options);
-  ASSERT_TRUE(node.ok()) << node.status();
-  ASSERT_TRUE((*node)->Start().ok());
-  (*node)->ArbiterTick();
-  EXPECT_FALSE((*node)->NodeAdmissionStatus().enabled());
-  (*node)->Stop(absl::Seconds(1));
-  node->reset();
-  std::filesystem::remove_all(dir);
+  RunNode(config, dir, options, [](Node& n) {
+    n.ArbiterTick();
+    EXPECT_FALSE(n.NodeAdmissionStatus().enabled());
+  });
 }
 
 }  // namespace

@@ -415,8 +415,9 @@ class Cluster {
     for (const std::string& h : hashes) {
       if (submitted_.count(h) > 0) {
         // Counted where the driver would skip a check: a correct replica, a body it lacks.
-        if (node.honest() && node.pool.have.count(h) == 0)
+        if (node.honest() && node.pool.have.count(h) == 0) {
           result_.certified_fetches += certified.count(h);
+        }
         node.pool.Add(h);
       } else if (invalid_.count(h) > 0) {
         if (node.byz_primary || node.byz_garbage) {

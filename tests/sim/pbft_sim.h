@@ -94,9 +94,9 @@ struct SimResult {
   uint64_t redundant_dropped = 0;
   // Fetched bodies of a batch certified at the fetching correct replica, which the node admits
   // without their own signature check (ConsensusDriver::OnTxBatch): valid ones it lacked taken
-  // that way,
-  // and bodies that fail their check (a Byzantine primary's proposals list them) refused because
-  // their batch was not certified. One of those taken on a certificate is a safety violation.
+  // that way, and bodies that fail their check (a Byzantine primary's proposals list them)
+  // refused because their batch was not certified. One of those taken on a certificate is a
+  // safety violation.
   uint64_t certified_fetches = 0;
   uint64_t invalid_bodies_refused = 0;
 };
