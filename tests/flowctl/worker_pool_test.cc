@@ -278,55 +278,34 @@ TEST(WorkerPoolTest, ShareChangeTakesEffectLive) {
   rig.Teardown({g1, g2});
 }
 
-// A never-started pool driven by RunQueuedForTest on a fake clock, so the test chooses when each
-// task wakes; each task's items cost their own amount of clock time.
-struct DrivenRig {
-  FakeClock clock;
-  WorkerPool pool{FakeTimeOptions(&clock)};
-  OrderLog log;
-  std::vector<std::unique_ptr<CountingTask>> tasks;
-
-  CountingTask* Add(WorkerPool::Group* group, int weight, int id, int64_t cost) {
-    tasks.push_back(std::make_unique<CountingTask>(&pool, [this, id, cost](int64_t) {
-      log.Add(id);
-      clock.AdvanceNanos(cost);
-    }));
-    tasks.back()->Attach(pool.AddTask(group, tasks.back().get(), weight));
-    return tasks.back().get();
-  }
-
-  // How many items of other tasks ran between `id`'s first and second item; -1 without two.
-  int ItemsBetween(int id) const {
-    const std::vector<int> order = log.Get();
-    auto first = std::find(order.begin(), order.end(), id);
-    if (first == order.end()) return -1;
-    auto second = std::find(first + 1, order.end(), id);
-    if (second == order.end()) return -1;
-    return static_cast<int>(second - first) - 1;
-  }
-
-  void Teardown(const std::vector<WorkerPool::Group*>& groups) {
-    for (auto& t : tasks) pool.RemoveTask(t->task());
-    for (WorkerPool::Group* g : groups) pool.RemoveGroup(g);
-  }
-};
+// How many items of other tasks ran between `id`'s first and second item; -1 without two.
+int ItemsBetween(const std::vector<int>& order, int id) {
+  auto first = std::find(order.begin(), order.end(), id);
+  if (first == order.end()) return -1;
+  auto second = std::find(first + 1, order.end(), id);
+  if (second == order.end()) return -1;
+  return static_cast<int>(second - first) - 1;
+}
 
 // CPU a task used stays owed while other work waits: `a` runs one 50-us item beside `b`'s
-// queue of 1-us items, wakes again at once, and waits until `b` has used as much. (Forgiving a
-// waking task its debt, wholly or per partition, was measured and not kept: docs/BENCHMARKS.md,
-// "A lane that wakes owing nothing" and "Debts forgiven per partition or when the pool drains".)
+// queue of 1-us items, wakes again at once, and waits until `b` has used as much. The pool is
+// never started: RunQueuedForTest lets the test wake `a` between two quanta. (Forgiving a waking
+// task its debt, wholly or per partition, was measured and not kept: docs/BENCHMARKS.md, "A lane
+// that wakes owing nothing" and "Debts forgiven per partition or when the pool drains".)
 TEST(WorkerPoolTest, DebtStaysOwedWhileOtherWorkWaits) {
-  DrivenRig rig;
+  FakeTimeRig rig;
   WorkerPool::Group* ga = rig.pool.AddGroup("a", 1.0);
   WorkerPool::Group* gb = rig.pool.AddGroup("b", 1.0);
-  CountingTask* a = rig.Add(ga, 1, 1, 50'000);
-  CountingTask* b = rig.Add(gb, 1, 2, 1'000);
+  CountingTask* a = rig.Add(ga, 1, 1, [&rig](int64_t) {
+    rig.clock.AdvanceNanos(50 * FakeTimeRig::kCost - FakeTimeRig::kCost);
+  });
+  CountingTask* b = rig.Add(gb, 1, 2);
   a->AddWork(1);
   b->AddWork(100);
   ASSERT_EQ(rig.pool.RunQueuedForTest(1), 1);  // a's item; b's stay queued
   a->AddWork(1);
   rig.pool.RunQueuedForTest(200);
-  EXPECT_EQ(rig.ItemsBetween(1), 50);
+  EXPECT_EQ(ItemsBetween(rig.log.Get(), 1), 50);
   rig.Teardown({ga, gb});
 }
 
