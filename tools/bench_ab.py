@@ -32,38 +32,38 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = os.path.join(ROOT, "tools", "bench_scenarios.py")
 
-# (scenario, figure, regex over one RESULT line with the value as its only group, lower is
-# better). A figure missing from a run's output is left out of that pair.
-METRICS = [
-    ("scale", "worst p99 ms, most partitions",
-     r"^RESULT scale \d+ vs 1 partitions: \d+: .*?worst p99 (\d+) ms", True),
-    ("scale", "worst p99 ms, 1 partition",
-     r"^RESULT scale \d+ vs 1 partitions: .*?baseline 1: .*?worst p99 (\d+) ms", True),
-    ("scale", "p99 ratio", r"^RESULT scale .*?ratio committed [\d.]+, p99 ([\d.]+)", True),
-    ("scale", "CPU ratio", r"^RESULT scale .*?ratio committed [\d.]+, p99 [\d.]+, CPU ([\d.]+)",
-     True),
-    ("scale", "consensus-lane queueing ms, most partitions",
-     r"^RESULT scale .*?queueing delay ([\d.]+) /", True),
-    ("cpu", "us per tx at the modest rate",
-     r"^RESULT cpu per tx, at \d+ tx/s: (\d+) us CPU", True),
-    ("cpu", "ratio to a verify at the modest rate",
-     r"^RESULT cpu per tx, at \d+ tx/s: .*?ratio ([\d.]+)x", True),
-    ("cpu", "us per tx saturated", r"^RESULT cpu per tx, saturated .*?: (\d+) us CPU", True),
-    ("cpu", "p99 ms saturated", r"^RESULT cpu per tx, saturated .*?p99 (\d+) ms", True),
-    ("cpu", "committed tx/s saturated",
-     r"^RESULT cpu per tx, saturated .*?committed, (\d+) tx/s", False),
-    ("isolation", "steady p99 flooded / idle", r"^RESULT isolation: .*?ratio p99 ([\d.]+)", True),
-    ("admission", "quiet p99 flood / idle, median",
-     r"^RESULT node-wide admission.*?: on: quiet partitions' p99 flood/idle: median ([\d.]+)",
-     True),
-    ("admission", "quiet p99 flood / idle, worst",
-     r"^RESULT node-wide admission.*?: on: .*?worst ([\d.]+)", True),
-    ("admission", "flooded partition's CPU / allocation, every node's median",
-     r"^RESULT node-wide admission.*?: on: .*?every node's median ([\d.]+)", None),
-    ("goodput", "goodput / C", r"^RESULT goodput \(flow control on.*?; ratio ([\d.]+)", False),
-    ("goodput", "C / Ed25519 bound", r"^RESULT saturation vs the Ed25519 bound.*?ratio ([\d.]+)",
-     False),
-]
+# For each scenario, its headline figures: (figure, regex over one of its RESULT lines with the
+# value as the only group, whether lower is better: None when neither is). A figure missing from
+# a run's output is left out of that pair.
+METRICS = {
+    "scale": [  # RESULT scale 16 vs 1 partitions: 16: ... worst p99 472 ms ...; baseline 1: ...
+        ("worst p99 ms, most partitions",
+         r"^RESULT scale .*?partitions: \d+: .*?p99 (\d+) ms", True),
+        ("worst p99 ms, 1 partition", r"^RESULT scale .*?baseline 1: .*?p99 (\d+) ms", True),
+        ("p99 ratio", r"^RESULT scale .*?ratio committed [\d.]+, p99 ([\d.]+)", True),
+        ("CPU ratio", r"^RESULT scale .*?, p99 [\d.]+, CPU ([\d.]+)", True),
+        ("consensus-lane queueing ms, most partitions", r"^RESULT scale .*?delay ([\d.]+) /", True),
+    ],
+    "cpu": [  # RESULT cpu per tx, at 800 tx/s: ...; RESULT cpu per tx, saturated (...): ...
+        ("us per tx at the modest rate", r"^RESULT cpu per tx, at \d+ tx/s: (\d+) us", True),
+        ("ratio to a verify at the modest rate",
+         r"^RESULT cpu per tx, at .*?ratio ([\d.]+)x", True),
+        ("us per tx saturated", r"^RESULT cpu per tx, saturated .*?: (\d+) us", True),
+        ("p99 ms saturated", r"^RESULT cpu per tx, saturated .*?p99 (\d+) ms", True),
+        ("committed tx/s saturated", r"^RESULT cpu per tx, saturated .*?ted, (\d+) tx/s", False),
+    ],
+    "isolation": [("steady p99 flooded / idle", r"^RESULT isolation: .*?ratio p99 ([\d.]+)", True)],
+    "admission": [  # RESULT node-wide admission, ...: on: quiet partitions' p99 flood/idle: ...
+        ("quiet p99 flood / idle, median", r"^RESULT node-wide .*?: on: .*?median ([\d.]+)", True),
+        ("quiet p99 flood / idle, worst", r"^RESULT node-wide .*?: on: .*?worst ([\d.]+)", True),
+        ("flooded partition's CPU / allocation, every node's median",
+         r"^RESULT node-wide .*?: on: .*?every node's median ([\d.]+)", None),
+    ],
+    "goodput": [
+        ("goodput / C", r"^RESULT goodput \(flow control on.*?; ratio ([\d.]+)", False),
+        ("C / Ed25519 bound", r"^RESULT saturation vs the Ed25519 bound.*?ratio ([\d.]+)", False),
+    ],
+}
 
 
 def run_order(pairs, a, b):
@@ -79,9 +79,7 @@ def figures(scenario, output):
     """{figure: value} from one run's output, for the METRICS of `scenario`."""
     found = {}
     lines = [l for l in output.splitlines() if l.startswith("RESULT")]
-    for scen, name, pattern, _ in METRICS:
-        if scen != scenario:
-            continue
+    for name, pattern, _ in METRICS.get(scenario, []):
         for line in lines:
             m = re.search(pattern, line)
             if m:
@@ -100,8 +98,8 @@ def summarize(values_a, values_b, lower_is_better):
     b = [values_b[p] for p in pairs]
     favour = None
     if lower_is_better is not None:
-        favour = sum(1 for p in pairs
-                     if (values_b[p] < values_a[p]) == lower_is_better and values_b[p] != values_a[p])
+        favour = sum(1 for p in pairs if values_b[p] != values_a[p]
+                     and (values_b[p] < values_a[p]) == lower_is_better)
     return {
         "pairs": pairs,
         "median_a": statistics.median(a), "range_a": (min(a), max(a)),
@@ -118,9 +116,7 @@ def fmt(v):
 def report(results, scenario, a, b):
     """results: {(pair, label): {figure: value}}. Lines of text for one scenario."""
     out = []
-    for scen, name, _, lower in METRICS:
-        if scen != scenario:
-            continue
+    for name, _, lower in METRICS.get(scenario, []):
         va = {p: f[name] for (p, l), f in results.items() if l == a and name in f}
         vb = {p: f[name] for (p, l), f in results.items() if l == b and name in f}
         s = summarize(va, vb, lower)

@@ -10,7 +10,8 @@ import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-spec = importlib.util.spec_from_file_location("bench_ab", os.path.join(ROOT, "tools", "bench_ab.py"))
+spec = importlib.util.spec_from_file_location("bench_ab",
+                                              os.path.join(ROOT, "tools", "bench_ab.py"))
 bench_ab = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench_ab)
 
@@ -29,8 +30,9 @@ CPU = ("RESULT cpu per tx, at 800 tx/s: 430 us CPU per committed tx per node (20
 ISOLATION = ("RESULT isolation: steady flooded: p99 176 ms, 50.0 tx/s; baseline steady hot-idle: "
              "p99 233 ms, 49.5 tx/s; ratio p99 0.75, rate 1.01 (target p99 <= 1.2)")
 ADMISSION = ("RESULT node-wide admission, 16 partitions, one flooded (round 1): on: quiet "
-             "partitions' p99 flood/idle: median 1.06, worst 1.20 (14 of 15 <= 1.2); 0 VC; p1 CPU / "
-             "allocation while cut, median 1.16 (7 samples), every node's median 1.10 (28 samples)")
+             "partitions' p99 flood/idle: median 1.06, worst 1.20 (14 of 15 <= 1.2); 0 VC; "
+             "p1 CPU / allocation while cut, median 1.16 (7 samples), every node's median 1.10 "
+             "(28 samples)")
 GOODPUT = ("RESULT goodput (flow control on, adaptive): 2108 tx/s at 25485 tx/s offered = 10.0x C "
            "(runs: ...); baseline C = 2548 tx/s = max(...); ratio 0.83 (vs the ramp's 5-s peak: "
            "0.91, 10-s: 0.99) (target >= 0.95)\n"
