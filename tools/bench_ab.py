@@ -15,8 +15,8 @@ the RESULT lines (the table METRICS below), it prints each pair's A and B and th
 median and the range of each side, the median of the per-pair ratios and how many pairs favour B.
 
 On a shared 2-core machine one sitting can move a figure by more than a change does (see
-docs/BENCHMARKS.md, "Debts forgiven per partition or when the pool drains"): read the ranges, not
-only the medians, and run more pairs, or a second sitting, before concluding.
+docs/BENCHMARKS.md, "Debts forgiven per partition or when the pool drains", its A/A run): read
+the ranges, not only the medians, and run more pairs, or a second sitting, before concluding.
 
 Exit: 0 every run finished, 1 a run failed (the summary covers the runs before it), 2 usage.
 Standard library only.
@@ -210,6 +210,9 @@ def main(argv):
             results[scen][(pair, label)] = figures(scen, proc.stdout)
     print()
     for scen in scenarios:
+        if scen not in METRICS:
+            print("%s: no headline figures known to bench_ab; the RESULT lines above and the logs "
+                  "in %s have them" % (scen, args.out))
         for line in report(results[scen], scen, a, b):
             print(line)
     return rc

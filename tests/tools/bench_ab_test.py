@@ -136,6 +136,13 @@ class WholeRunTest(unittest.TestCase):
         self.assertIn("new better in 2 of 2 pairs (lower is better)", out)
         self.assertTrue(os.path.exists(os.path.join(d, "out", "new-2.log")))
 
+    def test_a_scenario_without_known_figures_says_so(self):
+        d = self.tmp.name
+        rc, out, _ = self.run_main("--pairs", "1", os.path.join(d, "old"), os.path.join(d, "new"),
+                                   "lossless")
+        self.assertEqual(rc, 0)
+        self.assertIn("lossless: no headline figures known to bench_ab", out)
+
     def test_a_failed_run_stops_with_exit_1(self):
         d = self.tmp.name
         os.environ["FAKE_FAIL"] = "new-1"
