@@ -93,7 +93,7 @@ def summarize(values_a, values_b, lower_is_better):
     pairs = sorted(set(values_a) & set(values_b))
     if not pairs:
         return None
-    ratios = [values_b[p] / values_a[p] for p in pairs if values_a[p] != 0]
+    ratios = {p: values_b[p] / values_a[p] for p in pairs if values_a[p] != 0}
     a = [values_a[p] for p in pairs]
     b = [values_b[p] for p in pairs]
     favour = None
@@ -104,7 +104,8 @@ def summarize(values_a, values_b, lower_is_better):
         "pairs": pairs,
         "median_a": statistics.median(a), "range_a": (min(a), max(a)),
         "median_b": statistics.median(b), "range_b": (min(b), max(b)),
-        "median_ratio": statistics.median(ratios) if ratios else None,
+        "ratios": ratios,  # per pair; none where A is 0
+        "median_ratio": statistics.median(ratios.values()) if ratios else None,
         "favour_b": favour,
     }
 
@@ -124,7 +125,7 @@ def report(results, scenario, a, b):
             continue
         out.append("%s: %s" % (scenario, name))
         for p in s["pairs"]:
-            ratio = ("%.2f" % (vb[p] / va[p])) if va[p] else "-"
+            ratio = ("%.2f" % s["ratios"][p]) if p in s["ratios"] else "-"
             out.append("  pair %d: %s %s, %s %s, %s/%s %s" % (p, a, fmt(va[p]), b, fmt(vb[p]), b,
                                                               a, ratio))
         line = "  median %s %s (%s-%s), %s %s (%s-%s)" % (
