@@ -193,18 +193,18 @@ def main(argv):
     for pair, label in run_order(args.pairs, a, b):
         env = dict(os.environ, BUILD_DIR=dirs[label],
                    BENCH_OUT=os.path.join(args.out, "%s-%d" % (label, pair)))
+        log = os.path.join(args.out, "%s-%d.log" % (label, pair))
         print("bench_ab: pair %d, %s: %s" % (pair, label, " ".join(scenarios)), flush=True)
         proc = subprocess.run([sys.executable, SCENARIOS] + scenarios, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        with open(os.path.join(args.out, "%s-%d.log" % (label, pair)), "w") as f:
+        with open(log, "w") as f:
             f.write(proc.stdout)
         for line in proc.stdout.splitlines():
             if line.startswith("RESULT"):
                 print("  " + line[:200], flush=True)
         if proc.returncode != 0:
             print("bench_ab: pair %d on %s failed (exit %d); see %s" % (
-                pair, label, proc.returncode, os.path.join(args.out, "%s-%d.log" % (label, pair))),
-                file=sys.stderr)
+                pair, label, proc.returncode, log), file=sys.stderr)
             rc = 1
             break
         for scen in scenarios:

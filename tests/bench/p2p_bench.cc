@@ -22,6 +22,7 @@
 #include "glog/logging.h"
 #include "p2p/egress_valve.h"
 #include "p2p/grpc_transport.h"
+#include "tests/bench/bare_peer_stream.h"
 
 namespace p2p {
 namespace {
@@ -93,34 +94,11 @@ void BM_P2pTransport(benchmark::State& state) {
 }
 BENCHMARK(BM_P2pTransport)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// Counts the frames of every stream message it reads.
-class CountingService final : public node::p2p::PeerService::Service {
- public:
-  grpc::Status Connect(grpc::ServerContext*,
-                       grpc::ServerReaderWriter<node::p2p::StreamMessage, node::p2p::StreamMessage>*
-                           stream) override {
-    node::p2p::StreamMessage m;
-    while (stream->Read(&m)) {
-      frames.fetch_add(m.frames().frames_size(), std::memory_order_release);
-    }
-    return grpc::Status::OK;
-  }
-  std::atomic<int64_t> frames{0};
-};
-
 void BM_BareGrpcStream(benchmark::State& state) {
-  CountingService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  CHECK(server != nullptr);
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
-  auto stub = node::p2p::PeerService::NewStub(channel);
+  bench::CountingService service;
+  bench::LoopbackPeerServer loop(&service);
   grpc::ClientContext ctx;
-  auto stream = stub->Connect(&ctx);
+  auto stream = loop.stub->Connect(&ctx);
   // The same frame our transport writes: header + 1 KiB payload.
   node::p2p::StreamMessage msg;
   node::p2p::Frame* f = msg.mutable_frames()->add_frames();
@@ -143,7 +121,7 @@ void BM_BareGrpcStream(benchmark::State& state) {
   state.SetBytesProcessed(sent * static_cast<int64_t>(kFrameBytes));
   stream->WritesDone();
   stream->Finish();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  loop.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 BENCHMARK(BM_BareGrpcStream)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -31,7 +31,6 @@
 #include <thread>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -39,6 +38,7 @@
 #include "benchmark/benchmark.h"
 #include "glog/logging.h"
 #include "proto/p2p.grpc.pb.h"
+#include "tests/bench/bare_peer_stream.h"
 
 namespace p2p {
 namespace {
@@ -47,17 +47,6 @@ using node::p2p::StreamMessage;
 
 constexpr int kMessagesPerIteration = 2000;
 constexpr size_t kFrameBytes = 300;
-
-class SyncCounting final : public node::p2p::PeerService::Service {
- public:
-  grpc::Status Connect(grpc::ServerContext*,
-                       grpc::ServerReaderWriter<StreamMessage, StreamMessage>* stream) override {
-    StreamMessage m;
-    while (stream->Read(&m)) frames.fetch_add(m.frames().frames_size(), std::memory_order_release);
-    return grpc::Status::OK;
-  }
-  std::atomic<int64_t> frames{0};
-};
 
 class CallbackCounting final : public node::p2p::PeerService::CallbackService {
  public:
@@ -208,28 +197,18 @@ void BM_PacedReceive(benchmark::State& state) {
   const int64_t mode = state.range(0);
   const bool callback = mode == 1 || mode == 3;
   const absl::Duration interval = absl::Microseconds(state.range(1));
-  SyncCounting sync_service;
+  bench::CountingService sync_service;
   CallbackCounting callback_service;
   std::atomic<int64_t>& frames = callback ? callback_service.frames : sync_service.frames;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  if (callback) {
-    builder.RegisterService(&callback_service);
-  } else {
-    builder.RegisterService(&sync_service);
-  }
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  CHECK(server != nullptr);
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
-  auto stub = node::p2p::PeerService::NewStub(channel);
+  bench::LoopbackPeerServer loop(callback ? static_cast<grpc::Service*>(&callback_service)
+                                          : &sync_service);
+  node::p2p::PeerService::Stub* const stub = loop.stub.get();
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<StreamMessage, StreamMessage>> stream;
   std::unique_ptr<ThreadWriter> thread_writer;
   std::unique_ptr<ReactorWriter> reactor_writer;
   if (mode == 3) {
-    reactor_writer = std::make_unique<ReactorWriter>(stub.get());
+    reactor_writer = std::make_unique<ReactorWriter>(stub);
   } else {
     stream = stub->Connect(&ctx);
     if (mode == 2) thread_writer = std::make_unique<ThreadWriter>(stream.get());
@@ -291,7 +270,7 @@ void BM_PacedReceive(benchmark::State& state) {
     const grpc::Status st = stream->Finish();
     CHECK(st.ok()) << st.error_message();
   }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  loop.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 BENCHMARK(BM_PacedReceive)
     ->ArgsProduct({{0, 1, 2, 3}, {500, 2000}})
