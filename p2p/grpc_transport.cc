@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "flowctl/thread_name.h"
@@ -55,105 +56,491 @@ struct GrpcTransport::Counters {
   std::atomic<uint64_t> channels_opened{0};
 };
 
-// A dialed stream and what it needs, owned together so a connection whose writer is still
-// blocked in a write can be left to finish after the dialer has moved on.
-struct GrpcTransport::DialCall {
-  std::shared_ptr<grpc::Channel> channel;
-  grpc::ClientContext ctx;
-  std::unique_ptr<grpc::ClientReaderWriter<StreamMessage, StreamMessage>>
-      stream;  // before ctx dies
-};
-
-// The accepting side: handshake, then the connection runs on the gRPC handler thread.
-class GrpcTransport::Service final : public node::p2p::PeerService::Service {
+// Calls into one callback stream, and the stream's end. A reactor may call its stream's
+// operations freely from inside its own reactions (it is alive until they return); from any
+// other thread (the link's writes, cancels from the watchdog or Stop) they go through the guard,
+// which counts them. The stream is finished (server: Finish; client: the hold removed) once it is
+// ending and no read, no write and no outside call is in progress, by whichever thread gets it
+// there, so nothing calls a reactor that gRPC may have destroyed.
+class GrpcTransport::LinkGuard final : public LinkStream {
  public:
-  explicit Service(GrpcTransport* t) : t_(t) {}
+  // The reactor's side.
+  class Ops {
+   public:
+    virtual ~Ops() = default;
+    virtual void RawStartWrite(const StreamMessage* msg) = 0;
+    virtual void RawStartRead(StreamMessage* msg) = 0;
+    virtual void RawCancel() = 0;
+    virtual void RawFinish(const grpc::Status& status) = 0;
+  };
+  explicit LinkGuard(Ops* ops) : ops_(ops) {}
 
-  grpc::Status Connect(grpc::ServerContext* ctx,
-                       grpc::ServerReaderWriter<StreamMessage, StreamMessage>* stream) override {
+  // LinkStream: any thread, including the reactions.
+  bool StartWrite(const StreamMessage* msg) override {
     {
-      absl::MutexLock l(&t_->mu_);
-      if (t_->stopping_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "node stopping");
+      absl::MutexLock l(&mu_);
+      if (ending_) return false;
+      ++users_;
+      ++writes_;
     }
-    return Serve(ctx, stream);
+    ops_->RawStartWrite(msg);
+    Exit();
+    return true;
+  }
+  void Cancel() override {
+    {
+      absl::MutexLock l(&mu_);
+      if (finished_ || cancelled_) return;
+      cancelled_ = true;
+      ++users_;
+    }
+    ops_->RawCancel();
+    Exit();
+  }
+
+  // The reactions'. A read is started only while the stream is not ending.
+  bool StartRead(StreamMessage* msg) {
+    {
+      absl::MutexLock l(&mu_);
+      if (ending_) return false;
+      reading_ = true;
+    }
+    ops_->RawStartRead(msg);
+    return true;
+  }
+  void ReadDone() {
+    {
+      absl::MutexLock l(&mu_);
+      reading_ = false;
+    }
+    MaybeFinish();
+  }
+  void WriteDone() {
+    {
+      absl::MutexLock l(&mu_);
+      --writes_;
+    }
+    MaybeFinish();
+  }
+  // No new operation from now on; the stream finishes with `status` once idle. `cancel`: cancel
+  // the call, so a read or write in flight completes now.
+  void End(const grpc::Status& status, bool cancel) {
+    {
+      absl::MutexLock l(&mu_);
+      if (!ending_) {
+        ending_ = true;
+        status_ = status;
+      }
+    }
+    if (cancel) Cancel();
+    MaybeFinish();
+  }
+  bool ending() const {
+    absl::MutexLock l(&mu_);
+    return ending_;
   }
 
  private:
-  // The handshake, then (when it succeeds) the connection until it ends.
-  grpc::Status Serve(grpc::ServerContext* ctx,
-                     grpc::ServerReaderWriter<StreamMessage, StreamMessage>* stream) {
-    const uint64_t watch = t_->WatchHandshake([ctx] { ctx->TryCancel(); });
-    struct Unwatch {
-      GrpcTransport* t;
-      uint64_t id;
-      ~Unwatch() { t->UnwatchHandshake(id); }
-    } unwatch{t_, watch};
-    StreamMessage msg;
-    if (!stream->Read(&msg)) {
-      // The sync Read cannot tell "closed at once" from "first message does not parse";
-      // either way a log line and a count (handshakes_refused), not silence.
-      t_->counters_->handshakes_refused.fetch_add(1);
-      LOG(WARNING) << "p2p " << t_->self_ << ": refused stream from " << ctx->peer()
-                   << ": no handshake (closed, or the first message is not a StreamMessage)";
-      return grpc::Status(grpc::StatusCode::CANCELLED,
-                          "no handshake: the stream closed or its first message did not parse");
-    }
-    if (!msg.has_client_hello()) return Refuse(ctx, "expected ClientHello");
-    if (absl::Status shape = CheckClientHelloShape(msg.client_hello()); !shape.ok()) {
-      return Refuse(ctx, std::string(shape.message()));  // before any lookup or log
-    }
-    const node::p2p::ClientHello hello = msg.client_hello();
-    const NodeId& claimed = hello.node_id();
-    if (NodeIdFromPublicKey(hello.public_key()) != claimed) {
-      return Refuse(ctx, absl::StrCat("node id ", claimed, " does not match its public key"));
-    }
+  void Exit() {
     {
-      absl::MutexLock l(&t_->mu_);
-      auto it = t_->peers_.find(claimed);
-      if (it == t_->peers_.end() || it->second.public_key != hello.public_key()) {
-        return Refuse(ctx, absl::StrCat("unknown peer ", claimed,
-                                        ": its key is not in the configured peer set"));
+      absl::MutexLock l(&mu_);
+      --users_;
+    }
+    MaybeFinish();
+  }
+  void MaybeFinish() {
+    grpc::Status status;
+    {
+      absl::MutexLock l(&mu_);
+      if (!ending_ || finished_ || users_ > 0 || writes_ > 0 || reading_) return;
+      finished_ = true;
+      status = status_;
+    }
+    ops_->RawFinish(status);  // the last call this guard makes
+  }
+
+  Ops* const ops_;
+  mutable absl::Mutex mu_;
+  int users_ ABSL_GUARDED_BY(mu_) = 0;   // outside calls in progress
+  int writes_ ABSL_GUARDED_BY(mu_) = 0;  // writes started, not completed
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// What a dial attempt came to, for the dialer thread waiting on it.
+struct GrpcTransport::DialAttempt {
+  absl::Notification ended;  // the link will deliver nothing more and is unregistered
+  std::atomic<bool> authenticated{false};
+  std::atomic<bool> stalled{false};
+};
+
+// One side of a peer link on gRPC's callback API: the handshake as a sequence of reactions, then
+// the connection: each read's completion delivers its frames and starts the next read; writes
+// are the PeerConnection's. Server and client differ only in the handshake's steps and in how the
+// call is finished.
+template <class Reactor>
+class GrpcTransport::Link : public Reactor, public LinkGuard::Ops {
+ public:
+  Link(GrpcTransport* t, NodeId peer)
+      : t_(t),
+        self_(t->self_),
+        counters_(t->counters_),
+        guard_(std::make_shared<LinkGuard>(this)),
+        peer_(std::move(peer)) {}
+
+  // Reads and writes complete on gRPC's callback threads, possibly at once: the handshake's
+  // steps and the link's end are serialized by mu_; frames are delivered outside it.
+  void OnReadDone(bool ok) override {
+    guard_->ReadDone();
+    std::shared_ptr<PeerConnection> conn;
+    {
+      absl::MutexLock l(&mu_);
+      if (ended_) return;
+      if (conn_ == nullptr) {
+        HandshakeRead(ok);
+        return;
       }
+      conn = conn_;
     }
-    if (hello.expected_peer_id() != t_->self_) {
+    if (ok && t_->Deliver(*conn, &in_) && guard_->StartRead(&in_)) return;
+    absl::MutexLock l(&mu_);
+    EndConnection();
+  }
+  void OnWriteDone(bool ok) override {
+    std::shared_ptr<PeerConnection> conn;
+    {
+      absl::MutexLock l(&mu_);
+      conn = conn_;
+      if (conn == nullptr && !ended_) HandshakeWritten(ok);
+    }
+    if (conn != nullptr) conn->OnWriteDone(ok);
+    guard_->WriteDone();
+  }
+
+  void RawStartWrite(const StreamMessage* msg) override { this->StartWrite(msg); }
+  void RawStartRead(StreamMessage* msg) override { this->StartRead(msg); }
+
+ protected:
+  // Steps of the handshake (reactions, under mu_).
+  virtual void HandshakeRead(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+  virtual void HandshakeWritten(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
+  // The link has ended: it delivers nothing more, and is unregistered. Once, under mu_.
+  virtual void OnEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {}
+
+  // Queues a handshake message behind the one being written, if any.
+  void WriteHandshake(StreamMessage msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (hs_writing_) {
+      hs_queued_.push_back(std::move(msg));
+      return;
+    }
+    hs_out_ = std::move(msg);
+    hs_writing_ = guard_->StartWrite(&hs_out_);
+  }
+  // A handshake write completed: the next one, if queued. False when none is in flight now.
+  bool NextHandshakeWrite() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    hs_writing_ = false;
+    if (hs_queued_.empty()) return false;
+    StreamMessage next = std::move(hs_queued_.front());
+    hs_queued_.pop_front();
+    WriteHandshake(std::move(next));
+    return hs_writing_;
+  }
+  // The handshake succeeded: the connection starts (the handshake's writes are all done).
+  void Authenticated() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    counters_->handshakes_accepted.fetch_add(1);
+    t_->UnwatchHandshake(watch_);
+    conn_ = std::make_shared<PeerConnection>(
+        peer_, guard_, t_->options_.peer_queue_bytes, t_->options_.max_batch_bytes,
+        t_->options_.max_frame_bytes, &counters_->streams_written, t_->clock_);
+    t_->WatchPressure(*conn_);
+    t_->Register(conn_);
+    if (!guard_->StartRead(&in_)) EndConnection();
+  }
+  // The handshake failed: the stream ends with `status` (cancelled when `cancel`).
+  void EndHandshake(const grpc::Status& status, bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    t_->UnwatchHandshake(watch_);
+    ended_ = true;
+    OnEnded();
+    guard_->End(status, cancel);
+  }
+  void EndConnection() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    conn_->Close();
+    t_->Unregister(conn_);
+    ended_ = true;
+    OnEnded();
+    guard_->End(grpc::Status::OK, /*cancel=*/true);
+  }
+
+  GrpcTransport* const t_;  // not touched once ended_
+  const NodeId self_;
+  const std::shared_ptr<Counters> counters_;
+  const std::shared_ptr<LinkGuard> guard_;
+  StreamMessage in_;  // the read in flight's
+  absl::Mutex mu_;
+  NodeId peer_ ABSL_GUARDED_BY(mu_);         // on the accepting side, the claimed id once read
+  uint64_t watch_ ABSL_GUARDED_BY(mu_) = 0;  // the handshake deadline
+  StreamMessage hs_out_ ABSL_GUARDED_BY(mu_);
+  std::deque<StreamMessage> hs_queued_ ABSL_GUARDED_BY(mu_);
+  bool hs_writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<PeerConnection> conn_ ABSL_GUARDED_BY(mu_);  // once authenticated
+};
+
+// The accepting side.
+class GrpcTransport::ServerLink final
+    : public Link<grpc::ServerBidiReactor<StreamMessage, StreamMessage>> {
+ public:
+  ServerLink(GrpcTransport* t, grpc::CallbackServerContext* ctx) : Link(t, NodeId()), ctx_(ctx) {
+    absl::MutexLock l(&mu_);
+    watch_ = t->WatchHandshake(guard_);
+    guard_->StartRead(&in_);
+  }
+  void RawCancel() override { ctx_->TryCancel(); }
+  void RawFinish(const grpc::Status& status) override { Finish(status); }
+  void OnDone() override { delete this; }
+
+ private:
+  enum class Step { kHello, kAuth, kAccepting };
+
+  void HandshakeRead(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) override {
+    if (!ok) {
+      if (step_ == Step::kHello) {
+        // The read cannot tell "closed at once" from "first message does not parse"; either way
+        // a log line and a count (handshakes_refused), not silence.
+        counters_->handshakes_refused.fetch_add(1);
+        LOG(WARNING) << "p2p " << self_ << ": refused stream from " << ctx_->peer()
+                     << ": no handshake (closed, or the first message is not a StreamMessage)";
+        EndHandshake(grpc::Status(grpc::StatusCode::CANCELLED,
+                                  "no handshake: the stream closed or its first message did not "
+                                  "parse"),
+                     /*cancel=*/false);
+      } else {
+        EndHandshake(grpc::Status(grpc::StatusCode::CANCELLED, "closed"), /*cancel=*/true);
+      }
+      return;
+    }
+    if (step_ == Step::kHello) {
+      OnHello();
+    } else if (step_ == Step::kAuth) {
+      OnAuth();
+    } else {
+      Refuse("a message before the handshake's end");
+    }
+  }
+
+  void OnHello() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!in_.has_client_hello()) return Refuse("expected ClientHello");
+    if (absl::Status shape = CheckClientHelloShape(in_.client_hello()); !shape.ok()) {
+      return Refuse(std::string(shape.message()));  // before any lookup or log
+    }
+    hello_ = in_.client_hello();
+    const NodeId& claimed = hello_.node_id();
+    if (NodeIdFromPublicKey(hello_.public_key()) != claimed) {
+      return Refuse(absl::StrCat("node id ", claimed, " does not match its public key"));
+    }
+    if (!t_->IsPeerKey(claimed, hello_.public_key())) {
       return Refuse(
-          ctx, absl::StrCat("dialed ", hello.expected_peer_id(), " but this node is ", t_->self_));
+          absl::StrCat("unknown peer ", claimed, ": its key is not in the configured peer set"));
     }
-    const std::string server_nonce = NewHandshakeNonce();
+    if (hello_.expected_peer_id() != self_) {
+      return Refuse(
+          absl::StrCat("dialed ", hello_.expected_peer_id(), " but this node is ", self_));
+    }
+    peer_ = claimed;
+    server_nonce_ = NewHandshakeNonce();
     StreamMessage reply;
     node::p2p::ServerHello* sh = reply.mutable_server_hello();
     sh->set_public_key(t_->key_.public_key().bytes());
-    sh->set_node_id(t_->self_);
-    sh->set_nonce(server_nonce);
-    sh->set_signature(t_->key_.Sign(HandshakeTranscript(HandshakeRole::kServer, claimed, t_->self_,
-                                                        hello.nonce(), server_nonce)));
-    if (!stream->Write(reply)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
-    if (!stream->Read(&msg)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
-    if (!msg.has_client_auth()) return Refuse(ctx, "expected ClientAuth");
+    sh->set_node_id(self_);
+    sh->set_nonce(server_nonce_);
+    sh->set_signature(t_->key_.Sign(HandshakeTranscript(HandshakeRole::kServer, claimed, self_,
+                                                        hello_.nonce(), server_nonce_)));
+    step_ = Step::kAuth;
+    WriteHandshake(std::move(reply));
+    guard_->StartRead(&in_);
+  }
+
+  void OnAuth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!in_.has_client_auth()) return Refuse("expected ClientAuth");
     absl::Status ok =
-        VerifyHandshake(HandshakeRole::kClient, hello.public_key(), claimed, claimed, t_->self_,
-                        hello.nonce(), server_nonce, msg.client_auth().signature());
-    if (!ok.ok()) return Refuse(ctx, std::string(ok.message()));
-    reply.mutable_server_accept();
-    if (!stream->Write(reply)) return grpc::Status(grpc::StatusCode::CANCELLED, "closed");
-    t_->counters_->handshakes_accepted.fetch_add(1);
-    t_->UnwatchHandshake(watch);
-    // The stream lives until this handler returns, which RunConnection's full Detach ensures
-    // comes after the writer's last write.
-    auto conn = t_->NewConnection(
-        claimed, [stream](const StreamMessage& m) { return stream->Write(m); },
-        [stream](StreamMessage* m) { return stream->Read(m); }, [ctx] { ctx->TryCancel(); },
-        nullptr);
-    t_->RunConnection(conn);
-    return grpc::Status::OK;
+        VerifyHandshake(HandshakeRole::kClient, hello_.public_key(), peer_, peer_, self_,
+                        hello_.nonce(), server_nonce_, in_.client_auth().signature());
+    if (!ok.ok()) return Refuse(std::string(ok.message()));
+    step_ = Step::kAccepting;
+    StreamMessage accept;
+    accept.mutable_server_accept();
+    WriteHandshake(std::move(accept));
   }
 
-  grpc::Status Refuse(grpc::ServerContext* ctx, const std::string& why) {
-    LOG(WARNING) << "p2p " << t_->self_ << ": refused stream from " << ctx->peer() << ": " << why;
-    t_->counters_->handshakes_refused.fetch_add(1);
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
+  void HandshakeWritten(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) override {
+    if (!ok) {
+      EndHandshake(grpc::Status(grpc::StatusCode::CANCELLED, "closed"), /*cancel=*/true);
+      return;
+    }
+    if (NextHandshakeWrite()) return;
+    if (step_ == Step::kAccepting) Authenticated();  // the accept went out
   }
 
+  void Refuse(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    LOG(WARNING) << "p2p " << self_ << ": refused stream from " << ctx_->peer() << ": " << why;
+    counters_->handshakes_refused.fetch_add(1);
+    EndHandshake(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why), /*cancel=*/false);
+  }
+
+  grpc::CallbackServerContext* const ctx_;
+  Step step_ ABSL_GUARDED_BY(mu_) = Step::kHello;
+  node::p2p::ClientHello hello_ ABSL_GUARDED_BY(mu_);
+  std::string server_nonce_ ABSL_GUARDED_BY(mu_);
+};
+
+// The dialing side. Deletes itself when gRPC is done with it; the dialer waits only for the
+// attempt's end (a write the kernel has not taken can hold the call for long after).
+class GrpcTransport::ClientLink final
+    : public Link<grpc::ClientBidiReactor<StreamMessage, StreamMessage>> {
+ public:
+  ClientLink(GrpcTransport* t, NodeId peer, std::string expected_key,
+             std::shared_ptr<grpc::Channel> channel, std::shared_ptr<DialAttempt> attempt)
+      : Link(t, std::move(peer)),
+        expected_key_(std::move(expected_key)),
+        channel_(std::move(channel)),
+        stub_(node::p2p::PeerService::NewStub(channel_)),
+        attempt_(std::move(attempt)) {}
+
+  // Starts the call; `guard()` cancels it. Call once, right after construction.
+  void Start() {
+    stub_->async()->Connect(&ctx_, this);
+    AddHold();  // removed when the stream finishes (RawFinish): writes come from other threads
+    {
+      absl::MutexLock l(&mu_);
+      StartHandshake();
+    }
+    StartCall();
+  }
+  const std::shared_ptr<LinkGuard>& guard() const { return guard_; }
+
+  void RawCancel() override { ctx_.TryCancel(); }
+  void RawFinish(const grpc::Status&) override { RemoveHold(); }
+  void OnDone(const grpc::Status& status) override {
+    {
+      absl::MutexLock l(&mu_);
+      if (!authenticated_ && why_.empty()) {
+        if (status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+          LOG(WARNING) << "p2p " << self_ << ": peer " << peer_
+                       << " refused us: " << status.error_message();
+        } else {
+          VLOG(1) << "p2p " << self_ << ": dial " << peer_ << " failed: " << status.error_message();
+        }
+      }
+    }
+    delete this;
+  }
+
+ private:
+  enum class Step { kServerHello, kAccept };
+
+  // The hello and the first read, posted until StartCall.
+  void StartHandshake() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    watch_ = t_->WatchHandshake(guard_);
+    client_nonce_ = NewHandshakeNonce();
+    StreamMessage msg;
+    node::p2p::ClientHello* hello = msg.mutable_client_hello();
+    hello->set_public_key(t_->key_.public_key().bytes());
+    hello->set_node_id(self_);
+    hello->set_expected_peer_id(peer_);
+    hello->set_nonce(client_nonce_);
+    WriteHandshake(std::move(msg));
+    guard_->StartRead(&in_);
+  }
+
+  void HandshakeRead(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) override {
+    if (!ok) return Fail("");
+    if (step_ == Step::kServerHello) {
+      if (!in_.has_server_hello()) return Fail("expected ServerHello");
+      const node::p2p::ServerHello& sh = in_.server_hello();
+      if (sh.node_id() != peer_ || sh.public_key() != expected_key_) {
+        return Fail(absl::StrCat("the node at this address is ", sh.node_id(), ", not ", peer_));
+      }
+      absl::Status verified =
+          VerifyHandshake(HandshakeRole::kServer, sh.public_key(), sh.node_id(), self_, peer_,
+                          client_nonce_, sh.nonce(), sh.signature());
+      if (!verified.ok()) return Fail(std::string(verified.message()));
+      StreamMessage msg;
+      msg.mutable_client_auth()->set_signature(t_->key_.Sign(
+          HandshakeTranscript(HandshakeRole::kClient, self_, peer_, client_nonce_, sh.nonce())));
+      step_ = Step::kAccept;
+      WriteHandshake(std::move(msg));
+      guard_->StartRead(&in_);
+      return;
+    }
+    if (!in_.has_server_accept()) return Fail("expected ServerAccept");
+    accepted_ = true;
+    if (!hs_writing_) Connected();
+  }
+
+  void HandshakeWritten(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) override {
+    if (!ok) return Fail("");
+    if (NextHandshakeWrite()) return;
+    if (accepted_) Connected();  // the accept came before our auth's write completed
+  }
+
+  void Connected() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    authenticated_ = true;
+    attempt_->authenticated.store(true);
+    Authenticated();
+  }
+
+  void Fail(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    why_ = why;
+    if (!why.empty()) {
+      counters_->handshakes_refused.fetch_add(1);
+      LOG(WARNING) << "p2p " << self_ << ": refused peer " << peer_ << ": " << why;
+    }
+    EndHandshake(grpc::Status(grpc::StatusCode::CANCELLED, why), /*cancel=*/true);
+  }
+
+  void OnEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) override {
+    if (conn_ != nullptr) attempt_->stalled.store(conn_->stalled());
+    attempt_->ended.Notify();
+  }
+
+  const std::string expected_key_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<node::p2p::PeerService::Stub> stub_;
+  const std::shared_ptr<DialAttempt> attempt_;
+  grpc::ClientContext ctx_;
+  Step step_ ABSL_GUARDED_BY(mu_) = Step::kServerHello;
+  std::string client_nonce_ ABSL_GUARDED_BY(mu_);
+  std::string why_ ABSL_GUARDED_BY(mu_);
+  bool accepted_ ABSL_GUARDED_BY(mu_) = false;
+  bool authenticated_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A stream accepted while the node stops: finished at once.
+class RefusedStream final : public grpc::ServerBidiReactor<StreamMessage, StreamMessage> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+class GrpcTransport::Service final : public node::p2p::PeerService::CallbackService {
+ public:
+  explicit Service(GrpcTransport* t) : t_(t) {}
+
+  grpc::ServerBidiReactor<StreamMessage, StreamMessage>* Connect(
+      grpc::CallbackServerContext* ctx) override {
+    {
+      absl::MutexLock l(&t_->mu_);
+      if (t_->stopping_) {
+        return new RefusedStream(grpc::Status(grpc::StatusCode::UNAVAILABLE, "node stopping"));
+      }
+    }
+    return new ServerLink(t_, ctx);
+  }
+
+ private:
   GrpcTransport* const t_;
 };
 
@@ -233,64 +620,35 @@ void GrpcTransport::Stop() {
     stopping_ = true;
     if (!started_) return;
   }
+  std::vector<std::shared_ptr<LinkGuard>> dialing;
+  std::vector<std::shared_ptr<PeerConnection>> conns;
   {
     absl::MutexLock l(&mu_);
-    for (auto& [id, ctx] : dialing_) ctx->TryCancel();
+    for (auto& [id, guard] : dialing_) dialing.push_back(guard);
     for (auto& [id, peer] : peers_) {
-      if (peer.conn) peer.conn->Close();
+      if (peer.conn) conns.push_back(peer.conn);
     }
   }
+  // Outside mu_: a cancel may run the link's end, which takes mu_.
+  for (const std::shared_ptr<LinkGuard>& g : dialing) g->Cancel();
+  for (const std::shared_ptr<PeerConnection>& c : conns) c->Close();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(options_.shutdown_grace_ms));
-    server_->Wait();
+    server_->Wait();  // every accepted link finished
   }
+  // Each dialer returns once its link ended: it delivers nothing more. A dialed call whose write
+  // the kernel has not taken may outlive this; it touches only what it owns.
   for (std::thread& t : dialers_) t.join();
   dialers_.clear();
   if (watchdog_.joinable()) watchdog_.join();
-  ReapAbandoned(absl::Milliseconds(options_.shutdown_grace_ms));
-  absl::MutexLock l(&mu_);
-  if (!abandoned_.empty()) {
-    // Still blocked in a write the kernel has not taken: leave them (and their streams) to the
-    // process; they hold what they use, the counters included.
-    LOG(WARNING) << "p2p " << self_ << ": " << abandoned_.size()
-                 << " stalled connection(s) still blocked in a write at stop; left running";
-    for (Abandoned& a : abandoned_) new Abandoned(std::move(a));  // deliberately never freed
-    abandoned_.clear();
-  }
 }
 
-void GrpcTransport::ReapAbandoned(absl::Duration wait) {
-  const absl::Time deadline = absl::Now() + wait;
-  for (;;) {
-    std::vector<Abandoned> done;
-    bool left = false;
-    {
-      absl::MutexLock l(&mu_);
-      for (auto it = abandoned_.begin(); it != abandoned_.end();) {
-        if (it->conn->WriterDone()) {
-          done.push_back(std::move(*it));
-          it = abandoned_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      left = !abandoned_.empty();
-    }
-    for (Abandoned& a : done) {
-      a.conn->JoinWriter();
-      a.call->stream->Finish();  // cancelled: returns at once
-    }
-    if (!left || absl::Now() >= deadline) return;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-}
-
-uint64_t GrpcTransport::WatchHandshake(std::function<void()> cancel) {
+uint64_t GrpcTransport::WatchHandshake(std::shared_ptr<LinkGuard> guard) {
   absl::MutexLock l(&mu_);
   const uint64_t id = next_watch_id_++;
   handshakes_[id] = HandshakeWatch{absl::Now() + absl::Milliseconds(options_.handshake_timeout_ms),
-                                   std::move(cancel)};
+                                   std::move(guard)};
   return id;
 }
 
@@ -307,6 +665,7 @@ void GrpcTransport::WatchdogLoop() {
   }
   for (;;) {
     std::vector<std::shared_ptr<PeerConnection>> conns;
+    std::vector<std::shared_ptr<LinkGuard>> expired;
     absl::Time next;
     uint64_t seen = 0;
     {
@@ -317,7 +676,7 @@ void GrpcTransport::WatchdogLoop() {
       for (auto it = handshakes_.begin(); it != handshakes_.end();) {
         if (it->second.deadline <= now) {
           LOG(WARNING) << "p2p " << self_ << ": handshake timed out; stream cancelled";
-          it->second.cancel();  // TryCancel: does not block or call back into us
+          expired.push_back(std::move(it->second.guard));
           it = handshakes_.erase(it);
         } else {
           next = std::min(next, it->second.deadline);
@@ -329,7 +688,10 @@ void GrpcTransport::WatchdogLoop() {
       }
       seen = next_watch_id_;
     }
-    // Outside mu_: a connection's lock is taken before mu_ elsewhere (its pressure callback).
+    // Outside mu_: a cancel may run the link's end, which takes mu_; and a connection's lock is
+    // taken before mu_ elsewhere (its pressure callback).
+    for (const std::shared_ptr<LinkGuard>& g : expired) g->Cancel();
+    expired.clear();
     CheckLinks(conns);
     conns.clear();
     absl::MutexLock l(&mu_);
@@ -440,71 +802,53 @@ void GrpcTransport::SetRefusedFrameHandler(RefusedFrameHandler handler) {
   on_refused_frame_ = std::move(handler);
 }
 
-std::shared_ptr<PeerConnection> GrpcTransport::NewConnection(const NodeId& peer,
-                                                             PeerConnection::WriteFn write,
-                                                             PeerConnection::ReadFn read,
-                                                             std::function<void()> cancel,
-                                                             std::shared_ptr<void> keep_alive) {
-  // The write function holds `keep_alive` (a dialed stream) and the counters the connection
-  // counts into, so an abandoned connection never outlives either.
-  auto conn = std::make_shared<PeerConnection>(
-      peer,
-      [write = std::move(write), keep_alive = std::move(keep_alive),
-       counters = counters_](const StreamMessage& m) { return write(m); },
-      std::move(read), std::move(cancel), options_.peer_queue_bytes, options_.max_batch_bytes,
-      options_.max_frame_bytes, &counters_->streams_written, clock_);
-  WatchPressure(*conn);
-  return conn;
+bool GrpcTransport::IsPeerKey(const NodeId& id, const std::string& public_key) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = peers_.find(id);
+  return it != peers_.end() && it->second.public_key == public_key;
 }
 
-bool GrpcTransport::RunConnection(const std::shared_ptr<PeerConnection>& conn,
-                                  absl::Duration writer_wait) {
-  conn->StartWriter();
-  Register(conn);
-  StreamMessage msg;
-  while (conn->Read(&msg)) {
-    if (!msg.has_frames()) {
-      LOG(WARNING) << "p2p " << self_ << ": peer " << conn->peer()
-                   << " sent a handshake message on an open stream; closing it";
-      break;
+bool GrpcTransport::Deliver(PeerConnection& conn, StreamMessage* msg) {
+  if (!msg->has_frames()) {
+    LOG(WARNING) << "p2p " << self_ << ": peer " << conn.peer()
+                 << " sent a handshake message on an open stream; closing it";
+    return false;
+  }
+  if (msg->frames().ping() != 0) conn.OnPing(msg->frames().ping());
+  if (msg->frames().pong() != 0) {
+    counters_->pongs_received.fetch_add(1, std::memory_order_relaxed);
+    conn.OnPong(msg->frames().pong(), clock_->NowNanos());
+  }
+  for (node::p2p::Frame& f : *msg->mutable_frames()->mutable_frames()) {
+    counters_->frames_received.fetch_add(1, std::memory_order_relaxed);
+    counters_->bytes_received.fetch_add(f.payload().size(), std::memory_order_relaxed);
+    conn.CountRead(f.payload().size());
+    absl::StatusOr<std::optional<Reassembler::Message>> m =
+        conn.reassembler().Add(f.header(), std::move(*f.mutable_payload()));
+    if (!m.ok()) {
+      counters_->frames_refused.fetch_add(1, std::memory_order_relaxed);
+      if (on_refused_frame_) on_refused_frame_(conn.peer());
+      LOG_EVERY_N(WARNING, 100) << "p2p " << self_ << ": frame from " << conn.peer()
+                                << " refused: " << m.status().message();
+      continue;
     }
-    if (msg.frames().ping() != 0) conn->OnPing(msg.frames().ping());
-    if (msg.frames().pong() != 0) {
-      counters_->pongs_received.fetch_add(1, std::memory_order_relaxed);
-      conn->OnPong(msg.frames().pong(), clock_->NowNanos());
-    }
-    for (node::p2p::Frame& f : *msg.mutable_frames()->mutable_frames()) {
-      counters_->frames_received.fetch_add(1, std::memory_order_relaxed);
-      counters_->bytes_received.fetch_add(f.payload().size(), std::memory_order_relaxed);
-      conn->CountRead(f.payload().size());
-      absl::StatusOr<std::optional<Reassembler::Message>> m =
-          conn->reassembler().Add(f.header(), std::move(*f.mutable_payload()));
-      if (!m.ok()) {
-        counters_->frames_refused.fetch_add(1, std::memory_order_relaxed);
-        if (on_refused_frame_) on_refused_frame_(conn->peer());
-        LOG_EVERY_N(WARNING, 100) << "p2p " << self_ << ": frame from " << conn->peer()
-                                  << " refused: " << m.status().message();
-        continue;
-      }
-      if (!m->has_value()) continue;
-      counters_->messages_delivered.fetch_add(1, std::memory_order_relaxed);
-      if (on_message_) {
-        // The reader is the peer's flow control: while a handler holds it, the peer's writes to
-        // us block once its HTTP/2 window is spent. Worth a line when a handler lasts.
-        const auto start = std::chrono::steady_clock::now();
-        on_message_(conn->peer(), (*m)->partition, (*m)->channel, std::move((*m)->payload));
-        const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::steady_clock::now() - start);
-        if (took > kSlowPeerIo) {
-          LOG_EVERY_T(WARNING, 1) << "p2p " << self_ << ": handling a message from " << conn->peer()
-                                  << " took " << took.count() << " ms";
-        }
+    if (!m->has_value()) continue;
+    counters_->messages_delivered.fetch_add(1, std::memory_order_relaxed);
+    if (on_message_) {
+      // The link reads its next message when this returns: while a handler holds it, the peer's
+      // writes to us stop once its HTTP/2 window is spent, and the handler holds one of gRPC's
+      // callback threads. Worth a line when a handler lasts.
+      const auto start = std::chrono::steady_clock::now();
+      on_message_(conn.peer(), (*m)->partition, (*m)->channel, std::move((*m)->payload));
+      const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - start);
+      if (took > kSlowPeerIo) {
+        LOG_EVERY_T(WARNING, 1) << "p2p " << self_ << ": handling a message from " << conn.peer()
+                                << " took " << took.count() << " ms";
       }
     }
   }
-  const bool detached = conn->Detach(writer_wait);
-  Unregister(conn);
-  return detached;
+  return true;
 }
 
 void GrpcTransport::WriteFrame(EgressFrame frame) {
@@ -574,22 +918,8 @@ void GrpcTransport::DialLoop(NodeId peer) {
       channel_address = address;
       counters_->channels_opened.fetch_add(1, std::memory_order_relaxed);
     }
-    ReapAbandoned(absl::ZeroDuration());
-    auto stub = node::p2p::PeerService::NewStub(channel);
-    bool authenticated = false;
     bool stalled = false;
-    {
-      auto call = std::make_shared<DialCall>();
-      call->channel = channel;
-      {
-        absl::MutexLock l(&mu_);
-        if (stopping_) return;
-        dialing_[peer] = &call->ctx;
-      }
-      authenticated = DialOnce(peer, key, call, stub.get(), &stalled);
-      absl::MutexLock l(&mu_);
-      dialing_.erase(peer);
-    }
+    const bool authenticated = DialOnce(peer, key, channel, &stalled);
     // A stalled link's TCP connection may stay slow (a congestion controller that learned a
     // policer's rate keeps it for tens of round trips) or hold megabytes the kernel has not
     // sent: the next stream gets a new connection, not one on the same channel.
@@ -601,71 +931,25 @@ void GrpcTransport::DialLoop(NodeId peer) {
 }
 
 bool GrpcTransport::DialOnce(const NodeId& peer, const std::string& expected_key,
-                             const std::shared_ptr<DialCall>& call,
-                             node::p2p::PeerService::Stub* stub, bool* stalled) {
-  grpc::ClientContext* const ctx = &call->ctx;
-  const uint64_t watch = WatchHandshake([ctx] { ctx->TryCancel(); });
-  struct Unwatch {
-    GrpcTransport* t;
-    uint64_t id;
-    ~Unwatch() { t->UnwatchHandshake(id); }
-  } unwatch{this, watch};
-  call->stream = stub->Connect(ctx);
-  auto* const stream = call->stream.get();
-  auto fail = [&](const std::string& why) {
-    ctx->TryCancel();
-    grpc::Status st = stream->Finish();
-    if (!why.empty()) {
-      counters_->handshakes_refused.fetch_add(1);
-      LOG(WARNING) << "p2p " << self_ << ": refused peer " << peer << ": " << why;
-    } else if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
-      LOG(WARNING) << "p2p " << self_ << ": peer " << peer << " refused us: " << st.error_message();
-    } else {
-      VLOG(1) << "p2p " << self_ << ": dial " << peer << " failed: " << st.error_message();
-    }
-    return false;
-  };
-  const std::string client_nonce = NewHandshakeNonce();
-  StreamMessage msg;
-  node::p2p::ClientHello* hello = msg.mutable_client_hello();
-  hello->set_public_key(key_.public_key().bytes());
-  hello->set_node_id(self_);
-  hello->set_expected_peer_id(peer);
-  hello->set_nonce(client_nonce);
-  if (!stream->Write(msg)) return fail("");
-  if (!stream->Read(&msg)) return fail("");
-  if (!msg.has_server_hello()) return fail("expected ServerHello");
-  const node::p2p::ServerHello sh = msg.server_hello();
-  if (sh.node_id() != peer || sh.public_key() != expected_key) {
-    return fail(absl::StrCat("the node at this address is ", sh.node_id(), ", not ", peer));
-  }
-  absl::Status ok = VerifyHandshake(HandshakeRole::kServer, sh.public_key(), sh.node_id(), self_,
-                                    peer, client_nonce, sh.nonce(), sh.signature());
-  if (!ok.ok()) return fail(std::string(ok.message()));
-  msg.mutable_client_auth()->set_signature(key_.Sign(
-      HandshakeTranscript(HandshakeRole::kClient, self_, peer, client_nonce, sh.nonce())));
-  if (!stream->Write(msg)) return fail("");
-  if (!stream->Read(&msg)) return fail("");
-  if (!msg.has_server_accept()) return fail("expected ServerAccept");
-  counters_->handshakes_accepted.fetch_add(1);
-  UnwatchHandshake(watch);
-  auto conn = NewConnection(
-      peer, [stream](const StreamMessage& m) { return stream->Write(m); },
-      [stream](StreamMessage* m) { return stream->Read(m); }, [ctx] { ctx->TryCancel(); }, call);
-  // A writer still blocked a second after the stream was cancelled is left to finish on its own
-  // (with the stream it uses), so the dialer can open a new connection now.
-  const bool detached = RunConnection(conn, absl::Seconds(1));
-  *stalled = conn->stalled();
-  ctx->TryCancel();
-  if (detached) {
-    stream->Finish();
-  } else {
-    LOG(WARNING) << "p2p " << self_ << ": the writer to peer " << peer
-                 << " is still blocked in a write; redialing without it";
+                             const std::shared_ptr<grpc::Channel>& channel, bool* stalled) {
+  auto attempt = std::make_shared<DialAttempt>();
+  auto* link = new ClientLink(this, peer, expected_key, channel, attempt);  // deletes itself
+  {
     absl::MutexLock l(&mu_);
-    abandoned_.push_back(Abandoned{conn, call});
+    if (stopping_) {
+      delete link;  // never started
+      return false;
+    }
+    dialing_[peer] = link->guard();
   }
-  return true;
+  link->Start();
+  attempt->ended.WaitForNotification();
+  {
+    absl::MutexLock l(&mu_);
+    dialing_.erase(peer);
+  }
+  *stalled = attempt->stalled.load();
+  return attempt->authenticated.load();
 }
 
 std::vector<NodeId> GrpcTransport::peers() const {

@@ -11,17 +11,22 @@
 //   handshake before it completes ends the stream with PERMISSION_DENIED and a log line. Frames
 //   of an unauthenticated stream never reach the handlers; peer up/down events fire only for
 //   authenticated connections.
+// - Links on gRPC's callback API: no thread per link. Both sides run the handshake and then the
+//   connection as reactions on gRPC's callback threads (PeerService is a callback service; a
+//   dialer starts a ClientBidiReactor and waits, idle, for it to end).
 // - Egress: a plain transport. In the node, an EgressValve (p2p/egress_valve.h) sits in front
 //   and hands it paced chunks through FrameWriter::WriteFrame; each goes to a bounded queue per
-//   peer connection, drained by that connection's writer thread, which batches whatever is queued
-//   into one stream message. Per-peer backpressure: once a peer's queue holds
+//   peer connection (p2p/peer_connection.h). The thread that queues a frame starts the write when
+//   the link has none in flight; a write's completion starts the next with whatever was queued
+//   meanwhile, batched into one stream message. Per-peer backpressure: once a peer's queue holds
 //   `peer_release_bytes`, the pressure handler (the valve's scheduler) is told the peer is
-//   blocked, and unblocked when the writer has drained half.
+//   blocked, and unblocked when writes have drained half.
 //   Send/Broadcast called on the transport itself skip any scheduling: the message is cut into
 //   64 KiB chunks and queued at once (tests and tools; with a valve in front, send through it).
-// - Ingress: the connection's reader thread (the gRPC handler thread on the accepting side, the
-//   dialer thread on the dialing side) reads frame headers, reassembles chunks (p2p/reassembler.h)
-//   and calls the message handler with the undecoded payload.
+// - Ingress: each read's completion reads frame headers, reassembles chunks (p2p/reassembler.h)
+//   and calls the message handler with the undecoded payload, then starts the next read. The
+//   handler runs on one of gRPC's callback threads (shared with the node's client API): it must
+//   not block (the node's queues it into the partition's lanes, which drop when full).
 //
 // Thread-safety: Network methods, WriteFrame and Stats from any thread; SetHandlers and
 // SetPressureHandler before Start; Start/Stop from the owner. Stop() is bounded: it cancels every
@@ -59,8 +64,8 @@
 #include "proto/p2p.grpc.pb.h"
 
 namespace grpc {
+class Channel;
 class ChannelCredentials;
-class ClientContext;
 class ServerCredentials;
 class Server;
 }  // namespace grpc
@@ -83,11 +88,11 @@ struct GrpcTransportOptions {
   int64_t max_backoff_ms = 2000;
   int64_t keepalive_time_ms = 10'000;
   int64_t keepalive_timeout_ms = 5'000;
-  // Frames queued for one peer's writer beyond this are dropped (counted): a stalled peer must
+  // Frames queued for one peer's link beyond this are dropped (counted): a stalled peer must
   // not hold the node's memory. CONSENSUS frames get twice the room.
   size_t peer_queue_bytes = 16 << 20;
-  // Per-peer backpressure: once a peer's writer queue holds this much, the pressure handler (the
-  // egress valve) releases nothing more for it until the writer has drained half (0: off). Keeps
+  // Per-peer backpressure: once a peer's link queue holds this much, the pressure handler (the
+  // egress valve) releases nothing more for it until its writes have drained half (0: off). Keeps
   // the scheduler's priorities per link: a slow link gets its SYNC before its TX_FORWARD.
   size_t peer_release_bytes = 512 << 10;
   // Bytes of frames packed into one stream message at most.
@@ -176,8 +181,8 @@ class GrpcTransport final : public Network, public FrameWriter {
   void WriteFrame(EgressFrame frame) override;
   void SetPressureHandler(PressureHandler handler) override;  // before Start
 
-  // Called (from a connection's reader thread) for each inbound frame refused as bad or
-  // oversized, with the authenticated peer that sent it. Before Start.
+  // Called (from a link's read completion) for each inbound frame refused as bad or oversized,
+  // with the authenticated peer that sent it. Before Start.
   using RefusedFrameHandler = std::function<void(const NodeId& peer)>;
   void SetRefusedFrameHandler(RefusedFrameHandler handler);
 
@@ -191,24 +196,20 @@ class GrpcTransport final : public Network, public FrameWriter {
   };
   struct Counters;
 
-  // Runs an authenticated connection until it ends; called on the reader thread. Waits at most
-  // `writer_wait` for the writer at the end: false when it is still blocked in a write.
-  bool RunConnection(const std::shared_ptr<PeerConnection>& conn,
-                     absl::Duration writer_wait = absl::InfiniteDuration());
-  std::shared_ptr<PeerConnection> NewConnection(const NodeId& peer, PeerConnection::WriteFn write,
-                                                PeerConnection::ReadFn read,
-                                                std::function<void()> cancel,
-                                                std::shared_ptr<void> keep_alive);
+  class LinkGuard;
+  struct DialAttempt;
+  template <class Reactor>
+  class Link;
+  class ServerLink;
+  class ClientLink;
+
+  // One stream message read from `conn`'s peer: pings, pongs, frames reassembled and delivered.
+  // False when the peer broke the protocol (the link then closes).
+  bool Deliver(PeerConnection& conn, node::p2p::StreamMessage* msg);
+  // Whether `public_key` is the configured key of peer `id`.
+  bool IsPeerKey(const NodeId& id, const std::string& public_key) const;
   // The watchdog's link checks: pings due, stalled links closed.
   void CheckLinks(const std::vector<std::shared_ptr<PeerConnection>>& conns);
-  // Dialed connections whose writer was still blocked when they ended: joined (and their
-  // streams finished) once the writer returns; at Stop, waited for up to `wait`.
-  struct DialCall;
-  struct Abandoned {
-    std::shared_ptr<PeerConnection> conn;
-    std::shared_ptr<DialCall> call;
-  };
-  void ReapAbandoned(absl::Duration wait);
   // Send without scheduling: the message's chunks are queued on the connection at once.
   absl::Status SendShared(const NodeId& peer, PartitionId partition, Channel channel,
                           std::shared_ptr<const std::string> payload);
@@ -217,14 +218,14 @@ class GrpcTransport final : public Network, public FrameWriter {
   void Register(const std::shared_ptr<PeerConnection>& conn);
   void Unregister(const std::shared_ptr<PeerConnection>& conn);
   void DialLoop(NodeId peer);
-  // True when the stream got through the handshake (and has now ended); `*stalled` when it was
-  // closed as stalled (the next dial then opens a new channel, so a new TCP connection).
+  // One dialed link, from the call to its end: true when it got through the handshake; `*stalled`
+  // when it was closed as stalled (the next dial then opens a new channel, so a new TCP
+  // connection).
   bool DialOnce(const NodeId& peer, const std::string& expected_key,
-                const std::shared_ptr<DialCall>& call, node::p2p::PeerService::Stub* stub,
-                bool* stalled);
+                const std::shared_ptr<grpc::Channel>& channel, bool* stalled);
   bool WaitBackoff(int64_t ms);  // false when stopping
-  // Handshake deadlines: `cancel` runs if the handshake is still going at the deadline.
-  uint64_t WatchHandshake(std::function<void()> cancel);
+  // Handshake deadlines: the stream is cancelled if its handshake is still going at the deadline.
+  uint64_t WatchHandshake(std::shared_ptr<LinkGuard> guard);
   void UnwatchHandshake(uint64_t id);
   void WatchdogLoop();
 
@@ -245,8 +246,8 @@ class GrpcTransport final : public Network, public FrameWriter {
   absl::Mutex event_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   std::map<NodeId, Peer> peers_ ABSL_GUARDED_BY(mu_);
-  // The context of each dialer's current stream, so Stop can cancel it.
-  std::map<NodeId, grpc::ClientContext*> dialing_ ABSL_GUARDED_BY(mu_);
+  // Each dialer's current link, so Stop can cancel it.
+  std::map<NodeId, std::shared_ptr<LinkGuard>> dialing_ ABSL_GUARDED_BY(mu_);
   MessageHandler on_message_;                // set before Start
   PeerEventHandler on_peer_event_;           // set before Start
   PressureHandler on_pressure_;              // set before Start
@@ -254,11 +255,10 @@ class GrpcTransport final : public Network, public FrameWriter {
   std::atomic<uint64_t> next_direct_id_{0};  // message ids of Send/Broadcast on the transport
   struct HandshakeWatch {
     absl::Time deadline;
-    std::function<void()> cancel;
+    std::shared_ptr<LinkGuard> guard;
   };
   std::map<uint64_t, HandshakeWatch> handshakes_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::vector<Abandoned> abandoned_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
