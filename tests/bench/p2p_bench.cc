@@ -1,7 +1,7 @@
 // 1 KiB frames between two nodes over loopback, unlimited egress cap:
 //   BM_P2pTransport   through an EgressValve over GrpcTransport, as the node sends (handshake
-//                     done once; egress scheduler, sender thread, per-peer writer batching
-//                     frames into stream messages, reader, reassembler, handler)
+//                     done once; egress scheduler, sender thread, the link's writes batching
+//                     frames into stream messages, its read completions, reassembler, handler)
 //   BM_BareGrpcStream the same frames (same Frame messages, one per stream message) over a bare
 //                     PeerService.Connect stream: no scheduler, no batching, no auth.
 // Each iteration moves kFramesPerIteration frames and waits until the receiver has all of them,
@@ -29,8 +29,11 @@ namespace {
 
 constexpr int kFramesPerIteration = 20'000;
 constexpr size_t kFrameBytes = 1024;
-// Frames in flight at most (sent, not yet received) so the BULK queue never drops.
-constexpr int64_t kWindow = 8192;
+// Frames in flight at most (sent, not yet received), so BULK never drops: below what a peer's
+// link queue holds before it is reported blocked (peer_release_bytes, 512 KiB) plus what the
+// scheduler keeps for a blocked peer (blocked_peer_bytes, 1 MiB); beyond that the scheduler drops
+// the oldest BULK messages by design.
+constexpr int64_t kWindow = 1024;
 
 base::PrivateKey Key(char c) {
   absl::StatusOr<base::PrivateKey> k = base::PrivateKey::FromSeed(std::string(32, c));

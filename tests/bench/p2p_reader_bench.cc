@@ -1,18 +1,20 @@
-// What the peer links' synchronous reader costs against gRPC's callback API, for paced small
-// messages (votes of many partitions reach a link a few ms apart, one stream message each):
+// What the peer links' synchronous reader cost against gRPC's callback API, for paced small
+// messages (votes of many partitions reach a link a few ms apart, one stream message each). The
+// model behind moving the links to the callback API (session 33; p2p/grpc_transport.h):
 //   BM_PacedReceive/0/<interval_us>  the sync API: a handler thread blocked in Read(), as the
-//                                    node's accepted peer links read today (gRPC's polling
+//                                    node's accepted peer links read before that (gRPC's polling
 //                                    thread takes the socket event and hands the read over)
 //   BM_PacedReceive/1/<interval_us>  the callback API: a ServerBidiReactor whose OnReadDone runs
 //                                    on a gRPC callback thread (usually the one that took the
 //                                    event)
-//   BM_PacedReceive/2/<interval_us>  the node's link today, both ends: the sending thread hands
+//   BM_PacedReceive/2/<interval_us>  the node's link before, both ends: the sending thread hands
 //                                    each frame to a writer thread (as a worker hands a vote to
 //                                    PeerConnection's writer), which writes it on a sync stream;
 //                                    a sync reader receives it
 //   BM_PacedReceive/3/<interval_us>  the callback API at both ends: the sending thread starts the
 //                                    write itself on a ClientBidiReactor when none is in flight
-//                                    (OnWriteDone starts the next queued one); a callback reader
+//                                    (OnWriteDone starts the next queued one); a callback reader,
+//                                    as the node's links do now
 // One 300-byte frame every interval over loopback, both ends in this process. Modes 0 and 1
 // write from the pacing thread on a sync stream. Counters, per message: the process's CPU
 // (getrusage utime + stime) and context switches (voluntary + involuntary), both ends together,
