@@ -97,6 +97,22 @@ class GrpcTransport::LinkGuard final : public LinkStream {
     ops_->RawCancel();
     Exit();
   }
+  // The handshake deadline's cancel: none once the handshake has succeeded (MarkConnected), so a
+  // deadline that passes while the link is being registered does not cancel it.
+  void CancelHandshake() {
+    {
+      absl::MutexLock l(&mu_);
+      if (connected_ || finished_ || cancelled_) return;
+      cancelled_ = true;
+      ++users_;
+    }
+    ops_->RawCancel();
+    Exit();
+  }
+  void MarkConnected() {
+    absl::MutexLock l(&mu_);
+    connected_ = true;
+  }
 
   // The reactions'. A read is started only while the stream is not ending.
   bool StartRead(StreamMessage* msg) {
@@ -166,6 +182,7 @@ class GrpcTransport::LinkGuard final : public LinkStream {
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;  // the handshake succeeded
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
@@ -251,6 +268,7 @@ class GrpcTransport::Link : public Reactor, public LinkGuard::Ops {
   // The handshake succeeded: the connection starts (the handshake's writes are all done).
   void Authenticated() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     counters_->handshakes_accepted.fetch_add(1);
+    guard_->MarkConnected();
     t_->UnwatchHandshake(watch_);
     conn_ = std::make_shared<PeerConnection>(
         peer_, guard_, t_->options_.peer_queue_bytes, t_->options_.max_batch_bytes,
@@ -690,7 +708,7 @@ void GrpcTransport::WatchdogLoop() {
     }
     // Outside mu_: a cancel may run the link's end, which takes mu_; and a connection's lock is
     // taken before mu_ elsewhere (its pressure callback).
-    for (const std::shared_ptr<LinkGuard>& g : expired) g->Cancel();
+    for (const std::shared_ptr<LinkGuard>& g : expired) g->CancelHandshake();
     expired.clear();
     CheckLinks(conns);
     conns.clear();

@@ -13,7 +13,8 @@
 //   authenticated connections.
 // - Links on gRPC's callback API: no thread per link. Both sides run the handshake and then the
 //   connection as reactions on gRPC's callback threads (PeerService is a callback service; a
-//   dialer starts a ClientBidiReactor and waits, idle, for it to end).
+//   dialer starts a ClientBidiReactor and waits, idle, for its link to end; the call itself may
+//   outlive that while a cancelled write is pending, and deletes itself when gRPC completes it).
 // - Egress: a plain transport. In the node, an EgressValve (p2p/egress_valve.h) sits in front
 //   and hands it paced chunks through FrameWriter::WriteFrame; each goes to a bounded queue per
 //   peer connection (p2p/peer_connection.h). The thread that queues a frame starts the write when
@@ -26,11 +27,13 @@
 // - Ingress: each read's completion reads frame headers, reassembles chunks (p2p/reassembler.h)
 //   and calls the message handler with the undecoded payload, then starts the next read. The
 //   handler runs on one of gRPC's callback threads (shared with the node's client API): it must
-//   not block (the node's queues it into the partition's lanes, which drop when full).
+//   not block (the node's queues it into the partition's lanes, which drop when full). So must
+//   the peer event handler, which runs there too, under the link's lock, and must not call Stop.
 //
 // Thread-safety: Network methods, WriteFrame and Stats from any thread; SetHandlers and
-// SetPressureHandler before Start; Start/Stop from the owner. Stop() is bounded: it cancels every
-// stream and shuts the server down with a short deadline.
+// SetPressureHandler before Start; Start/Stop from the owner. Stop() cancels every stream and
+// shuts the server down with a short deadline; it then waits for every accepted link to finish,
+// which a write the kernel never takes would hold (dialed links are not waited for).
 //
 //   ASSIGN_OR_RETURN(base::PrivateKey key, base::PrivateKey::ReadPemFile(path));
 //   p2p::GrpcTransportOptions opt;

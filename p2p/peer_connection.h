@@ -5,7 +5,9 @@
 // one with everything queued meanwhile, batched.
 //
 // The stream is reached through LinkStream (in the transport: the callback reactor's guard, so a
-// call never reaches a reactor that has finished). After Close the connection starts no write.
+// call never reaches a reactor that has finished). After Close the connection starts no new
+// write; a write already taken by another thread may still start, on the cancelled stream, and
+// complete not ok.
 //
 // Threads: Push, PushAll, Close, MaybePing, StallReason and the getters from any thread;
 // OnWriteDone from the stream's write completion; reassembler(), OnPing, OnPong and CountRead from
@@ -27,7 +29,7 @@
 //                                                max_frame_bytes, &writes);
 //   conn->Push(frame);  // any thread: starts a write when the link is idle
 //   ... in the write's completion: conn->OnWriteDone(ok);
-//   conn->Close();      // nothing more is written; the stream is cancelled
+//   conn->Close();      // nothing more is queued; the stream is cancelled
 #ifndef P2P_PEER_CONNECTION_H_
 #define P2P_PEER_CONNECTION_H_
 

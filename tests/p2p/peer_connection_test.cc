@@ -23,7 +23,8 @@ using ::testing::HasSubstr;
 constexpr int64_t kMs = 1'000'000;
 
 // The stream under test: records what the connection writes and completes each write on the
-// calling thread (as gRPC may), unless `Block()` holds completions until `Release()` runs them,
+// calling thread (stricter than gRPC 1.51, which completes on its own threads, and allowed by the
+// API), unless `Block()` holds completions until `Release()` runs them,
 // as a write the peer does not take would. Checks that no write starts while one is in flight.
 class FakeStream final : public LinkStream {
  public:
