@@ -87,28 +87,10 @@ class GrpcTransport::LinkGuard final : public LinkStream {
     Exit();
     return true;
   }
-  void Cancel() override {
-    {
-      absl::MutexLock l(&mu_);
-      if (finished_ || cancelled_) return;
-      cancelled_ = true;
-      ++users_;
-    }
-    ops_->RawCancel();
-    Exit();
-  }
+  void Cancel() override { CancelIf(/*only_handshaking=*/false); }
   // The handshake deadline's cancel: none once the handshake has succeeded (MarkConnected), so a
   // deadline that passes while the link is being registered does not cancel it.
-  void CancelHandshake() {
-    {
-      absl::MutexLock l(&mu_);
-      if (connected_ || finished_ || cancelled_) return;
-      cancelled_ = true;
-      ++users_;
-    }
-    ops_->RawCancel();
-    Exit();
-  }
+  void CancelHandshake() { CancelIf(/*only_handshaking=*/true); }
   void MarkConnected() {
     absl::MutexLock l(&mu_);
     connected_ = true;
@@ -151,12 +133,18 @@ class GrpcTransport::LinkGuard final : public LinkStream {
     if (cancel) Cancel();
     MaybeFinish();
   }
-  bool ending() const {
-    absl::MutexLock l(&mu_);
-    return ending_;
-  }
 
  private:
+  void CancelIf(bool only_handshaking) {
+    {
+      absl::MutexLock l(&mu_);
+      if (finished_ || cancelled_ || (only_handshaking && connected_)) return;
+      cancelled_ = true;
+      ++users_;
+    }
+    ops_->RawCancel();
+    Exit();
+  }
   void Exit() {
     {
       absl::MutexLock l(&mu_);
@@ -176,7 +164,7 @@ class GrpcTransport::LinkGuard final : public LinkStream {
   }
 
   Ops* const ops_;
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   int users_ ABSL_GUARDED_BY(mu_) = 0;   // outside calls in progress
   int writes_ ABSL_GUARDED_BY(mu_) = 0;  // writes started, not completed
   bool reading_ ABSL_GUARDED_BY(mu_) = false;

@@ -26,10 +26,7 @@ bool PeerConnection::Push(EgressFrame f) {
     if (closed_ || out_bytes_ + f.length > limit) return false;
     out_bytes_ += f.length;
     out_.push_back(std::move(f));
-    if (release_bytes_ > 0 && !blocked_ && out_bytes_ >= release_bytes_) {
-      blocked_ = true;
-      on_pressure_(true);
-    }
+    SignalPressureLocked();
   }
   MaybeStartWrite();
   return true;
@@ -46,10 +43,7 @@ bool PeerConnection::PushAll(std::vector<EgressFrame> frames) {
     if (closed_ || out_bytes_ + bytes > limit) return false;
     out_bytes_ += bytes;
     for (EgressFrame& f : frames) out_.push_back(std::move(f));
-    if (release_bytes_ > 0 && !blocked_ && out_bytes_ >= release_bytes_) {
-      blocked_ = true;
-      on_pressure_(true);
-    }
+    SignalPressureLocked();
   }
   MaybeStartWrite();
   return true;
@@ -60,6 +54,13 @@ void PeerConnection::SetPressureCallback(size_t release_bytes,
   absl::MutexLock l(&mu_);
   release_bytes_ = release_bytes;
   on_pressure_ = std::move(on_pressure);
+}
+
+void PeerConnection::SignalPressureLocked() {
+  if (release_bytes_ > 0 && !blocked_ && out_bytes_ >= release_bytes_) {
+    blocked_ = true;
+    on_pressure_(true);
+  }
 }
 
 bool PeerConnection::HasWorkLocked() const {

@@ -126,6 +126,8 @@ class PeerConnection {
   void CountRead(size_t bytes) { bytes_read_.fetch_add(bytes, std::memory_order_relaxed); }
 
  private:
+  // Reports the peer blocked once the queue reaches the release mark (see Backpressure).
+  void SignalPressureLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Something to write: frames, or a ping or pong to send.
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the next stream message's content (the write token is held: writing_) into batch_.
