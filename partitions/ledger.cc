@@ -282,6 +282,7 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   // 0.5% of the write buffer: ~330 KiB per ledger at the default 64 MiB.
   db_options.memtable_prefix_bloom_size_ratio = 0.005;
   db_options.memtable_whole_key_filtering = true;
+  if (options.write_buffer_bytes > 0) db_options.write_buffer_size = options.write_buffer_bytes;
   auto marks = std::make_shared<PruneMarks>();
   db_options.compaction_filter_factory = std::make_shared<PrunedRecordFilterFactory>(marks);
   rocksdb::DB* raw = nullptr;
@@ -402,6 +403,26 @@ absl::StatusOr<uint64_t> Ledger::ReadHeightMark(absl::string_view key,
     return absl::DataLossError(absl::StrCat("ledger: the ", what, " is not 8 bytes"));
   }
   return GetBe(*v);
+}
+
+size_t LedgerWriteBufferBytes(uint64_t budget_bytes, size_t ledgers) {
+  if (budget_bytes == 0) return 0;
+  constexpr uint64_t kMin = uint64_t{1} << 20;
+  constexpr uint64_t kMax = uint64_t{16} << 20;
+  return static_cast<size_t>(
+      std::clamp<uint64_t>(budget_bytes / (2 * std::max<uint64_t>(ledgers, 1)), kMin, kMax));
+}
+
+absl::Status Ledger::SetWriteBufferBytes(size_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("ledger: a write buffer of 0 bytes");
+  return FromRocks(db_->SetOptions({{"write_buffer_size", absl::StrCat(bytes)}}),
+                   "set write_buffer_size");
+}
+
+uint64_t Ledger::MemtableBytes() const {
+  uint64_t bytes = 0;
+  if (!db_->GetIntProperty(rocksdb::DB::Properties::kSizeAllMemTables, &bytes)) return 0;
+  return bytes;
 }
 
 absl::Status Ledger::CommitBlock(const node::chain::Block& block,

@@ -154,6 +154,9 @@ grpc::Status AdminServiceImpl::HandleUpdateArbiter(grpc::ServerContextBase*,
   }
   response->set_cpu_workers(static_cast<uint32_t>(node_->cpu_workers()));
   response->set_consensus_blocks_per_second(node_->consensus_blocks_per_second_ceiling());
+  const node::admin::LedgerMemoryStatus lm = node_->LedgerMemory();
+  response->set_ledger_write_buffer_bytes(lm.write_buffer_budget_bytes());
+  response->set_ledger_write_buffer_per_partition_bytes(lm.write_buffer_per_partition_bytes());
   return grpc::Status::OK;
 }
 

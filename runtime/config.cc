@@ -252,6 +252,9 @@ void ApplyDefaults(NodeConfig* config) {
   if (!r.has_consensus_blocks_per_second()) {
     r.set_consensus_blocks_per_second(kDefaultConsensusBlocksPerSecond);
   }
+  if (r.ledger_write_buffer_bytes() == 0) {
+    r.set_ledger_write_buffer_bytes(kDefaultLedgerWriteBufferBytes);
+  }
   auto& bba = *r.mutable_block_budget_adaptation();
   if (!bba.has_enabled()) bba.set_enabled(true);
   if (bba.min_blocks_per_second() == 0) bba.set_min_blocks_per_second(16);

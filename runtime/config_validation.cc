@@ -349,6 +349,8 @@ std::vector<ConfigProblem> ValidateResourceConfig(const ResourceConfig& r, const
   }
   check.AtMost<uint32_t>("consensus_blocks_per_second", r.consensus_blocks_per_second(),
                          kMaxConsensusBlocksPerSecond);
+  check.AtLeast<uint64_t>("ledger_write_buffer_bytes", r.ledger_write_buffer_bytes(),
+                          kMinLedgerWriteBufferBytes);
   const node::config::BlockBudgetAdaptation& bba = r.block_budget_adaptation();
   check.AtMost<uint32_t>("block_budget_adaptation.min_blocks_per_second",
                          bba.min_blocks_per_second(), kMaxConsensusBlocksPerSecond);

@@ -48,6 +48,10 @@ inline constexpr uint32_t kDefaultConsensusBlocksPerSecond = 64;
 // reservations" (little gain over the measured hints).
 inline constexpr double kDefaultRetryReserveFraction = 0;
 inline constexpr uint32_t kMaxConsensusBlocksPerSecond = 100'000;
+// resources.ledger_write_buffer_bytes: the default (ApplyDefaults) and the least accepted (config
+// and UpdateArbiter).
+inline constexpr uint64_t kDefaultLedgerWriteBufferBytes = uint64_t{256} << 20;
+inline constexpr uint64_t kMinLedgerWriteBufferBytes = uint64_t{4} << 20;
 
 // One problem found in a config: the field's path and what is wrong with it.
 struct ConfigProblem {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "flowctl/status_macros.h"
 #include "glog/logging.h"
+#include "partitions/ledger.h"
 #include "partitions/partition_channels.h"
 #include "runtime/config.h"
 #include "runtime/config_validation.h"
@@ -100,7 +101,8 @@ Node::Node(NodeConfig config, NodeOptions options, base::PrivateKey key)
       key_(std::move(key)),
       id_(p2p::NodeIdFromPublicKey(key_.public_key().bytes())),
       read_hold_(std::make_unique<ReadHold>(options_.clock)),
-      block_budget_(config_.resources().consensus_blocks_per_second()) {}
+      block_budget_(config_.resources().consensus_blocks_per_second()),
+      write_buffer_budget_(config_.resources().ledger_write_buffer_bytes()) {}
 
 Node::~Node() { Stop(absl::ZeroDuration()); }
 
@@ -226,14 +228,19 @@ absl::Status Node::Start() {
   {
     absl::MutexLock live_lock(&live_mu_);
     ASSIGN_OR_RETURN(std::vector<bool> run, PlanPartitionsLocked());
+    const size_t running = static_cast<size_t>(std::count(run.begin(), run.end(), true));
     absl::MutexLock lock(&partitions_mu_);
     for (size_t i = 0; i < entries_.size(); ++i) {
       if (!run[i]) continue;  // stopped through the admin API
       PartitionEntry& entry = entries_[i];
       entry.closed = std::make_shared<absl::Notification>();
-      ASSIGN_OR_RETURN(entry.running, OpenPartition(entry.config, entry.closed));
+      ASSIGN_OR_RETURN(entry.running, OpenPartition(entry.config, entry.closed, running));
     }
   }
+  write_buffer_per_partition_.store(
+      partitions::LedgerWriteBufferBytes(write_buffer_budget_.load(std::memory_order_relaxed),
+                                         partitions().size()),
+      std::memory_order_relaxed);
   // Handlers before the transport starts: peer messages go straight to their partition's lanes.
   network_->SetHandlers(
       [this](const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch, std::string payload) {
@@ -442,6 +449,7 @@ node::admin::NodeStatus Node::Status() const {
     out->set_raised(a.raised);
   }
   s.set_partitions_with_work(block_budget_.ActivePartitions(options_.clock->NowNanos()));
+  *s.mutable_ledger_memory() = LedgerMemory();
   *s.mutable_memory() = MemoryPressureStatus();
   *s.mutable_admission() = NodeAdmissionStatus();
   return s;
@@ -667,10 +675,10 @@ absl::StatusOr<node::admin::EgressStats> Node::UpdateEgress(
 absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     const node::admin::UpdateArbiterRequest& request) {
   if (request.entries().empty() && request.cpu_workers() == 0 &&
-      !request.has_consensus_blocks_per_second()) {
+      !request.has_consensus_blocks_per_second() && request.ledger_write_buffer_bytes() == 0) {
     return absl::InvalidArgumentError(
-        "entries: give at least one partition (or cpu_workers or consensus_blocks_per_second to "
-        "change only those)");
+        "entries: give at least one partition (or cpu_workers, consensus_blocks_per_second or "
+        "ledger_write_buffer_bytes to change only those)");
   }
   // The guarantee sum is checked against the partitions as they are: no create or start may
   // change them meanwhile. One in progress may take seconds (a drain): refuse rather than wait.
@@ -715,6 +723,12 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     problems.push_back({"cpu_workers", absl::StrCat("must be in [1, ", kMaxCpuWorkers, "], got ",
                                                     request.cpu_workers())});
   }
+  if (request.ledger_write_buffer_bytes() > 0 &&
+      request.ledger_write_buffer_bytes() < kMinLedgerWriteBufferBytes) {
+    problems.push_back({"ledger_write_buffer_bytes",
+                        absl::StrCat("must be 0 (unchanged) or >= ", kMinLedgerWriteBufferBytes,
+                                     ", got ", request.ledger_write_buffer_bytes())});
+  }
   if (request.consensus_blocks_per_second() > kMaxConsensusBlocksPerSecond) {
     problems.push_back({"consensus_blocks_per_second",
                         absl::StrCat("must be in [0, ", kMaxConsensusBlocksPerSecond, "], got ",
@@ -737,6 +751,12 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     LOG(INFO) << "block budget: " << block_budget_.blocks_per_second() << " -> "
               << request.consensus_blocks_per_second() << " blocks/s";
     block_budget_.SetBlocksPerSecond(request.consensus_blocks_per_second());
+  }
+  if (request.ledger_write_buffer_bytes() > 0) {
+    LOG(INFO) << "ledger write buffers: "
+              << write_buffer_budget_.exchange(request.ledger_write_buffer_bytes()) << " -> "
+              << request.ledger_write_buffer_bytes() << " bytes, all partitions";
+    DivideWriteBuffers();
   }
   std::vector<node::config::PartitionConfig> out;
   for (const std::shared_ptr<Partition>& p : partitions()) out.push_back(p->config());
@@ -826,7 +846,8 @@ absl::Status Node::WriteLiveLocked() {
 }
 
 absl::StatusOr<std::shared_ptr<Partition>> Node::OpenPartition(
-    const node::config::PartitionConfig& pc, std::shared_ptr<absl::Notification> closed) {
+    const node::config::PartitionConfig& pc, std::shared_ptr<absl::Notification> closed,
+    size_t running) {
   PartitionEnv env;
   env.config = pc;
   env.dir = PartitionDir(pc.id());
@@ -842,6 +863,9 @@ absl::StatusOr<std::shared_ptr<Partition>> Node::OpenPartition(
   env.fixed_retry_after = config_.resources().fixed_retry_after();
   env.memory_pressure = memory_pressure_.get();
   env.block_budget = &block_budget_;
+  // Its part as one of `running` partitions; DivideWriteBuffers evens the others out once it runs.
+  env.ledger_write_buffer_bytes = partitions::LedgerWriteBufferBytes(
+      write_buffer_budget_.load(std::memory_order_relaxed), running);
   env.test_equivocate = pc.name() == options_.test_equivocate_partition;
   if (env.test_equivocate) {
     LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
@@ -892,7 +916,8 @@ absl::Status Node::RunPartition(size_t index) {
     config = entries_[index].config;
   }
   auto closed = std::make_shared<absl::Notification>();
-  ASSIGN_OR_RETURN(std::shared_ptr<Partition> partition, OpenPartition(config, closed));
+  ASSIGN_OR_RETURN(std::shared_ptr<Partition> partition,
+                   OpenPartition(config, closed, partitions().size() + 1));
   absl::Status s = partition->Start();
   if (s.ok()) s = arbiter_->AddConsumer(partition.get());
   if (!s.ok()) {
@@ -905,7 +930,32 @@ absl::Status Node::RunPartition(size_t index) {
     entries_[index].closed = closed;
   }
   arbiter_->Tick();  // re-divide now, with the new consumer
+  DivideWriteBuffers();
   return absl::OkStatus();
+}
+
+node::admin::LedgerMemoryStatus Node::LedgerMemory() const {
+  node::admin::LedgerMemoryStatus out;
+  out.set_write_buffer_budget_bytes(write_buffer_budget_.load(std::memory_order_relaxed));
+  out.set_write_buffer_per_partition_bytes(
+      write_buffer_per_partition_.load(std::memory_order_relaxed));
+  uint64_t memtables = 0;
+  for (const std::shared_ptr<Partition>& p : partitions()) memtables += p->ledger_memtable_bytes();
+  out.set_memtable_bytes(memtables);
+  return out;
+}
+
+void Node::DivideWriteBuffers() {
+  absl::MutexLock lock(&write_buffer_mu_);
+  const std::vector<std::shared_ptr<Partition>> running = partitions();
+  const size_t per = partitions::LedgerWriteBufferBytes(
+      write_buffer_budget_.load(std::memory_order_relaxed), running.size());
+  for (const std::shared_ptr<Partition>& p : running) {
+    if (absl::Status s = p->SetLedgerWriteBufferBytes(per); !s.ok()) {
+      LOG(WARNING) << "partition " << p->name() << ": ledger write buffer: " << s;
+    }
+  }
+  write_buffer_per_partition_.store(per, std::memory_order_relaxed);
 }
 
 void Node::ClosePartition(size_t index, absl::Duration drain) {
@@ -935,6 +985,7 @@ void Node::ClosePartition(size_t index, absl::Duration drain) {
     LOG(WARNING) << "partition " << name << " stopped but still referenced after 30 s";
   }
   arbiter_->Tick();
+  DivideWriteBuffers();
 }
 
 absl::StatusOr<node::admin::CreatePartitionResponse> Node::CreatePartition(

@@ -145,6 +145,9 @@ class Node {
   // or UpdateArbiter's), which it is below while it adapts down.
   uint32_t consensus_blocks_per_second() const { return block_budget_.blocks_per_second(); }
   uint32_t consensus_blocks_per_second_ceiling() const { return block_budget_.ceiling(); }
+  // The running partitions' ledgers' memtables: the budget, each one's write buffer, what they
+  // hold together (NodeStatus.ledger_memory).
+  node::admin::LedgerMemoryStatus LedgerMemory() const;
   absl::StatusOr<node::admin::FlowStats> FlowStats(const std::string& partition) const;
   // Client reads waiting for their partition's read chain (PartitionConfig.read_hold). Its thread
   // runs from Start on a real clock; on an injected clock a test calls RunDue itself.
@@ -205,9 +208,11 @@ class Node {
   // Reads the live-partition record, plans and validates the partitions to run
   // (runtime/partition_registry.h) and lists them all in entries_; true for those to start.
   absl::StatusOr<std::vector<bool>> PlanPartitionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
-  // Opens (not starts) one partition in <data_dir>/partition-<id>.
+  // Opens (not starts) one partition in <data_dir>/partition-<id>, its ledger's write buffer
+  // its part of the budget as one of `running` partitions (itself included).
   absl::StatusOr<std::shared_ptr<Partition>> OpenPartition(
-      const node::config::PartitionConfig& config, std::shared_ptr<absl::Notification> closed);
+      const node::config::PartitionConfig& config, std::shared_ptr<absl::Notification> closed,
+      size_t running);
   // Opens and starts entries_[index]'s partition and gives it to the arbiter.
   absl::Status RunPartition(size_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live_mu_);
   // Takes entries_[index]'s running partition from the arbiter, stops it and waits for it to close.
@@ -241,6 +246,16 @@ class Node {
   const std::unique_ptr<ReadHold> read_hold_;
   // resources.consensus_blocks_per_second, divided among the partitions with work (live).
   flowctl::BlockBudget block_budget_;
+  // resources.ledger_write_buffer_bytes (live: UpdateArbiter), divided among the running
+  // partitions' ledgers by DivideWriteBuffers whenever one starts or stops.
+  // write_buffer_mu_ serializes the divisions (never taken under partitions_mu_: a division
+  // lists the partitions); the figures are read without it.
+  absl::Mutex write_buffer_mu_;
+  std::atomic<uint64_t> write_buffer_budget_{0};
+  std::atomic<size_t> write_buffer_per_partition_{0};  // the last division, for stats
+  // Gives every running partition's ledger its part of write_buffer_budget_ (a failure is
+  // logged: the ledger keeps its previous write buffer).
+  void DivideWriteBuffers() ABSL_LOCKS_EXCLUDED(write_buffer_mu_);
   // resources.memory_pressure; sampled at every arbiter tick (null when disabled).
   std::unique_ptr<flowctl::MemoryPressure> memory_pressure_;
   // resources.node_admission (null when off): updated after every arbiter tick (AdmissionTick),

@@ -297,6 +297,11 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            static_cast<double>(cache.bytes()));
   f->Gauge("noded_state_cache_capacity_bytes", "Bound of the executor's state cache.", l,
            static_cast<double>(cache.capacity_bytes()));
+  f->Gauge("noded_ledger_memtable_bytes", "Bytes held by the ledger's RocksDB memtables.", l,
+           static_cast<double>(cache.ledger_memtable_bytes()));
+  f->Gauge("noded_ledger_write_buffer_bytes",
+           "The ledger's write buffer: its part of resources.ledger_write_buffer_bytes.", l,
+           static_cast<double>(cache.ledger_write_buffer_bytes()));
   const node::admin::PoolStats& pool = p.pool();
   f->Gauge("noded_pool_txs", "Transactions in the pool.", l, static_cast<double>(pool.txs()));
   f->Gauge("noded_pool_bytes", "Bytes of transactions in the pool.", l,
@@ -568,6 +573,11 @@ std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& stat
           static_cast<double>(status.peers_connected()));
   f.Gauge("noded_peers_configured", "Peers in the config.", {},
           static_cast<double>(status.peers_configured()));
+  f.Gauge("noded_ledger_write_buffer_budget_bytes",
+          "Memtable bytes for all partitions' ledgers (resources.ledger_write_buffer_bytes).", {},
+          static_cast<double>(status.ledger_memory().write_buffer_budget_bytes()));
+  f.Gauge("noded_node_ledger_memtable_bytes", "Bytes held by every running ledger's memtables.", {},
+          static_cast<double>(status.ledger_memory().memtable_bytes()));
   f.Gauge("noded_block_budget_blocks_per_second",
           "The node's budget of consensus instances per second in force, all partitions (0 = "
           "none).",

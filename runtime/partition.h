@@ -100,6 +100,10 @@ struct PartitionEnv {
   // admit fraction node-wide admission applies, at each of its ticks), removed at Stop. Null: no
   // spacing.
   flowctl::BlockBudget* block_budget = nullptr;
+  // The ledger's write buffer (partitions::LedgerOptions::write_buffer_bytes): the node's
+  // resources.ledger_write_buffer_bytes divided among its running partitions. 0: RocksDB's
+  // default.
+  size_t ledger_write_buffer_bytes = 0;
   // ResourceConfig.fixed_retry_after: refusals carry the fixed retry-after hints (100 ms pool,
   // 50 ms lane), not the ones computed from the measured commit and service rates.
   bool fixed_retry_after = false;
@@ -245,6 +249,11 @@ class Partition final : public flowctl::ResourceConsumer {
   // it committed (not those a snapshot skipped). The node's block budget adapts to them
   // (flowctl/block_budget.h).
   flowctl::BlockBudget::PartitionTick BlockBudgetTick() const;
+
+  // The ledger's write buffer, changed live (the node re-divides its memtable budget as
+  // partitions come and go), and what its memtables hold now.
+  absl::Status SetLedgerWriteBufferBytes(size_t bytes);
+  uint64_t ledger_memtable_bytes() const;
 
   uint32_t id() const override { return id_; }
   const std::string& name() const override { return name_; }

@@ -84,6 +84,8 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   cache->set_entries(cs.entries);
   cache->set_bytes(cs.bytes);
   cache->set_capacity_bytes(cs.capacity_bytes);
+  cache->set_ledger_memtable_bytes(chain_.ledger->MemtableBytes());
+  cache->set_ledger_write_buffer_bytes(write_buffer_bytes_.load(std::memory_order_relaxed));
   if (fifo_) {
     flowctl::SpillFifoStats fs = fifo_->stats();
     auto* sp = out.mutable_spill();
@@ -613,6 +615,15 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
       .height = impl_->height_.load(),
       .cpu_limit_cores = impl_->dispatcher_->GetCpuLimitStats().limit_cores};
 }
+
+absl::Status Partition::SetLedgerWriteBufferBytes(size_t bytes) {
+  if (bytes == impl_->write_buffer_bytes_.load(std::memory_order_relaxed)) return absl::OkStatus();
+  RETURN_IF_ERROR(impl_->chain_.ledger->SetWriteBufferBytes(bytes));
+  impl_->write_buffer_bytes_.store(bytes, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+uint64_t Partition::ledger_memtable_bytes() const { return impl_->chain_.ledger->MemtableBytes(); }
 
 flowctl::BlockBudget::PartitionTick Partition::BlockBudgetTick() const {
   return {.partition = id_,

@@ -51,7 +51,10 @@ SHARES_IN_FLIGHT (loadgen's --max-in-flight in the cpu part, default 64), SHARES
 each node's admission status to, sampled every second instead of every 3 s), SHARES_ADMISSION_CONFIG (more node_admission fields in the
 admission mode), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
 SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (bytes/s per node in
-the egress part, default 1000000), SHARES_EGRESS_RATE (each partition's tx/s per node, default 60).
+the egress part, default 1000000), SHARES_EGRESS_RATE (each partition's tx/s per node, default 60);
+memtables: MEMTABLES_PARTITIONS (default 16), MEMTABLES_RATE (tx/s in all, default 800),
+MEMTABLES_TX_BYTES (default 4096), MEMTABLES_SECONDS (default 90), MEMTABLES_EXTRA (a config
+fragment for every node).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -2299,12 +2302,53 @@ def shares_egress(reps):
                "stage), %d s, egress sampled over seconds 10-25 on 4 nodes" % (cap, rate, seconds))
 
 
+# Ledger memtables at many partitions (resources.ledger_write_buffer_bytes) -------------------
+def memtables():
+    """MEMTABLES_PARTITIONS (16) partitions on a fresh default-config 4-node localnet, offered
+    MEMTABLES_RATE (800) tx/s in all of MEMTABLES_TX_BYTES (4096) each for MEMTABLES_SECONDS (90):
+    at the end, the nodes' resident memory and what their ledgers' memtables hold
+    (NodeStatus.ledger_memory; 0 from a build without it), and over the run the nodes' CPU, the
+    commits and the worst p99. Run it on two builds (BUILD_DIR) for a before/after: before
+    resources.ledger_write_buffer_bytes every ledger had RocksDB's default 64 MiB write buffer."""
+    n = int(os.environ.get("MEMTABLES_PARTITIONS", "16"))
+    rate = int(os.environ.get("MEMTABLES_RATE", "800"))
+    tx_bytes = int(os.environ.get("MEMTABLES_TX_BYTES", "4096"))
+    seconds = int(os.environ.get("MEMTABLES_SECONDS", "90"))
+    names = ["p%d" % i for i in range(1, n + 1)]
+    each = rate / n
+    with Cluster("memtables", os.environ.get("MEMTABLES_EXTRA", ""), partitions=n) as c:
+        t0, c0 = time.monotonic(), c.cpu_seconds()
+        p, s = c.loadgen("memtables", ";".join("%s:rate=%g,tx_bytes=%d" % (nm, each, tx_bytes)
+                                               for nm in names),
+                         seconds, drain=5, presign=int(each * (seconds + 5)) + 10)
+        cores = (c.cpu_seconds() - c0) / (time.monotonic() - t0)
+        rss = c.rss_bytes()
+        memtables = []
+        for i in range(c.nodes):
+            lm = (c.stats(i, "status") or {}).get("ledger_memory", {})
+            memtables.append(int(lm.get("memtable_bytes", 0) or 0))
+    committed = sum(p[nm]["committed"] for nm in names)
+    offered = sum(p[nm]["offered"] for nm in names)
+    p99 = max(p[nm]["p99_ms"] for nm in names)
+    vc = sum(p[nm]["view_changes"] or 0 for nm in names)
+    mib = 1 << 20
+    result("ledger memtables, %d partitions, %d tx/s of %d B for %d s" % (n, rate, tx_bytes,
+                                                                           seconds),
+           "nodes' RSS %s MiB (max %.0f); memtables %s MiB" % (
+               "/".join("%.0f" % (r / mib) for r in rss), max(rss) / mib,
+               "/".join("%.0f" % (m / mib) for m in memtables)),
+           "%d of %d committed, worst p99 %.0f ms, %d VC, nodes %.2f cores" % (
+               committed, offered, p99, vc, cores),
+           "-", "memory bounded by resources.ledger_write_buffer_bytes",
+           "binaries from %s; loadgen %.2f cores" % (BUILD, s["_loadgen_cores"]))
+
+
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
              "scale": scale, "cpu": cpu, "state": state, "rejoin": rejoin, "fanout": fanout,
              "retry": retry, "reads": reads,
              "live": live, "memory": memory, "lanes": lanes, "admission": admission,
-             "shares": shares}
+             "shares": shares, "memtables": memtables}
 
 
 def main(argv):

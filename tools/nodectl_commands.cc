@@ -110,6 +110,10 @@ int RunUpdateArbiter(Context& ctx, const ParsedFlags& f) {
         if (req->has_consensus_blocks_per_second()) {
           ctx.out() << "; block budget: " << r.consensus_blocks_per_second() << " blocks/s";
         }
+        if (req->ledger_write_buffer_bytes() > 0) {
+          ctx.out() << "; ledger write buffers: " << r.ledger_write_buffer_bytes() << " bytes, "
+                    << r.ledger_write_buffer_per_partition_bytes() << " per partition";
+        }
         ctx.out() << "\n";
         PrintShares(r.effective(), ctx.out());
       });
@@ -289,7 +293,7 @@ const std::vector<Command>& Commands() {
        .run = RunUpdateEgress},
       {.name = "update-arbiter",
        .synopsis = "[--partition P --weight W [--guarantee F] [--ceiling F [--hard]] ...] "
-                   "[--cpu-workers N] [--blocks-per-second N]",
+                   "[--cpu-workers N] [--blocks-per-second N] [--ledger-write-buffers BYTES]",
        .summary = "Change partitions' arbiter weights, guarantees and ceilings, the worker "
                   "count and the block budget, live.",
        .details =
@@ -301,14 +305,17 @@ const std::vector<Command>& Commands() {
            "--cpu-workers resizes the worker pool (the CPU the arbiter divides), with or without\n"
            "entries.\n"
            "--blocks-per-second sets the node's block budget (consensus instances per second,\n"
-           "divided among the partitions with work; 0 = none), with or without entries.\n",
+           "divided among the partitions with work; 0 = none), with or without entries.\n"
+           "--ledger-write-buffers sets the memtable bytes of all partitions' ledgers together\n"
+           "(at least 4MiB; divided among the running partitions), e.g. 256MiB.\n",
        .flags = {{"partition", "P", "partition (by name); starts an entry", true},
                  {"weight", "W", "relative weight, > 0; required per entry", true},
                  {"guarantee", "F", "guaranteed fraction of each resource, 0..1", true},
                  {"ceiling", "F", "fraction never exceeded, (0, 1]", true},
                  {"hard", "", "the ceiling is a hard CPU and egress limit", true},
                  {"cpu-workers", "N", "worker-pool threads, 1..1024"},
-                 {"blocks-per-second", "N", "the node's block budget, 0..100000 (0 = none)"}},
+                 {"blocks-per-second", "N", "the node's block budget, 0..100000 (0 = none)"},
+                 {"ledger-write-buffers", "BYTES", "memtables of all ledgers, >= 4MiB"}},
        .run = RunUpdateArbiter},
       {.name = "pause",
        .synopsis = "PARTITION",

@@ -192,6 +192,12 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
                              FormatNumber(s.block_budget().queueing_delay_ms()), " ms)")
               : std::string())
       << ", " << s.partitions_with_work() << " partitions with work\n";
+  if (s.has_ledger_memory()) {
+    const node::admin::LedgerMemoryStatus& lm = s.ledger_memory();
+    out << "ledgers  memtables " << FormatBytes(static_cast<double>(lm.memtable_bytes())) << " of "
+        << FormatBytes(static_cast<double>(lm.write_buffer_budget_bytes())) << " (write buffer "
+        << FormatBytes(static_cast<double>(lm.write_buffer_per_partition_bytes())) << " each)\n";
+  }
   if (s.memory().enabled()) {
     const node::admin::MemoryPressureStatus& m = s.memory();
     out << "memory   pressure " << FormatNumber(m.pressure())

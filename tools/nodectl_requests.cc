@@ -401,6 +401,11 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       req.set_consensus_blocks_per_second(static_cast<uint32_t>(n));
       continue;
     }
+    if (name == "ledger-write-buffers") {
+      ASSIGN_OR_RETURN(uint64_t v, ParseBytes("--ledger-write-buffers", value, 1, kMaxU64));
+      req.set_ledger_write_buffer_bytes(v);
+      continue;
+    }
     if (name != "weight" && name != "guarantee" && name != "ceiling" && name != "hard") continue;
     if (entry == nullptr) {
       return Invalid(absl::StrCat("--", name, ": must follow the --partition it applies to"));
@@ -423,8 +428,11 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       share->set_ceiling_fraction(c);
     }
   }
-  if (req.entries_size() == 0 && req.cpu_workers() == 0 && !req.has_consensus_blocks_per_second()) {
-    return Invalid("--partition: required (or --cpu-workers or --blocks-per-second alone)");
+  if (req.entries_size() == 0 && req.cpu_workers() == 0 && !req.has_consensus_blocks_per_second() &&
+      req.ledger_write_buffer_bytes() == 0) {
+    return Invalid(
+        "--partition: required (or --cpu-workers, --blocks-per-second or --ledger-write-buffers "
+        "alone)");
   }
   for (const auto& e : req.entries()) {
     if (e.share().weight() == 0) {

@@ -212,6 +212,84 @@ BENCHMARK(BM_ExecuteCommitOverState)
     ->MinTime(5.0)
     ->UseRealTime();
 
+// Memtables of many ledgers in one process, as a node with many partitions has them.
+// BM_LedgersWriteBuffers/ledgers:N/budget_mib:B opens N ledgers whose write buffers divide B MiB
+// (LedgerWriteBufferBytes; B = 0: RocksDB's default 64 MiB each, as every ledger had before
+// resources.ledger_write_buffer_bytes), then commits kRounds rounds of one block of 500
+// transfers (unsigned, unsynced) to each ledger in turn. Counters: memtable_mib_peak (the most
+// the N ledgers' memtables held together, read after each round), memtable_mib_end, rss_mib
+// (after the rounds), txs per second (wall clock). Run each case alone (RSS is per process):
+//   bench_state --benchmark_filter='LedgersWriteBuffers/ledgers:16/budget_mib:256/'
+void BM_LedgersWriteBuffers(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const uint64_t budget = static_cast<uint64_t>(state.range(1)) << 20;
+  constexpr int kRounds = 240;
+  constexpr int kBlockTxs = 500;
+  std::string dir = "/tmp/state_bench_XXXXXX";
+  CHECK(mkdtemp(dir.data()) != nullptr);
+  LedgerOptions options;
+  options.sync = false;
+  options.write_buffer_bytes = LedgerWriteBufferBytes(budget, static_cast<size_t>(n));
+  std::vector<Chain> chains;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<Chain> chain =
+        OpenChain(absl::StrFormat("%s/ledger%d", dir, i), static_cast<uint32_t>(i), {}, options);
+    CHECK(chain.ok()) << chain.status();
+    chains.push_back(*std::move(chain));
+  }
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<uint64_t>> nonces(static_cast<size_t>(n),
+                                            std::vector<uint64_t>(kBlockTxs, 0));
+  uint64_t serial = 0;
+  uint64_t peak = 0;
+  uint64_t end = 0;
+  for (auto _ : state) {
+    for (int round = 0; round < kRounds; ++round) {
+      for (int i = 0; i < n; ++i) {
+        state.PauseTiming();
+        std::vector<TxPtr> txs;
+        for (int t = 0; t < kBlockTxs; ++t) {
+          auto d = std::make_shared<base::DecodedTx>();
+          d->tx.set_partition(static_cast<uint32_t>(i));
+          d->tx.set_sender(Sender(t));
+          d->tx.set_nonce(++nonces[static_cast<size_t>(i)][static_cast<size_t>(t)]);
+          d->tx.mutable_transfer()->set_to(Sender(static_cast<int>(rng() % kBlockTxs)));
+          d->tx.mutable_transfer()->set_amount(0);
+          d->hash = absl::StrFormat("%064d", serial++);
+          d->signed_bytes = std::string(200, 'x');  // about a signed transfer's size
+          txs.push_back(std::move(d));
+        }
+        state.ResumeTiming();
+        CommitBenchBlock(chains[static_cast<size_t>(i)], txs);
+      }
+      state.PauseTiming();
+      end = 0;
+      for (const Chain& c : chains) end += c.ledger->MemtableBytes();
+      peak = std::max(peak, end);
+      state.ResumeTiming();
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kRounds * n * kBlockTxs);
+  state.counters["memtable_mib_peak"] = static_cast<double>(peak) / (1 << 20);
+  state.counters["memtable_mib_end"] = static_cast<double>(end) / (1 << 20);
+  state.counters["write_buffer_mib"] = static_cast<double>(options.write_buffer_bytes) / (1 << 20);
+  state.counters["rss_mib"] = RssMib();
+  chains.clear();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_LedgersWriteBuffers)
+    ->ArgNames({"ledgers", "budget_mib"})
+    ->Args({16, 0})
+    ->Args({16, 256})
+    ->Args({1, 0})
+    ->Args({1, 256})
+    ->Args({1, 16})
+    ->Args({1, 32})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
+
 }  // namespace
 }  // namespace partitions
 

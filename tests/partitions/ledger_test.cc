@@ -440,6 +440,86 @@ TEST_F(LedgerTest, RecordsWrittenInKeyOrderReadBack) {
   EXPECT_EQ(chain.ledger->GetConsensusMeta("a").value_or(""), "x");
 }
 
+// ---- Write buffers (LedgerOptions::write_buffer_bytes, resources.ledger_write_buffer_bytes) ----
+
+TEST(LedgerWriteBufferBytesTest, DividesTheBudgetBetweenOneAndSixteenMiB) {
+  constexpr uint64_t kMiB = 1 << 20;
+  EXPECT_EQ(LedgerWriteBufferBytes(256 * kMiB, 16), 8 * kMiB);  // two buffers each
+  EXPECT_EQ(LedgerWriteBufferBytes(256 * kMiB, 4), 16 * kMiB);  // 32 would be larger than 16
+  EXPECT_EQ(LedgerWriteBufferBytes(256 * kMiB, 1), 16 * kMiB);
+  EXPECT_EQ(LedgerWriteBufferBytes(256 * kMiB, 0), 16 * kMiB);  // counted as one
+  EXPECT_EQ(LedgerWriteBufferBytes(256 * kMiB, 64), 2 * kMiB);
+  EXPECT_EQ(LedgerWriteBufferBytes(4 * kMiB, 64), 1 * kMiB);  // the floor: past the budget
+  EXPECT_EQ(LedgerWriteBufferBytes(12 * kMiB, 2), 3 * kMiB);
+  EXPECT_EQ(LedgerWriteBufferBytes(0, 16), 0u);  // RocksDB's default
+}
+
+// Blocks of four 16 KiB Puts (with their undo records about 130 KiB of memtable each) until
+// `total` bytes of values went in; returns the most the ledger's memtables held after a block.
+uint64_t CommitPutsAndWatchMemtables(Chain& chain, const std::vector<base::PrivateKey>& keys,
+                                     uint64_t* nonce, uint64_t total) {
+  uint64_t most = 0;
+  for (uint64_t written = 0; written < total;) {
+    ++*nonce;
+    std::vector<TxPtr> txs;
+    for (int k = 0; k < 4; ++k) {
+      txs.push_back(chaintest::Put(keys[static_cast<size_t>(k)], *nonce, absl::StrCat("key", k),
+                                   std::string(16 << 10, static_cast<char>('a' + *nonce % 26)),
+                                   kPartition));
+      written += 16 << 10;
+    }
+    const absl::Status s = chaintest::CommitTxs(chain, txs);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return most;
+    most = std::max(most, chain.ledger->MemtableBytes());
+  }
+  return most;
+}
+
+// The write buffer bounds what the memtables hold: 12 MiB of values (and as much again of undo
+// records) through a ledger with 1 MiB buffers never leave more than about two buffers in memory;
+// the same writes through RocksDB's default (64 MiB) all stay in its first memtable.
+TEST_F(LedgerTest, TheWriteBufferBoundsTheMemtables) {
+  constexpr uint64_t kMiB = 1 << 20;
+  uint64_t nonce = 0;
+  LedgerOptions small;
+  small.sync = false;
+  small.write_buffer_bytes = 1 * kMiB;
+  {
+    Chain chain = Open(small);
+    const uint64_t most = CommitPutsAndWatchMemtables(chain, keys_, &nonce, 12 * kMiB);
+    EXPECT_GT(most, 0u);
+    // Two buffers and the overshoot of the block that filled the last one (one arena block).
+    EXPECT_LE(most, 3 * kMiB);
+  }
+  LedgerOptions dflt;
+  dflt.sync = false;
+  Chain chain = Open(dflt);
+  const uint64_t most = CommitPutsAndWatchMemtables(chain, keys_, &nonce, 12 * kMiB);
+  EXPECT_GT(most, 12 * kMiB);
+}
+
+// SetWriteBufferBytes applies live: a ledger opened with RocksDB's default grows its memtable past
+// 4 MiB; lowered to 1 MiB, the next writes switch it out, and once it is flushed (a later switch
+// waits for that: two at most) the memtables hold at most about two of the new buffers.
+TEST_F(LedgerTest, SetWriteBufferBytesAppliesToTheNextWrites) {
+  constexpr uint64_t kMiB = 1 << 20;
+  LedgerOptions options;
+  options.sync = false;
+  Chain chain = Open(options);
+  uint64_t nonce = 0;
+  EXPECT_GT(CommitPutsAndWatchMemtables(chain, keys_, &nonce, 3 * kMiB), 4 * kMiB);
+  EXPECT_EQ(chain.ledger->SetWriteBufferBytes(0).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(chain.ledger->SetWriteBufferBytes(1 * kMiB).ok());
+  // Up to 8 MiB more of values, stopping once the big memtable is gone.
+  bool bounded = false;
+  for (int i = 0; i < 64 && !bounded; ++i) {
+    CommitPutsAndWatchMemtables(chain, keys_, &nonce, 128 << 10);
+    bounded = chain.ledger->MemtableBytes() <= 3 * kMiB;
+  }
+  EXPECT_TRUE(bounded) << chain.ledger->MemtableBytes();
+}
+
 TEST_F(LedgerTest, OpenErrorsCarryRocksDbMessage) {
   { Chain chain = Open(); }
   absl::StatusOr<std::unique_ptr<Ledger>> other = Ledger::Open(dir_ + "/ledger", kPartition + 1);

@@ -663,6 +663,18 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        },
        StatusCode::INVALID_ARGUMENT,
        "consensus_blocks_per_second: must be in [0, 100000], got 200000"},
+      {"arbiter, ledger write buffers too small",
+       "admin UpdateArbiter, ledger_write_buffer_bytes 1000",
+       [&] {
+         node::admin::UpdateArbiterRequest request;
+         request.set_ledger_write_buffer_bytes(1000);
+         grpc::ClientContext ctx;
+         WithToken(&ctx);
+         node::admin::UpdateArbiterResponse response;
+         return Admin()->UpdateArbiter(&ctx, request, &response);
+       },
+       StatusCode::INVALID_ARGUMENT,
+       "ledger_write_buffer_bytes: must be 0 (unchanged) or >= 4194304, got 1000"},
       {"watch interval too small", "admin WatchFlowStats, interval_ms 50",
        [&] {
          grpc::ClientContext ctx;

@@ -21,6 +21,7 @@ TEST(ConfigTest, DefaultIsValidWithTwoPartitionsOnLoopback) {
   EXPECT_EQ(config.data_dir(), "./data");
   EXPECT_EQ(config.partitions(0).interceptor().stages_size(), 4);
   EXPECT_EQ(config.resources().consensus_blocks_per_second(), kDefaultConsensusBlocksPerSecond);
+  EXPECT_EQ(config.resources().ledger_write_buffer_bytes(), kDefaultLedgerWriteBufferBytes);
 }
 
 // Unset is the default budget; an explicit 0 turns it off and stays 0.
@@ -180,6 +181,8 @@ TEST(ConfigTest, EachRuleRefuses) {
       {"resources { cpu_workers: 5000 }", "resources.cpu_workers: must be <= 1024"},
       {"resources { consensus_blocks_per_second: 200000 }",
        "resources.consensus_blocks_per_second: must be <= 100000"},
+      {"resources { ledger_write_buffer_bytes: 1000 }",
+       "resources.ledger_write_buffer_bytes: must be >= 4194304, got 1000"},
       {"resources { block_budget_adaptation { min_blocks_per_second: 200000 } }",
        "resources.block_budget_adaptation.min_blocks_per_second: must be <= 100000"},
       {"resources { block_budget_adaptation { queueing_delay_target_ms: -1 } }",

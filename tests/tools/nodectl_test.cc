@@ -203,10 +203,17 @@ TEST_F(NodectlTest, StatusShowsABlockBudgetAdaptedBelowItsCeiling) {
     consensus_blocks_per_second_ceiling: 64
     block_budget { queueing_delay_ms: 12.5 blocks_per_second: 41 lowered: 3 }
     partitions_with_work: 16
+    ledger_memory {
+      write_buffer_budget_bytes: 268435456
+      write_buffer_per_partition_bytes: 8388608
+      memtable_bytes: 106954752
+    }
   )pb"));
   ASSERT_EQ(Run({"status"}), kExitOk) << err();
   EXPECT_THAT(out(), HasSubstr("blocks   budget 40/s (of 64: queueing 12.5 ms), 16 "
-                               "partitions with work\n"));
+                               "partitions with work\n"
+                               "ledgers  memtables 102.0 MiB of 256.0 MiB (write buffer 8.0 MiB "
+                               "each)\n"));
 }
 
 TEST_F(NodectlTest, StatusNamesWhyAPartitionHalted) {
@@ -622,6 +629,15 @@ TEST_F(NodectlTest, UpdateArbiterSendsTheBlockBudgetAloneAndZeroToTurnItOff) {
   ASSERT_EQ(Run({"update-arbiter", "--blocks-per-second", "0"}), kExitOk) << err();
   EXPECT_EQ(fake_.last_request("UpdateArbiter"), "consensus_blocks_per_second: 0")
       << "0 is sent (turns the budget off), not left out";
+}
+
+TEST_F(NodectlTest, UpdateArbiterSendsTheLedgerWriteBuffersAlone) {
+  fake_.SetArbiterResponse(FromText<node::admin::UpdateArbiterResponse>(
+      "ledger_write_buffer_bytes: 536870912 ledger_write_buffer_per_partition_bytes: 16777216"));
+  ASSERT_EQ(Run({"update-arbiter", "--ledger-write-buffers", "512MiB"}), kExitOk) << err();
+  EXPECT_EQ(fake_.last_request("UpdateArbiter"), "ledger_write_buffer_bytes: 536870912");
+  EXPECT_THAT(out(), HasSubstr("updated; ledger write buffers: 536870912 bytes, 16777216 per "
+                               "partition\n"));
 }
 
 TEST_F(NodectlTest, PauseAndResumeSendThePartition) {

@@ -121,8 +121,10 @@ TEST_F(NodectlUsageTest, UsageErrorsExitTwoWithoutRpc) {
       {{"update-arbiter", "--partition", "hot"},
        "nodectl update-arbiter: --weight: required for partition 'hot'"},
       {{"update-arbiter"},
-       "nodectl update-arbiter: --partition: required (or --cpu-workers or --blocks-per-second "
-       "alone)"},
+       "nodectl update-arbiter: --partition: required (or --cpu-workers, --blocks-per-second or "
+       "--ledger-write-buffers alone)"},
+      {{"update-arbiter", "--ledger-write-buffers", "0"},
+       "nodectl update-arbiter: --ledger-write-buffers: must be >= 1 bytes, got 0"},
       {{"update-arbiter", "--blocks-per-second", "200000"},
        "nodectl update-arbiter: --blocks-per-second: must be <= 100000, got 200000"},
       {{"update-arbiter", "--cpu-workers", "2000"},

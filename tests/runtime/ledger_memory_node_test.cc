@@ -1,0 +1,76 @@
+// resources.ledger_write_buffer_bytes on a real node: the budget is divided among the running
+// partitions' ledgers (two write buffers each) when the node starts, again when UpdateArbiter
+// changes it, and again as partitions are stopped, started and created. What a ledger does with
+// its write buffer (its memtables bounded by about two of them) is
+// tests/partitions/ledger_test.cc's TheWriteBufferBoundsTheMemtables; here each partition's own
+// figure is the one its ledger accepted (Partition::SetLedgerWriteBufferBytes records it only once
+// RocksDB took it).
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/runtime/grpc_test_node.h"
+
+namespace runtime::grpc_test {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// Every running partition's ledger write buffer, checked against `want`.
+void ExpectEachLedger(Node& node, uint64_t want, const std::string& when) {
+  const node::admin::NodeStatus status = node.Status();
+  EXPECT_EQ(status.ledger_memory().write_buffer_per_partition_bytes(), want) << when;
+  int running = 0;
+  for (const std::shared_ptr<Partition>& p : node.partitions()) {
+    ++running;
+    EXPECT_EQ(p->FlowStats().state_cache().ledger_write_buffer_bytes(), want)
+        << when << ": partition " << p->name();
+  }
+  EXPECT_GT(running, 0) << when;
+}
+
+TEST(LedgerMemoryNodeTest, TheBudgetIsDividedAmongTheRunningPartitionsLive) {
+  const std::string dir = TempDir("ledger_memory_node_test");
+  node::config::NodeConfig config = OneNodeConfig(dir);  // hot, steady, cold
+  config.mutable_resources()->set_ledger_write_buffer_bytes(24 * kMiB);
+  NodeOptions options;
+  options.serve_metrics = false;
+  absl::StatusOr<std::unique_ptr<Node>> created = Node::Create(config, options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Node& node = **created;
+  ASSERT_TRUE(node.Start().ok());
+
+  ExpectEachLedger(node, 4 * kMiB, "3 partitions, 24 MiB");
+  EXPECT_EQ(node.Status().ledger_memory().write_buffer_budget_bytes(), 24 * kMiB);
+
+  node::admin::UpdateArbiterRequest update;
+  update.set_ledger_write_buffer_bytes(12 * kMiB);
+  ASSERT_TRUE(node.UpdateArbiter(update).ok());
+  ExpectEachLedger(node, 2 * kMiB, "3 partitions, 12 MiB");
+
+  update.set_ledger_write_buffer_bytes(1000);  // below 4 MiB: refused, nothing changes
+  absl::StatusOr<std::vector<node::config::PartitionConfig>> refused = node.UpdateArbiter(update);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("ledger_write_buffer_bytes"), std::string::npos)
+      << refused.status();
+  ExpectEachLedger(node, 2 * kMiB, "after the refused update");
+
+  ASSERT_TRUE(node.StopPartition("cold", absl::Milliseconds(100)).ok());
+  ExpectEachLedger(node, 3 * kMiB, "2 partitions, 12 MiB");
+
+  node::config::PartitionConfig fresh;
+  fresh.set_id(7);
+  fresh.set_name("fresh");
+  absl::StatusOr<node::admin::CreatePartitionResponse> made = node.CreatePartition(fresh);
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_TRUE(node.StartPartition("cold").ok());
+  ExpectEachLedger(node, 12 * kMiB / 8, "4 partitions, 12 MiB");
+
+  node.Stop(absl::Seconds(1));
+  created->reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace runtime::grpc_test
