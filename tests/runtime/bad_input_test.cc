@@ -254,6 +254,9 @@ class BadInputTest : public GrpcServicesTest {
       e->mutable_share()->set_guarantee_fraction(guarantee);
       e->mutable_share()->set_ceiling_fraction(ceiling);
     }
+    return SendArbiter(request);
+  }
+  grpc::Status SendArbiter(const node::admin::UpdateArbiterRequest& request) {
     grpc::ClientContext ctx;
     WithToken(&ctx);
     node::admin::UpdateArbiterResponse response;
@@ -630,10 +633,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
          e->mutable_share()->set_weight(1);
          e->mutable_share()->set_ceiling_fraction(1);
          e->mutable_share()->set_hard_ceiling(true);
-         grpc::ClientContext ctx;
-         WithToken(&ctx);
-         node::admin::UpdateArbiterResponse response;
-         return Admin()->UpdateArbiter(&ctx, request, &response);
+         return SendArbiter(request);
        },
        StatusCode::INVALID_ARGUMENT,
        "partitions[steady].share.hard_ceiling: needs a ceiling_fraction in (0, 1), got 1"},
@@ -656,10 +656,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        [&] {
          node::admin::UpdateArbiterRequest request;
          request.set_consensus_blocks_per_second(200000);
-         grpc::ClientContext ctx;
-         WithToken(&ctx);
-         node::admin::UpdateArbiterResponse response;
-         return Admin()->UpdateArbiter(&ctx, request, &response);
+         return SendArbiter(request);
        },
        StatusCode::INVALID_ARGUMENT,
        "consensus_blocks_per_second: must be in [0, 100000], got 200000"},
@@ -668,10 +665,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsOwnStatusAndTheNodeSurvives) {
        [&] {
          node::admin::UpdateArbiterRequest request;
          request.set_ledger_write_buffer_bytes(1000);
-         grpc::ClientContext ctx;
-         WithToken(&ctx);
-         node::admin::UpdateArbiterResponse response;
-         return Admin()->UpdateArbiter(&ctx, request, &response);
+         return SendArbiter(request);
        },
        StatusCode::INVALID_ARGUMENT,
        "ledger_write_buffer_bytes: must be 0 (unchanged) or >= 4194304, got 1000"},
