@@ -283,6 +283,13 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   db_options.memtable_prefix_bloom_size_ratio = 0.005;
   db_options.memtable_whole_key_filtering = true;
   if (options.write_buffer_bytes > 0) db_options.write_buffer_size = options.write_buffer_bytes;
+  // No preallocation (RocksDB reserves 1.1x the write buffer for each WAL file, and table files'
+  // sizes while they are written): a full disk fails the ledger's next synced write, which halts
+  // the partition, instead of being absorbed by a reservation the disk-full fault cannot see; and
+  // many partitions do not reserve a WAL's worth of disk each. Six alternated pairs of
+  // bench_chain's synced 500-tx commits: 8.68 ms median without, 8.41 ms with (within their
+  // spread).
+  db_options.allow_fallocate = false;
   auto marks = std::make_shared<PruneMarks>();
   db_options.compaction_filter_factory = std::make_shared<PrunedRecordFilterFactory>(marks);
   rocksdb::DB* raw = nullptr;

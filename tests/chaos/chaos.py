@@ -77,9 +77,8 @@ REVERIFY_TXS = 500    # acked txs below those heights re-read from a restarted n
 # nothing need be read: a block's hash covers its parent's hash, so the same block at the lowest
 # height read means the same chain below it.
 SCAN_HEIGHTS = 1000
-# disk_full: each partition directory's tmpfs. Smaller than RocksDB's WAL preallocation (1.1x
-# its 64 MiB write buffer), which then fails (harmlessly): a preallocated WAL would absorb the
-# writes that must hit the full disk.
+# disk_full: each partition directory's tmpfs. The ledger does not preallocate its files
+# (allow_fallocate off): a preallocated WAL would absorb the writes that must hit the full disk.
 DISK_SIZE = 60 << 20
 DISK_LEFT = 16 << 10  # disk_full: free bytes left once the filler is written
 DISK_HALT_S = 20.0    # disk_full: the partition halts within this of the disk filling up
