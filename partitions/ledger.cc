@@ -279,7 +279,7 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   // And a bloom filter over the memtable's keys: "is this tx committed?" is asked for every tx a
   // replica waits for, each time a batch of txs arrives, and is mostly answered "no"; without it
   // each such lookup searches the memtable's skip list (14% of a saturated backup's CPU).
-  // 0.5% of the write buffer: ~330 KiB per ledger at the default 64 MiB.
+  // 0.5% of the write buffer: ~40 KiB per ledger at 8 MiB (resources.ledger_write_buffer_bytes).
   db_options.memtable_prefix_bloom_size_ratio = 0.005;
   db_options.memtable_whole_key_filtering = true;
   if (options.write_buffer_bytes > 0) db_options.write_buffer_size = options.write_buffer_bytes;
@@ -425,6 +425,8 @@ absl::Status Ledger::SetWriteBufferBytes(size_t bytes) {
   return FromRocks(db_->SetOptions({{"write_buffer_size", absl::StrCat(bytes)}}),
                    "set write_buffer_size");
 }
+
+size_t Ledger::WriteBufferBytes() const { return db_->GetOptions().write_buffer_size; }
 
 uint64_t Ledger::MemtableBytes() const {
   uint64_t bytes = 0;

@@ -263,9 +263,13 @@ class Ledger : public StateStore {
   absl::Status PutConsensusMeta(absl::string_view key, absl::string_view value);
   absl::StatusOr<std::string> GetConsensusMeta(absl::string_view key) const;
 
-  // Changes the write buffer (LedgerOptions::write_buffer_bytes) live: the memtable filling now
-  // switches once it holds this many bytes. REQUIRES: bytes > 0.
+  // Changes the write buffer (LedgerOptions::write_buffer_bytes) live (RocksDB SetOptions: it
+  // syncs the MANIFEST and writes an OPTIONS file, so callers change it only when it differs). A
+  // smaller one switches the memtable filling now once it holds that many bytes; a larger one
+  // applies from the next memtable. REQUIRES: bytes > 0.
   absl::Status SetWriteBufferBytes(size_t bytes);
+  // The write buffer RocksDB holds now.
+  size_t WriteBufferBytes() const;
   // Bytes the ledger's memtables hold now: the one filling, those waiting for or in a flush, and
   // those pinned by readers (RocksDB's rocksdb.size-all-mem-tables).
   uint64_t MemtableBytes() const;

@@ -753,9 +753,9 @@ absl::StatusOr<std::vector<node::config::PartitionConfig>> Node::UpdateArbiter(
     block_budget_.SetBlocksPerSecond(request.consensus_blocks_per_second());
   }
   if (request.ledger_write_buffer_bytes() > 0) {
-    LOG(INFO) << "ledger write buffers: "
-              << write_buffer_budget_.exchange(request.ledger_write_buffer_bytes()) << " -> "
-              << request.ledger_write_buffer_bytes() << " bytes, all partitions";
+    const uint64_t before = write_buffer_budget_.exchange(request.ledger_write_buffer_bytes());
+    LOG(INFO) << "ledger write buffers: " << before << " -> " << request.ledger_write_buffer_bytes()
+              << " bytes, all partitions";
     DivideWriteBuffers();
   }
   std::vector<node::config::PartitionConfig> out;

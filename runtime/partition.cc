@@ -128,7 +128,6 @@ absl::Status Partition::Impl::Open() {
   ledger_options.state_cache_bytes = cfg.state().cache_bytes();
   ledger_options.block_cache_bytes = cfg.state().block_cache_bytes();
   ledger_options.write_buffer_bytes = env_.ledger_write_buffer_bytes;
-  write_buffer_bytes_.store(env_.ledger_write_buffer_bytes, std::memory_order_relaxed);
   ledger_options.retain_blocks = cfg.state().retain_blocks();
   // A range delete per 1/16 of the kept blocks, at most every 64 blocks.
   ledger_options.prune_step = std::clamp<uint64_t>(cfg.state().retain_blocks() / 16, 1, 64);

@@ -85,7 +85,7 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   cache->set_bytes(cs.bytes);
   cache->set_capacity_bytes(cs.capacity_bytes);
   cache->set_ledger_memtable_bytes(chain_.ledger->MemtableBytes());
-  cache->set_ledger_write_buffer_bytes(write_buffer_bytes_.load(std::memory_order_relaxed));
+  cache->set_ledger_write_buffer_bytes(chain_.ledger->WriteBufferBytes());
   if (fifo_) {
     flowctl::SpillFifoStats fs = fifo_->stats();
     auto* sp = out.mutable_spill();
@@ -617,10 +617,9 @@ flowctl::NodeAdmission::PartitionLoad Partition::AdmissionLoad() const {
 }
 
 absl::Status Partition::SetLedgerWriteBufferBytes(size_t bytes) {
-  if (bytes == impl_->write_buffer_bytes_.load(std::memory_order_relaxed)) return absl::OkStatus();
-  RETURN_IF_ERROR(impl_->chain_.ledger->SetWriteBufferBytes(bytes));
-  impl_->write_buffer_bytes_.store(bytes, std::memory_order_relaxed);
-  return absl::OkStatus();
+  partitions::Ledger& ledger = *impl_->chain_.ledger;
+  if (ledger.WriteBufferBytes() == bytes) return absl::OkStatus();  // each change syncs a file
+  return ledger.SetWriteBufferBytes(bytes);
 }
 
 uint64_t Partition::ledger_memtable_bytes() const { return impl_->chain_.ledger->MemtableBytes(); }

@@ -143,9 +143,6 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   absl::flat_hash_map<p2p::NodeId, uint32_t> index_of_;
   base::TxLimits tx_limits_;
   partitions::Chain chain_;
-  // The ledger's write buffer now (PartitionEnv::ledger_write_buffer_bytes, then as the node
-  // re-divides it).
-  std::atomic<size_t> write_buffer_bytes_{0};
   std::unique_ptr<partitions::RocksDbConsensusStore> store_;
   std::unique_ptr<partitions::Ed25519PbftCrypto> crypto_;
   std::unique_ptr<partitions::TxPool> pool_;

@@ -402,7 +402,7 @@ absl::StatusOr<node::admin::UpdateArbiterRequest> BuildUpdateArbiterRequest(cons
       continue;
     }
     if (name == "ledger-write-buffers") {
-      ASSIGN_OR_RETURN(uint64_t v, ParseBytes("--ledger-write-buffers", value, 1, kMaxU64));
+      ASSIGN_OR_RETURN(uint64_t v, ParseBytes("--ledger-write-buffers", value, 4 << 20, kMaxU64));
       req.set_ledger_write_buffer_bytes(v);
       continue;
     }

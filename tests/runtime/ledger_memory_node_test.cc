@@ -3,8 +3,8 @@
 // changes it, and again as partitions are stopped, started and created. What a ledger does with
 // its write buffer (its memtables bounded by about two of them) is
 // tests/partitions/ledger_test.cc's TheWriteBufferBoundsTheMemtables; here each partition's own
-// figure is the one its ledger accepted (Partition::SetLedgerWriteBufferBytes records it only once
-// RocksDB took it).
+// figure is the write buffer its ledger's RocksDB holds
+// (PartitionFlowStats.state_cache.ledger_write_buffer_bytes reads RocksDB's options back).
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -67,8 +67,19 @@ TEST(LedgerMemoryNodeTest, TheBudgetIsDividedAmongTheRunningPartitionsLive) {
   ASSERT_TRUE(node.StartPartition("cold").ok());
   ExpectEachLedger(node, 12 * kMiB / 8, "4 partitions, 12 MiB");
 
+  // A restart keeps "fresh" stopped (the live record); the budget is the config's again (an
+  // UpdateArbiter change lasts until the restart), divided among the three that run.
+  ASSERT_TRUE(node.StopPartition("fresh", absl::Milliseconds(100)).ok());
   node.Stop(absl::Seconds(1));
   created->reset();
+  absl::StatusOr<std::unique_ptr<Node>> again = Node::Create(config, options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Start().ok());
+  ExpectEachLedger(**again, 4 * kMiB, "after a restart, 3 of 4 partitions running, 24 MiB");
+  EXPECT_EQ((*again)->partitions().size(), 3u);
+
+  (*again)->Stop(absl::Seconds(1));
+  again->reset();
   std::filesystem::remove_all(dir);
 }
 

@@ -123,8 +123,8 @@ TEST_F(NodectlUsageTest, UsageErrorsExitTwoWithoutRpc) {
       {{"update-arbiter"},
        "nodectl update-arbiter: --partition: required (or --cpu-workers, --blocks-per-second or "
        "--ledger-write-buffers alone)"},
-      {{"update-arbiter", "--ledger-write-buffers", "0"},
-       "nodectl update-arbiter: --ledger-write-buffers: must be >= 1 bytes, got 0"},
+      {{"update-arbiter", "--ledger-write-buffers", "1MiB"},
+       "nodectl update-arbiter: --ledger-write-buffers: must be >= 4194304 bytes, got 1048576"},
       {{"update-arbiter", "--blocks-per-second", "200000"},
        "nodectl update-arbiter: --blocks-per-second: must be <= 100000, got 200000"},
       {{"update-arbiter", "--cpu-workers", "2000"},
