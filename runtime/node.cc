@@ -237,10 +237,6 @@ absl::Status Node::Start() {
       ASSIGN_OR_RETURN(entry.running, OpenPartition(entry.config, entry.closed, running));
     }
   }
-  write_buffer_per_partition_.store(
-      partitions::LedgerWriteBufferBytes(write_buffer_budget_.load(std::memory_order_relaxed),
-                                         partitions().size()),
-      std::memory_order_relaxed);
   // Handlers before the transport starts: peer messages go straight to their partition's lanes.
   network_->SetHandlers(
       [this](const p2p::NodeId& from, p2p::PartitionId part, p2p::Channel ch, std::string payload) {
@@ -936,11 +932,13 @@ absl::Status Node::RunPartition(size_t index) {
 
 node::admin::LedgerMemoryStatus Node::LedgerMemory() const {
   node::admin::LedgerMemoryStatus out;
-  out.set_write_buffer_budget_bytes(write_buffer_budget_.load(std::memory_order_relaxed));
+  const uint64_t budget = write_buffer_budget_.load(std::memory_order_relaxed);
+  const std::vector<std::shared_ptr<Partition>> running = partitions();
+  out.set_write_buffer_budget_bytes(budget);
   out.set_write_buffer_per_partition_bytes(
-      write_buffer_per_partition_.load(std::memory_order_relaxed));
+      partitions::LedgerWriteBufferBytes(budget, running.size()));
   uint64_t memtables = 0;
-  for (const std::shared_ptr<Partition>& p : partitions()) memtables += p->ledger_memtable_bytes();
+  for (const std::shared_ptr<Partition>& p : running) memtables += p->ledger_memtable_bytes();
   out.set_memtable_bytes(memtables);
   return out;
 }
@@ -955,7 +953,6 @@ void Node::DivideWriteBuffers() {
       LOG(WARNING) << "partition " << p->name() << ": ledger write buffer: " << s;
     }
   }
-  write_buffer_per_partition_.store(per, std::memory_order_relaxed);
 }
 
 void Node::ClosePartition(size_t index, absl::Duration drain) {

@@ -252,7 +252,6 @@ class Node {
   // lists the partitions); the figures are read without it.
   absl::Mutex write_buffer_mu_;
   std::atomic<uint64_t> write_buffer_budget_{0};
-  std::atomic<size_t> write_buffer_per_partition_{0};  // the last division, for stats
   // Gives every running partition's ledger its part of write_buffer_budget_ (a failure is
   // logged: the ledger keeps its previous write buffer).
   void DivideWriteBuffers() ABSL_LOCKS_EXCLUDED(write_buffer_mu_);
