@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <system_error>
@@ -11,6 +12,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
 #include "flowctl/status_macros.h"
@@ -267,7 +269,9 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   // large table outgrows a cache shard, is never kept, and is then read and checksummed on every
   // lookup (the first profile of bench_state spent 90% there).
   rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes, /*num_shard_bits=*/4);
+  std::shared_ptr<rocksdb::Cache> block_cache =
+      rocksdb::NewLRUCache(options.block_cache_bytes, /*num_shard_bits=*/4);
+  table.block_cache = block_cache;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
   table.partition_filters = true;
@@ -294,15 +298,20 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   db_options.compaction_filter_factory = std::make_shared<PrunedRecordFilterFactory>(marks);
   rocksdb::DB* raw = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(db_options, path, &raw), "open " + path));
-  std::unique_ptr<Ledger> ledger(
-      new Ledger(std::unique_ptr<rocksdb::DB>(raw), std::move(marks), partition, options));
+  std::unique_ptr<Ledger> ledger(new Ledger(std::unique_ptr<rocksdb::DB>(raw),
+                                            std::move(block_cache), std::move(marks), partition,
+                                            options));
   RETURN_IF_ERROR(ledger->LoadTip());
   return ledger;
 }
 
-Ledger::Ledger(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<PruneMarks> marks,
-               uint32_t partition, const LedgerOptions& options)
-    : db_(std::move(db)), marks_(std::move(marks)), partition_(partition), options_(options) {}
+Ledger::Ledger(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<rocksdb::Cache> block_cache,
+               std::shared_ptr<PruneMarks> marks, uint32_t partition, const LedgerOptions& options)
+    : db_(std::move(db)),
+      block_cache_(std::move(block_cache)),
+      marks_(std::move(marks)),
+      partition_(partition),
+      options_(options) {}
 
 Ledger::~Ledger() = default;
 
@@ -420,6 +429,14 @@ size_t LedgerWriteBufferBytes(uint64_t budget_bytes, size_t ledgers) {
       std::clamp<uint64_t>(budget_bytes / (2 * std::max<uint64_t>(ledgers, 1)), kMin, kMax));
 }
 
+double LedgerWriteBufferScale(double current, double pressure_scale) {
+  constexpr double kStep = 1.0 / 8;
+  if (pressure_scale >= 1) return 1;
+  if (std::abs(pressure_scale - current) < kStep) return current;
+  // (Less a thousandth of a step, so that a scale a rounding error above a step is that step.)
+  return std::clamp(std::ceil(pressure_scale / kStep - 1e-3) * kStep, kStep, 1.0);
+}
+
 absl::Status Ledger::SetWriteBufferBytes(size_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("ledger: a write buffer of 0 bytes");
   return FromRocks(db_->SetOptions({{"write_buffer_size", absl::StrCat(bytes)}}),
@@ -432,6 +449,35 @@ uint64_t Ledger::MemtableBytes() const {
   uint64_t bytes = 0;
   if (!db_->GetIntProperty(rocksdb::DB::Properties::kSizeAllMemTables, &bytes)) return 0;
   return bytes;
+}
+
+absl::Status Ledger::SetBlockCacheCapacity(size_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("ledger: a block cache of 0 bytes");
+  block_cache_->SetCapacity(bytes);
+  return absl::OkStatus();
+}
+
+uint64_t Ledger::BlockCacheBytes() const { return block_cache_->GetUsage(); }
+uint64_t Ledger::BlockCachePinnedBytes() const { return block_cache_->GetPinnedUsage(); }
+uint64_t Ledger::BlockCacheCapacity() const { return block_cache_->GetCapacity(); }
+
+Ledger::WriteStall Ledger::WriteStallNow() const {
+  auto int_property = [&](const std::string& name) -> uint64_t {
+    uint64_t v = 0;
+    return db_->GetIntProperty(name, &v) ? v : 0;
+  };
+  WriteStall out;
+  out.stopped = int_property(rocksdb::DB::Properties::kIsWriteStopped) != 0;
+  out.delayed_write_rate = int_property(rocksdb::DB::Properties::kActualDelayedWriteRate);
+  out.pending_compaction_bytes =
+      int_property(rocksdb::DB::Properties::kEstimatePendingCompactionBytes);
+  std::string files;
+  uint64_t level0 = 0;
+  if (db_->GetProperty(rocksdb::DB::Properties::kNumFilesAtLevelPrefix + "0", &files) &&
+      absl::SimpleAtoi(files, &level0)) {
+    out.level0_files = level0;
+  }
+  return out;
 }
 
 absl::Status Ledger::CommitBlock(const node::chain::Block& block,

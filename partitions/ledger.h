@@ -85,6 +85,7 @@
 #include "proto/chain.pb.h"
 
 namespace rocksdb {
+class Cache;
 class DB;
 class Env;
 class Iterator;
@@ -105,7 +106,8 @@ struct LedgerOptions {
   // The RocksDB environment (file system); null: the default. Tests inject disk faults here
   // (tests/mocks/faulty_file_system.h). Must outlive the ledger.
   rocksdb::Env* env = nullptr;
-  // RocksDB's block cache (data, index and filter blocks) of this ledger.
+  // RocksDB's block cache (data, index and filter blocks) of this ledger. A node gives it its part
+  // of the partition's memory share live (SetBlockCacheCapacity).
   size_t block_cache_bytes = 32 << 20;
   // RocksDB's write buffer: a memtable switches to a new one (and is flushed to a table file)
   // once it holds this many bytes; the ledger holds at most two (one filling, one flushing), so
@@ -135,6 +137,13 @@ struct LedgerOptions {
 // the process CPU with 8 MiB as with RocksDB's default 64 MiB, 0.83x with 16 MiB; and it only
 // delays flushes). 0 budget: 0 (RocksDB's default).
 size_t LedgerWriteBufferBytes(uint64_t budget_bytes, size_t ledgers);
+
+// The part of the write buffer budget a node divides under memory pressure, in steps of 1/8:
+// `pressure_scale` (MemoryPressure::pool_scale, 1 without pressure, down to min_pool_scale) once
+// it is 1/8 or more away from `current` (the part in force), rounded up to the next step, and 1
+// as soon as it is back at 1; else `current`. The step keeps a pressure hovering near a boundary
+// from changing every ledger's options (each change syncs a file) at every arbiter tick.
+double LedgerWriteBufferScale(double current, double pressure_scale);
 
 // Opaque consensus metadata written with a block (or alone): key -> bytes.
 using ConsensusMetaWrites = std::vector<std::pair<std::string, std::string>>;
@@ -274,12 +283,33 @@ class Ledger : public StateStore {
   // those pinned by readers (RocksDB's rocksdb.size-all-mem-tables).
   uint64_t MemtableBytes() const;
 
+  // Changes the block cache's capacity live (LedgerOptions::block_cache_bytes). A smaller one
+  // evicts at once down to it, except the blocks pinned in the cache (the top-level index and
+  // filter partitions, the level-0 tables' index and filter blocks, those a reader holds), which
+  // leave when their table or reader does. REQUIRES: bytes > 0.
+  absl::Status SetBlockCacheCapacity(size_t bytes);
+  // What the block cache holds now (its pinned blocks included), its pinned part, and its
+  // capacity.
+  uint64_t BlockCacheBytes() const;
+  uint64_t BlockCachePinnedBytes() const;
+  uint64_t BlockCacheCapacity() const;
+  // RocksDB's own write backpressure now (rocksdb.is-write-stopped,
+  // rocksdb.actual-delayed-write-rate) and what drives it (level-0 files, the pending compaction
+  // bytes estimate). A property RocksDB cannot give reads 0.
+  struct WriteStall {
+    bool stopped = false;
+    uint64_t delayed_write_rate = 0;  // bytes per second while delayed, else 0
+    uint64_t level0_files = 0;
+    uint64_t pending_compaction_bytes = 0;
+  };
+  WriteStall WriteStallNow() const;
+
   uint32_t partition() const { return partition_; }
   uint64_t retain_blocks() const { return options_.retain_blocks; }
 
  private:
-  Ledger(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<PruneMarks> marks, uint32_t partition,
-         const LedgerOptions& options);
+  Ledger(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<rocksdb::Cache> block_cache,
+         std::shared_ptr<PruneMarks> marks, uint32_t partition, const LedgerOptions& options);
   absl::Status LoadTip() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::optional<std::string>> Read(
       absl::string_view key, const rocksdb::Snapshot* snapshot = nullptr) const;
@@ -316,6 +346,8 @@ class Ledger : public StateStore {
 
   // Constant after construction. rocksdb::DB is thread-safe.
   const std::unique_ptr<rocksdb::DB> db_;
+  // The DB's block cache (thread-safe); its capacity changes live.
+  const std::shared_ptr<rocksdb::Cache> block_cache_;
   // What the compaction filter may drop; shared with it (it lives as long as the DB's options).
   const std::shared_ptr<PruneMarks> marks_;
   const uint32_t partition_;

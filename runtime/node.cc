@@ -779,6 +779,7 @@ absl::Status Node::StartArbiter() {
                  absl::Span<flowctl::ResourceConsumer* const> consumers) {
             BlockBudgetTick(consumers);
             AdmissionTick(elapsed, capacity, consumers);
+            WriteBufferPressureTick();
           },
       .clock = options_.clock,
       .advisory = config_.resources().arbiter_advisory()};
@@ -860,8 +861,8 @@ absl::StatusOr<std::shared_ptr<Partition>> Node::OpenPartition(
   env.memory_pressure = memory_pressure_.get();
   env.block_budget = &block_budget_;
   // Its part as one of `running` partitions; DivideWriteBuffers evens the others out once it runs.
-  env.ledger_write_buffer_bytes = partitions::LedgerWriteBufferBytes(
-      write_buffer_budget_.load(std::memory_order_relaxed), running);
+  env.ledger_write_buffer_bytes =
+      partitions::LedgerWriteBufferBytes(WriteBufferBudgetInForce(), running);
   env.test_equivocate = pc.name() == options_.test_equivocate_partition;
   if (env.test_equivocate) {
     LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
@@ -932,22 +933,49 @@ absl::Status Node::RunPartition(size_t index) {
 
 node::admin::LedgerMemoryStatus Node::LedgerMemory() const {
   node::admin::LedgerMemoryStatus out;
-  const uint64_t budget = write_buffer_budget_.load(std::memory_order_relaxed);
+  const uint64_t in_force = WriteBufferBudgetInForce();
   const std::vector<std::shared_ptr<Partition>> running = partitions();
-  out.set_write_buffer_budget_bytes(budget);
+  out.set_write_buffer_budget_bytes(write_buffer_budget_.load(std::memory_order_relaxed));
+  out.set_write_buffer_scale(write_buffer_scale_.load(std::memory_order_relaxed));
+  out.set_write_buffer_budget_in_force_bytes(in_force);
   out.set_write_buffer_per_partition_bytes(
-      partitions::LedgerWriteBufferBytes(budget, running.size()));
+      partitions::LedgerWriteBufferBytes(in_force, running.size()));
   uint64_t memtables = 0;
-  for (const std::shared_ptr<Partition>& p : running) memtables += p->ledger_memtable_bytes();
+  uint64_t block_caches = 0;
+  uint64_t block_cache_capacity = 0;
+  for (const std::shared_ptr<Partition>& p : running) {
+    const LedgerMemoryUse m = p->ledger_memory();
+    memtables += m.memtable_bytes;
+    block_caches += m.block_cache_bytes;
+    block_cache_capacity += m.block_cache_capacity;
+  }
   out.set_memtable_bytes(memtables);
+  out.set_block_cache_bytes(block_caches);
+  out.set_block_cache_capacity_bytes(block_cache_capacity);
   return out;
+}
+
+uint64_t Node::WriteBufferBudgetInForce() const {
+  return static_cast<uint64_t>(
+      static_cast<double>(write_buffer_budget_.load(std::memory_order_relaxed)) *
+      write_buffer_scale_.load(std::memory_order_relaxed));
+}
+
+void Node::WriteBufferPressureTick() {
+  if (memory_pressure_ == nullptr) return;
+  const double before = write_buffer_scale_.load(std::memory_order_relaxed);
+  const double next = partitions::LedgerWriteBufferScale(before, memory_pressure_->pool_scale());
+  if (next == before) return;
+  write_buffer_scale_.store(next, std::memory_order_relaxed);
+  LOG(INFO) << "ledger write buffers: memory pressure scale " << before << " -> " << next << " ("
+            << WriteBufferBudgetInForce() << " bytes in force)";
+  DivideWriteBuffers();
 }
 
 void Node::DivideWriteBuffers() {
   absl::MutexLock lock(&write_buffer_mu_);
   const std::vector<std::shared_ptr<Partition>> running = partitions();
-  const size_t per = partitions::LedgerWriteBufferBytes(
-      write_buffer_budget_.load(std::memory_order_relaxed), running.size());
+  const size_t per = partitions::LedgerWriteBufferBytes(WriteBufferBudgetInForce(), running.size());
   for (const std::shared_ptr<Partition>& p : running) {
     if (absl::Status s = p->SetLedgerWriteBufferBytes(per); !s.ok()) {
       LOG(WARNING) << "partition " << p->name() << ": ledger write buffer: " << s;

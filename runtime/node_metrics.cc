@@ -302,6 +302,28 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Gauge("noded_ledger_write_buffer_bytes",
            "The ledger's write buffer: its part of resources.ledger_write_buffer_bytes.", l,
            static_cast<double>(cache.ledger_write_buffer_bytes()));
+  f->Gauge("noded_ledger_block_cache_bytes",
+           "Bytes held by the ledger's RocksDB block cache, pinned blocks included.", l,
+           static_cast<double>(cache.ledger_block_cache_bytes()));
+  f->Gauge("noded_ledger_block_cache_pinned_bytes",
+           "Bytes of the ledger's block cache pinned (evicted only when their table goes).", l,
+           static_cast<double>(cache.ledger_block_cache_pinned_bytes()));
+  f->Gauge("noded_ledger_block_cache_capacity_bytes",
+           "Capacity of the ledger's block cache: state.block_cache_bytes, or less under the "
+           "partition's memory share.",
+           l, static_cast<double>(cache.ledger_block_cache_capacity_bytes()));
+  const node::admin::LedgerWriteStats& writes = p.ledger_writes();
+  f->Gauge("noded_ledger_writes_stopped",
+           "1 while RocksDB stops the ledger's writes (flushes or compactions behind).", l,
+           writes.stopped() ? 1 : 0);
+  f->Gauge("noded_ledger_delayed_write_rate_bytes_per_second",
+           "The rate RocksDB delays the ledger's writes to (0 while not delayed).", l,
+           static_cast<double>(writes.delayed_write_rate()));
+  f->Gauge("noded_ledger_level0_files", "Table files at level 0 of the ledger's RocksDB.", l,
+           static_cast<double>(writes.level0_files()));
+  f->Gauge("noded_ledger_pending_compaction_bytes",
+           "RocksDB's estimate of the bytes the ledger's compactions have to rewrite.", l,
+           static_cast<double>(writes.pending_compaction_bytes()));
   const node::admin::PoolStats& pool = p.pool();
   f->Gauge("noded_pool_txs", "Transactions in the pool.", l, static_cast<double>(pool.txs()));
   f->Gauge("noded_pool_bytes", "Bytes of transactions in the pool.", l,
@@ -578,6 +600,16 @@ std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& stat
           static_cast<double>(status.ledger_memory().write_buffer_budget_bytes()));
   f.Gauge("noded_node_ledger_memtable_bytes", "Bytes held by every running ledger's memtables.", {},
           static_cast<double>(status.ledger_memory().memtable_bytes()));
+  f.Gauge("noded_ledger_write_buffer_budget_in_force_bytes",
+          "The part of the memtable budget divided now: the budget x the memory pressure's "
+          "scale.",
+          {}, static_cast<double>(status.ledger_memory().write_buffer_budget_in_force_bytes()));
+  f.Gauge("noded_node_ledger_block_cache_bytes",
+          "Bytes held by every running ledger's block cache, pinned blocks included.", {},
+          static_cast<double>(status.ledger_memory().block_cache_bytes()));
+  f.Gauge("noded_node_ledger_block_cache_capacity_bytes",
+          "Every running ledger's block cache capacity together.", {},
+          static_cast<double>(status.ledger_memory().block_cache_capacity_bytes()));
   f.Gauge("noded_block_budget_blocks_per_second",
           "The node's budget of consensus instances per second in force, all partitions (0 = "
           "none).",

@@ -132,6 +132,13 @@ inline constexpr absl::Duration kNodeAdmissionRetryAfter = absl::Milliseconds(50
 using SubmitResult = partitions::SubmitResult;
 using SubmitOptions = partitions::SubmitOptions;
 
+// What a partition's ledger holds in memory now (Partition::ledger_memory).
+struct LedgerMemoryUse {
+  uint64_t memtable_bytes = 0;
+  uint64_t block_cache_bytes = 0;  // pinned blocks included
+  uint64_t block_cache_capacity = 0;
+};
+
 // A Partition is a flowctl::ResourceConsumer: the node's arbiter (flowctl/arbiter_service.h)
 // reads its usage and applies its CPU and memory shares through that interface.
 class Partition final : public flowctl::ResourceConsumer {
@@ -251,9 +258,10 @@ class Partition final : public flowctl::ResourceConsumer {
   flowctl::BlockBudget::PartitionTick BlockBudgetTick() const;
 
   // The ledger's write buffer, changed live (the node re-divides its memtable budget as
-  // partitions come and go), and what its memtables hold now.
+  // partitions come and go, and under memory pressure), and what its memtables and block cache
+  // hold now.
   absl::Status SetLedgerWriteBufferBytes(size_t bytes);
-  uint64_t ledger_memtable_bytes() const;
+  LedgerMemoryUse ledger_memory() const;
 
   uint32_t id() const override { return id_; }
   const std::string& name() const override { return name_; }

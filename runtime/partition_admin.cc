@@ -86,6 +86,15 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   cache->set_capacity_bytes(cs.capacity_bytes);
   cache->set_ledger_memtable_bytes(chain_.ledger->MemtableBytes());
   cache->set_ledger_write_buffer_bytes(chain_.ledger->WriteBufferBytes());
+  cache->set_ledger_block_cache_bytes(chain_.ledger->BlockCacheBytes());
+  cache->set_ledger_block_cache_pinned_bytes(chain_.ledger->BlockCachePinnedBytes());
+  cache->set_ledger_block_cache_capacity_bytes(chain_.ledger->BlockCacheCapacity());
+  const partitions::Ledger::WriteStall stall = chain_.ledger->WriteStallNow();
+  auto* writes = out.mutable_ledger_writes();
+  writes->set_stopped(stall.stopped);
+  writes->set_delayed_write_rate(stall.delayed_write_rate);
+  writes->set_level0_files(stall.level0_files);
+  writes->set_pending_compaction_bytes(stall.pending_compaction_bytes);
   if (fifo_) {
     flowctl::SpillFifoStats fs = fifo_->stats();
     auto* sp = out.mutable_spill();
@@ -242,7 +251,7 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
 
 uint64_t Partition::Impl::ConfiguredMemoryLocked() const {
   return config_.pool().max_bytes() + config_.dispatcher().budget_bytes() +
-         config_.state().cache_bytes() +
+         config_.state().cache_bytes() + config_.state().block_cache_bytes() +
          (fifo_ ? fifo_->options().memory_bytes : 0);  // the configured tier, or the default
 }
 
@@ -554,7 +563,8 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
       client_mark > 0 ? static_cast<double>(impl_->pool_->size_now()) / client_mark : 0,
       std::memory_order_relaxed);
   partitions::TxPoolStats ps = impl_->pool_->stats();
-  u.memory_bytes = ps.bytes + lane_bytes + impl_->chain_.executor->cache_stats().bytes;
+  u.memory_bytes = ps.bytes + lane_bytes + impl_->chain_.executor->cache_stats().bytes +
+                   impl_->chain_.ledger->BlockCacheBytes();
   PartitionConfig cfg;
   {
     absl::MutexLock lock(&impl_->config_mu_);
@@ -622,7 +632,12 @@ absl::Status Partition::SetLedgerWriteBufferBytes(size_t bytes) {
   return ledger.SetWriteBufferBytes(bytes);
 }
 
-uint64_t Partition::ledger_memtable_bytes() const { return impl_->chain_.ledger->MemtableBytes(); }
+LedgerMemoryUse Partition::ledger_memory() const {
+  const partitions::Ledger& ledger = *impl_->chain_.ledger;
+  return {.memtable_bytes = ledger.MemtableBytes(),
+          .block_cache_bytes = ledger.BlockCacheBytes(),
+          .block_cache_capacity = ledger.BlockCacheCapacity()};
+}
 
 flowctl::BlockBudget::PartitionTick Partition::BlockBudgetTick() const {
   return {.partition = id_,
@@ -685,9 +700,9 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
     }
     return;
   }
-  // kMemory. The pool, the state cache, the lanes and (lossless) the spill memory tier each get
-  // their configured fraction of the partition's memory applied to the share, never below 1 MiB
-  // nor above their configured limits.
+  // kMemory. The pool, the state cache, the ledger's block cache, the lanes and (lossless) the
+  // spill memory tier each get their configured fraction of the partition's memory applied to the
+  // share, never below 1 MiB nor above their configured limits.
   const double memory_bytes = amount;
   absl::MutexLock lock(&impl_->config_mu_);
   const double limit = static_cast<double>(impl_->ConfiguredMemoryLocked());
@@ -714,6 +729,13 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   // The cache counts resident bytes (its entries' bookkeeping included).
   if (auto cap = moved(impl_->config_.state().cache_bytes(), 1, &impl_->cache_bytes_cap_)) {
     impl_->chain_.executor->SetCacheCapacity(*cap);
+  }
+  // The ledger's block cache (RocksDB counts what it holds, pinned blocks included, which it can
+  // evict only when their tables go).
+  if (auto cap = moved(impl_->config_.state().block_cache_bytes(), 1, &impl_->block_cache_cap_)) {
+    if (absl::Status s = impl_->chain_.ledger->SetBlockCacheCapacity(*cap); !s.ok()) {
+      LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": block cache: " << s;
+    }
   }
   // A lossless partition's spill memory tier: what does not fit goes to its disk tier (nothing
   // is refused or lost for it).

@@ -188,6 +188,7 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   node::config::PartitionConfig config_ ABSL_GUARDED_BY(config_mu_);
   uint64_t pool_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;    // arbiter's memory share applied
   uint64_t cache_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;   // the same, to the state cache
+  uint64_t block_cache_cap_ ABSL_GUARDED_BY(config_mu_) = 0;   // the ledger's block cache
   uint64_t spill_memory_cap_ ABSL_GUARDED_BY(config_mu_) = 0;  // and to the spill memory tier
   uint64_t lane_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;    // and to the lanes' bytes
   // Lossless: the arbiter's share of the node's spill disk (0 = not divided). The FIFO's budget

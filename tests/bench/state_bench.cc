@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -65,9 +66,9 @@ std::string Key(uint64_t i) { return absl::StrFormat("key%010d", i); }
 
 // One Put, unsigned: a unique hash and a short body stand in for the signed encoding.
 TxPtr MakePut(const std::string& sender, uint64_t nonce, const std::string& key,
-              const std::string& value, uint64_t serial) {
+              const std::string& value, uint64_t serial, uint32_t partition = 0) {
   auto d = std::make_shared<base::DecodedTx>();
-  d->tx.set_partition(0);
+  d->tx.set_partition(partition);
   d->tx.set_sender(sender);
   d->tx.set_nonce(nonce);
   d->tx.mutable_put()->set_key(key);
@@ -285,6 +286,80 @@ BENCHMARK(BM_LedgersWriteBuffers)
     ->Args({1, 256})
     ->Args({1, 16})
     ->Args({1, 32})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
+
+// Block caches of many ledgers in one process, as a node with many partitions has them.
+// BM_LedgersBlockCaches/ledgers:N/cache_kib:C opens N ledgers with block caches of C KiB each,
+// and the write buffers a node's default budget gives N partitions, loads each with kKeys Puts of
+// 1 KiB values (unsynced blocks of 2,000, then a full compaction:
+// 32 MiB of state per ledger, larger than any cache here), then reads kReads values drawn
+// uniformly over every ledger's keys, untimed (the caches fill), and kReads more, timed (reads
+// per second, wall clock). C = 32768 is state.block_cache_bytes' default, what every ledger held
+// before the partition's memory share bounded it; 7282 is what the default share gives each of
+// 16 partitions (resources.memory_bytes 1 GiB / 16 x 32 / 288 MiB of configured memory).
+// Counters: block_cache_mib (what the N caches hold after the reads, pinned blocks included),
+// rss_mib (after the reads), load_s. Run each case alone (RSS is per process):
+//   bench_state --benchmark_filter='LedgersBlockCaches/ledgers:16/cache_kib:32768/'
+void BM_LedgersBlockCaches(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  constexpr uint64_t kKeys = 32768;
+  constexpr int kReads = 400000;
+  constexpr int kLoadBlock = 2000;
+  std::string dir = "/tmp/state_bench_XXXXXX";
+  CHECK(mkdtemp(dir.data()) != nullptr);
+  LedgerOptions options;
+  options.sync = false;
+  options.block_cache_bytes = static_cast<size_t>(state.range(1)) << 10;
+  // The memtables as a node of N partitions divides them (resources.ledger_write_buffer_bytes).
+  options.write_buffer_bytes = LedgerWriteBufferBytes(uint64_t{256} << 20, static_cast<size_t>(n));
+  std::vector<Chain> chains;
+  const absl::Time start = absl::Now();
+  uint64_t serial = 0;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<Chain> chain =
+        OpenChain(absl::StrFormat("%s/ledger%d", dir, i), static_cast<uint32_t>(i), {}, options);
+    CHECK(chain.ok()) << chain.status();
+    std::vector<uint64_t> nonces(kLoadBlock, 0);
+    for (uint64_t next = 0; next < kKeys;) {
+      std::vector<TxPtr> txs;
+      for (int t = 0; t < kLoadBlock && next < kKeys; ++t, ++next) {
+        txs.push_back(MakePut(Sender(t), ++nonces[static_cast<size_t>(t)], Key(next),
+                              std::string(1024, 'v'), serial++, static_cast<uint32_t>(i)));
+      }
+      CommitBenchBlock(*chain, txs);
+    }
+    const absl::Status compacted = chain->ledger->Compact();
+    CHECK(compacted.ok()) << compacted;
+    chains.push_back(*std::move(chain));
+  }
+  const double load_s = absl::ToDoubleSeconds(absl::Now() - start);
+  std::mt19937_64 rng(13);
+  auto read = [&](int count) {
+    for (int r = 0; r < count; ++r) {
+      const Chain& c = chains[rng() % static_cast<uint64_t>(n)];
+      absl::StatusOr<std::optional<std::string>> v = c.ledger->GetValue(Key(rng() % kKeys));
+      CHECK(v.ok() && v->has_value()) << v.status();
+    }
+  };
+  read(kReads);  // the caches fill
+  for (auto _ : state) read(kReads);
+  uint64_t cached = 0;
+  for (const Chain& c : chains) cached += c.ledger->BlockCacheBytes();
+  state.SetItemsProcessed(state.iterations() * kReads);
+  state.counters["block_cache_mib"] = static_cast<double>(cached) / (1 << 20);
+  state.counters["rss_mib"] = RssMib();
+  state.counters["load_s"] = load_s;
+  chains.clear();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_LedgersBlockCaches)
+    ->ArgNames({"ledgers", "cache_kib"})
+    ->Args({16, 32768})
+    ->Args({16, 7282})
+    ->Args({1, 32768})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->MeasureProcessCPUTime()

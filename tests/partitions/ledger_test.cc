@@ -454,6 +454,21 @@ TEST(LedgerWriteBufferBytesTest, DividesTheBudgetBetweenOneAndSixteenMiB) {
   EXPECT_EQ(LedgerWriteBufferBytes(0, 16), 0u);  // RocksDB's default
 }
 
+TEST(LedgerWriteBufferScaleTest, FollowsThePressureInEighthsWithoutFlapping) {
+  EXPECT_EQ(LedgerWriteBufferScale(1, 1), 1);
+  EXPECT_EQ(LedgerWriteBufferScale(1, 0.9), 1);       // less than a step away: unchanged
+  EXPECT_EQ(LedgerWriteBufferScale(1, 0.86), 0.875);  // a step away: rounded up to the step
+  EXPECT_EQ(LedgerWriteBufferScale(0.875, 0.8), 0.875);
+  EXPECT_EQ(LedgerWriteBufferScale(0.875, 0.7), 0.75);
+  EXPECT_EQ(LedgerWriteBufferScale(0.75, 0.25), 0.25);  // min_pool_scale's default
+  EXPECT_EQ(LedgerWriteBufferScale(0.25, 0.3), 0.25);   // back up by less than a step: kept
+  EXPECT_EQ(LedgerWriteBufferScale(0.25, 0.5), 0.5);
+  EXPECT_EQ(LedgerWriteBufferScale(0.5, 0.99), 1);         // rounded up to 1
+  EXPECT_EQ(LedgerWriteBufferScale(0.875, 1), 1);          // no pressure: the whole budget at once
+  EXPECT_EQ(LedgerWriteBufferScale(0.25, 0.01), 0.125);    // never below one step
+  EXPECT_EQ(LedgerWriteBufferScale(1, 0.6250004), 0.625);  // a rounding error above a step
+}
+
 // Blocks of four 16 KiB Puts (with their undo records about 130 KiB of memtable each) until
 // `total` bytes of values went in; returns the most the ledger's memtables held after a block.
 uint64_t CommitPutsAndWatchMemtables(Chain& chain, const std::vector<base::PrivateKey>& keys,
@@ -518,6 +533,62 @@ TEST_F(LedgerTest, SetWriteBufferBytesAppliesToTheNextWrites) {
     bounded = chain.ledger->MemtableBytes() <= 3 * kMiB;
   }
   EXPECT_TRUE(bounded) << chain.ledger->MemtableBytes();
+}
+
+// The block cache's capacity bounds what it holds, live: reading back 12 MiB of blocks (flushed to
+// table files through 1 MiB write buffers) fills the default 32 MiB cache past 8 MiB; lowered to
+// 4 MiB it holds no more than that beside its pinned blocks, and reading everything again does
+// not raise it.
+// Unsynced commits through 1 MiB write buffers: many flushes to table files from a few MiB.
+LedgerOptions SmallBuffers() {
+  LedgerOptions options;
+  options.sync = false;
+  options.write_buffer_bytes = 1 << 20;
+  return options;
+}
+
+TEST_F(LedgerTest, SetBlockCacheCapacityBoundsWhatTheCacheHolds) {
+  constexpr uint64_t kMiB = 1 << 20;
+  const LedgerOptions options = SmallBuffers();
+  Chain chain = Open(options);
+  EXPECT_EQ(chain.ledger->BlockCacheCapacity(), options.block_cache_bytes);
+  uint64_t nonce = 0;
+  CommitPutsAndWatchMemtables(chain, keys_, &nonce, 12 * kMiB);
+  const uint64_t tip = chain.ledger->last_height();
+  auto read_every_block = [&] {
+    for (uint64_t h = 0; h <= tip; ++h) {
+      absl::StatusOr<node::chain::Block> b = chain.ledger->GetBlock(h);
+      ASSERT_TRUE(b.ok()) << h << ": " << b.status();
+    }
+  };
+  read_every_block();
+  EXPECT_GT(chain.ledger->BlockCacheBytes(), 8 * kMiB);
+  EXPECT_EQ(chain.ledger->SetBlockCacheCapacity(0).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(chain.ledger->SetBlockCacheCapacity(4 * kMiB).ok());
+  EXPECT_EQ(chain.ledger->BlockCacheCapacity(), 4 * kMiB);
+  EXPECT_LE(chain.ledger->BlockCacheBytes(), 4 * kMiB + chain.ledger->BlockCachePinnedBytes());
+  read_every_block();
+  EXPECT_LE(chain.ledger->BlockCacheBytes(), 4 * kMiB + chain.ledger->BlockCachePinnedBytes());
+  EXPECT_GT(chain.ledger->BlockCacheBytes(), 2 * kMiB);  // and it is used
+}
+
+// WriteStallNow reads RocksDB's write path: 12 MiB through 1 MiB write buffers leave table files
+// at level 0 between compactions (seen after some block), none once the ledger is compacted, and
+// an idle ledger's writes are neither stopped nor delayed.
+TEST_F(LedgerTest, WriteStallNowShowsLevelZeroFiles) {
+  Chain chain = Open(SmallBuffers());
+  uint64_t nonce = 0;
+  uint64_t most_level0 = 0;
+  for (int i = 0; i < 96; ++i) {
+    CommitPutsAndWatchMemtables(chain, keys_, &nonce, 128 << 10);
+    most_level0 = std::max(most_level0, chain.ledger->WriteStallNow().level0_files);
+  }
+  EXPECT_GT(most_level0, 0u);
+  ASSERT_TRUE(chain.ledger->Compact().ok());
+  const Ledger::WriteStall idle = chain.ledger->WriteStallNow();
+  EXPECT_EQ(idle.level0_files, 0u);
+  EXPECT_FALSE(idle.stopped);
+  EXPECT_EQ(idle.delayed_write_rate, 0u);
 }
 
 TEST_F(LedgerTest, OpenErrorsCarryRocksDbMessage) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "flowctl/memory_pressure.h"
@@ -43,6 +44,9 @@ class MemoryPressureNodeTest : public ::testing::Test {
     node::config::NodeConfig config = OneNodeConfig(dir_);
     // Less memory than the pools ask for, so the arbiter's share is what bounds them.
     config.mutable_resources()->set_memory_bytes(64ull << 20);
+    // 4 MiB write buffers for each of the three ledgers, so a shrunken budget shows (16 MiB each
+    // is the most).
+    config.mutable_resources()->set_ledger_write_buffer_bytes(24ull << 20);
     NodeOptions options;
     options.serve_metrics = false;
     options.memory_source = [] { return std::make_unique<TestSource>(); };
@@ -151,6 +155,62 @@ TEST_F(MemoryPressureNodeTest, RefusesWritesShrinksPoolsAndRecovers) {
     EXPECT_TRUE(s.ok()) << s.error_message();
   }
   EXPECT_EQ(node_->Status().memory().transitions(), 4u);
+}
+
+// Past shrink_pools_at the ledgers' memory shrinks too: the memtables' budget by the pool scale
+// in steps of 1/8 (each ledger's write buffer as its RocksDB holds it), and each ledger's block
+// cache with its partition's memory share (the cache's own capacity, which bounds what it holds:
+// LedgerTest.SetBlockCacheCapacityBoundsWhatTheCacheHolds). Both come back when it falls.
+TEST_F(MemoryPressureNodeTest, ShrinksTheLedgersWriteBuffersAndBlockCaches) {
+  constexpr uint64_t kMiB = 1 << 20;
+  auto each = [&](auto figure) {
+    std::vector<uint64_t> out;
+    for (const std::shared_ptr<Partition>& p : node_->partitions()) {
+      out.push_back(figure(p->FlowStats().state_cache()));
+    }
+    return out;
+  };
+  auto write_buffer = [](const node::admin::StateCacheStats& c) {
+    return c.ledger_write_buffer_bytes();
+  };
+  auto block_cache = [](const node::admin::StateCacheStats& c) {
+    return c.ledger_block_cache_capacity_bytes();
+  };
+  Pressure(500);
+  ASSERT_EQ(node_->partitions().size(), 3u);
+  EXPECT_EQ(each(write_buffer), std::vector<uint64_t>(3, 4 * kMiB));
+  EXPECT_EQ(node_->Status().ledger_memory().write_buffer_scale(), 1);
+  const std::vector<uint64_t> caches = each(block_cache);
+
+  Pressure(900);  // pool scale 0.625
+  const node::admin::LedgerMemoryStatus lm = node_->Status().ledger_memory();
+  EXPECT_EQ(lm.write_buffer_scale(), 0.625);
+  EXPECT_EQ(lm.write_buffer_budget_in_force_bytes(), 15 * kMiB);
+  EXPECT_EQ(lm.write_buffer_budget_bytes(), 24 * kMiB);
+  EXPECT_EQ(each(write_buffer), std::vector<uint64_t>(3, 15 * kMiB / 6));
+  const std::vector<uint64_t> shrunk = each(block_cache);
+  for (size_t i = 0; i < caches.size(); ++i) {
+    EXPECT_LT(shrunk[i], caches[i] * 3 / 4) << i;
+    EXPECT_GE(shrunk[i], 1 * kMiB) << i;
+  }
+  EXPECT_EQ(lm.block_cache_capacity_bytes(), shrunk[0] + shrunk[1] + shrunk[2]);
+
+  Pressure(500);
+  EXPECT_EQ(each(write_buffer), std::vector<uint64_t>(3, 4 * kMiB));
+  const std::vector<uint64_t> back = each(block_cache);
+  for (size_t i = 0; i < caches.size(); ++i) {
+    EXPECT_NEAR(static_cast<double>(back[i]), static_cast<double>(caches[i]),
+                0.05 * static_cast<double>(caches[i]))
+        << i;
+  }
+  absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("");
+  ASSERT_TRUE(stats.ok());
+  std::string families;
+  for (const auto& f : NodeMetricFamilies(node_->Status(), *stats, node_->Peers())) {
+    families += f.name + " ";
+  }
+  EXPECT_THAT(families, HasSubstr("noded_ledger_block_cache_capacity_bytes "));
+  EXPECT_THAT(families, HasSubstr("noded_ledger_write_buffer_budget_in_force_bytes "));
 }
 
 }  // namespace

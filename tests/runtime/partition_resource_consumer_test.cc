@@ -178,9 +178,11 @@ TEST_F(PartitionResourceConsumerTest, ReportsIdentityShareConfigAndUsage) {
   flowctl::ConsumerUsage u = consumer->TakeUsage();
   EXPECT_EQ(u.cpu_nanos, 0);
   EXPECT_FALSE(u.cpu_backlogged);
-  EXPECT_EQ(u.memory_bytes, 0u);
+  // Nothing pooled, queued or cached: only what the ledger's block cache holds from its open.
+  EXPECT_EQ(u.memory_bytes, part_->FlowStats().state_cache().ledger_block_cache_bytes());
   EXPECT_EQ(u.memory_limit, config_.pool().max_bytes() + config_.dispatcher().budget_bytes() +
-                                config_.state().cache_bytes());
+                                config_.state().cache_bytes() +
+                                config_.state().block_cache_bytes());
 
   node::config::ShareConfig share;
   share.set_weight(4);
@@ -399,6 +401,29 @@ TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheStateCache) {
   EXPECT_LE(part_->FlowStats().state_cache().bytes(), 1u << 20);
   part_->ApplyShare(Resource::kMemory, limit);
   EXPECT_EQ(part_->FlowStats().state_cache().capacity_bytes(), configured);
+}
+
+// The ledger's block cache follows the memory share like the state cache: RocksDB's own capacity
+// (which bounds what the cache holds: LedgerTest.SetBlockCacheCapacityBoundsWhatTheCacheHolds)
+// halves under half the partition's memory, falls to the 1 MiB floor under a share too small for
+// anything, and is whole again under all of it. What the cache holds counts in the usage.
+TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheLedgerBlockCache) {
+  const uint64_t configured = config_.state().block_cache_bytes();
+  const double limit = static_cast<double>(part_->TakeUsage().memory_limit);
+  ASSERT_GT(configured / 2, 1u << 20);
+  auto capacity = [&] {
+    return part_->FlowStats().state_cache().ledger_block_cache_capacity_bytes();
+  };
+  EXPECT_EQ(capacity(), configured);
+  part_->ApplyShare(Resource::kMemory, limit / 2);
+  EXPECT_NEAR(static_cast<double>(capacity()), static_cast<double>(configured) / 2, 1);
+  part_->ApplyShare(Resource::kMemory, 1);
+  EXPECT_EQ(capacity(), 1u << 20);
+  part_->ApplyShare(Resource::kMemory, limit);
+  EXPECT_EQ(capacity(), configured);
+  EXPECT_EQ(part_->TakeUsage().memory_bytes,
+            part_->FlowStats().state_cache().ledger_block_cache_bytes() +
+                part_->FlowStats().state_cache().bytes());  // nothing pooled or queued
 }
 
 // The lanes' bytes follow the memory share, except the consensus and sync lanes': with the worker

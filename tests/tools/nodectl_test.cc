@@ -205,15 +205,38 @@ TEST_F(NodectlTest, StatusShowsABlockBudgetAdaptedBelowItsCeiling) {
     partitions_with_work: 16
     ledger_memory {
       write_buffer_budget_bytes: 268435456
+      write_buffer_scale: 1
+      write_buffer_budget_in_force_bytes: 268435456
       write_buffer_per_partition_bytes: 8388608
       memtable_bytes: 106954752
+      block_cache_bytes: 41943040
+      block_cache_capacity_bytes: 536870912
     }
   )pb"));
   ASSERT_EQ(Run({"status"}), kExitOk) << err();
   EXPECT_THAT(out(), HasSubstr("blocks   budget 40/s (of 64: queueing 12.5 ms), 16 "
                                "partitions with work\n"
-                               "ledgers  memtables 102.0 MiB of 256.0 MiB (write buffer 8.0 MiB "
-                               "each)\n"));
+                               "ledgers  memtables 102.0 MiB of 256.0 MiB, write buffer 8.0 MiB "
+                               "each; block caches 40.0 MiB of 512.0 MiB\n"));
+}
+
+TEST_F(NodectlTest, StatusShowsTheLedgersMemtableBudgetUnderMemoryPressure) {
+  fake_.SetStatus(FromText<node::admin::NodeStatus>(R"pb(
+    node_id: "ab12"
+    ledger_memory {
+      write_buffer_budget_bytes: 268435456
+      write_buffer_scale: 0.5
+      write_buffer_budget_in_force_bytes: 134217728
+      write_buffer_per_partition_bytes: 4194304
+      memtable_bytes: 52428800
+      block_cache_bytes: 1048576
+      block_cache_capacity_bytes: 16777216
+    }
+  )pb"));
+  ASSERT_EQ(Run({"status"}), kExitOk) << err();
+  EXPECT_THAT(out(), HasSubstr("ledgers  memtables 50.0 MiB of 128.0 MiB (0.5 of 256.0 MiB: "
+                               "memory pressure), write buffer 4.0 MiB each; block caches "
+                               "1.0 MiB of 16.0 MiB\n"));
 }
 
 TEST_F(NodectlTest, StatusNamesWhyAPartitionHalted) {
