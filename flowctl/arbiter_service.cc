@@ -128,13 +128,22 @@ void ArbiterService::Stop() {
 }
 
 void ArbiterService::Loop() {
-  absl::MutexLock lock(&mu_);
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stopped_), options_.tick)) TickLocked();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopped_), options_.tick)) return;
+      TickLocked();
+    }
+    if (options_.after_tick_unlocked) options_.after_tick_unlocked();
+  }
 }
 
 void ArbiterService::Tick() {
-  absl::MutexLock lock(&mu_);
-  TickLocked();
+  {
+    absl::MutexLock lock(&mu_);
+    TickLocked();
+  }
+  if (options_.after_tick_unlocked) options_.after_tick_unlocked();
 }
 
 absl::Status ArbiterService::UpdateShares(

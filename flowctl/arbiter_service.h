@@ -148,6 +148,11 @@ class ArbiterService {
     std::function<void(double elapsed_nanos, double cpu_capacity_nanos,
                        absl::Span<ResourceConsumer* const> consumers)>
         after_tick = nullptr;
+    // Called after every tick of the arbiter's own thread and every Tick(), once the arbiter's
+    // mutex is released (it may call the arbiter): for node-level work too slow to hold up the
+    // arbiter, its stats and consumer changes (e.g. rewriting every ledger's RocksDB options).
+    // Not after the ticks of Start, UpdateShares, AddConsumer or RemoveConsumer. May be null.
+    std::function<void()> after_tick_unlocked = nullptr;
     const Clock* clock = Clock::Real();  // not null; outlives the arbiter
     // Measure, allocate and report, but apply nothing (no ApplyShare, ApplyCpuLimit, egress
     // weight or limit): the node as if it had no arbiter, for comparison benchmarks.

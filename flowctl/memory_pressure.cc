@@ -170,6 +170,10 @@ double PoolScaleAt(double pressure, double shrink_at, double min_scale) {
   return 1 - (1 - min_scale) * (pressure - shrink_at) / (1 - shrink_at);
 }
 
+double MemoryPressure::pressure_scale() const {
+  return PoolScaleAt(pressure(), config_.shrink_pools_at(), config_.min_pool_scale());
+}
+
 void ReleaseFreeHeap() {
   using Release = void (*)();
   static const Release tcmalloc_release =

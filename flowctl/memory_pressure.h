@@ -158,6 +158,10 @@ class MemoryPressure {
   bool drop_forwarded() const { return drop_forwarded_.load(std::memory_order_relaxed); }
   bool refuse_clients() const { return refuse_clients_.load(std::memory_order_relaxed); }
   double pressure() const { return pressure_.load(std::memory_order_relaxed); }
+  // The pool scale of the pressure alone, without the cap on the memory divided that
+  // pool_scale() also holds: 1 below shrink_pools_at, down to min_pool_scale at 1 (what shrinks
+  // the ledgers' memtable budget, which memory_bytes does not include).
+  double pressure_scale() const;
 
   // Counters of what the actions refused, kept here so every partition adds to one figure.
   void CountRefusedWrites(uint64_t n) { refused_writes_.fetch_add(n, std::memory_order_relaxed); }

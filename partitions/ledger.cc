@@ -269,8 +269,12 @@ absl::StatusOr<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path, ui
   // large table outgrows a cache shard, is never kept, and is then read and checksummed on every
   // lookup (the first profile of bench_state spent 90% there).
   rocksdb::BlockBasedTableOptions table;
+  // Four shards: the partition's memory share may shrink the cache to a few MiB (1 MiB at
+  // least), and an LRU shard does not keep an entry larger than itself, so a block record (up to
+  // consensus.batch_max_bytes, 1 MiB) stays cacheable down to 4 MiB; the ledger's readers (its
+  // commit path, client reads, peers' fetches) are few for more shards to pay.
   std::shared_ptr<rocksdb::Cache> block_cache =
-      rocksdb::NewLRUCache(options.block_cache_bytes, /*num_shard_bits=*/4);
+      rocksdb::NewLRUCache(options.block_cache_bytes, /*num_shard_bits=*/2);
   table.block_cache = block_cache;
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;

@@ -779,8 +779,9 @@ absl::Status Node::StartArbiter() {
                  absl::Span<flowctl::ResourceConsumer* const> consumers) {
             BlockBudgetTick(consumers);
             AdmissionTick(elapsed, capacity, consumers);
-            WriteBufferPressureTick();
           },
+      // RocksDB SetOptions syncs a file per ledger: not under the arbiter's mutex.
+      .after_tick_unlocked = [this] { WriteBufferPressureTick(); },
       .clock = options_.clock,
       .advisory = config_.resources().arbiter_advisory()};
   ASSIGN_OR_RETURN(arbiter_,
@@ -963,17 +964,23 @@ uint64_t Node::WriteBufferBudgetInForce() const {
 
 void Node::WriteBufferPressureTick() {
   if (memory_pressure_ == nullptr) return;
+  absl::MutexLock lock(&write_buffer_mu_);
   const double before = write_buffer_scale_.load(std::memory_order_relaxed);
-  const double next = partitions::LedgerWriteBufferScale(before, memory_pressure_->pool_scale());
+  const double next =
+      partitions::LedgerWriteBufferScale(before, memory_pressure_->pressure_scale());
   if (next == before) return;
   write_buffer_scale_.store(next, std::memory_order_relaxed);
   LOG(INFO) << "ledger write buffers: memory pressure scale " << before << " -> " << next << " ("
             << WriteBufferBudgetInForce() << " bytes in force)";
-  DivideWriteBuffers();
+  DivideWriteBuffersLocked();
 }
 
 void Node::DivideWriteBuffers() {
   absl::MutexLock lock(&write_buffer_mu_);
+  DivideWriteBuffersLocked();
+}
+
+void Node::DivideWriteBuffersLocked() {
   const std::vector<std::shared_ptr<Partition>> running = partitions();
   const size_t per = partitions::LedgerWriteBufferBytes(WriteBufferBudgetInForce(), running.size());
   for (const std::shared_ptr<Partition>& p : running) {

@@ -253,15 +253,18 @@ class Node {
   absl::Mutex write_buffer_mu_;
   std::atomic<uint64_t> write_buffer_budget_{0};
   // The part of it divided under memory pressure (partitions::LedgerWriteBufferScale of the
-  // pressure's pool scale, set after every arbiter tick): 1 without pressure.
+  // pressure's scale, set after every arbiter tick): 1 without pressure.
   std::atomic<double> write_buffer_scale_{1};
   // write_buffer_budget_ x write_buffer_scale_.
   uint64_t WriteBufferBudgetInForce() const;
   // Gives every running partition's ledger its part of the budget in force (a failure is
   // logged: the ledger keeps its previous write buffer).
   void DivideWriteBuffers() ABSL_LOCKS_EXCLUDED(write_buffer_mu_);
-  // After an arbiter tick: divides again when memory pressure moved write_buffer_scale_.
-  void WriteBufferPressureTick();
+  void DivideWriteBuffersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_buffer_mu_);
+  // After an arbiter tick, outside the arbiter's mutex: divides again when memory pressure
+  // (MemoryPressure::pressure_scale, not the cap on the memory divided) moved
+  // write_buffer_scale_.
+  void WriteBufferPressureTick() ABSL_LOCKS_EXCLUDED(write_buffer_mu_);
   // resources.memory_pressure; sampled at every arbiter tick (null when disabled).
   std::unique_ptr<flowctl::MemoryPressure> memory_pressure_;
   // resources.node_admission (null when off): updated after every arbiter tick (AdmissionTick),

@@ -194,7 +194,7 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
       << ", " << s.partitions_with_work() << " partitions with work\n";
   if (s.has_ledger_memory()) {
     const node::admin::LedgerMemoryStatus& lm = s.ledger_memory();
-    // (A node from before write_buffer_scale sends 0 for it: no pressure.)
+    // (A node before write_buffer_scale sends 0 for it: no pressure.)
     const bool scaled = lm.write_buffer_scale() > 0 && lm.write_buffer_scale() < 1;
     out << "ledgers  memtables " << FormatBytes(static_cast<double>(lm.memtable_bytes())) << " of "
         << FormatBytes(static_cast<double>(scaled ? lm.write_buffer_budget_in_force_bytes()
@@ -205,9 +205,12 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
           << ": memory pressure)";
     }
     out << ", write buffer "
-        << FormatBytes(static_cast<double>(lm.write_buffer_per_partition_bytes()))
-        << " each; block caches " << FormatBytes(static_cast<double>(lm.block_cache_bytes()))
-        << " of " << FormatBytes(static_cast<double>(lm.block_cache_capacity_bytes())) << "\n";
+        << FormatBytes(static_cast<double>(lm.write_buffer_per_partition_bytes())) << " each";
+    if (lm.block_cache_capacity_bytes() > 0) {  // (0 from a node before them)
+      out << "; block caches " << FormatBytes(static_cast<double>(lm.block_cache_bytes())) << " of "
+          << FormatBytes(static_cast<double>(lm.block_cache_capacity_bytes()));
+    }
+    out << "\n";
   }
   if (s.memory().enabled()) {
     const node::admin::MemoryPressureStatus& m = s.memory();

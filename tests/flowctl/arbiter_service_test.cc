@@ -459,6 +459,34 @@ TEST_F(ArbiterServiceTest, ConsumersAreAddedAndRemoved) {
   EXPECT_THAT(a_.applied(Resource::kCpu), Optional(DoubleNear(kCpuCapacity, 1)));  // all of it
 }
 
+// after_tick_unlocked runs after Tick() once the arbiter's mutex is free: it may call the
+// arbiter (here its stats, which take that mutex) and sees the tick it follows applied.
+TEST_F(ArbiterServiceTest, AfterTickUnlockedMayCallTheArbiter) {
+  ArbiterService* self = nullptr;
+  int calls = 0;
+  std::optional<ConsumerShareStats> seen;
+  absl::StatusOr<std::unique_ptr<ArbiterService>> arbiter =
+      ArbiterService::Create({.tick = absl::Hours(1),
+                              .cpu_workers = [] { return kWorkers; },
+                              .memory_bytes = kMemory,
+                              .after_tick_unlocked =
+                                  [&] {
+                                    ++calls;
+                                    seen = self->StatsOf(a_.id());
+                                  },
+                              .clock = &clock_},
+                             nullptr);
+  ASSERT_TRUE(arbiter.ok()) << arbiter.status();
+  self = arbiter->get();
+  ASSERT_TRUE(self->AddConsumer(&a_).ok());
+  EXPECT_EQ(calls, 0) << "not after AddConsumer's tick";
+  clock_.Advance(absl::Milliseconds(100));
+  self->Tick();
+  EXPECT_EQ(calls, 1);
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->id, a_.id());
+}
+
 TEST_F(ArbiterServiceTest, StartTicksAtOnceAndStopIsFinal) {
   auto arbiter = Make({&a_}, &egress_);
   EXPECT_TRUE(arbiter->Stats().empty());

@@ -145,6 +145,10 @@ TEST(MemoryPressure, TheMemoryDividedStaysWithinAShareOfAKnownLimit) {
   h.Cgroup(0.1);
   EXPECT_DOUBLE_EQ(h.pressure->pool_scale(), kDividedShareOfLimit / 4);
   EXPECT_FALSE(h.pressure->refuse_clients()) << "no pressure: only the division is bounded";
+  EXPECT_EQ(h.pressure->pressure_scale(), 1) << "the pressure's own scale: no pressure";
+  h.Cgroup(0.9);  // halfway from shrink_pools_at (0.8) to 1: halfway down to 0.25
+  EXPECT_NEAR(h.pressure->pressure_scale(), 0.625, 1e-6);
+  EXPECT_DOUBLE_EQ(h.pressure->pool_scale(), kDividedShareOfLimit / 4);
   h.pressure->SetDividedBytes(uint64_t{64} << 20);  // well inside the limit: untouched
   h.Cgroup(0.1);
   EXPECT_EQ(h.pressure->pool_scale(), 1);

@@ -220,6 +220,20 @@ TEST_F(NodectlTest, StatusShowsABlockBudgetAdaptedBelowItsCeiling) {
                                "each; block caches 40.0 MiB of 512.0 MiB\n"));
 }
 
+TEST_F(NodectlTest, StatusShowsAnOlderNodesLedgerLineAsItWas) {
+  fake_.SetStatus(FromText<node::admin::NodeStatus>(R"pb(
+    node_id: "ab12"
+    ledger_memory {
+      write_buffer_budget_bytes: 268435456
+      write_buffer_per_partition_bytes: 8388608
+      memtable_bytes: 106954752
+    }
+  )pb"));
+  ASSERT_EQ(Run({"status"}), kExitOk) << err();
+  EXPECT_THAT(out(), HasSubstr("ledgers  memtables 102.0 MiB of 256.0 MiB, write buffer 8.0 MiB "
+                               "each\n"));
+}
+
 TEST_F(NodectlTest, StatusShowsTheLedgersMemtableBudgetUnderMemoryPressure) {
   fake_.SetStatus(FromText<node::admin::NodeStatus>(R"pb(
     node_id: "ab12"
