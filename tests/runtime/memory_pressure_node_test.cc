@@ -81,6 +81,18 @@ class MemoryPressureNodeTest : public ::testing::Test {
     return client_->SubmitTx(ctx, request, &response);
   }
 
+  // The names of the node's metric families, each followed by a space.
+  std::string MetricFamilyNames() {
+    absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("");
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    std::string families;
+    if (!stats.ok()) return families;
+    for (const auto& f : NodeMetricFamilies(node_->Status(), *stats, node_->Peers())) {
+      families += f.name + " ";
+    }
+    return families;
+  }
+
   uint64_t PoolMaxBytes() {
     absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("hot");
     return stats.ok() ? stats->partitions(0).pool().max_bytes() : 0;
@@ -134,12 +146,7 @@ TEST_F(MemoryPressureNodeTest, RefusesWritesShrinksPoolsAndRecovers) {
     EXPECT_GE(response.height(), 1u);
   }
   // The metrics say so.
-  absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("");
-  ASSERT_TRUE(stats.ok());
-  std::string families;
-  for (const auto& f : NodeMetricFamilies(node_->Status(), *stats, node_->Peers())) {
-    families += f.name + " ";
-  }
+  const std::string families = MetricFamilyNames();
   EXPECT_THAT(families, HasSubstr("noded_memory_pressure "));
   EXPECT_THAT(families, HasSubstr("noded_memory_action_active "));
 
@@ -203,12 +210,7 @@ TEST_F(MemoryPressureNodeTest, ShrinksTheLedgersWriteBuffersAndBlockCaches) {
                 0.05 * static_cast<double>(caches[i]))
         << i;
   }
-  absl::StatusOr<node::admin::FlowStats> stats = node_->FlowStats("");
-  ASSERT_TRUE(stats.ok());
-  std::string families;
-  for (const auto& f : NodeMetricFamilies(node_->Status(), *stats, node_->Peers())) {
-    families += f.name + " ";
-  }
+  const std::string families = MetricFamilyNames();
   EXPECT_THAT(families, HasSubstr("noded_ledger_block_cache_capacity_bytes "));
   EXPECT_THAT(families, HasSubstr("noded_ledger_write_buffer_budget_in_force_bytes "));
 }
