@@ -449,10 +449,13 @@ absl::Status Ledger::SetWriteBufferBytes(size_t bytes) {
 
 size_t Ledger::WriteBufferBytes() const { return db_->GetOptions().write_buffer_size; }
 
+uint64_t Ledger::IntProperty(const std::string& name) const {
+  uint64_t v = 0;
+  return db_->GetIntProperty(name, &v) ? v : 0;
+}
+
 uint64_t Ledger::MemtableBytes() const {
-  uint64_t bytes = 0;
-  if (!db_->GetIntProperty(rocksdb::DB::Properties::kSizeAllMemTables, &bytes)) return 0;
-  return bytes;
+  return IntProperty(rocksdb::DB::Properties::kSizeAllMemTables);
 }
 
 absl::Status Ledger::SetBlockCacheCapacity(size_t bytes) {
@@ -466,15 +469,11 @@ uint64_t Ledger::BlockCachePinnedBytes() const { return block_cache_->GetPinnedU
 uint64_t Ledger::BlockCacheCapacity() const { return block_cache_->GetCapacity(); }
 
 Ledger::WriteStall Ledger::WriteStallNow() const {
-  auto int_property = [&](const std::string& name) -> uint64_t {
-    uint64_t v = 0;
-    return db_->GetIntProperty(name, &v) ? v : 0;
-  };
   WriteStall out;
-  out.stopped = int_property(rocksdb::DB::Properties::kIsWriteStopped) != 0;
-  out.delayed_write_rate = int_property(rocksdb::DB::Properties::kActualDelayedWriteRate);
+  out.stopped = IntProperty(rocksdb::DB::Properties::kIsWriteStopped) != 0;
+  out.delayed_write_rate = IntProperty(rocksdb::DB::Properties::kActualDelayedWriteRate);
   out.pending_compaction_bytes =
-      int_property(rocksdb::DB::Properties::kEstimatePendingCompactionBytes);
+      IntProperty(rocksdb::DB::Properties::kEstimatePendingCompactionBytes);
   std::string files;
   uint64_t level0 = 0;
   if (db_->GetProperty(rocksdb::DB::Properties::kNumFilesAtLevelPrefix + "0", &files) &&

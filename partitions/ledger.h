@@ -311,6 +311,8 @@ class Ledger : public StateStore {
   Ledger(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<rocksdb::Cache> block_cache,
          std::shared_ptr<PruneMarks> marks, uint32_t partition, const LedgerOptions& options);
   absl::Status LoadTip() ABSL_LOCKS_EXCLUDED(mu_);
+  // A RocksDB integer property of the DB; 0 when RocksDB cannot give it.
+  uint64_t IntProperty(const std::string& name) const;
   absl::StatusOr<std::optional<std::string>> Read(
       absl::string_view key, const rocksdb::Snapshot* snapshot = nullptr) const;
   // A height mark ("h", "e"): 8 bytes big-endian; 0 when absent. DATA_LOSS naming `what`.
