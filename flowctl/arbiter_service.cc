@@ -221,10 +221,12 @@ void ArbiterService::TickLocked() {
         usage[i].cpu_backlogged
             ? kUnboundedDemand
             : kCpuDemandHeadroom * static_cast<double>(usage[i].cpu_nanos) + kCpuDemandSlackNanos);
-    memory[i] =
-        ConsumerOf(share, memory_capacity,
-                   HeldDemand(static_cast<double>(usage[i].memory_bytes),
-                              static_cast<double>(usage[i].memory_limit), m.memory_last_share));
+    memory[i] = ConsumerOf(
+        share, memory_capacity,
+        HeldDemand(
+            static_cast<double>(usage[i].memory_bytes -
+                                std::min(usage[i].memory_bytes, usage[i].memory_borrowed_bytes)),
+            static_cast<double>(usage[i].memory_limit), m.memory_last_share));
     if (disk_capacity > 0 && usage[i].disk_floor > 0) {
       // A consumer's own budget is its ceiling. Its floor (what it cannot work below) is
       // guaranteed, and its guarantee fraction applies to what the floors leave, so guarantees

@@ -12,7 +12,8 @@
 //   2. demand, what each would use if allowed (HTB-style borrowing needs it, see arbiter.h):
 //        CPU     unbounded while backlogged, else kCpuDemandHeadroom x usage + kCpuDemandSlackNanos
 //        memory  its limit while it holds at least kMemoryBusyFraction of its last share, else
-//                min(limit, max(kMemoryIdleHeadroom x held, kMemoryIdleFloorFraction x limit))
+//                min(limit, max(kMemoryIdleHeadroom x held, kMemoryIdleFloorFraction x limit)),
+//                held without what its caches borrowed (ConsumerUsage::memory_borrowed_bytes)
 //        egress  kEgressDemandHeadroom x rate + kEgressDemandSlackBytesPerSecond
 //        disk    as memory, from the spill bytes held and the consumer's own budget (or the
 //                capacity), with its disk_floor as a guarantee

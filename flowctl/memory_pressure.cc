@@ -246,6 +246,7 @@ absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& samp
   };
   const bool drop = next(stats_.drop_forwarded, config_.drop_forwarded_at());
   const bool refuse = next(stats_.refuse_clients, config_.refuse_clients_at());
+  const bool no_borrowing = next(stats_.no_cache_borrowing, config_.shrink_pools_at());
   const bool switched = drop != stats_.drop_forwarded || refuse != stats_.refuse_clients;
   stats_.transitions += (drop != stats_.drop_forwarded) + (refuse != stats_.refuse_clients);
   stats_.pressure = pressure;
@@ -264,6 +265,7 @@ absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& samp
   }
   stats_.drop_forwarded = drop;
   stats_.refuse_clients = refuse;
+  stats_.no_cache_borrowing = no_borrowing;
   if (pressure >= config_.shrink_pools_at() && release_heap_ &&
       absl::Now() - last_release_ >= absl::Seconds(1)) {
     last_release_ = absl::Now();
@@ -280,6 +282,7 @@ absl::Status MemoryPressure::UpdateWith(const absl::StatusOr<MemorySample>& samp
   pool_scale_.store(stats_.pool_scale, std::memory_order_relaxed);
   drop_forwarded_.store(drop, std::memory_order_relaxed);
   refuse_clients_.store(refuse, std::memory_order_relaxed);
+  no_cache_borrowing_.store(no_borrowing, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

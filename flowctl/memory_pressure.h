@@ -27,13 +27,18 @@
 //                   committed is lost);
 //   refuse_clients  from refuse_clients_at: client writes are refused with RESOURCE_EXHAUSTED
 //                   before they are parsed; consensus, reads and sync go on.
+//   no_cache_borrowing
+//                   from shrink_pools_at: partitions' caches stop borrowing the room their pools
+//                   and lanes leave (runtime/partition_impl.h, kCacheBorrowFraction): a pressure
+//                   asks the process to hold less, and room nobody holds is memory it does not use;
 //   release_heap    from shrink_pools_at, at most once a second: the allocator's free pages go
 //                   back to the system (tcmalloc's ReleaseFreeMemory when noded runs on it,
 //                   else glibc's malloc_trim), as Envoy's shrink_heap action does; without it a
 //                   process whose pool has drained keeps the freed memory and the pressure it
 //                   reads never falls.
-// The two switches turn off only once the pressure is `hysteresis` below their threshold, so a
-// pressure hovering at a threshold does not flap.
+// The three switches turn off only once the pressure is `hysteresis` below their threshold, so a
+// pressure hovering at a threshold does not flap (borrowed caches raise the pressure they are
+// judged by). `transitions` counts drop_forwarded's and refuse_clients'.
 //
 // Every switch of an action, and a read that starts failing, is logged (WARNING).
 //
@@ -130,7 +135,8 @@ struct MemoryPressureStats {
   double pool_scale = 1;
   bool drop_forwarded = false;
   bool refuse_clients = false;
-  uint64_t transitions = 0;  // times an action switched on or off
+  bool no_cache_borrowing = false;
+  uint64_t transitions = 0;  // times drop_forwarded or refuse_clients switched on or off
   uint64_t heap_releases = 0;
 };
 
@@ -157,6 +163,7 @@ class MemoryPressure {
   double pool_scale() const { return pool_scale_.load(std::memory_order_relaxed); }
   bool drop_forwarded() const { return drop_forwarded_.load(std::memory_order_relaxed); }
   bool refuse_clients() const { return refuse_clients_.load(std::memory_order_relaxed); }
+  bool no_cache_borrowing() const { return no_cache_borrowing_.load(std::memory_order_relaxed); }
   double pressure() const { return pressure_.load(std::memory_order_relaxed); }
   // The pool scale of the pressure alone, without the cap on the memory divided that
   // pool_scale() also holds: 1 below shrink_pools_at, down to min_pool_scale at 1 (what shrinks
@@ -191,6 +198,7 @@ class MemoryPressure {
   std::atomic<uint64_t> divided_bytes_{0};
   std::atomic<double> pool_scale_{1};
   std::atomic<bool> drop_forwarded_{false};
+  std::atomic<bool> no_cache_borrowing_{false};
   std::atomic<bool> refuse_clients_{false};
   std::atomic<double> pressure_{0};
   std::atomic<uint64_t> refused_writes_{0};

@@ -40,9 +40,13 @@ struct ConsumerUsage {
   bool cpu_backlogged = false;  // work is queued now: it would use more CPU if it were given it
   uint64_t memory_bytes = 0;    // bytes held now
   uint64_t memory_limit = 0;    // the most it may hold (its configured limits)
-  uint64_t disk_bytes = 0;      // spill bytes on disk now (0 for a consumer that never spills)
-  uint64_t disk_limit = 0;      // its own disk budget; 0 = none (the whole capacity)
-  uint64_t disk_floor = 0;      // the least disk it can work with; 0 = it does not spill
+  // Of memory_bytes, what caches hold beyond their own part of the last share, in room the
+  // consumer's other parts leave of theirs: it gives them back at its next share, so they are
+  // not demand (a warm cache would otherwise always look busy and never lend to others).
+  uint64_t memory_borrowed_bytes = 0;
+  uint64_t disk_bytes = 0;  // spill bytes on disk now (0 for a consumer that never spills)
+  uint64_t disk_limit = 0;  // its own disk budget; 0 = none (the whole capacity)
+  uint64_t disk_floor = 0;  // the least disk it can work with; 0 = it does not spill
 };
 
 class ResourceConsumer {

@@ -534,6 +534,7 @@ node::admin::MemoryPressureStatus Node::MemoryPressureStatus() const {
   m.set_pool_scale(st.pool_scale);
   m.set_drop_forwarded(st.drop_forwarded);
   m.set_refuse_clients(st.refuse_clients);
+  m.set_no_cache_borrowing(st.no_cache_borrowing);
   m.set_transitions(st.transitions);
   m.set_refused_writes(memory_pressure_->refused_writes());
   m.set_dropped_messages(memory_pressure_->dropped_messages());

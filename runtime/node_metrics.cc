@@ -116,7 +116,8 @@ void AddMemoryPressure(const node::admin::MemoryPressureStatus& m, Families* f) 
            "Fraction of resources.memory_bytes the arbiter divides under memory pressure.", {},
            m.pool_scale());
   for (const auto& [action, on] : {std::pair{"drop_forwarded", m.drop_forwarded()},
-                                   std::pair{"refuse_clients", m.refuse_clients()}}) {
+                                   std::pair{"refuse_clients", m.refuse_clients()},
+                                   std::pair{"no_cache_borrowing", m.no_cache_borrowing()}}) {
     f->Gauge("noded_memory_action_active", "1 while the memory-pressure action is in force.",
              {{"action", action}}, on ? 1 : 0);
   }
@@ -312,6 +313,10 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            "Capacity of the ledger's block cache: state.block_cache_bytes, or less under the "
            "partition's memory share.",
            l, static_cast<double>(cache.ledger_block_cache_capacity_bytes()));
+  f->Gauge("noded_cache_borrowed_capacity_bytes",
+           "Capacity the state cache and the ledger's block cache borrow from room the pool, "
+           "lanes and spill memory tier leave of their parts of the partition's memory share.",
+           l, static_cast<double>(cache.borrowed_capacity_bytes()));
   const node::admin::LedgerWriteStats& writes = p.ledger_writes();
   f->Gauge("noded_ledger_writes_stopped",
            "1 while RocksDB stops the ledger's writes (flushes or compactions behind).", l,

@@ -89,6 +89,7 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   cache->set_ledger_block_cache_bytes(chain_.ledger->BlockCacheBytes());
   cache->set_ledger_block_cache_pinned_bytes(chain_.ledger->BlockCachePinnedBytes());
   cache->set_ledger_block_cache_capacity_bytes(chain_.ledger->BlockCacheCapacity());
+  cache->set_borrowed_capacity_bytes(cache_borrowed_capacity_.load(std::memory_order_relaxed));
   const partitions::Ledger::WriteStall stall = chain_.ledger->WriteStallNow();
   auto* writes = out.mutable_ledger_writes();
   writes->set_stopped(stall.stopped);
@@ -247,6 +248,19 @@ absl::StatusOr<PartitionConfig> Partition::Impl::UpdateFlow(
   ApplyDiskBudgetLocked();
   LOG(INFO) << "partition " << name_ << ": flow configuration updated";
   return next;
+}
+
+void Partition::Impl::NoteTransientMemoryLocked(int64_t now_nanos, uint64_t bytes) {
+  const int64_t half = kCacheBorrowWindowNanos / 2;
+  if (!transient_bucket_start_ || now_nanos - *transient_bucket_start_ >= half) {
+    // A new half-window; after a gap of a whole window the previous half saw nothing either.
+    transient_peaks_[1] = transient_bucket_start_ && now_nanos - *transient_bucket_start_ < 2 * half
+                              ? transient_peaks_[0]
+                              : 0;
+    transient_peaks_[0] = 0;
+    transient_bucket_start_ = now_nanos;
+  }
+  transient_peaks_[0] = std::max(transient_peaks_[0], bytes);
 }
 
 uint64_t Partition::Impl::ConfiguredMemoryLocked() const {
@@ -563,17 +577,22 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
       client_mark > 0 ? static_cast<double>(impl_->pool_->size_now()) / client_mark : 0,
       std::memory_order_relaxed);
   partitions::TxPoolStats ps = impl_->pool_->stats();
-  u.memory_bytes = ps.bytes + lane_bytes + impl_->chain_.executor->cache_stats().bytes +
-                   impl_->chain_.ledger->BlockCacheBytes();
+  const uint64_t cache_bytes = impl_->chain_.executor->cache_stats().bytes;
+  const uint64_t block_cache_bytes = impl_->chain_.ledger->BlockCacheBytes();
+  u.memory_bytes = ps.bytes + lane_bytes + cache_bytes + block_cache_bytes;
   PartitionConfig cfg;
   {
     absl::MutexLock lock(&impl_->config_mu_);
     cfg = impl_->config_;
     u.memory_limit = impl_->ConfiguredMemoryLocked();
   }
+  // The transient parts' resident bytes (a pooled tx about twice its wire bytes, as the pool's
+  // share assumes), for what the caches may borrow.
+  uint64_t transient = 2 * ps.bytes + lane_bytes;
   if (impl_->fifo_) {
     const flowctl::SpillFifoStats fs = impl_->fifo_->stats();
     u.memory_bytes += fs.memory_bytes;
+    transient += fs.memory_bytes;
     u.disk_bytes = fs.disk_bytes;
     u.disk_limit = cfg.lossless().disk_budget_bytes();  // 0: none of its own
     u.disk_floor = LosslessMinDiskBudget(cfg);
@@ -581,6 +600,19 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
     // can go).
     impl_->drain_meter_.Observe(impl_->clock_->NowNanos(), impl_->drain_->stats().bytes,
                                 fs.memory_records + fs.disk_records > 0);
+  }
+  {
+    absl::MutexLock lock(&impl_->config_mu_);
+    impl_->NoteTransientMemoryLocked(impl_->clock_->NowNanos(), transient);
+    // What each cache holds beyond its own fraction of the share, up to what it was lent, is
+    // borrowed (not more: a cap the 5% rule left above its own fraction, or pinned blocks above
+    // it, are the cache's own).
+    auto borrowed = [](uint64_t held, uint64_t own_cap, uint64_t lent) -> uint64_t {
+      return own_cap == 0 || held <= own_cap ? 0 : std::min(held - own_cap, lent);
+    };
+    u.memory_borrowed_bytes =
+        borrowed(cache_bytes, impl_->cache_own_cap_, impl_->cache_lent_) +
+        borrowed(block_cache_bytes, impl_->block_cache_own_cap_, impl_->block_cache_lent_);
   }
   // Service rates behind the retry-after hints, each measured while there was more work than it
   // served: commits while the pool is at its high-water mark or its client cap (the regimes in
@@ -702,22 +734,28 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   }
   // kMemory. The pool, the state cache, the ledger's block cache, the lanes and (lossless) the
   // spill memory tier each get their configured fraction of the partition's memory applied to the
-  // share, never below 1 MiB nor above their configured limits.
+  // share, never below 1 MiB nor above their configured limits. The two caches also borrow part
+  // of the room the others (the transient parts) leave of theirs (Impl::kCacheBorrowFraction).
   const double memory_bytes = amount;
   absl::MutexLock lock(&impl_->config_mu_);
   const double limit = static_cast<double>(impl_->ConfiguredMemoryLocked());
-  // The new cap of a part configured at `configured` and resident at `resident_factor` x what it
-  // counts, if it moved by more than 5% from `*cap` (0 = the configured value; limits are not
+  // A part's own fraction of the share: configured at `configured`, resident at
+  // `resident_factor` x what it counts; 0 when the share covers the configuration (no cap).
+  auto own = [&](uint64_t configured, double resident_factor) -> uint64_t {
+    if (memory_bytes >= limit) return 0;
+    return std::min(configured,
+                    static_cast<uint64_t>(std::max(
+                        double{1 << 20},
+                        memory_bytes * static_cast<double>(configured) / limit / resident_factor)));
+  };
+  // The new cap of a part configured at `configured`, its own fraction `own_cap` (0 = none) plus
+  // `borrowed`, if it moved by more than 5% from `*cap` (0 = the configured value; limits are not
   // worth churning every tick); then `*cap` holds it.
-  auto moved = [&](uint64_t configured, double resident_factor,
+  auto moved = [&](uint64_t configured, uint64_t own_cap, double borrowed,
                    uint64_t* cap) -> std::optional<uint64_t> {
-    uint64_t next = configured;  // its whole configured memory: no cap
-    if (memory_bytes < limit) {
-      next =
-          std::min(configured, static_cast<uint64_t>(std::max(
-                                   double{1 << 20}, memory_bytes * static_cast<double>(configured) /
-                                                        limit / resident_factor)));
-    }
+    const uint64_t next = own_cap == 0
+                              ? configured  // its whole configured memory: no cap
+                              : std::min(configured, own_cap + static_cast<uint64_t>(borrowed));
     const uint64_t old = *cap == 0 ? configured : *cap;
     if (next == old || std::abs(static_cast<double>(next) - static_cast<double>(old)) <
                            0.05 * static_cast<double>(old)) {
@@ -726,28 +764,64 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
     *cap = next;
     return next;
   };
+  const uint64_t cache_configured = impl_->config_.state().cache_bytes();
+  const uint64_t block_configured = impl_->config_.state().block_cache_bytes();
+  impl_->cache_own_cap_ = own(cache_configured, 1);
+  impl_->block_cache_own_cap_ = own(block_configured, 1);
+  // What the caches borrow: a fraction of the room the transient parts left of their fractions of
+  // the share at their most over the window, divided between the caches as configured.
+  // Under memory pressure they borrow nothing (MemoryPressure::no_cache_borrowing).
+  const bool pressed =
+      impl_->env_.memory_pressure != nullptr && impl_->env_.memory_pressure->no_cache_borrowing();
+  double lent = 0;
+  if (memory_bytes < limit && !pressed) {
+    const double transient_configured = static_cast<double>(
+        impl_->config_.pool().max_bytes() + impl_->config_.dispatcher().budget_bytes() +
+        (impl_->fifo_ ? impl_->fifo_->options().memory_bytes : 0));
+    const double room = memory_bytes * transient_configured / limit -
+                        static_cast<double>(impl_->TransientMemoryPeakLocked());
+    lent = Impl::kCacheBorrowFraction * std::max(0.0, room);
+  }
+  const double caches_configured = static_cast<double>(cache_configured + block_configured);
+  const double cache_lent =
+      caches_configured > 0 ? lent * static_cast<double>(cache_configured) / caches_configured : 0;
+  const double block_lent = lent - cache_lent;
   // The cache counts resident bytes (its entries' bookkeeping included).
-  if (auto cap = moved(impl_->config_.state().cache_bytes(), 1, &impl_->cache_bytes_cap_)) {
+  if (auto cap =
+          moved(cache_configured, impl_->cache_own_cap_, cache_lent, &impl_->cache_bytes_cap_)) {
     impl_->chain_.executor->SetCacheCapacity(*cap);
   }
   // The ledger's block cache (RocksDB counts what it holds, pinned blocks included, which it can
   // evict only when their tables go).
-  if (auto cap = moved(impl_->config_.state().block_cache_bytes(), 1, &impl_->block_cache_cap_)) {
+  if (auto cap = moved(block_configured, impl_->block_cache_own_cap_, block_lent,
+                       &impl_->block_cache_cap_)) {
     if (absl::Status s = impl_->chain_.ledger->SetBlockCacheCapacity(*cap); !s.ok()) {
       LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": block cache: " << s;
     }
   }
+  // What the caps in force lend the caches beyond their own fractions (a cap still 0 is the
+  // configured size).
+  auto lent_now = [](uint64_t cap, uint64_t configured, uint64_t own_cap) -> uint64_t {
+    const uint64_t in_force = cap == 0 ? configured : cap;
+    return own_cap == 0 || in_force <= own_cap ? 0 : in_force - own_cap;
+  };
+  impl_->cache_lent_ = lent_now(impl_->cache_bytes_cap_, cache_configured, impl_->cache_own_cap_);
+  impl_->block_cache_lent_ =
+      lent_now(impl_->block_cache_cap_, block_configured, impl_->block_cache_own_cap_);
+  impl_->cache_borrowed_capacity_.store(impl_->cache_lent_ + impl_->block_cache_lent_,
+                                        std::memory_order_relaxed);
   // A lossless partition's spill memory tier: what does not fit goes to its disk tier (nothing
   // is refused or lost for it).
   if (impl_->fifo_) {
-    if (auto cap = moved(impl_->fifo_->options().memory_bytes, 1, &impl_->spill_memory_cap_)) {
+    const uint64_t configured = impl_->fifo_->options().memory_bytes;
+    if (auto cap = moved(configured, own(configured, 1), 0, &impl_->spill_memory_cap_)) {
       impl_->fifo_->SetMemoryBudget(*cap);
     }
   }
   // The lanes' bytes (Dispatcher::SetByteCap, which keeps the consensus and sync lanes' room):
   // no cap while the share covers the configured budget.
   const uint64_t lane_configured = impl_->config_.dispatcher().budget_bytes();
-  if (auto cap = moved(lane_configured, 1, &impl_->lane_bytes_cap_)) {
+  if (auto cap = moved(lane_configured, own(lane_configured, 1), 0, &impl_->lane_bytes_cap_)) {
     const int64_t byte_cap = *cap >= lane_configured ? 0 : static_cast<int64_t>(*cap);
     if (absl::Status s = impl_->dispatcher_->SetByteCap(byte_cap); !s.ok()) {
       LOG_EVERY_N(WARNING, 100) << "partition " << name_ << ": lane byte cap: " << s;
@@ -755,7 +829,8 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
   }
   // A pooled tx is resident at about twice its wire size (the bytes plus the parsed message,
   // base/transaction.h) and the pool counts wire bytes: halve the share for it.
-  if (auto cap = moved(impl_->config_.pool().max_bytes(), 2, &impl_->pool_bytes_cap_)) {
+  const uint64_t pool_configured = impl_->config_.pool().max_bytes();
+  if (auto cap = moved(pool_configured, own(pool_configured, 2), 0, &impl_->pool_bytes_cap_)) {
     partitions::TxPoolLimits limits = impl_->PoolLimitsFrom(impl_->config_.pool());
     limits.max_bytes = *cap;
     if (absl::Status s = impl_->pool_->SetLimits(limits); !s.ok()) {

@@ -7,6 +7,7 @@
 #ifndef RUNTIME_PARTITION_IMPL_H_
 #define RUNTIME_PARTITION_IMPL_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -191,6 +192,34 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   uint64_t block_cache_cap_ ABSL_GUARDED_BY(config_mu_) = 0;   // the ledger's block cache
   uint64_t spill_memory_cap_ ABSL_GUARDED_BY(config_mu_) = 0;  // and to the spill memory tier
   uint64_t lane_bytes_cap_ ABSL_GUARDED_BY(config_mu_) = 0;    // and to the lanes' bytes
+  // Cache borrowing (docs/ARCHITECTURE.md, "Cache borrowing"): under a share smaller than the
+  // configured memory, the state cache and the block cache also get kCacheBorrowFraction of the
+  // room the transient parts (pool, lanes, spill memory tier) leave of their fractions of the
+  // share, by the most those parts held in the arbiter's ticks (TakeUsage samples them) of the
+  // current and the previous half of kCacheBorrowWindowNanos, so over the last 5 to 10 s: they
+  // shrink at the next tick after the transient parts grow, and grow back only once that has
+  // passed. Not under memory pressure (MemoryPressure::no_cache_borrowing). A share applied with
+  // no TakeUsage before it (tests) lends against nothing held.
+  static constexpr double kCacheBorrowFraction = 0.5;
+  static constexpr int64_t kCacheBorrowWindowNanos = 10'000'000'000;
+  // The caches' own fractions of the last share (0 = no cap: the share covered the config), what
+  // they hold beyond these being borrowed.
+  uint64_t cache_own_cap_ ABSL_GUARDED_BY(config_mu_) = 0;
+  uint64_t block_cache_own_cap_ ABSL_GUARDED_BY(config_mu_) = 0;
+  // What each cache's cap in force lends it beyond its own fraction, and the two together
+  // (stats).
+  uint64_t cache_lent_ ABSL_GUARDED_BY(config_mu_) = 0;
+  uint64_t block_cache_lent_ ABSL_GUARDED_BY(config_mu_) = 0;
+  std::atomic<uint64_t> cache_borrowed_capacity_{0};
+  // The transient parts' resident bytes, as TakeUsage sampled them, by their most in the current
+  // and the previous half of kCacheBorrowWindowNanos.
+  uint64_t transient_peaks_[2] ABSL_GUARDED_BY(config_mu_) = {0, 0};
+  std::optional<int64_t> transient_bucket_start_ ABSL_GUARDED_BY(config_mu_);
+  void NoteTransientMemoryLocked(int64_t now_nanos, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_);
+  uint64_t TransientMemoryPeakLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(config_mu_) {
+    return std::max(transient_peaks_[0], transient_peaks_[1]);
+  }
   // Lossless: the arbiter's share of the node's spill disk (0 = not divided). The FIFO's budget
   // is the smaller of it and lossless.disk_budget_bytes, never below LosslessMinDiskBudget.
   uint64_t disk_share_ ABSL_GUARDED_BY(config_mu_) = 0;

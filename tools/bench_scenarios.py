@@ -2308,9 +2308,11 @@ def memtables():
     MEMTABLES_RATE (800) tx/s in all of MEMTABLES_TX_BYTES (4096) each for MEMTABLES_SECONDS (90):
     at the end, the nodes' resident memory, what their ledgers' memtables and block caches hold and
     the block caches' capacities (NodeStatus.ledger_memory; 0 from a build without them), and over
-    the run the nodes' CPU, the commits and the worst p99. Run it on two builds (BUILD_DIR) for a
-    before/after: before resources.ledger_write_buffer_bytes every ledger had RocksDB's default
-    64 MiB write buffer, and before the memory share bounded it a 32 MiB block cache."""
+    the run the nodes' CPU, the commits and the worst p99; 11 s after the load, the state caches'
+    capacities and the capacity the caches borrow of the pools' and lanes' room, summed per node. Run it on two builds
+    (BUILD_DIR) for a before/after: before resources.ledger_write_buffer_bytes every ledger had
+    RocksDB's default 64 MiB write buffer, and before the memory share bounded it a 32 MiB block
+    cache."""
     n = int(os.environ.get("MEMTABLES_PARTITIONS", "16"))
     rate = int(os.environ.get("MEMTABLES_RATE", "800"))
     tx_bytes = int(os.environ.get("MEMTABLES_TX_BYTES", "4096"))
@@ -2325,11 +2327,24 @@ def memtables():
         cores = (c.cpu_seconds() - c0) / (time.monotonic() - t0)
         rss = c.rss_bytes()
         memtables, caches, capacities = [], [], []
+        # The state caches' capacities and what both caches borrow (0 from a build without it),
+        # summed over the node's partitions.
+        state_caps, borrowed = [], []
         for i in range(c.nodes):
             lm = (c.stats(i, "status") or {}).get("ledger_memory", {})
             memtables.append(int(lm.get("memtable_bytes", 0) or 0))
             caches.append(int(lm.get("block_cache_bytes", 0) or 0))
             capacities.append(int(lm.get("block_cache_capacity_bytes", 0) or 0))
+        # The caches borrow against the most the pools and lanes held over the last 5-10 s: read
+        # them once the load's window has passed.
+        time.sleep(11)
+        for i in range(c.nodes):
+            sc = [o.get("state_cache") or o.get("stateCache") or {}
+                  for o in named_objects(c.stats(i) or {}, names)]
+            state_caps.append(sum(int(x.get("capacity_bytes", x.get("capacityBytes", 0)) or 0)
+                                  for x in sc))
+            borrowed.append(sum(int(x.get("borrowed_capacity_bytes",
+                                          x.get("borrowedCapacityBytes", 0)) or 0) for x in sc))
     committed = sum(p[nm]["committed"] for nm in names)
     offered = sum(p[nm]["offered"] for nm in names)
     p99 = max(p[nm]["p99_ms"] for nm in names)
@@ -2337,11 +2352,14 @@ def memtables():
     mib = 1 << 20
     result("ledger memtables, %d partitions, %d tx/s of %d B for %d s" % (n, rate, tx_bytes,
                                                                            seconds),
-           "nodes' RSS %s MiB (max %.0f); memtables %s MiB; block caches %s of %s MiB" % (
+           "nodes' RSS %s MiB (max %.0f); memtables %s MiB; block caches %s of %s MiB; "
+           "state caches' capacity %s MiB; borrowed capacity 11 s after the load %s MiB" % (
                "/".join("%.0f" % (r / mib) for r in rss), max(rss) / mib,
                "/".join("%.0f" % (m / mib) for m in memtables),
                "/".join("%.0f" % (m / mib) for m in caches),
-               "/".join("%.0f" % (m / mib) for m in capacities)),
+               "/".join("%.0f" % (m / mib) for m in capacities),
+               "/".join("%.0f" % (m / mib) for m in state_caps),
+               "/".join("%.0f" % (m / mib) for m in borrowed)),
            "%d of %d committed, worst p99 %.0f ms, %d VC, nodes %.2f cores" % (
                committed, offered, p99, vc, cores),
            "-", "memory bounded by resources.ledger_write_buffer_bytes",

@@ -293,6 +293,25 @@ TEST_F(ArbiterServiceTest, QuietMemoryKeepsTwiceWhatItHolds) {
   EXPECT_THAT(b_.applied(Resource::kMemory), Optional(DoubleNear(700, 1e-9)));
 }
 
+// What a consumer's caches borrowed from its own idle parts is not demand: a consumer that holds
+// 300 of 400, 200 of it borrowed, is as quiet as one holding 100 (it keeps twice that), and the
+// rest goes to its neighbour; without the borrowed bytes counted apart it would want its limit.
+TEST_F(ArbiterServiceTest, BorrowedCacheBytesAreNotMemoryDemand) {
+  a_.SetUsage({.memory_bytes = 300, .memory_limit = 400, .memory_borrowed_bytes = 200});
+  b_.SetUsage({.memory_bytes = 900, .memory_limit = 900});
+  auto arbiter = Make({&a_, &b_}, &egress_);
+  arbiter->Tick();
+  EXPECT_NEAR(StatsOf(*arbiter, 1).memory.demand, 200, 1e-9);
+  EXPECT_NEAR(StatsOf(*arbiter, 1).memory.usage, 300, 1e-9);  // what it holds, borrowed or not
+  EXPECT_THAT(a_.applied(Resource::kMemory), Optional(DoubleNear(200, 1e-9)));
+  EXPECT_THAT(b_.applied(Resource::kMemory), Optional(DoubleNear(800, 1e-9)));
+  // The same bytes its own: busy, it wants its limit.
+  a_.SetUsage({.memory_bytes = 300, .memory_limit = 400});
+  clock_.Advance(absl::Milliseconds(100));
+  arbiter->Tick();
+  EXPECT_NEAR(StatsOf(*arbiter, 1).memory.demand, 400, 1e-9);
+}
+
 // ---- spill disk ----
 
 TEST_F(ArbiterServiceTest, SpillDiskIsDividedAmongSpillersAboveTheirFloors) {

@@ -123,6 +123,22 @@ TEST(MemoryPressure, SwitchesTurnOffOnlyBelowTheHysteresis) {
   EXPECT_EQ(h.pressure->Stats().transitions, 4u);
 }
 
+// Caches stop borrowing at shrink_pools_at (0.80) and borrow again only 0.05 below it: the
+// pressure scale alone would turn them back on at 0.80 and off at 0.81.
+TEST(MemoryPressure, CacheBorrowingStopsAtShrinkAndResumesBelowTheHysteresis) {
+  Harness h;
+  h.Cgroup(0.79);
+  EXPECT_FALSE(h.pressure->no_cache_borrowing());
+  h.Cgroup(0.81);
+  EXPECT_TRUE(h.pressure->no_cache_borrowing());
+  EXPECT_TRUE(h.pressure->Stats().no_cache_borrowing);
+  h.Cgroup(0.77);
+  EXPECT_EQ(h.pressure->pressure_scale(), 1);
+  EXPECT_TRUE(h.pressure->no_cache_borrowing());
+  h.Cgroup(0.74);
+  EXPECT_FALSE(h.pressure->no_cache_borrowing());
+}
+
 TEST(MemoryPressure, TheHighestSourceDrives) {
   node::config::MemoryPressureConfig c = Defaults();
   c.set_rss_limit_bytes(uint64_t{1} << 30);

@@ -183,11 +183,15 @@ TEST_F(MemoryPressureNodeTest, ShrinksTheLedgersWriteBuffersAndBlockCaches) {
   auto block_cache = [](const node::admin::StateCacheStats& c) {
     return c.ledger_block_cache_capacity_bytes();
   };
+  auto borrowed = [](const node::admin::StateCacheStats& c) { return c.borrowed_capacity_bytes(); };
   Pressure(500);
   ASSERT_EQ(node_->partitions().size(), 3u);
   EXPECT_EQ(each(write_buffer), std::vector<uint64_t>(3, 4 * kMiB));
   EXPECT_EQ(node_->Status().ledger_memory().write_buffer_scale(), 1);
   const std::vector<uint64_t> caches = each(block_cache);
+  // Without pressure the caches borrow the room the idle pools and lanes leave.
+  for (uint64_t b : each(borrowed)) EXPECT_GT(b, 0u);
+  EXPECT_FALSE(node_->Status().memory().no_cache_borrowing());
 
   Pressure(900);  // pool scale 0.625
   const node::admin::LedgerMemoryStatus lm = node_->Status().ledger_memory();
@@ -201,8 +205,17 @@ TEST_F(MemoryPressureNodeTest, ShrinksTheLedgersWriteBuffersAndBlockCaches) {
     EXPECT_GE(shrunk[i], 1 * kMiB) << i;
   }
   EXPECT_EQ(lm.block_cache_capacity_bytes(), shrunk[0] + shrunk[1] + shrunk[2]);
+  // Under pressure they borrow nothing, and not again until it is the hysteresis below
+  // shrink_pools_at (0.80).
+  EXPECT_TRUE(node_->Status().memory().no_cache_borrowing());
+  EXPECT_EQ(each(borrowed), std::vector<uint64_t>(3, 0));
+  Pressure(780);
+  EXPECT_EQ(node_->Status().memory().pool_scale(), 1);
+  EXPECT_TRUE(node_->Status().memory().no_cache_borrowing());
+  EXPECT_EQ(each(borrowed), std::vector<uint64_t>(3, 0));
 
   Pressure(500);
+  for (uint64_t b : each(borrowed)) EXPECT_GT(b, 0u);
   EXPECT_EQ(each(write_buffer), std::vector<uint64_t>(3, 4 * kMiB));
   const std::vector<uint64_t> back = each(block_cache);
   for (size_t i = 0; i < caches.size(); ++i) {

@@ -152,6 +152,16 @@ class PartitionResourceConsumerTest : public ::testing::Test {
     return out;
   }
 
+  // What the fixture's state cache (`state`) or block cache borrows under `share` of `limit`
+  // with nothing pooled or queued: its configured part of half the pool's and lanes' fractions.
+  double CacheLent(double share, double limit, bool state) const {
+    const double transient =
+        static_cast<double>(config_.pool().max_bytes() + config_.dispatcher().budget_bytes());
+    const double cache = static_cast<double>(config_.state().cache_bytes());
+    const double block = static_cast<double>(config_.state().block_cache_bytes());
+    return 0.5 * share * transient / limit * (state ? cache : block) / (cache + block);
+  }
+
   double GroupShare() const {
     for (const auto& g : pool_->GetGroupStats()) {
       if (g.name == "p") return g.share;
@@ -392,9 +402,23 @@ TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheStateCache) {
   const double limit = static_cast<double>(part_->TakeUsage().memory_limit);
   ASSERT_GT(configured / 2, 1u << 20);  // above the 1 MiB floor
   EXPECT_EQ(part_->FlowStats().state_cache().capacity_bytes(), configured);
+  // Half of it: half the configured cache, plus its part of what it borrows with nothing pooled
+  // or queued (CachesBorrowTheRoomThePoolAndLanesLeave), at most the configured cache.
   part_->ApplyShare(Resource::kMemory, limit / 2);
   EXPECT_NEAR(static_cast<double>(part_->FlowStats().state_cache().capacity_bytes()),
-              static_cast<double>(configured) / 2, 1);
+              std::min(static_cast<double>(configured),
+                       static_cast<double>(configured) / 2 + CacheLent(limit / 2, limit, true)),
+              1);
+  // With the defaults both caches are back at their configured sizes there (their caps never
+  // moved), which they borrow beyond their own halves.
+  const double block = static_cast<double>(config_.state().block_cache_bytes());
+  EXPECT_NEAR(static_cast<double>(part_->FlowStats().state_cache().borrowed_capacity_bytes()),
+              std::min(static_cast<double>(configured) / 2, CacheLent(limit / 2, limit, true)) +
+                  std::min(block / 2, CacheLent(limit / 2, limit, false)),
+              2);
+  part_->ApplyShare(Resource::kMemory, limit / 8);
+  EXPECT_NEAR(static_cast<double>(part_->FlowStats().state_cache().capacity_bytes()),
+              static_cast<double>(configured) / 8 + CacheLent(limit / 8, limit, true), 1);
   // A share too small for anything: the 1 MiB floor, and the cache holds no more than that.
   part_->ApplyShare(Resource::kMemory, 1);
   EXPECT_EQ(part_->FlowStats().state_cache().capacity_bytes(), 1u << 20);
@@ -405,9 +429,9 @@ TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheStateCache) {
 
 // The ledger's block cache follows the memory share like the state cache: RocksDB's own capacity
 // (which bounds what the cache holds: LedgerTest.SetBlockCacheCapacityBoundsWhatTheCacheHolds)
-// halves under half the partition's memory, falls to the 1 MiB floor under a share too small for
-// anything, and is whole again under all of it. (What the cache holds counts in the usage:
-// ReportsIdentityShareConfigAndUsage.)
+// is an eighth under an eighth of the partition's memory (plus what it borrows), falls to the 1 MiB
+// floor under a share too small for anything, and is whole again under all of it. (What the cache
+// holds counts in the usage: ReportsIdentityShareConfigAndUsage.)
 TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheLedgerBlockCache) {
   const uint64_t configured = config_.state().block_cache_bytes();
   const double limit = static_cast<double>(part_->TakeUsage().memory_limit);
@@ -416,12 +440,96 @@ TEST_F(PartitionResourceConsumerTest, MemoryShareBoundsTheLedgerBlockCache) {
     return part_->FlowStats().state_cache().ledger_block_cache_capacity_bytes();
   };
   EXPECT_EQ(capacity(), configured);
-  part_->ApplyShare(Resource::kMemory, limit / 2);
-  EXPECT_NEAR(static_cast<double>(capacity()), static_cast<double>(configured) / 2, 1);
+  part_->ApplyShare(Resource::kMemory, limit / 8);
+  EXPECT_NEAR(static_cast<double>(capacity()),
+              static_cast<double>(configured) / 8 + CacheLent(limit / 8, limit, false), 1);
   part_->ApplyShare(Resource::kMemory, 1);
   EXPECT_EQ(capacity(), 1u << 20);
   part_->ApplyShare(Resource::kMemory, limit);
   EXPECT_EQ(capacity(), configured);
+}
+
+// Under a share smaller than its configured memory, the state cache and the block cache borrow
+// half the room the transient parts (pool, lanes) leave of their fractions of the share, divided
+// between them as configured, by the most those parts held over the last 10 s: they give it back
+// at the next share after the lanes fill, and take it again only once the window has passed. The
+// pool keeps its own fraction throughout. (A partition of 8 MiB of pool, 32 MiB of lanes with the
+// forwarding lane weighted 16, and 32 MiB for each cache, given half of its 104 MiB.)
+TEST_F(PartitionResourceConsumerTest, CachesBorrowTheRoomThePoolAndLanesLeave) {
+  constexpr uint64_t kMiB = 1 << 20;
+  node::config::PartitionConfig cfg = config_;
+  cfg.set_id(7);
+  cfg.set_name("borrow");
+  cfg.mutable_pool()->set_max_bytes(8 * kMiB);
+  cfg.mutable_dispatcher()->set_budget_bytes(32 * kMiB);
+  cfg.mutable_dispatcher()->mutable_lane_weights()->set_tx_forward(16);
+  cfg.mutable_state()->set_cache_bytes(32 * kMiB);
+  cfg.mutable_state()->set_block_cache_bytes(32 * kMiB);
+  std::unique_ptr<Partition> part = Open(cfg, dir_ + "/borrow");
+  ASSERT_NE(part, nullptr);
+  const double limit = static_cast<double>(part->TakeUsage().memory_limit);
+  ASSERT_EQ(limit, 104.0 * kMiB);
+  const double share = limit / 2;
+  const double own = share * 32 / 104;                // each cache's own fraction: 16 MiB
+  const double transient = share * (8.0 + 32) / 104;  // the pool's and lanes': 20 MiB
+  auto cache = [&] { return part->FlowStats().state_cache(); };
+  auto lane_bytes = [&] {
+    uint64_t bytes = 0;
+    const node::admin::PartitionFlowStats stats = part->FlowStats();
+    for (const node::admin::LaneStats& l : stats.lanes()) bytes += l.depth_bytes();
+    return bytes;
+  };
+  // Each cache: its own fraction and half of what the caches borrow, which is half the room the
+  // transient parts leave after `held`.
+  auto expect_caches = [&](double held, const char* when) {
+    SCOPED_TRACE(when);
+    const double lent = 0.5 * std::max(0.0, transient - held);
+    const node::admin::StateCacheStats c = cache();
+    EXPECT_NEAR(static_cast<double>(c.capacity_bytes()), own + lent / 2, 2);
+    EXPECT_NEAR(static_cast<double>(c.ledger_block_cache_capacity_bytes()), own + lent / 2, 2);
+    EXPECT_NEAR(static_cast<double>(c.borrowed_capacity_bytes()), lent, 4);
+    EXPECT_NEAR(static_cast<double>(part->FlowStats().pool().max_bytes()), share * 8 / 104 / 2, 1);
+  };
+
+  // Nothing pooled or queued: half of the transient parts' 20 MiB lent, 5 MiB to each cache.
+  part->ApplyShare(Resource::kMemory, share);
+  expect_caches(0, "idle");
+  part->ApplyShare(Resource::kMemory, limit);  // the lanes' byte cap lifted while they fill
+
+  // The forwarding lane holds 256 KiB messages while the worker is held elsewhere.
+  const p2p::NodeId self = p2p::NodeIdFromPublicKey(testing::TestKey('a').public_key().bytes());
+  const p2p::NodeId peer = members_[0].first == self ? members_[1].first : members_[0].first;
+  double held = 0;
+  {
+    BlockedWorker blocked(pool_.get());
+    for (int i = 0; i < 40; ++i) {
+      part->OnPeerMessage(peer, node::p2p::TX_FORWARD, std::string(256 << 10, 'm'));
+    }
+    held = static_cast<double>(lane_bytes());
+    ASSERT_GE(held, 8.0 * kMiB);  // enough to move the caps by more than 5%
+    part->TakeUsage();            // the tick that sees them
+    part->ApplyShare(Resource::kMemory, share);
+    expect_caches(held, "lanes full");
+  }
+  ASSERT_TRUE(testing::WaitFor([&] { return lane_bytes() == 0; }, absl::Seconds(30)));
+
+  // Drained, but within the window the caches keep to what the lanes held.
+  clock_.Advance(absl::Seconds(5));
+  part->TakeUsage();
+  part->ApplyShare(Resource::kMemory, share);
+  expect_caches(held, "drained, within the window");
+  // A whole window later they borrow all of it again.
+  clock_.Advance(absl::Seconds(5));
+  part->TakeUsage();
+  part->ApplyShare(Resource::kMemory, share);
+  expect_caches(0, "a window later");
+
+  // The whole configured memory: every part at its configured size, nothing borrowed.
+  part->ApplyShare(Resource::kMemory, limit);
+  EXPECT_EQ(cache().capacity_bytes(), 32 * kMiB);
+  EXPECT_EQ(cache().ledger_block_cache_capacity_bytes(), 32 * kMiB);
+  EXPECT_EQ(cache().borrowed_capacity_bytes(), 0u);
+  part.reset();
 }
 
 // The lanes' bytes follow the memory share, except the consensus and sync lanes': with the worker
