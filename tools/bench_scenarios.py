@@ -2308,8 +2308,9 @@ def memtables():
     MEMTABLES_RATE (800) tx/s in all of MEMTABLES_TX_BYTES (4096) each for MEMTABLES_SECONDS (90):
     at the end, the nodes' resident memory, what their ledgers' memtables and block caches hold and
     the block caches' capacities (NodeStatus.ledger_memory; 0 from a build without them), and over
-    the run the nodes' CPU, the commits and the worst p99; 11 s after the load, the state caches'
-    capacities and the capacity the caches borrow of the pools' and lanes' room, summed per node. Run it on two builds
+    the run the nodes' CPU, the commits and the worst p99; 11 s after the load, what the state
+    caches hold, their capacities, their hit ratio over the run and the capacity the caches borrow
+    of the pools' and lanes' room, summed per node. Run it on two builds
     (BUILD_DIR) for a before/after: before resources.ledger_write_buffer_bytes every ledger had
     RocksDB's default 64 MiB write buffer, and before the memory share bounded it a 32 MiB block
     cache."""
@@ -2329,7 +2330,7 @@ def memtables():
         memtables, caches, capacities = [], [], []
         # The state caches' capacities and what both caches borrow (0 from a build without it),
         # summed over the node's partitions.
-        state_caps, borrowed = [], []
+        state_caps, borrowed, state_held, hits, misses = [], [], [], [], []
         for i in range(c.nodes):
             lm = (c.stats(i, "status") or {}).get("ledger_memory", {})
             memtables.append(int(lm.get("memtable_bytes", 0) or 0))
@@ -2345,6 +2346,9 @@ def memtables():
                                   for x in sc))
             borrowed.append(sum(int(x.get("borrowed_capacity_bytes",
                                           x.get("borrowedCapacityBytes", 0)) or 0) for x in sc))
+            state_held.append(sum(int(x.get("bytes", 0) or 0) for x in sc))
+            hits.append(sum(int(x.get("hits", 0) or 0) for x in sc))
+            misses.append(sum(int(x.get("misses", 0) or 0) for x in sc))
     committed = sum(p[nm]["committed"] for nm in names)
     offered = sum(p[nm]["offered"] for nm in names)
     p99 = max(p[nm]["p99_ms"] for nm in names)
@@ -2353,12 +2357,15 @@ def memtables():
     result("ledger memtables, %d partitions, %d tx/s of %d B for %d s" % (n, rate, tx_bytes,
                                                                            seconds),
            "nodes' RSS %s MiB (max %.0f); memtables %s MiB; block caches %s of %s MiB; "
-           "state caches' capacity %s MiB; borrowed capacity 11 s after the load %s MiB" % (
+           "state caches hold %s of %s MiB, %s of reads hits; borrowed capacity 11 s after "
+           "the load %s MiB" % (
                "/".join("%.0f" % (r / mib) for r in rss), max(rss) / mib,
                "/".join("%.0f" % (m / mib) for m in memtables),
                "/".join("%.0f" % (m / mib) for m in caches),
                "/".join("%.0f" % (m / mib) for m in capacities),
+               "/".join("%.0f" % (m / mib) for m in state_held),
                "/".join("%.0f" % (m / mib) for m in state_caps),
+               "/".join("%.3f" % (h / max(h + m, 1)) for h, m in zip(hits, misses)),
                "/".join("%.0f" % (m / mib) for m in borrowed)),
            "%d of %d committed, worst p99 %.0f ms, %d VC, nodes %.2f cores" % (
                committed, offered, p99, vc, cores),

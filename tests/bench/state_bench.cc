@@ -299,7 +299,10 @@ BENCHMARK(BM_LedgersWriteBuffers)
 // uniformly over every ledger's keys, untimed (the caches fill), and kReads more, timed (reads
 // per second, wall clock). C = 32768 is state.block_cache_bytes' default, what every ledger held
 // before the partition's memory share bounded it; 7282 is what the default share gives each of
-// 16 partitions (resources.memory_bytes 1 GiB / 16 x 32 / 288 MiB of configured memory).
+// 16 partitions (resources.memory_bytes 1 GiB / 16 x 32 / 288 MiB of configured memory), 14564
+// that plus what a quiet partition's block cache borrows of its pool's and lanes' room there
+// (half of their 192/288 of the share, a third of it to the block cache: docs/ARCHITECTURE.md,
+// "Cache borrowing").
 // Counters: block_cache_mib (what the N caches hold after the reads, pinned blocks included),
 // rss_mib (after the reads), load_s. Run each case alone (RSS is per process):
 //   bench_state --benchmark_filter='LedgersBlockCaches/ledgers:16/cache_kib:32768/'
@@ -359,6 +362,7 @@ BENCHMARK(BM_LedgersBlockCaches)
     ->ArgNames({"ledgers", "cache_kib"})
     ->Args({16, 32768})
     ->Args({16, 7282})
+    ->Args({16, 14564})
     ->Args({1, 32768})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
