@@ -293,9 +293,6 @@ class Ledger : public StateStore {
   uint64_t BlockCacheBytes() const;
   uint64_t BlockCachePinnedBytes() const;
   uint64_t BlockCacheCapacity() const;
-  // The block cache itself, for another RocksDB of the partition to share (the consensus store:
-  // RocksDbConsensusStore::Open), so one capacity bounds both.
-  std::shared_ptr<rocksdb::Cache> block_cache() const { return block_cache_; }
   // RocksDB's own write backpressure now (rocksdb.is-write-stopped,
   // rocksdb.actual-delayed-write-rate) and what drives it (level-0 files, the pending compaction
   // bytes estimate). A property RocksDB cannot give reads 0.

@@ -11,7 +11,6 @@
 #include "flowctl/status_macros.h"
 #include "partitions/pbft_certs.h"
 #include "partitions/rocksdb_logger.h"
-#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
@@ -115,15 +114,12 @@ absl::Status ForEachLogEntry(rocksdb::DB* db, const std::string& dir, Fn fn) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> RocksDbConsensusStore::Open(
-    const std::string& dir, std::shared_ptr<rocksdb::Cache> cache) {
+    const std::string& dir) {
   // RocksDB creates only the last path component; errors surface from DB::Open below.
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
   rocksdb::Options options;
-  // The log is bounded by the watermark window: small memtables, and a small cache.
-  if (cache == nullptr) cache = rocksdb::NewLRUCache(16 << 20);
-  static_cast<rocksdb::ColumnFamilyOptions&>(options).OptimizeForSmallDb(&cache);
-  static_cast<rocksdb::DBOptions&>(options).OptimizeForSmallDb(&cache);
+  options.OptimizeForSmallDb();  // the log is bounded by the watermark window
   options.create_if_missing = true;
   options.paranoid_checks = true;
   options.info_log = NewGlogRocksDbLogger("consensus store " + dir);

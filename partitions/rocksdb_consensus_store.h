@@ -38,7 +38,6 @@
 #include "partitions/pbft_types.h"
 
 namespace rocksdb {
-class Cache;
 class DB;
 }  // namespace rocksdb
 
@@ -48,12 +47,7 @@ class RocksDbConsensusStore final : public ConsensusStore {
  public:
   // Opens (creating if missing, parents included) the store in directory `dir`. Fails if `dir`
   // is unusable or another process holds it, or if the stored checkpoint or log keys are corrupt.
-  // `cache`: the block cache its blocks go to and its memtables are charged to (RocksDB's
-  // OptimizeForSmallDb with a cache: a WriteBufferManager that costs them to it), e.g. the
-  // partition's ledger's, so the partition's memory share bounds the store too; null: a 16 MiB
-  // cache of its own.
-  static absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> Open(
-      const std::string& dir, std::shared_ptr<rocksdb::Cache> cache = nullptr);
+  static absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> Open(const std::string& dir);
 
   ~RocksDbConsensusStore() override;
   RocksDbConsensusStore(const RocksDbConsensusStore&) = delete;

@@ -134,9 +134,7 @@ absl::Status Partition::Impl::Open() {
   ledger_options.height_keyed_meta = {partitions::kCertKeyPrefix};
   ASSIGN_OR_RETURN(chain_,
                    partitions::OpenChain(env_.dir + "/ledger", id_, genesis, ledger_options));
-  // The consensus store shares the ledger's block cache: one capacity, under the memory share.
-  ASSIGN_OR_RETURN(store_, partitions::RocksDbConsensusStore::Open(env_.dir + "/consensus",
-                                                                   chain_.ledger->block_cache()));
+  ASSIGN_OR_RETURN(store_, partitions::RocksDbConsensusStore::Open(env_.dir + "/consensus"));
   ASSIGN_OR_RETURN(crypto_, partitions::Ed25519PbftCrypto::Create(id_, self_index_, *env_.key,
                                                                   env_.replica_keys));
 

@@ -15,7 +15,6 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "partitions/pbft_replica.h"
-#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "tests/mocks/fake_consensus_store.h"
 #include "tests/partitions/pbft_test_util.h"
@@ -79,25 +78,6 @@ TEST_F(RocksDbConsensusStoreTest, FreshStoreLoadsDefault) {
   ASSERT_NE(store, nullptr);
   tests::FakeConsensusStore memory;
   EXPECT_TRUE(MessageDifferencer::Equals(LoadOk(*store), LoadOk(memory)));
-}
-
-// Given a cache (the partition's ledger's), the store charges its memtables to it and reads its
-// blocks through it, so that cache's capacity (the partition's memory share) bounds the store
-// too; closed, it gives the charge back. What it wrote reads back through the shared cache.
-TEST_F(RocksDbConsensusStoreTest, ChargesItsMemoryToTheCacheItIsGiven) {
-  std::shared_ptr<rocksdb::Cache> cache = rocksdb::NewLRUCache(8 << 20);
-  const std::vector<ConsensusMessage> log = {MakePrePrepare(2, 3, {Tx(1)}, 2),
-                                             MakePrepare(2, 3, BatchDigest({Tx(1)}), 1)};
-  {
-    auto store = RocksDbConsensusStore::Open(dir_, cache);
-    ASSERT_TRUE(store.ok()) << store.status();
-    ASSERT_TRUE((*store)->AppendLog(log).ok());
-    EXPECT_GT(cache->GetUsage(), 0u) << "the memtable is charged to the shared cache";
-  }
-  EXPECT_EQ(cache->GetPinnedUsage(), 0u) << "closed, the store holds nothing of it";
-  auto store = RocksDbConsensusStore::Open(dir_, cache);
-  ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ(Seqs(LoadOk(**store)), (std::vector<uint64_t>{3, 3}));
 }
 
 TEST_F(RocksDbConsensusStoreTest, RoundTripAcrossReopenMatchesInMemory) {
