@@ -775,9 +775,9 @@ void Partition::ApplyShare(flowctl::Resource resource, double amount) {
       impl_->env_.memory_pressure != nullptr && impl_->env_.memory_pressure->no_cache_borrowing();
   double lent = 0;
   if (memory_bytes < limit && !pressed) {
-    const double transient_configured = static_cast<double>(
-        impl_->config_.pool().max_bytes() + impl_->config_.dispatcher().budget_bytes() +
-        (impl_->fifo_ ? impl_->fifo_->options().memory_bytes : 0));
+    // The transient parts: everything configured but the two caches.
+    const double transient_configured =
+        limit - static_cast<double>(cache_configured + block_configured);
     const double room = memory_bytes * transient_configured / limit -
                         static_cast<double>(impl_->TransientMemoryPeakLocked());
     lent = Impl::kCacheBorrowFraction * std::max(0.0, room);

@@ -2328,9 +2328,8 @@ def memtables():
         cores = (c.cpu_seconds() - c0) / (time.monotonic() - t0)
         rss = c.rss_bytes()
         memtables, caches, capacities = [], [], []
-        # The state caches' capacities and what both caches borrow (0 from a build without it),
-        # summed over the node's partitions.
-        state_caps, borrowed, state_held, hits, misses = [], [], [], [], []
+        # Per node, summed over its partitions' StateCacheStats (0 from a build without a field).
+        sums = []
         for i in range(c.nodes):
             lm = (c.stats(i, "status") or {}).get("ledger_memory", {})
             memtables.append(int(lm.get("memtable_bytes", 0) or 0))
@@ -2340,15 +2339,10 @@ def memtables():
         # them once the load's window has passed.
         time.sleep(11)
         for i in range(c.nodes):
-            sc = [o.get("state_cache") or o.get("stateCache") or {}
-                  for o in named_objects(c.stats(i) or {}, names)]
-            state_caps.append(sum(int(x.get("capacity_bytes", x.get("capacityBytes", 0)) or 0)
-                                  for x in sc))
-            borrowed.append(sum(int(x.get("borrowed_capacity_bytes",
-                                          x.get("borrowedCapacityBytes", 0)) or 0) for x in sc))
-            state_held.append(sum(int(x.get("bytes", 0) or 0) for x in sc))
-            hits.append(sum(int(x.get("hits", 0) or 0) for x in sc))
-            misses.append(sum(int(x.get("misses", 0) or 0) for x in sc))
+            sc = [o.get("state_cache") or {} for o in named_objects(c.stats(i) or {}, names)]
+            sums.append({k: sum(int(x.get(k, 0) or 0) for x in sc)
+                         for k in ("bytes", "capacity_bytes", "hits", "misses",
+                                   "borrowed_capacity_bytes")})
     committed = sum(p[nm]["committed"] for nm in names)
     offered = sum(p[nm]["offered"] for nm in names)
     p99 = max(p[nm]["p99_ms"] for nm in names)
@@ -2363,10 +2357,10 @@ def memtables():
                "/".join("%.0f" % (m / mib) for m in memtables),
                "/".join("%.0f" % (m / mib) for m in caches),
                "/".join("%.0f" % (m / mib) for m in capacities),
-               "/".join("%.0f" % (m / mib) for m in state_held),
-               "/".join("%.0f" % (m / mib) for m in state_caps),
-               "/".join("%.3f" % (h / max(h + m, 1)) for h, m in zip(hits, misses)),
-               "/".join("%.0f" % (m / mib) for m in borrowed)),
+               "/".join("%.0f" % (x["bytes"] / mib) for x in sums),
+               "/".join("%.0f" % (x["capacity_bytes"] / mib) for x in sums),
+               "/".join("%.3f" % (x["hits"] / max(x["hits"] + x["misses"], 1)) for x in sums),
+               "/".join("%.0f" % (x["borrowed_capacity_bytes"] / mib) for x in sums)),
            "%d of %d committed, worst p99 %.0f ms, %d VC, nodes %.2f cores" % (
                committed, offered, p99, vc, cores),
            "-", "memory bounded by resources.ledger_write_buffer_bytes",
