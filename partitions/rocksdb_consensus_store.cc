@@ -11,8 +11,10 @@
 #include "flowctl/status_macros.h"
 #include "partitions/pbft_certs.h"
 #include "partitions/rocksdb_logger.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
 namespace partitions {
@@ -114,25 +116,65 @@ absl::Status ForEachLogEntry(rocksdb::DB* db, const std::string& dir, Fn fn) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> RocksDbConsensusStore::Open(
-    const std::string& dir) {
+    const std::string& dir, ConsensusStoreOptions store_options) {
+  if (store_options.write_buffer_bytes < (64 << 10)) {
+    return absl::InvalidArgumentError(absl::StrCat("consensus store ", dir,
+                                                   ": write_buffer_bytes must be >= 65536, got ",
+                                                   store_options.write_buffer_bytes));
+  }
   // RocksDB creates only the last path component; errors surface from DB::Open below.
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
   rocksdb::Options options;
-  options.OptimizeForSmallDb();  // the log is bounded by the watermark window
+  // A small database: the log is bounded by the watermark window. These are the sizes of
+  // RocksDB's OptimizeForSmallDb, without its 16 MiB block cache per database (a node opens one
+  // store per partition) and with a smaller write buffer (the log takes a few KiB per second).
+  // Up to four memtables (one filling, three waiting for their flush): a burst (a view change's
+  // certificates) does not stop the log's writes while the process's flush threads are busy with
+  // a ledger's much larger memtable.
+  options.max_file_opening_threads = 1;
+  options.write_buffer_size = store_options.write_buffer_bytes;
+  options.max_write_buffer_number = 4;
+  options.target_file_size_base = 2 << 20;
+  options.max_bytes_for_level_base = 10 << 20;
+  std::shared_ptr<rocksdb::Cache> own_cache;
+  rocksdb::BlockBasedTableOptions table;
+  if (store_options.block_cache != nullptr) {
+    table.block_cache = store_options.block_cache;
+  } else {
+    own_cache = rocksdb::NewLRUCache(store_options.own_cache_bytes, /*num_shard_bits=*/0);
+    table.block_cache = own_cache;
+  }
+  // Index and filter blocks in the cache too, so the cache bounds what reading tables takes.
+  table.cache_index_and_filter_blocks = true;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   options.create_if_missing = true;
   options.paranoid_checks = true;
   options.info_log = NewGlogRocksDbLogger("consensus store " + dir);
   rocksdb::DB* raw = nullptr;
   RETURN_IF_ERROR(FromRocks(rocksdb::DB::Open(options, dir, &raw), "open", dir));
   std::unique_ptr<RocksDbConsensusStore> store(
-      new RocksDbConsensusStore(std::unique_ptr<rocksdb::DB>(raw), dir));
+      new RocksDbConsensusStore(std::unique_ptr<rocksdb::DB>(raw), std::move(own_cache), dir));
   RETURN_IF_ERROR(store->Recover());
   return store;
 }
 
-RocksDbConsensusStore::RocksDbConsensusStore(std::unique_ptr<rocksdb::DB> db, std::string dir)
-    : db_(std::move(db)), dir_(std::move(dir)) {}
+RocksDbConsensusStore::RocksDbConsensusStore(std::unique_ptr<rocksdb::DB> db,
+                                             std::shared_ptr<rocksdb::Cache> own_cache,
+                                             std::string dir)
+    : own_cache_(std::move(own_cache)), db_(std::move(db)), dir_(std::move(dir)) {}
+
+ConsensusStoreMemory RocksDbConsensusStore::Memory() const {
+  auto property = [this](const std::string& name) -> uint64_t {
+    uint64_t v = 0;
+    return db_->GetIntProperty(name, &v) ? v : 0;
+  };
+  ConsensusStoreMemory m;
+  m.memtable_bytes = property(rocksdb::DB::Properties::kCurSizeAllMemTables);
+  m.table_reader_bytes = property(rocksdb::DB::Properties::kEstimateTableReadersMem);
+  m.own_cache_bytes = own_cache_ != nullptr ? own_cache_->GetUsage() : 0;
+  return m;
+}
 
 RocksDbConsensusStore::~RocksDbConsensusStore() = default;
 

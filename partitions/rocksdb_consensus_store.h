@@ -38,16 +38,40 @@
 #include "partitions/pbft_types.h"
 
 namespace rocksdb {
+class Cache;
 class DB;
 }  // namespace rocksdb
 
 namespace partitions {
 
+// What a store may hold in memory. The log is small and written at a few messages per block, and
+// read only when the replica starts (Load), so neither part needs much: a node opens one store per
+// partition and gives them all one block cache.
+struct ConsensusStoreOptions {
+  // RocksDB's block cache (data, index and filter blocks) for the store's tables; a node shares
+  // one among all its partitions' stores. Null: a cache of own_cache_bytes of the store's own.
+  std::shared_ptr<rocksdb::Cache> block_cache;
+  size_t own_cache_bytes = 1 << 20;
+  // RocksDB's write buffer: a memtable is flushed to a table file once it holds this many bytes,
+  // and the store holds at most four (one filling, three flushing), usually one or two.
+  size_t write_buffer_bytes = kDefaultWriteBufferBytes;
+  static constexpr size_t kDefaultWriteBufferBytes = 256 << 10;
+};
+
+// What a store's RocksDB holds in memory, by part (RocksDB's own estimates).
+struct ConsensusStoreMemory {
+  uint64_t memtable_bytes = 0;      // its memtables (the one filling and any being flushed)
+  uint64_t table_reader_bytes = 0;  // its open tables' readers outside the block cache
+  uint64_t own_cache_bytes = 0;     // its own block cache (0 with a shared one)
+};
+
 class RocksDbConsensusStore final : public ConsensusStore {
  public:
   // Opens (creating if missing, parents included) the store in directory `dir`. Fails if `dir`
-  // is unusable or another process holds it, or if the stored checkpoint or log keys are corrupt.
-  static absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> Open(const std::string& dir);
+  // is unusable or another process holds it, or if the stored checkpoint or log keys are corrupt,
+  // or (InvalidArgument) for a write buffer under 64 KiB.
+  static absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> Open(
+      const std::string& dir, ConsensusStoreOptions options = {});
 
   ~RocksDbConsensusStore() override;
   RocksDbConsensusStore(const RocksDbConsensusStore&) = delete;
@@ -58,12 +82,17 @@ class RocksDbConsensusStore final : public ConsensusStore {
   absl::Status AppendLog(const std::vector<ConsensusMessage>& messages) override;
   absl::StatusOr<node::consensus::PersistedConsensus> Load() const override;
 
+  // What it holds in memory now. Thread-safe, lock-free (RocksDB's counters).
+  ConsensusStoreMemory Memory() const;
+
  private:
-  RocksDbConsensusStore(std::unique_ptr<rocksdb::DB> db, std::string dir);
+  RocksDbConsensusStore(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<rocksdb::Cache> own_cache,
+                        std::string dir);
   // Reads the stable checkpoint's seq and the highest append counter (sets the fields below).
   absl::Status Recover();
 
   // Constant after construction.
+  const std::shared_ptr<rocksdb::Cache> own_cache_;  // null with a shared cache
   const std::unique_ptr<rocksdb::DB> db_;
   const std::string dir_;  // for error messages
 

@@ -18,6 +18,7 @@
 #include "glog/logging.h"
 #include "partitions/ledger.h"
 #include "partitions/partition_channels.h"
+#include "rocksdb/cache.h"
 #include "runtime/config.h"
 #include "runtime/config_validation.h"
 #include "runtime/grpc_servers.h"
@@ -102,6 +103,7 @@ Node::Node(NodeConfig config, NodeOptions options, base::PrivateKey key)
       id_(p2p::NodeIdFromPublicKey(key_.public_key().bytes())),
       read_hold_(std::make_unique<ReadHold>(options_.clock)),
       block_budget_(config_.resources().consensus_blocks_per_second()),
+      consensus_store_cache_(rocksdb::NewLRUCache(kConsensusStoreCacheBytes, /*num_shard_bits=*/1)),
       write_buffer_budget_(config_.resources().ledger_write_buffer_bytes()) {}
 
 Node::~Node() { Stop(absl::ZeroDuration()); }
@@ -865,6 +867,7 @@ absl::StatusOr<std::shared_ptr<Partition>> Node::OpenPartition(
   // Its part as one of `running` partitions; DivideWriteBuffers evens the others out once it runs.
   env.ledger_write_buffer_bytes =
       partitions::LedgerWriteBufferBytes(WriteBufferBudgetInForce(), running);
+  env.consensus_store_cache = consensus_store_cache_;
   env.test_equivocate = pc.name() == options_.test_equivocate_partition;
   if (env.test_equivocate) {
     LOG(WARNING) << "TEST FAILPOINT: partition " << pc.name()
@@ -942,18 +945,22 @@ node::admin::LedgerMemoryStatus Node::LedgerMemory() const {
   out.set_write_buffer_budget_in_force_bytes(in_force);
   out.set_write_buffer_per_partition_bytes(
       partitions::LedgerWriteBufferBytes(in_force, running.size()));
-  uint64_t memtables = 0;
-  uint64_t block_caches = 0;
-  uint64_t block_cache_capacity = 0;
+  LedgerMemoryUse sum;
   for (const std::shared_ptr<Partition>& p : running) {
     const LedgerMemoryUse m = p->ledger_memory();
-    memtables += m.memtable_bytes;
-    block_caches += m.block_cache_bytes;
-    block_cache_capacity += m.block_cache_capacity;
+    sum.memtable_bytes += m.memtable_bytes;
+    sum.block_cache_bytes += m.block_cache_bytes;
+    sum.block_cache_capacity += m.block_cache_capacity;
+    sum.consensus_store_memtable_bytes += m.consensus_store_memtable_bytes;
+    sum.consensus_store_table_reader_bytes += m.consensus_store_table_reader_bytes;
   }
-  out.set_memtable_bytes(memtables);
-  out.set_block_cache_bytes(block_caches);
-  out.set_block_cache_capacity_bytes(block_cache_capacity);
+  out.set_memtable_bytes(sum.memtable_bytes);
+  out.set_block_cache_bytes(sum.block_cache_bytes);
+  out.set_block_cache_capacity_bytes(sum.block_cache_capacity);
+  out.set_consensus_store_memtable_bytes(sum.consensus_store_memtable_bytes);
+  out.set_consensus_store_table_reader_bytes(sum.consensus_store_table_reader_bytes);
+  out.set_consensus_store_cache_bytes(consensus_store_cache_->GetUsage());
+  out.set_consensus_store_cache_capacity_bytes(consensus_store_cache_->GetCapacity());
   return out;
 }
 

@@ -60,6 +60,10 @@
 #include "runtime/partition.h"
 #include "runtime/read_hold.h"
 
+namespace rocksdb {
+class Cache;
+}  // namespace rocksdb
+
 namespace runtime {
 
 class GrpcServers;  // grpc_servers.h
@@ -104,6 +108,9 @@ struct NodeOptions {
 
 class Node {
  public:
+  // The block cache all partitions' consensus stores share (their data, index and filter blocks).
+  static constexpr size_t kConsensusStoreCacheBytes = size_t{8} << 20;
+
   // Validates the config (already defaulted), loads or creates the key file (0600).
   static absl::StatusOr<std::unique_ptr<Node>> Create(node::config::NodeConfig config,
                                                       NodeOptions options = {});
@@ -246,6 +253,9 @@ class Node {
   const std::unique_ptr<ReadHold> read_hold_;
   // resources.consensus_blocks_per_second, divided among the partitions with work (live).
   flowctl::BlockBudget block_budget_;
+  // The block cache every partition's consensus store shares (the PBFT logs are read only when a
+  // partition opens, so a few MiB serve any number of partitions).
+  const std::shared_ptr<rocksdb::Cache> consensus_store_cache_;
   // resources.ledger_write_buffer_bytes (live: UpdateArbiter), divided among the running
   // partitions' ledgers by DivideWriteBuffers whenever one starts or stops.
   // write_buffer_mu_ serializes the divisions (never taken under partitions_mu_: a division

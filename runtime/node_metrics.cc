@@ -300,6 +300,9 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            static_cast<double>(cache.capacity_bytes()));
   f->Gauge("noded_ledger_memtable_bytes", "Bytes held by the ledger's RocksDB memtables.", l,
            static_cast<double>(cache.ledger_memtable_bytes()));
+  f->Gauge("noded_consensus_store_memtable_bytes",
+           "Bytes held by the consensus store's (the PBFT log's) RocksDB memtables.", l,
+           static_cast<double>(cache.consensus_store_memtable_bytes()));
   f->Gauge("noded_ledger_write_buffer_bytes",
            "The ledger's write buffer: its part of resources.ledger_write_buffer_bytes.", l,
            static_cast<double>(cache.ledger_write_buffer_bytes()));
@@ -615,6 +618,12 @@ std::vector<MetricFamily> NodeMetricFamilies(const node::admin::NodeStatus& stat
   f.Gauge("noded_node_ledger_block_cache_capacity_bytes",
           "Every running ledger's block cache capacity together.", {},
           static_cast<double>(status.ledger_memory().block_cache_capacity_bytes()));
+  f.Gauge("noded_node_consensus_store_memtable_bytes",
+          "Bytes held by every running partition's consensus store memtables.", {},
+          static_cast<double>(status.ledger_memory().consensus_store_memtable_bytes()));
+  f.Gauge("noded_consensus_store_cache_bytes",
+          "Bytes held by the block cache the consensus stores share.", {},
+          static_cast<double>(status.ledger_memory().consensus_store_cache_bytes()));
   f.Gauge("noded_block_budget_blocks_per_second",
           "The node's budget of consensus instances per second in force, all partitions (0 = "
           "none).",

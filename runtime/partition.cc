@@ -134,7 +134,10 @@ absl::Status Partition::Impl::Open() {
   ledger_options.height_keyed_meta = {partitions::kCertKeyPrefix};
   ASSIGN_OR_RETURN(chain_,
                    partitions::OpenChain(env_.dir + "/ledger", id_, genesis, ledger_options));
-  ASSIGN_OR_RETURN(store_, partitions::RocksDbConsensusStore::Open(env_.dir + "/consensus"));
+  partitions::ConsensusStoreOptions store_options;
+  store_options.block_cache = env_.consensus_store_cache;
+  ASSIGN_OR_RETURN(store_,
+                   partitions::RocksDbConsensusStore::Open(env_.dir + "/consensus", store_options));
   ASSIGN_OR_RETURN(crypto_, partitions::Ed25519PbftCrypto::Create(id_, self_index_, *env_.key,
                                                                   env_.replica_keys));
 

@@ -68,6 +68,10 @@
 #include "runtime/commit_stream.h"
 #include "runtime/peer_refusals.h"
 
+namespace rocksdb {
+class Cache;
+}  // namespace rocksdb
+
 namespace runtime {
 
 // What a partition needs from the node. Pointers outlive the partition.
@@ -104,6 +108,9 @@ struct PartitionEnv {
   // resources.ledger_write_buffer_bytes divided among its running partitions. 0: RocksDB's
   // default.
   size_t ledger_write_buffer_bytes = 0;
+  // The block cache the node's consensus stores share (partitions::ConsensusStoreOptions); null:
+  // a small one of the store's own.
+  std::shared_ptr<rocksdb::Cache> consensus_store_cache;
   // ResourceConfig.fixed_retry_after: refusals carry the fixed retry-after hints (100 ms pool,
   // 50 ms lane), not the ones computed from the measured commit and service rates.
   bool fixed_retry_after = false;
@@ -137,6 +144,9 @@ struct LedgerMemoryUse {
   uint64_t memtable_bytes = 0;
   uint64_t block_cache_bytes = 0;  // pinned blocks included
   uint64_t block_cache_capacity = 0;
+  // The partition's consensus store (its own RocksDB): its memtables and its tables' readers.
+  uint64_t consensus_store_memtable_bytes = 0;
+  uint64_t consensus_store_table_reader_bytes = 0;
 };
 
 // A Partition is a flowctl::ResourceConsumer: the node's arbiter (flowctl/arbiter_service.h)

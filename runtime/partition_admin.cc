@@ -90,6 +90,9 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   cache->set_ledger_block_cache_pinned_bytes(chain_.ledger->BlockCachePinnedBytes());
   cache->set_ledger_block_cache_capacity_bytes(chain_.ledger->BlockCacheCapacity());
   cache->set_borrowed_capacity_bytes(cache_borrowed_capacity_.load(std::memory_order_relaxed));
+  const partitions::ConsensusStoreMemory store = store_->Memory();
+  cache->set_consensus_store_memtable_bytes(store.memtable_bytes);
+  cache->set_consensus_store_table_reader_bytes(store.table_reader_bytes + store.own_cache_bytes);
   const partitions::Ledger::WriteStall stall = chain_.ledger->WriteStallNow();
   auto* writes = out.mutable_ledger_writes();
   writes->set_stopped(stall.stopped);
@@ -666,9 +669,12 @@ absl::Status Partition::SetLedgerWriteBufferBytes(size_t bytes) {
 
 LedgerMemoryUse Partition::ledger_memory() const {
   const partitions::Ledger& ledger = *impl_->chain_.ledger;
+  const partitions::ConsensusStoreMemory store = impl_->store_->Memory();
   return {.memtable_bytes = ledger.MemtableBytes(),
           .block_cache_bytes = ledger.BlockCacheBytes(),
-          .block_cache_capacity = ledger.BlockCacheCapacity()};
+          .block_cache_capacity = ledger.BlockCacheCapacity(),
+          .consensus_store_memtable_bytes = store.memtable_bytes,
+          .consensus_store_table_reader_bytes = store.table_reader_bytes + store.own_cache_bytes};
 }
 
 flowctl::BlockBudget::PartitionTick Partition::BlockBudgetTick() const {

@@ -2310,7 +2310,8 @@ def memtables():
     the block caches' capacities (NodeStatus.ledger_memory; 0 from a build without them), and over
     the run the nodes' CPU, the commits and the worst p99; 11 s after the load, what the state
     caches hold, their capacities, their hit ratio over the run and the capacity the caches borrow
-    of the pools' and lanes' room, summed per node. Run it on two builds
+    of the pools' and lanes' room, summed per node; then what the consensus stores' memtables and
+    their shared block cache hold (0 from a build without them). Run it on two builds
     (BUILD_DIR) for a before/after: before resources.ledger_write_buffer_bytes every ledger had
     RocksDB's default 64 MiB write buffer, and before the memory share bounded it a 32 MiB block
     cache."""
@@ -2327,7 +2328,7 @@ def memtables():
                          seconds, drain=5, presign=int(each * (seconds + 5)) + 10)
         cores = (c.cpu_seconds() - c0) / (time.monotonic() - t0)
         rss = c.rss_bytes()
-        memtables, caches, capacities = [], [], []
+        memtables, caches, capacities, stores = [], [], [], []
         # Per node, summed over its partitions' StateCacheStats (0 from a build without a field).
         sums = []
         for i in range(c.nodes):
@@ -2335,6 +2336,8 @@ def memtables():
             memtables.append(int(lm.get("memtable_bytes", 0) or 0))
             caches.append(int(lm.get("block_cache_bytes", 0) or 0))
             capacities.append(int(lm.get("block_cache_capacity_bytes", 0) or 0))
+            stores.append((int(lm.get("consensus_store_memtable_bytes", 0) or 0),
+                           int(lm.get("consensus_store_cache_bytes", 0) or 0)))
         # The caches borrow against the most the pools and lanes held over the last 5-10 s: read
         # them once the load's window has passed.
         time.sleep(11)
@@ -2352,7 +2355,7 @@ def memtables():
                                                                            seconds),
            "nodes' RSS %s MiB (max %.0f); memtables %s MiB; block caches %s of %s MiB; "
            "state caches hold %s of %s MiB, %s of reads hits; borrowed capacity 11 s after "
-           "the load %s MiB" % (
+           "the load %s MiB; consensus stores' memtables %s MiB, their cache %s MiB" % (
                "/".join("%.0f" % (r / mib) for r in rss), max(rss) / mib,
                "/".join("%.0f" % (m / mib) for m in memtables),
                "/".join("%.0f" % (m / mib) for m in caches),
@@ -2360,7 +2363,9 @@ def memtables():
                "/".join("%.0f" % (x["bytes"] / mib) for x in sums),
                "/".join("%.0f" % (x["capacity_bytes"] / mib) for x in sums),
                "/".join("%.3f" % (x["hits"] / max(x["hits"] + x["misses"], 1)) for x in sums),
-               "/".join("%.0f" % (x["borrowed_capacity_bytes"] / mib) for x in sums)),
+               "/".join("%.0f" % (x["borrowed_capacity_bytes"] / mib) for x in sums),
+               "/".join("%.1f" % (m / mib) for m, _ in stores),
+               "/".join("%.1f" % (k / mib) for _, k in stores)),
            "%d of %d committed, worst p99 %.0f ms, %d VC, nodes %.2f cores" % (
                committed, offered, p99, vc, cores),
            "-", "memory bounded by resources.ledger_write_buffer_bytes",

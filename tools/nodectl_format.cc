@@ -211,6 +211,15 @@ void PrintNodeStatus(const node::admin::NodeStatus& s, std::ostream& out) {
           << FormatBytes(static_cast<double>(lm.block_cache_capacity_bytes()));
     }
     out << "\n";
+    if (lm.consensus_store_cache_capacity_bytes() > 0) {  // (0 from a node before it)
+      out << "pbft log memtables "
+          << FormatBytes(static_cast<double>(lm.consensus_store_memtable_bytes()))
+          << ", table readers "
+          << FormatBytes(static_cast<double>(lm.consensus_store_table_reader_bytes()))
+          << "; shared block cache "
+          << FormatBytes(static_cast<double>(lm.consensus_store_cache_bytes())) << " of "
+          << FormatBytes(static_cast<double>(lm.consensus_store_cache_capacity_bytes())) << "\n";
+    }
   }
   if (s.memory().enabled()) {
     const node::admin::MemoryPressureStatus& m = s.memory();

@@ -44,6 +44,8 @@
 #include "partitions/block.h"
 #include "partitions/executor.h"
 #include "partitions/ledger.h"
+#include "partitions/rocksdb_consensus_store.h"
+#include "rocksdb/cache.h"
 #include "tests/bench/bench_chain_util.h"
 
 namespace partitions {
@@ -369,14 +371,110 @@ BENCHMARK(BM_LedgersBlockCaches)
     ->MeasureProcessCPUTime()
     ->UseRealTime();
 
+// The consensus stores (PBFT logs) of many partitions in one process, as a node has them.
+// BM_ConsensusStores/stores:N/legacy:L opens N stores and appends kBlocks blocks' worth of log to
+// each in turn (one synced AppendLog per block: three prepares of about 1 KiB, as a prepared
+// certificate with its batch digests, and a commit), with a stable checkpoint every 128 blocks
+// (which deletes the log below it), then closes and reopens every store and loads its log (a
+// restart). legacy:1 is what each store had before 2026-12-07: RocksDB's OptimizeForSmallDb sizes,
+// a 2 MiB write buffer and a 16 MiB block cache of its own; legacy:0 is today's: the default
+// 256 KiB write buffer and one 8 MiB cache for all (Node::kConsensusStoreCacheBytes). Counters:
+// memtable_mib_peak (the N stores' memtables together, read after each round), cache_mib (their
+// caches after the reloads), rss_mib (at the end), appends per second (wall clock, the fsyncs
+// included). Run each case alone (RSS is per process):
+//   bench_state --benchmark_filter='ConsensusStores/stores:16/legacy:0'
+void BM_ConsensusStores(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const bool legacy = state.range(1) != 0;
+  constexpr int kBlocks = 600;
+  constexpr uint64_t kCheckpointEvery = 128;
+  std::string dir = "/tmp/state_bench_XXXXXX";
+  CHECK(mkdtemp(dir.data()) != nullptr);
+  std::shared_ptr<rocksdb::Cache> shared = rocksdb::NewLRUCache(8 << 20, 1);
+  ConsensusStoreOptions options;
+  if (legacy) {
+    options.own_cache_bytes = 16 << 20;
+    options.write_buffer_bytes = 2 << 20;
+  } else {
+    options.block_cache = shared;
+  }
+  auto open_all = [&] {
+    std::vector<std::unique_ptr<RocksDbConsensusStore>> stores;
+    for (int i = 0; i < n; ++i) {
+      auto store = RocksDbConsensusStore::Open(absl::StrFormat("%s/store%d", dir, i), options);
+      CHECK(store.ok()) << store.status();
+      stores.push_back(*std::move(store));
+    }
+    return stores;
+  };
+  std::vector<std::unique_ptr<RocksDbConsensusStore>> stores = open_all();
+  uint64_t peak = 0;
+  for (auto _ : state) {
+    for (uint64_t seq = 1; seq <= kBlocks; ++seq) {
+      for (auto& store : stores) {
+        std::vector<ConsensusMessage> log;
+        for (int k = 0; k < 4; ++k) {
+          ConsensusMessage m;
+          auto* vote = k < 3 ? m.mutable_prepare() : nullptr;
+          if (vote != nullptr) {
+            vote->set_seq(seq);
+            vote->set_digest(std::string(1000, static_cast<char>('a' + k)));
+          } else {
+            m.mutable_commit()->set_seq(seq);
+            m.mutable_commit()->set_digest(std::string(32, 'c'));
+          }
+          m.set_sender(static_cast<uint32_t>(k));
+          m.set_signature(std::string(64, 's'));
+          log.push_back(std::move(m));
+        }
+        {
+          absl::Status s = store->AppendLog(log);
+          CHECK(s.ok()) << s;
+        }
+        if (seq % kCheckpointEvery == 0) {
+          node::consensus::StableCheckpointRecord record;
+          record.set_seq(seq - kCheckpointEvery);
+          {
+            absl::Status s = store->PutStableCheckpoint(record);
+            CHECK(s.ok()) << s;
+          }
+        }
+      }
+      state.PauseTiming();
+      uint64_t memtables = 0;
+      for (const auto& store : stores) memtables += store->Memory().memtable_bytes;
+      peak = std::max(peak, memtables);
+      state.ResumeTiming();
+    }
+  }
+  stores.clear();
+  stores = open_all();
+  uint64_t caches = legacy ? 0 : shared->GetUsage();
+  for (const auto& store : stores) {
+    {
+      absl::Status s = store->Load().status();
+      CHECK(s.ok()) << s;
+    }
+    caches += store->Memory().own_cache_bytes;
+  }
+  if (!legacy) caches = shared->GetUsage();
+  state.SetItemsProcessed(state.iterations() * kBlocks * n);
+  state.counters["memtable_mib_peak"] = static_cast<double>(peak) / (1 << 20);
+  state.counters["cache_mib"] = static_cast<double>(caches) / (1 << 20);
+  state.counters["rss_mib"] = RssMib();
+  stores.clear();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_ConsensusStores)
+    ->ArgNames({"stores", "legacy"})
+    ->Args({16, 1})
+    ->Args({16, 0})
+    ->Args({64, 1})
+    ->Args({64, 0})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
+
 }  // namespace
 }  // namespace partitions
-
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  partitions::loaded.reset();
-  benchmark::Shutdown();
-  return 0;
-}

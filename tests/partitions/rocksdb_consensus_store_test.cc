@@ -1,7 +1,8 @@
 // Tests for RocksDbConsensusStore: the FakeConsensusStore's semantics, kept across closing
 // and re-opening the database (round trip, checkpoint GC, log order, skipped stale appends),
 // error mapping (unusable dir, corrupt values), and a PbftReplica restarted from it restoring
-// the same state as one restarted from the in-memory store.
+// the same state as one restarted from the in-memory store; what it holds in memory (its write
+// buffer bounding its memtables, a block cache shared among stores).
 #include "partitions/rocksdb_consensus_store.h"
 
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "partitions/pbft_replica.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "tests/mocks/fake_consensus_store.h"
 #include "tests/partitions/pbft_test_util.h"
@@ -323,6 +325,76 @@ TEST_F(RocksDbConsensusStoreTest, ReplicaRestartsToTheSameStateAsWithTheInMemory
   ASSERT_EQ(rocks_vc[0].view_change().prepared_size(), 1);
   EXPECT_EQ(rocks_vc[0].view_change().prepared(0).pre_prepare().pre_prepare().seq(), 3u);
   EXPECT_EQ(rocks_start.size(), mem_start.size());
+}
+
+// `n` prepares of about 1 KiB each (a digest padded out), seqs from `first`.
+std::vector<ConsensusMessage> Prepares(uint64_t first, int n) {
+  std::vector<ConsensusMessage> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(MakePrepare(0, first + static_cast<uint64_t>(i),
+                              std::string(1000, static_cast<char>('a' + i % 26)), 1));
+  }
+  return out;
+}
+
+// 6 MiB of log through a store: its memtables stay within four write buffers. The control,
+// a write buffer larger than the log, holds it all in memory (so the bound is the option's).
+TEST_F(RocksDbConsensusStoreTest, TheWriteBufferBoundsTheMemtables) {
+  auto appended = [](RocksDbConsensusStore& store) {
+    for (int batch = 0; batch < 24; ++batch) {
+      EXPECT_TRUE(store.AppendLog(Prepares(1 + 256 * static_cast<uint64_t>(batch), 256)).ok());
+    }
+    return store.Memory();
+  };
+  ConsensusStoreOptions small;  // the default write buffer: 256 KiB
+  auto bounded = RocksDbConsensusStore::Open(dir_, small);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  const ConsensusStoreMemory m = appended(**bounded);
+  EXPECT_GT(m.memtable_bytes, 0u);
+  EXPECT_LE(m.memtable_bytes, 4 * ConsensusStoreOptions::kDefaultWriteBufferBytes + (64 << 10));
+  EXPECT_EQ(Seqs(LoadOk(**bounded)).size(), 24u * 256);
+
+  ConsensusStoreOptions large;
+  large.write_buffer_bytes = 64 << 20;
+  auto unbounded = RocksDbConsensusStore::Open(root_ + "/large", large);
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status();
+  EXPECT_GT(appended(**unbounded).memtable_bytes, uint64_t{5} << 20);
+}
+
+TEST_F(RocksDbConsensusStoreTest, StoresShareTheNodesBlockCache) {
+  std::shared_ptr<rocksdb::Cache> shared = rocksdb::NewLRUCache(8 << 20, 1);
+  ConsensusStoreOptions options;
+  options.block_cache = shared;
+  for (const std::string& dir : {dir_, root_ + "/other"}) {
+    {
+      auto store = RocksDbConsensusStore::Open(dir, options);
+      ASSERT_TRUE(store.ok()) << store.status();
+      ASSERT_TRUE((*store)->AppendLog(Prepares(1, 2048)).ok());  // 2 MiB: flushed to tables
+    }
+    const size_t before = shared->GetUsage();
+    auto store = RocksDbConsensusStore::Open(dir, options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(Seqs(LoadOk(**store)).size(), 2048u);
+    // Reading the log back went through the shared cache, none of its own.
+    EXPECT_GT(shared->GetUsage(), before) << dir;
+    EXPECT_EQ((*store)->Memory().own_cache_bytes, 0u);
+  }
+  EXPECT_LE(shared->GetUsage(), shared->GetCapacity());
+  // Without one, a store reads through a small cache of its own.
+  auto own = RocksDbConsensusStore::Open(dir_);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(Seqs(LoadOk(**own)).size(), 2048u);
+  EXPECT_GT((*own)->Memory().own_cache_bytes, 0u);
+  EXPECT_LE((*own)->Memory().own_cache_bytes, ConsensusStoreOptions().own_cache_bytes);
+}
+
+TEST_F(RocksDbConsensusStoreTest, ATinyWriteBufferIsRefusedByName) {
+  ConsensusStoreOptions options;
+  options.write_buffer_bytes = 1000;
+  auto store = RocksDbConsensusStore::Open(dir_, options);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(store.status().message().find("write_buffer_bytes"), std::string::npos)
+      << store.status();
 }
 
 }  // namespace

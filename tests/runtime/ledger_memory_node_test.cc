@@ -43,6 +43,15 @@ TEST(LedgerMemoryNodeTest, TheBudgetIsDividedAmongTheRunningPartitionsLive) {
 
   ExpectEachLedger(node, 4 * kMiB, "3 partitions, 24 MiB");
   EXPECT_EQ(node.Status().ledger_memory().write_buffer_budget_bytes(), 24 * kMiB);
+  // The consensus stores: one shared block cache, their memtables summed over the partitions.
+  const node::admin::LedgerMemoryStatus lm = node.Status().ledger_memory();
+  EXPECT_EQ(lm.consensus_store_cache_capacity_bytes(), Node::kConsensusStoreCacheBytes);
+  EXPECT_LE(lm.consensus_store_cache_bytes(), Node::kConsensusStoreCacheBytes);
+  uint64_t store_memtables = 0;
+  for (const std::shared_ptr<Partition>& p : node.partitions()) {
+    store_memtables += p->ledger_memory().consensus_store_memtable_bytes;
+  }
+  EXPECT_EQ(lm.consensus_store_memtable_bytes(), store_memtables);
 
   node::admin::UpdateArbiterRequest update;
   update.set_ledger_write_buffer_bytes(12 * kMiB);

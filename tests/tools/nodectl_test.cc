@@ -211,13 +211,19 @@ TEST_F(NodectlTest, StatusShowsABlockBudgetAdaptedBelowItsCeiling) {
       memtable_bytes: 106954752
       block_cache_bytes: 41943040
       block_cache_capacity_bytes: 536870912
+      consensus_store_memtable_bytes: 3145728
+      consensus_store_table_reader_bytes: 65536
+      consensus_store_cache_bytes: 1048576
+      consensus_store_cache_capacity_bytes: 8388608
     }
   )pb"));
   ASSERT_EQ(Run({"status"}), kExitOk) << err();
   EXPECT_THAT(out(), HasSubstr("blocks   budget 40/s (of 64: queueing 12.5 ms), 16 "
                                "partitions with work\n"
                                "ledgers  memtables 102.0 MiB of 256.0 MiB, write buffer 8.0 MiB "
-                               "each; block caches 40.0 MiB of 512.0 MiB\n"));
+                               "each; block caches 40.0 MiB of 512.0 MiB\n"
+                               "pbft log memtables 3.0 MiB, table readers 64.0 KiB; shared block "
+                               "cache 1.0 MiB of 8.0 MiB\n"));
 }
 
 TEST_F(NodectlTest, StatusShowsAnOlderNodesLedgerLineAsItWas) {
