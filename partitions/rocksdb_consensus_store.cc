@@ -126,12 +126,11 @@ absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> RocksDbConsensusStore::Op
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
   rocksdb::Options options;
-  // A small database: the log is bounded by the watermark window. These are the sizes of
-  // RocksDB's OptimizeForSmallDb, without its 16 MiB block cache per database (a node opens one
-  // store per partition) and with a smaller write buffer (the log takes a few KiB per second).
-  // Up to four memtables (one filling, three waiting for their flush): a burst (a view change's
-  // certificates) does not stop the log's writes while the process's flush threads are busy with
-  // a ledger's much larger memtable.
+  // A small database: the log is bounded by the watermark window. The table sizes are RocksDB's
+  // OptimizeForSmallDb's; unlike it, no 16 MiB block cache per database (a node opens one store
+  // per partition and passes one cache for all) and a smaller write buffer. Up to four memtables
+  // (one filling, three waiting for their flush): a burst (a view change's certificates) does not
+  // stop the log's writes while the process's one flush thread works on a ledger's memtable.
   options.max_file_opening_threads = 1;
   options.write_buffer_size = store_options.write_buffer_bytes;
   options.max_write_buffer_number = 4;
@@ -170,7 +169,7 @@ ConsensusStoreMemory RocksDbConsensusStore::Memory() const {
     return db_->GetIntProperty(name, &v) ? v : 0;
   };
   ConsensusStoreMemory m;
-  m.memtable_bytes = property(rocksdb::DB::Properties::kCurSizeAllMemTables);
+  m.memtable_bytes = property(rocksdb::DB::Properties::kSizeAllMemTables);
   m.table_reader_bytes = property(rocksdb::DB::Properties::kEstimateTableReadersMem);
   m.own_cache_bytes = own_cache_ != nullptr ? own_cache_->GetUsage() : 0;
   return m;

@@ -44,18 +44,20 @@ class DB;
 
 namespace partitions {
 
-// What a store may hold in memory. The log is small and written at a few messages per block, and
-// read only when the replica starts (Load), so neither part needs much: a node opens one store per
-// partition and gives them all one block cache.
+// What a store may hold in memory. The log is bounded by the watermark window and written at a
+// few messages per block (a pre-prepare carries its batch's tx hashes: about 17 KiB for 500 txs),
+// and read back only when the replica starts (Load), so neither part needs much: a node opens one
+// store per partition and gives them all one block cache.
 struct ConsensusStoreOptions {
   // RocksDB's block cache (data, index and filter blocks) for the store's tables; a node shares
   // one among all its partitions' stores. Null: a cache of own_cache_bytes of the store's own.
   std::shared_ptr<rocksdb::Cache> block_cache;
   size_t own_cache_bytes = 1 << 20;
-  // RocksDB's write buffer: a memtable is flushed to a table file once it holds this many bytes,
-  // and the store holds at most four (one filling, three flushing), usually one or two.
+  // RocksDB's write buffer: a memtable is flushed to a table file once it holds this many bytes
+  // (or the one write that crossed it), and RocksDB stops the store's writes while four wait for
+  // their flush, so its memtables hold at most about four, usually one or two.
   size_t write_buffer_bytes = kDefaultWriteBufferBytes;
-  static constexpr size_t kDefaultWriteBufferBytes = 256 << 10;
+  static constexpr size_t kDefaultWriteBufferBytes = 512 << 10;
 };
 
 // What a store's RocksDB holds in memory, by part (RocksDB's own estimates).
@@ -71,7 +73,7 @@ class RocksDbConsensusStore final : public ConsensusStore {
   // is unusable or another process holds it, or if the stored checkpoint or log keys are corrupt,
   // or (InvalidArgument) for a write buffer under 64 KiB.
   static absl::StatusOr<std::unique_ptr<RocksDbConsensusStore>> Open(
-      const std::string& dir, ConsensusStoreOptions options = {});
+      const std::string& dir, ConsensusStoreOptions store_options = {});
 
   ~RocksDbConsensusStore() override;
   RocksDbConsensusStore(const RocksDbConsensusStore&) = delete;
@@ -82,7 +84,7 @@ class RocksDbConsensusStore final : public ConsensusStore {
   absl::Status AppendLog(const std::vector<ConsensusMessage>& messages) override;
   absl::StatusOr<node::consensus::PersistedConsensus> Load() const override;
 
-  // What it holds in memory now. Thread-safe, lock-free (RocksDB's counters).
+  // What it holds in memory now (RocksDB's estimates; takes RocksDB's mutex briefly). Thread-safe.
   ConsensusStoreMemory Memory() const;
 
  private:

@@ -92,7 +92,7 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   cache->set_borrowed_capacity_bytes(cache_borrowed_capacity_.load(std::memory_order_relaxed));
   const partitions::ConsensusStoreMemory store = store_->Memory();
   cache->set_consensus_store_memtable_bytes(store.memtable_bytes);
-  cache->set_consensus_store_table_reader_bytes(store.table_reader_bytes + store.own_cache_bytes);
+  cache->set_consensus_store_table_reader_bytes(store.table_reader_bytes);
   const partitions::Ledger::WriteStall stall = chain_.ledger->WriteStallNow();
   auto* writes = out.mutable_ledger_writes();
   writes->set_stopped(stall.stopped);
@@ -674,7 +674,7 @@ LedgerMemoryUse Partition::ledger_memory() const {
           .block_cache_bytes = ledger.BlockCacheBytes(),
           .block_cache_capacity = ledger.BlockCacheCapacity(),
           .consensus_store_memtable_bytes = store.memtable_bytes,
-          .consensus_store_table_reader_bytes = store.table_reader_bytes + store.own_cache_bytes};
+          .consensus_store_table_reader_bytes = store.table_reader_bytes};
 }
 
 flowctl::BlockBudget::PartitionTick Partition::BlockBudgetTick() const {
