@@ -12,7 +12,6 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/sha256.h"
 #include "flowctl/status_macros.h"
@@ -468,20 +467,7 @@ uint64_t Ledger::BlockCacheBytes() const { return block_cache_->GetUsage(); }
 uint64_t Ledger::BlockCachePinnedBytes() const { return block_cache_->GetPinnedUsage(); }
 uint64_t Ledger::BlockCacheCapacity() const { return block_cache_->GetCapacity(); }
 
-Ledger::WriteStall Ledger::WriteStallNow() const {
-  WriteStall out;
-  out.stopped = IntProperty(rocksdb::DB::Properties::kIsWriteStopped) != 0;
-  out.delayed_write_rate = IntProperty(rocksdb::DB::Properties::kActualDelayedWriteRate);
-  out.pending_compaction_bytes =
-      IntProperty(rocksdb::DB::Properties::kEstimatePendingCompactionBytes);
-  std::string files;
-  uint64_t level0 = 0;
-  if (db_->GetProperty(rocksdb::DB::Properties::kNumFilesAtLevelPrefix + "0", &files) &&
-      absl::SimpleAtoi(files, &level0)) {
-    out.level0_files = level0;
-  }
-  return out;
-}
+Ledger::WriteStall Ledger::WriteStallNow() const { return ReadWriteStall(*db_); }
 
 absl::Status Ledger::CommitBlock(const node::chain::Block& block,
                                  absl::Span<const node::chain::Receipt> receipts,

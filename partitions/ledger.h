@@ -82,6 +82,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "partitions/executor.h"
+#include "partitions/rocksdb_write_stall.h"
 #include "proto/chain.pb.h"
 
 namespace rocksdb {
@@ -293,15 +294,8 @@ class Ledger : public StateStore {
   uint64_t BlockCacheBytes() const;
   uint64_t BlockCachePinnedBytes() const;
   uint64_t BlockCacheCapacity() const;
-  // RocksDB's own write backpressure now (rocksdb.is-write-stopped,
-  // rocksdb.actual-delayed-write-rate) and what drives it (level-0 files, the pending compaction
-  // bytes estimate). A property RocksDB cannot give reads 0.
-  struct WriteStall {
-    bool stopped = false;
-    uint64_t delayed_write_rate = 0;  // bytes per second while delayed, else 0
-    uint64_t level0_files = 0;
-    uint64_t pending_compaction_bytes = 0;
-  };
+  // RocksDB's own write backpressure now and what drives it (partitions/rocksdb_write_stall.h).
+  using WriteStall = RocksDbWriteStall;
   WriteStall WriteStallNow() const;
 
   uint32_t partition() const { return partition_; }

@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "partitions/pbft_types.h"
+#include "partitions/rocksdb_write_stall.h"
 
 namespace rocksdb {
 class Cache;
@@ -86,6 +87,9 @@ class RocksDbConsensusStore final : public ConsensusStore {
 
   // What it holds in memory now (RocksDB's estimates; takes RocksDB's mutex briefly). Thread-safe.
   ConsensusStoreMemory Memory() const;
+  // RocksDB's write backpressure on the store now (a stopped store holds up the replica's
+  // synced writes). Thread-safe.
+  RocksDbWriteStall WriteStallNow() const { return ReadWriteStall(*db_); }
 
  private:
   RocksDbConsensusStore(std::unique_ptr<rocksdb::DB> db, std::shared_ptr<rocksdb::Cache> own_cache,

@@ -332,6 +332,16 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   f->Gauge("noded_ledger_pending_compaction_bytes",
            "RocksDB's estimate of the bytes the ledger's compactions have to rewrite.", l,
            static_cast<double>(writes.pending_compaction_bytes()));
+  const node::admin::LedgerWriteStats& store_writes = p.consensus_store_writes();
+  f->Gauge("noded_consensus_store_writes_stopped",
+           "1 while RocksDB stops the consensus store's writes (flushes or compactions behind).", l,
+           store_writes.stopped() ? 1 : 0);
+  f->Gauge("noded_consensus_store_delayed_write_rate_bytes_per_second",
+           "The rate RocksDB delays the consensus store's writes to (0 while not delayed).", l,
+           static_cast<double>(store_writes.delayed_write_rate()));
+  f->Gauge("noded_consensus_store_level0_files",
+           "Table files at level 0 of the consensus store's RocksDB.", l,
+           static_cast<double>(store_writes.level0_files()));
   const node::admin::PoolStats& pool = p.pool();
   f->Gauge("noded_pool_txs", "Transactions in the pool.", l, static_cast<double>(pool.txs()));
   f->Gauge("noded_pool_bytes", "Bytes of transactions in the pool.", l,

@@ -93,12 +93,15 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   const partitions::ConsensusStoreMemory store = store_->Memory();
   cache->set_consensus_store_memtable_bytes(store.memtable_bytes);
   cache->set_consensus_store_table_reader_bytes(store.table_reader_bytes);
-  const partitions::Ledger::WriteStall stall = chain_.ledger->WriteStallNow();
-  auto* writes = out.mutable_ledger_writes();
-  writes->set_stopped(stall.stopped);
-  writes->set_delayed_write_rate(stall.delayed_write_rate);
-  writes->set_level0_files(stall.level0_files);
-  writes->set_pending_compaction_bytes(stall.pending_compaction_bytes);
+  auto write_stats = [](const partitions::RocksDbWriteStall& stall,
+                        node::admin::LedgerWriteStats* writes) {
+    writes->set_stopped(stall.stopped);
+    writes->set_delayed_write_rate(stall.delayed_write_rate);
+    writes->set_level0_files(stall.level0_files);
+    writes->set_pending_compaction_bytes(stall.pending_compaction_bytes);
+  };
+  write_stats(chain_.ledger->WriteStallNow(), out.mutable_ledger_writes());
+  write_stats(store_->WriteStallNow(), out.mutable_consensus_store_writes());
   if (fifo_) {
     flowctl::SpillFifoStats fs = fifo_->stats();
     auto* sp = out.mutable_spill();

@@ -404,6 +404,23 @@ TEST_F(RocksDbConsensusStoreTest, StoresShareTheNodesBlockCache) {
   EXPECT_LE((*own)->Memory().own_cache_bytes, ConsensusStoreOptions().own_cache_bytes);
 }
 
+// The store's write backpressure reads RocksDB's own figures: a reopened store has flushed what
+// its WAL held into one level-0 table, and nothing stops its writes.
+TEST_F(RocksDbConsensusStoreTest, ReportsItsWriteBackpressure) {
+  {
+    auto store = OpenStore();
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->WriteStallNow().level0_files, 0u);
+    ASSERT_TRUE(store->AppendLog(Prepares(1, 64)).ok());
+  }
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const RocksDbWriteStall stall = store->WriteStallNow();
+  EXPECT_EQ(stall.level0_files, 1u);
+  EXPECT_FALSE(stall.stopped);
+  EXPECT_EQ(stall.delayed_write_rate, 0u);
+}
+
 TEST_F(RocksDbConsensusStoreTest, ATinyWriteBufferIsRefusedByName) {
   ConsensusStoreOptions options;
   options.write_buffer_bytes = 1000;
