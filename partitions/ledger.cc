@@ -449,8 +449,7 @@ absl::Status Ledger::SetWriteBufferBytes(size_t bytes) {
 size_t Ledger::WriteBufferBytes() const { return db_->GetOptions().write_buffer_size; }
 
 uint64_t Ledger::IntProperty(const std::string& name) const {
-  uint64_t v = 0;
-  return db_->GetIntProperty(name, &v) ? v : 0;
+  return RocksDbIntProperty(*db_, name);
 }
 
 uint64_t Ledger::MemtableBytes() const {

@@ -82,7 +82,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "partitions/executor.h"
-#include "partitions/rocksdb_write_stall.h"
+#include "partitions/rocksdb_properties.h"
 #include "proto/chain.pb.h"
 
 namespace rocksdb {
@@ -294,7 +294,7 @@ class Ledger : public StateStore {
   uint64_t BlockCacheBytes() const;
   uint64_t BlockCachePinnedBytes() const;
   uint64_t BlockCacheCapacity() const;
-  // RocksDB's own write backpressure now and what drives it (partitions/rocksdb_write_stall.h).
+  // RocksDB's own write backpressure now and what drives it (partitions/rocksdb_properties.h).
   using WriteStall = RocksDbWriteStall;
   WriteStall WriteStallNow() const;
 

@@ -164,13 +164,10 @@ RocksDbConsensusStore::RocksDbConsensusStore(std::unique_ptr<rocksdb::DB> db,
     : own_cache_(std::move(own_cache)), db_(std::move(db)), dir_(std::move(dir)) {}
 
 ConsensusStoreMemory RocksDbConsensusStore::Memory() const {
-  auto property = [this](const std::string& name) -> uint64_t {
-    uint64_t v = 0;
-    return db_->GetIntProperty(name, &v) ? v : 0;
-  };
   ConsensusStoreMemory m;
-  m.memtable_bytes = property(rocksdb::DB::Properties::kSizeAllMemTables);
-  m.table_reader_bytes = property(rocksdb::DB::Properties::kEstimateTableReadersMem);
+  m.memtable_bytes = RocksDbIntProperty(*db_, rocksdb::DB::Properties::kSizeAllMemTables);
+  m.table_reader_bytes =
+      RocksDbIntProperty(*db_, rocksdb::DB::Properties::kEstimateTableReadersMem);
   m.own_cache_bytes = own_cache_ != nullptr ? own_cache_->GetUsage() : 0;
   return m;
 }

@@ -36,7 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "partitions/pbft_types.h"
-#include "partitions/rocksdb_write_stall.h"
+#include "partitions/rocksdb_properties.h"
 
 namespace rocksdb {
 class Cache;

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "prometheus/client_metric.h"
 #include "prometheus/metric_type.h"
 #include "runtime/node.h"
@@ -198,6 +200,23 @@ void AddShare(const std::string& partition, const std::string& resource,
   }
 }
 
+// RocksDB's write backpressure on one of a partition's databases (`db`: "ledger" or
+// "consensus_store", named `what` in the help): noded_<db>_writes_stopped,
+// noded_<db>_delayed_write_rate_bytes_per_second, noded_<db>_level0_files.
+void AddWriteStall(absl::string_view db, absl::string_view what,
+                   const node::admin::LedgerWriteStats& writes, const Labels& l, Families* f) {
+  f->Gauge(
+      absl::StrCat("noded_", db, "_writes_stopped"),
+      absl::StrCat("1 while RocksDB stops ", what, "'s writes (flushes or compactions behind)."), l,
+      writes.stopped() ? 1 : 0);
+  f->Gauge(absl::StrCat("noded_", db, "_delayed_write_rate_bytes_per_second"),
+           absl::StrCat("The rate RocksDB delays ", what, "'s writes to (0 while not delayed)."), l,
+           static_cast<double>(writes.delayed_write_rate()));
+  f->Gauge(absl::StrCat("noded_", db, "_level0_files"),
+           absl::StrCat("Table files at level 0 of ", what, "'s RocksDB."), l,
+           static_cast<double>(writes.level0_files()));
+}
+
 void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
   const std::string& name = p.name();
   const Labels l = {{"partition", name}};
@@ -320,28 +339,11 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            "Capacity the state cache and the ledger's block cache borrow from room the pool, "
            "lanes and spill memory tier leave of their parts of the partition's memory share.",
            l, static_cast<double>(cache.borrowed_capacity_bytes()));
-  const node::admin::LedgerWriteStats& writes = p.ledger_writes();
-  f->Gauge("noded_ledger_writes_stopped",
-           "1 while RocksDB stops the ledger's writes (flushes or compactions behind).", l,
-           writes.stopped() ? 1 : 0);
-  f->Gauge("noded_ledger_delayed_write_rate_bytes_per_second",
-           "The rate RocksDB delays the ledger's writes to (0 while not delayed).", l,
-           static_cast<double>(writes.delayed_write_rate()));
-  f->Gauge("noded_ledger_level0_files", "Table files at level 0 of the ledger's RocksDB.", l,
-           static_cast<double>(writes.level0_files()));
+  AddWriteStall("ledger", "the ledger", p.ledger_writes(), l, f);
   f->Gauge("noded_ledger_pending_compaction_bytes",
            "RocksDB's estimate of the bytes the ledger's compactions have to rewrite.", l,
-           static_cast<double>(writes.pending_compaction_bytes()));
-  const node::admin::LedgerWriteStats& store_writes = p.consensus_store_writes();
-  f->Gauge("noded_consensus_store_writes_stopped",
-           "1 while RocksDB stops the consensus store's writes (flushes or compactions behind).", l,
-           store_writes.stopped() ? 1 : 0);
-  f->Gauge("noded_consensus_store_delayed_write_rate_bytes_per_second",
-           "The rate RocksDB delays the consensus store's writes to (0 while not delayed).", l,
-           static_cast<double>(store_writes.delayed_write_rate()));
-  f->Gauge("noded_consensus_store_level0_files",
-           "Table files at level 0 of the consensus store's RocksDB.", l,
-           static_cast<double>(store_writes.level0_files()));
+           static_cast<double>(p.ledger_writes().pending_compaction_bytes()));
+  AddWriteStall("consensus_store", "the consensus store", p.consensus_store_writes(), l, f);
   const node::admin::PoolStats& pool = p.pool();
   f->Gauge("noded_pool_txs", "Transactions in the pool.", l, static_cast<double>(pool.txs()));
   f->Gauge("noded_pool_bytes", "Bytes of transactions in the pool.", l,

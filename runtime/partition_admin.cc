@@ -586,12 +586,6 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   const uint64_t cache_bytes = impl_->chain_.executor->cache_stats().bytes;
   const uint64_t block_cache_bytes = impl_->chain_.ledger->BlockCacheBytes();
   u.memory_bytes = ps.bytes + lane_bytes + cache_bytes + block_cache_bytes;
-  PartitionConfig cfg;
-  {
-    absl::MutexLock lock(&impl_->config_mu_);
-    cfg = impl_->config_;
-    u.memory_limit = impl_->ConfiguredMemoryLocked();
-  }
   // The transient parts' resident bytes (a pooled tx about twice its wire bytes, as the pool's
   // share assumes), for what the caches may borrow.
   uint64_t transient = 2 * ps.bytes + lane_bytes;
@@ -600,8 +594,6 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
     u.memory_bytes += fs.memory_bytes;
     transient += fs.memory_bytes;
     u.disk_bytes = fs.disk_bytes;
-    u.disk_limit = cfg.lossless().disk_budget_bytes();  // 0: none of its own
-    u.disk_floor = LosslessMinDiskBudget(cfg);
     // The drain's rate while it had a backlog (an idle drain says nothing about how fast it
     // can go).
     impl_->drain_meter_.Observe(impl_->clock_->NowNanos(), impl_->drain_->stats().bytes,
@@ -609,6 +601,11 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
   }
   {
     absl::MutexLock lock(&impl_->config_mu_);
+    u.memory_limit = impl_->ConfiguredMemoryLocked();
+    if (impl_->fifo_) {
+      u.disk_limit = impl_->config_.lossless().disk_budget_bytes();  // 0: none of its own
+      u.disk_floor = LosslessMinDiskBudget(impl_->config_);
+    }
     impl_->NoteTransientMemoryLocked(impl_->clock_->NowNanos(), transient);
     // What each cache holds beyond its own fraction of the share, up to what it was lent, is
     // borrowed (not more: a cap the 5% rule left above its own fraction, or pinned blocks above
