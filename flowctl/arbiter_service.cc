@@ -28,11 +28,12 @@ ArbiterConsumer ConsumerOf(const node::config::ShareConfig& share, double capaci
 }
 
 // Demand for bytes held (memory, disk): the whole limit while the consumer holds at least
-// kMemoryBusyFraction of its last share, else room to grow from what it holds.
-double HeldDemand(double held, double limit, std::optional<double> last_share) {
+// kMemoryBusyFraction of its last share, else room to grow from what it holds, at least
+// kMemoryIdleFloorFraction of `floor_base`.
+double HeldDemand(double held, double limit, std::optional<double> last_share, double floor_base) {
   if (held >= ArbiterService::kMemoryBusyFraction * last_share.value_or(limit)) return limit;
   return std::min(limit, std::max(ArbiterService::kMemoryIdleHeadroom * held,
-                                  ArbiterService::kMemoryIdleFloorFraction * limit));
+                                  ArbiterService::kMemoryIdleFloorFraction * floor_base));
 }
 
 // The same consumers, each taking whatever it is given: their entitlements.
@@ -212,21 +213,31 @@ void ArbiterService::TickLocked() {
   for (const ConsumerUsage& u : usage) disk_floors += static_cast<double>(u.disk_floor);
   std::vector<double> egress_rate(n, 0);
   std::vector<node::config::ShareConfig> shares(n);
+  double weights = 0;
+  for (size_t i = 0; i < n; ++i) {
+    shares[i] = members_[i].consumer->share_config();
+    weights += shares[i].weight();
+  }
   for (size_t i = 0; i < n; ++i) {
     Member& m = members_[i];
-    shares[i] = m.consumer->share_config();
     const node::config::ShareConfig& share = shares[i];
     cpu[i] = ConsumerOf(
         share, cpu_capacity,
         usage[i].cpu_backlogged
             ? kUnboundedDemand
             : kCpuDemandHeadroom * static_cast<double>(usage[i].cpu_nanos) + kCpuDemandSlackNanos);
+    // An idle consumer's floor is a fraction of its weighted part of the capacity (or of its
+    // limit, if smaller), so that however many consumers there are, idle ones lend.
+    const double memory_limit = static_cast<double>(usage[i].memory_limit);
+    const double fair_memory =
+        weights > 0 ? memory_capacity * share.weight() / weights : memory_capacity;
     memory[i] = ConsumerOf(
         share, memory_capacity,
-        HeldDemand(
-            static_cast<double>(usage[i].memory_bytes -
+        std::max(HeldDemand(static_cast<double>(
+                                usage[i].memory_bytes -
                                 std::min(usage[i].memory_bytes, usage[i].memory_borrowed_bytes)),
-            static_cast<double>(usage[i].memory_limit), m.memory_last_share));
+                            memory_limit, m.memory_last_share, std::min(memory_limit, fair_memory)),
+                 std::min(memory_limit, static_cast<double>(usage[i].memory_cache_demand))));
     if (disk_capacity > 0 && usage[i].disk_floor > 0) {
       // A consumer's own budget is its ceiling. Its floor (what it cannot work below) is
       // guaranteed, and its guarantee fraction applies to what the floors leave, so guarantees
@@ -237,7 +248,7 @@ void ArbiterService::TickLocked() {
                              : disk_capacity;
       disk[i] = ConsumerOf(share, disk_capacity,
                            std::max(floor, HeldDemand(static_cast<double>(usage[i].disk_bytes), own,
-                                                      m.disk_last_share)));
+                                                      m.disk_last_share, own)));
       disk[i].guarantee =
           floor + share.guarantee_fraction() * std::max(0.0, disk_capacity - disk_floors);
       disk[i].ceiling = std::max(disk[i].guarantee, std::min(disk[i].ceiling, own));

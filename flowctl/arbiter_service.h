@@ -12,11 +12,14 @@
 //   2. demand, what each would use if allowed (HTB-style borrowing needs it, see arbiter.h):
 //        CPU     unbounded while backlogged, else kCpuDemandHeadroom x usage + kCpuDemandSlackNanos
 //        memory  its limit while it holds at least kMemoryBusyFraction of its last share, else
-//                min(limit, max(kMemoryIdleHeadroom x held, kMemoryIdleFloorFraction x limit)),
-//                held without what its caches borrowed (ConsumerUsage::memory_borrowed_bytes)
+//                min(limit, max(kMemoryIdleHeadroom x held, kMemoryIdleFloorFraction x
+//                min(limit, its weighted part of the capacity))), held without what its caches
+//                borrowed (ConsumerUsage::memory_borrowed_bytes); at least what its caches ask
+//                for (ConsumerUsage::memory_cache_demand), up to the limit
 //        egress  kEgressDemandHeadroom x rate + kEgressDemandSlackBytesPerSecond
-//        disk    as memory, from the spill bytes held and the consumer's own budget (or the
-//                capacity), with its disk_floor as a guarantee
+//        disk    as memory's held bytes (the floor from its own budget), from the spill bytes
+//                held and the consumer's own budget (or the capacity), with its disk_floor as a
+//                guarantee
 //   3. allocate per resource, twice for CPU and egress: demand-based shares (what the stats
 //      report as the current division) and entitlements (every consumer backlogged);
 //   4. apply: ApplyShare(kCpu, entitlement), ApplyShare(kMemory, share), ApplyShare(kEgress,
@@ -113,7 +116,9 @@ class ArbiterService {
   static constexpr double kMinCpuWeightFraction = 1e-3;
   // Memory: a consumer holding at least this fraction of its last share wants its whole limit;
   // one holding less lends the rest and keeps kMemoryIdleHeadroom x what it holds, at least
-  // kMemoryIdleFloorFraction of its limit.
+  // kMemoryIdleFloorFraction of its limit or of its weighted part of the capacity, the smaller
+  // (of the limit alone, sixteen idle partitions' floors would exceed the capacity and none would
+  // lend).
   static constexpr double kMemoryBusyFraction = 0.5;
   static constexpr double kMemoryIdleHeadroom = 2;
   static constexpr double kMemoryIdleFloorFraction = 0.25;

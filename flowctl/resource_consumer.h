@@ -44,6 +44,11 @@ struct ConsumerUsage {
   // consumer's other parts leave of theirs: it gives them back at its next share, so they are
   // not demand (a warm cache would otherwise always look busy and never lend to others).
   uint64_t memory_borrowed_bytes = 0;
+  // The share (bytes of memory) at which its caches get what they need: its limit while a cache
+  // has been evicting to take in what it missed, the share whose fractions cover what they hold
+  // while they are read, 0 once they have not been read for a while (they lend it). The
+  // arbiter's memory demand is at least this (up to the limit).
+  uint64_t memory_cache_demand = 0;
   uint64_t disk_bytes = 0;  // spill bytes on disk now (0 for a consumer that never spills)
   uint64_t disk_limit = 0;  // its own disk budget; 0 = none (the whole capacity)
   uint64_t disk_floor = 0;  // the least disk it can work with; 0 = it does not spill

@@ -1,8 +1,10 @@
 #include "partitions/executor.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -172,6 +174,7 @@ absl::StatusOr<std::optional<std::string>> Executor::Read(absl::string_view key)
       return it->second->value;
     }
     ++misses_;
+    if (ghosts_.contains(absl::HashOf(key))) ++evicted_misses_;
   }
   ASSIGN_OR_RETURN(std::optional<std::string> value, store_->GetState(key));
   absl::MutexLock lock(&cache_mu_);
@@ -200,8 +203,17 @@ void Executor::EvictToCapacity() const {
   while (cache_bytes_ > cache_capacity_ && !lru_.empty()) {
     CacheEntry& last = lru_.back();
     cache_bytes_ -= last.charge;
+    const uint64_t ghost = absl::HashOf(absl::string_view(last.key));
+    ++ghosts_[ghost];
+    ghost_order_.push_back(ghost);
     index_.erase(last.key);
     lru_.pop_back();
+  }
+  const size_t keep = std::min(kGhostKeys, std::max<size_t>(lru_.size(), 1024));
+  while (ghost_order_.size() > keep) {
+    auto it = ghosts_.find(ghost_order_.front());
+    if (it != ghosts_.end() && --it->second == 0) ghosts_.erase(it);
+    ghost_order_.pop_front();
   }
 }
 
@@ -217,7 +229,8 @@ StateCacheStats Executor::cache_stats() const {
                          .misses = misses_,
                          .entries = lru_.size(),
                          .bytes = cache_bytes_,
-                         .capacity_bytes = cache_capacity_};
+                         .capacity_bytes = cache_capacity_,
+                         .evicted_misses = evicted_misses_};
 }
 
 absl::StatusOr<BlockExecution> Executor::Execute(uint64_t height,

@@ -44,6 +44,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -137,6 +138,10 @@ struct StateCacheStats {
   uint64_t entries = 0;
   uint64_t bytes = 0;
   uint64_t capacity_bytes = 0;
+  // Misses of keys the cache evicted recently (among the last max(entries, 1,024) evicted, at
+  // most kGhostKeys): reads a cache twice as large would have hit, so a sign it is too small
+  // (a first read of a new key is a miss no size avoids).
+  uint64_t evicted_misses = 0;
 };
 
 class Executor {
@@ -228,6 +233,12 @@ class Executor {
   size_t cache_capacity_ ABSL_GUARDED_BY(cache_mu_);
   mutable uint64_t hits_ ABSL_GUARDED_BY(cache_mu_) = 0;
   mutable uint64_t misses_ ABSL_GUARDED_BY(cache_mu_) = 0;
+  // Hashes of the keys evicted last, oldest first, at most max(entries, 1,024) and kGhostKeys
+  // (StateCacheStats::evicted_misses).
+  static constexpr size_t kGhostKeys = 1 << 16;
+  mutable std::deque<uint64_t> ghost_order_ ABSL_GUARDED_BY(cache_mu_);
+  mutable absl::flat_hash_map<uint64_t, uint32_t> ghosts_ ABSL_GUARDED_BY(cache_mu_);
+  mutable uint64_t evicted_misses_ ABSL_GUARDED_BY(cache_mu_) = 0;
 };
 
 }  // namespace partitions

@@ -339,6 +339,11 @@ void AddPartitionFlow(const node::admin::PartitionFlowStats& p, Families* f) {
            "Capacity the state cache and the ledger's block cache borrow from room the pool, "
            "lanes and spill memory tier leave of their parts of the partition's memory share.",
            l, static_cast<double>(cache.borrowed_capacity_bytes()));
+  f->Gauge("noded_cache_memory_demand_bytes",
+           "Share of the partition's memory its state and block caches ask the arbiter for: its "
+           "configured memory while the state cache evicts to take in misses, what covers their "
+           "contents while they are read, 0 once idle for 30 s.",
+           l, static_cast<double>(cache.memory_demand_bytes()));
   AddWriteStall("ledger", "the ledger", p.ledger_writes(), l, f);
   f->Gauge("noded_ledger_pending_compaction_bytes",
            "RocksDB's estimate of the bytes the ledger's compactions have to rewrite.", l,

@@ -84,12 +84,14 @@ node::admin::PartitionFlowStats Partition::Impl::FlowStats() const {
   cache->set_entries(cs.entries);
   cache->set_bytes(cs.bytes);
   cache->set_capacity_bytes(cs.capacity_bytes);
+  cache->set_evicted_misses(cs.evicted_misses);
   cache->set_ledger_memtable_bytes(chain_.ledger->MemtableBytes());
   cache->set_ledger_write_buffer_bytes(chain_.ledger->WriteBufferBytes());
   cache->set_ledger_block_cache_bytes(chain_.ledger->BlockCacheBytes());
   cache->set_ledger_block_cache_pinned_bytes(chain_.ledger->BlockCachePinnedBytes());
   cache->set_ledger_block_cache_capacity_bytes(chain_.ledger->BlockCacheCapacity());
   cache->set_borrowed_capacity_bytes(cache_borrowed_capacity_.load(std::memory_order_relaxed));
+  cache->set_memory_demand_bytes(cache_memory_demand_.load(std::memory_order_relaxed));
   const partitions::ConsensusStoreMemory store = store_->Memory();
   cache->set_consensus_store_memtable_bytes(store.memtable_bytes);
   cache->set_consensus_store_table_reader_bytes(store.table_reader_bytes);
@@ -387,10 +389,12 @@ Partition::ReadHoldLimits Partition::read_hold() const {
 bool Partition::stopping() const { return impl_->stopping_.load(std::memory_order_acquire); }
 
 flowctl::Admission Partition::AdmitRead(uint64_t size_bytes, absl::string_view client) const {
-  return impl_->read_chain_->Admit({.partition = id_,
-                                    .size_bytes = size_bytes,
-                                    .peer = client,
-                                    .arrival_nanos = impl_->clock_->NowNanos()});
+  flowctl::Admission a = impl_->read_chain_->Admit({.partition = id_,
+                                                    .size_bytes = size_bytes,
+                                                    .peer = client,
+                                                    .arrival_nanos = impl_->clock_->NowNanos()});
+  if (a.admitted()) impl_->reads_admitted_.fetch_add(1, std::memory_order_relaxed);
+  return a;
 }
 
 absl::StatusOr<node::client::GetTxResponse> Partition::GetTx(const std::string& tx_hash) const {
@@ -583,12 +587,15 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
       client_mark > 0 ? static_cast<double>(impl_->pool_->size_now()) / client_mark : 0,
       std::memory_order_relaxed);
   partitions::TxPoolStats ps = impl_->pool_->stats();
-  const uint64_t cache_bytes = impl_->chain_.executor->cache_stats().bytes;
+  const partitions::StateCacheStats cs = impl_->chain_.executor->cache_stats();
+  const uint64_t cache_bytes = cs.bytes;
   const uint64_t block_cache_bytes = impl_->chain_.ledger->BlockCacheBytes();
-  u.memory_bytes = ps.bytes + lane_bytes + cache_bytes + block_cache_bytes;
   // The transient parts' resident bytes (a pooled tx about twice its wire bytes, as the pool's
   // share assumes), for what the caches may borrow.
   uint64_t transient = 2 * ps.bytes + lane_bytes;
+  // Resident, as the shares are applied: a pool full at its fraction of the share then counts
+  // that fraction, so a full pool and lanes make the partition busy (ArbiterService).
+  u.memory_bytes = transient + cache_bytes + block_cache_bytes;
   if (impl_->fifo_) {
     const flowctl::SpillFifoStats fs = impl_->fifo_->stats();
     u.memory_bytes += fs.memory_bytes;
@@ -613,9 +620,22 @@ flowctl::ConsumerUsage Partition::TakeUsage() {
     auto borrowed = [](uint64_t held, uint64_t own_cap, uint64_t lent) -> uint64_t {
       return own_cap == 0 || held <= own_cap ? 0 : std::min(held - own_cap, lent);
     };
-    u.memory_borrowed_bytes =
-        borrowed(cache_bytes, impl_->cache_own_cap_, impl_->cache_lent_) +
+    const uint64_t cache_borrowed =
+        borrowed(cache_bytes, impl_->cache_own_cap_, impl_->cache_lent_);
+    const uint64_t block_borrowed =
         borrowed(block_cache_bytes, impl_->block_cache_own_cap_, impl_->block_cache_lent_);
+    u.memory_borrowed_bytes = cache_borrowed + block_borrowed;
+    u.memory_cache_demand = impl_->cache_demand_.Observe(
+        {.now_nanos = impl_->clock_->NowNanos(),
+         .state_lookups = cs.hits + cs.misses,
+         .state_evicted_misses = cs.evicted_misses,
+         .state_own_bytes = cache_bytes - cache_borrowed,
+         .block_own_bytes = block_cache_bytes - block_borrowed,
+         .reads = impl_->reads_admitted_.load(std::memory_order_relaxed),
+         .limit = u.memory_limit,
+         .state_configured = impl_->config_.state().cache_bytes(),
+         .block_configured = impl_->config_.state().block_cache_bytes()});
+    impl_->cache_memory_demand_.store(u.memory_cache_demand, std::memory_order_relaxed);
   }
   // Service rates behind the retry-after hints, each measured while there was more work than it
   // served: commits while the pool is at its high-water mark or its client cap (the regimes in

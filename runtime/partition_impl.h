@@ -55,6 +55,7 @@
 #include "partitions/tx_pool.h"
 #include "partitions/tx_tracker.h"
 #include "proto/partition.pb.h"
+#include "runtime/cache_demand.h"
 #include "runtime/commit_stream.h"
 #include "runtime/latency_summary.h"
 #include "runtime/partition.h"
@@ -211,6 +212,11 @@ class Partition::Impl final : public partitions::CommitSubscriber {
   uint64_t cache_lent_ ABSL_GUARDED_BY(config_mu_) = 0;
   uint64_t block_cache_lent_ ABSL_GUARDED_BY(config_mu_) = 0;
   std::atomic<uint64_t> cache_borrowed_capacity_{0};
+  // What the caches ask of the memory share (CacheDemand), sampled in TakeUsage; the client reads
+  // the partition admitted (AdmitRead), which keep them in use; the last demand (stats).
+  CacheDemand cache_demand_ ABSL_GUARDED_BY(config_mu_);
+  mutable std::atomic<uint64_t> reads_admitted_{0};
+  std::atomic<uint64_t> cache_memory_demand_{0};
   // The transient parts' resident bytes, as TakeUsage sampled them, by their most in the current
   // and the previous half of kCacheBorrowWindowNanos.
   uint64_t transient_peaks_[2] ABSL_GUARDED_BY(config_mu_) = {0, 0};

@@ -54,7 +54,9 @@ SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (b
 the egress part, default 1000000), SHARES_EGRESS_RATE (each partition's tx/s per node, default 60);
 memtables: MEMTABLES_PARTITIONS (default 16), MEMTABLES_RATE (tx/s in all, default 800),
 MEMTABLES_TX_BYTES (default 4096), MEMTABLES_SECONDS (default 90), MEMTABLES_EXTRA (a config
-fragment for every node).
+fragment for every node); caches: CACHES_PARTITIONS (default 2, the first loaded, the others idle),
+CACHES_RATE (default 800), CACHES_TX_BYTES (default 4096), CACHES_SENDERS (its keys, default
+12000), CACHES_SECONDS (default 60), CACHES_EXTRA (a config fragment for every node).
 Exit: 0 every scenario ran (targets are reported, not enforced), 1 a scenario failed to run,
 2 usage error. Standard library only.
 """
@@ -2372,12 +2374,79 @@ def memtables():
            "binaries from %s; loadgen %.2f cores" % (BUILD, s["_loadgen_cores"]))
 
 
+# A partition's caches and the memory idle partitions lend (runtime/cache_demand.h) -----------
+def caches():
+    """CACHES_PARTITIONS (2) partitions on a fresh default-config 4-node localnet; the first
+    (hot, or p1) alone is
+    offered CACHES_RATE (800) tx/s of CACHES_TX_BYTES (4096), each a put of its sender's one key
+    (keys=per_sender) over CACHES_SENDERS (12000) senders, so its state is about 12,000 values
+    its executor reads back every 15 s, for CACHES_SECONDS (60); the other partitions idle. From
+    nodectl on every node, halfway and at the end: its state cache (bytes, capacity, the hit
+    ratio of the second half), its memory share and demand and what its caches ask for; over the
+    run the nodes' CPU, its commits, p99 and view changes. Run it on two builds (BUILD_DIR) for a
+    before/after."""
+    n = int(os.environ.get("CACHES_PARTITIONS", "2"))
+    rate = int(os.environ.get("CACHES_RATE", "800"))
+    tx_bytes = int(os.environ.get("CACHES_TX_BYTES", "4096"))
+    senders = int(os.environ.get("CACHES_SENDERS", "12000"))
+    seconds = int(os.environ.get("CACHES_SECONDS", "60"))
+    mib = 1 << 20
+    loaded = "hot" if n == 2 else "p1"  # localnet's names
+
+    def sample(c):
+        out = []
+        for i in range(c.nodes):
+            objs = named_objects(c.stats(i) or {}, [loaded])
+            o = objs[0] if objs else {}
+            sc, mem = o.get("state_cache") or {}, o.get("memory") or {}
+            out.append({"hits": int(sc.get("hits", 0) or 0),
+                        "misses": int(sc.get("misses", 0) or 0),
+                        "bytes": int(sc.get("bytes", 0) or 0),
+                        "capacity": int(sc.get("capacity_bytes", 0) or 0),
+                        "asks": int(sc.get("memory_demand_bytes", 0) or 0),
+                        "share": float(mem.get("share", 0) or 0),
+                        "demand": float(mem.get("demand", 0) or 0)})
+        return out
+
+    with Cluster("caches", os.environ.get("CACHES_EXTRA", ""), partitions=n) as c:
+        t0, c0 = time.monotonic(), c.cpu_seconds()
+        run = c.loadgen_start("caches", "%s:rate=%d,tx_bytes=%d,keys=per_sender" % (loaded, rate, tx_bytes),
+                              seconds, drain=5, presign=rate * (seconds + 5) + 10,
+                              extra=["--senders", str(senders)])
+        time.sleep(seconds / 2)
+        half = sample(c)
+        p, s = c.loadgen_finish(run)
+        cores = (c.cpu_seconds() - c0) / (time.monotonic() - t0)
+        end = sample(c)
+        rss = c.rss_bytes()
+    ratios = []
+    for a, b in zip(half, end):
+        h, m = b["hits"] - a["hits"], b["misses"] - a["misses"]
+        ratios.append(h / max(h + m, 1))
+    r = p[loaded]
+    result("a partition's state cache beside %d idle partitions, %d tx/s of %d B over %d keys for "
+           "%d s" % (n - 1, rate, tx_bytes, senders, seconds),
+           "the loaded partition's state cache: hits in the second half %s; holds %s of %s MiB; memory share %s MiB "
+           "(demand %s, its caches ask %s MiB); nodes' RSS %s MiB" % (
+               "/".join("%.3f" % x for x in ratios),
+               "/".join("%.0f" % (x["bytes"] / mib) for x in end),
+               "/".join("%.0f" % (x["capacity"] / mib) for x in end),
+               "/".join("%.0f" % (x["share"] / mib) for x in end),
+               "/".join("%.0f" % (x["demand"] / mib) for x in end),
+               "/".join("%.0f" % (x["asks"] / mib) for x in end),
+               "/".join("%.0f" % (x / mib) for x in rss)),
+           "%d of %d committed, p99 %.0f ms, %d VC, nodes %.2f cores" % (
+               r["committed"], r["offered"], r["p99_ms"], r["view_changes"] or 0, cores),
+           "-", "idle partitions lend their memory; a cache that evicts gets it",
+           "binaries from %s; loadgen %.2f cores" % (BUILD, s["_loadgen_cores"]))
+
+
 SCENARIOS = {"goodput": goodput, "egress": egress, "isolation": isolation,
              "lossless": lossless, "throughput": throughput, "rejection": rejection,
              "scale": scale, "cpu": cpu, "state": state, "rejoin": rejoin, "fanout": fanout,
              "retry": retry, "reads": reads,
              "live": live, "memory": memory, "lanes": lanes, "admission": admission,
-             "shares": shares, "memtables": memtables}
+             "shares": shares, "memtables": memtables, "caches": caches}
 
 
 def main(argv):

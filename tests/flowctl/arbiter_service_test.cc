@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/mocks/fake_clock.h"
@@ -268,11 +269,12 @@ TEST_F(ArbiterServiceTest, MemoryIsLentByAQuietConsumerAndReclaimed) {
   auto arbiter = Make({&a_, &b_}, &egress_);
   arbiter->Tick();
   // a holds more than half of its limit (its last share before any tick): it wants its limit.
-  // b holds little: it keeps a quarter of its limit (more than twice what it holds).
+  // b holds little: it keeps a quarter of its weighted part, 500, which is less than its limit
+  // (more than twice what it holds).
   EXPECT_THAT(a_.applied(Resource::kMemory), Optional(DoubleNear(800, 1e-9)));
-  EXPECT_THAT(b_.applied(Resource::kMemory), Optional(DoubleNear(200, 1e-9)));
+  EXPECT_THAT(b_.applied(Resource::kMemory), Optional(DoubleNear(125, 1e-9)));
   ConsumerShareStats b = StatsOf(*arbiter, 2);
-  EXPECT_NEAR(b.memory.demand, 200, 1e-9);
+  EXPECT_NEAR(b.memory.demand, 125, 1e-9);
   EXPECT_NEAR(b.memory.usage, 10, 1e-9);
 
   // b now holds more than half of its share: it wants its limit back, and the two split.
@@ -310,6 +312,63 @@ TEST_F(ArbiterServiceTest, BorrowedCacheBytesAreNotMemoryDemand) {
   clock_.Advance(absl::Milliseconds(100));
   arbiter->Tick();
   EXPECT_NEAR(StatsOf(*arbiter, 1).memory.demand, 400, 1e-9);
+}
+
+// Sixteen consumers, each configured for 288 of 1000 (a quarter of the limit is 72; sixteen of
+// those are 1,152): fifteen idle ones keep a quarter of their weighted part (1000 / 16) each, not
+// of their limit, so they lend, and the one whose caches ask for its whole limit gets all of it.
+// With the floor at a quarter of the limit every idle consumer would demand 72, more than its part
+// of 62.5, and all sixteen would get 62.5.
+TEST_F(ArbiterServiceTest, IdleConsumersLendMemoryHoweverManyThereAre) {
+  std::vector<std::unique_ptr<FakeResourceConsumer>> consumers;
+  std::vector<FakeResourceConsumer*> raw;
+  for (uint32_t id = 1; id <= 16; ++id) {
+    consumers.push_back(std::make_unique<FakeResourceConsumer>(id, absl::StrCat("p", id)));
+    consumers.back()->SetUsage({.memory_bytes = 1, .memory_limit = 288});
+    raw.push_back(consumers.back().get());
+  }
+  consumers[0]->SetUsage({.memory_bytes = 1, .memory_limit = 288, .memory_cache_demand = 288});
+  auto arbiter = Make(raw, &egress_);
+  arbiter->Tick();
+  const double idle_floor = ArbiterService::kMemoryIdleFloorFraction * kMemory / 16;
+  EXPECT_THAT(consumers[0]->applied(Resource::kMemory), Optional(DoubleNear(288, 1e-9)));
+  for (size_t i = 1; i < consumers.size(); ++i) {
+    EXPECT_THAT(consumers[i]->applied(Resource::kMemory), Optional(DoubleNear(idle_floor, 1e-9)))
+        << i;
+  }
+  EXPECT_NEAR(StatsOf(*arbiter, 1).memory.demand, 288, 1e-9);
+  // A heavier consumer's floor is a quarter of its larger part.
+  node::config::ShareConfig heavy;
+  heavy.set_weight(3);
+  consumers[1]->SetShareConfig(heavy);
+  clock_.Advance(absl::Milliseconds(100));
+  arbiter->Tick();
+  EXPECT_NEAR(StatsOf(*arbiter, 2).memory.demand,
+              ArbiterService::kMemoryIdleFloorFraction * kMemory * 3 / 18, 1e-9);
+}
+
+// What the caches ask for counts as demand up to the limit, whatever is held: a consumer holding
+// little whose caches ask for 600 of its 800 gets 600, and one asking past its limit gets its
+// limit.
+TEST_F(ArbiterServiceTest, CacheDemandIsMemoryDemandUpToTheLimit) {
+  a_.SetUsage({.memory_bytes = 10, .memory_limit = 800, .memory_cache_demand = 600});
+  b_.SetUsage({.memory_bytes = 10, .memory_limit = 800});
+  auto arbiter = Make({&a_, &b_}, &egress_);
+  arbiter->Tick();
+  EXPECT_NEAR(StatsOf(*arbiter, 1).memory.demand, 600, 1e-9);
+  EXPECT_THAT(a_.applied(Resource::kMemory), Optional(DoubleNear(600, 1e-9)));
+  EXPECT_THAT(b_.applied(Resource::kMemory), Optional(DoubleNear(125, 1e-9)));  // its floor
+  a_.SetUsage({.memory_bytes = 10, .memory_limit = 800, .memory_cache_demand = 5000});
+  clock_.Advance(absl::Milliseconds(100));
+  arbiter->Tick();
+  EXPECT_NEAR(StatsOf(*arbiter, 1).memory.demand, 800, 1e-9);
+  EXPECT_THAT(a_.applied(Resource::kMemory), Optional(DoubleNear(800, 1e-9)));
+  // Below what it holds, the held demand stands: holding 300 of its last share of 800 (not
+  // busy), twice that.
+  a_.SetUsage({.memory_bytes = 300, .memory_limit = 800, .memory_cache_demand = 100});
+  clock_.Advance(absl::Milliseconds(100));
+  arbiter->Tick();
+  EXPECT_NEAR(StatsOf(*arbiter, 1).memory.demand, 600, 1e-9);
 }
 
 // ---- spill disk ----

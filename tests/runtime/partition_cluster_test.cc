@@ -73,6 +73,7 @@ struct ClusterOptions {
   uint64_t retain_blocks = 0;        // state.retain_blocks (0: keep every block)
   uint32_t block_budget = 0;         // > 0: each replica's node has a BlockBudget of this rate
   uint32_t batch_max_txs = 8;
+  uint64_t state_cache_bytes = 0;  // state.cache_bytes (0: the config default)
 };
 
 class Cluster {
@@ -130,6 +131,9 @@ class Cluster {
       pc->mutable_consensus()->set_snapshot_sync_min_blocks(options.snapshot_min_blocks);
     }
     pc->mutable_state()->set_retain_blocks(options.retain_blocks);
+    if (options.state_cache_bytes > 0) {
+      pc->mutable_state()->set_cache_bytes(options.state_cache_bytes);
+    }
     ApplyDefaults(&nc);
     for (int i = 0; i < kReplicas; ++i) {
       Replica& r = replicas_[i];
@@ -233,6 +237,21 @@ class Cluster {
     for (int i = 0; i < count; ++i) {
       answers_.emplace_back("no answer");
       Send(answers_.size() - 1, testing::SignedPut(kPartition, 'a', ++nonce_));
+      RunFor(absl::Milliseconds(std::uniform_int_distribution<int>(1, 5)(rng_)));
+    }
+  }
+
+  // As SubmitTxs, each tx a put of key "big<k>" for k = first, first + 1, ..., with a value of
+  // `value_bytes`.
+  void SubmitPuts(int first, int count, size_t value_bytes) {
+    for (int i = 0; i < count; ++i) {
+      node::chain::Transaction tx;
+      tx.set_partition(kPartition);
+      tx.set_nonce(++nonce_);
+      tx.mutable_put()->set_key(absl::StrCat("big", first + i));
+      tx.mutable_put()->set_value(std::string(value_bytes, 'v'));
+      answers_.emplace_back("no answer");
+      Send(answers_.size() - 1, base::SignTx(std::move(tx), testing::TestKey('a')));
       RunFor(absl::Milliseconds(std::uniform_int_distribution<int>(1, 5)(rng_)));
     }
   }
@@ -428,6 +447,48 @@ TEST(PartitionClusterTest, AnIdlePartitionTicksOnlyForItsTimersAndStillCommitsAt
   for (int i = 0; i < kReplicas; ++i) {
     EXPECT_EQ(cluster.partition(i).height(), height + 1) << "replica " << i;
   }
+}
+
+// A partition's caches ask the arbiter for its memory (flowctl::ConsumerUsage::
+// memory_cache_demand, runtime/cache_demand.h) by what they do. A state cache of 1 MiB given
+// 1.6 MiB of new keys evicts but misses nothing a bigger cache would have held (first reads): it
+// asks for no more than the share that covers it; the same keys written again miss what it
+// evicted, and it asks for the partition's whole configured memory; left unread for 30 s it
+// asks for nothing, so the partition's memory can go to busier partitions. The arbiter's side:
+// ArbiterServiceTest.CacheDemandIsMemoryDemandUpToTheLimit.
+TEST(PartitionClusterTest, AStateCacheThatMissesWhatItEvictedAsksForThePartitionsWholeMemory) {
+  constexpr uint64_t kCache = 1 << 20;
+  Cluster cluster(/*seed=*/11, TestDir("cache_demand"), {.state_cache_bytes = kCache});
+  Partition& p = cluster.partition(0);
+  const flowctl::ConsumerUsage before = p.TakeUsage();  // the baseline: nothing read yet
+  const uint64_t limit = before.memory_limit;
+  EXPECT_LT(before.memory_cache_demand, limit / 8);
+  cluster.SubmitPuts(0, 200, 8 << 10);  // 1.6 MiB of new keys
+  cluster.RunFor(absl::Seconds(1));
+  ASSERT_TRUE(cluster.AllAnswered());
+  ASSERT_GT(p.height(), 0u);
+  node::admin::StateCacheStats cache = p.FlowStats().state_cache();
+  ASSERT_GE(cache.bytes(), kCache * 9 / 10) << "the cache filled";
+  EXPECT_EQ(cache.evicted_misses(), 0u);
+  // 1.25x what it holds, up to its configured size: the whole limit only through the cap.
+  const flowctl::ConsumerUsage filled = p.TakeUsage();
+  EXPECT_NEAR(static_cast<double>(filled.memory_cache_demand),
+              std::min(1.0, 1.25 * static_cast<double>(cache.bytes()) / kCache) *
+                  static_cast<double>(limit),
+              16.0);
+  // Eleven seconds on (past the want window, should there have been one): the same keys again.
+  cluster.RunFor(absl::Seconds(11));
+  EXPECT_EQ(p.TakeUsage().memory_cache_demand, filled.memory_cache_demand) << "nothing read";
+  cluster.SubmitPuts(0, 100, 8 << 10);
+  cluster.RunFor(absl::Seconds(1));
+  ASSERT_TRUE(cluster.AllAnswered());
+  cache = p.FlowStats().state_cache();
+  EXPECT_GT(cache.evicted_misses(), 0u);
+  EXPECT_EQ(p.TakeUsage().memory_cache_demand, limit);
+  EXPECT_EQ(p.FlowStats().state_cache().memory_demand_bytes(), limit);
+  // Thirty seconds unread: nothing.
+  cluster.RunFor(absl::Seconds(31));
+  EXPECT_EQ(p.TakeUsage().memory_cache_demand, 0u);
 }
 
 // Node-wide admission agreed across the replicas (flowctl/peer_admission.h): each replica's node
