@@ -41,7 +41,7 @@ body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMI
 (p1's tx/s from second 15, default 1000), ADMISSION_QUIET (each other partition's tx/s, default
 20), ADMISSION_REPS (rounds of every mode, default 1), ADMISSION_MODES (default off,on; also
 static: measured_shares false; local: agree_with_peers false; idle: no flood, the control;
-split / split-local: nodes 3 and 4 never contended, with / without agreement), ADMISSION_CONFIG (more node_admission fields),
+refused: the flood all refused by p1's rate stage, its own cost; split / split-local: nodes 3 and 4 never contended, with / without agreement), ADMISSION_CONFIG (more node_admission fields),
 ADMISSION_SECONDS (default 40), ADMISSION_FLOOD_AT (the flood's start, default 15); shares:
 SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
@@ -1756,6 +1756,10 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
     else:
         extra = admission_extra({"static": " measured_shares: false",
                                  "local": " agree_with_peers: false"}.get(mode, ""))
+    if mode == "refused":  # the flood's own cost: p1's rate stage refuses every write it is sent
+        extra += ('\n[partition %s]\ninterceptor {\n'
+                  '  stages { name: "rate" rate { rate_per_second: 0 } }\n}'
+                  % ("hot" if n == 2 else "p1"))
     with Cluster(name, extra, partitions=n) as c:
         names = ["hot", "steady"] if n == 2 else ["p%d" % i for i in range(1, n + 1)]
         flooded, quiet = names[0], names[1:]
@@ -1769,6 +1773,16 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
 
         admins, tokens = c.admin.split(","), c.tokens.split(",")
         others = []  # (node index, status) of nodes 2..4
+        cpu = []  # (seconds since loadgen started, the nodes' CPU seconds, loadgen's)
+        run = c.loadgen_start(name, scen, seconds, drain=10, expect=expect)
+
+        def cpu_sampler():  # the nodes' and loadgen's CPU, every second
+            while not stop.wait(1):
+                try:
+                    cpu.append((time.monotonic() - run["t0"], c.cpu_seconds(),
+                                proc_cpu_seconds(run["proc"].pid)))
+                except OSError:  # loadgen gone: the run is over
+                    pass
 
         def sampler():  # every node's admission status, every 3 s
             while not stop.wait(3):
@@ -1784,11 +1798,17 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
                         samples.append((None, st))
                     else:
                         others.append((k, st))
-        t = threading.Thread(target=sampler, daemon=True)
-        t.start()
-        p, s = c.loadgen(name, scen, seconds, drain=10, expect=expect)
+        threads = [threading.Thread(target=f, daemon=True) for f in (sampler, cpu_sampler)]
+        for t in threads:
+            t.start()
+        p, s = c.loadgen_finish(run)
         stop.set()
-        t.join()
+        for t in threads:
+            t.join()
+
+        def window_cores(lo, hi, k):  # cores used from lo to hi s in (k: 1 nodes, 2 loadgen)
+            w = [x for x in cpu if lo <= x[0] <= hi]
+            return (w[-1][k] - w[0][k]) / (w[-1][0] - w[0][0]) if len(w) > 1 else 0.0
         ratios = []
         for nm in quiet:
             m = expect_value(s["_stdout"], "%s.p99%s" % (nm, flood_w))
@@ -1837,6 +1857,10 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
                 "every_node": sorted(every_node),
                 "quiet_contending": (quiet_contending, quiet_samples),
                 "samples": len(samples),
+                "nodes_cores": (window_cores(3, flood_at - 1, 1),
+                                window_cores(flood_at + 3, seconds, 1)),
+                "loadgen_cores": (window_cores(3, flood_at - 1, 2),
+                                  window_cores(flood_at + 3, seconds, 2)),
                 "episodes": max([int(st2.get("admission", {}).get("episodes", 0))
                                  for _, st2 in samples] or [0])}
 
@@ -1850,7 +1874,9 @@ def admission():
     (the default node_admission), static (on with measured_shares false: allocations from
     the worker pool's capacity alone), local (on with agree_with_peers false: each node cuts
     only its own clients), idle (on, with p1 offered 1 tx/s instead of the flood: the control
-    for what the quiet partitions' p99 does later in a run with no flood at all), split (on, but
+    for what the quiet partitions' p99 does later in a run with no flood at all), refused (on,
+    the flood sent but every one of its writes refused by p1's own rate stage: what the flood
+    costs the quiet partitions with nothing of it admitted), split (on, but
     nodes 3 and 4 never judge their CPU contended, so only nodes 1 and 2 cut p1 themselves) and
     split-local (split with agree_with_peers false). ADMISSION_CONFIG: more node_admission fields
     for every mode but off (e.g. "exit_ticks: 200"). Every node's status is sampled every 3 s."""
@@ -1860,9 +1886,9 @@ def admission():
     reps = int(os.environ.get("ADMISSION_REPS", "1"))
     modes = [m for m in os.environ.get("ADMISSION_MODES", "off,on").split(",") if m]
     for m in modes:
-        if m not in ("off", "on", "static", "local", "idle", "split", "split-local"):
-            sys.exit("ADMISSION_MODES: unknown mode %r (off, on, static, local, idle, split, "
-                     "split-local)" % m)
+        if m not in ("off", "on", "static", "local", "idle", "refused", "split", "split-local"):
+            sys.exit("ADMISSION_MODES: unknown mode %r (off, on, static, local, idle, refused, "
+                     "split, split-local)" % m)
     if len(set(modes)) != len(modes):
         sys.exit("ADMISSION_MODES: a mode given twice: %s" % ",".join(modes))
     seconds = int(os.environ.get("ADMISSION_SECONDS", "40"))
@@ -1884,21 +1910,22 @@ def admission():
                     "fraction on node 1 min %.2f, %d refused, %d episodes; p1 CPU / allocation "
                     "while cut, median %s (%d samples; CPU %s of %s cores), every node's median %s "
                     "(%d samples, within 10%%: %d); quiet partitions contending beside p1 in %d of %d; "
-                    "node 1's CPU pressure median %s%%, measured shares in %d of %d samples"
-                    % (q[len(q) // 2] if q else 0, q[-1] if q else 0,
-                       sum(1 for x in q if x <= 1.2), len(q), r["vc"], r["flood_rate"],
-                       r["flood_p99"], r["quiet_rate"],
-                       min(r["fractions"] or [1]), r["refused"], r["episodes"],
-                       "%.2f" % r["over"][len(r["over"]) // 2] if r["over"] else "-",
-                       len(r["over"]), "%.3f" % mid[0] if mid else "-",
-                       "%.3f" % mid[1] if mid else "-",
-                       "%.2f" % r["every_node"][len(r["every_node"]) // 2]
-                       if r["every_node"] else "-", len(r["every_node"]),
-                       sum(1 for x in r["every_node"] if abs(x - 1) <= 0.1),
-                       r["quiet_contending"][0], r["quiet_contending"][1],
-                       "%.0f" % r["pressure"][len(r["pressure"]) // 2] if r["pressure"] else "-",
-                       r["measured"], r["samples"]))
-        ours = [m for m in modes if m not in ("off", "idle")]
+                    "node 1's CPU pressure median %s%%, measured shares in %d of %d samples; "
+                    "cores before / in the flood: nodes %.2f / %.2f, loadgen %.2f / %.2f"
+                    % ((q[len(q) // 2] if q else 0, q[-1] if q else 0,
+                        sum(1 for x in q if x <= 1.2), len(q), r["vc"], r["flood_rate"],
+                        r["flood_p99"], r["quiet_rate"],
+                        min(r["fractions"] or [1]), r["refused"], r["episodes"],
+                        "%.2f" % r["over"][len(r["over"]) // 2] if r["over"] else "-",
+                        len(r["over"]), "%.3f" % mid[0] if mid else "-",
+                        "%.3f" % mid[1] if mid else "-",
+                        "%.2f" % r["every_node"][len(r["every_node"]) // 2]
+                        if r["every_node"] else "-", len(r["every_node"]),
+                        sum(1 for x in r["every_node"] if abs(x - 1) <= 0.1),
+                        r["quiet_contending"][0], r["quiet_contending"][1],
+                        "%.0f" % r["pressure"][len(r["pressure"]) // 2] if r["pressure"] else "-",
+                        r["measured"], r["samples"]) + r["nodes_cores"] + r["loadgen_cores"]))
+        ours = [m for m in modes if m not in ("off", "idle", "refused")]
 
         def worst(r):
             return "%.2f" % r["ratios"][-1] if r["ratios"] else "-"
@@ -1909,7 +1936,8 @@ def admission():
                 rows["off"]["vc"])
         result("node-wide admission, %d partitions, one flooded (round %d)" % (n, i + 1),
                "; ".join("%s: %s" % (m, fmt(rows[m])) for m in ours) or "-",
-               "; ".join("%s: %s" % (m, fmt(rows[m])) for m in ("off", "idle") if m in rows)
+               "; ".join("%s: %s" % (m, fmt(rows[m])) for m in ("off", "idle", "refused")
+                         if m in rows)
                or "-", ratio,
                "0 VC; other partitions' p99 <= 1.2x; CPU within 10% of allocation (issue 18)",
                "p1 %d tx/s from %d s, %d others at %g tx/s, %d s, default config otherwise"
