@@ -47,7 +47,8 @@ SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the f
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
 cpu,ceiling,memory,egress), SHARES_MODES (the cpu part's modes, default governed,advisory,admission),
 SHARES_PRESIGN (txs pre-signed per partition in the cpu part, default 2000; 45000 for the whole flood),
-SHARES_IN_FLIGHT (loadgen's --max-in-flight in the cpu part, default 64), SHARES_TRACE (a file the cpu part appends
+SHARES_IN_FLIGHT (loadgen's --max-in-flight in the cpu part, default 64), SHARES_SECONDS (the cpu
+part's run, default 30; CPU from second 10 to 5 s before its end), SHARES_TRACE (a file the cpu part appends
 each node's admission status to, sampled every second instead of every 3 s), SHARES_ADMISSION_CONFIG (more node_admission fields in the
 admission mode), SHARES_NODE_MIB (memory_bytes per node in the memory part, default 256),
 SHARES_MEMORY_RATE (hot's 16 KiB tx/s there, default 2000), SHARES_EGRESS_CAP (bytes/s per node in
@@ -2064,7 +2065,10 @@ def shares():
     # 2000; the rest it signs as it goes, with CPU the nodes' would otherwise have).
     presign = int(os.environ.get("SHARES_PRESIGN", "2000"))
     admission_config = os.environ.get("SHARES_ADMISSION_CONFIG", "")
-    seconds = 30
+    # The cpu part's run length (its CPU window is from second 10 to 5 s before the end).
+    seconds = int(os.environ.get("SHARES_SECONDS", "30"))
+    if seconds < 20:
+        sys.exit("SHARES_SECONDS must be at least 20, got %d" % seconds)
     # No gates: the flood's txs queue for verification in the client lanes, so every partition has
     # work waiting in the worker pool, which is what the arbiter divides (with the pool gate on,
     # the flood is refused on gRPC threads and the pool is never the bottleneck).
@@ -2086,8 +2090,8 @@ def shares():
                 if mode == "admission" else
                 " node_admission { enabled: false }" if mode == "governed" else "")
             rows[mode] = shares_run("shares_weights_%s_%d" % (mode, i), node + part_extra, names,
-                                    scen, seconds, loadgen_extra=("--max-in-flight", in_flight),
-                                    presign=presign)
+                                    scen, seconds, window=(10, seconds - 5),
+                                    loadgen_extra=("--max-in-flight", in_flight), presign=presign)
         alloc = {nm: w / sum(weights.values()) for nm, w in weights.items()}
 
         def fmt(r):
@@ -2142,8 +2146,8 @@ def shares():
                                                   worst(rows[m], "all_fraction", w))
                           for m, w in waters.items())),
                "per-partition CPU within 10% of its allocation (issue 18, item 1)",
-               "p1..p3 weights 1, 2, 4, each offered %d tx/s, %d s, CPU over seconds 10-25, "
-               "mean of 4 nodes; admission: node_admission on" % (rate, seconds))
+               "p1..p3 weights 1, 2, 4, each offered %d tx/s, %d s, CPU over seconds 10-%d, "
+               "mean of 4 nodes; admission: node_admission on" % (rate, seconds, seconds - 5))
 
     for i in range(reps if "ceiling" in parts else 0):
         rows = {}
@@ -2153,7 +2157,7 @@ def shares():
                      "[partition hot]\nshare { ceiling_fraction: %g hard_ceiling: %s }\n"
                      % (workers, chain, ceiling, "true" if hard else "false"))
             rows[hard] = shares_run("shares_ceiling_%s_%d" % ("hard" if hard else "soft", i),
-                                    extra, ["hot", "steady"], "hot:rate=%d" % rate, seconds)
+                                    extra, ["hot", "steady"], "hot:rate=%d" % rate, 30)
         h, sft = rows[True]["hot"], rows[False]["hot"]
         result("arbiter hard ceiling %g, hot flooded alone (round %d)" % (ceiling, i + 1),
                "hard: hot %.3f cores/node of worker CPU (limit %.3f), %.0f tx/s, %d VC"
@@ -2163,8 +2167,8 @@ def shares():
                "hard / limit %.2f; soft / hard %.2f" % (h["cores"] / max(h["limit"], 1e-9),
                                                        sft["cores"] / max(h["cores"], 1e-9)),
                "hard: worker CPU <= ceiling x workers; soft: lends the idle rest",
-               "hot offered %d tx/s for %d s, steady idle, CPU over seconds 10-25, mean of 4 nodes"
-               % (rate, seconds))
+               "hot offered %d tx/s for 30 s, steady idle, CPU over seconds 10-25, mean of 4 nodes"
+               % rate)
 
     if "memory" in parts:
         shares_memory(reps)
