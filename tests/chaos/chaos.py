@@ -269,12 +269,13 @@ class Cluster:
                 out[i] = {p.name: p for p in st.partitions}
         return out
 
-    def primaries(self):
-        """{partition: node index of its primary in the highest view any live node reports}."""
+    def primaries(self, ahead=0):
+        """{partition: node index of its primary in the highest view any live node reports}; with
+        `ahead`, of the primary that many views after it."""
         hs = self.heights(self.live())
         out = {}
         for p in PARTITIONS:
-            v = max((h[p].view for h in hs.values()), default=0)
+            v = max((h[p].view for h in hs.values()), default=0) + ahead
             pid = self.sorted_ids[v % N_NODES]
             out[p] = next(i for i, nid in self.ids.items() if nid == pid)
         return out
@@ -601,10 +602,11 @@ class Faults:
                            % (what, i, target, CATCHUP_S), [i])
         return CATCHUP_S
 
-    def non_primary(self):
+    def non_primary(self, exclude=()):
         """A live node that is no partition's primary. With many partitions (each at its own
-        view) there may be none: then one of those that lead the fewest partitions."""
-        live = self.c.live()
+        view) there may be none: then one of those that lead the fewest partitions. Nodes in
+        `exclude` are not picked unless every live node is there."""
+        live = [i for i in self.c.live() if i not in exclude] or self.c.live()
         leads = {i: 0 for i in live}
         for j in self.c.primaries().values():
             if j in leads:

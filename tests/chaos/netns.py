@@ -393,10 +393,17 @@ class Phases:
         i = self.c.primary(PARTITIONS[0]) if primary else self.f.non_primary()
         return self.cut_set("cut_primary" if primary else "cut_replica", [i], primary)
 
+    def bystander(self):
+        """A replica to take out beside the primary in the two-fault phases: no partition's
+        primary now, nor in the next view. Were it the next view's primary, the other 2f+1 would
+        need two view changes, the second after a doubled timeout, which those phases' bound
+        (detection plus one view change) does not cover."""
+        return self.f.non_primary(exclude=set(self.c.primaries(ahead=1).values()))
+
     def cut2(self):
         """Two at once (f = 2): the primary and a replica cut off together; the other 2f+1 are
         exactly a quorum and must change view and commit on their own."""
-        return self.cut_set("cut2", [self.c.primary(PARTITIONS[0]), self.f.non_primary()], True)
+        return self.cut_set("cut2", [self.c.primary(PARTITIONS[0]), self.bystander()], True)
 
     def cut_set(self, kind, cut, primary):
         p = PARTITIONS[0]
@@ -436,7 +443,7 @@ class Phases:
         2f+1 change view and commit; then the killed node restarts and the cut one is healed,
         and both catch up."""
         i = self.c.primary(PARTITIONS[0])
-        j = self.f.non_primary()
+        j = self.bystander()
         others = [k for k in self.c.indices() if k not in (i, j)]
         log("phase kill_cut: kill -9 node %d (%s primary) with node %d cut off, for %.1fs"
             % (i, PARTITIONS[0], j, 2.5 * self.vct))
@@ -467,7 +474,7 @@ class Phases:
         primary is capped, so the capped primary's link is the only way to a quorum it has."""
         kind = "tbf_cut" if cut_replica else "tbf"
         i = self.c.primary(PARTITIONS[0])
-        j = self.f.non_primary() if cut_replica else None
+        j = self.bystander() if cut_replica else None
         others = [k for k in self.c.indices() if k not in (i, j)]
         rate = self.a.tbf_rate
         before = self.heights(self.c.indices())
