@@ -32,6 +32,9 @@ Phases (each followed by the invariant check of tests/chaos/chaos.py):
                fault already spent.
   kill_cut     (f >= 2) kill -9 of the primary while a replica is cut off: as cut2, and the
                killed node restarts from its disk.
+               In these three the replica is never the next view's primary: two faulty primaries
+               in a row need two view changes, the second after a doubled timeout (11 s at a
+               1-s timeout, measured once), which is not what they bound.
   hook         rolling restart of every node with the p2p fault hook on (--p2p-fault-delay-ms,
                --p2p-fault-jitter-ms, --p2p-fault-loss: delay and loss of whole messages, since
                these kernels have no netem), HOOK_S seconds of load with it, checked like the rest.
