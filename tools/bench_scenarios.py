@@ -317,6 +317,11 @@ def adaptive_gauges(stats, partition="hot"):
     return found[0] if found else None
 
 
+def localnet_names(n):
+    """The names `tools/localnet up --partitions n` gives its partitions."""
+    return ["hot", "steady"] if n == 2 else ["p%d" % i for i in range(1, n + 1)]
+
+
 def named_objects(obj, names):
     """Every dict whose "name" is in `names`, found anywhere in a `nodectl --json` object."""
     found = []
@@ -776,7 +781,7 @@ def scale():
     rows = {}
     for n in counts:
         with Cluster("scale%d" % n, extra, partitions=n) as c:
-            names = ["hot", "steady"] if n == 2 else ["p%d" % i for i in range(1, n + 1)]
+            names = localnet_names(n)
             each = rate / n
             scen = ";".join("%s:rate=%g" % (nm, each) for nm in names)
             t0, c0 = time.monotonic(), c.cpu_seconds()
@@ -1757,13 +1762,12 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
     else:
         extra = admission_extra({"static": " measured_shares: false",
                                  "local": " agree_with_peers: false"}.get(mode, ""))
-    if mode == "refused":  # the flood's own cost: p1's rate stage refuses every write it is sent
+    names = localnet_names(n)
+    flooded, quiet = names[0], names[1:]
+    if mode == "refused":  # the flood's own cost: its rate stage refuses every write it is sent
         extra += ('\n[partition %s]\ninterceptor {\n'
-                  '  stages { name: "rate" rate { rate_per_second: 0 } }\n}'
-                  % ("hot" if n == 2 else "p1"))
+                  '  stages { name: "rate" rate { rate_per_second: 0 } }\n}' % flooded)
     with Cluster(name, extra, partitions=n) as c:
-        names = ["hot", "steady"] if n == 2 else ["p%d" % i for i in range(1, n + 1)]
-        flooded, quiet = names[0], names[1:]
         idle_w, flood_w = "@3s-%ds" % (flood_at - 1), "@%ds-%ds" % (flood_at + 3, seconds)
         expect = ["%s.p99%s<=1.2*%s.p99%s" % (nm, flood_w, nm, idle_w) for nm in quiet]
         if mode == "idle":  # the control: the same run with no flood (1 tx/s)
@@ -2423,7 +2427,7 @@ def caches():
     senders = int(os.environ.get("CACHES_SENDERS", "12000"))
     seconds = int(os.environ.get("CACHES_SECONDS", "60"))
     mib = 1 << 20
-    loaded = "hot" if n == 2 else "p1"  # localnet's names
+    loaded = localnet_names(n)[0]
 
     def sample(c):
         out = []
