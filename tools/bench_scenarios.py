@@ -32,7 +32,8 @@ pairs, default 1); reads: READS_FLOOD (reads/s, default 8000), READS_SECONDS (de
 READS_REPS (rounds, default 1), READS_MODES (held,refused,none: the modes of a round, the first
 is ours), READS_IN_FLIGHT (loadgen's reads in flight per node, default 512), READS_MAX_STREAMS
 (the nodes' client_max_streams, default 0 = none), READS_RPC (account, the default, or block:
-GetBlock of the latest block with its tx bodies); live: LIVE_REPS
+GetBlock of the latest block with its tx bodies), READS_FLOOD_CLIENT (as ADMISSION_FLOOD_CLIENT,
+for the reads); live: LIVE_REPS
 (with/without pairs, default 1); memory: MEMORY_RATE (16 KiB tx/s, default 2000), MEMORY_SECONDS
 (default 40), MEMORY_LIMIT_MIB (node 1's cgroup limit, default 400; needs a memory cgroup this
 user may create, as root on most machines); lanes: LANES_RATE (hot's offered tx/s, default 3000),
@@ -42,7 +43,9 @@ body, default the node's); admission: ADMISSION_N (partitions, default 16), ADMI
 20), ADMISSION_REPS (rounds of every mode, default 1), ADMISSION_MODES (default off,on; also
 static: measured_shares false; local: agree_with_peers false; idle: no flood, the control;
 refused: the flood all refused by p1's rate stage, its own cost; split / split-local: nodes 3 and 4 never contended, with / without agreement), ADMISSION_CONFIG (more node_admission fields),
-ADMISSION_SECONDS (default 40), ADMISSION_FLOOD_AT (the flood's start, default 15); shares:
+ADMISSION_SECONDS (default 40), ADMISSION_FLOOD_AT (the flood's start, default 15),
+ADMISSION_FLOOD_CLIENT (same: one loadgen; own: the flood from its own loadgen process;
+sched_idle: that process at SCHED_IDLE); shares:
 SHARES_RATE (each flooded partition's tx/s, default 1500), SHARES_CEILING (the flooded partition's hard ceiling fraction, default 0.1), SHARES_WORKERS
 (worker threads per node, default 1), SHARES_REPS (rounds, default 1), SHARES_PARTS (default
 cpu,ceiling,memory,egress), SHARES_MODES (the cpu part's modes, default governed,advisory,admission),
@@ -200,9 +203,10 @@ class Cluster:
                                                       expect, extra, targets, nodes))
 
     def loadgen_start(self, name, scenario, duration, drain=10, presign=None, expect=(),
-                      extra=(), targets=None, nodes=None):
+                      extra=(), targets=None, nodes=None, prefix=()):
         """Starts loadgen; loadgen_finish waits for it. `nodes` (0-based indices) limits its
-        client targets and admin addresses to those nodes (e.g. while another one is down)."""
+        client targets and admin addresses to those nodes (e.g. while another one is down);
+        `prefix` runs it under another command (e.g. chrt)."""
         out = os.path.join(OUT, "scenarios", name)
         shutil.rmtree(out, ignore_errors=True)
         admin, tokens = self.admin, self.tokens
@@ -217,10 +221,10 @@ class Cluster:
         for e in expect:
             cmd += ["--expect", e]
         cmd += list(extra)
-        log("$ " + " ".join(cmd[:1] + ["..."] + cmd[7:]))
+        log("$ " + " ".join(list(prefix) + cmd[:1] + ["..."] + cmd[7:]))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(list(prefix) + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         return {"proc": proc, "out": out, "before": before, "t0": t0}
 
     def loadgen_finish(self, run):
@@ -1300,9 +1304,11 @@ READ_LIMIT = 200  # reads/s per node that the steady partition's read chain admi
 READ_HOLD_MS = 3000  # the held mode's read_hold.max_wait_ms (below loadgen's 5 s call deadline)
 
 
-def reads_run(name, mode, flood, seconds, rpc="account"):
+def reads_run(name, mode, flood, seconds, rpc="account", flood_client="same"):
     """mode: "held" (the read chain, reads refused for now wait: read_hold), "refused" (the read
-    chain, refusals at once) or "none" (no read limit)."""
+    chain, refusals at once) or "none" (no read limit). flood_client: "same" (one loadgen for the
+    writes and the reads), "own" (the reads from a loadgen of their own) or "sched_idle" (that
+    loadgen at SCHED_IDLE, on the CPU the nodes and the writes' loadgen leave)."""
     chain = ('read_interceptor { stages { name: "read_rate" rate { rate_per_second: %d '
              'burst: 50 } } }' % READ_LIMIT if mode != "none" else
              'read_interceptor { stages { name: "read_rate" rate { unlimited: true } } }')
@@ -1312,24 +1318,45 @@ def reads_run(name, mode, flood, seconds, rpc="account"):
     extra = "%s[partition *]\n%s\n[partition steady]\n%s" % (
         "client_max_streams: %d\n" % streams if streams else "", LANES, chain)
     idle, busy = "steady.p99@4s-14s", "steady.p99@18s-%ds" % seconds
+    reads = "reads=%d,reads_start=15s,read_rpc=%s" % (flood, rpc)
+    in_flight = ["--reads-in-flight", os.environ.get("READS_IN_FLIGHT", "512")]
     with Cluster(name, extra) as c:
         # Commits from WatchCommits streams (opened once), not polled reads the flood would crowd.
-        run = c.loadgen_start(name, "steady:rate=200,reads=%d,reads_start=15s,read_rpc=%s"
-                              % (flood, rpc), seconds,
-                              presign=200 * (seconds + 2), expect=["%s<=1.2*%s" % (busy, idle)],
-                              extra=["--commits", "watch", "--reads-in-flight",
-                                     os.environ.get("READS_IN_FLIGHT", "512")])
+        if flood_client == "same":
+            run = c.loadgen_start(name, "steady:rate=200," + reads, seconds,
+                                  presign=200 * (seconds + 2),
+                                  expect=["%s<=1.2*%s" % (busy, idle)],
+                                  extra=["--commits", "watch"] + in_flight)
+            flood_run = None
+        else:  # neither pre-signs, so their clocks start together
+            run = c.loadgen_start(name, "steady:rate=200", seconds, presign=0,
+                                  expect=["%s<=1.2*%s" % (busy, idle)],
+                                  extra=["--commits", "watch"])
+            flood_run = c.loadgen_start(name + "_reads", "steady:rate=0," + reads, seconds,
+                                        presign=0, extra=in_flight,
+                                        prefix=("chrt", "--idle", "0")
+                                        if flood_client == "sched_idle" else ())
+
+        def loadgen_cpu():  # both loadgens' CPU seconds, and the flood's own loadgen's
+            own = proc_cpu_seconds(flood_run["proc"].pid) if flood_run else 0.0
+            return proc_cpu_seconds(run["proc"].pid) + own, own
         # CPU in the flood, seconds 20 to seconds-2 after loadgen started (its pre-signing first).
         cpu = {}
         try:
             time.sleep(max(0, run["t0"] + 20 - time.monotonic()))
-            n0, l0, w0 = c.cpu_seconds(), proc_cpu_seconds(run["proc"].pid), time.monotonic()
+            n0, (l0, f0), w0 = c.cpu_seconds(), loadgen_cpu(), time.monotonic()
             time.sleep(max(0, run["t0"] + seconds - 2 - time.monotonic()))
-            n1, l1, w1 = c.cpu_seconds(), proc_cpu_seconds(run["proc"].pid), time.monotonic()
-            cpu = {"nodes": (n1 - n0) / (w1 - w0), "loadgen": (l1 - l0) / (w1 - w0)}
+            n1, (l1, f1), w1 = c.cpu_seconds(), loadgen_cpu(), time.monotonic()
+            cpu = {"nodes": (n1 - n0) / (w1 - w0), "loadgen": (l1 - l0) / (w1 - w0),
+                   "flood_loadgen": (f1 - f0) / (w1 - w0)}
         except (OSError, ValueError):
             pass
         p, s = c.loadgen_finish(run)
+        if flood_run:
+            reads_p = c.loadgen_finish(flood_run)[0]["steady"]
+            for k in ("reads_offered", "reads_ok", "reads_rejected", "reads_failed",
+                      "reads_client_dropped", "read_p50_ms", "read_p99_ms"):
+                p["steady"][k] = reads_p.get(k, 0)
         held = {}
         try:
             for n in c.stats(1, "stats").get("partitions", []):
@@ -1356,6 +1383,10 @@ def reads():
     seconds = int(os.environ.get("READS_SECONDS", "40"))
     rpc = os.environ.get("READS_RPC", "account")
     modes = os.environ.get("READS_MODES", "held,refused,none").split(",")
+    # Who sends the reads: as ADMISSION_FLOOD_CLIENT (same, own, sched_idle).
+    flood_client = os.environ.get("READS_FLOOD_CLIENT", "same")
+    if flood_client not in ("same", "own", "sched_idle"):
+        sys.exit("READS_FLOOD_CLIENT: unknown value %r (same, own, sched_idle)" % flood_client)
     labels = {"held": "read chain %d reads/s per node, refused reads held up to %d ms"
                       % (READ_LIMIT, READ_HOLD_MS),
               "refused": "read chain %d reads/s per node, refused at once" % READ_LIMIT,
@@ -1365,14 +1396,18 @@ def reads():
         held = st.get("held", {})
         return ("write p99 %.0f ms in the flood vs %.0f ms before (%.2fx); reads ok %d, "
                 "refused %d, not sent %d, read p99 %.0f ms; node 2 held %s (answered %s, ran out "
-                "%s, full %s); in the flood nodes %.2f cores, loadgen %.2f; %d VC"
+                "%s, full %s); in the flood nodes %.2f cores, loadgen %.2f%s; %d VC"
                 % (pf, pi, pf / max(pi, 1e-9), st.get("reads_ok", 0),
                    st.get("reads_rejected", 0), st.get("reads_client_dropped", 0),
                    st.get("read_p99_ms", 0), held.get("held", 0), held.get("answered", 0),
                    held.get("expired", 0), held.get("full", 0), st["cpu"].get("nodes", 0),
-                   st["cpu"].get("loadgen", 0), st["view_changes"] or 0))
+                   st["cpu"].get("loadgen", 0),
+                   "" if flood_client == "same" else " (the reads' own loadgen%s %.2f)" % (
+                       " at SCHED_IDLE" if flood_client == "sched_idle" else "",
+                       st["cpu"].get("flood_loadgen", 0)), st["view_changes"] or 0))
     for i in range(int(os.environ.get("READS_REPS", "1"))):
-        runs = [(m, reads_run("reads_%s_%d" % (m, i), m, flood, seconds, rpc)) for m in modes]
+        runs = [(m, reads_run("reads_%s_%d" % (m, i), m, flood, seconds, rpc, flood_client))
+                for m in modes]
         ours = runs[0]
         result("read flood isolation (round %d)" % (i + 1),
                labels[ours[0]] + ": " + text(*ours[1]),
@@ -1748,7 +1783,7 @@ def lanes():
 
 
 # 15. Node-wide admission: one of N partitions flooded ----------------------------------------
-def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
+def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at, flood_client="same"):
     def admission_extra(fields):
         return "resources { node_admission { enabled: %s%s %s } }" % (
             "false" if mode == "off" else "true", fields,
@@ -1772,20 +1807,34 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
         expect = ["%s.p99%s<=1.2*%s.p99%s" % (nm, flood_w, nm, idle_w) for nm in quiet]
         if mode == "idle":  # the control: the same run with no flood (1 tx/s)
             flood_rate = 1
-        scen = ";".join(["%s:rate=%d,start=%ds" % (flooded, flood_rate, flood_at)] +
-                        ["%s:rate=%g" % (nm, quiet_rate) for nm in quiet])
+        flood_scen = "%s:rate=%d,start=%ds" % (flooded, flood_rate, flood_at)
+        quiet_scen = ["%s:rate=%g" % (nm, quiet_rate) for nm in quiet]
         stop, samples = threading.Event(), []
 
         admins, tokens = c.admin.split(","), c.tokens.split(",")
         others = []  # (node index, status) of nodes 2..4
-        cpu = []  # (seconds since loadgen started, the nodes' CPU seconds, loadgen's)
-        run = c.loadgen_start(name, scen, seconds, drain=10, expect=expect)
+        # (seconds since loadgen started, the nodes' CPU seconds, the loadgens' (both, when the
+        # flood has its own), the flood's own loadgen's (0 when it has none))
+        cpu = []
+        if flood_client == "same":
+            run = c.loadgen_start(name, ";".join([flood_scen] + quiet_scen), seconds, drain=10,
+                                  expect=expect)
+            flood_run = None
+        else:  # the flood from a loadgen of its own; "sched_idle": at SCHED_IDLE, on spare CPU
+            # Neither pre-signs, so their clocks start together and the flood's client signs
+            # only what it sends, when it sends it (pre-signing would run in the idle window).
+            run = c.loadgen_start(name, ";".join(quiet_scen), seconds, drain=10, expect=expect,
+                                  presign=0)
+            flood_run = c.loadgen_start(name + "_flood", flood_scen, seconds, drain=10,
+                                        presign=0, prefix=("chrt", "--idle", "0")
+                                        if flood_client == "sched_idle" else ())
 
         def cpu_sampler():  # the nodes' and loadgen's CPU, every second
             while not stop.wait(1):
                 try:
+                    own = proc_cpu_seconds(flood_run["proc"].pid) if flood_run else 0.0
                     cpu.append((time.monotonic() - run["t0"], c.cpu_seconds(),
-                                proc_cpu_seconds(run["proc"].pid)))
+                                proc_cpu_seconds(run["proc"].pid) + own, own))
                 except OSError:  # loadgen gone: the run is over
                     pass
 
@@ -1807,11 +1856,14 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
         for t in threads:
             t.start()
         p, s = c.loadgen_finish(run)
+        if flood_run:
+            p.update(c.loadgen_finish(flood_run)[0])
         stop.set()
         for t in threads:
             t.join()
 
-        def window_cores(lo, hi, k):  # cores used from lo to hi s in (k: 1 nodes, 2 loadgen)
+        def window_cores(lo, hi, k):  # cores used from lo to hi s in (k: 1 nodes, 2 loadgen,
+            # 3 the flood's own loadgen)
             w = [x for x in cpu if lo <= x[0] <= hi]
             return (w[-1][k] - w[0][k]) / (w[-1][0] - w[0][0]) if len(w) > 1 else 0.0
         ratios = []
@@ -1854,6 +1906,10 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
         return {"ratios": ratios,
                 "vc": sum(p[nm]["view_changes"] or 0 for nm in names),
                 "flood_rate": window_rate(p[flooded], "committed", flood_at + 3, seconds),
+                # what reached the nodes of the flood: offered less what loadgen's own in-flight
+                # bound dropped
+                "flood_arrived": window_rate(p[flooded], "offered", flood_at + 3, seconds) -
+                window_rate(p[flooded], "client_dropped", flood_at + 3, seconds),
                 "flood_p99": p[flooded]["p99_ms"],
                 "quiet_rate": sum(window_rate(p[nm], "committed", flood_at + 3, seconds)
                                   for nm in quiet),
@@ -1866,6 +1922,8 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at):
                                 window_cores(flood_at + 3, seconds, 1)),
                 "loadgen_cores": (window_cores(3, flood_at - 1, 2),
                                   window_cores(flood_at + 3, seconds, 2)),
+                "flood_client": flood_client,
+                "flood_loadgen_cores": window_cores(flood_at + 3, seconds, 3),
                 "episodes": max([int(st2.get("admission", {}).get("episodes", 0))
                                  for _, st2 in samples] or [0])}
 
@@ -1898,13 +1956,20 @@ def admission():
         sys.exit("ADMISSION_MODES: a mode given twice: %s" % ",".join(modes))
     seconds = int(os.environ.get("ADMISSION_SECONDS", "40"))
     flood_at = int(os.environ.get("ADMISSION_FLOOD_AT", "15"))
+    # Who sends the flood: "same" (one loadgen for every partition), "own" (the flood from a
+    # loadgen process of its own) or "sched_idle" (that process at SCHED_IDLE: it runs only on
+    # CPU the nodes and the quiet partitions' loadgen leave, as a client on another machine would
+    # take none of theirs; the nodes still receive and answer every call it gets out).
+    flood_client = os.environ.get("ADMISSION_FLOOD_CLIENT", "same")
+    if flood_client not in ("same", "own", "sched_idle"):
+        sys.exit("ADMISSION_FLOOD_CLIENT: unknown value %r (same, own, sched_idle)" % flood_client)
     if not 5 <= flood_at <= seconds - 5:
         sys.exit("ADMISSION_FLOOD_AT must be in [5, ADMISSION_SECONDS - 5], got %d" % flood_at)
     for i in range(reps):
         rows = {}
         for mode in modes if i % 2 == 0 else modes[::-1]:
             rows[mode] = admission_run("admission_%s_%d" % (mode, i), mode, n, quiet,
-                                       flood, seconds, flood_at)
+                                       flood, seconds, flood_at, flood_client)
 
         def fmt(r):
             q = r["ratios"]
@@ -1916,7 +1981,8 @@ def admission():
                     "while cut, median %s (%d samples; CPU %s of %s cores), every node's median %s "
                     "(%d samples, within 10%%: %d); quiet partitions contending beside p1 in %d of %d; "
                     "node 1's CPU pressure median %s%%, measured shares in %d of %d samples; "
-                    "cores before / in the flood: nodes %.2f / %.2f, loadgen %.2f / %.2f"
+                    "cores before / in the flood: nodes %.2f / %.2f, loadgen %.2f / %.2f%s; "
+                    "flood arrived %.0f tx/s"
                     % ((q[len(q) // 2] if q else 0, q[-1] if q else 0,
                         sum(1 for x in q if x <= 1.2), len(q), r["vc"], r["flood_rate"],
                         r["flood_p99"], r["quiet_rate"],
@@ -1929,7 +1995,11 @@ def admission():
                         sum(1 for x in r["every_node"] if abs(x - 1) <= 0.1),
                         r["quiet_contending"][0], r["quiet_contending"][1],
                         "%.0f" % r["pressure"][len(r["pressure"]) // 2] if r["pressure"] else "-",
-                        r["measured"], r["samples"]) + r["nodes_cores"] + r["loadgen_cores"]))
+                        r["measured"], r["samples"]) + r["nodes_cores"] + r["loadgen_cores"] +
+                       ("" if r["flood_client"] == "same" else
+                        " (the flood's own loadgen%s %.2f)"
+                        % (" at SCHED_IDLE" if r["flood_client"] == "sched_idle" else "",
+                           r["flood_loadgen_cores"]), r["flood_arrived"])))
         ours = [m for m in modes if m not in ("off", "idle", "refused")]
 
         def worst(r):
