@@ -105,7 +105,10 @@ class Cluster {
       });
     }
     if (o_.fault == FaultKind::kCrashPrimary) {
-      for (int64_t t : {500, 5500, 10500}) At(t + Rand(0, 300), [this] { CrashPrimary(); });
+      // At n = 7 (f = 2) the second crash takes the next view's primary down as well.
+      for (int64_t t : {500, 5500, 10500}) {
+        At(t + Rand(0, 300), [this, t] { CrashPrimary(t == 5500 && config_.f() >= 2); });
+      }
     }
     for (auto& n : nodes_) {
       if (n->byz_garbage) At(Rand(1, 50), [this, id = n->id] { Garbage(id); });
@@ -519,19 +522,23 @@ class Cluster {
 
   // The primary of the highest view any up replica is in dies and stays down for 5x the
   // view-change timeout: the others must change view and commit without it (chaos.py's
-  // kill_primary, which found a 30 s stall here).
-  void CrashPrimary() {
+  // kill_primary, which found a 30 s stall here). With `and_next` (f >= 2), the primary of the
+  // view after it dies with it: the others need two view changes, the second after the doubled
+  // timeout (netns.py's kill_cut when its cut replica leads the next view).
+  void CrashPrimary(bool and_next) {
     uint64_t view = 0;
     for (auto& n : nodes_) {
       if (!n->up) return;  // one fault at a time
       view = std::max(view, n->replica->view());
     }
     Node& p = *nodes_[view % o_.n];
-    if (!p.honest()) return;
+    Node& next = *nodes_[(view + 1) % o_.n];
+    if (!p.honest() || (and_next && !next.honest())) return;
     Crash(p);
+    if (and_next) Crash(next);
     const uint64_t seq = max_seq_;
     const int64_t bound = 5 * config_.view_change_timeout_ms;
-    At(now_ + bound, [this, id = p.id, seq, bound] {
+    At(now_ + bound, [this, id = p.id, next_id = and_next ? next.id : p.id, seq, bound] {
       if (max_seq_ <= seq) {
         std::string states;
         for (auto& n : nodes_) {
@@ -543,9 +550,12 @@ class Cluster {
                           n->replica->last_executed(), "]");
         }
         Fail(false, absl::StrCat("liveness: no commit within ", bound, "ms of the primary (", id,
+                                 next_id != id ? absl::StrCat(" and the next, ", next_id) : "",
                                  ") crashing (stuck at seq ", seq, "):", states));
       }
-      if (!nodes_[id]->up) Restart(*nodes_[id]);
+      for (const uint32_t down : {id, next_id}) {
+        if (!nodes_[down]->up) Restart(*nodes_[down]);
+      }
     });
   }
 

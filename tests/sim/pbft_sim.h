@@ -50,6 +50,7 @@ enum class FaultKind {
   kIsolate,       // one replica at a time is cut off for longer than the view-change timeout
   kPause,         // one replica at a time is suspended (SIGSTOP): its events wait, then all run
   kCrashPrimary,  // the current primary crashes 3 times in a row; the others must commit without it
+                  // (at n = 7 the second time with the next view's primary: two view changes)
   kDiverge,       // one replica's executor computes another state root from some seq on: it must
                   // end DIVERGED while the others go on (with delays; at n = 7 also crashes)
   kMixed,         // all of the above but kDiverge at once (Byzantine ones within f)
