@@ -224,7 +224,8 @@ class Cluster:
         log("$ " + " ".join(list(prefix) + cmd[:1] + ["..."] + cmd[7:]))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
-        proc = subprocess.Popen(list(prefix) + cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(list(prefix) + cmd, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
         return {"proc": proc, "out": out, "before": before, "t0": t0}
 
     def loadgen_finish(self, run):
@@ -256,6 +257,18 @@ def stop_all(*_):
     for c in list(Cluster.live):
         c.down()
     sys.exit(1)
+
+
+def flood_client_from_env(var):
+    """Who sends a scenario's flood, from environment variable `var`: "same" (the default: one
+    loadgen for all the load), "own" (the flood from a loadgen process of its own) or
+    "sched_idle" (that process at SCHED_IDLE, `chrt --idle 0`: it runs only on CPU the nodes and
+    the other loadgen leave, as a client on another machine would take none of theirs; the
+    nodes still receive and answer every call it gets out)."""
+    value = os.environ.get(var, "same")
+    if value not in ("same", "own", "sched_idle"):
+        sys.exit("%s: unknown value %r (same, own, sched_idle)" % (var, value))
+    return value
 
 
 def window_rate(p, key, t0, t1):
@@ -1383,10 +1396,7 @@ def reads():
     seconds = int(os.environ.get("READS_SECONDS", "40"))
     rpc = os.environ.get("READS_RPC", "account")
     modes = os.environ.get("READS_MODES", "held,refused,none").split(",")
-    # Who sends the reads: as ADMISSION_FLOOD_CLIENT (same, own, sched_idle).
-    flood_client = os.environ.get("READS_FLOOD_CLIENT", "same")
-    if flood_client not in ("same", "own", "sched_idle"):
-        sys.exit("READS_FLOOD_CLIENT: unknown value %r (same, own, sched_idle)" % flood_client)
+    flood_client = flood_client_from_env("READS_FLOOD_CLIENT")
     labels = {"held": "read chain %d reads/s per node, refused reads held up to %d ms"
                       % (READ_LIMIT, READ_HOLD_MS),
               "refused": "read chain %d reads/s per node, refused at once" % READ_LIMIT,
@@ -1956,13 +1966,7 @@ def admission():
         sys.exit("ADMISSION_MODES: a mode given twice: %s" % ",".join(modes))
     seconds = int(os.environ.get("ADMISSION_SECONDS", "40"))
     flood_at = int(os.environ.get("ADMISSION_FLOOD_AT", "15"))
-    # Who sends the flood: "same" (one loadgen for every partition), "own" (the flood from a
-    # loadgen process of its own) or "sched_idle" (that process at SCHED_IDLE: it runs only on
-    # CPU the nodes and the quiet partitions' loadgen leave, as a client on another machine would
-    # take none of theirs; the nodes still receive and answer every call it gets out).
-    flood_client = os.environ.get("ADMISSION_FLOOD_CLIENT", "same")
-    if flood_client not in ("same", "own", "sched_idle"):
-        sys.exit("ADMISSION_FLOOD_CLIENT: unknown value %r (same, own, sched_idle)" % flood_client)
+    flood_client = flood_client_from_env("ADMISSION_FLOOD_CLIENT")
     if not 5 <= flood_at <= seconds - 5:
         sys.exit("ADMISSION_FLOOD_AT must be in [5, ADMISSION_SECONDS - 5], got %d" % flood_at)
     for i in range(reps):
