@@ -271,6 +271,31 @@ def flood_client_from_env(var):
     return value
 
 
+def start_flood_loadgen(c, flood_client, name, scenario, seconds, extra=()):
+    """The flood's own loadgen on cluster `c` for flood_client "own" or "sched_idle" (see
+    flood_client_from_env), None for "same". It does not pre-sign, and neither may the other
+    loadgen, so that their clocks start together."""
+    if flood_client == "same":
+        return None
+    return c.loadgen_start(name, scenario, seconds, drain=10, presign=0, extra=extra,
+                           prefix=("chrt", "--idle", "0") if flood_client == "sched_idle" else ())
+
+
+def loadgens_cpu_seconds(run, flood_run):
+    """(CPU seconds of loadgen `run` and of `flood_run` together, those of `flood_run` alone: 0
+    without one)."""
+    own = proc_cpu_seconds(flood_run["proc"].pid) if flood_run else 0.0
+    return proc_cpu_seconds(run["proc"].pid) + own, own
+
+
+def flood_client_note(flood_client, cores):
+    """" (the flood's own loadgen[ at SCHED_IDLE] <cores>)" for a result line; "" for "same"."""
+    if flood_client == "same":
+        return ""
+    return " (the flood's own loadgen%s %.2f)" % (
+        " at SCHED_IDLE" if flood_client == "sched_idle" else "", cores)
+
+
 def window_rate(p, key, t0, t1):
     """Mean per-second `key` of partition summary p over seconds [t0, t1)."""
     vals = [row[key] for row in p["series"] if t0 <= row["t"] < t1]
@@ -1340,26 +1365,21 @@ def reads_run(name, mode, flood, seconds, rpc="account", flood_client="same"):
                                   presign=200 * (seconds + 2),
                                   expect=["%s<=1.2*%s" % (busy, idle)],
                                   extra=["--commits", "watch"] + in_flight)
-            flood_run = None
-        else:  # neither pre-signs, so their clocks start together
+        else:
             run = c.loadgen_start(name, "steady:rate=200", seconds, presign=0,
                                   expect=["%s<=1.2*%s" % (busy, idle)],
                                   extra=["--commits", "watch"])
-            flood_run = c.loadgen_start(name + "_reads", "steady:rate=0," + reads, seconds,
-                                        presign=0, extra=in_flight,
-                                        prefix=("chrt", "--idle", "0")
-                                        if flood_client == "sched_idle" else ())
-
-        def loadgen_cpu():  # both loadgens' CPU seconds, and the flood's own loadgen's
-            own = proc_cpu_seconds(flood_run["proc"].pid) if flood_run else 0.0
-            return proc_cpu_seconds(run["proc"].pid) + own, own
+        flood_run = start_flood_loadgen(c, flood_client, name + "_reads",
+                                        "steady:rate=0," + reads, seconds, extra=in_flight)
         # CPU in the flood, seconds 20 to seconds-2 after loadgen started (its pre-signing first).
         cpu = {}
         try:
             time.sleep(max(0, run["t0"] + 20 - time.monotonic()))
-            n0, (l0, f0), w0 = c.cpu_seconds(), loadgen_cpu(), time.monotonic()
+            n0, (l0, f0) = c.cpu_seconds(), loadgens_cpu_seconds(run, flood_run)
+            w0 = time.monotonic()
             time.sleep(max(0, run["t0"] + seconds - 2 - time.monotonic()))
-            n1, (l1, f1), w1 = c.cpu_seconds(), loadgen_cpu(), time.monotonic()
+            n1, (l1, f1) = c.cpu_seconds(), loadgens_cpu_seconds(run, flood_run)
+            w1 = time.monotonic()
             cpu = {"nodes": (n1 - n0) / (w1 - w0), "loadgen": (l1 - l0) / (w1 - w0),
                    "flood_loadgen": (f1 - f0) / (w1 - w0)}
         except (OSError, ValueError):
@@ -1412,9 +1432,8 @@ def reads():
                    st.get("read_p99_ms", 0), held.get("held", 0), held.get("answered", 0),
                    held.get("expired", 0), held.get("full", 0), st["cpu"].get("nodes", 0),
                    st["cpu"].get("loadgen", 0),
-                   "" if flood_client == "same" else " (the reads' own loadgen%s %.2f)" % (
-                       " at SCHED_IDLE" if flood_client == "sched_idle" else "",
-                       st["cpu"].get("flood_loadgen", 0)), st["view_changes"] or 0))
+                   flood_client_note(flood_client, st["cpu"].get("flood_loadgen", 0)),
+                   st["view_changes"] or 0))
     for i in range(int(os.environ.get("READS_REPS", "1"))):
         runs = [(m, reads_run("reads_%s_%d" % (m, i), m, flood, seconds, rpc, flood_client))
                 for m in modes]
@@ -1829,22 +1848,16 @@ def admission_run(name, mode, n, quiet_rate, flood_rate, seconds, flood_at, floo
         if flood_client == "same":
             run = c.loadgen_start(name, ";".join([flood_scen] + quiet_scen), seconds, drain=10,
                                   expect=expect)
-            flood_run = None
-        else:  # the flood from a loadgen of its own; "sched_idle": at SCHED_IDLE, on spare CPU
-            # Neither pre-signs, so their clocks start together and the flood's client signs
-            # only what it sends, when it sends it (pre-signing would run in the idle window).
+        else:  # the flood's client signs only what it sends (pre-signing: in the idle window)
             run = c.loadgen_start(name, ";".join(quiet_scen), seconds, drain=10, expect=expect,
                                   presign=0)
-            flood_run = c.loadgen_start(name + "_flood", flood_scen, seconds, drain=10,
-                                        presign=0, prefix=("chrt", "--idle", "0")
-                                        if flood_client == "sched_idle" else ())
+        flood_run = start_flood_loadgen(c, flood_client, name + "_flood", flood_scen, seconds)
 
         def cpu_sampler():  # the nodes' and loadgen's CPU, every second
             while not stop.wait(1):
                 try:
-                    own = proc_cpu_seconds(flood_run["proc"].pid) if flood_run else 0.0
-                    cpu.append((time.monotonic() - run["t0"], c.cpu_seconds(),
-                                proc_cpu_seconds(run["proc"].pid) + own, own))
+                    cpu.append((time.monotonic() - run["t0"], c.cpu_seconds()) +
+                               loadgens_cpu_seconds(run, flood_run))
                 except OSError:  # loadgen gone: the run is over
                     pass
 
@@ -2000,10 +2013,8 @@ def admission():
                         r["quiet_contending"][0], r["quiet_contending"][1],
                         "%.0f" % r["pressure"][len(r["pressure"]) // 2] if r["pressure"] else "-",
                         r["measured"], r["samples"]) + r["nodes_cores"] + r["loadgen_cores"] +
-                       ("" if r["flood_client"] == "same" else
-                        " (the flood's own loadgen%s %.2f)"
-                        % (" at SCHED_IDLE" if r["flood_client"] == "sched_idle" else "",
-                           r["flood_loadgen_cores"]), r["flood_arrived"])))
+                       (flood_client_note(r["flood_client"], r["flood_loadgen_cores"]),
+                        r["flood_arrived"])))
         ours = [m for m in modes if m not in ("off", "idle", "refused")]
 
         def worst(r):
